@@ -1,0 +1,3 @@
+"""mcptape: a flight recorder for the Model Context Protocol."""
+
+__version__ = "0.1.0"

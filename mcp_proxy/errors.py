@@ -1,0 +1,35 @@
+"""The project's own exception hierarchy: shallow on purpose.
+
+Every error a user can cause is a :class:`UserError` carrying a one-line message and a stable
+exit code; the CLI prints the message and exits with the code, never a traceback.
+"""
+
+from __future__ import annotations
+
+
+class McptapeError(Exception):
+    """Base of every error mcptape raises on purpose."""
+
+
+class UserError(McptapeError):
+    """Something the user can fix: bad arguments, missing files, unknown sessions.
+
+    ``exit_code`` is part of the CLI contract (see README, "Exit codes").
+    """
+
+    exit_code: int = 2
+
+    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class NotFoundError(UserError):
+    """A session, frame or file named by the user does not exist (or is ambiguous)."""
+
+    exit_code = 4
+
+
+class StoreError(McptapeError):
+    """The database could not be opened, migrated or written."""

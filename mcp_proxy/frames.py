@@ -1,0 +1,236 @@
+"""Frames and the one JSON-RPC classifier.
+
+A *frame* is one unit seen on the wire, in one direction, with its exact bytes. The bytes are the
+source of truth; everything here is derived from them and can be recomputed at any time. This is
+the only module that decides what a frame *is* (request, response, error, notification, invalid,
+noise, stderr line, batch); the recorder, analysis, dashboard and replay all call it.
+
+Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Direction(StrEnum):
+    C2S = "c2s"  # host (client) → server
+    S2C = "s2c"  # server → host (client)
+
+
+class Channel(StrEnum):
+    STDIO = "stdio"  # newline-delimited JSON-RPC on the server's stdin/stdout
+    STDERR = "stderr"  # a line the server wrote on stderr
+    HTTP = "http"  # a JSON-RPC message in an HTTP request or JSON response body
+    SSE = "sse"  # one SSE event's data
+
+
+class Kind(StrEnum):
+    REQUEST = "request"
+    RESPONSE = "response"
+    ERROR = "error"
+    NOTIFICATION = "notification"
+    BATCH = "batch"  # a JSON array (JSON-RPC batch, allowed up to 2025-03-26)
+    INVALID = "invalid"  # JSON, but not a JSON-RPC message
+    NOISE = "noise"  # not JSON at all (stray print(), invalid UTF-8, a partial line)
+    STDERR = "stderr"  # a server stderr line
+    EMPTY = "empty"  # a blank line or an empty body/event (keep-alives, priming events)
+
+
+#: Frames larger than this are classified from a bounded look at their head and tail instead of
+#: a full parse, so that a 64 MiB message does not cost several times its size in memory while it
+#: is recorded. ``Classified.partial`` says when that happened.
+FULL_PARSE_LIMIT = 8 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class Classified:
+    """What the bytes of a frame say, as far as JSON-RPC goes."""
+
+    kind: Kind
+    method: str | None = None
+    #: The JSON-RPC id as canonical JSON text (``1`` and ``"1"`` stay distinct), or None.
+    msg_id: str | None = None
+    #: The parsed message (dict or list) when it was parsed in full; None for noise/huge frames.
+    message: Any = None
+    error_code: int | None = None
+    #: True when the frame was too large to parse fully and was classified from head/tail.
+    partial: bool = False
+    #: Why the frame is invalid/noise (for humans), if it is.
+    problem: str | None = None
+
+
+def id_key(value: Any) -> str | None:
+    """Canonical text for a JSON-RPC id: ``1`` → ``'1'``, ``"1"`` → ``'"1"'``, None stays None.
+
+    Keeping ids as JSON text keeps string and number ids in separate spaces, as JSON-RPC requires.
+    """
+    if value is None:
+        return None
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def strip_line_end(raw: bytes) -> bytes:
+    """The frame's content without its line terminator (``\\n`` or ``\\r\\n``)."""
+    if raw.endswith(b"\n"):
+        raw = raw[:-1]
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+    return raw
+
+
+def classify_message(msg: Any) -> Classified:
+    """Classify an already-parsed JSON value as JSON-RPC 2.0."""
+    if isinstance(msg, list):
+        return Classified(Kind.BATCH, message=msg, problem=None if msg else "empty batch")
+    if not isinstance(msg, dict):
+        return Classified(Kind.INVALID, message=msg, problem="JSON value is not an object")
+    if msg.get("jsonrpc") != "2.0":
+        return Classified(Kind.INVALID, message=msg, problem='missing "jsonrpc": "2.0"')
+    method = msg.get("method")
+    has_id = "id" in msg
+    raw_id = msg.get("id")
+    if has_id and raw_id is not None and not isinstance(raw_id, (str, int, float)):
+        return Classified(Kind.INVALID, message=msg, problem="id is neither string nor number")
+    if isinstance(raw_id, bool):
+        return Classified(Kind.INVALID, message=msg, problem="id is a boolean")
+    mid = id_key(raw_id) if has_id else None
+    if isinstance(method, str):
+        if has_id and raw_id is not None:
+            return Classified(Kind.REQUEST, method=method, msg_id=mid, message=msg)
+        if has_id:
+            return Classified(
+                Kind.INVALID, method=method, message=msg, problem="request with a null id"
+            )
+        return Classified(Kind.NOTIFICATION, method=method, message=msg)
+    if method is not None:
+        return Classified(Kind.INVALID, message=msg, problem="method is not a string")
+    if "error" in msg and "result" not in msg:
+        err = msg.get("error")
+        code = err.get("code") if isinstance(err, dict) else None
+        if not isinstance(err, dict) or not isinstance(code, int) or isinstance(code, bool):
+            return Classified(
+                Kind.INVALID, msg_id=mid, message=msg, problem="error is not {code, message}"
+            )
+        return Classified(Kind.ERROR, msg_id=mid, message=msg, error_code=code)
+    if "result" in msg and "error" not in msg:
+        if not has_id:
+            return Classified(Kind.INVALID, message=msg, problem="response without an id")
+        return Classified(Kind.RESPONSE, msg_id=mid, message=msg)
+    if "result" in msg and "error" in msg:
+        return Classified(Kind.INVALID, msg_id=mid, message=msg, problem="both result and error")
+    return Classified(Kind.INVALID, msg_id=mid, message=msg, problem="neither method nor result")
+
+
+_HEAD = 64 * 1024
+_METHOD_RE = re.compile(rb'"method"\s*:\s*"((?:[^"\\]|\\.){1,256})"')
+_ID_RE = re.compile(rb'"id"\s*:\s*(-?\d+(?:\.\d+)?|"(?:[^"\\]|\\.){0,256}"|null)')
+_CODE_RE = re.compile(rb'"error"\s*:\s*\{[^{}]*?"code"\s*:\s*(-?\d+)')
+
+
+def _classify_huge(content: bytes) -> Classified:
+    """Bounded classification of a frame too large to parse: look at head and tail only.
+
+    The SDKs put ``jsonrpc``, ``id`` and ``method`` before ``params``/``result``, so the head
+    is enough to tell what the message is; the tail tells whether it is at least closed.
+    """
+    head = content[:_HEAD].lstrip()
+    tail = content[-16:].rstrip()
+    if not head.startswith((b"{", b"[")) or not tail.endswith((b"}", b"]")):
+        return Classified(Kind.NOISE, partial=True, problem="large frame that is not JSON")
+    if head.startswith(b"["):
+        return Classified(Kind.BATCH, partial=True)
+    if b'"jsonrpc"' not in head:
+        return Classified(Kind.INVALID, partial=True, problem='missing "jsonrpc": "2.0"')
+    # Only look before the first large value: keys of nested objects must not be mistaken.
+    m_method = _METHOD_RE.search(head)
+    m_id = _ID_RE.search(head)
+    msg_id = None
+    if m_id:
+        try:
+            msg_id = id_key(json.loads(m_id.group(1)))
+        except ValueError:
+            msg_id = None
+    m_res = head.find(b'"result"')
+    m_err = head.find(b'"error"')
+    first_key = min((p for p in (m_res, m_err) if p >= 0), default=-1)
+    if m_method and (first_key < 0 or m_method.start() < first_key):
+        method = json.loads(b'"' + m_method.group(1) + b'"')
+        kind = Kind.REQUEST if msg_id not in (None, "null") else Kind.NOTIFICATION
+        return Classified(kind, method=method, msg_id=msg_id, partial=True)
+    if m_err >= 0 and (m_res < 0 or m_err < m_res):
+        m_code = _CODE_RE.search(head)
+        return Classified(
+            Kind.ERROR,
+            msg_id=msg_id,
+            error_code=int(m_code.group(1)) if m_code else None,
+            partial=True,
+        )
+    if m_res >= 0:
+        return Classified(Kind.RESPONSE, msg_id=msg_id, partial=True)
+    return Classified(Kind.INVALID, msg_id=msg_id, partial=True, problem="unrecognised shape")
+
+
+def classify(
+    raw: bytes | bytearray | memoryview, channel: Channel | str = Channel.STDIO
+) -> Classified:
+    """Classify one frame's bytes. Never raises."""
+    if channel == Channel.STDERR:
+        return Classified(Kind.STDERR)
+    if len(raw) > FULL_PARSE_LIMIT:
+        return _classify_huge(bytes(raw[:_HEAD]) + bytes(raw[-32:]))
+    content = strip_line_end(bytes(raw))
+    if not content.strip():
+        return Classified(Kind.EMPTY)
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        return Classified(Kind.NOISE, problem="not valid UTF-8")
+    try:
+        msg = json.loads(text)
+    except ValueError:
+        return Classified(Kind.NOISE, problem="not JSON")
+    return classify_message(msg)
+
+
+def parse_json(raw: bytes) -> Any:
+    """Parse a frame's JSON, or return None when it is not JSON (noise, stderr, huge)."""
+    if len(raw) > FULL_PARSE_LIMIT:
+        return None
+    try:
+        return json.loads(strip_line_end(raw).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def text_or_none(raw: bytes) -> str | None:
+    """The bytes as text when they are valid UTF-8; None otherwise (callers then use base64)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+@dataclass(slots=True)
+class Frame:
+    """One frame as handed to the recorder by a transport.
+
+    Transports fill in only what they know (bytes, direction, channel, times, HTTP context); the
+    recorder classifies and numbers frames off the relay's path.
+    """
+
+    direction: Direction
+    channel: Channel
+    raw: bytes
+    mono_ns: int
+    wall: float
+    #: False when the frame was cut short (a last line without its newline at EOF).
+    complete: bool = True
+    http_exchange: int | None = None  # local id of the HTTP exchange it rode on (HTTP relay)
+    sse_id: str | None = None
+    sse_event: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)

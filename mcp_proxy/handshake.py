@@ -1,0 +1,129 @@
+"""What a session's handshake tells: era, protocol version, client and server identity.
+
+Pure: fed classified frames in order, it returns the session fields they establish. Both eras:
+
+- initialize era: ``initialize`` request (clientInfo, requested version, client capabilities)
+  and its response (negotiated version, serverInfo, server capabilities, instructions);
+- 2026-07-28 era: every request's ``_meta`` envelope (``io.modelcontextprotocol/…`` keys) and the
+  ``server/discover`` result (supported versions, capabilities, ttl, cache scope).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_proxy.frames import Classified, Direction, Kind
+
+MODERN_VERSIONS = frozenset({"2026-07-28"})
+HANDSHAKE_VERSIONS = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
+META_PREFIX = "io.modelcontextprotocol/"
+ERA_INITIALIZE = "initialize"
+ERA_MODERN = "2026-07-28"
+
+
+def era_of(version: str | None) -> str | None:
+    if version is None:
+        return None
+    if version in MODERN_VERSIONS or version > "2026":
+        return ERA_MODERN
+    return ERA_INITIALIZE
+
+
+def _impl(info: Any) -> tuple[str | None, str | None]:
+    if not isinstance(info, dict):
+        return None, None
+    name = info.get("name")
+    version = info.get("version")
+    return (str(name) if name is not None else None, str(version) if version is not None else None)
+
+
+class HandshakeTracker:
+    """Follows one session's frames and reports new session facts as they appear."""
+
+    __slots__ = ("_envelope_seen", "_meta_dirty", "_pending", "facts", "meta")
+
+    def __init__(self) -> None:
+        #: Pending handshake requests by (direction, id) → method.
+        self._pending: dict[str, str] = {}
+        self._envelope_seen = False
+        self._meta_dirty = False
+        self.facts: dict[str, Any] = {}
+        self.meta: dict[str, Any] = {}
+
+    def observe(self, direction: Direction, c: Classified) -> dict[str, Any] | None:
+        """Feed one classified frame; return the session columns it changes (with ``meta``)."""
+        msg = c.message
+        if not isinstance(msg, dict):
+            return None
+        changes: dict[str, Any] = {}
+        if direction == Direction.C2S and c.kind == Kind.REQUEST:
+            params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+            if c.method in ("initialize", "server/discover") and c.msg_id is not None:
+                self._pending[c.msg_id] = c.method
+            if c.method == "initialize":
+                name, version = _impl(params.get("clientInfo"))
+                changes.update(client_name=name, client_version=version)
+                self._meta_dirty = True
+                self.meta["initialize_request"] = {
+                    "protocolVersion": params.get("protocolVersion"),
+                    "capabilities": params.get("capabilities"),
+                    "clientInfo": params.get("clientInfo"),
+                }
+            meta = params.get("_meta") if isinstance(params, dict) else None
+            if not self._envelope_seen and isinstance(meta, dict):
+                version = meta.get(META_PREFIX + "protocolVersion")
+                if isinstance(version, str):
+                    self._envelope_seen = True
+                    envelope = {k: v for k, v in meta.items() if k.startswith(META_PREFIX)}
+                    self._meta_dirty = True
+                    self.meta["envelope"] = envelope
+                    name, cver = _impl(meta.get(META_PREFIX + "clientInfo"))
+                    changes.update(
+                        protocol_version=version,
+                        era=era_of(version),
+                        client_name=name,
+                        client_version=cver,
+                    )
+        elif direction == Direction.S2C and c.kind in (Kind.RESPONSE, Kind.ERROR):
+            method = self._pending.pop(c.msg_id or "", None)
+            result = msg.get("result")
+            if method == "initialize" and isinstance(result, dict):
+                version = result.get("protocolVersion")
+                name, sver = _impl(result.get("serverInfo"))
+                changes.update(
+                    protocol_version=version if isinstance(version, str) else None,
+                    era=ERA_INITIALIZE,
+                    server_name=name,
+                    server_version=sver,
+                )
+                self._meta_dirty = True
+                self.meta["initialize_result"] = {
+                    "protocolVersion": version,
+                    "capabilities": result.get("capabilities"),
+                    "serverInfo": result.get("serverInfo"),
+                    "instructions": result.get("instructions"),
+                }
+            elif method == "server/discover":
+                if isinstance(result, dict):
+                    self._meta_dirty = True
+                    self.meta["discover"] = {k: v for k, v in result.items() if k != "_meta"}
+                    rmeta = result.get("_meta")
+                    if isinstance(rmeta, dict):
+                        name, sver = _impl(rmeta.get(META_PREFIX + "serverInfo"))
+                        changes.update(server_name=name, server_version=sver)
+                else:
+                    self._meta_dirty = True
+                    self.meta["discover"] = {"error": msg.get("error")}
+            elif isinstance(result, dict) and "server_name" not in self.facts:
+                rmeta = result.get("_meta")
+                if isinstance(rmeta, dict):
+                    name, sver = _impl(rmeta.get(META_PREFIX + "serverInfo"))
+                    if name:
+                        changes.update(server_name=name, server_version=sver)
+        # Keep only what is new or different.
+        new = {k: v for k, v in changes.items() if v is not None and self.facts.get(k) != v}
+        self.facts.update(new)
+        if self._meta_dirty:
+            new["meta"] = dict(self.meta)
+            self._meta_dirty = False
+        return new or None

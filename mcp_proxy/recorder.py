@@ -1,0 +1,366 @@
+"""The recorder: an in-memory queue drained by one writer thread in batched transactions.
+
+Transports call :meth:`Recorder.put` (and friends) *after* they forwarded the bytes; those calls
+append to a deque and return at once — the relay never waits on the database. A single writer
+thread wakes every ``flush_interval`` seconds, classifies what was queued (off the relay's path),
+and writes it in one transaction, so that after a ``kill -9`` everything relayed more than about
+``flush_interval`` earlier is already on disk.
+
+No silent loss: if the database refuses a batch (locked past the busy timeout, disk full, …) the
+writer retries; what it finally cannot write — or what is refused at the door because the queue
+grew past ``max_queued_bytes`` — is counted per session, reported on stderr once, and recorded
+as a ``recorder.gap`` finding on the session as soon as the database accepts writes again.
+:meth:`close` drains everything still queued before it returns.
+
+The writer uses a sync SQLAlchemy engine in its own thread rather than the async engine:
+batched ``executemany`` in a thread keeps the event loop (HTTP relay) and the relay threads
+(stdio) free of per-row database work.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp_proxy import __version__
+from mcp_proxy.frames import Classified, Frame, Kind, classify
+from mcp_proxy.handshake import HandshakeTracker
+
+GAP_CODE = "recorder.gap"
+
+
+@dataclass
+class RecorderStats:
+    frames_queued: int = 0
+    frames_written: int = 0
+    frames_lost: int = 0
+    batches: int = 0
+    write_errors: int = 0
+    max_queue: int = 0
+    last_error: str | None = None
+    lost_by_session: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _SessionState:
+    id: str
+    next_seq: int = 1
+    frame_count: int = 0
+    tracker: HandshakeTracker = field(default_factory=HandshakeTracker)
+    lost: int = 0  # frames lost, not yet recorded as a finding
+    lost_reason: str = ""
+    lost_seqs: list[int] = field(default_factory=list)
+    gap_total: int = 0
+
+
+class Recorder:
+    """Owns the queue, the writer thread and the bookkeeping of what reached the disk."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        flush_interval: float = 0.05,
+        max_batch: int = 5000,
+        max_queued_bytes: int = 1 << 30,
+        warn: Any = None,
+    ) -> None:
+        self.url = url
+        self.flush_interval = flush_interval
+        self.max_batch = max_batch
+        self.max_queued_bytes = max_queued_bytes
+        self.stats = RecorderStats()
+        self._q: deque[tuple[Any, ...]] = deque()
+        self._queued_bytes = 0
+        self._lock = threading.Lock()  # guards _queued_bytes and the refused-frame counters
+        self._refused: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._sessions: dict[str, _SessionState] = {}
+        self._exchange_ids: dict[int, int] = {}  # local exchange id → database id
+        self._local_ids = itertools.count(1)
+        self._warned = False
+        self._warn = warn or (lambda msg: print(f"mcptape: {msg}", file=sys.stderr, flush=True))
+        self.ready = threading.Event()  # set once the schema is known good (or known bad)
+        self.store_error: str | None = None
+
+    # ----------------------------------------------------------------- producer side (relay)
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="mcptape-writer", daemon=True)
+        self._thread.start()
+
+    def new_session(self, *, transport: str, **fields: Any) -> str:
+        """Queue a new session row; returns its id at once."""
+        sid = uuid.uuid4().hex
+        row = {
+            "id": sid,
+            "transport": transport,
+            "status": "live",
+            "started_at": time.time(),
+            "pid": os.getpid(),
+            "hostname": socket.gethostname(),
+            "recorder_version": __version__,
+            **fields,
+        }
+        self._q.append(("session", row))
+        return sid
+
+    def put(self, session_id: str, frame: Frame) -> None:
+        """Queue one frame. Never blocks, never raises; refuses (and counts) only past the cap."""
+        size = len(frame.raw)
+        if self._queued_bytes + size > self.max_queued_bytes:
+            with self._lock:
+                self._refused[session_id] = self._refused.get(session_id, 0) + 1
+            return
+        with self._lock:
+            self._queued_bytes += size
+        self._q.append(("frame", session_id, frame))
+
+    def new_exchange(self, session_id: str, **fields: Any) -> int:
+        """Queue an HTTP exchange row; returns a local id that frames and updates refer to."""
+        local = next(self._local_ids)
+        self._q.append(("exchange", session_id, local, fields))
+        return local
+
+    def update_exchange(self, local_id: int, **fields: Any) -> None:
+        self._q.append(("exchange_update", local_id, fields))
+
+    def update_session(self, session_id: str, **fields: Any) -> None:
+        self._q.append(("session_update", session_id, fields))
+
+    def end_session(self, session_id: str, *, status: str = "ended", **fields: Any) -> None:
+        self._q.append(
+            ("session_update", session_id, {"status": status, "ended_at": time.time(), **fields})
+        )
+
+    def add_finding(self, session_id: str, **fields: Any) -> None:
+        self._q.append(("finding", session_id, fields))
+
+    def flush_soon(self) -> None:
+        self._wake.set()
+
+    def close(self, timeout: float | None = 30.0) -> RecorderStats:
+        """Drain everything queued, then stop the writer. Safe to call twice."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                left = len(self._q)
+                self._warn(f"recording did not finish in {timeout}s; {left} items not written")
+        return self.stats
+
+    # ----------------------------------------------------------------- writer thread
+    def _run(self) -> None:
+        from mcp_proxy.store import writes
+
+        engine = None
+        try:
+            engine = writes.open_for_writing(self.url)
+        except Exception as exc:
+            self.store_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self._warn(f"cannot record to the database ({self.store_error}); relaying anyway")
+        finally:
+            self.ready.set()
+        while True:
+            stopping = self._stop.is_set()
+            if not self._q and stopping:
+                break
+            if not self._q:
+                self._wake.wait(self.flush_interval)
+                self._wake.clear()
+                if not self._q and not self._refused:
+                    continue
+            self._write_batch(engine, drain=stopping)
+            if not stopping and len(self._q) < self.max_batch:
+                # Let frames accumulate so each transaction carries many of them.
+                self._wake.wait(self.flush_interval)
+                self._wake.clear()
+        if engine is not None:
+            self._record_refused(engine)
+            engine.dispose()
+
+    def _take_batch(self) -> list[tuple[Any, ...]]:
+        batch: list[tuple[Any, ...]] = []
+        q = self._q
+        nbytes = 0
+        while q and len(batch) < self.max_batch:
+            item = q.popleft()
+            if item[0] == "frame":
+                nbytes += len(item[2].raw)
+                batch.append(item)
+                if nbytes > 16 << 20:  # keep big frames in small transactions
+                    break
+            else:
+                batch.append(item)
+        with self._lock:
+            self._queued_bytes -= nbytes
+        if len(q) > self.stats.max_queue:
+            self.stats.max_queue = len(q)
+        return batch
+
+    def _session(self, sid: str) -> _SessionState:
+        st = self._sessions.get(sid)
+        if st is None:
+            st = self._sessions[sid] = _SessionState(sid)
+        return st
+
+    def _write_batch(self, engine: Any, *, drain: bool) -> None:
+        from mcp_proxy.store import writes
+
+        batch = self._take_batch()
+        if not batch:
+            self._record_refused(engine)
+            return
+        ops = self._prepare(batch)
+        if engine is None:
+            self._count_lost(ops, self.store_error or "no database")
+            return
+        delay = 0.05
+        for attempt in range(4):
+            try:
+                writes.apply_batch(engine, ops, self._exchange_ids)
+                self.stats.frames_written += len(ops.frames)
+                self.stats.batches += 1
+                break
+            except Exception as exc:
+                self.stats.write_errors += 1
+                self.stats.last_error = str(exc).splitlines()[0] if str(exc) else repr(exc)
+                if attempt == 3:
+                    self._count_lost(ops, self.stats.last_error)
+                    return
+                time.sleep(delay)
+                delay *= 4
+        self._record_refused(engine)
+
+    def _prepare(self, batch: list[tuple[Any, ...]]) -> writes_ops:
+        ops = writes_ops()
+        for item in batch:
+            tag = item[0]
+            if tag == "frame":
+                _, sid, frame = item
+                st = self._session(sid)
+                c: Classified = classify(frame.raw, frame.channel)
+                seq = st.next_seq
+                st.next_seq += 1
+                st.frame_count += 1
+                ops.frames.append(
+                    {
+                        "session_id": sid,
+                        "seq": seq,
+                        "ts": frame.wall,
+                        "mono_ns": frame.mono_ns,
+                        "direction": frame.direction.value,
+                        "channel": frame.channel.value,
+                        "kind": c.kind.value,
+                        "method": c.method[:200] if c.method else None,
+                        "msg_id": c.msg_id[:300] if c.msg_id else None,
+                        "error_code": c.error_code,
+                        "size": len(frame.raw),
+                        "complete": frame.complete,
+                        "partial_parse": c.partial,
+                        "raw": frame.raw,
+                        "http_exchange_id": frame.http_exchange,
+                        "sse_id": frame.sse_id,
+                        "sse_event": frame.sse_event,
+                    }
+                )
+                if c.kind in (Kind.REQUEST, Kind.RESPONSE, Kind.ERROR):
+                    changes = st.tracker.observe(frame.direction, c)
+                    if changes:
+                        ops.session_updates.setdefault(sid, {}).update(changes)
+                counts = ops.session_counts.setdefault(sid, [0, 0.0])
+                counts[0] = st.frame_count
+                counts[1] = frame.wall
+            elif tag == "session":
+                self._session(item[1]["id"])
+                ops.sessions.append(item[1])
+            elif tag == "session_update":
+                ops.session_updates.setdefault(item[1], {}).update(item[2])
+            elif tag == "exchange":
+                _, sid, local, fields = item
+                ops.exchanges.append((local, {"session_id": sid, **fields}))
+            elif tag == "exchange_update":
+                ops.exchange_updates.append((item[1], item[2]))
+            elif tag == "finding":
+                ops.findings.append(
+                    {
+                        "session_id": item[1],
+                        "source": "recorder",
+                        "created_at": time.time(),
+                        **item[2],
+                    }
+                )
+        return ops
+
+    def _count_lost(self, ops: writes_ops, reason: str) -> None:
+        for row in ops.frames:
+            st = self._session(row["session_id"])
+            st.lost += 1
+            st.lost_reason = reason
+            st.lost_seqs.append(row["seq"])
+            self.stats.frames_lost += 1
+            self.stats.lost_by_session[st.id] = self.stats.lost_by_session.get(st.id, 0) + 1
+        if not self._warned:
+            self._warned = True
+            self._warn(f"recording gap: frames could not be written ({reason}); still relaying")
+
+    def _record_refused(self, engine: Any) -> None:
+        """Turn counted losses into ``recorder.gap`` findings once the database takes writes."""
+        from mcp_proxy.store import writes
+
+        with self._lock:
+            refused, self._refused = self._refused, {}
+        for sid, n in refused.items():
+            st = self._session(sid)
+            st.lost += n
+            st.lost_reason = st.lost_reason or "recording fell behind (queue over its memory cap)"
+            self.stats.frames_lost += n
+            self.stats.lost_by_session[sid] = self.stats.lost_by_session.get(sid, 0) + n
+            if not self._warned:
+                self._warned = True
+                self._warn("recording gap: the recorder fell behind; frames were not recorded")
+        if engine is None:
+            return
+        for st in self._sessions.values():
+            if not st.lost:
+                continue
+            seqs = st.lost_seqs[:1000]
+            finding = {
+                "session_id": st.id,
+                "code": GAP_CODE,
+                "severity": "error",
+                "title": f"{st.lost} frame(s) were relayed but not recorded",
+                "detail": f"Recording gap: {st.lost_reason}. The traffic itself was relayed; "
+                "these frames are missing from the recording.",
+                "frame_seqs": seqs,
+                "source": "recorder",
+                "created_at": time.time(),
+            }
+            try:
+                writes.record_gap(engine, st.id, finding, st.lost)
+            except Exception:
+                return
+            st.gap_total += st.lost
+            st.lost = 0
+            st.lost_seqs = []
+
+
+@dataclass
+class writes_ops:
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+    session_updates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    session_counts: dict[str, list[Any]] = field(default_factory=dict)
+    exchanges: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    exchange_updates: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    frames: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)

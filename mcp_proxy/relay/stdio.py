@@ -1,0 +1,279 @@
+"""The stdio relay: host ⇄ mcptape ⇄ server, byte for byte.
+
+One thread per stream (host stdin → server stdin, server stdout → host stdout, server stderr →
+our stderr), each doing a blocking ``read`` then an immediate ``write`` of exactly what it read —
+no line buffering, no decoding, no waiting for the database. Only after the bytes went out does
+the thread cut them into frames and hand them to the recorder (a deque append).
+
+Lifecycle, as a host expects of the server it launched:
+- the server gets our argv, environment and working directory unchanged;
+- the server runs in its own process group; SIGINT/SIGTERM/SIGHUP sent to mcptape are forwarded
+  to it exactly once (a host that kills our process group does not hit the server twice);
+- on host EOF we close the server's stdin and let it finish — replies still in flight reach the
+  host and the recording;
+- we exit with the server's status (128+N when it died of signal N), after draining the recorder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp_proxy.errors import UserError
+from mcp_proxy.frames import Channel, Direction, Frame
+from mcp_proxy.framing import LineFramer
+from mcp_proxy.recorder import Recorder
+
+READ_SIZE = 1 << 16
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class CommandNotFound(UserError):
+    exit_code = 127
+
+
+class CommandNotExecutable(UserError):
+    exit_code = 126
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+@dataclass
+class StdioResult:
+    exit_code: int
+    exit_signal: int | None
+    session_id: str | None
+    host_gone: bool = False
+    server_stdin_broken: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+class StdioRelay:
+    """Relays one server process over stdio and records it."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        recorder: Recorder | None,
+        name: str | None = None,
+        stdin_fd: int = 0,
+        stdout_fd: int = 1,
+        stderr_fd: int = 2,
+        on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    ) -> None:
+        if not argv:
+            raise UserError("no server command given (usage: mcptape record -- COMMAND [ARGS…])")
+        self.argv = argv
+        self.recorder = recorder
+        self.name = name
+        self.stdin_fd = stdin_fd
+        self.stdout_fd = stdout_fd
+        self.stderr_fd = stderr_fd
+        self.on_start = on_start
+        self.session_id: str | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._forwarded_signal: int | None = None
+        self._host_gone = False
+        self._stdin_broken = False
+
+    # ------------------------------------------------------------------ helpers
+    def _emit(
+        self, direction: Direction, channel: Channel, raw: bytes, complete: bool = True
+    ) -> None:
+        if self.recorder is None or self.session_id is None:
+            return
+        self.recorder.put(
+            self.session_id,
+            Frame(direction, channel, raw, time.monotonic_ns(), time.time(), complete),
+        )
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        exe = self.argv[0]
+        if os.sep not in exe and shutil.which(exe) is None:
+            raise CommandNotFound(f"command not found: {exe}")
+        try:
+            return subprocess.Popen(
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                bufsize=0,
+                process_group=0,
+            )
+        except FileNotFoundError as exc:
+            raise CommandNotFound(f"command not found: {exe}") from exc
+        except PermissionError as exc:
+            raise CommandNotExecutable(f"command not executable: {exe}") from exc
+        except OSError as exc:
+            raise CommandNotExecutable(f"cannot start {exe}: {exc.strerror or exc}") from exc
+
+    # ------------------------------------------------------------------ pumps
+    def _pump_host_to_server(self, server_stdin: int) -> None:
+        framer = LineFramer()
+        broken = False
+        try:
+            while True:
+                try:
+                    chunk = os.read(self.stdin_fd, READ_SIZE)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    break
+                if not broken:
+                    try:
+                        _write_all(server_stdin, chunk)
+                    except OSError as exc:
+                        # The server closed its stdin or died: keep recording what the host says.
+                        broken = True
+                        self._stdin_broken = exc.errno in (errno.EPIPE, errno.EBADF) or True
+                for line in framer.feed(chunk):
+                    self._emit(Direction.C2S, Channel.STDIO, line)
+        finally:
+            rest = framer.flush()
+            if rest:
+                self._emit(Direction.C2S, Channel.STDIO, rest, complete=False)
+            with contextlib.suppress(OSError):
+                os.close(server_stdin)
+
+    def _pump_server_to_host(self, server_stdout: int) -> None:
+        framer = LineFramer()
+        while True:
+            try:
+                chunk = os.read(server_stdout, READ_SIZE)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            if not self._host_gone:
+                try:
+                    _write_all(self.stdout_fd, chunk)
+                except OSError:
+                    # The host went away; keep draining the server so the recording is whole.
+                    self._host_gone = True
+            for line in framer.feed(chunk):
+                self._emit(Direction.S2C, Channel.STDIO, line)
+        rest = framer.flush()
+        if rest:
+            self._emit(Direction.S2C, Channel.STDIO, rest, complete=False)
+
+    def _pump_stderr(self, server_stderr: int) -> None:
+        framer = LineFramer()
+        tee = True
+        while True:
+            try:
+                chunk = os.read(server_stderr, READ_SIZE)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            if tee:
+                try:
+                    _write_all(self.stderr_fd, chunk)
+                except OSError:
+                    tee = False
+            for line in framer.feed(chunk):
+                self._emit(Direction.S2C, Channel.STDERR, line)
+        rest = framer.flush()
+        if rest:
+            self._emit(Direction.S2C, Channel.STDERR, rest, complete=False)
+
+    # ------------------------------------------------------------------ run
+    def _forward_signal(self, signum: int, _frame: Any) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            self._forwarded_signal = signum
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signum)
+
+    def run(self) -> StdioResult:
+        proc = self._spawn()
+        self.proc = proc
+        if self.on_start is not None:
+            self.on_start(proc)
+        if self.recorder is not None:
+            self.session_id = self.recorder.new_session(
+                transport="stdio", name=self.name, command=list(self.argv), cwd=os.getcwd()
+            )
+        old_handlers: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in FORWARDED_SIGNALS:
+                old_handlers[sig] = signal.signal(sig, self._forward_signal)
+        assert proc.stdin and proc.stdout and proc.stderr
+        # Detach the fds from the Popen file objects: the pumps own them now.
+        stdin_fd = os.dup(proc.stdin.fileno())
+        proc.stdin.close()
+        t_in = threading.Thread(
+            target=self._pump_host_to_server, args=(stdin_fd,), name="c2s", daemon=True
+        )
+        t_out = threading.Thread(
+            target=self._pump_server_to_host, args=(proc.stdout.fileno(),), name="s2c", daemon=True
+        )
+        t_err = threading.Thread(
+            target=self._pump_stderr, args=(proc.stderr.fileno(),), name="stderr", daemon=True
+        )
+        for t in (t_in, t_out, t_err):
+            t.start()
+        try:
+            status = proc.wait()
+        finally:
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
+        # The server is gone: take what its pipes still hold (a grandchild may keep them open;
+        # do not wait on it forever).
+        t_out.join(5)
+        t_err.join(5)
+        exit_code, exit_signal = (128 - status, -status) if status < 0 else (status, None)
+        if self.recorder is not None and self.session_id is not None:
+            crashed = exit_code != 0 and self._forwarded_signal is None
+            self.recorder.end_session(
+                self.session_id,
+                status="crashed" if crashed else "ended",
+                exit_code=status if status >= 0 else None,
+                exit_signal=exit_signal,
+            )
+        return StdioResult(
+            exit_code=exit_code,
+            exit_signal=exit_signal,
+            session_id=self.session_id,
+            host_gone=self._host_gone,
+            server_stdin_broken=self._stdin_broken,
+        )
+
+
+def record_stdio(argv: list[str], *, db_url: str, name: str | None = None) -> int:
+    """``mcptape record -- COMMAND``: relay and record; returns the exit status to use."""
+    # A short switch interval lets a relay thread that just woke on I/O take the GIL from the
+    # writer thread quickly: relay latency matters more than the writer's throughput.
+    sys.setswitchinterval(0.0005)
+    recorder = Recorder(db_url)
+    relay = StdioRelay(argv, recorder=recorder, name=name)
+    recorder.start()
+    try:
+        result = relay.run()
+    except UserError:
+        recorder.close()
+        raise
+    stats = recorder.close()
+    if stats.frames_lost:
+        print(
+            f"mcptape: {stats.frames_lost} frame(s) could not be recorded"
+            f" ({stats.last_error or 'recorder fell behind'})",
+            file=sys.stderr,
+        )
+    return result.exit_code

@@ -1,0 +1,115 @@
+"""The database schema, as SQLAlchemy Core tables.
+
+These definitions are what queries are written against. The schema itself is created and
+upgraded only by the alembic migrations in ``migrations/``; a test checks that the migrated
+database and these tables agree. Portable types only (SQLite by default, PostgreSQL for teams).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+#: The alembic revision these tables correspond to. A test checks it is the migrations' head.
+SCHEMA_HEAD = "0001"
+
+# SQLite only gives AUTOINCREMENT-like rowids to INTEGER PRIMARY KEY; PostgreSQL wants BIGINT.
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+sessions = sa.Table(
+    "sessions",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("name", sa.String(200), nullable=True),
+    sa.Column("transport", sa.String(16), nullable=False),  # stdio | http | sse
+    sa.Column("status", sa.String(16), nullable=False),  # live | ended | crashed
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("ended_at", sa.Float, nullable=True),
+    sa.Column("updated_at", sa.Float, nullable=True),  # last time a frame was written
+    sa.Column("command", sa.JSON, nullable=True),  # argv of the wrapped server (stdio)
+    sa.Column("cwd", sa.Text, nullable=True),
+    sa.Column("upstream", sa.Text, nullable=True),  # upstream URL (http)
+    sa.Column("pid", sa.Integer, nullable=True),  # the recorder's pid (liveness check)
+    sa.Column("hostname", sa.String(255), nullable=True),
+    sa.Column("exit_code", sa.Integer, nullable=True),
+    sa.Column("exit_signal", sa.Integer, nullable=True),
+    sa.Column("era", sa.String(16), nullable=True),  # initialize | 2026-07-28
+    sa.Column("protocol_version", sa.String(32), nullable=True),
+    sa.Column("client_name", sa.String(200), nullable=True),
+    sa.Column("client_version", sa.String(100), nullable=True),
+    sa.Column("server_name", sa.String(200), nullable=True),
+    sa.Column("server_version", sa.String(100), nullable=True),
+    sa.Column("meta", sa.JSON, nullable=True),  # handshake details, grouping rule, …
+    sa.Column("frame_count", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("gap_count", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("recorder_version", sa.String(32), nullable=True),
+    sa.Index("ix_sessions_started_at", "started_at"),
+    sa.Index("ix_sessions_name_started", "name", "started_at"),
+)
+
+http_exchanges = sa.Table(
+    "http_exchanges",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.String(32), sa.ForeignKey("sessions.id"), nullable=False),
+    sa.Column("method", sa.String(16), nullable=False),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("status", sa.Integer, nullable=True),
+    sa.Column("request_headers", sa.JSON, nullable=True),  # [[name, value], …] in wire order
+    sa.Column("response_headers", sa.JSON, nullable=True),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("first_byte_at", sa.Float, nullable=True),
+    sa.Column("ended_at", sa.Float, nullable=True),
+    sa.Column(
+        "outcome", sa.String(32), nullable=True
+    ),  # complete | host_aborted | upstream_error …
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("request_size", sa.BigInteger, nullable=True),
+    sa.Column("response_size", sa.BigInteger, nullable=True),
+    sa.Column("meta", sa.JSON, nullable=True),
+    sa.Index("ix_http_exchanges_session", "session_id", "started_at"),
+)
+
+frames = sa.Table(
+    "frames",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.String(32), sa.ForeignKey("sessions.id"), nullable=False),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("ts", sa.Float, nullable=False),  # wall clock, seconds since the epoch
+    sa.Column("mono_ns", sa.BigInteger, nullable=False),  # monotonic clock of the recorder
+    sa.Column("direction", sa.String(3), nullable=False),  # c2s | s2c
+    sa.Column("channel", sa.String(8), nullable=False),  # stdio | stderr | http | sse
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("method", sa.String(200), nullable=True),
+    sa.Column("msg_id", sa.String(300), nullable=True),  # JSON text of the id
+    sa.Column("error_code", sa.Integer, nullable=True),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("complete", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("partial_parse", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("raw", sa.LargeBinary, nullable=False),
+    sa.Column("http_exchange_id", BigId, sa.ForeignKey("http_exchanges.id"), nullable=True),
+    sa.Column("sse_id", sa.String(200), nullable=True),
+    sa.Column("sse_event", sa.String(100), nullable=True),
+    sa.UniqueConstraint("session_id", "seq", name="uq_frames_session_seq"),
+    sa.Index("ix_frames_session_method", "session_id", "method"),
+    sa.Index("ix_frames_session_kind", "session_id", "kind"),
+    sa.Index("ix_frames_exchange", "http_exchange_id"),
+)
+
+findings = sa.Table(
+    "findings",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.String(32), sa.ForeignKey("sessions.id"), nullable=False),
+    sa.Column("code", sa.String(64), nullable=False),
+    sa.Column("severity", sa.String(8), nullable=False),  # error | warning | info
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("detail", sa.Text, nullable=True),
+    sa.Column("frame_seqs", sa.JSON, nullable=True),  # the frames that prove it
+    sa.Column("source", sa.String(16), nullable=False),  # recorder | analyzer
+    sa.Column("analyzer_version", sa.String(32), nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Index("ix_findings_session", "session_id", "severity"),
+)
