@@ -1,0 +1,168 @@
+"""Text rendering of sessions and frames for the terminal (``show``, ``tail``, ``sessions``).
+
+Pure functions from store rows to strings; the JSON renderings are what ``--format json``
+prints, so scripts see exactly the fields people see.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import Any
+
+from mcp_proxy.frames import parse_json, strip_line_end, text_or_none
+from mcp_proxy.store.queries import duration, session_status
+
+ARROWS = {"c2s": "→", "s2c": "←"}
+#: Control characters that could rewrite the terminal (escape sequences, bidi overrides).
+_UNSAFE = {c: f"\\u{c:04x}" for c in [*range(0, 9), *range(11, 32), 127]}
+_UNSAFE.update(
+    {
+        c: f"\\u{c:04x}"
+        for c in (0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069)
+    }
+)
+
+
+def safe(text: str) -> str:
+    """Neutralise terminal escapes and bidi overrides a server may have sent."""
+    return text.translate(_UNSAFE)
+
+
+def clock(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    t = time.localtime(ts)
+    return time.strftime("%H:%M:%S", t) + f".{int((ts % 1) * 1000):03d}"
+
+
+def when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def human_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def session_json(s: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in s.items()}
+    out["status"] = session_status(s)
+    out["duration"] = duration(s)
+    return out
+
+
+def session_line(s: dict[str, Any]) -> str:
+    dur = duration(s)
+    who = s.get("server_name") or (
+        " ".join(s.get("command") or [])[:40] if s.get("command") else s.get("upstream") or ""
+    )
+    parts = [
+        s["id"][:12],
+        when(s.get("started_at")),
+        f"{(dur or 0):7.1f}s",
+        f"{session_status(s):9}",
+        f"{s.get('transport', ''):5}",
+        f"{s.get('frame_count') or 0:7} frames",
+        (s.get("name") or "-")[:24].ljust(24),
+        safe(str(who)),
+    ]
+    if s.get("gap_count"):
+        parts.append(f"GAP:{s['gap_count']}")
+    return "  ".join(parts)
+
+
+def frame_json(f: dict[str, Any]) -> dict[str, Any]:
+    """One frame as ``show --format json`` prints it."""
+    raw: bytes = f.get("raw") or b""
+    text = text_or_none(raw)
+    out: dict[str, Any] = {
+        "seq": f["seq"],
+        "ts": f["ts"],
+        "direction": f["direction"],
+        "channel": f["channel"],
+        "kind": f["kind"],
+        "method": f.get("method"),
+        "id": json.loads(f["msg_id"]) if f.get("msg_id") else None,
+        "size": f["size"],
+        "complete": bool(f.get("complete", True)),
+    }
+    if f.get("error_code") is not None:
+        out["error_code"] = f["error_code"]
+    if f.get("http_exchange_id") is not None:
+        out["http_exchange_id"] = f["http_exchange_id"]
+    if f.get("sse_id") is not None or f.get("sse_event") is not None:
+        out["sse"] = {"id": f.get("sse_id"), "event": f.get("sse_event")}
+    if text is not None:
+        out["text"] = text
+    else:
+        out["base64"] = base64.b64encode(raw).decode("ascii")
+    return out
+
+
+def frame_header(f: dict[str, Any], session_name: str | None = None) -> str:
+    arrow = ARROWS.get(f["direction"], "?")
+    label = f["kind"]
+    if f["channel"] == "stderr":
+        label = "stderr"
+    bits = [f"#{f['seq']:<5}", clock(f["ts"])]
+    if session_name:
+        bits.append(f"[{safe(session_name)}]")
+    bits.append(arrow)
+    bits.append(f"{label:12}")
+    if f.get("method"):
+        bits.append(safe(f["method"]))
+    if f.get("msg_id") is not None:
+        bits.append(f"id={safe(f['msg_id'])}")
+    if f.get("error_code") is not None:
+        bits.append(f"code={f['error_code']}")
+    bits.append(f"({human_size(int(f['size']))})")
+    if not f.get("complete", True):
+        bits.append("[cut short]")
+    return " ".join(bits)
+
+
+def frame_body(f: dict[str, Any], *, max_chars: int = 20_000) -> str:
+    raw: bytes = f.get("raw") or b""
+    if f["channel"] == "stderr":
+        text = text_or_none(strip_line_end(raw))
+        return safe(text if text is not None else repr(raw))
+    msg = parse_json(raw) if f["kind"] not in ("noise", "stderr") else None
+    if msg is not None:
+        text = json.dumps(msg, indent=2, ensure_ascii=False)
+    else:
+        t = text_or_none(strip_line_end(raw))
+        text = t if t is not None else "(not UTF-8) " + repr(strip_line_end(raw)[:2000])
+    if len(text) > max_chars:
+        text = (
+            text[:max_chars] + f"\n… ({len(text) - max_chars} more characters; use --format json)"
+        )
+    return safe(text)
+
+
+def frame_block(f: dict[str, Any], *, body: bool = True) -> str:
+    head = frame_header(f)
+    if not body:
+        return head
+    content = frame_body(f)
+    if f["channel"] == "stderr":
+        return f"{head}  {content}"
+    return head + "\n" + "\n".join("    " + line for line in content.splitlines())
+
+
+def frame_oneline(f: dict[str, Any], session_name: str | None = None, width: int = 160) -> str:
+    head = frame_header(f, session_name)
+    raw: bytes = f.get("raw") or b""
+    text = text_or_none(strip_line_end(raw[:4096])) or repr(raw[:200])
+    text = safe(text)
+    room = max(20, width - len(head) - 2)
+    if len(text) > room:
+        text = text[: room - 1] + "…"
+    return f"{head}  {text}"

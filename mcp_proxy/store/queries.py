@@ -1,0 +1,226 @@
+"""The read API of the store, shared by the CLI, the dashboard, analysis, replay and diff.
+
+Async (aiosqlite for SQLite) so the dashboard can serve many views at once; the CLI wraps
+calls in ``asyncio.run``. Every query here is portable SQL built with SQLAlchemy Core, and the
+paths a user walks (sessions newest first, one session's frames in order) are served by indices.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from mcp_proxy.errors import NotFoundError, StoreError
+from mcp_proxy.store import engine as engine_mod
+from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
+
+FRAME_COLUMNS_NO_RAW = [c for c in frames.c if c.name != "raw"]
+
+
+def _row(r: Any) -> dict[str, Any]:
+    return dict(r._mapping)
+
+
+class Store:
+    """One database: open with :meth:`open`, close with :meth:`close` (or ``async with``)."""
+
+    def __init__(self, url: str, engine: AsyncEngine) -> None:
+        self.url = url
+        self.engine = engine
+
+    @classmethod
+    async def open(cls, url: str, *, migrate: bool = True) -> Store:
+        if migrate:
+            engine_mod.ensure_schema(url)
+        try:
+            eng = engine_mod.async_engine(url)
+        except Exception as exc:
+            raise StoreError(str(exc).splitlines()[0]) from exc
+        return cls(url, eng)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _all(self, stmt: sa.Executable) -> list[dict[str, Any]]:
+        try:
+            async with self.engine.connect() as conn:
+                result = await conn.execute(stmt)
+                return [_row(r) for r in result]
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(engine_mod._short(exc)) from exc
+
+    async def _one(self, stmt: sa.Executable) -> dict[str, Any] | None:
+        rows = await self._all(stmt)
+        return rows[0] if rows else None
+
+    # ------------------------------------------------------------------ sessions
+    async def list_sessions(
+        self,
+        *,
+        name: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int | None = 50,
+        before: tuple[float, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Sessions newest first. ``before`` = (started_at, id) of the last row seen (keyset)."""
+        stmt = sa.select(sessions)
+        if name is not None:
+            stmt = stmt.where(sessions.c.name == name)
+        if since is not None:
+            stmt = stmt.where(sessions.c.started_at >= since)
+        if until is not None:
+            stmt = stmt.where(sessions.c.started_at < until)
+        if before is not None:
+            ts, sid = before
+            stmt = stmt.where(
+                sa.or_(
+                    sessions.c.started_at < ts,
+                    sa.and_(sessions.c.started_at == ts, sessions.c.id < sid),
+                )
+            )
+        stmt = stmt.order_by(sessions.c.started_at.desc(), sessions.c.id.desc())
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        return await self._all(stmt)
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None:
+        return await self._one(sa.select(sessions).where(sessions.c.id == session_id))
+
+    async def resolve_session(self, ref: str) -> dict[str, Any]:
+        """A session by unique id prefix, or by name (the latest with that name)."""
+        ref = ref.strip()
+        if not ref:
+            raise NotFoundError("empty session reference")
+        if all(ch in "0123456789abcdef" for ch in ref.lower()):
+            rows = await self._all(
+                sa.select(sessions)
+                .where(sessions.c.id.startswith(ref.lower(), autoescape=True))
+                .limit(2)
+            )
+            if len(rows) == 1:
+                return rows[0]
+            if len(rows) > 1:
+                raise NotFoundError(f"session id prefix {ref!r} is ambiguous; give more characters")
+        row = await self._one(
+            sa.select(sessions)
+            .where(sessions.c.name == ref)
+            .order_by(sessions.c.started_at.desc(), sessions.c.id.desc())
+            .limit(1)
+        )
+        if row is None:
+            raise NotFoundError(f"no session matches {ref!r} (an id prefix or a session name)")
+        return row
+
+    async def latest_session(self) -> dict[str, Any] | None:
+        return await self._one(
+            sa.select(sessions)
+            .order_by(sessions.c.started_at.desc(), sessions.c.id.desc())
+            .limit(1)
+        )
+
+    # ------------------------------------------------------------------ frames
+    async def frames(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        limit: int | None = None,
+        raw: bool = True,
+    ) -> list[dict[str, Any]]:
+        """A session's frames in order, from ``after_seq`` (exclusive)."""
+        cols: Sequence[Any] = list(frames.c) if raw else FRAME_COLUMNS_NO_RAW
+        stmt = (
+            sa.select(*cols)
+            .where(frames.c.session_id == session_id, frames.c.seq > after_seq)
+            .order_by(frames.c.seq)
+        )
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        return await self._all(stmt)
+
+    async def iter_frames(
+        self, session_id: str, *, batch: int = 5000, raw: bool = True
+    ) -> AsyncIterator[dict[str, Any]]:
+        after = 0
+        while True:
+            rows = await self.frames(session_id, after_seq=after, limit=batch, raw=raw)
+            for r in rows:
+                yield r
+            if len(rows) < batch:
+                return
+            after = rows[-1]["seq"]
+
+    async def frame(self, session_id: str, seq: int) -> dict[str, Any] | None:
+        return await self._one(
+            sa.select(frames).where(frames.c.session_id == session_id, frames.c.seq == seq)
+        )
+
+    async def frame_count(self, session_id: str) -> int:
+        rows = await self._all(
+            sa.select(sa.func.count()).select_from(frames).where(frames.c.session_id == session_id)
+        )
+        return int(next(iter(rows[0].values())))
+
+    # ------------------------------------------------------------------ exchanges & findings
+    async def http_exchanges(self, session_id: str) -> list[dict[str, Any]]:
+        return await self._all(
+            sa.select(http_exchanges)
+            .where(http_exchanges.c.session_id == session_id)
+            .order_by(http_exchanges.c.started_at, http_exchanges.c.id)
+        )
+
+    async def recorded_findings(self, session_id: str) -> list[dict[str, Any]]:
+        return await self._all(
+            sa.select(findings).where(findings.c.session_id == session_id).order_by(findings.c.id)
+        )
+
+
+def is_live(session: dict[str, Any], *, now: float | None = None) -> bool:
+    """A session is live while its recorder runs; a ``live`` row whose recorder died is not.
+
+    Only checkable for recorders on this machine (same hostname); others count as live.
+    """
+    if session.get("status") != "live":
+        return False
+    import os
+    import socket
+
+    pid = session.get("pid")
+    if pid and session.get("hostname") == socket.gethostname():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+    del now
+    return True
+
+
+def session_status(session: dict[str, Any]) -> str:
+    """live | ended | crashed | abandoned (the recorder died without closing the session)."""
+    status = str(session.get("status") or "")
+    if status == "live" and not is_live(session):
+        return "abandoned"
+    return status
+
+
+def duration(session: dict[str, Any]) -> float | None:
+    start = session.get("started_at")
+    end = session.get("ended_at") or session.get("updated_at")
+    if start is None:
+        return None
+    if end is None and session.get("status") == "live":
+        end = time.time()
+    return (end - start) if end else None
