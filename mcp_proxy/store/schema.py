@@ -12,7 +12,7 @@ import sqlalchemy as sa
 metadata = sa.MetaData()
 
 #: The alembic revision these tables correspond to. A test checks it is the migrations' head.
-SCHEMA_HEAD = "0001"
+SCHEMA_HEAD = "0003"
 
 # SQLite only gives AUTOINCREMENT-like rowids to INTEGER PRIMARY KEY; PostgreSQL wants BIGINT.
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -113,3 +113,27 @@ findings = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Index("ix_findings_session", "session_id", "severity"),
 )
+
+# ---------------------------------------------------------------------------------------------
+# Dashboard (revision 0003): what people write about the traffic, and the indices its pages use.
+
+annotations = sa.Table(
+    "annotations",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.String(32), sa.ForeignKey("sessions.id"), nullable=False),
+    sa.Column("frame_seq", sa.Integer, nullable=True),  # None: about the whole session
+    # Exactly one of tag / note is set: a tag is a short label ("bug-repro") that the sessions
+    # page filters on (indexed, so it stays short); a note is free text (never indexed).
+    sa.Column("tag", sa.String(64), nullable=True),
+    sa.Column("note", sa.Text, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=True),
+    sa.Index("ix_annotations_session", "session_id", "frame_seq"),
+    sa.Index("ix_annotations_tag", "tag", "session_id"),
+)
+
+# A timeline page finds the responses to the requests it shows by id, without reading the session.
+sa.Index("ix_frames_session_msgid", frames.c.session_id, frames.c.msg_id)
+# The sessions page's "most frames" sort, keyset-paginated on (frame_count, id).
+sa.Index("ix_sessions_frame_count", sessions.c.frame_count, sessions.c.id)
