@@ -257,6 +257,7 @@ def test_server_exits_mid_request_everything_seen_is_recorded(
     proc = _record(db_path, argv)
     out, _ = proc.communicate(b'{"jsonrpc":"2.0","id":1,"method":"tools/call"}\n', timeout=30)
     assert proc.returncode == 3
+    assert out == b'{"jsonrpc":"2.0","method":"notifications/progress"}\n'
     s = _only_session(db_path)
     kinds = sorted((f["direction"], f["kind"]) for f in rdb.frames(db_path, s["id"]))
     assert kinds == [("c2s", "request"), ("s2c", "notification")]
@@ -324,7 +325,7 @@ def test_recording_gap_is_counted_and_recorded_not_silent(db_path: Path) -> None
     err = proc.stderr.read().decode() if proc.stderr else ""
     assert proc.returncode == 0
     assert "recording gap" in err
-    s = [x for x in rdb.sessions(db_path) if x["name"] == "gap"][0]
+    s = next(x for x in rdb.sessions(db_path) if x["name"] == "gap")
     findings = rdb.rows(db_path, "SELECT * FROM findings WHERE session_id = ?", s["id"])
     assert [f["code"] for f in findings] == ["recorder.gap"]
     recorded = len(rdb.frames(db_path, s["id"]))
