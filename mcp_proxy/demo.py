@@ -1,0 +1,103 @@
+"""``mcptape demo``: the first-run experience, end to end on a fresh machine.
+
+It launches the bundled test server through ``mcptape record`` exactly as a host would (a
+subprocess whose command line is ``mcptape record --name … -- server…``), drives a scripted
+conversation with the official SDK client in both protocol eras, and prints what was recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mcp_proxy.errors import McptapeError
+
+
+def mcptape_argv() -> list[str]:
+    """How to launch this very mcptape as a subprocess (the console script when installed)."""
+    beside = Path(sys.executable).parent / "mcptape"
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("mcptape")
+    if found:
+        return [found]
+    return [sys.executable, "-m", "mcp_proxy.cli"]
+
+
+async def _drive(db_url: str, name: str, mode: str) -> dict[str, Any]:
+    from mcp import StdioServerParameters
+
+    from mcp_proxy.testing.client import (
+        SCRIPTED_PRESETS,
+        CallbackRecorder,
+        make_client,
+        run_scripted_session,
+        stdio_params,
+    )
+
+    server = stdio_params(SCRIPTED_PRESETS, name="mcptape-demo-server")
+    params = StdioServerParameters(
+        command=mcptape_argv()[0],
+        args=[
+            *mcptape_argv()[1:],
+            "record",
+            "--db",
+            db_url,
+            "--name",
+            name,
+            "--",
+            server.command,
+            *server.args,
+        ],
+    )
+    rec = CallbackRecorder()
+    async with make_client(params, mode=mode, recorder=rec) as client:
+        return await run_scripted_session(client, rec)
+
+
+def run_demo(db_url: str, *, out: Callable[[str], None] = print) -> list[str]:
+    """Record the demo sessions and print them; returns the new session ids."""
+    from mcp_proxy.render import frame_oneline, session_line
+    from mcp_proxy.store.queries import Store
+
+    runs = [("demo", "auto"), ("demo-legacy", "legacy")]
+    out(f"mcptape demo: recording into {db_url}")
+    for name, mode in runs:
+        try:
+            result = asyncio.run(_drive(db_url, name, mode))
+        except Exception as exc:  # the demo failing is a bug in mcptape: say what broke
+            raise McptapeError(f"the demo session {name!r} failed: {exc!r}") from exc
+        out(
+            f"  {name}: protocol {result['protocol_version']}, {len(result['tools'])} tools,"
+            f" echo={result['echo']!r}, add={result['add']}, failing tool isError="
+            f"{result['fail']['is_error']}, {len(result['progress'])} progress updates"
+        )
+
+    async def show() -> list[str]:
+        store = await Store.open(db_url)
+        ids = []
+        try:
+            for name, _ in runs:
+                s = await store.resolve_session(name)
+                ids.append(s["id"])
+                out("")
+                out(session_line(s))
+                async for f in store.iter_frames(s["id"]):
+                    out("  " + frame_oneline(f, width=150))
+        finally:
+            await store.close()
+        return ids
+
+    ids = asyncio.run(show())
+    out("")
+    out("Next:")
+    out("  mcptape sessions                      # everything recorded, newest first")
+    out("  mcptape show demo                     # one session, frame by frame, pretty JSON")
+    out("  mcptape show demo --format json       # the same for scripts")
+    out("  mcptape tail                          # follow live traffic, like tcpdump for MCP")
+    out("  mcptape record --name NAME -- CMD…    # put mcptape in front of your own server")
+    return ids
