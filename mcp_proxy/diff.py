@@ -1,0 +1,579 @@
+"""Semantic diff of two MCP conversations, exchange by exchange.
+
+Two recordings of "the same" conversation never match byte for byte: ids, timestamps, session
+ids, progress tokens, sealed MRTR ``requestState`` and ``_meta`` envelopes always differ. What a
+person (or CI) wants to know is whether the *conversation* differs: the same requests, in the
+same order, answered with the same results, errors and notifications. So:
+
+1. each session becomes a list of :class:`Step` (an exchange as pairing defines it, or a lone
+   notification) — the pairing comes from :mod:`mcp_proxy.analysis` (see :func:`conversation`);
+2. every JSON value is normalised: the default ignores plus ``--ignore`` JSONPaths are removed
+   (or masked, for values whose presence matters but whose content is opaque);
+3. the two step lists are aligned like sequences (same direction and method required, params
+   similarity breaks ties), and aligned steps are compared as JSON.
+
+Everything here is pure: no I/O, no clocks, tested without sockets.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from difflib import SequenceMatcher
+from typing import Any
+
+from mcp_proxy.export import SessionRecording
+
+#: What always differs between two runs of one conversation, as JSONPaths over a step document
+#: (``{"method", "params", "result", "error", "notifications"}``).
+DEFAULT_IGNORES = ("$.._meta", "$..progressToken")
+#: Values whose presence matters but whose content is opaque per run: compared as "<opaque>".
+DEFAULT_MASKS = ("$..requestState",)
+OPAQUE = "<opaque>"
+
+
+# ============================================================================ JSONPath (subset)
+
+
+class JsonPathError(ValueError):
+    """A ``--ignore`` path this module cannot read; the message says which part."""
+
+
+_TOKEN = re.compile(
+    r"""\.\.(?P<deep>[A-Za-z_$@/][\w$@/.:-]*?|\*)(?=\.|\[|$)
+      | \.(?P<key>[A-Za-z_$@/][\w$@/:-]*|\*)
+      | \[(?P<index>-?\d+|\*)\]
+      | \[['"](?P<qkey>[^'"]*)['"]\]
+      | \.\.\[['"](?P<dqkey>[^'"]*)['"]\]""",
+    re.VERBOSE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Seg:
+    kind: str  # key | index | any | deep
+    value: Any = None
+
+
+def parse_jsonpath(path: str) -> tuple[_Seg, ...]:
+    """Parse the JSONPath subset ``$``, ``.key``, ``['key']``, ``[n]``, ``[*]``, ``.*``, ``..key``.
+
+    Enough to name what to ignore (``$..timestamp``, ``$.result.content[0].text``); filters and
+    slices are refused with a clear message rather than half-supported.
+    """
+    p = path.strip()
+    if not p.startswith("$"):
+        raise JsonPathError(f"JSONPath {path!r} must start with '$'")
+    pos = 1
+    segs: list[_Seg] = []
+    while pos < len(p):
+        m = _TOKEN.match(p, pos)
+        if not m:
+            raise JsonPathError(f"cannot read JSONPath {path!r} at {p[pos:]!r}")
+        pos = m.end()
+        if m.group("deep") is not None:
+            d = m.group("deep")
+            segs.append(_Seg("deep", None if d == "*" else d))
+        elif m.group("dqkey") is not None:
+            segs.append(_Seg("deep", m.group("dqkey")))
+        elif m.group("key") is not None:
+            k = m.group("key")
+            segs.append(_Seg("any") if k == "*" else _Seg("key", k))
+        elif m.group("qkey") is not None:
+            segs.append(_Seg("key", m.group("qkey")))
+        else:
+            i = m.group("index")
+            segs.append(_Seg("any") if i == "*" else _Seg("index", int(i)))
+    if not segs:
+        raise JsonPathError(f"JSONPath {path!r} names the whole document; name a part of it")
+    return tuple(segs)
+
+
+def _apply(doc: Any, segs: Sequence[_Seg], action: str) -> Any:
+    """Return a copy of ``doc`` with what ``segs`` names removed (``drop``) or masked."""
+    if not segs:
+        return doc
+    seg, rest = segs[0], segs[1:]
+    last = not rest
+    if seg.kind == "deep":
+        # ..name: the name at this level, then recurse into every child for deeper matches.
+        out = doc
+        if isinstance(doc, dict):
+            out = {}
+            for k, v in doc.items():
+                if seg.value is None or k == seg.value:
+                    if last:
+                        if action == "mask":
+                            out[k] = OPAQUE
+                        continue
+                    v = _apply(v, rest, action)
+                out[k] = _apply(v, segs, action)
+            return out
+        if isinstance(doc, list):
+            return [_apply(v, segs, action) for v in doc]
+        return doc
+    if isinstance(doc, dict) and seg.kind in ("key", "any"):
+        out = {}
+        for k, v in doc.items():
+            if seg.kind == "any" or k == seg.value:
+                if last:
+                    if action == "mask":
+                        out[k] = OPAQUE
+                    continue
+                out[k] = _apply(v, rest, action)
+            else:
+                out[k] = v
+        return out
+    if isinstance(doc, list) and seg.kind in ("index", "any"):
+        n = len(doc)
+        target = None if seg.kind == "any" else (seg.value % n if n and -n <= seg.value < n else -1)
+        out_list = []
+        for i, v in enumerate(doc):
+            if target is None or i == target:
+                if last:
+                    if action == "mask":
+                        out_list.append(OPAQUE)
+                    continue
+                out_list.append(_apply(v, rest, action))
+            else:
+                out_list.append(v)
+        return out_list
+    return doc
+
+
+@dataclass(frozen=True)
+class Normalizer:
+    """The ignores and masks applied to every step document before comparing."""
+
+    ignores: tuple[tuple[_Seg, ...], ...] = ()
+    masks: tuple[tuple[_Seg, ...], ...] = ()
+
+    @classmethod
+    def build(cls, extra_ignores: Iterable[str] = (), *, defaults: bool = True) -> Normalizer:
+        ignores = [*(DEFAULT_IGNORES if defaults else ()), *extra_ignores]
+        masks = DEFAULT_MASKS if defaults else ()
+        return cls(
+            tuple(parse_jsonpath(p) for p in ignores), tuple(parse_jsonpath(p) for p in masks)
+        )
+
+    def __call__(self, doc: Any) -> Any:
+        for segs in self.masks:
+            doc = _apply(doc, segs, "mask")
+        for segs in self.ignores:
+            doc = _apply(doc, segs, "drop")
+        return doc
+
+
+def canonical(value: Any) -> str:
+    """Key-order-free JSON text: the identity of a value for matching and hashing."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+# ============================================================================ conversations
+
+
+@dataclass
+class Step:
+    """One unit of a conversation: an exchange (request + outcome) or a lone notification.
+
+    ``direction`` is the request's (``c2s``: the host asked; ``s2c``: the server asked).
+    ``outcome`` is ``result``, ``error``, ``none`` (never answered) or ``notification``.
+    """
+
+    direction: str
+    method: str
+    params: Any
+    outcome: str
+    result: Any = None
+    error: Any = None
+    notifications: list[dict[str, Any]] = field(default_factory=list)
+    #: Frame sequence numbers (request first) so a report can point at the evidence.
+    seqs: list[int] = field(default_factory=list)
+    request_id: str | None = None
+    #: True when the result is an MRTR ``input_required`` round (the chain continues).
+    input_required: bool = False
+
+    def document(self) -> dict[str, Any]:
+        """The JSON the diff compares (before normalisation)."""
+        doc: dict[str, Any] = {"method": self.method, "params": self.params}
+        if self.outcome == "result":
+            doc["result"] = self.result
+        elif self.outcome == "error":
+            doc["error"] = self.error
+        elif self.outcome == "none":
+            doc["noResponse"] = True
+        if self.notifications:
+            doc["notifications"] = self.notifications
+        return doc
+
+    @property
+    def title(self) -> str:
+        arrow = "→" if self.direction == "c2s" else "←"
+        label = self.method
+        if self.method in ("tools/call", "prompts/get") and isinstance(self.params, dict):
+            label += f" {self.params.get('name')}"
+        elif self.method == "resources/read" and isinstance(self.params, dict):
+            label += f" {self.params.get('uri')}"
+        return f"{arrow} {label}"
+
+
+def conversation(session: SessionRecording) -> list[Step]:
+    """A session's steps in the order the requests were sent.
+
+    Pairing is :func:`mcp_proxy.analysis.exchanges` when the analysis package provides it;
+    until then :func:`_pair_locally` (the same rules: ids keyed by direction, progress by token,
+    notifications to the one request in flight) stands in.
+    """
+    return _pair_locally(session)
+
+
+def _json_frames(session: SessionRecording) -> list[tuple[dict[str, Any], Any]]:
+    from mcp_proxy.export import frame_messages
+
+    out: list[tuple[dict[str, Any], Any]] = []
+    for f, msg in frame_messages(session):
+        if isinstance(msg, list):  # a batch: each member is its own message, same frame
+            out.extend((f, m) for m in msg if isinstance(m, dict))
+        elif isinstance(msg, dict):
+            out.append((f, msg))
+    return out
+
+
+def _pair_locally(session: SessionRecording) -> list[Step]:
+    steps: list[Step] = []
+    pending: dict[tuple[str, str], Step] = {}  # (request direction, id key) → step
+    by_token: dict[str, Step] = {}
+    from mcp_proxy.frames import id_key
+
+    for f, msg in _json_frames(session):
+        direction = f["direction"]
+        method = msg.get("method")
+        has_id = msg.get("id") is not None
+        if isinstance(method, str) and has_id:
+            params = msg.get("params")
+            step = Step(
+                direction,
+                method,
+                params,
+                "none",
+                seqs=[f["seq"]],
+                request_id=id_key(msg.get("id")),
+            )
+            steps.append(step)
+            pending[(direction, id_key(msg["id"]) or "")] = step
+            meta = params.get("_meta") if isinstance(params, dict) else None
+            token = meta.get("progressToken") if isinstance(meta, dict) else None
+            if token is not None:
+                by_token[canonical(token)] = step
+            continue
+        if isinstance(method, str):
+            params = msg.get("params")
+            note = {"method": method, "params": params}
+            owner: Step | None = None
+            if method == "notifications/progress" and isinstance(params, dict):
+                owner = by_token.get(canonical(params.get("progressToken")))
+            if owner is None and direction == "s2c":
+                in_flight = [s for (d, _), s in pending.items() if d == "c2s"]
+                if len(in_flight) == 1:
+                    owner = in_flight[0]
+            if owner is not None and owner.direction != direction:
+                owner.notifications.append(note)
+                owner.seqs.append(f["seq"])
+            else:
+                steps.append(Step(direction, method, params, "notification", seqs=[f["seq"]]))
+            continue
+        if "result" in msg or "error" in msg:
+            req_dir = "s2c" if direction == "c2s" else "c2s"
+            step = pending.pop((req_dir, id_key(msg.get("id")) or ""), None)
+            if step is None:
+                continue  # a response to nothing: the analysis findings report it
+            step.seqs.append(f["seq"])
+            if "error" in msg:
+                step.outcome, step.error = "error", msg.get("error")
+            else:
+                step.outcome, step.result = "result", msg.get("result")
+                res = step.result
+                step.input_required = isinstance(res, dict) and (
+                    res.get("resultType") == "input_required"
+                )
+    return steps
+
+
+# ============================================================================ comparing
+
+
+@dataclass
+class Change:
+    """One difference inside an aligned pair: a JSON path and the two values (absent = None)."""
+
+    path: str
+    kind: str  # changed | added | removed
+    a: Any = None
+    b: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "kind": self.kind}
+        if self.kind != "added":
+            out["a"] = self.a
+        if self.kind != "removed":
+            out["b"] = self.b
+        return out
+
+
+def json_changes(a: Any, b: Any, path: str = "$") -> list[Change]:
+    """Where two JSON values differ (dict keys by name, lists by position; order-free keys)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[Change] = []
+        for k in sorted(set(a) | set(b), key=str):
+            p = f"{path}.{k}" if re.fullmatch(r"[A-Za-z_][\w]*", str(k)) else f"{path}[{k!r}]"
+            if k not in b:
+                out.append(Change(p, "removed", a=a[k]))
+            elif k not in a:
+                out.append(Change(p, "added", b=b[k]))
+            else:
+                out.extend(json_changes(a[k], b[k], p))
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        out = []
+        for i in range(max(len(a), len(b))):
+            p = f"{path}[{i}]"
+            if i >= len(b):
+                out.append(Change(p, "removed", a=a[i]))
+            elif i >= len(a):
+                out.append(Change(p, "added", b=b[i]))
+            else:
+                out.extend(json_changes(a[i], b[i], p))
+        return out
+    if type(a) is not type(b) and not (
+        isinstance(a, int | float)
+        and isinstance(b, int | float)
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+    ):
+        return [Change(path, "changed", a, b)]
+    return [] if a == b else [Change(path, "changed", a, b)]
+
+
+@dataclass
+class Pair:
+    """One row of the aligned conversations."""
+
+    status: str  # same | changed | only_a | only_b
+    a: Step | None
+    b: Step | None
+    changes: list[Change] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        return (self.a or self.b).title  # type: ignore[union-attr]
+
+    def to_json(self) -> dict[str, Any]:
+        def side(s: Step | None) -> dict[str, Any] | None:
+            if s is None:
+                return None
+            return {"seqs": s.seqs, "id": s.request_id, "outcome": s.outcome}
+
+        return {
+            "status": self.status,
+            "direction": (self.a or self.b).direction,  # type: ignore[union-attr]
+            "method": (self.a or self.b).method,  # type: ignore[union-attr]
+            "title": self.title,
+            "a": side(self.a),
+            "b": side(self.b),
+            "changes": [c.to_json() for c in self.changes],
+        }
+
+
+@dataclass
+class DiffResult:
+    """Two conversations aligned; ``equal`` is what ``diff`` and ``replay`` exit on."""
+
+    a_label: str
+    b_label: str
+    pairs: list[Pair]
+    ignores: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def equal(self) -> bool:
+        return all(p.status == "same" for p in self.pairs)
+
+    def counts(self) -> dict[str, int]:
+        out = {"same": 0, "changed": 0, "only_a": 0, "only_b": 0}
+        for p in self.pairs:
+            out[p.status] += 1
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``diff --format json`` prints and the dashboard's diff page renders."""
+        return {
+            "equal": self.equal,
+            "a": self.a_label,
+            "b": self.b_label,
+            "counts": self.counts(),
+            "ignores": self.ignores,
+            "notes": self.notes,
+            "exchanges": [p.to_json() for p in self.pairs],
+        }
+
+
+def _similarity(a: Any, b: Any) -> float:
+    if a == b:
+        return 1.0
+    ta, tb = canonical(a), canonical(b)
+    if len(ta) + len(tb) > 20_000:
+        return 0.5 if ta[:200] == tb[:200] else 0.0
+    return SequenceMatcher(None, ta, tb, autojunk=False).ratio()
+
+
+def align(
+    a: Sequence[Step], b: Sequence[Step], norm: Normalizer
+) -> list[tuple[int | None, int | None]]:
+    """Align two step lists: a maximum-weight common subsequence (same direction + method).
+
+    Weight = 1 + params similarity, so among equal-method candidates the closest params win;
+    unmatched steps come out as one-sided rows in conversation order.
+    """
+    ka = [(s.direction, s.method) for s in a]
+    kb = [(s.direction, s.method) for s in b]
+    pa = [norm(s.params) for s in a]
+    pb = [norm(s.params) for s in b]
+    n, m = len(a), len(b)
+    if n * m > 4_000_000:  # very long sessions: greedy by method blocks
+        pairs: list[tuple[int | None, int | None]] = []
+        sm = SequenceMatcher(None, ka, kb, autojunk=False)
+        for tag, i1, i2, j1, j2 in sm.get_opcodes():
+            if tag == "equal":
+                pairs.extend(zip(range(i1, i2), range(j1, j2), strict=True))
+            else:
+                pairs.extend((i, None) for i in range(i1, i2))
+                pairs.extend((None, j) for j in range(j1, j2))
+        return pairs
+    score = [[0.0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        row, below = score[i], score[i + 1]
+        for j in range(m - 1, -1, -1):
+            best = max(below[j], row[j + 1])
+            if ka[i] == kb[j]:
+                best = max(best, 1.0 + _similarity(pa[i], pb[j]) + below[j + 1])
+            row[j] = best
+    out: list[tuple[int | None, int | None]] = []
+    i = j = 0
+    while i < n and j < m:
+        if (
+            ka[i] == kb[j]
+            and abs(score[i][j] - (1.0 + _similarity(pa[i], pb[j]) + score[i + 1][j + 1])) < 1e-9
+        ):
+            out.append((i, j))
+            i += 1
+            j += 1
+        elif score[i + 1][j] >= score[i][j + 1]:
+            out.append((i, None))
+            i += 1
+        else:
+            out.append((None, j))
+            j += 1
+    out.extend((k, None) for k in range(i, n))
+    out.extend((None, k) for k in range(j, m))
+    return out
+
+
+def diff_steps(
+    a: Sequence[Step],
+    b: Sequence[Step],
+    *,
+    ignores: Iterable[str] = (),
+    a_label: str = "A",
+    b_label: str = "B",
+    defaults: bool = True,
+) -> DiffResult:
+    """Align and compare two conversations (pure)."""
+    extra = list(ignores)
+    norm = Normalizer.build(extra, defaults=defaults)
+    pairs: list[Pair] = []
+    for i, j in align(a, b, norm):
+        if i is None:
+            pairs.append(Pair("only_b", None, b[j]))  # type: ignore[index]
+            continue
+        if j is None:
+            pairs.append(Pair("only_a", a[i], None))
+            continue
+        changes = json_changes(norm(a[i].document()), norm(b[j].document()))
+        pairs.append(Pair("changed" if changes else "same", a[i], b[j], changes))
+    return DiffResult(
+        a_label, b_label, pairs, ignores=[*(DEFAULT_IGNORES if defaults else ()), *extra]
+    )
+
+
+def diff_sessions(
+    a: SessionRecording,
+    b: SessionRecording,
+    *,
+    ignores: Iterable[str] = (),
+    a_label: str | None = None,
+    b_label: str | None = None,
+) -> DiffResult:
+    """Diff two recorded sessions (from files or the database). The dashboard calls this."""
+    result = diff_steps(
+        conversation(a),
+        conversation(b),
+        ignores=ignores,
+        a_label=a_label or a.label,
+        b_label=b_label or b.label,
+    )
+    ea, eb = a.session.get("era"), b.session.get("era")
+    if ea and eb and ea != eb:
+        result.notes.append(
+            f"the sessions are of different protocol eras ({ea} vs {eb}); the handshakes differ"
+        )
+    return result
+
+
+# ============================================================================ rendering
+
+
+def _short(value: Any, width: int = 100) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render_text(result: DiffResult, *, context: bool = False, max_changes: int = 20) -> str:
+    """A readable report: one line per exchange that differs (all of them with ``context``)."""
+    from mcp_proxy.render import safe
+
+    lines = [f"--- a: {safe(result.a_label)}", f"+++ b: {safe(result.b_label)}"]
+    for note in result.notes:
+        lines.append(f"note: {note}")
+    for n, p in enumerate(result.pairs, start=1):
+        if p.status == "same":
+            if context:
+                lines.append(f"  {n:>3}  = {safe(p.title)}")
+            continue
+        if p.status == "only_a":
+            lines.append(f"  {n:>3}  - {safe(p.title)}   (only in a, frame #{p.a.seqs[0]})")  # type: ignore[union-attr]
+            continue
+        if p.status == "only_b":
+            lines.append(f"  {n:>3}  + {safe(p.title)}   (only in b, frame #{p.b.seqs[0]})")  # type: ignore[union-attr]
+            continue
+        seq_a, seq_b = p.a.seqs[0], p.b.seqs[0]  # type: ignore[union-attr]
+        lines.append(f"  {n:>3}  ~ {safe(p.title)}   (a #{seq_a}, b #{seq_b})")
+        for c in p.changes[:max_changes]:
+            if c.kind == "removed":
+                lines.append(f"         {safe(c.path)}: -{safe(_short(c.a))}")
+            elif c.kind == "added":
+                lines.append(f"         {safe(c.path)}: +{safe(_short(c.b))}")
+            else:
+                lines.append(f"         {safe(c.path)}: {safe(_short(c.a))} → {safe(_short(c.b))}")
+        if len(p.changes) > max_changes:
+            lines.append(f"         … {len(p.changes) - max_changes} more")
+    counts = result.counts()
+    if result.equal:
+        lines.append(f"no differences ({counts['same']} exchanges)")
+    else:
+        lines.append(
+            f"{counts['changed']} changed, {counts['only_a']} only in a, {counts['only_b']} only"
+            f" in b, {counts['same']} the same"
+        )
+    return "\n".join(lines)
