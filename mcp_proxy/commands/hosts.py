@@ -1,0 +1,423 @@
+"""``mcptape install``, ``uninstall``, ``hosts`` and ``doctor``: host integration.
+
+Thin on purpose: the work (finding configs, planning edits, writing safely, diagnosing) is in
+:mod:`mcp_proxy.hosts`; these commands choose targets, print what happened and map errors.
+
+With no ``--host``, every host whose config file exists is handled; a broken config in one host
+is reported and the others still go ahead (the exit code says something failed).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from mcp_proxy.cli import EXIT_NOT_FOUND, app, fail, handle_errors
+from mcp_proxy.errors import UserError
+
+if TYPE_CHECKING:
+    from mcp_proxy.hosts import ConfigTarget, HostEnv, Plan
+
+
+class OsChoice(StrEnum):
+    macos = "macos"
+    windows = "windows"
+    linux = "linux"
+
+
+HostOption = Annotated[
+    str | None,
+    typer.Option(
+        "--host",
+        help="claude-desktop, claude-code, cursor, vscode, windsurf, or the path of a config"
+        " file (default: every host whose config exists).",
+    ),
+]
+ServerOption = Annotated[
+    list[str] | None,
+    typer.Option("--server", "-s", help="Only this server (repeat for more)."),
+]
+AllOption = Annotated[bool, typer.Option("--all", help="Every server (the default).")]
+DryRunOption = Annotated[
+    bool, typer.Option("--dry-run", help="Print the diff of each file; write nothing.")
+]
+OsOption = Annotated[
+    OsChoice | None,
+    typer.Option("--os", hidden=True, help="Use another OS's config locations (what-if)."),
+]
+MctapeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--mcptape-path",
+        help="The mcptape executable hosts should launch (default: this installation's).",
+    ),
+]
+
+
+def _env(os_name: OsChoice | None) -> HostEnv:
+    from mcp_proxy.hosts import HostEnv
+
+    return HostEnv.current(os_name.value if os_name else None)  # type: ignore[arg-type]
+
+
+def _targets(host: str | None, os_name: OsChoice | None) -> list[ConfigTarget]:
+    from mcp_proxy.hosts import HOSTS, resolve_targets
+
+    env = _env(os_name)
+    targets = resolve_targets(host, env)
+    if not targets:
+        where = "\n".join(f"  {h.title:15} {h.config_path(env)}" for h in HOSTS.values())
+        raise UserError(
+            f"no MCP host config found; looked in:\n{where}\n(give one with --host PATH)",
+            exit_code=EXIT_NOT_FOUND,
+        )
+    return targets
+
+
+def _selection(server: list[str] | None, all_: bool) -> list[str] | None:
+    if server and all_:
+        fail("give either --server NAME or --all, not both")
+    return list(server) if server else None
+
+
+_MARK = {
+    "wrapped": "wrapped",
+    "updated": "updated",
+    "already": "already",
+    "unwrapped": "restored",
+    "not-wrapped": "skipped",
+    "remote": "skipped",
+    "wrapper": "skipped",
+    "invalid": "skipped",
+    "missing": "missing",
+}
+
+
+def _print_plan(plan: Plan) -> None:
+    print(f"{plan.target.label}: {plan.target.path}")
+    if not plan.outcomes:
+        print(
+            "  no MCP servers configured"
+            if plan.op == "install"
+            else "  nothing wrapped by mcptape"
+        )
+    shown = [o for o in plan.outcomes if o.status != "missing"]
+    if plan.outcomes and not shown:
+        print("  none of the named servers is here")
+    width = max((len(o.server) for o in shown), default=0)
+    for o in shown:
+        print(f"  {_MARK[o.status]:8} {o.server:{width}}  {o.message}")
+
+
+def _run(
+    op: str,
+    host: str | None,
+    servers: list[str] | None,
+    dry_run: bool,
+    os_name: OsChoice | None,
+    make_plan: Any,
+) -> None:
+    """Plan → print → apply for every target; one failing target does not stop the others."""
+    from mcp_proxy.hosts import apply_plan
+
+    targets = _targets(host, os_name)
+    failures: list[tuple[str, UserError]] = []
+    seen: set[str] = set()
+    changed = 0
+    for t in targets:
+        try:
+            plan = make_plan(t)
+        except UserError as exc:
+            if host is not None:
+                raise
+            failures.append((t.label, exc))
+            continue
+        seen.update(o.server for o in plan.outcomes if o.status != "missing")
+        _print_plan(plan)
+        if not plan.changed:
+            continue
+        if dry_run:
+            sys.stdout.write(plan.diff())
+            continue
+        try:
+            done = apply_plan(plan)
+        except UserError as exc:
+            if host is not None:
+                raise
+            failures.append((t.label, exc))
+            continue
+        changed += 1
+        if op == "install" and done.backup:
+            print(f"  backup: {done.backup}")
+        if op == "uninstall":
+            if plan.from_backup:
+                print("  the file is back to its exact bytes from before install")
+            elif done.backup_kept and done.backup:
+                print(
+                    f"  restored entry by entry (the file was edited since install); the"
+                    f" pre-install copy stays at {done.backup}"
+                )
+        if plan.target.host:
+            print(f"  next: {plan.target.host.restart}")
+    missing = [s for s in servers or () if s not in seen]
+    if dry_run:
+        print("dry run: nothing was written")
+    elif changed == 0 and not failures and not missing:
+        print("nothing to change")
+    for label, exc in failures:
+        print(f"mcptape: {label}: {exc}", file=sys.stderr)
+    if missing:
+        fail(
+            f"no server named {', '.join(repr(s) for s in missing)} in"
+            f" {', '.join(t.label for t in targets)}",
+            EXIT_NOT_FOUND,
+        )
+    if failures:
+        raise typer.Exit(max(exc.exit_code for _, exc in failures))
+
+
+def _pinned_db(db: str | None) -> str:
+    """The database wrapped entries record to, fixed at install time (see docs/hosts.md).
+
+    Hosts start servers with a minimal environment (no MCPTAPE_DB, often no XDG_* variables),
+    so the default location as seen from this shell is written into the entry; a SQLite URL is
+    written as a plain absolute path.
+    """
+    from mcp_proxy.store.engine import resolve_url, sqlite_path
+
+    url = resolve_url(db)
+    path = sqlite_path(url)
+    if path is not None:
+        return str(path)
+    try:
+        import sqlalchemy as sa
+
+        if sa.engine.make_url(url).password:
+            print(
+                "mcptape: warning: the database URL carries a password; it will be visible in"
+                " the host config and the process list (prefer a password file, e.g. ~/.pgpass)",
+                file=sys.stderr,
+            )
+    except Exception:
+        pass
+    return url
+
+
+@app.command()
+@handle_errors
+def install(
+    host: HostOption = None,
+    server: ServerOption = None,
+    all_: AllOption = False,
+    dry_run: DryRunOption = False,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            help="Database the wrapped servers record to (default: MCPTAPE_DB or the user data"
+            " dir, as seen from this shell; written into each entry).",
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Also wrap entries that run another MCP wrapper.")
+    ] = False,
+    mcptape_path: MctapeOption = None,
+    os_name: OsOption = None,
+) -> None:
+    """Make a host launch its MCP servers through `mcptape record`.
+
+    Rewrites each stdio server to `<mcptape> record --name NAME --db DB -- COMMAND ARGS…`,
+    keeping env, cwd and every other field. A backup is written first; `mcptape uninstall`
+    puts everything back.
+
+      mcptape install --dry-run                 # show the diff for every host found
+      mcptape install --host claude-desktop     # wrap all of Claude Desktop's servers
+      mcptape install --host vscode -s github   # only one server
+    """
+    from mcp_proxy.hosts import find_mcptape, plan_install
+
+    servers = _selection(server, all_)
+    exe = find_mcptape(mcptape_path)
+    pinned = _pinned_db(db)
+    _run(
+        "install",
+        host,
+        servers,
+        dry_run,
+        os_name,
+        lambda t: plan_install(t, mcptape=exe, servers=servers, db=pinned, force=force),
+    )
+    if not dry_run:
+        print(f"recordings go to {pinned} (see them with: mcptape sessions)")
+
+
+@app.command()
+@handle_errors
+def uninstall(
+    host: HostOption = None,
+    server: ServerOption = None,
+    all_: AllOption = False,
+    dry_run: DryRunOption = False,
+    os_name: OsOption = None,
+) -> None:
+    """Put the host's server entries back as they were before `mcptape install`.
+
+    Byte-identical to the backup when only mcptape changed the file since; otherwise each
+    wrapped entry is restored and everyone else's edits stay.
+    """
+    from mcp_proxy.hosts import plan_uninstall
+
+    servers = _selection(server, all_)
+    _run(
+        "uninstall",
+        host,
+        servers,
+        dry_run,
+        os_name,
+        lambda t: plan_uninstall(t, servers=servers),
+    )
+
+
+class Format(StrEnum):
+    text = "text"
+    json = "json"
+
+
+@app.command()
+@handle_errors
+def hosts(
+    host: HostOption = None,
+    fmt: Annotated[Format, typer.Option("--format", help="text or json.")] = Format.text,
+    os_name: OsOption = None,
+) -> None:
+    """List known hosts, where their config is, and which servers record through mcptape."""
+    from mcp_proxy.hosts import HOSTS, ConfigNotFound, ConfigTarget, list_servers, resolve_targets
+
+    env = _env(os_name)
+    if host is None:
+        targets = [ConfigTarget(h.config_path(env), h) for h in HOSTS.values()]
+    else:
+        targets = resolve_targets(host, env)
+    out: list[dict[str, Any]] = []
+    for t in targets:
+        row: dict[str, Any] = {"host": t.selector, "title": t.label, "config": str(t.path)}
+        try:
+            row["servers"] = [vars(s) for s in list_servers(t)]
+            row["state"] = "found"
+        except ConfigNotFound:
+            row["state"] = "no config"
+            row["servers"] = []
+        except UserError as exc:
+            row["state"] = "error"
+            row["error"] = str(exc)
+            row["servers"] = []
+        out.append(row)
+    if fmt is Format.json:
+        print(json.dumps(out, indent=2))
+        return
+    for row in out:
+        suffix = "" if row["state"] == "found" else f"  ({row['state']})"
+        print(f"{row['title']} [{row['host']}]: {row['config']}{suffix}")
+        if "error" in row:
+            print(f"  {row['error']}")
+        width = max((len(s["name"]) for s in row["servers"]), default=0)
+        for s in row["servers"]:
+            state = {"stdio": "plain", "wrapper": "other"}.get(s["state"], s["state"])
+            db = f"  → {s['db']}" if s.get("db") else ""
+            print(f"  {state:8} {s['name']:{width}}  {s['detail']}{db}")
+
+
+@app.command()
+@handle_errors
+def doctor(
+    host: HostOption = None,
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="Database to check (default: MCPTAPE_DB or the user data dir)."),
+    ] = None,
+    fix: Annotated[
+        bool, typer.Option("--fix", help="Migrate databases that are behind, without asking.")
+    ] = False,
+    mcptape_path: MctapeOption = None,
+    os_name: OsOption = None,
+) -> None:
+    """Check the database and every host config that records through mcptape; say what to fix.
+
+    Exit status: 0 all good, 1 something needs fixing.
+    """
+    from mcp_proxy.hosts import (
+        HOSTS,
+        Check,
+        ConfigTarget,
+        check_targets,
+        database_status,
+        find_mcptape,
+        list_servers,
+        resolve_targets,
+    )
+    from mcp_proxy.store.engine import ensure_schema, resolve_url
+
+    env = _env(os_name)
+    try:
+        exe: str | None = find_mcptape(mcptape_path)
+    except UserError as exc:
+        if mcptape_path:
+            raise
+        exe = None
+        print(f"warn     mcptape executable: {exc}")
+    if host is None:
+        targets = [ConfigTarget(h.config_path(env), h) for h in HOSTS.values()]
+    else:
+        targets = resolve_targets(host, env)
+    checks: list[Check] = check_targets(targets, exe)
+
+    # Databases: the one this shell uses, and every one a wrapped entry pins.
+    urls: dict[str, list[str]] = {resolve_url(db): ["this shell"]}
+    for t in targets:
+        try:
+            rows = list_servers(t)
+        except UserError:
+            continue
+        for s in rows:
+            if s.state == "wrapped":
+                urls.setdefault(resolve_url(s.db), []).append(f"{t.label} / {s.name}")
+    for url, users in urls.items():
+        subject = f"database {url.removeprefix('sqlite:///')}"
+        status = database_status(url)
+        note = f" (used by {', '.join(users)})"
+        if status.state == "behind":
+            migrate = fix or (
+                sys.stdin.isatty() and typer.confirm(f"{subject}: {status.message}. Migrate now?")
+            )
+            if migrate:
+                ensure_schema(url)
+                status = database_status(url)
+                checks.append(Check("ok", subject, f"migrated: {status.message}{note}"))
+                continue
+            checks.append(Check("problem", subject, status.message + note, "mcptape doctor --fix"))
+        elif status.state in ("unreachable", "ahead"):
+            hint = "upgrade mcptape" if status.state == "ahead" else "check the path or URL"
+            checks.append(Check("problem", subject, status.message + note, hint))
+        else:
+            checks.append(Check("ok", subject, status.message + note))
+    if len(urls) > 1:
+        checks.append(
+            Check(
+                "info",
+                "databases",
+                f"wrapped servers record to {len(urls)} different databases; pass --db to"
+                " mcptape sessions to see each",
+            )
+        )
+    for c in checks:
+        print(f"{c.level:8} {c.subject}: {c.message}")
+        if c.fix and c.level != "ok":
+            print(f"{'':8}   fix: {c.fix}")
+    problems = sum(1 for c in checks if c.level == "problem")
+    print(f"{problems} problem(s) found" if problems else "no problems found")
+    if problems:
+        raise typer.Exit(1)
