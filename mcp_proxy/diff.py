@@ -336,6 +336,9 @@ def json_changes(a: Any, b: Any, path: str = "$") -> list[Change]:
                 out.extend(json_changes(a[k], b[k], p))
         return out
     if isinstance(a, list) and isinstance(b, list):
+        key = _identity_key(a, b)
+        if key is not None:
+            return _keyed_changes(a, b, key, path)
         out = []
         for i in range(max(len(a), len(b))):
             p = f"{path}[{i}]"
@@ -354,6 +357,42 @@ def json_changes(a: Any, b: Any, path: str = "$") -> list[Change]:
     ):
         return [Change(path, "changed", a, b)]
     return [] if a == b else [Change(path, "changed", a, b)]
+
+
+#: Lists whose items carry one of these keys (tools, resources, prompts, templates) are compared
+#: item by item by that key, so one changed tool is one change, not a cascade of shifted indices.
+IDENTITY_KEYS = ("name", "uri", "uriTemplate")
+
+
+def _identity_key(a: list[Any], b: list[Any]) -> str | None:
+    items = [*a, *b]
+    if not items or not all(isinstance(x, dict) for x in items):
+        return None
+    for key in IDENTITY_KEYS:
+        values = [x.get(key) for x in items]
+        if all(isinstance(v, str) for v in values):
+            if len(set(values[: len(a)])) == len(a) and len(set(values[len(a) :])) == len(b):
+                return key
+    return None
+
+
+def _keyed_changes(a: list[Any], b: list[Any], key: str, path: str) -> list[Change]:
+    by_a = {x[key]: x for x in a}
+    by_b = {x[key]: x for x in b}
+    out: list[Change] = []
+    for name in [*by_a, *(k for k in by_b if k not in by_a)]:
+        p = f"{path}[{key}={name}]"
+        if name not in by_b:
+            out.append(Change(p, "removed", a=by_a[name]))
+        elif name not in by_a:
+            out.append(Change(p, "added", b=by_b[name]))
+        else:
+            out.extend(json_changes(by_a[name], by_b[name], p))
+    common_a = [x[key] for x in a if x[key] in by_b]
+    common_b = [x[key] for x in b if x[key] in by_a]
+    if common_a != common_b:
+        out.append(Change(f"{path}(order)", "changed", common_a, common_b))
+    return out
 
 
 @dataclass

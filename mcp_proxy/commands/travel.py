@@ -97,4 +97,137 @@ def _print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
 
 
-__all__ = ["export", "fail", "import_"]
+IgnoreOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--ignore",
+        help="JSONPath to leave out of the comparison, e.g. '$..timestamp' (repeatable).",
+    ),
+]
+
+
+@app.command()
+@handle_errors
+def diff(
+    a: Annotated[str, typer.Argument(help="A session (id prefix or name) or FILE[#SESSION].")],
+    b: Annotated[str, typer.Argument(help="A session (id prefix or name) or FILE[#SESSION].")],
+    ignore: IgnoreOption = None,
+    fmt: Annotated[OutFormat, typer.Option("--format", help="text or json.")] = OutFormat.text,
+    all_rows: Annotated[
+        bool, typer.Option("--all", help="Also list the exchanges that are the same.")
+    ] = False,
+    db: DbOption = None,
+) -> None:
+    """Compare two conversations exchange by exchange; exit 0 when equal, 1 when different.
+
+    Ids, timestamps, session ids, progress tokens, MRTR requestState and _meta are ignored.
+    """
+    from mcp_proxy.diff import JsonPathError, diff_sessions, render_text
+    from mcp_proxy.export import load_source
+
+    async def go() -> Any:
+        _, sa_ = await load_source(a, db)
+        _, sb_ = await load_source(b, db)
+        return sa_, sb_
+
+    sa_, sb_ = asyncio.run(go())
+    try:
+        result = diff_sessions(sa_, sb_, ignores=ignore or [], a_label=a, b_label=b)
+    except JsonPathError as exc:
+        fail(str(exc))
+    if fmt == OutFormat.json:
+        _print_json(result.to_json())
+    else:
+        print(render_text(result, context=all_rows))
+    raise typer.Exit(0 if result.equal else 1)
+
+
+class Pacing(StrEnum):
+    fast = "fast"
+    recorded = "recorded"
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@handle_errors
+def replay(
+    source: Annotated[str, typer.Argument(help="A session (id prefix or name) or FILE[#SESSION].")],
+    command: Annotated[
+        list[str] | None, typer.Argument(help="The server command and its arguments, after --.")
+    ] = None,
+    upstream: Annotated[
+        str | None, typer.Option("--upstream", help="Replay to this Streamable HTTP URL instead.")
+    ] = None,
+    pacing: Annotated[
+        Pacing, typer.Option("--pacing", help="fast (default) or recorded (keep the gaps).")
+    ] = Pacing.fast,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for each awaited answer.")
+    ] = 15.0,
+    ignore: IgnoreOption = None,
+    name: Annotated[
+        str | None, typer.Option("--name", "-n", help="Name of the new session.")
+    ] = None,
+    fmt: Annotated[OutFormat, typer.Option("--format", help="text or json.")] = OutFormat.text,
+    db: DbOption = None,
+) -> None:
+    """Re-send a recorded conversation to a live server, record it, and diff it (exit 1 if it differs).
+
+    stdio:  mcptape replay recordings/basic.mcptape.jsonl -- python -m my_server
+    HTTP:   mcptape replay recordings/http.mcptape.jsonl --upstream http://127.0.0.1:8000/mcp
+    """
+    from mcp_proxy.diff import JsonPathError, Normalizer, diff_sessions, render_text
+    from mcp_proxy.export import load_source
+    from mcp_proxy.store.engine import resolve_url
+
+    if bool(upstream) == bool(command):
+        fail("give the server as -- COMMAND… or as --upstream URL (one of them)")
+    try:
+        Normalizer.build(ignore or [])
+    except JsonPathError as exc:
+        fail(str(exc))
+    recording, session = asyncio.run(load_source(source, db))
+    url = resolve_url(db)
+    if upstream:
+        from mcp_proxy.replay import replay_http
+
+        result = replay_http(
+            session,
+            upstream,
+            url,
+            timeout=timeout,
+            pacing=pacing.value,
+            name=name,
+            origin=recording.origin,
+        )
+    else:
+        from mcp_proxy.replay import replay_stdio
+
+        result = replay_stdio(
+            session,
+            list(command or []),
+            url,
+            timeout=timeout,
+            pacing=pacing.value,
+            name=name,
+            origin=recording.origin,
+        )
+    if ignore and result.replayed is not None:
+        result.diff = diff_sessions(
+            session,
+            result.replayed,
+            ignores=ignore,
+            a_label=result.diff.a_label if result.diff else "recorded",
+            b_label=result.diff.b_label if result.diff else "replay",
+        )
+    if fmt == OutFormat.json:
+        _print_json(result.to_json())
+    else:
+        if result.diff is not None:
+            print(render_text(result.diff))
+        for note in result.notes:
+            print(f"problem: {note}")
+        print(f"replay recorded as session {result.session_id}", file=sys.stderr)
+    raise typer.Exit(0 if result.equal else 1)
+
+
+__all__ = ["diff", "export", "import_", "replay"]

@@ -1,0 +1,446 @@
+"""Replay: re-send a recorded conversation to a live server, record it, diff it.
+
+``mcptape replay SOURCE -- COMMAND…`` plays the host: it sends the recorded host→server frames
+in their order, waits where the host waited (a frame recorded after some responses is sent only
+after the live server has given those responses), answers the server's own requests (sampling,
+elicitation, roots) with the answers the recording holds, and records everything through the
+same relay ``mcptape record`` uses — so the replay is a normal session, linked to the original
+in ``meta["replay_of"]``. Then it diffs the two conversations.
+
+What cannot be re-sent verbatim is rewritten, and only that:
+- a response to a server request gets the live request's id (server ids are the server's);
+- an MRTR retry's ``requestState`` is the live server's sealed state, not the recorded one
+  (the SDK seals it with a per-process key; the recorded value would be rejected).
+
+The plan (what to send, what to wait for) is computed by :func:`plan`, a pure function; the I/O
+loop only follows it, with a timeout on every wait so that a server that stops answering is a
+reported difference, never a hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp_proxy.diff import DiffResult, canonical, diff_sessions
+from mcp_proxy.errors import UserError
+from mcp_proxy.export import Recording, SessionRecording, frame_messages, load_sessions
+from mcp_proxy.frames import id_key, parse_json
+from mcp_proxy.framing import LineFramer
+
+DEFAULT_TIMEOUT = 15.0
+
+
+# ============================================================================ the plan (pure)
+
+
+@dataclass
+class Action:
+    """One thing the replaying host does, in order.
+
+    ``send``: write ``raw`` (or ``message`` re-serialised when it must be rewritten) after the
+    live responses to ``wait_for`` (recorded c2s request ids) have arrived.
+    ``answer``: wait for the live server's next ``method`` request, then send ``message`` (the
+    recorded answer) with the live id.
+    """
+
+    kind: str  # send | answer
+    raw: bytes
+    message: dict[str, Any] | None
+    seq: int
+    ts: float
+    wait_for: list[str] = field(default_factory=list)
+    method: str | None = None  # answer: the server request's method
+    request_state: str | None = None  # send: the recorded requestState to replace
+
+
+def _request_state(msg: dict[str, Any]) -> str | None:
+    params = msg.get("params")
+    value = params.get("requestState") if isinstance(params, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def plan(session: SessionRecording) -> list[Action]:
+    """What to send and what to wait for, from the recorded frames (pure).
+
+    A host frame waits for every host request whose response the recording shows *before* that
+    frame: that is the causality the host obeyed (it sent ``tools/call`` after it read the
+    ``tools/list`` result), and all a replay may rely on.
+    """
+    actions: list[Action] = []
+    answered: list[str] = []  # c2s request ids answered so far and not yet waited for
+    s2c_methods: dict[str, str] = {}  # s2c request id → method
+    for f, msg in frame_messages(session):
+        if not isinstance(msg, dict):
+            if f["direction"] == "c2s":
+                actions.append(Action("send", bytes(f["raw"]), None, f["seq"], f["ts"], answered))
+                answered = []
+            continue
+        if f["direction"] == "s2c":
+            if "method" in msg and msg.get("id") is not None:
+                s2c_methods[id_key(msg["id"]) or ""] = str(msg["method"])
+            elif "method" not in msg and msg.get("id") is not None:
+                answered.append(id_key(msg["id"]) or "")
+            continue
+        # host → server
+        if "method" not in msg and msg.get("id") is not None:  # answer to a server request
+            method = s2c_methods.get(id_key(msg["id"]) or "")
+            actions.append(
+                Action("answer", bytes(f["raw"]), msg, f["seq"], f["ts"], answered, method=method)
+            )
+        else:
+            actions.append(
+                Action(
+                    "send",
+                    bytes(f["raw"]),
+                    msg,
+                    f["seq"],
+                    f["ts"],
+                    answered,
+                    request_state=_request_state(msg),
+                )
+            )
+        answered = []
+    return actions
+
+
+def outstanding_requests(session: SessionRecording) -> list[str]:
+    """Host request ids the recording shows answered (a replay waits for them before EOF)."""
+    out = []
+    for f, msg in frame_messages(session):
+        if f["direction"] == "s2c" and isinstance(msg, dict) and "method" not in msg:
+            if msg.get("id") is not None:
+                out.append(id_key(msg["id"]) or "")
+    return out
+
+
+def _with_id(msg: dict[str, Any], live_id: Any) -> bytes:
+    return _compact({**msg, "id": live_id})
+
+
+def _compact(msg: Any) -> bytes:
+    return json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+# ============================================================================ the live side
+
+
+@dataclass
+class ReplayResult:
+    """What a replay did: the new session, the diff against the original, what went wrong."""
+
+    session_id: str | None
+    original: SessionRecording
+    replayed: SessionRecording | None
+    diff: DiffResult | None
+    notes: list[str] = field(default_factory=list)
+    server_exit: int | None = None
+
+    @property
+    def equal(self) -> bool:
+        return self.diff is not None and self.diff.equal and not self.notes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "equal": self.equal,
+            "session": self.session_id,
+            "original": self.original.id,
+            "notes": self.notes,
+            "server_exit": self.server_exit,
+            "diff": self.diff.to_json() if self.diff else None,
+        }
+
+
+class _Live:
+    """The server's side of the pipe, read by a thread into a queue of parsed messages."""
+
+    def __init__(self, read_fd: int) -> None:
+        self.fd = read_fd
+        self.q: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.responses: dict[str, dict[str, Any]] = {}  # c2s request id → live response
+        self.server_requests: list[dict[str, Any]] = []  # s2c requests not yet answered
+        self.closed = False
+        self._thread = threading.Thread(target=self._read, name="replay-read", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        framer = LineFramer()
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            for line in framer.feed(chunk):
+                msg = parse_json(line)
+                if isinstance(msg, dict):
+                    self.q.put(msg)
+        self.q.put(None)
+
+    def pump(self, until: float) -> bool:
+        """Take what arrived (waiting until ``until`` for one message); False when closed."""
+        timeout = max(0.0, until - time.monotonic())
+        try:
+            msg = self.q.get(timeout=timeout)
+        except queue.Empty:
+            return not self.closed
+        while True:
+            if msg is None:
+                self.closed = True
+                return False
+            if "method" in msg and msg.get("id") is not None:
+                self.server_requests.append(msg)
+            elif "method" not in msg and msg.get("id") is not None:
+                self.responses[id_key(msg["id"]) or ""] = msg
+            try:
+                msg = self.q.get_nowait()
+            except queue.Empty:
+                return True
+
+
+def _link_session(db_url: str, session_id: str, link: dict[str, Any]) -> None:
+    """Merge ``meta["replay_of"]`` into the new session (after the recorder wrote its meta)."""
+    import sqlalchemy as sa
+
+    from mcp_proxy.store import writes
+    from mcp_proxy.store.schema import sessions
+
+    engine = writes.open_for_writing(db_url)
+    try:
+        with engine.begin() as conn:
+            meta = conn.execute(
+                sa.select(sessions.c.meta).where(sessions.c.id == session_id)
+            ).scalar()
+            merged = {**(meta or {}), "replay_of": link}
+            conn.execute(sessions.update().where(sessions.c.id == session_id).values(meta=merged))
+    finally:
+        engine.dispose()
+
+
+def _drive(
+    actions: list[Action],
+    expected: list[str],
+    write_fd: int,
+    live: _Live,
+    *,
+    states: dict[str, str],
+    timeout: float,
+    pacing: str,
+    notes: list[str],
+) -> None:
+    """Follow the plan against the live server (blocking; the relay runs in its own thread)."""
+    state_map: dict[str, str] = {}  # recorded requestState → live requestState
+    recorded_results = dict(states)  # c2s request id → the requestState its result carried
+    start = time.monotonic()
+    t0 = actions[0].ts if actions else 0.0
+    sent_ids: set[str] = set()
+
+    def learn_states() -> None:
+        for rid, rec_state in list(recorded_results.items()):
+            live_msg = live.responses.get(rid)
+            if live_msg is None:
+                continue
+            res = live_msg.get("result")
+            live_state = res.get("requestState") if isinstance(res, dict) else None
+            if isinstance(live_state, str):
+                state_map[rec_state] = live_state
+            del recorded_results[rid]
+
+    def wait(pred: Any, what: str) -> bool:
+        deadline = time.monotonic() + timeout
+        while not pred():
+            if live.closed or time.monotonic() >= deadline:
+                why = (
+                    "the server closed its output" if live.closed else f"no answer in {timeout:g} s"
+                )
+                notes.append(f"{what}: {why}")
+                return False
+            live.pump(min(deadline, time.monotonic() + 0.25))
+        return True
+
+    for act in actions:
+        if pacing == "recorded":
+            delay = (act.ts - t0) - (time.monotonic() - start)
+            if delay > 0:
+                time.sleep(min(delay, 60.0))
+        missing = [rid for rid in act.wait_for if rid in sent_ids]
+        if missing and not live.closed:
+            wait(
+                lambda m=missing: all(r in live.responses for r in m),  # type: ignore[misc]
+                f"waiting for the response to request id {', '.join(missing)}",
+            )
+        live.pump(time.monotonic())
+        learn_states()
+        if act.kind == "answer":
+            ok = not live.closed and wait(
+                lambda a=act: any(r.get("method") == a.method for r in live.server_requests),  # type: ignore[misc]
+                f"waiting for the server's {act.method} request",
+            )
+            if not ok:
+                continue
+            req = next(r for r in live.server_requests if r.get("method") == act.method)
+            live.server_requests.remove(req)
+            data = _with_id(act.message or {}, req["id"])
+        else:
+            data = act.raw
+            msg = act.message
+            if isinstance(msg, dict) and act.request_state and act.request_state in state_map:
+                params = dict(msg.get("params") or {})
+                params["requestState"] = state_map[act.request_state]
+                data = _compact({**msg, "params": params})
+            if isinstance(msg, dict) and "method" in msg and msg.get("id") is not None:
+                sent_ids.add(id_key(msg["id"]) or "")
+        if live.closed:
+            notes.append(f"the server exited before frame #{act.seq} could be sent")
+            return
+        try:
+            os.write(write_fd, data)
+        except OSError:
+            notes.append(f"the server stopped reading before frame #{act.seq}")
+            return
+    pending = [rid for rid in expected if rid in sent_ids]
+    wait(lambda: all(r in live.responses for r in pending), "waiting for the last responses")
+
+
+def replay_stdio(
+    session: SessionRecording,
+    argv: list[str],
+    db_url: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    pacing: str = "fast",
+    name: str | None = None,
+    origin: str = "",
+) -> ReplayResult:
+    """Replay one recorded session against ``argv`` (a stdio server), record it, diff it."""
+    from mcp_proxy.recorder import Recorder
+    from mcp_proxy.relay.stdio import StdioRelay
+
+    if not argv:
+        raise UserError("no server command given (usage: mcptape replay SOURCE -- COMMAND…)")
+    actions = plan(session)
+    if not actions:
+        raise UserError(f"session {session.label} has no host→server traffic to replay")
+    expected = outstanding_requests(session)
+    c2s_r, c2s_w = os.pipe()
+    s2c_r, s2c_w = os.pipe()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    recorder = Recorder(db_url, flush_interval=0.02)
+    procs: list[subprocess.Popen[bytes]] = []
+    relay = StdioRelay(
+        argv,
+        recorder=recorder,
+        name=name or f"{session.session.get('name') or session.id[:8]} replay",
+        stdin_fd=c2s_r,
+        stdout_fd=s2c_w,
+        stderr_fd=devnull,
+        on_start=procs.append,
+    )
+    recorder.start()
+    outcome: dict[str, Any] = {}
+
+    def run_relay() -> None:
+        try:
+            outcome["result"] = relay.run()
+        except BaseException as exc:  # reported below, in the calling thread
+            outcome["error"] = exc
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(s2c_w)
+
+    thread = threading.Thread(target=run_relay, name="replay-relay", daemon=True)
+    thread.start()
+    notes: list[str] = []
+    live = _Live(s2c_r)
+    try:
+        # Let a spawn failure surface before anything is written.
+        deadline = time.monotonic() + 10
+        while not procs and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if "error" in outcome:
+            raise outcome["error"]
+        _drive(
+            actions,
+            expected,
+            c2s_w,
+            live,
+            states=dict(recorded_states(session)),
+            timeout=timeout,
+            pacing=pacing,
+            notes=notes,
+        )
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(c2s_w)  # EOF: the server finishes and exits, as under a real host
+        thread.join(5.0)
+        if thread.is_alive() and procs:
+            notes.append("the server did not exit within 5 s of end of input; stopped it")
+            with contextlib.suppress(ProcessLookupError):
+                procs[0].terminate()
+            thread.join(5.0)
+            if thread.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    procs[0].kill()
+                thread.join(5.0)
+        recorder.close()
+        os.close(devnull)
+        with contextlib.suppress(OSError):
+            os.close(s2c_r)
+    if "error" in outcome:
+        raise outcome["error"]
+    result = outcome.get("result")
+    sid = relay.session_id
+    if sid is None:
+        raise UserError("the replay was not recorded (the relay did not start a session)")
+    _link_session(
+        db_url,
+        sid,
+        {"session_id": session.id, "origin": origin, "name": session.session.get("name")},
+    )
+    replayed = _load(db_url, sid)
+    diff = diff_sessions(
+        session, replayed, a_label=f"recorded {session.label}", b_label=f"replay {replayed.label}"
+    )
+    return ReplayResult(
+        sid, session, replayed, diff, notes, server_exit=result.exit_code if result else None
+    )
+
+
+def _load(db_url: str, session_id: str) -> SessionRecording:
+    import asyncio
+
+    from mcp_proxy.store.queries import Store
+
+    async def go() -> Recording:
+        store = await Store.open(db_url)
+        try:
+            return await load_sessions(store, [session_id])
+        finally:
+            await store.close()
+
+    return asyncio.run(go()).sessions[0]
+
+
+def recorded_states(session: SessionRecording) -> Iterator[tuple[str, str]]:
+    """(request id, requestState) for every recorded result that carried one (MRTR rounds)."""
+    for f, msg in frame_messages(session):
+        if (
+            f["direction"] == "s2c"
+            and isinstance(msg, dict)
+            and isinstance(msg.get("result"), dict)
+        ):
+            state = msg["result"].get("requestState")
+            if isinstance(state, str) and msg.get("id") is not None:
+                yield id_key(msg["id"]) or "", state
+
+
+__all__ = ["Action", "ReplayResult", "canonical", "plan", "replay_stdio"]
