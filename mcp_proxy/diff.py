@@ -194,6 +194,11 @@ class Step:
     request_id: str | None = None
     #: True when the result is an MRTR ``input_required`` round (the chain continues).
     input_required: bool = False
+    #: What the other side sent while this request was open, in wire order, as
+    #: ``("notify", message)`` / ``("ask", message)`` (a nested request): what a mock replays.
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: The recorded response message (for a mock to answer with), None when unanswered.
+    response: dict[str, Any] | None = None
 
     def document(self) -> dict[str, Any]:
         """The JSON the diff compares (before normalisation)."""
@@ -262,6 +267,10 @@ def _pair_locally(session: SessionRecording) -> list[Step]:
                 request_id=id_key(msg.get("id")),
             )
             steps.append(step)
+            if direction == "s2c":
+                in_flight = [s for (d, _), s in pending.items() if d == "c2s"]
+                if len(in_flight) == 1:
+                    in_flight[0].events.append(("ask", msg))
             pending[(direction, id_key(msg["id"]) or "")] = step
             meta = params.get("_meta") if isinstance(params, dict) else None
             token = meta.get("progressToken") if isinstance(meta, dict) else None
@@ -280,6 +289,7 @@ def _pair_locally(session: SessionRecording) -> list[Step]:
                     owner = in_flight[0]
             if owner is not None and owner.direction != direction:
                 owner.notifications.append(note)
+                owner.events.append(("notify", msg))
                 owner.seqs.append(f["seq"])
             else:
                 steps.append(Step(direction, method, params, "notification", seqs=[f["seq"]]))
@@ -290,6 +300,7 @@ def _pair_locally(session: SessionRecording) -> list[Step]:
             if step is None:
                 continue  # a response to nothing: the analysis findings report it
             step.seqs.append(f["seq"])
+            step.response = msg
             if "error" in msg:
                 step.outcome, step.error = "error", msg.get("error")
             else:

@@ -230,4 +230,80 @@ def replay(
     raise typer.Exit(0 if result.equal else 1)
 
 
-__all__ = ["diff", "export", "import_", "replay"]
+class RecordMode(StrEnum):
+    none = "none"
+    once = "once"
+    new_episodes = "new_episodes"
+    all = "all"
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@handle_errors
+def mock(
+    source: Annotated[
+        str, typer.Argument(help="A recording FILE[#SESSION] or a session (id prefix or name).")
+    ],
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(help="Real server to forward misses to (recording modes), after --."),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option("--port", help="Serve Streamable HTTP on this port (0 = any); else stdio."),
+    ] = None,
+    host: Annotated[str, typer.Option("--host", help="Address for --port.")] = "127.0.0.1",
+    record_mode: Annotated[
+        RecordMode,
+        typer.Option("--record-mode", help="none (serve only), once, new_episodes or all."),
+    ] = RecordMode.none,
+    upstream: Annotated[
+        str | None, typer.Option("--upstream", help="Real Streamable HTTP server for misses.")
+    ] = None,
+    ignore: IgnoreOption = None,
+    no_repeat: Annotated[
+        bool,
+        typer.Option("--no-repeat", help="A used-up match is a miss (default: the last repeats)."),
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for a client or upstream answer.")
+    ] = 30.0,
+    db: DbOption = None,
+) -> None:
+    """Stand in for a server, answering from a recording (stdio, or HTTP with --port).
+
+    mcptape mock recordings/basic.mcptape.jsonl                  # a host launches this
+    mcptape mock recordings/basic.mcptape.jsonl --port 8765      # http://127.0.0.1:8765/mcp
+    """
+    from mcp_proxy.diff import JsonPathError, Normalizer
+    from mcp_proxy.mock import MockOptions, run_mock
+
+    if command and upstream:
+        fail("give either -- COMMAND… or --upstream URL, not both")
+    try:
+        Normalizer.build(ignore or [])
+    except JsonPathError as exc:
+        fail(str(exc))
+
+    def announce(url: str) -> None:
+        print(f"mcptape mock: serving {source} at {url}", file=sys.stderr, flush=True)
+
+    raise typer.Exit(
+        run_mock(
+            MockOptions(
+                source=source,
+                port=port,
+                host=host,
+                mode=record_mode.value,
+                command=list(command) if command else None,
+                upstream=upstream,
+                ignores=ignore or [],
+                repeat_last=not no_repeat,
+                timeout=timeout,
+                db=db,
+            ),
+            ready=announce,
+        )
+    )
+
+
+__all__ = ["diff", "export", "import_", "mock", "replay"]
