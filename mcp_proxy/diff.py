@@ -231,7 +231,91 @@ def conversation(session: SessionRecording) -> list[Step]:
     until then :func:`_pair_locally` (the same rules: ids keyed by direction, progress by token,
     notifications to the one request in flight) stands in.
     """
-    return _pair_locally(session)
+    try:
+        from mcp_proxy.analysis.exchanges import decode, pair, session_facts
+    except ImportError:
+        return _pair_locally(session)
+    return _pair_with_analysis(session, decode, pair, session_facts)
+
+
+def _pair_with_analysis(
+    session: SessionRecording, decode: Any, pair: Any, facts_of: Any
+) -> list[Step]:
+    """Steps from :func:`mcp_proxy.analysis.exchanges.pair` (the one pairing of the project)."""
+    msgs = decode(session.frames)
+    http = {ex["id"]: ex for ex in session.exchanges}
+    pairing = pair(msgs, facts_of(msgs, session.session, http), http)
+    by_seq: dict[int, list[Any]] = {}
+    for m in msgs:
+        by_seq.setdefault(m.seq, []).append(m)
+    exchanges = list(pairing.exchanges)
+    attached: set[int] = set()
+    items: list[tuple[int, Step]] = []
+    for ex in exchanges:
+        req = ex.request.body if ex.request is not None else None
+        if not isinstance(req, dict):
+            continue
+        step = Step(
+            ex.direction,
+            ex.method,
+            req.get("params"),
+            "none",
+            seqs=[ex.request_seq],
+            request_id=ex.msg_id,
+        )
+        attached.add(ex.request_seq)
+        resp = ex.response.body if ex.response is not None else None
+        if isinstance(resp, dict):
+            step.response = resp
+            step.seqs.append(ex.response_seq)
+            attached.add(ex.response_seq)
+            if "error" in resp:
+                step.outcome, step.error = "error", resp.get("error")
+            else:
+                step.outcome, step.result = "result", resp.get("result")
+                res = step.result
+                step.input_required = isinstance(res, dict) and (
+                    res.get("resultType") == "input_required"
+                )
+        events: list[tuple[int, str, dict[str, Any]]] = []
+        for seq in [*ex.progress_seqs, *ex.log_seqs, *ex.other_seqs]:
+            for m in by_seq.get(seq, []):
+                if (
+                    m.kind == "notification"
+                    and isinstance(m.body, dict)
+                    and m.direction != ex.direction
+                ):
+                    events.append((seq, "notify", m.body))
+                    attached.add(seq)
+        for child in ex.children:
+            sub = exchanges[child] if 0 <= child < len(exchanges) else None
+            if sub is not None and sub.request is not None and isinstance(sub.request.body, dict):
+                events.append((sub.request_seq, "ask", sub.request.body))
+        events.sort(key=lambda e: e[0])
+        step.events = [(kind, body) for _, kind, body in events]
+        step.notifications = [
+            {"method": body.get("method"), "params": body.get("params")}
+            for kind, body in step.events
+            if kind == "notify"
+        ]
+        step.seqs.extend(seq for seq, kind, _ in events if kind == "notify")
+        items.append((ex.request_seq, step))
+    for m in msgs:
+        if m.kind == "notification" and m.seq not in attached and isinstance(m.body, dict):
+            items.append(
+                (
+                    m.seq,
+                    Step(
+                        m.direction,
+                        str(m.method),
+                        m.body.get("params"),
+                        "notification",
+                        seqs=[m.seq],
+                    ),
+                )
+            )
+    items.sort(key=lambda t: t[0])
+    return [step for _, step in items]
 
 
 def _json_frames(session: SessionRecording) -> list[tuple[dict[str, Any], Any]]:

@@ -415,6 +415,24 @@ def replay_stdio(
     )
 
 
+def replay_http(
+    session: SessionRecording,
+    url: str,
+    db_url: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    pacing: str = "fast",
+    name: str | None = None,
+    origin: str = "",
+) -> ReplayResult:
+    """Replay against a Streamable HTTP server: not wired to the HTTP relay yet."""
+    del session, db_url, timeout, pacing, name, origin
+    raise UserError(
+        f"replay --upstream {url}: HTTP replay is not available in this version;"
+        " replay against the server's stdio command (-- COMMAND…) instead"
+    )
+
+
 def _load(db_url: str, session_id: str) -> SessionRecording:
     import asyncio
 
@@ -443,4 +461,4 @@ def recorded_states(session: SessionRecording) -> Iterator[tuple[str, str]]:
                 yield id_key(msg["id"]) or "", state
 
 
-__all__ = ["Action", "ReplayResult", "canonical", "plan", "replay_stdio"]
+__all__ = ["Action", "ReplayResult", "canonical", "plan", "replay_http", "replay_stdio"]
