@@ -1,0 +1,43 @@
+"""Shared helpers for the travel tests (export/import, diff, replay, mock, plugin)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import mcptape_cmd
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDINGS = ROOT / "recordings"
+GOLDEN = Path(__file__).resolve().parent / "golden"
+PY = sys.executable
+
+
+def run_cli(*args: str, timeout: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:
+    """Run ``mcptape ARGS`` as a user would; never a shell."""
+    return subprocess.run(
+        [*mcptape_cmd(), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def server(presets: str, module: str = "mcp_proxy.testing.server") -> list[str]:
+    return [PY, "-m", module, "--preset", presets, "--transport", "stdio", "--name", "mcptape-test"]
+
+
+def child_env() -> dict[str, str] | None:
+    """Environment for SDK-launched children (the SDK passes only a few variables on)."""
+    return {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else None
+
+
+@pytest.fixture
+def recordings() -> Path:
+    return RECORDINGS
