@@ -89,7 +89,8 @@ class SessionFilter:
                 sa.exists().where(annotations.c.session_id == c.id, annotations.c.tag == self.tag)
             )
         if self.text:
-            raw_text: Any = frames.c.raw  # SQLite compares a BLOB with LIKE as text
+            # LIKE never matches a BLOB in SQLite: compare its text (invalid UTF-8 just won't match).
+            raw_text: Any = sa.cast(frames.c.raw, sa.Text)
             if dialect == "postgresql":
                 raw_text = sa.func.convert_from(frames.c.raw, "UTF8")
             out.append(
@@ -277,7 +278,10 @@ class DashboardQueries:
 
     async def all_tags(self) -> list[dict[str, Any]]:
         return await self.store._all(
-            sa.select(annotations.c.tag, sa.func.count(sa.distinct(annotations.c.session_id)))
+            sa.select(
+                annotations.c.tag,
+                sa.func.count(sa.distinct(annotations.c.session_id)).label("count"),
+            )
             .where(annotations.c.tag.is_not(None))
             .group_by(annotations.c.tag)
             .order_by(annotations.c.tag)

@@ -247,7 +247,11 @@ async def sessions_page(request: web.Request) -> web.Response:
         },
         "sessions": [_session_out(r, counts[r["id"]]) for r in rows],
         "next": cursor,
-        "next_url": _url("/sessions", {**params, "cursor": cursor}) if cursor else None,
+        "next_url": _url(
+            "/sessions", {**params, "limit": f.limit if f.limit != 50 else None, "cursor": cursor}
+        )
+        if cursor
+        else None,
         "tags": [{"tag": t["tag"], "sessions": t["count"]} for t in await q.all_tags()],
     }
     return render(
@@ -329,7 +333,10 @@ async def session_page(request: web.Request) -> web.Response:
         },
         "timeline": rows,
         "next": next_after,
-        "next_url": _url(f"/sessions/{sid}", {**params, "after": next_after})
+        "next_url": _url(
+            f"/sessions/{sid}",
+            {**params, "limit": tf.limit if tf.limit != 200 else None, "after": next_after},
+        )
         if next_after
         else None,
         "annotations": notes,

@@ -1,0 +1,142 @@
+"""Recordings for the dashboard tests: real SDK sessions through the real ``mcptape record``.
+
+Recorded once per test run (a few seconds) into one SQLite file that every dashboard test reads;
+tests that write annotations use tags of their own so they do not disturb each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from mcp import StdioServerParameters
+
+from dashboard.app import create_app
+from mcp_proxy.testing.client import (
+    SCRIPTED_PRESETS,
+    CallbackRecorder,
+    make_client,
+    run_scripted_session,
+)
+from mcp_proxy.testing.process import server_argv
+from tests.conftest import mcptape_cmd
+
+TOKEN = "test-token-0123456789"
+#: What a hostile server puts in its name, its tool output, its stdout and its stderr.
+HOSTILE_TEXT = (
+    "<script>window.__pwned=1;alert(1)</script>"
+    '<img src=x onerror="window.__pwned=2">'
+    "[click me](javascript:window.__pwned=3) javascript:alert(4) "
+    "invoice\u202egnp.exe \u2066isolated\u2069 \x1b[31mred"
+)
+HOSTILE_NAME = "evil<script>window.__pwned=5</script>\u202eevil"
+
+
+def recorded_params(db: Path, name: str, presets: str, server_name: str | None = None):
+    """Launch the test server through ``mcptape record``, exactly as a host would."""
+    cmd = mcptape_cmd()
+    argv = server_argv(presets, "stdio", name=server_name)
+    return StdioServerParameters(
+        command=cmd[0],
+        args=[*cmd[1:], "record", "--db", str(db), "--name", name, "--", *argv],
+        encoding_error_handler="replace",
+    )
+
+
+async def record_demo(db: Path, name: str, mode: str) -> None:
+    """The scripted session plus a JSON-RPC error, a stray stdout line and stderr lines."""
+    rec = CallbackRecorder()
+    params = recorded_params(db, name, ",".join([*SCRIPTED_PRESETS, "noise"]))
+    async with make_client(params, mode=mode, recorder=rec) as client:
+        await run_scripted_session(client, rec)
+        try:
+            await client.call_tool("protocol_error", {"code": -32602, "message": "bad arg"})
+        except Exception:  # the SDK raises on a JSON-RPC error: that is the point
+            pass
+        await client.call_tool("noise", {"text": "a stray print()", "count": 1})
+        await client.call_tool("stderr_noise", {"text": "warning: disk almost full", "count": 2})
+
+
+async def record_hostile(db: Path) -> None:
+    params = recorded_params(db, "hostile", "basic,noise", server_name=HOSTILE_NAME)
+    async with make_client(params, mode="legacy") as client:
+        await client.call_tool("echo", {"text": HOSTILE_TEXT})
+        await client.call_tool("noise", {"text": HOSTILE_TEXT, "count": 1})
+        await client.call_tool("stderr_noise", {"text": HOSTILE_TEXT, "count": 1})
+
+
+@dataclass
+class Recordings:
+    db: Path
+    url: str
+    ids: dict[str, str]  # session name → id
+
+    def rows(self, sql: str, *args: Any) -> list[dict[str, Any]]:
+        conn = sqlite3.connect(self.db)
+        conn.row_factory = sqlite3.Row
+        try:
+            return [dict(r) for r in conn.execute(sql, args)]
+        finally:
+            conn.close()
+
+    def frame_seq(self, name: str, **where: Any) -> int:
+        """The first frame of session ``name`` matching the column values given."""
+        cond = " AND ".join(f"{k} = ?" for k in where)
+        rows = self.rows(
+            f"SELECT seq FROM frames WHERE session_id = ? AND {cond} ORDER BY seq LIMIT 1",
+            self.ids[name],
+            *where.values(),
+        )
+        assert rows, (name, where)
+        return int(rows[0]["seq"])
+
+
+@pytest.fixture(scope="session")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> Recordings:
+    db = tmp_path_factory.mktemp("dashboard") / "recordings.db"
+
+    async def go() -> None:
+        await record_demo(db, "demo-legacy", "legacy")
+        await record_demo(db, "demo-modern", "auto")
+        await record_hostile(db)
+
+    asyncio.run(go())
+    conn = sqlite3.connect(db)
+    ids = {name: sid for sid, name in conn.execute("SELECT id, name FROM sessions")}
+    conn.close()
+    assert set(ids) == {"demo-legacy", "demo-modern", "hostile"}, ids
+    return Recordings(db=db, url="sqlite:///" + str(db), ids=ids)
+
+
+@pytest.fixture
+async def client(recordings: Recordings) -> AsyncIterator[TestClient]:
+    """An aiohttp test client on 127.0.0.1 that sends the token as a Bearer header."""
+    app = create_app(recordings.url, token=TOKEN, poll_interval=0.05)
+    async with TestClient(TestServer(app, host="127.0.0.1")) as c:
+        yield c
+
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+async def get_json(client: TestClient, path: str, status: int = 200) -> Any:
+    r = await client.get(path, headers=AUTH)
+    body = await r.text()
+    assert r.status == status, body[:2000]
+    assert r.content_type == "application/json"
+    return json.loads(body)
+
+
+async def get_html(client: TestClient, path: str, status: int = 200) -> str:
+    r = await client.get(path, headers=AUTH)
+    body = await r.text()
+    assert r.status == status, body[:2000]
+    assert r.content_type == "text/html"
+    return body

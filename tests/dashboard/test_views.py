@@ -1,0 +1,245 @@
+"""The pages' ``.json`` twins and HTML, through aiohttp's test client on real recordings."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from tests.dashboard.conftest import AUTH, TOKEN, Recordings, get_html, get_json
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_sessions_twin_lists_counts_and_status(client: TestClient, recordings: Recordings):
+    data = await get_json(client, "/sessions.json")
+    by_name = {s["name"]: s for s in data["sessions"]}
+    assert set(by_name) == {"demo-legacy", "demo-modern", "hostile"}
+    legacy = by_name["demo-legacy"]
+    frames = recordings.rows(
+        "SELECT kind FROM frames WHERE session_id = ?", recordings.ids["demo-legacy"]
+    )
+    assert legacy["frame_count"] == len(frames)
+    assert legacy["exchanges"] == sum(1 for f in frames if f["kind"] == "request")
+    assert legacy["status"] == "ended"
+    assert legacy["era"] == "initialize"
+    assert by_name["demo-modern"]["era"] == "2026-07-28"
+    assert legacy["duration"] > 0
+    # Newest first, and the HTML shows the same sessions in the same order.
+    started = [s["started_at"] for s in data["sessions"]]
+    assert started == sorted(started, reverse=True)
+    html = await get_html(client, "/sessions")
+    links = re.findall(r'href="/sessions/([0-9a-f]{32})"', html)
+    assert links == [s["id"] for s in data["sessions"]]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("transport=stdio", {"demo-legacy", "demo-modern", "hostile"}),
+        ("era=2026-07-28", {"demo-modern"}),
+        ("q=demo", {"demo-legacy", "demo-modern"}),
+        ("method=prompts/get", {"demo-legacy", "demo-modern"}),
+        ("text=stray+print", {"demo-legacy", "demo-modern"}),
+        ("text=gnp.exe", {"hostile"}),
+        ("status=crashed", set()),
+        ("since=1h", {"demo-legacy", "demo-modern", "hostile"}),
+        ("until=2000-01-01", set()),
+    ],
+)
+async def test_sessions_filters(client: TestClient, query: str, expected: set[str]):
+    data = await get_json(client, "/sessions.json?" + query)
+    assert {s["name"] for s in data["sessions"]} == expected
+
+
+async def test_sessions_keyset_pages_and_sorts(client: TestClient):
+    everything = [s["id"] for s in (await get_json(client, "/sessions.json"))["sessions"]]
+    seen: list[str] = []
+    url = "/sessions.json?limit=1"
+    while url:
+        page = await get_json(client, url)
+        assert len(page["sessions"]) == 1
+        seen += [s["id"] for s in page["sessions"]]
+        url = page["next_url"] and page["next_url"].replace("/sessions?", "/sessions.json?")
+    assert seen == everything
+    oldest = [s["id"] for s in (await get_json(client, "/sessions.json?sort=oldest"))["sessions"]]
+    assert oldest == everything[::-1]
+    by_frames = (await get_json(client, "/sessions.json?sort=frames"))["sessions"]
+    counts = [s["frame_count"] for s in by_frames]
+    assert counts == sorted(counts, reverse=True)
+
+
+async def test_bad_requests_are_400_and_unknown_sessions_404(client: TestClient):
+    assert (await get_json(client, "/sessions.json?sort=sideways", 400))["error"]["status"] == 400
+    await get_json(client, "/sessions.json?cursor=garbage", 400)
+    await get_json(client, "/sessions.json?since=yesterday-ish", 400)
+    await get_json(client, "/sessions/" + "f" * 32 + ".json", 404)
+    html = await get_html(client, "/sessions/" + "e" * 32, 404)
+    assert "no session matches" in html
+
+
+async def test_session_timeline_twin(client: TestClient, recordings: Recordings):
+    sid = recordings.ids["demo-legacy"]
+    data = await get_json(client, f"/sessions/{sid}.json")
+    rows = data["timeline"]
+    db_frames = recordings.rows("SELECT * FROM frames WHERE session_id = ? ORDER BY seq", sid)
+    assert [r["seq"] for r in rows] == [f["seq"] for f in db_frames]
+    assert data["next"] is None
+    # Requests know their answer and latency; answers point back at their request.
+    init = rows[0]
+    assert init["method"] == "initialize" and init["kind"] == "request"
+    assert init["outcome"] == "ok" and init["partner"]["kind"] == "response"
+    assert init["partner"]["latency"] >= 0
+    answer = next(r for r in rows if r["seq"] == init["partner"]["seq"])
+    assert answer["partner"]["seq"] == init["seq"]
+    # The JSON-RPC error is an outcome of its request; stderr and noise are in place.
+    errs = [r for r in rows if r["kind"] == "request" and r["outcome"] == "invalid params"]
+    assert len(errs) == 1 and errs[0]["partner"]["error_code"] == -32602
+    stderr = [r for r in rows if r["channel"] == "stderr"]
+    assert [r["preview"] for r in stderr] == ["warning: disk almost full"] * 2
+    assert any(r["kind"] == "noise" and "stray print" in r["preview"] for r in rows)
+    assert {"notifications/progress", "notifications/message"} <= {r["method"] for r in rows}
+    assert "tools/call" in data["methods"]
+
+
+async def test_session_timeline_filters_and_pages(client: TestClient, recordings: Recordings):
+    sid = recordings.ids["demo-legacy"]
+    c2s = (await get_json(client, f"/sessions/{sid}.json?direction=c2s"))["timeline"]
+    assert c2s and all(r["direction"] == "c2s" for r in c2s)
+    calls = (await get_json(client, f"/sessions/{sid}.json?method=tools/call"))["timeline"]
+    assert calls and all(r["method"] == "tools/call" for r in calls)
+    stderr = (await get_json(client, f"/sessions/{sid}.json?kind=stderr"))["timeline"]
+    assert len(stderr) == 2
+    first = await get_json(client, f"/sessions/{sid}.json?limit=5")
+    assert [r["seq"] for r in first["timeline"]] == [1, 2, 3, 4, 5] and first["next"] == 5
+    second = await get_json(client, f"/sessions/{sid}.json?limit=5&after=5")
+    assert [r["seq"] for r in second["timeline"]] == [6, 7, 8, 9, 10]
+    html = await get_html(client, f"/sessions/{sid}?limit=5")
+    assert f"/sessions/{sid}?limit=5&amp;after=5" in html or "after=5" in html
+
+
+async def test_exchange_twin_groups_progress_and_reads_outcomes(
+    client: TestClient, recordings: Recordings
+):
+    sid = recordings.ids["demo-legacy"]
+    calls = [
+        r
+        for r in (await get_json(client, f"/sessions/{sid}.json?method=tools/call"))["timeline"]
+        if r["kind"] == "request"
+    ]
+    outcomes = {}
+    for call in calls:
+        ex = await get_json(client, f"/sessions/{sid}/exchanges/{call['seq']}.json")
+        assert ex["request"]["seq"] == call["seq"]
+        name = ex["request"]["text"].split('"name":"', 1)[1].split('"', 1)[0]
+        outcomes[name] = ex
+    slow = outcomes["slow"]
+    assert slow["outcome"] == "ok" and slow["latency"] > 0
+    whys = [r["why"] for r in slow["related"]]
+    assert whys.count("progress") == 3
+    assert outcomes["fail"]["outcome"] == "tool error"
+    assert outcomes["protocol_error"]["outcome"] == "invalid params"
+    assert outcomes["protocol_error"]["response"]["error_code"] == -32602
+    html = await get_html(client, f"/sessions/{sid}/exchanges/{calls[0]['seq']}")
+    assert "<details open>" in html  # the collapsible JSON tree
+    # A frame that is not a request has no exchange page.
+    await get_json(client, f"/sessions/{sid}/exchanges/{slow['response']['seq']}.json", 404)
+
+
+async def test_frame_twin_and_raw_bytes(client: TestClient, recordings: Recordings):
+    sid = recordings.ids["demo-modern"]
+    seq = recordings.frame_seq("demo-modern", method="tools/list", kind="request")
+    raw = recordings.rows("SELECT raw FROM frames WHERE session_id=? AND seq=?", sid, seq)[0]["raw"]
+    data = await get_json(client, f"/sessions/{sid}/frames/{seq}.json")
+    assert data["frame"]["text"].encode() == raw
+    assert data["frame"]["kind"] == "request" and data["exchange_seq"] == seq
+    assert data["partner"]["kind"] == "response"
+    assert data["prev"] == seq - 1 and data["next"] == seq + 1
+    r = await client.get(f"/sessions/{sid}/frames/{seq}/raw", headers=AUTH)
+    assert r.status == 200 and await r.read() == raw
+    assert r.headers["Content-Type"] == "application/octet-stream"
+    assert r.headers["Content-Disposition"].startswith("attachment")
+    await get_json(client, f"/sessions/{sid}/frames/99999.json", 404)
+
+
+async def test_stats_twins(client: TestClient, recordings: Recordings):
+    overall = await get_json(client, "/stats.json")
+    by_method = {r["method"]: r for r in overall["latency"]}
+    assert by_method["tools/call"]["count"] >= 2 * 8
+    assert by_method["initialize"]["count"] == 2  # the two initialize-era sessions
+    assert all(r["p50"] <= r["p90"] <= r["max"] for r in overall["latency"])
+    categories = {e["category"]: e["count"] for e in overall["errors"]}
+    assert categories["jsonrpc -32602"] == 2
+    assert categories["transport.noise"] >= 3
+    sid = recordings.ids["hostile"]
+    one = await get_json(client, f"/sessions/{sid}/stats.json")
+    assert one["scope"] == "session" and {r["method"] for r in one["latency"]} >= {"tools/call"}
+    html = await get_html(client, "/stats")
+    assert "<svg" in html and 'class="box"' in html
+
+
+async def test_annotations_add_edit_delete_and_filter(client: TestClient, recordings: Recordings):
+    sid = recordings.ids["demo-modern"]
+    headers = {**AUTH, "X-Mcptape-Token": TOKEN}
+    r = await client.post(
+        f"/sessions/{sid}/annotations.json", json={"tag": "views-tag"}, headers=headers
+    )
+    assert r.status == 201, await r.text()
+    tag = (await r.json())["annotation"]
+    seq = recordings.frame_seq("demo-modern", method="tools/call", kind="request")
+    r = await client.post(
+        f"/sessions/{sid}/annotations.json",
+        json={"note": "this call is the bug", "frame_seq": seq},
+        headers=headers,
+    )
+    note = (await r.json())["annotation"]
+    assert note["frame_seq"] == seq
+
+    listed = await get_json(client, "/sessions.json?tag=views-tag")
+    assert [s["id"] for s in listed["sessions"]] == [sid]
+    assert "views-tag" in listed["sessions"][0]["tags"]
+    page = await get_json(client, f"/sessions/{sid}.json")
+    assert [a["tag"] for a in page["annotations"]] == ["views-tag"]
+    marked = await get_json(client, f"/sessions/{sid}.json?annotated=1")
+    assert [r["seq"] for r in marked["timeline"]] == [seq]
+    assert marked["timeline"][0]["annotations"][0]["note"] == "this call is the bug"
+
+    r = await client.post(
+        f"/annotations/{note['id']}.json", json={"note": "edited"}, headers=headers
+    )
+    assert (await r.json())["annotation"]["note"] == "edited"
+    r = await client.post(f"/annotations/{tag['id']}/delete.json", headers=headers)
+    assert r.status == 200
+    assert (await get_json(client, "/sessions.json?tag=views-tag"))["sessions"] == []
+    r = await client.delete(f"/annotations/{note['id']}.json", headers=headers)
+    assert r.status == 200
+    assert (await get_json(client, f"/sessions/{sid}.json?annotated=1"))["timeline"] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"tag": "Has Spaces"}, 400),
+        ({"tag": "x" * 65}, 400),
+        ({"tag": "ok", "note": "both"}, 400),
+        ({}, 400),
+        ({"note": "on a frame that is not there", "frame_seq": 99999}, 404),
+    ],
+)
+async def test_annotation_validation(client, recordings: Recordings, body, status):
+    sid = recordings.ids["demo-legacy"]
+    r = await client.post(
+        f"/sessions/{sid}/annotations.json", json=body, headers={**AUTH, "X-Mcptape-Token": TOKEN}
+    )
+    assert r.status == status, await r.text()
+
+
+async def test_live_stream_of_an_ended_session_says_so(client: TestClient, recordings: Recordings):
+    sid = recordings.ids["hostile"]
+    r = await client.get(f"/sessions/{sid}/live?after=0", headers=AUTH)
+    assert r.status == 200 and r.content_type == "text/event-stream"
+    text = await r.text()  # the stream ends once the session is known not to be live
+    events = re.findall(r"^event: (\w+)$", text, re.M)
+    assert events[0] == "frames" and events[-1] == "status"
+    assert '"status": "ended"' in text
