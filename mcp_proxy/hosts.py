@@ -769,9 +769,12 @@ def _after_comma(text: str, pos: int) -> int:
 
 def prefix_args(name: str, db: str | None) -> list[str]:
     """What install puts before the original command: ``record --name N [--db D] --``."""
-    out = ["record", "--name", name]
-    if db:
-        out += ["--db", db]
+    out = ["record"]
+    for option, value in (("--name", name), ("--db", db)):
+        if value is None:
+            continue
+        # A value that starts with "-" would be read as an option: glue it to its flag.
+        out += [f"{option}={value}"] if value.startswith("-") else [option, value]
     return [*out, "--"]
 
 
@@ -1397,9 +1400,7 @@ def database_status(url: str) -> DbStatus:
         while not parent.exists() and parent != parent.parent:
             parent = parent.parent
         if os.access(parent, os.W_OK):
-            return DbStatus(
-                "missing", None, f"{path} does not exist yet (first recording makes it)"
-            )
+            return DbStatus("missing", None, "not created yet (the first recording creates it)")
         return DbStatus("unreachable", None, f"cannot create {path}: {parent} is not writable")
     try:
         engine = sync_engine(url)
@@ -1436,14 +1437,22 @@ def _find_command(entry: ServerEntry, command: str) -> bool:
     return shutil.which(command, path=env_path if isinstance(env_path, str) else None) is not None
 
 
-def check_targets(targets: Sequence[ConfigTarget], mcptape: str | None) -> list[Check]:
-    """Host-config half of ``mcptape doctor``: wrapped entries still launchable and current."""
+def check_targets(
+    targets: Sequence[ConfigTarget], mcptape: str | None, *, report_missing: bool = False
+) -> list[Check]:
+    """Host-config half of ``mcptape doctor``: wrapped entries still launchable and current.
+
+    A host without a config file is simply not installed, unless the user named it
+    (``report_missing``).
+    """
     checks: list[Check] = []
     for t in targets:
         subject = t.label
         try:
             entries = parse_config(t, read_snapshot(t).raw).entries()
-        except ConfigNotFound:
+        except ConfigNotFound as exc:
+            if report_missing:
+                checks.append(Check("problem", subject, str(exc), "check --host"))
             continue
         except UserError as exc:
             checks.append(Check("problem", subject, str(exc), "fix the file by hand"))
@@ -1482,7 +1491,17 @@ def check_targets(targets: Sequence[ConfigTarget], mcptape: str | None) -> list[
                         "install it, or put its absolute path in the config",
                     )
                 )
-            if not any(c.subject == who and c.level != "ok" for c in checks):
+            if w.db is None:
+                checks.append(
+                    Check(
+                        "info",
+                        who,
+                        "no --db: records wherever the host's environment puts the default"
+                        " database, which may not be the one this shell reads",
+                        f"mcptape uninstall --host {t.selector} -s {e.name}, then install again",
+                    )
+                )
+            if not any(c.subject == who and c.level not in ("ok", "info") for c in checks):
                 checks.append(Check("ok", who, f"records {_show(w.original)}"))
         if plain:
             names = ", ".join(e.name for e in plain)

@@ -582,6 +582,8 @@ def test_hand_made_and_odd_mcptape_entries(tmp_path: Path) -> None:
         '  "http": {"command": "C:\\\\bin\\\\mcptape.EXE", "args": ["record", "--upstream", "u"]}\n'
         "}}"
     )
+    checks = {(c.level, c.message.split(":")[0]) for c in H.check_targets([target], MCPTAPE)}
+    assert ("info", "no --db") in checks  # a hand-made wrap records to an unpinned database
     plan = plan_install(target, mcptape=MCPTAPE)
     assert {o.server: o.status for o in plan.outcomes} == {"by-hand": "updated", "http": "already"}
     undo = plan_uninstall(target)
@@ -614,6 +616,16 @@ def test_other_wrappers_are_left_alone_unless_forced(tmp_path: Path, argv: list[
     assert "another wrapper" in plan.outcomes[0].message and not plan.changed
     forced = plan_install(target, mcptape=MCPTAPE, force=True)
     assert [o.status for o in forced.outcomes] == ["wrapped"]
+
+
+def test_names_that_look_like_options(tmp_path: Path) -> None:
+    """A server named "-v" must not turn into an option of `mcptape record`."""
+    assert H.prefix_args("-v", "/d.db") == ["record", "--name=-v", "--db", "/d.db", "--"]
+    target = ConfigTarget(tmp_path / "mcp.json")
+    target.path.write_text('{"mcpServers": {"-v": {"command": "npx", "args": ["x"]}}}')
+    apply_plan(plan_install(target, mcptape=MCPTAPE, db="/d.db"))
+    (entry,) = H.parse_config(target, target.path.read_bytes()).entries()
+    assert entry.wrapped == H.Wrapped(MCPTAPE, "-v", "/d.db", ["npx", "x"], 5)
 
 
 def test_launchers_are_not_wrappers() -> None:

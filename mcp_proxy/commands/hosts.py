@@ -120,8 +120,11 @@ def _run(
     dry_run: bool,
     os_name: OsChoice | None,
     make_plan: Any,
-) -> None:
-    """Plan → print → apply for every target; one failing target does not stop the others."""
+) -> int:
+    """Plan → print → apply for every target; one failing target does not stop the others.
+
+    Returns how many files were written.
+    """
     from mcp_proxy.hosts import apply_plan
 
     targets = _targets(host, os_name)
@@ -168,8 +171,8 @@ def _run(
         print("dry run: nothing was written")
     elif changed == 0 and not failures and not missing:
         print("nothing to change")
-    for label, exc in failures:
-        print(f"mcptape: {label}: {exc}", file=sys.stderr)
+    for label, error in failures:
+        print(f"mcptape: {label}: {error}", file=sys.stderr)
     if missing:
         fail(
             f"no server named {', '.join(repr(s) for s in missing)} in"
@@ -177,7 +180,8 @@ def _run(
             EXIT_NOT_FOUND,
         )
     if failures:
-        raise typer.Exit(max(exc.exit_code for _, exc in failures))
+        raise typer.Exit(max(error.exit_code for _, error in failures))
+    return changed
 
 
 def _pinned_db(db: str | None) -> str:
@@ -243,7 +247,7 @@ def install(
     servers = _selection(server, all_)
     exe = find_mcptape(mcptape_path)
     pinned = _pinned_db(db)
-    _run(
+    written = _run(
         "install",
         host,
         servers,
@@ -251,7 +255,7 @@ def install(
         os_name,
         lambda t: plan_install(t, mcptape=exe, servers=servers, db=pinned, force=force),
     )
-    if not dry_run:
+    if written:
         print(f"recordings go to {pinned} (see them with: mcptape sessions)")
 
 
@@ -373,7 +377,7 @@ def doctor(
         targets = [ConfigTarget(h.config_path(env), h) for h in HOSTS.values()]
     else:
         targets = resolve_targets(host, env)
-    checks: list[Check] = check_targets(targets, exe)
+    checks: list[Check] = check_targets(targets, exe, report_missing=host is not None)
 
     # Databases: the one this shell uses, and every one a wrapped entry pins.
     urls: dict[str, list[str]] = {resolve_url(db): ["this shell"]}
