@@ -108,7 +108,7 @@ async def test_security_headers(client: TestClient):
     assert "frame-ancestors 'none'" in csp
     assert r.headers["X-Content-Type-Options"] == "nosniff"
     assert r.headers["X-Frame-Options"] == "DENY"
-    assert r.headers["Referrer-Policy"] == "no-referrer"
+    assert r.headers["Referrer-Policy"] == "same-origin"
     assert r.headers["Cache-Control"] == "no-store"
     # The stylesheet is public (the refusal page uses it) but Host is still checked.
     assert (await client.get("/static/dashboard.css")).status == 200

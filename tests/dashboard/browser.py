@@ -1,0 +1,68 @@
+"""Debian's Chromium driven by Playwright, and a real ``mcptape dashboard`` process to point it at.
+
+Never ``playwright install``: the browser is the distribution's (``apt-get install chromium``,
+which ``.ci/run`` does). If it is missing the tests fail with that instruction rather than skip.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import mcptape_cmd
+
+CHROMIUM = os.environ.get("MCPTAPE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def require_chromium() -> str:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(
+            f"Chromium not found at {CHROMIUM}: install Debian's package with "
+            "`apt-get update && apt-get install -y chromium` (CI's .ci/run does this)",
+            pytrace=False,
+        )
+    return CHROMIUM
+
+
+def launch(playwright):  # type: ignore[no-untyped-def]
+    return playwright.chromium.launch(executable_path=require_chromium(), args=CHROMIUM_ARGS)
+
+
+@contextmanager
+def dashboard_process(db: Path) -> Iterator[str]:
+    """Run ``mcptape dashboard --port 0`` on ``db``; yield the printed URL (with the token)."""
+    proc = subprocess.Popen(
+        [*mcptape_cmd(), "dashboard", "--db", str(db), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line.startswith("mcptape dashboard: http://127.0.0.1:"):
+            proc.kill()
+            raise AssertionError(f"dashboard did not start: {line!r} {proc.stderr.read()!r}")
+        yield line.split(": ", 1)[1].strip()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
