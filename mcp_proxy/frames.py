@@ -127,6 +127,7 @@ def classify_message(msg: Any) -> Classified:
 
 
 _HEAD = 64 * 1024
+_JSON_START = frozenset((b"{", b"["))
 _METHOD_RE = re.compile(rb'"method"\s*:\s*"((?:[^"\\]|\\.){1,256})"')
 _ID_RE = re.compile(rb'"id"\s*:\s*(-?\d+(?:\.\d+)?|"(?:[^"\\]|\\.){0,256}"|null)')
 _CODE_RE = re.compile(rb'"error"\s*:\s*\{[^{}]*?"code"\s*:\s*(-?\d+)')
@@ -183,7 +184,18 @@ def classify(
         return Classified(Kind.STDERR)
     if len(raw) > FULL_PARSE_LIMIT:
         return _classify_huge(bytes(raw[:_HEAD]) + bytes(raw[-32:]))
-    content = strip_line_end(bytes(raw))
+    data = bytes(raw)
+    head = data[:4]
+    # Fast path: json.loads on UTF-8 bytes directly (no decode copy, no newline strip). Bytes
+    # that json would sniff as UTF-16/32 (NULs, BOMs) take the strict path instead.
+    if head[:1] in _JSON_START and b"\x00" not in head:
+        try:
+            return classify_message(json.loads(data))
+        except UnicodeDecodeError:
+            return Classified(Kind.NOISE, problem="not valid UTF-8")
+        except ValueError:
+            pass
+    content = strip_line_end(data)
     if not content.strip():
         return Classified(Kind.EMPTY)
     try:

@@ -14,14 +14,17 @@ class LineFramer:
     """Split a byte stream into lines, each kept *with* its ``\\n`` terminator.
 
     A last line without a terminator comes out of :meth:`flush` (marked incomplete by the caller).
-    Partial data is kept as a list of chunks so that a 64 MiB line costs one join at the end, not
-    a quadratic series of concatenations.
+    A partial line is held as a list of chunks while small; past :data:`BIG` it moves into one
+    ``bytearray`` that grows in place, so a 64 MiB line is never held twice (chunks + join).
+    Lines that went through that path are returned as ``bytearray``.
     """
 
-    __slots__ = ("_parts", "_size")
+    BIG = 1 << 20
+    __slots__ = ("_big", "_parts", "_size")
 
     def __init__(self) -> None:
         self._parts: list[bytes] = []
+        self._big: bytearray | None = None
         self._size = 0
 
     @property
@@ -29,21 +32,40 @@ class LineFramer:
         """Bytes held for a line that has not ended yet."""
         return self._size
 
-    def feed(self, chunk: bytes) -> list[bytes]:
-        lines: list[bytes] = []
-        start = 0
+    def _hold(self, piece: bytes) -> None:
+        self._size += len(piece)
+        if self._big is not None:
+            self._big += piece
+        elif self._size > self.BIG:
+            self._big = bytearray().join(self._parts)
+            self._big += piece
+            self._parts = []
+        else:
+            self._parts.append(piece)
+
+    def _take(self) -> bytes | bytearray:
+        data: bytes | bytearray
+        if self._big is not None:
+            data = self._big
+            self._big = None
+        else:
+            data = b"".join(self._parts)
+            self._parts = []
+        self._size = 0
+        return data
+
+    def feed(self, chunk: bytes) -> list[bytes | bytearray]:
+        lines: list[bytes | bytearray] = []
         find = chunk.find
         nl = find(b"\n")
         if nl < 0:
             if chunk:
-                self._parts.append(chunk)
-                self._size += len(chunk)
+                self._hold(chunk)
             return lines
-        if self._parts:
-            self._parts.append(chunk[: nl + 1])
-            lines.append(b"".join(self._parts))
-            self._parts = []
-            self._size = 0
+        start = 0
+        if self._size:
+            self._hold(chunk[: nl + 1])
+            lines.append(self._take())
             start = nl + 1
             nl = find(b"\n", start)
         while nl >= 0:
@@ -51,19 +73,14 @@ class LineFramer:
             start = nl + 1
             nl = find(b"\n", start)
         if start < len(chunk):
-            rest = chunk[start:]
-            self._parts.append(rest)
-            self._size += len(rest)
+            self._hold(chunk[start:] if start else chunk)
         return lines
 
-    def flush(self) -> bytes | None:
+    def flush(self) -> bytes | bytearray | None:
         """Return what is left of an unterminated last line, if anything."""
-        if not self._parts:
+        if not self._size:
             return None
-        data = b"".join(self._parts)
-        self._parts = []
-        self._size = 0
-        return data
+        return self._take()
 
 
 @dataclass(slots=True)

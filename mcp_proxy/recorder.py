@@ -27,14 +27,17 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_proxy import __version__
-from mcp_proxy.frames import Classified, Frame, Kind, classify
+from mcp_proxy.frames import Channel, Classified, Direction, Frame, Kind, classify
+from mcp_proxy.framing import LineFramer
 from mcp_proxy.handshake import HandshakeTracker
 
 GAP_CODE = "recorder.gap"
+_HANDSHAKE_KINDS = frozenset((Kind.REQUEST, Kind.RESPONSE, Kind.ERROR))
 
 
 @dataclass
@@ -59,6 +62,9 @@ class _SessionState:
     lost_reason: str = ""
     lost_seqs: list[int] = field(default_factory=list)
     gap_total: int = 0
+    #: Metadata the transport gave the session (grouping rule, redaction…); merged with what the
+    #: handshake tracker learns so that neither overwrites the other in ``sessions.meta``.
+    base_meta: dict[str, Any] = field(default_factory=dict)
 
 
 class Recorder:
@@ -69,11 +75,16 @@ class Recorder:
         url: str,
         *,
         flush_interval: float = 0.05,
-        max_batch: int = 5000,
+        max_batch: int = 2000,
         max_queued_bytes: int = 1 << 30,
         warn: Any = None,
+        redact: Callable[[Frame], Frame] | None = None,
     ) -> None:
         self.url = url
+        #: Applied to every frame in the writer thread before it is classified and written
+        #: (see :mod:`mcp_proxy.redact`): secrets never reach the disk, and the relay path
+        #: never pays for the JSON work.
+        self.redact = redact
         self.flush_interval = flush_interval
         self.max_batch = max_batch
         self.max_queued_bytes = max_queued_bytes
@@ -87,6 +98,7 @@ class Recorder:
         self._thread: threading.Thread | None = None
         self._sessions: dict[str, _SessionState] = {}
         self._exchange_ids: dict[int, int] = {}  # local exchange id → database id
+        self._framers: dict[tuple[str, Direction, Channel], LineFramer] = {}
         self._local_ids = itertools.count(1)
         self._warned = False
         self._warn = warn or (lambda msg: print(f"mcptape: {msg}", file=sys.stderr, flush=True))
@@ -98,9 +110,9 @@ class Recorder:
         self._thread = threading.Thread(target=self._run, name="mcptape-writer", daemon=True)
         self._thread.start()
 
-    def new_session(self, *, transport: str, **fields: Any) -> str:
+    def new_session(self, *, transport: str, session_id: str | None = None, **fields: Any) -> str:
         """Queue a new session row; returns its id at once."""
-        sid = uuid.uuid4().hex
+        sid = session_id or uuid.uuid4().hex
         row = {
             "id": sid,
             "transport": transport,
@@ -125,9 +137,46 @@ class Recorder:
             self._queued_bytes += size
         self._q.append(("frame", session_id, frame))
 
-    def new_exchange(self, session_id: str, **fields: Any) -> int:
+    def put_chunk(
+        self,
+        session_id: str,
+        direction: Direction,
+        channel: Channel,
+        data: bytes,
+        mono_ns: int | None = None,
+        wall: float | None = None,
+    ) -> None:
+        """Queue bytes read from a stream (stdio); the writer cuts them into line frames.
+
+        One deque append per read, however many lines it holds: the relay thread does no
+        per-frame work at all. Each frame gets the time of the read that completed it.
+        """
+        size = len(data)
+        if self._queued_bytes + size > self.max_queued_bytes:
+            with self._lock:
+                self._refused[session_id] = self._refused.get(session_id, 0) + data.count(b"\n")
+            return
+        with self._lock:
+            self._queued_bytes += size
+        self._q.append(
+            (
+                "chunk",
+                session_id,
+                direction,
+                channel,
+                data,
+                mono_ns if mono_ns is not None else time.monotonic_ns(),
+                wall if wall is not None else time.time(),
+            )
+        )
+
+    def end_stream(self, session_id: str, direction: Direction, channel: Channel) -> None:
+        """The stream ended: what is left of an unterminated last line becomes a frame."""
+        self._q.append(("eos", session_id, direction, channel, time.monotonic_ns(), time.time()))
+
+    def new_exchange(self, session_id: str, *, local_id: int | None = None, **fields: Any) -> int:
         """Queue an HTTP exchange row; returns a local id that frames and updates refer to."""
-        local = next(self._local_ids)
+        local = local_id if local_id is not None else next(self._local_ids)
         self._q.append(("exchange", session_id, local, fields))
         return local
 
@@ -160,17 +209,34 @@ class Recorder:
         return self.stats
 
     # ----------------------------------------------------------------- writer thread
-    def _run(self) -> None:
+    def open_engine(self) -> Any:
+        """Open (and migrate) the database; on failure warn once and return None."""
         from mcp_proxy.store import writes
 
         engine = None
         try:
             engine = writes.open_for_writing(self.url)
-        except Exception as exc:
+        except Exception as exc:  # any failure here must not stop the relay
             self.store_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             self._warn(f"cannot record to the database ({self.store_error}); relaying anyway")
         finally:
             self.ready.set()
+        return engine
+
+    def write_pending(self, engine: Any) -> None:
+        """Write everything queued so far, batch by batch (used by the worker process)."""
+        while self._q:
+            self._write_batch(engine, drain=True)
+
+    def finish(self, engine: Any) -> RecorderStats:
+        """Record counted gaps and release the engine (after the last batch)."""
+        if engine is not None:
+            self._record_refused(engine)
+            engine.dispose()
+        return self.stats
+
+    def _run(self) -> None:
+        engine = self.open_engine()
         while True:
             stopping = self._stop.is_set()
             if not self._q and stopping:
@@ -185,9 +251,11 @@ class Recorder:
                 # Let frames accumulate so each transaction carries many of them.
                 self._wake.wait(self.flush_interval)
                 self._wake.clear()
-        if engine is not None:
-            self._record_refused(engine)
-            engine.dispose()
+        self.finish(engine)
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._queued_bytes
 
     def _take_batch(self) -> list[tuple[Any, ...]]:
         batch: list[tuple[Any, ...]] = []
@@ -195,10 +263,12 @@ class Recorder:
         nbytes = 0
         while q and len(batch) < self.max_batch:
             item = q.popleft()
-            if item[0] == "frame":
-                nbytes += len(item[2].raw)
+            tag = item[0]
+            if tag == "chunk" or tag == "frame":
+                n = len(item[4]) if tag == "chunk" else len(item[2].raw)
+                nbytes += n
                 batch.append(item)
-                if nbytes > 16 << 20:  # keep big frames in small transactions
+                if nbytes > 256 << 10:  # bounded transactions keep memory (and lock time) small
                     break
             else:
                 batch.append(item)
@@ -246,46 +316,35 @@ class Recorder:
         ops = writes_ops()
         for item in batch:
             tag = item[0]
-            if tag == "frame":
-                _, sid, frame = item
-                st = self._session(sid)
-                c: Classified = classify(frame.raw, frame.channel)
-                seq = st.next_seq
-                st.next_seq += 1
-                st.frame_count += 1
-                ops.frames.append(
-                    {
-                        "session_id": sid,
-                        "seq": seq,
-                        "ts": frame.wall,
-                        "mono_ns": frame.mono_ns,
-                        "direction": frame.direction.value,
-                        "channel": frame.channel.value,
-                        "kind": c.kind.value,
-                        "method": c.method[:200] if c.method else None,
-                        "msg_id": c.msg_id[:300] if c.msg_id else None,
-                        "error_code": c.error_code,
-                        "size": len(frame.raw),
-                        "complete": frame.complete,
-                        "partial_parse": c.partial,
-                        "raw": frame.raw,
-                        "http_exchange_id": frame.http_exchange,
-                        "sse_id": frame.sse_id,
-                        "sse_event": frame.sse_event,
-                    }
-                )
-                if c.kind in (Kind.REQUEST, Kind.RESPONSE, Kind.ERROR):
-                    changes = st.tracker.observe(frame.direction, c)
-                    if changes:
-                        ops.session_updates.setdefault(sid, {}).update(changes)
-                counts = ops.session_counts.setdefault(sid, [0, 0.0])
-                counts[0] = st.frame_count
-                counts[1] = frame.wall
+            if tag == "chunk":
+                _, sid, direction, channel, data, mono, wall = item
+                framer = self._framers.get((sid, direction, channel))
+                if framer is None:
+                    framer = self._framers[(sid, direction, channel)] = LineFramer()
+                for line in framer.feed(data):
+                    self._add_frame(ops, sid, Frame(direction, channel, line, mono, wall))
+            elif tag == "eos":
+                _, sid, direction, channel, mono, wall = item
+                framer = self._framers.pop((sid, direction, channel), None)
+                rest = framer.flush() if framer is not None else None
+                if rest:
+                    self._add_frame(
+                        ops, sid, Frame(direction, channel, rest, mono, wall, complete=False)
+                    )
+            elif tag == "frame":
+                self._add_frame(ops, item[1], item[2])
             elif tag == "session":
-                self._session(item[1]["id"])
+                st = self._session(item[1]["id"])
+                if isinstance(item[1].get("meta"), dict):
+                    st.base_meta = dict(item[1]["meta"])
                 ops.sessions.append(item[1])
             elif tag == "session_update":
-                ops.session_updates.setdefault(item[1], {}).update(item[2])
+                fields = item[2]
+                if isinstance(fields.get("meta"), dict):
+                    st = self._session(item[1])
+                    st.base_meta.update(fields["meta"])
+                    fields = {**fields, "meta": {**st.base_meta, **st.tracker.meta}}
+                ops.session_updates.setdefault(item[1], {}).update(fields)
             elif tag == "exchange":
                 _, sid, local, fields = item
                 ops.exchanges.append((local, {"session_id": sid, **fields}))
@@ -302,12 +361,58 @@ class Recorder:
                 )
         return ops
 
+    def _add_frame(self, ops: writes_ops, sid: str, frame: Frame) -> None:
+        """Classify one frame, number it, and queue its row (a tuple in FRAME_COLS order)."""
+        st = self._session(sid)
+        if self.redact is not None:
+            frame = self.redact(frame)
+        raw = frame.raw
+        c: Classified = classify(raw, frame.channel)
+        seq = st.next_seq
+        st.next_seq += 1
+        st.frame_count += 1
+        method = c.method
+        msg_id = c.msg_id
+        ops.frames.append(
+            (
+                sid,
+                seq,
+                frame.wall,
+                frame.mono_ns,
+                frame.direction.value,
+                frame.channel.value,
+                c.kind.value,
+                method[:200] if method else None,
+                msg_id[:300] if msg_id else None,
+                c.error_code,
+                len(raw),
+                frame.complete,
+                c.partial,
+                raw,
+                frame.http_exchange,
+                frame.sse_id,
+                frame.sse_event,
+                True if frame.extra and frame.extra.get("redacted") else None,
+            )
+        )
+        if c.message is not None and c.kind in _HANDSHAKE_KINDS:
+            changes = st.tracker.observe(frame.direction, c)
+            if changes and "meta" in changes and st.base_meta:
+                changes["meta"] = {**st.base_meta, **changes["meta"]}
+            if changes:
+                ops.session_updates.setdefault(sid, {}).update(changes)
+        counts = ops.session_counts.get(sid)
+        if counts is None:
+            counts = ops.session_counts[sid] = [0, 0.0]
+        counts[0] = st.frame_count
+        counts[1] = frame.wall
+
     def _count_lost(self, ops: writes_ops, reason: str) -> None:
         for row in ops.frames:
-            st = self._session(row["session_id"])
+            st = self._session(row[0])
             st.lost += 1
             st.lost_reason = reason
-            st.lost_seqs.append(row["seq"])
+            st.lost_seqs.append(row[1])
             self.stats.frames_lost += 1
             self.stats.lost_by_session[st.id] = self.stats.lost_by_session.get(st.id, 0) + 1
         if not self._warned:
@@ -362,5 +467,5 @@ class writes_ops:
     session_counts: dict[str, list[Any]] = field(default_factory=dict)
     exchanges: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     exchange_updates: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
-    frames: list[dict[str, Any]] = field(default_factory=list)
+    frames: list[tuple[Any, ...]] = field(default_factory=list)  # in writes.FRAME_COLS order
     findings: list[dict[str, Any]] = field(default_factory=list)

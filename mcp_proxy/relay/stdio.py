@@ -22,17 +22,15 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_proxy.errors import UserError
-from mcp_proxy.frames import Channel, Direction, Frame
-from mcp_proxy.framing import LineFramer
+from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.recorder import Recorder
+from mcp_proxy.recorder_proc import RecorderClient
 
 READ_SIZE = 1 << 16
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -70,7 +68,7 @@ class StdioRelay:
         self,
         argv: list[str],
         *,
-        recorder: Recorder | None,
+        recorder: Recorder | RecorderClient | None,
         name: str | None = None,
         stdin_fd: int = 0,
         stdout_fd: int = 1,
@@ -93,15 +91,13 @@ class StdioRelay:
         self._stdin_broken = False
 
     # ------------------------------------------------------------------ helpers
-    def _emit(
-        self, direction: Direction, channel: Channel, raw: bytes, complete: bool = True
-    ) -> None:
-        if self.recorder is None or self.session_id is None:
-            return
-        self.recorder.put(
-            self.session_id,
-            Frame(direction, channel, raw, time.monotonic_ns(), time.time(), complete),
-        )
+    def _tee(self, direction: Direction, channel: Channel, data: bytes) -> None:
+        if self.recorder is not None and self.session_id is not None:
+            self.recorder.put_chunk(self.session_id, direction, channel, data)
+
+    def _eos(self, direction: Direction, channel: Channel) -> None:
+        if self.recorder is not None and self.session_id is not None:
+            self.recorder.end_stream(self.session_id, direction, channel)
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         exe = self.argv[0]
@@ -125,7 +121,6 @@ class StdioRelay:
 
     # ------------------------------------------------------------------ pumps
     def _pump_host_to_server(self, server_stdin: int) -> None:
-        framer = LineFramer()
         broken = False
         try:
             while True:
@@ -142,17 +137,13 @@ class StdioRelay:
                         # The server closed its stdin or died: keep recording what the host says.
                         broken = True
                         self._stdin_broken = exc.errno in (errno.EPIPE, errno.EBADF) or True
-                for line in framer.feed(chunk):
-                    self._emit(Direction.C2S, Channel.STDIO, line)
+                self._tee(Direction.C2S, Channel.STDIO, chunk)
         finally:
-            rest = framer.flush()
-            if rest:
-                self._emit(Direction.C2S, Channel.STDIO, rest, complete=False)
+            self._eos(Direction.C2S, Channel.STDIO)
             with contextlib.suppress(OSError):
                 os.close(server_stdin)
 
     def _pump_server_to_host(self, server_stdout: int) -> None:
-        framer = LineFramer()
         while True:
             try:
                 chunk = os.read(server_stdout, READ_SIZE)
@@ -166,14 +157,10 @@ class StdioRelay:
                 except OSError:
                     # The host went away; keep draining the server so the recording is whole.
                     self._host_gone = True
-            for line in framer.feed(chunk):
-                self._emit(Direction.S2C, Channel.STDIO, line)
-        rest = framer.flush()
-        if rest:
-            self._emit(Direction.S2C, Channel.STDIO, rest, complete=False)
+            self._tee(Direction.S2C, Channel.STDIO, chunk)
+        self._eos(Direction.S2C, Channel.STDIO)
 
     def _pump_stderr(self, server_stderr: int) -> None:
-        framer = LineFramer()
         tee = True
         while True:
             try:
@@ -187,11 +174,8 @@ class StdioRelay:
                     _write_all(self.stderr_fd, chunk)
                 except OSError:
                     tee = False
-            for line in framer.feed(chunk):
-                self._emit(Direction.S2C, Channel.STDERR, line)
-        rest = framer.flush()
-        if rest:
-            self._emit(Direction.S2C, Channel.STDERR, rest, complete=False)
+            self._tee(Direction.S2C, Channel.STDERR, chunk)
+        self._eos(Direction.S2C, Channel.STDERR)
 
     # ------------------------------------------------------------------ run
     def _forward_signal(self, signum: int, _frame: Any) -> None:
@@ -201,8 +185,8 @@ class StdioRelay:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signum)
 
-    def run(self) -> StdioResult:
-        proc = self._spawn()
+    def run(self, proc: subprocess.Popen[bytes] | None = None) -> StdioResult:
+        proc = proc or self._spawn()
         self.proc = proc
         if self.on_start is not None:
             self.on_start(proc)
@@ -257,23 +241,20 @@ class StdioRelay:
 
 
 def record_stdio(argv: list[str], *, db_url: str, name: str | None = None) -> int:
-    """``mcptape record -- COMMAND``: relay and record; returns the exit status to use."""
-    # A short switch interval lets a relay thread that just woke on I/O take the GIL from the
-    # writer thread quickly: relay latency matters more than the writer's throughput.
-    sys.setswitchinterval(0.0005)
-    recorder = Recorder(db_url)
+    """``mcptape record -- COMMAND``: relay and record; returns the exit status to use.
+
+    The recorder runs in a child process (:mod:`mcp_proxy.recorder_proc`) so that the relay
+    threads never wait for the GIL while a batch is being written.
+    """
+    from mcp_proxy.recorder_proc import RecorderClient
+
+    recorder = RecorderClient(db_url)
     relay = StdioRelay(argv, recorder=recorder, name=name)
+    # Spawn (and fail on a missing command) before starting the recorder process.
+    proc = relay._spawn()
     recorder.start()
     try:
-        result = relay.run()
-    except UserError:
+        result = relay.run(proc)
+    finally:
         recorder.close()
-        raise
-    stats = recorder.close()
-    if stats.frames_lost:
-        print(
-            f"mcptape: {stats.frames_lost} frame(s) could not be recorded"
-            f" ({stats.last_error or 'recorder fell behind'})",
-            file=sys.stderr,
-        )
     return result.exit_code

@@ -18,12 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-from sqlalchemy import event
-
 from mcp_proxy.errors import StoreError
-from mcp_proxy.store.schema import SCHEMA_HEAD
 
+# SQLAlchemy is imported inside the functions that need it: resolving the database location is
+# on the start-up path of `mcptape record`, whose relay process never touches the database.
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -54,6 +52,8 @@ def resolve_url(db: str | None = None) -> str:
 
 def sqlite_path(url: str) -> Path | None:
     """The file behind a SQLite URL, or None for other databases and in-memory SQLite."""
+    import sqlalchemy as sa
+
     u = sa.engine.make_url(url)
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return None
@@ -61,6 +61,8 @@ def sqlite_path(url: str) -> Path | None:
 
 
 def _async_url(url: str) -> str:
+    import sqlalchemy as sa
+
     u = sa.engine.make_url(url)
     backend = u.get_backend_name()
     if backend == "sqlite":
@@ -71,6 +73,8 @@ def _async_url(url: str) -> str:
 
 
 def _sync_url(url: str) -> str:
+    import sqlalchemy as sa
+
     u = sa.engine.make_url(url)
     if u.get_backend_name() == "sqlite":
         return str(u.set(drivername="sqlite"))
@@ -97,6 +101,9 @@ def _prepare_sqlite_file(url: str) -> None:
 
 def sync_engine(url: str) -> Engine:
     """A sync engine (used by the recorder's writer thread and by migrations)."""
+    import sqlalchemy as sa
+    from sqlalchemy import event
+
     url = _sync_url(url)
     _prepare_sqlite_file(url)
     engine = sa.create_engine(url, future=True)
@@ -107,6 +114,7 @@ def sync_engine(url: str) -> Engine:
 
 def async_engine(url: str) -> AsyncEngine:
     """An async engine (aiosqlite for SQLite) for the store's read API and the dashboard."""
+    from sqlalchemy import event
     from sqlalchemy.ext.asyncio import create_async_engine
 
     _prepare_sqlite_file(url)
@@ -117,6 +125,8 @@ def async_engine(url: str) -> AsyncEngine:
 
 
 def current_revision(engine: Engine) -> str | None:
+    import sqlalchemy as sa
+
     insp_sql = sa.text("SELECT version_num FROM alembic_version")
     try:
         with engine.connect() as conn:
@@ -165,6 +175,8 @@ def upgrade(url: str, engine: Engine | None = None) -> None:
     """Run alembic's upgrade to head (slow path; takes the migration lock)."""
     from alembic import command
 
+    from mcp_proxy.store.schema import SCHEMA_HEAD
+
     own = engine is None
     engine = engine or sync_engine(url)
     try:
@@ -185,6 +197,10 @@ def ensure_schema(url: str, engine: Engine | None = None) -> None:
 
     Raises :class:`StoreError` with one clear line when the database cannot be reached.
     """
+    import sqlalchemy as sa
+
+    from mcp_proxy.store.schema import SCHEMA_HEAD
+
     own = engine is None
     try:
         engine = engine or sync_engine(url)
@@ -203,7 +219,12 @@ def ensure_schema(url: str, engine: Engine | None = None) -> None:
                         f"the database is at schema {rev}, newer than this mcptape ({SCHEMA_HEAD});"
                         " upgrade mcptape"
                     )
-                upgrade(url, engine)
+                try:
+                    upgrade(url, engine)
+                except sa.exc.SQLAlchemyError:
+                    raise
+                except Exception as exc:  # alembic's CommandError and friends: one line
+                    raise StoreError(f"cannot migrate the database: {_short(exc)}") from exc
                 return
             except sa.exc.OperationalError as exc:
                 if attempt == 4:

@@ -92,6 +92,8 @@ frames = sa.Table(
     sa.Column("http_exchange_id", BigId, sa.ForeignKey("http_exchanges.id"), nullable=True),
     sa.Column("sse_id", sa.String(200), nullable=True),
     sa.Column("sse_event", sa.String(100), nullable=True),
+    # True when ``raw`` is the redacted copy (re-serialised), not the wire bytes (migration 0002).
+    sa.Column("redacted", sa.Boolean, nullable=True),
     sa.UniqueConstraint("session_id", "seq", name="uq_frames_session_seq"),
     sa.Index("ix_frames_session_method", "session_id", "method"),
     sa.Index("ix_frames_session_kind", "session_id", "kind"),

@@ -5,7 +5,7 @@ without reading the whole session (a 100,000-frame session pages in constant tim
 ``sessions (frame_count, id)`` serves the "most frames" sort without a scan.
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0002
 Create Date: 2026-11-30
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0003"
-down_revision = "0001"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 

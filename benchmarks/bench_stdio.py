@@ -1,0 +1,259 @@
+"""Benchmarks of the stdio relay: each figure is compared with a direct connection in the same run.
+
+    uv run python benchmarks/bench_stdio.py            # all of them
+    uv run python benchmarks/bench_stdio.py rtt sdk    # a selection: rtt sdk burst memory
+
+- rtt: a minimal line-echo server (no SDK) and a raw client exchanging small JSON-RPC frames;
+  added latency of `mcptape record` (recording on) at p50/p99 over direct.
+- sdk: 1,000 sequential tools/call with the official SDK client and server, proxied/direct.
+- burst: 100,000 notifications relayed and recorded; frames/s until all are in the database.
+- memory: mcptape's own peak RSS through a 100k-frame session, and the growth while it relays
+  and records one 64 MiB message.
+
+Not a test: these machines are noisy. Numbers are printed, ratios are what to compare.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PY = sys.executable
+ROOT = Path(__file__).resolve().parent.parent
+MCPTAPE = [str(Path(PY).parent / "mcptape")]
+RAWECHO = [PY, "-m", "mcp_proxy.testing.rawecho"]
+
+
+def _pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    k = min(len(values) - 1, max(0, round(p / 100 * (len(values) - 1))))
+    return values[k]
+
+
+def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+
+
+def _record_argv(db: Path, server: list[str], name: str = "bench") -> list[str]:
+    return [*MCPTAPE, "record", "--db", str(db), "--name", name, "--", *server]
+
+
+def _rtt_run(argv: list[str], n: int, warmup: int = 300) -> list[float]:
+    proc = _spawn(argv)
+    assert proc.stdin and proc.stdout
+    wfd, rfd = proc.stdin.fileno(), proc.stdout.fileno()
+    out: list[float] = []
+    buf = b""
+    for i in range(n + warmup):
+        msg = b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % i
+        t0 = time.perf_counter_ns()
+        os.write(wfd, msg)
+        while b"\n" not in buf:
+            buf += os.read(rfd, 65536)
+        t1 = time.perf_counter_ns()
+        _, _, buf = buf.partition(b"\n")
+        if i >= warmup:
+            out.append((t1 - t0) / 1000)
+    proc.stdin.close()
+    proc.wait()
+    return out
+
+
+def bench_rtt(db: Path, n: int = 5000, rounds: int = 3) -> dict[str, float]:
+    direct: list[float] = []
+    proxied: list[float] = []
+    for _ in range(rounds):  # interleave to share the machine's noise fairly
+        direct += _rtt_run(RAWECHO, n)
+        proxied += _rtt_run(_record_argv(db, RAWECHO, "rtt"), n)
+    d50, d99 = _pct(direct, 50), _pct(direct, 99)
+    p50, p99 = _pct(proxied, 50), _pct(proxied, 99)
+    print(f"rtt     direct   p50 {d50:7.1f} µs  p99 {d99:7.1f} µs   ({len(direct)} round trips)")
+    print(f"rtt     proxied  p50 {p50:7.1f} µs  p99 {p99:7.1f} µs")
+    print(
+        f"rtt     added    p50 {p50 - d50:7.1f} µs  p99 {p99 - d99:7.1f} µs"
+        f"   ratio p50 {p50 / d50:.2f}  (target: added p50 ≤ 40 µs, p99 ≤ 150 µs)"
+    )
+    return {"direct_p50": d50, "proxied_p50": p50, "added_p50": p50 - d50, "added_p99": p99 - d99}
+
+
+async def _sdk_calls(argv: list[str], n: int) -> float:
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(command=argv[0], args=argv[1:])
+    async with Client(params, cache=None) as client:
+        for _ in range(50):
+            await client.call_tool("echo", {"text": "warm"})
+        t0 = time.perf_counter()
+        for i in range(n):
+            await client.call_tool("echo", {"text": f"call {i}"})
+        return time.perf_counter() - t0
+
+
+def bench_sdk(db: Path, n: int = 1000, rounds: int = 3) -> dict[str, float]:
+    server = [PY, "-m", "mcp_proxy.testing.server", "--preset", "basic", "--transport", "stdio"]
+    direct, proxied = [], []
+    for _ in range(rounds):
+        direct.append(asyncio.run(_sdk_calls(server, n)))
+        proxied.append(asyncio.run(_sdk_calls(_record_argv(db, server, "sdk"), n)))
+    d, p = statistics.median(direct), statistics.median(proxied)
+    print(
+        f"sdk     direct  {n} tools/call {d:6.3f} s ({d / n * 1e6:6.0f} µs/call)   median of {rounds}"
+    )
+    print(f"sdk     proxied {n} tools/call {p:6.3f} s ({p / n * 1e6:6.0f} µs/call)")
+    print(f"sdk     ratio proxied/direct {p / d:.3f}   (target ≤ 1.03)")
+    return {"ratio": p / d}
+
+
+def _count(db: Path, sid_name: str) -> int:
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        row = conn.execute(
+            "SELECT COUNT(*) FROM frames f JOIN sessions s ON s.id = f.session_id WHERE s.name = ?",
+            (sid_name,),
+        ).fetchone()
+        return int(row[0])
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        conn.close()
+
+
+def bench_burst(db: Path, n: int = 100_000) -> dict[str, float]:
+    req = b'{"jsonrpc":"2.0","id":1,"method":"burst"}\n'
+    # direct: how long the server needs to emit the burst and the client to read it
+    proc = _spawn([*RAWECHO, "--burst", str(n)])
+    t0 = time.perf_counter()
+    out, _ = proc.communicate(req)
+    direct = time.perf_counter() - t0
+    assert out.count(b"\n") == n + 1
+    name = "burst"
+    argv = _record_argv(db, [*RAWECHO, "--burst", str(n)], name)
+    proc = _spawn(argv)
+    assert proc.stdin and proc.stdout
+    # wait until the recorder is up, so that start-up (imports, migrations) is not timed
+    time.sleep(1.5)
+    t0 = time.perf_counter()
+    os.write(proc.stdin.fileno(), req)
+    lines = 0
+    while lines < n + 1:
+        lines += os.read(proc.stdout.fileno(), 1 << 20).count(b"\n")
+    relayed = time.perf_counter() - t0
+    proc.stdin.close()
+    expected = n + 2
+    while _count(db, name) < expected and time.perf_counter() - t0 < 120:
+        time.sleep(0.01)
+    recorded = time.perf_counter() - t0
+    got = _count(db, name)
+    proc.wait()
+    print(f"burst   direct: {n} notifications read in {direct:.3f} s ({n / direct:,.0f}/s)")
+    print(
+        f"burst   proxied: relayed in {relayed:.3f} s ({n / relayed:,.0f}/s); all {got}/{expected}"
+        f" frames recorded after {recorded:.3f} s → {expected / recorded:,.0f} frames/s"
+        f"   (target ≥ 50,000/s, zero loss: {'yes' if got == expected else 'NO'})"
+    )
+    return {"frames_per_s": expected / recorded, "lost": expected - got}
+
+
+def _hwm_kib(pid: int) -> tuple[int, int]:
+    text = Path(f"/proc/{pid}/status").read_text()
+    vals = {}
+    for line in text.splitlines():
+        if line.startswith(("VmHWM:", "VmRSS:")):
+            k, v = line.split(":", 1)
+            vals[k] = int(v.split()[0])
+    return vals["VmRSS"], vals["VmHWM"]
+
+
+def _worker_pid(pid: int) -> int:
+    """The recorder process that `mcptape record` started (its child that is not the server)."""
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+        if b"mcp_proxy.recorder_proc" in cmdline:
+            return int(child)
+    raise RuntimeError("no recorder process found")
+
+
+def _wait_count(db: Path, name: str, expected: int, timeout: float = 120) -> None:
+    t0 = time.time()
+    while _count(db, name) < expected and time.time() - t0 < timeout:
+        time.sleep(0.05)
+
+
+def bench_memory(db: Path) -> dict[str, float]:
+    # 1) 100k-frame session
+    name = "mem100k"
+    proc = _spawn(_record_argv(db, [*RAWECHO, "--burst", "99998"], name))
+    assert proc.stdin and proc.stdout
+    os.write(proc.stdin.fileno(), b'{"jsonrpc":"2.0","id":1,"method":"burst"}\n')
+    got = 0
+    while got < 99999:
+        got += os.read(proc.stdout.fileno(), 1 << 20).count(b"\n")
+    worker = _worker_pid(proc.pid)
+    _wait_count(db, name, 100_000)
+    _, hwm = _hwm_kib(proc.pid)
+    _, whwm = _hwm_kib(worker)
+    proc.stdin.close()
+    proc.wait()
+    print(
+        f"memory  100k-frame session: peak RSS relay {hwm / 1024:.1f} MiB + recorder"
+        f" {whwm / 1024:.1f} MiB = {(hwm + whwm) / 1024:.1f} MiB   (target ≤ 60 MB)"
+    )
+
+    # 2) one 64 MiB message
+    name = "mem64"
+    proc = _spawn(_record_argv(db, [*RAWECHO, "--huge-mib", "64"], name))
+    assert proc.stdin and proc.stdout
+    os.write(proc.stdin.fileno(), b'{"jsonrpc":"2.0","id":0,"method":"ping"}\n')
+    os.read(proc.stdout.fileno(), 4096)
+    _wait_count(db, name, 2)
+    time.sleep(0.5)
+    worker = _worker_pid(proc.pid)
+    base_rss, _ = _hwm_kib(proc.pid)
+    wbase_rss, _ = _hwm_kib(worker)
+    os.write(proc.stdin.fileno(), b'{"jsonrpc":"2.0","id":1,"method":"huge"}\n')
+    size = 0
+    t0 = time.perf_counter()
+    while True:
+        chunk = os.read(proc.stdout.fileno(), 1 << 20)
+        size += len(chunk)
+        if chunk.endswith(b"\n"):
+            break
+    relay_s = time.perf_counter() - t0
+    _wait_count(db, name, 4)
+    rec_s = time.perf_counter() - t0
+    _, hwm = _hwm_kib(proc.pid)
+    _, whwm = _hwm_kib(worker)
+    proc.stdin.close()
+    proc.wait()
+    growth = ((hwm - base_rss) + (whwm - wbase_rss)) * 1024
+    print(
+        f"memory  64 MiB message ({size / 2**20:.1f} MiB): relayed in {relay_s:.2f} s, recorded after"
+        f" {rec_s:.2f} s; relay RSS {base_rss / 1024:.1f} → peak {hwm / 1024:.1f} MiB, recorder"
+        f" {wbase_rss / 1024:.1f} → {whwm / 1024:.1f} MiB; growth {growth / size:.2f}× the message"
+        "   (target ≤ 3×)"
+    )
+    return {"peak_100k_mib": (hwm + whwm) / 1024, "growth_x": growth / size}
+
+
+def main() -> None:
+    which = sys.argv[1:] or ["rtt", "sdk", "burst", "memory"]
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "bench.db"
+        # Create and migrate the database once, outside any timing.
+        subprocess.run([*MCPTAPE, "sessions", "--db", str(db)], capture_output=True, check=True)
+        results = {}
+        for name in which:
+            results[name] = globals()[f"bench_{name}"](db)
+        print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
