@@ -636,9 +636,45 @@ def diff_steps(
             continue
         changes = json_changes(norm(a[i].document()), norm(b[j].document()))
         pairs.append(Pair("changed" if changes else "same", a[i], b[j], changes))
+    pairs = _rejoin_moved(pairs, norm)
     return DiffResult(
         a_label, b_label, pairs, ignores=[*(DEFAULT_IGNORES if defaults else ()), *extra]
     )
+
+
+def _rejoin_moved(pairs: list[Pair], norm: Normalizer) -> list[Pair]:
+    """Pair up one-sided rows of the same direction and method that the alignment left apart.
+
+    The recorder copies each direction from its own thread after forwarding, so the order of two
+    frames going opposite ways within a few microseconds is not causal: a server's nested
+    ``roots/list`` can land before or after the host's next request. A step that merely moved
+    is compared in place of the one it matches instead of being reported twice.
+    """
+    only_b = [k for k, p in enumerate(pairs) if p.status == "only_b"]
+    used: set[int] = set()
+    out: list[Pair] = []
+    for p in pairs:
+        if p.status == "only_a" and p.a is not None:
+            key = (p.a.direction, p.a.method)
+            match = next(
+                (
+                    k
+                    for k in only_b
+                    if k not in used
+                    and pairs[k].b is not None
+                    and (pairs[k].b.direction, pairs[k].b.method) == key
+                ),  # type: ignore[union-attr]
+                None,
+            )
+            if match is not None:
+                used.add(match)
+                b = pairs[match].b
+                changes = json_changes(norm(p.a.document()), norm(b.document()))  # type: ignore[union-attr]
+                out.append(Pair("changed" if changes else "same", p.a, b, changes))
+                continue
+        out.append(p)
+    dropped = {id(pairs[k]) for k in used}
+    return [p for p in out if id(p) not in dropped]
 
 
 def diff_sessions(
