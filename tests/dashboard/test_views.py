@@ -180,14 +180,15 @@ async def test_stats_twins(client: TestClient, recordings: Recordings):
 
 
 async def test_annotations_add_edit_delete_and_filter(client: TestClient, recordings: Recordings):
-    sid = recordings.ids["demo-modern"]
+    # demo-legacy: the browser tests annotate demo-modern, the security tests only tag sessions.
+    sid = recordings.ids["demo-legacy"]
     headers = {**AUTH, "X-Mcptape-Token": TOKEN}
     r = await client.post(
         f"/sessions/{sid}/annotations.json", json={"tag": "views-tag"}, headers=headers
     )
     assert r.status == 201, await r.text()
     tag = (await r.json())["annotation"]
-    seq = recordings.frame_seq("demo-modern", method="tools/call", kind="request")
+    seq = recordings.frame_seq("demo-legacy", method="tools/call", kind="request")
     r = await client.post(
         f"/sessions/{sid}/annotations.json",
         json={"note": "this call is the bug", "frame_seq": seq},
@@ -200,7 +201,7 @@ async def test_annotations_add_edit_delete_and_filter(client: TestClient, record
     assert [s["id"] for s in listed["sessions"]] == [sid]
     assert "views-tag" in listed["sessions"][0]["tags"]
     page = await get_json(client, f"/sessions/{sid}.json")
-    assert [a["tag"] for a in page["annotations"]] == ["views-tag"]
+    assert "views-tag" in [a["tag"] for a in page["annotations"]]
     marked = await get_json(client, f"/sessions/{sid}.json?annotated=1")
     assert [r["seq"] for r in marked["timeline"]] == [seq]
     assert marked["timeline"][0]["annotations"][0]["note"] == "this call is the bug"
