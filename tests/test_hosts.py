@@ -819,7 +819,8 @@ def test_cli_install_hosts_doctor_uninstall(cli: Any, tmp_path: Path) -> None:
 
     doctor = cli("doctor")
     assert doctor.exit_code == 0, doctor.output
-    assert "not created yet" in doctor.output and "not recorded: echo, project" in doctor.output
+    assert "not recorded: echo, project" in doctor.output
+    assert f"ok       database {cli.db}: schema" in doctor.output  # install migrated it
 
     again = cli("install", "--host", "claude-code")
     assert "already  echo" in again.output and "nothing to change" in again.output
@@ -838,8 +839,11 @@ def test_cli_doctor_finds_problems_and_migrates(cli: Any, tmp_path: Path) -> Non
     cfg.parent.mkdir()
     cfg.write_text(json.dumps({"mcpServers": {"mine": {"command": str(tool)}}}, indent=2))
     stale_db = tmp_path / "old.db"
-    sqlite3.connect(stale_db).execute("CREATE TABLE unrelated (x)").connection.close()
     assert cli("install", "--db", str(stale_db)).exit_code == 0
+    with sqlite3.connect(stale_db) as conn:  # install created and migrated it …
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    stale_db.unlink()  # … now replace it by a database mcptape never migrated
+    sqlite3.connect(stale_db).execute("CREATE TABLE unrelated (x)").connection.close()
 
     tool.unlink()  # the wrapped server is gone
     data = json.loads(cfg.read_text())
@@ -864,6 +868,29 @@ def test_cli_doctor_finds_problems_and_migrates(cli: Any, tmp_path: Path) -> Non
     garbage.write_bytes(b"this is not a database" * 100)
     bad = cli("doctor", "--db", str(garbage))
     assert bad.exit_code == 1 and "file is not a database" in bad.output
+
+
+def test_cli_install_with_an_unusable_database_still_wraps(cli: Any) -> None:
+    """mcptape record relays without a database, so install warns instead of refusing."""
+    cfg = cli.home / ".cursor" / "mcp.json"
+    cfg.parent.mkdir()
+    cfg.write_text('{"mcpServers": {"a": {"command": "node", "args": ["s.js"]}}}')
+    done = cli("install", "--db", "/proc/no/such/dir/t.db")
+    assert done.exit_code == 0
+    assert "warning: database /proc/no/such/dir/t.db" in done.stderr
+    assert json.loads(cfg.read_text())["mcpServers"]["a"]["command"] == MCPTAPE
+
+
+def test_cli_dry_run_notes_a_read_only_file(cli: Any) -> None:
+    cfg = cli.home / ".cursor" / "mcp.json"
+    cfg.parent.mkdir()
+    cfg.write_text('{"mcpServers": {"a": {"command": "node"}}}')
+    cfg.chmod(0o444)
+    dry = cli("install", "--dry-run")
+    assert dry.exit_code == 0 and "note: " in dry.output and "is read-only" in dry.output
+    real = cli("install")
+    assert real.exit_code == 2 and "is read-only; nothing changed" in real.stderr
+    assert cfg.read_text() == '{"mcpServers": {"a": {"command": "node"}}}'
 
 
 def test_cli_errors_are_one_line(cli: Any, tmp_path: Path) -> None:

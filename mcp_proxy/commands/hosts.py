@@ -125,7 +125,7 @@ def _run(
 
     Returns how many files were written.
     """
-    from mcp_proxy.hosts import apply_plan
+    from mcp_proxy.hosts import apply_plan, check_writable
 
     targets = _targets(host, os_name)
     failures: list[tuple[str, UserError]] = []
@@ -145,6 +145,10 @@ def _run(
             continue
         if dry_run:
             sys.stdout.write(plan.diff())
+            try:
+                check_writable(plan.target.path, plan.snapshot)
+            except UserError as exc:
+                print(f"  note: {exc}")
             continue
         try:
             done = apply_plan(plan)
@@ -256,7 +260,25 @@ def install(
         lambda t: plan_install(t, mcptape=exe, servers=servers, db=pinned, force=force),
     )
     if written:
+        _prepare_db(pinned)
         print(f"recordings go to {pinned} (see them with: mcptape sessions)")
+
+
+def _prepare_db(db: str) -> None:
+    """Create and migrate the database now, so that the host's first server start does not pay
+    for the migration and a database problem shows here rather than in a host's log. A failure
+    is a warning: ``mcptape record`` still relays without a database, so the host works."""
+    from mcp_proxy.errors import StoreError
+    from mcp_proxy.store.engine import ensure_schema, resolve_url
+
+    try:
+        ensure_schema(resolve_url(db))
+    except StoreError as exc:
+        print(
+            f"mcptape: warning: database {db}: {exc}; the servers will run but not be recorded"
+            " until this is fixed (see mcptape doctor)",
+            file=sys.stderr,
+        )
 
 
 @app.command()
