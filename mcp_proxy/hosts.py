@@ -757,14 +757,12 @@ def _newline_before(text: str, pos: int) -> tuple[str, str] | None:
     return newline, indent
 
 
-def _after_comma(text: str, pos: int) -> int:
+def _after_comma(text: str, pos: int) -> int | None:
     """The offset just past the ',' that follows ``pos`` (skipping whitespace and comments)."""
     p = _Parser(text, True)
     p.i = pos
     p.skip()
-    if p.peek() != ",":
-        raise AssertionError("no comma after an array item")
-    return p.i + 1
+    return p.i + 1 if p.peek() == "," else None
 
 
 def prefix_args(name: str, db: str | None) -> list[str]:
@@ -830,6 +828,7 @@ def unwrap_edits(text: str, entry: ServerEntry, *, args_added: bool = False) -> 
     rest = args.items[w.command_index + 1 :]
     if rest:
         end = _after_comma(text, orig.end)
+        assert end is not None, "array items are separated by commas"
         if "\n" not in text[inside : args.items[0].start] and text[end : end + 1] == " ":
             end += 1
         edits.append((inside, end, ""))
@@ -839,7 +838,8 @@ def unwrap_edits(text: str, entry: ServerEntry, *, args_added: bool = False) -> 
         # Install added the whole member right after the command: remove it, comma and all.
         edits.append((cmd.end, args.end, ""))
         return edits
-    edits.append((inside, orig.end, ""))
+    # A trailing comma after the last item (JSONC) goes with it.
+    edits.append((inside, _after_comma(text, orig.end) or orig.end, ""))
     return edits
 
 
@@ -849,11 +849,11 @@ def unwrap_edits(text: str, entry: ServerEntry, *, args_added: bool = False) -> 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The config as read: bytes, hash and stat, to notice a concurrent change before replacing."""
+    """The config as read. Its hash tells a concurrent change (a timestamp alone can miss a
+    rewrite within the same tick, and flags a touch that changed nothing)."""
 
     raw: bytes
     sha256: str
-    mtime_ns: int
     mode: int
     uid: int
     gid: int
@@ -881,7 +881,7 @@ def read_snapshot(target: ConfigTarget) -> Snapshot:
         raise ConfigError(f"cannot read {path}: permission denied") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return Snapshot(raw, _sha(raw), st.st_mtime_ns, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+    return Snapshot(raw, _sha(raw), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
 
 
 def _real(path: Path) -> Path:

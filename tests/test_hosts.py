@@ -346,6 +346,15 @@ def test_unwrap_without_manifest_keeps_an_empty_args(tmp_path: Path) -> None:
     assert target.path.read_text() == '{"mcpServers": {"a": {"command": "npx", "args": []}}}'
 
 
+def test_unwrap_by_hand_wrapped_with_trailing_comma(tmp_path: Path) -> None:
+    target = ConfigTarget(tmp_path / "mcp.json")
+    target.path.write_text(
+        '{"servers": {"a": {"command": "mcptape", "args": ["record", "--", "x",]}}}'
+    )
+    apply_plan(plan_uninstall(target))
+    assert target.path.read_text() == '{"servers": {"a": {"command": "x", "args": []}}}'
+
+
 def test_bom_survives(tmp_path: Path) -> None:
     target = ConfigTarget(tmp_path / "mcp.json")
     original = b'\xef\xbb\xbf{"servers": {"a": {"command": "npx", "args": ["x"]}}}'
