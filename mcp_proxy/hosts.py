@@ -946,6 +946,10 @@ def atomic_write(
                     " rewriting it?); nothing was written — quit the host and try again"
                 )
         os.replace(tmp, real)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}; nothing changed") from exc
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -1174,11 +1178,9 @@ def plan_uninstall(target: ConfigTarget, *, servers: Sequence[str] | None = None
     wrapped_before = sum(1 for e in entries if e.wrapped)
     wrapped_after = wrapped_before - len(unwrapped)
     new_raw = doc.encode(apply_edits(doc.text, edits))
-    from_backup = False
-    if unwrapped and wrapped_after == 0 and _backup_restorable(target, snap, manifest):
-        backup_path, _ = backup_paths(target.path)
-        new_raw = backup_path.read_bytes()
-        from_backup = True
+    backup = _restorable_backup(target, snap, manifest) if unwrapped and not wrapped_after else None
+    if backup is not None:
+        new_raw = backup
     return Plan(
         "uninstall",
         target,
@@ -1188,17 +1190,23 @@ def plan_uninstall(target: ConfigTarget, *, servers: Sequence[str] | None = None
         wrapped_before,
         wrapped_after,
         unwrapped=unwrapped,
-        from_backup=from_backup,
+        from_backup=backup is not None,
     )
 
 
-def _backup_restorable(target: ConfigTarget, snap: Snapshot, manifest: Mapping[str, Any]) -> bool:
+def _restorable_backup(
+    target: ConfigTarget, snap: Snapshot, manifest: Mapping[str, Any]
+) -> bytes | None:
+    """The backup's bytes if putting them back loses nothing: the backup had no wrapped entry,
+    and every change since was mcptape's own (the file is what mcptape last wrote)."""
     if not manifest or not manifest.get("pristine") or not manifest.get("only_mcptape_edits"):
-        return False
+        return None
     if manifest.get("written_sha256") != snap.sha256:
-        return False
+        return None
     backup = _read_optional(backup_paths(target.path)[0])
-    return backup is not None and _sha(backup) == manifest.get("backup_sha256")
+    if backup is None or _sha(backup) != manifest.get("backup_sha256"):
+        return None
+    return backup
 
 
 def _show(argv: Sequence[str]) -> str:
