@@ -1,0 +1,104 @@
+"""The analysis pipeline: frames → messages → exchanges → findings (see the package doc)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_proxy.analysis.catalogue import CATALOGUE, SEVERITY_RANK, Severity
+from mcp_proxy.analysis.checks import protocol_checks
+from mcp_proxy.analysis.exchanges import decode, pair, session_facts
+from mcp_proxy.analysis.model import (
+    Chain,
+    Exchange,
+    Finding,
+    FindingSink,
+    SessionFacts,
+    severity_counts,
+)
+from mcp_proxy.analysis.taxonomy import classify_error, taxonomy_findings
+from mcp_proxy.analysis.version import ANALYZER_VERSION
+
+__all__ = [
+    "CATALOGUE",
+    "Analysis",
+    "Chain",
+    "Exchange",
+    "Finding",
+    "SessionFacts",
+    "Severity",
+    "analyze",
+    "classify_error",
+]
+
+
+@dataclass(slots=True)
+class Analysis:
+    """Everything the analysis derives from one session's frames."""
+
+    session_id: str | None
+    facts: SessionFacts
+    exchanges: list[Exchange]
+    chains: list[Chain]
+    findings: list[Finding]
+    frame_count: int
+    last_seq: int
+    unattached_logs: int = 0
+
+    def counts(self) -> dict[str, int]:
+        """Findings per severity (error, warning, info)."""
+        return severity_counts(self.findings)
+
+    def worst(self) -> str | None:
+        """The most severe severity present, or None without findings."""
+        if not self.findings:
+            return None
+        return max((f.severity for f in self.findings), key=lambda s: SEVERITY_RANK[s])
+
+    def as_dict(self) -> dict[str, Any]:
+        facts = self.facts
+        return {
+            "session_id": self.session_id,
+            "analyzer_version": ANALYZER_VERSION,
+            "era": facts.era,
+            "protocol_version": facts.version,
+            "frames": self.frame_count,
+            "last_seq": self.last_seq,
+            "exchanges": [e.as_dict() for e in self.exchanges],
+            "chains": [c.as_dict() for c in self.chains],
+            "findings": [f.as_dict() for f in self.findings],
+            "counts": self.counts(),
+        }
+
+
+def analyze(
+    frames: Iterable[Mapping[str, Any]],
+    *,
+    session: Mapping[str, Any] | None = None,
+    http_exchanges: Sequence[Mapping[str, Any]] = (),
+) -> Analysis:
+    """Analyse one session: pair exchanges, name every error, run the protocol checks.
+
+    ``frames`` must be one session's frame rows in ``seq`` order (with ``raw`` for body-level
+    checks); ``session`` is its sessions row (how it ended) and ``http_exchanges`` its
+    http_exchanges rows (statuses and headers), both optional.
+    """
+    rows = frames if isinstance(frames, list) else list(frames)
+    msgs = decode(rows)
+    http = {int(r["id"]): r for r in http_exchanges if r.get("id") is not None}
+    facts = session_facts(msgs, session, http)
+    sink = FindingSink()
+    pairing = pair(msgs, facts, http, sink)
+    taxonomy_findings(msgs, pairing, facts, http, sink)
+    protocol_checks(msgs, pairing, facts, http, sink)
+    return Analysis(
+        session_id=(session or {}).get("id"),
+        facts=facts,
+        exchanges=pairing.exchanges,
+        chains=pairing.chains,
+        findings=sink.result(),
+        frame_count=len(rows),
+        last_seq=rows[-1]["seq"] if rows else 0,
+        unattached_logs=pairing.unattached_logs,
+    )

@@ -1,0 +1,903 @@
+"""Frames → messages → exchanges: pairing, latency, notifications, MRTR chains.
+
+The proxy sees both directions, so pairing follows JSON-RPC exactly: a response answers the
+request with the same id sent the *other* way (host and server number their requests in separate
+spaces, and ``1`` and ``"1"`` are different ids). On Streamable HTTP the response to a POSTed
+request normally rides that POST's own response (JSON body or SSE stream), which pins the pair
+even when two clients of a 2026-07-28 session both use id 1.
+
+Notifications are attached to the request they belong to: progress by its token, cancellation
+by ``requestId``, and logs (and anything else) that rode the request's SSE stream. On stdio,
+where nothing ties a log to a request, a log is attached only when exactly one host request was
+in flight at that moment. MRTR rounds (``resultType: "input_required"`` then a retry with
+``requestState``/``inputResponses``) are chained into one conversation.
+
+Faults found on the way (unknown or duplicate responses, ids reused, cancellations and progress
+for unknown requests, requests never answered) become findings here, because this is the one
+place that knows them. Pure: rows in, objects out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from mcp_proxy.analysis.model import (
+    ERA_INITIALIZE,
+    JSONRPC_KINDS,
+    META,
+    Chain,
+    Exchange,
+    FindingSink,
+    Msg,
+    SessionFacts,
+)
+from mcp_proxy.frames import classify_message, id_key
+
+#: A response slower than this is reported as ``exchange.slow`` (info).
+SLOW_MS = 10_000.0
+
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+_LEVEL_RANK = {name: i for i, name in enumerate(LOG_LEVELS)}
+
+#: Methods whose ``params`` name the thing acted on (shown next to the method, mirrored into the
+#: ``Mcp-Name`` header on 2026-07-28 HTTP).
+NAME_PARAM = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    "resources/subscribe": "uri",
+    "resources/unsubscribe": "uri",
+}
+
+_ABORTED = frozenset({"host_aborted", "client_aborted", "client_disconnected", "host_disconnected"})
+
+
+def _other(direction: str) -> str:
+    return "s2c" if direction == "c2s" else "c2s"
+
+
+# ---------------------------------------------------------------------------------- decoding
+def decode(frames: Iterable[Mapping[str, Any]]) -> list[Msg]:
+    """Turn frame rows (as the store returns them) into :class:`Msg` objects, in order.
+
+    JSON-RPC frames are parsed once here; a batch frame is kept and followed by one message per
+    element (same ``seq``), so that pairing sees every request and response it carried. Rows
+    without ``raw`` (loaded with ``raw=False``) still pair; only body-level checks go quiet.
+    """
+    out: list[Msg] = []
+    append = out.append
+    loads = json.loads
+    for f in frames:
+        kind = f["kind"]
+        raw = f.get("raw")
+        if raw is not None and not isinstance(raw, bytes):
+            raw = bytes(raw)
+        body: Any = None
+        partial = bool(f.get("partial_parse"))
+        if raw is not None and kind in JSONRPC_KINDS and not partial:
+            try:
+                body = loads(raw)
+            except ValueError:
+                body = None
+        m = Msg(
+            f["seq"],
+            f["ts"],
+            f["mono_ns"],
+            f["direction"],
+            f["channel"],
+            kind,
+            f.get("method"),
+            f.get("msg_id"),
+            f.get("error_code"),
+            f.get("size") or 0,
+            bool(f.get("complete", True)),
+            partial,
+            f.get("http_exchange_id"),
+            body,
+            raw if kind == "noise" or kind == "stderr" else None,
+        )
+        append(m)
+        if kind == "batch" and isinstance(body, list):
+            for element in body:
+                c = classify_message(element)
+                append(
+                    Msg(
+                        m.seq,
+                        m.ts,
+                        m.mono_ns,
+                        m.direction,
+                        m.channel,
+                        c.kind.value,
+                        c.method,
+                        c.msg_id,
+                        c.error_code,
+                        0,
+                        True,
+                        False,
+                        m.http,
+                        element,
+                    )
+                )
+    return out
+
+
+# ---------------------------------------------------------------------------------- order
+#: The relay stamps a frame just after forwarding it, one thread per direction, so across
+#: directions the recorded order can invert by a scheduling slice: a host's retry can be
+#: stamped a few hundred microseconds before the server result it answers. A message that refers
+#: to a later message of the other direction within this window is moved right after it.
+REORDER_WINDOW_NS = 100_000_000
+
+
+def causal_order(msgs: list[Msg]) -> list[Msg]:
+    """``msgs`` in an order where every answer follows what it answers (seqs are kept).
+
+    Only three kinds of reference are repaired — a response before its request, progress
+    before the request that offered its token, an MRTR retry before the input_required result
+    whose ``requestState`` it echoes — and only within :data:`REORDER_WINDOW_NS`; anything
+    else stays in recorded order and is judged as recorded.
+    """
+    from bisect import bisect_right
+
+    requests: dict[tuple[str, str], list[int]] = {}
+    tokens: dict[tuple[str, str], list[int]] = {}
+    states: dict[str, list[int]] = {}
+    for i, m in enumerate(msgs):
+        if m.kind == "request" and m.msg_id is not None:
+            requests.setdefault((m.direction, m.msg_id), []).append(i)
+            tok = m.meta.get("progressToken")
+            if tok is not None:
+                tokens.setdefault((m.direction, id_key(tok) or ""), []).append(i)
+        elif m.kind == "response" and m.direction == "s2c":
+            r = m.result
+            if r is not None and r.get("resultType") == "input_required":
+                st = r.get("requestState")
+                if isinstance(st, str):
+                    states.setdefault(st, []).append(i)
+    if not requests:
+        return msgs
+
+    def later(positions: list[int] | None, i: int) -> int | None:
+        if not positions:
+            return None
+        k = bisect_right(positions, i)
+        if k < len(positions):
+            j = positions[k]
+            if msgs[j].mono_ns - msgs[i].mono_ns <= REORDER_WINDOW_NS:
+                return j
+        return None
+
+    open_count: dict[tuple[str, str], int] = {}
+    active_tokens: set[tuple[str, str]] = set()
+    token_of: dict[tuple[str, str], tuple[str, str]] = {}
+    seen_states: set[str] = set()
+    moves: dict[int, int] = {}
+    for i, m in enumerate(msgs):
+        kind = m.kind
+        if kind == "request" and m.msg_id is not None:
+            key = (m.direction, m.msg_id)
+            open_count[key] = open_count.get(key, 0) + 1
+            tok = m.meta.get("progressToken")
+            if tok is not None:
+                tkey = (m.direction, id_key(tok) or "")
+                active_tokens.add(tkey)
+                token_of[key] = tkey
+            st = m.params.get("requestState")
+            if m.direction == "c2s" and isinstance(st, str) and st not in seen_states:
+                j = later(states.get(st), i)
+                if j is not None:
+                    moves[i] = j
+        elif kind in ("response", "error") and m.msg_id is not None:
+            key = (_other(m.direction), m.msg_id)
+            if open_count.get(key, 0) > 0:
+                open_count[key] -= 1
+                tkey = token_of.pop(key, None)
+                if tkey is not None:
+                    active_tokens.discard(tkey)
+            else:
+                j = later(requests.get(key), i)
+                if j is not None:
+                    moves[i] = j
+            r = m.result
+            if r is not None and isinstance(r.get("requestState"), str):
+                seen_states.add(r["requestState"])
+        elif kind == "notification" and m.method == "notifications/progress":
+            tkey = (_other(m.direction), id_key(m.params.get("progressToken")) or "")
+            if tkey not in active_tokens:
+                j = later(tokens.get(tkey), i)
+                if j is not None:
+                    moves[i] = j
+    if not moves:
+        return msgs
+    order = sorted(range(len(msgs)), key=lambda i: (moves[i], 1, i) if i in moves else (i, 0, i))
+    return [msgs[i] for i in order]
+
+
+# ---------------------------------------------------------------------------------- facts
+def header(headers: Any, name: str) -> str | None:
+    """The first value of header ``name`` (case-insensitive) from ``[[name, value], …]``."""
+    if not headers:
+        return None
+    lname = name.lower()
+    for item in headers:
+        if len(item) >= 2 and str(item[0]).lower() == lname:
+            return str(item[1])
+    return None
+
+
+def header_values(headers: Any, name: str) -> list[str]:
+    lname = name.lower()
+    return [str(v) for k, v, *_ in headers or () if str(k).lower() == lname]
+
+
+def session_facts(
+    msgs: list[Msg],
+    session: Mapping[str, Any] | None = None,
+    http: Mapping[int, Mapping[str, Any]] | None = None,
+) -> SessionFacts:
+    """Establish era, negotiated version, capabilities and end state from the frames.
+
+    The frames decide (they are the source of truth); the session row only fills in what frames
+    cannot say (how the process ended) or what they do not show (a session with no handshake).
+    A successful ``initialize`` makes the initialize era even after a ``server/discover`` probe
+    failed (the auto client's fallback); otherwise requests carrying the 2026-07-28 envelope
+    make the modern era.
+    """
+    s = session or {}
+    facts = SessionFacts(
+        status=str(s.get("status") or "ended"),
+        exit_code=s.get("exit_code"),
+        exit_signal=s.get("exit_signal"),
+        transport=str(s.get("transport") or "stdio"),
+    )
+    init_id: str | None = None
+    discover_ids: set[str] = set()
+    envelope_version: str | None = None
+    init_version: str | None = None
+    discover_caps: dict[str, Any] | None = None
+    discover_seq: int | None = None
+    init_http: int | None = None
+    saw_http = False
+    for m in msgs:
+        if m.channel in ("http", "sse"):
+            saw_http = True
+        kind = m.kind
+        if m.direction == "c2s":
+            if kind == "request":
+                if m.method == "initialize" and facts.initialize_seq is None:
+                    facts.initialize_seq = m.seq
+                    init_id = m.msg_id
+                    p = m.params
+                    caps = p.get("capabilities")
+                    facts.client_caps = caps if isinstance(caps, dict) else {}
+                    rv = p.get("protocolVersion")
+                    facts.requested_version = rv if isinstance(rv, str) else None
+                elif m.method == "server/discover" and m.msg_id is not None:
+                    discover_ids.add(m.msg_id)
+                if facts.first_envelope_seq is None:
+                    meta = m.meta
+                    v = meta.get(META + "protocolVersion")
+                    if isinstance(v, str):
+                        facts.first_envelope_seq = m.seq
+                        envelope_version = v
+            elif (
+                kind == "notification"
+                and m.method == "notifications/initialized"
+                and facts.initialized_seq is None
+            ):
+                facts.initialized_seq = m.seq
+        elif kind in ("response", "error") and m.msg_id is not None:
+            if m.msg_id == init_id and facts.initialize_result_seq is None:
+                if kind == "response" and m.result is not None:
+                    facts.initialize_result_seq = m.seq
+                    r = m.result
+                    v = r.get("protocolVersion")
+                    init_version = v if isinstance(v, str) else None
+                    caps = r.get("capabilities")
+                    facts.server_caps = caps if isinstance(caps, dict) else {}
+                    facts.server_caps_seq = m.seq
+                    init_http = m.http
+                else:
+                    facts.initialize_failed = True
+            elif m.msg_id in discover_ids and kind == "response" and m.result is not None:
+                caps = m.result.get("capabilities")
+                if isinstance(caps, dict):
+                    discover_caps = caps
+                    discover_seq = m.seq
+    if facts.initialize_result_seq is not None:
+        facts.era = ERA_INITIALIZE
+        facts.version = init_version
+    elif envelope_version is not None:
+        facts.era = "2026-07-28"
+        facts.version = envelope_version
+        facts.server_caps = discover_caps
+        facts.server_caps_seq = discover_seq
+    else:
+        facts.era = s.get("era")
+        facts.version = s.get("protocol_version")
+    if saw_http and facts.transport == "stdio":
+        facts.transport = "http"
+    if init_http is not None and http:
+        row = http.get(init_http)
+        if row is not None:
+            facts.session_id_header = header(row.get("response_headers"), "mcp-session-id")
+    return facts
+
+
+# ---------------------------------------------------------------------------------- pairing
+class _Pairing:
+    """One pass over the messages; state lives here so each handler stays small."""
+
+    def __init__(
+        self,
+        facts: SessionFacts,
+        http: Mapping[int, Mapping[str, Any]],
+        sink: FindingSink,
+    ) -> None:
+        self.facts = facts
+        self.http = http
+        self.sink = sink
+        self.exchanges: list[Exchange] = []
+        self.chains: list[Chain] = []
+        self.pending: dict[tuple[str, str], list[Exchange]] = {}
+        self.done: dict[tuple[str, str], Exchange] = {}
+        self.ever: set[tuple[str, str]] = set()
+        self.tokens: dict[tuple[str, str], Exchange] = {}
+        self.done_tokens: dict[tuple[str, str], Exchange] = {}
+        self.by_http: dict[int, Exchange] = {}
+        self.inflight_c2s: dict[int, Exchange] = {}
+        self.tails_state: dict[str, Exchange] = {}
+        self.tails_nostate: dict[tuple[str, str | None], Exchange] = {}
+        self.orphan_errors: list[Msg] = []
+        self.log_violations: list[int] = []
+        self.unattached_logs = 0
+        self.not_increasing: set[int] = set()
+
+    # ------------------------------------------------------------------ requests
+    def request(self, m: Msg) -> None:
+        assert m.method is not None and m.msg_id is not None
+        key = (m.direction, m.msg_id)
+        ex = Exchange(
+            len(self.exchanges),
+            m.direction,
+            m.method,
+            m.msg_id,
+            m.seq,
+            m.ts,
+            m.mono_ns,
+            http=m.http,
+            request=m,
+        )
+        params = m.params
+        name_key = NAME_PARAM.get(m.method)
+        if name_key is not None:
+            v = params.get(name_key)
+            ex.name = v if isinstance(v, str) else None
+        meta = m.meta
+        tok = meta.get("progressToken")
+        if isinstance(tok, (str, int, float)) and not isinstance(tok, bool):
+            ex.progress_token = id_key(tok)
+        lvl = meta.get(META + "logLevel")
+        ex.log_level = lvl if isinstance(lvl, str) else None
+        plist = self.pending.get(key)
+        if plist:
+            # 2026-07-28 over HTTP: every POST is its own scope and carries its own answer.
+            if not (m.http is not None and self.facts.modern):
+                first = plist[0]
+                self.sink.add(
+                    "exchange.id_reused_in_flight",
+                    f"{_side(m.direction)} reused id {m.msg_id} for {m.method} while"
+                    f" {first.method} #{first.request_seq} was still pending",
+                    "Both requests are pending at once with the same id; their responses cannot"
+                    " be told apart. Request ids must be unique per sender.",
+                    [first.request_seq, m.seq],
+                    exchange=ex.index,
+                )
+        elif key in self.ever and self.facts.era == ERA_INITIALIZE:
+            prev = self.done.get(key)
+            self.sink.add(
+                "exchange.id_reused",
+                f"{_side(m.direction)} reused id {m.msg_id} for {m.method}",
+                "MCP forbids reusing a request id within a session, even after the earlier"
+                " request completed.",
+                [prev.request_seq, m.seq] if prev else [m.seq],
+                exchange=ex.index,
+            )
+        self.ever.add(key)
+        self.pending.setdefault(key, []).append(ex)
+        if ex.progress_token is not None:
+            self.tokens[(m.direction, ex.progress_token)] = ex
+        if m.direction == "c2s":
+            self.inflight_c2s[ex.index] = ex
+            if m.http is not None:
+                self.by_http.setdefault(m.http, ex)
+            self._link_retry(ex, m)
+        else:
+            parent = self._owner(m)
+            if parent is not None:
+                ex.parent = parent.index
+                parent.children.append(ex.index)
+        self.exchanges.append(ex)
+
+    def _owner(self, m: Msg) -> Exchange | None:
+        """The host request a server message belongs to: its SSE stream, or the only one open."""
+        if m.http is not None:
+            return self.by_http.get(m.http)
+        if len(self.inflight_c2s) == 1:
+            return next(iter(self.inflight_c2s.values()))
+        return None
+
+    # ------------------------------------------------------------------ responses
+    def response(self, m: Msg) -> None:
+        if m.msg_id is None:
+            ex = self.by_http.get(m.http) if m.http is not None else None
+            if ex is not None and ex.response is None and m.direction != ex.direction:
+                self._take(ex)
+                self._complete(ex, m)
+            else:
+                self.orphan_errors.append(m)
+            return
+        req_dir = _other(m.direction)
+        key = (req_dir, m.msg_id)
+        plist = self.pending.get(key)
+        ex = None
+        if plist:
+            if m.http is not None:
+                for i, cand in enumerate(plist):
+                    if cand.http == m.http:
+                        ex = plist.pop(i)
+                        break
+            if ex is None:
+                ex = plist.pop(0)
+            if not plist:
+                del self.pending[key]
+        if ex is None:
+            prev = self.done.get(key)
+            if prev is not None:
+                self.sink.add(
+                    "exchange.duplicate_response",
+                    f"{prev.method} id {m.msg_id} answered twice",
+                    f"The first response was frame #{prev.response_seq}; JSON-RPC allows one"
+                    " response per request.",
+                    [prev.request_seq, prev.response_seq or m.seq, m.seq],
+                    exchange=prev.index,
+                )
+            else:
+                self.sink.add(
+                    "exchange.unknown_response",
+                    f"{_side(m.direction)} answered id {m.msg_id}, which"
+                    f" {_side(req_dir).lower()} never sent",
+                    "No request with this id was sent in the other direction in this session.",
+                    [m.seq],
+                )
+            if m.kind == "error":
+                self.orphan_errors.append(m)
+            return
+        self._complete(ex, m)
+
+    def _take(self, ex: Exchange) -> None:
+        key = (ex.direction, ex.msg_id)
+        plist = self.pending.get(key)
+        if plist and ex in plist:
+            plist.remove(ex)
+            if not plist:
+                del self.pending[key]
+
+    def _complete(self, ex: Exchange, m: Msg) -> None:
+        ex.response = m
+        ex.response_seq = m.seq
+        ex.response_ts = m.ts
+        # Never negative: a response stamped before its request (see causal_order) took ~0.
+        ex.latency_ms = round(max(0, m.mono_ns - ex.request_mono_ns) / 1e6, 3)
+        self.done[(ex.direction, ex.msg_id)] = ex
+        if ex.progress_token is not None:
+            tkey = (ex.direction, ex.progress_token)
+            if self.tokens.get(tkey) is ex:
+                del self.tokens[tkey]
+            self.done_tokens[tkey] = ex
+        self.inflight_c2s.pop(ex.index, None)
+        if m.kind == "error":
+            ex.outcome = "error"
+            ex.error_code = m.error_code
+            msg = m.error.get("message")
+            ex.error_message = msg if isinstance(msg, str) else None
+        else:
+            result = m.result or {}
+            rt = result.get("resultType")
+            ex.result_type = rt if isinstance(rt, str) else None
+            if rt == "input_required":
+                ex.outcome = "input_required"
+                self._open_tail(ex, result)
+            elif ex.method == "tools/call" and result.get("isError") is True:
+                ex.outcome = "tool_error"
+            else:
+                ex.outcome = "ok"
+        if ex.latency_ms is not None and ex.latency_ms >= SLOW_MS:
+            self.sink.add(
+                "exchange.slow",
+                f"{ex.method}{_named(ex)} took {ex.latency_ms / 1000:.1f} s",
+                f"The response came {ex.latency_ms:.0f} ms after the request.",
+                [ex.request_seq, m.seq],
+                exchange=ex.index,
+            )
+
+    # ------------------------------------------------------------------ MRTR
+    def _open_tail(self, ex: Exchange, result: dict[str, Any]) -> None:
+        if ex.chain is None:
+            chain = Chain(len(self.chains), ex.method, ex.name, [ex.index])
+            self.chains.append(chain)
+            ex.chain = chain.index
+            ex.round = 1
+        if self.facts.era == ERA_INITIALIZE:
+            self.sink.add(
+                "mrtr.in_initialize_era",
+                f"{ex.method}{_named(ex)} answered input_required in a"
+                f" {self.facts.version or 'initialize-era'} session",
+                "input_required results exist only in 2026-07-28; this client negotiated an"
+                " earlier revision and will read the result as complete.",
+                [ex.request_seq, ex.response_seq or ex.request_seq],
+                exchange=ex.index,
+            )
+        state = result.get("requestState")
+        if isinstance(state, str):
+            self.tails_state[state] = ex
+        else:
+            self.tails_nostate[(ex.method, ex.name)] = ex
+
+    def _link_retry(self, ex: Exchange, m: Msg) -> None:
+        p = m.params
+        has_state = "requestState" in p
+        if not has_state and "inputResponses" not in p:
+            return
+        state = p.get("requestState")
+        tail: Exchange | None = None
+        if isinstance(state, str) and state in self.tails_state:
+            tail = self.tails_state[state]
+            if tail.method == ex.method:
+                del self.tails_state[state]
+            else:
+                tail = None
+        elif not has_state:
+            tail = self.tails_nostate.pop((ex.method, ex.name), None)
+        if tail is None or tail.chain is None:
+            waiting = [
+                t for t in self.tails_state.values() if t.method == ex.method and t.name == ex.name
+            ]
+            why = (
+                "its requestState differs from the one the server sent"
+                if waiting and has_state
+                else "it carries no requestState although the server sent one"
+                if waiting
+                else "no earlier input_required result is waiting for it"
+            )
+            self.sink.add(
+                "mrtr.unmatched_retry",
+                f"{ex.method}{_named(ex)} retry matches no input_required result",
+                f"The request carries inputResponses/requestState, but {why}.",
+                [t.response_seq or t.request_seq for t in waiting[:1]] + [m.seq],
+                exchange=ex.index,
+            )
+            return
+        chain = self.chains[tail.chain]
+        ex.chain = chain.index
+        chain.exchanges.append(ex.index)
+        ex.round = len(chain.exchanges)
+        asked_raw = (tail.response.result or {}).get("inputRequests") if tail.response else None
+        asked = set(asked_raw) if isinstance(asked_raw, dict) else set()
+        answered_raw = p.get("inputResponses")
+        answered = set(answered_raw) if isinstance(answered_raw, dict) else set()
+        if asked != answered:
+            missing = sorted(asked - answered)
+            extra = sorted(answered - asked)
+            bits = []
+            if missing:
+                bits.append("missing " + ", ".join(missing))
+            if extra:
+                bits.append("unasked " + ", ".join(extra))
+            self.sink.add(
+                "mrtr.responses_mismatch",
+                f"{ex.method}{_named(ex)} retry: inputResponses {'; '.join(bits)}",
+                f"The server asked for {sorted(asked) or 'nothing'} in frame"
+                f" #{tail.response_seq}; the retry answered {sorted(answered) or 'nothing'}.",
+                [tail.response_seq or tail.request_seq, m.seq],
+                exchange=ex.index,
+            )
+
+    # ------------------------------------------------------------------ notifications
+    def notification(self, m: Msg) -> None:
+        method = m.method
+        if method == "notifications/progress":
+            self._progress(m)
+        elif method == "notifications/cancelled":
+            self._cancelled(m)
+        elif method == "notifications/message" and m.direction == "s2c":
+            self._log(m)
+        elif m.direction == "s2c" and m.http is not None:
+            owner = self.by_http.get(m.http)
+            if owner is not None:
+                owner.other_seqs.append(m.seq)
+
+    def _progress(self, m: Msg) -> None:
+        p = m.params
+        tok = p.get("progressToken")
+        tkey = (_other(m.direction), id_key(tok) or "null")
+        ex = self.tokens.get(tkey)
+        if ex is not None:
+            ex.progress_seqs.append(m.seq)
+            value = p.get("progress")
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if (
+                    ex.last_progress is not None
+                    and value <= ex.last_progress
+                    and ex.index not in self.not_increasing
+                ):
+                    self.not_increasing.add(ex.index)
+                    self.sink.add(
+                        "notification.progress_not_increasing",
+                        f"progress for {ex.method}{_named(ex)} went from {ex.last_progress:g}"
+                        f" to {value:g}",
+                        "The progress value must increase with each notification.",
+                        [ex.progress_seqs[-2] if len(ex.progress_seqs) > 1 else m.seq, m.seq],
+                        exchange=ex.index,
+                    )
+                ex.last_progress = float(value)
+            return
+        done = self.done_tokens.get(tkey)
+        if done is not None:
+            done.progress_seqs.append(m.seq)
+            self.sink.add(
+                "notification.progress_after_response",
+                f"progress for {done.method}{_named(done)} after its response",
+                f"The request was answered in frame #{done.response_seq}; progress must stop"
+                " when the operation completes.",
+                [done.response_seq or done.request_seq, m.seq],
+                exchange=done.index,
+            )
+            return
+        self.sink.add(
+            "notification.progress_unknown",
+            f"progress for token {id_key(tok)} that no request offered",
+            "No request from the other side carried this progressToken in its _meta.",
+            [m.seq],
+        )
+
+    def _cancelled(self, m: Msg) -> None:
+        p = m.params
+        rid = id_key(p.get("requestId"))
+        if rid is None:
+            return  # a 2026-07-28 or malformed cancel without requestId: nothing to pair
+        key = (m.direction, rid)
+        plist = self.pending.get(key)
+        ex: Exchange | None = None
+        if plist:
+            ex = next((c for c in plist if c.http == m.http), plist[0])
+        if ex is not None:
+            if ex.cancel_seq is None:
+                ex.cancel_seq = m.seq
+                reason = p.get("reason")
+                ex.cancel_reason = reason if isinstance(reason, str) else None
+            if ex.method == "initialize":
+                self.sink.add(
+                    "notification.cancel_initialize",
+                    "the client cancelled initialize",
+                    "The initialize request must not be cancelled by clients.",
+                    [ex.request_seq, m.seq],
+                    exchange=ex.index,
+                )
+            return
+        prev = self.done.get(key)
+        if prev is not None:
+            # The cancel crossed the response on the wire: allowed, just note it.
+            prev.other_seqs.append(m.seq)
+            return
+        self.sink.add(
+            "notification.cancel_unknown",
+            f"{_side(m.direction)} cancelled id {rid}, which it never sent",
+            "notifications/cancelled must name a request previously issued in the same direction.",
+            [m.seq],
+        )
+
+    def _log(self, m: Msg) -> None:
+        target = self._owner(m)
+        if target is not None:
+            target.log_seqs.append(m.seq)
+        else:
+            self.unattached_logs += 1
+        if not self.facts.modern:
+            return
+        if m.http is not None:
+            candidates = [target] if target is not None else []
+        else:
+            candidates = list(self.inflight_c2s.values())
+        if not candidates:
+            return
+        level = m.params.get("level")
+        rank = _LEVEL_RANK.get(level, 0) if isinstance(level, str) else 0
+        for c in candidates:
+            if c.log_level is not None and rank >= _LEVEL_RANK.get(c.log_level, 0):
+                return
+        self.log_violations.append(m.seq)
+
+    # ------------------------------------------------------------------ the end
+    def finish(self) -> None:
+        facts = self.facts
+        lost: list[Exchange] = []
+        for plist in self.pending.values():
+            for ex in plist:
+                self._finalize(ex, lost)
+        if lost:
+            status = _exit_text(facts)
+            seqs = [e.request_seq for e in lost]
+            names = ", ".join(f"{e.method}{_named(e)}" for e in lost[:5])
+            more = f" and {len(lost) - 5} more" if len(lost) > 5 else ""
+            self.sink.add(
+                "transport.exit_with_pending",
+                f"server {status} with {len(lost)} request(s) pending: {names}{more}",
+                "These requests were waiting for an answer when the server process ended;"
+                " their answers are lost.",
+                seqs,
+            )
+        for chain in self.chains:
+            last = self.exchanges[chain.exchanges[-1]]
+            if last.outcome == "ok":
+                chain.outcome = "complete"
+            elif last.outcome in ("tool_error", "error"):
+                chain.outcome = last.outcome
+            elif last.outcome == "pending" or (facts.live and last.outcome == "input_required"):
+                chain.outcome = "pending"
+            else:
+                chain.outcome = "incomplete"
+                if last.outcome == "input_required":
+                    self.sink.add(
+                        "mrtr.chain_incomplete",
+                        f"{chain.method}{' ' + chain.name if chain.name else ''} stopped after"
+                        f" {len(chain.exchanges)} round(s) waiting for input",
+                        "The last result asked for input (resultType input_required) and the"
+                        " client never retried.",
+                        [self.exchanges[i].request_seq for i in chain.exchanges]
+                        + [last.response_seq or last.request_seq],
+                        exchange=last.index,
+                    )
+        if self.log_violations:
+            n = len(self.log_violations)
+            self.sink.add(
+                "log.without_opt_in",
+                f"{n} log message(s) sent for requests that did not opt in at that level",
+                "In 2026-07-28 a request opts in to logs with io.modelcontextprotocol/logLevel;"
+                " these notifications/message frames were sent while no request in flight had"
+                " asked for their level.",
+                self.log_violations,
+            )
+
+    def _finalize(self, ex: Exchange, lost: list[Exchange]) -> None:
+        facts = self.facts
+        row = self.http.get(ex.http) if ex.http is not None else None
+        outcome = str(row.get("outcome") or "") if row else ""
+        if ex.cancel_seq is not None:
+            ex.outcome = "cancelled"
+            self._cancel_finding(ex, f"cancelled by frame #{ex.cancel_seq}", [ex.cancel_seq])
+        elif ex.method == "subscriptions/listen":
+            ex.outcome = "pending" if facts.live else "closed"
+        elif row is not None and (
+            (row.get("status") or 0) >= 400
+            or (row.get("status") is None and outcome and outcome not in _ABORTED | {"complete"})
+        ):
+            # The HTTP layer refused or failed the request; the HTTP finding says how.
+            ex.outcome = "http_error"
+            status = row.get("status")
+            ex.error_message = f"HTTP {status}" if status else f"no HTTP response ({outcome})"
+        elif facts.live and not outcome:
+            ex.outcome = "pending"
+        elif outcome in _ABORTED:
+            if facts.modern:
+                ex.outcome = "cancelled"
+                self._cancel_finding(ex, "the host closed the request's HTTP connection", [])
+            else:
+                ex.outcome = "aborted"
+                self.sink.add(
+                    "transport.host_disconnected",
+                    f"host disconnected while {ex.method}{_named(ex)} was pending",
+                    "The host closed the HTTP connection before the answer arrived and did not"
+                    " cancel the request.",
+                    [ex.request_seq],
+                    exchange=ex.index,
+                )
+        elif facts.live:
+            ex.outcome = "pending"
+        elif _crashed(facts):
+            ex.outcome = "lost"
+            lost.append(ex)
+        elif (
+            row is not None
+            and "text/event-stream" in (header(row.get("response_headers"), "content-type") or "")
+            and ex.direction == "c2s"
+        ):
+            ex.outcome = "no_response"
+            self.sink.add(
+                "transport.sse_ended_early",
+                f"SSE stream of {ex.method}{_named(ex)} ended without its response",
+                f"HTTP exchange {ex.http} answered with an event stream that closed"
+                f" ({outcome or 'no outcome recorded'}) before the JSON-RPC response, and the"
+                " response never arrived elsewhere.",
+                [ex.request_seq],
+                exchange=ex.index,
+            )
+        else:
+            ex.outcome = "no_response"
+            self.sink.add(
+                "exchange.no_response",
+                f"{ex.method}{_named(ex)} (id {ex.msg_id}) was never answered",
+                f"{_side(ex.direction)} sent it in frame #{ex.request_seq}; the session ended"
+                " without a response or a cancellation.",
+                [ex.request_seq],
+                exchange=ex.index,
+            )
+
+    def _cancel_finding(self, ex: Exchange, how: str, extra: list[int]) -> None:
+        reason = f" ({ex.cancel_reason})" if ex.cancel_reason else ""
+        self.sink.add(
+            "exchange.cancelled",
+            f"{ex.method}{_named(ex)} cancelled{reason}",
+            f"The request was {how}; no response followed, as the spec asks.",
+            [ex.request_seq, *extra],
+            exchange=ex.index,
+        )
+
+
+def _side(direction: str) -> str:
+    return "Host" if direction == "c2s" else "Server"
+
+
+def _named(ex: Exchange) -> str:
+    return f" {ex.name}" if ex.name else ""
+
+
+def _crashed(facts: SessionFacts) -> bool:
+    return (
+        facts.status == "crashed"
+        or (facts.exit_code is not None and facts.exit_code != 0)
+        or facts.exit_signal is not None
+    )
+
+
+def _exit_text(facts: SessionFacts) -> str:
+    if facts.exit_signal is not None:
+        return f"was killed by signal {facts.exit_signal}"
+    if facts.exit_code is not None:
+        return f"exited with status {facts.exit_code}"
+    return "went away"
+
+
+class Pairing:
+    """What :func:`pair` returns: exchanges, chains and the leftovers checks need."""
+
+    __slots__ = ("chains", "exchanges", "orphan_errors", "unattached_logs")
+
+    def __init__(self, p: _Pairing) -> None:
+        self.exchanges = p.exchanges
+        self.chains = p.chains
+        self.orphan_errors = p.orphan_errors
+        self.unattached_logs = p.unattached_logs
+
+
+def pair(
+    msgs: list[Msg],
+    facts: SessionFacts,
+    http: Mapping[int, Mapping[str, Any]] | None = None,
+    sink: FindingSink | None = None,
+) -> Pairing:
+    """Pair requests and responses, attach notifications, chain MRTR rounds."""
+    p = _Pairing(facts, http or {}, sink or FindingSink())
+    for m in causal_order(msgs):
+        kind = m.kind
+        if kind == "request":
+            if m.msg_id is not None and m.method is not None:
+                p.request(m)
+        elif kind == "response" or kind == "error":
+            p.response(m)
+        elif kind == "notification":
+            p.notification(m)
+    p.finish()
+    return Pairing(p)

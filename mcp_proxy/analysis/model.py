@@ -1,0 +1,310 @@
+"""The data the analysis works on and hands out: messages, exchanges, chains, findings.
+
+Plain dataclasses with ``__slots__``: a 100,000-frame session becomes 100,000 :class:`Msg`
+objects, so they stay small and cheap to build. Everything here is derived from frame rows and
+can be thrown away and recomputed at any time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp_proxy.analysis.catalogue import CATALOGUE, SEVERITY_RANK, Severity
+
+ERA_INITIALIZE = "initialize"
+ERA_MODERN = "2026-07-28"
+META = "io.modelcontextprotocol/"
+KNOWN_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
+
+#: Kinds whose bytes are parsed (everything else — noise, stderr, empty — has no JSON body).
+JSONRPC_KINDS = frozenset({"request", "response", "error", "notification", "batch", "invalid"})
+
+
+@dataclass(slots=True)
+class Msg:
+    """One JSON-RPC message as seen on the wire (a frame, or one element of a batch frame)."""
+
+    seq: int
+    ts: float
+    mono_ns: int
+    direction: str  # c2s | s2c
+    channel: str  # stdio | stderr | http | sse
+    kind: str
+    method: str | None
+    msg_id: str | None
+    error_code: int | None
+    size: int
+    complete: bool
+    partial: bool
+    http: int | None  # http_exchange_id
+    body: Any  # the parsed JSON (dict for a message), None when not parsed
+    raw: bytes | None = None  # kept only for frames the analysis must re-read (noise)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        b = self.body
+        if isinstance(b, dict):
+            p = b.get("params")
+            if isinstance(p, dict):
+                return p
+        return {}
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        b = self.body
+        if isinstance(b, dict):
+            r = b.get("result")
+            if isinstance(r, dict):
+                return r
+        return None
+
+    @property
+    def error(self) -> dict[str, Any]:
+        b = self.body
+        if isinstance(b, dict):
+            e = b.get("error")
+            if isinstance(e, dict):
+                return e
+        return {}
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        m = self.params.get("_meta")
+        return m if isinstance(m, dict) else {}
+
+
+@dataclass(slots=True)
+class Exchange:
+    """A request with its response (or its absence) and what belongs to it.
+
+    ``outcome`` is one of: ``ok``, ``tool_error`` (a tools/call result with isError),
+    ``input_required`` (an MRTR round; the chain continues), ``error`` (a JSON-RPC error),
+    ``http_error`` (the HTTP layer refused or failed the request without a JSON-RPC answer),
+    ``cancelled``, ``aborted`` (the host dropped the connection), ``lost`` (the server process
+    ended with it pending), ``no_response`` (the session ended without an answer), ``closed``
+    (a subscriptions/listen stream that ended without a result, as the spec allows) and
+    ``pending`` (still in flight in a live session).
+    """
+
+    index: int
+    direction: str  # direction of the request: c2s = host asked the server
+    method: str
+    msg_id: str
+    request_seq: int
+    request_ts: float
+    request_mono_ns: int
+    http: int | None = None
+    name: str | None = None  # tool / prompt name or resource URI
+    progress_token: str | None = None
+    log_level: str | None = None  # 2026-07-28 per-request opt-in
+    response_seq: int | None = None
+    response_ts: float | None = None
+    latency_ms: float | None = None
+    outcome: str = "pending"
+    error_code: int | None = None
+    error_message: str | None = None
+    error_class: str | None = None  # the taxonomy code of the error, if any
+    result_type: str | None = None
+    cancel_seq: int | None = None
+    cancel_reason: str | None = None
+    progress_seqs: list[int] = field(default_factory=list)
+    log_seqs: list[int] = field(default_factory=list)
+    other_seqs: list[int] = field(default_factory=list)  # other notifications on its stream
+    children: list[int] = field(default_factory=list)  # server→client requests made meanwhile
+    parent: int | None = None
+    chain: int | None = None
+    round: int = 0
+    last_progress: float | None = None
+    # References to the parsed request and response, for the checks (not exported).
+    request: Msg | None = None
+    response: Msg | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able view for the CLI, the dashboard and scripts."""
+        return {
+            "index": self.index,
+            "direction": self.direction,
+            "method": self.method,
+            "id": json.loads(self.msg_id) if self.msg_id else None,
+            "name": self.name,
+            "request_seq": self.request_seq,
+            "response_seq": self.response_seq,
+            "request_ts": self.request_ts,
+            "response_ts": self.response_ts,
+            "latency_ms": self.latency_ms,
+            "outcome": self.outcome,
+            "error_code": self.error_code,
+            "error_message": self.error_message,
+            "error_class": self.error_class,
+            "result_type": self.result_type,
+            "http_exchange_id": self.http,
+            "progress_token": json.loads(self.progress_token) if self.progress_token else None,
+            "cancel_seq": self.cancel_seq,
+            "progress_seqs": self.progress_seqs,
+            "log_seqs": self.log_seqs,
+            "other_seqs": self.other_seqs,
+            "children": self.children,
+            "parent": self.parent,
+            "chain": self.chain,
+            "round": self.round,
+        }
+
+
+@dataclass(slots=True)
+class Chain:
+    """An MRTR conversation: the rounds of one operation, linked by requestState/inputResponses.
+
+    ``outcome``: ``complete`` (the last round answered normally), ``tool_error``, ``error``,
+    ``incomplete`` (the last round asked for input and nobody retried) or ``pending``.
+    """
+
+    index: int
+    method: str
+    name: str | None
+    exchanges: list[int] = field(default_factory=list)
+    outcome: str = "pending"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "method": self.method,
+            "name": self.name,
+            "exchanges": self.exchanges,
+            "rounds": len(self.exchanges),
+            "outcome": self.outcome,
+        }
+
+
+@dataclass(slots=True)
+class Finding:
+    """One fact with its proof. Severity, explanation and reference come from the catalogue."""
+
+    code: str
+    title: str
+    detail: str
+    frame_seqs: list[int]
+    exchange: int | None = None
+
+    @property
+    def severity(self) -> str:
+        return CATALOGUE[self.code].severity.value
+
+    def as_dict(self) -> dict[str, Any]:
+        e = CATALOGUE[self.code]
+        return {
+            "code": self.code,
+            "severity": e.severity.value,
+            "title": self.title,
+            "detail": self.detail,
+            "frame_seqs": self.frame_seqs,
+            "exchange": self.exchange,
+            "spec": e.spec,
+        }
+
+
+#: Individual findings kept per code; beyond that they are folded into one "… and N more".
+PER_CODE_CAP = 50
+#: Frame references kept per finding (a proof, not a copy of the session).
+MAX_SEQS = 1000
+
+
+class FindingSink:
+    """Collects findings, keeping at most :data:`PER_CODE_CAP` rows per code.
+
+    A session with 20,000 unanswered requests should not become 20,000 rows: the first ones are
+    kept individually, the rest are counted into one summary finding that still points at their
+    frames (up to :data:`MAX_SEQS`).
+    """
+
+    def __init__(self, cap: int = PER_CODE_CAP) -> None:
+        self.cap = cap
+        self.items: list[Finding] = []
+        self._counts: dict[str, int] = {}
+        self._overflow: dict[str, list[int]] = {}
+        self._overflow_n: dict[str, int] = {}
+
+    def add(
+        self,
+        code: str,
+        title: str,
+        detail: str = "",
+        seqs: Iterable[int] = (),
+        *,
+        exchange: int | None = None,
+    ) -> None:
+        if code not in CATALOGUE:  # pragma: no cover - a programming error, caught by tests
+            raise KeyError(f"finding code {code!r} is not in the catalogue")
+        n = self._counts.get(code, 0) + 1
+        self._counts[code] = n
+        seq_list = sorted(set(seqs))
+        if n <= self.cap:
+            self.items.append(Finding(code, title, detail, seq_list[:MAX_SEQS], exchange))
+            return
+        self._overflow_n[code] = self._overflow_n.get(code, 0) + 1
+        bucket = self._overflow.setdefault(code, [])
+        if len(bucket) < MAX_SEQS:
+            bucket.extend(seq_list[: MAX_SEQS - len(bucket)])
+
+    def count(self, code: str) -> int:
+        return self._counts.get(code, 0)
+
+    def result(self) -> list[Finding]:
+        out = list(self.items)
+        for code, n in self._overflow_n.items():
+            entry = CATALOGUE[code]
+            out.append(
+                Finding(
+                    code,
+                    f"{entry.title}: {n} more like the above",
+                    f"{n} further occurrences of {code} were folded into this one finding; the"
+                    " frames listed are the first of them.",
+                    sorted(self._overflow.get(code, [])),
+                )
+            )
+        out.sort(key=_finding_order)
+        return out
+
+
+def _finding_order(f: Finding) -> tuple[int, int, str]:
+    first = f.frame_seqs[0] if f.frame_seqs else 0
+    return (-SEVERITY_RANK[CATALOGUE[f.code].severity.value], first, f.code)
+
+
+@dataclass(slots=True)
+class SessionFacts:
+    """What the whole session establishes: era, versions, capabilities, how it ended."""
+
+    era: str | None = None
+    version: str | None = None
+    transport: str = "stdio"
+    status: str = "ended"  # live | ended | crashed (from the session row; "ended" when unknown)
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    initialize_seq: int | None = None
+    initialize_result_seq: int | None = None
+    initialize_failed: bool = False
+    initialized_seq: int | None = None
+    requested_version: str | None = None
+    client_caps: dict[str, Any] | None = None
+    server_caps: dict[str, Any] | None = None
+    server_caps_seq: int | None = None
+    session_id_header: str | None = None  # Mcp-Session-Id assigned by initialize (HTTP)
+    first_envelope_seq: int | None = None
+
+    @property
+    def modern(self) -> bool:
+        return self.era == ERA_MODERN
+
+    @property
+    def live(self) -> bool:
+        return self.status == "live"
+
+
+def severity_counts(findings: Iterable[Finding]) -> dict[str, int]:
+    counts = {s.value: 0 for s in Severity}
+    for f in findings:
+        counts[f.severity] += 1
+    return counts

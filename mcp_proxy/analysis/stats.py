@@ -1,0 +1,136 @@
+"""Per-method numbers from exchanges: counts, error rates, latency percentiles.
+
+Percentiles use the nearest-rank method on the exact latencies (no histogram buckets): a
+recording is small enough to keep every value, and nearest-rank returns a latency that really
+happened, which is what a person comparing two runs expects to see.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp_proxy.analysis.model import Exchange
+
+
+def percentile(sorted_values: list[float], p: float) -> float | None:
+    """Nearest-rank percentile of already sorted values (None for no values)."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+@dataclass(slots=True)
+class MethodStats:
+    """Numbers for one method in one direction (and optionally one tool/prompt/resource)."""
+
+    direction: str
+    method: str
+    name: str | None = None
+    count: int = 0
+    ok: int = 0
+    errors: int = 0  # JSON-RPC error responses
+    tool_errors: int = 0  # tools/call results with isError
+    unanswered: int = 0  # no_response, lost, aborted
+    cancelled: int = 0
+    pending: int = 0
+    latencies: list[float] = field(default_factory=list)
+
+    def add(self, ex: Exchange) -> None:
+        self.count += 1
+        o = ex.outcome
+        if o in ("error", "http_error"):
+            self.errors += 1
+        elif o == "tool_error":
+            self.tool_errors += 1
+        elif o in ("no_response", "lost", "aborted"):
+            self.unanswered += 1
+        elif o == "cancelled":
+            self.cancelled += 1
+        elif o in ("pending", "closed"):
+            self.pending += 1
+        else:
+            self.ok += 1
+        if ex.latency_ms is not None:
+            self.latencies.append(ex.latency_ms)
+
+    def merge(self, other: MethodStats) -> None:
+        self.count += other.count
+        self.ok += other.ok
+        self.errors += other.errors
+        self.tool_errors += other.tool_errors
+        self.unanswered += other.unanswered
+        self.cancelled += other.cancelled
+        self.pending += other.pending
+        self.latencies.extend(other.latencies)
+
+    @property
+    def error_rate(self) -> float:
+        """Share of requests that failed at the protocol level (errors and lost answers)."""
+        return (self.errors + self.unanswered) / self.count if self.count else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        lat = sorted(self.latencies)
+        return {
+            "direction": self.direction,
+            "method": self.method,
+            "name": self.name,
+            "count": self.count,
+            "ok": self.ok,
+            "errors": self.errors,
+            "tool_errors": self.tool_errors,
+            "unanswered": self.unanswered,
+            "cancelled": self.cancelled,
+            "pending": self.pending,
+            "error_rate": round(self.error_rate, 4),
+            "latency_ms": {
+                "p50": percentile(lat, 50),
+                "p95": percentile(lat, 95),
+                "p99": percentile(lat, 99),
+                "mean": round(sum(lat) / len(lat), 3) if lat else None,
+                "max": lat[-1] if lat else None,
+                "n": len(lat),
+            },
+        }
+
+
+StatsKey = tuple[str, str, str | None]
+
+
+def method_stats(
+    exchanges: Iterable[Exchange], *, by_name: bool = False
+) -> dict[StatsKey, MethodStats]:
+    """Group exchanges by (direction, method[, name]) and count them."""
+    out: dict[StatsKey, MethodStats] = {}
+    for ex in exchanges:
+        name = ex.name if by_name else None
+        key = (ex.direction, ex.method, name)
+        st = out.get(key)
+        if st is None:
+            st = out[key] = MethodStats(ex.direction, ex.method, name)
+        st.add(ex)
+    return out
+
+
+def merge_stats(
+    parts: Iterable[dict[StatsKey, MethodStats]],
+) -> dict[StatsKey, MethodStats]:
+    """Combine per-session stats (latencies are pooled, not averaged)."""
+    out: dict[StatsKey, MethodStats] = {}
+    for part in parts:
+        for key, st in part.items():
+            mine = out.get(key)
+            if mine is None:
+                mine = out[key] = MethodStats(st.direction, st.method, st.name)
+            mine.merge(st)
+    return out
+
+
+def sorted_stats(stats: dict[StatsKey, MethodStats]) -> list[MethodStats]:
+    """Host requests first, then by call count (busiest first), then by name."""
+    return sorted(
+        stats.values(), key=lambda s: (s.direction != "c2s", -s.count, s.method, s.name or "")
+    )

@@ -1,0 +1,658 @@
+"""The error taxonomy: what a JSON-RPC error code, an HTTP status or a broken frame means.
+
+This is the one place that names errors. :func:`classify_error` gives a code's meaning *for the
+era of the session* (-32002 is "resource not found" up to 2025-06-18 and a reserved code in
+2026-07-28; -32020..-32099 are implementation-defined in the initialize era and reserved for the
+spec in 2026-07-28) and refines -32602 by its message (unknown tool, unknown prompt, missing
+resource). :func:`taxonomy_findings` turns every failed exchange, tool error, HTTP status and
+transport fault of a session into findings.
+
+An HTTP error status and the JSON-RPC error in its body usually describe one event. Exactly one
+finding is written for it: the JSON-RPC code when the body answers a request (a 2026-07-28 400
+with -32602 for a tools/call), the HTTP status when the failure is the transport's (401, 404 for
+an expired session, 413, 421, 5xx, or a body with a null id).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_proxy.analysis.exchanges import Pairing, header
+from mcp_proxy.analysis.model import ERA_MODERN, Exchange, FindingSink, Msg, SessionFacts
+
+# --------------------------------------------------------------------------------- JSON-RPC
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorClass:
+    """A JSON-RPC error as the taxonomy names it."""
+
+    code: str  # the finding code
+    name: str  # short human name, e.g. "Invalid params"
+    meaning: str  # what it means here, one sentence (era-aware)
+
+
+NAMES: dict[int, str] = {
+    -32700: "Parse error",
+    -32600: "Invalid request",
+    -32601: "Method not found",
+    -32602: "Invalid params",
+    -32603: "Internal error",
+    -32020: "Header mismatch",
+    -32021: "Missing required client capability",
+    -32022: "Unsupported protocol version",
+    -32042: "URL elicitation required",
+    -32800: "Request cancelled",
+    -32000: "Connection closed (SDK-internal)",
+    -32001: "Request timeout (SDK-internal)",
+    -32002: "Resource not found (up to 2025-06-18)",
+}
+
+#: 2026-07-28 Streamable HTTP: the status a JSON-RPC error must come with (others: 200).
+MODERN_ERROR_STATUS: dict[int, int] = {
+    -32700: 400,
+    -32600: 400,
+    -32602: 400,
+    -32020: 400,
+    -32021: 400,
+    -32022: 400,
+    -32601: 404,
+}
+
+_UNKNOWN_TOOL = re.compile(
+    r"(unknown|no such|invalid|missing|unrecognized)\s+tool|tool\b.*\b(not found|does not exist"
+    r"|doesn't exist|is not (registered|available))",
+    re.IGNORECASE,
+)
+_UNKNOWN_PROMPT = re.compile(
+    r"(unknown|no such|invalid|unrecognized)\s+prompt|prompt\b.*\b(not found|does not exist"
+    r"|doesn't exist)",
+    re.IGNORECASE,
+)
+_MISSING_RESOURCE = re.compile(
+    r"(unknown|no such|missing)\s+resource|resource\b.*\b(not found|does not exist"
+    r"|doesn't exist)|not found",
+    re.IGNORECASE,
+)
+
+
+def classify_error(
+    code: int | None,
+    message: str | None = None,
+    data: Any = None,
+    *,
+    era: str | None = None,
+    method: str | None = None,
+) -> ErrorClass:
+    """Name a JSON-RPC error for this era and request method. Never raises."""
+    msg = message or ""
+    if code is None:
+        return ErrorClass("jsonrpc.application_error", "No error code", "The error has no code.")
+    if code == -32700:
+        return ErrorClass("jsonrpc.parse_error", NAMES[code], "The receiver could not parse JSON.")
+    if code == -32600:
+        return ErrorClass(
+            "jsonrpc.invalid_request", NAMES[code], "The message is not a valid request."
+        )
+    if code == -32601:
+        if method == "server/discover":
+            return ErrorClass(
+                "lifecycle.discover_fallback",
+                NAMES[code],
+                "The server speaks only the initialize era; the client falls back to initialize.",
+            )
+        return ErrorClass(
+            "jsonrpc.method_not_found",
+            NAMES[code],
+            f"The receiver does not offer {method or 'it'}.",
+        )
+    if code == -32602:
+        if method == "tools/call" and _UNKNOWN_TOOL.search(msg):
+            return ErrorClass("jsonrpc.unknown_tool", "Unknown tool", "The tool does not exist.")
+        if method == "prompts/get" and _UNKNOWN_PROMPT.search(msg):
+            return ErrorClass(
+                "jsonrpc.unknown_prompt", "Unknown prompt", "The prompt does not exist."
+            )
+        if method == "resources/read" and (
+            _MISSING_RESOURCE.search(msg) or (isinstance(data, dict) and "uri" in data)
+        ):
+            return ErrorClass(
+                "jsonrpc.resource_not_found", "Resource not found", "No resource at that URI."
+            )
+        if method is None and _UNKNOWN_TOOL.search(msg):
+            return ErrorClass("jsonrpc.unknown_tool", "Unknown tool", "The tool does not exist.")
+        return ErrorClass("jsonrpc.invalid_params", NAMES[code], "The parameters were rejected.")
+    if code == -32603:
+        return ErrorClass(
+            "jsonrpc.internal_error", NAMES[code], "The receiver failed handling the request."
+        )
+    if code == -32020:
+        return ErrorClass(
+            "mcp.header_mismatch", NAMES[code], "HTTP headers disagree with the JSON-RPC body."
+        )
+    if code == -32021:
+        return ErrorClass(
+            "mcp.missing_client_capability",
+            NAMES[code],
+            "The request did not declare a client capability the server needs.",
+        )
+    if code == -32022:
+        return ErrorClass(
+            "mcp.unsupported_protocol_version",
+            NAMES[code],
+            "The server does not serve the requested protocol version.",
+        )
+    if code == -32042:
+        if era == ERA_MODERN:
+            return ErrorClass(
+                "jsonrpc.reserved_code",
+                "Retired code -32042",
+                "2026-07-28 retired -32042 (URL elicitation is done through MRTR) and reserves it.",
+            )
+        return ErrorClass(
+            "mcp.url_elicitation_required",
+            NAMES[code],
+            "The user must complete a URL elicitation first.",
+        )
+    if code == -32800:
+        return ErrorClass("mcp.request_cancelled", NAMES[code], "The request was cancelled.")
+    if code == -32002:
+        if era != ERA_MODERN and method in (None, "resources/read"):
+            return ErrorClass(
+                "jsonrpc.resource_not_found",
+                NAMES[code],
+                "Resource not found (the code revisions up to 2025-06-18 used).",
+            )
+        return ErrorClass(
+            "jsonrpc.reserved_code",
+            "Reserved code -32002",
+            "-32002 is reserved and never reused in 2026-07-28.",
+        )
+    if -32019 <= code <= -32000:
+        extra = (
+            " The official SDKs use it only internally and never send it."
+            if code in (-32000, -32001)
+            else ""
+        )
+        return ErrorClass(
+            "jsonrpc.server_error",
+            NAMES.get(code, f"Server error {code}"),
+            "An implementation-defined server error." + extra,
+        )
+    if -32099 <= code <= -32020:
+        if era == ERA_MODERN:
+            return ErrorClass(
+                "jsonrpc.reserved_code",
+                f"Unallocated code {code}",
+                "2026-07-28 reserves -32020..-32099 for codes the spec allocates; this one is not"
+                " allocated.",
+            )
+        return ErrorClass(
+            "jsonrpc.server_error",
+            f"Server error {code}",
+            "An implementation-defined server error.",
+        )
+    if -32768 <= code <= -32000:
+        return ErrorClass(
+            "jsonrpc.reserved_code",
+            f"Reserved code {code}",
+            "JSON-RPC reserves -32768..-32000 for predefined errors; this one is not defined.",
+        )
+    return ErrorClass(
+        "jsonrpc.application_error",
+        f"Application error {code}",
+        "A code outside the ranges JSON-RPC and MCP define.",
+    )
+
+
+def decode_error_data(code: int | None, data: Any) -> str:
+    """The parts of ``error.data`` a person needs, spelled out (supported versions, …)."""
+    if not isinstance(data, dict):
+        return ""
+    if code == -32022:
+        supported = data.get("supported")
+        requested = data.get("requested")
+        parts = []
+        if isinstance(supported, list):
+            parts.append("server supports " + ", ".join(str(v) for v in supported))
+        if requested is not None:
+            parts.append(f"client requested {requested}")
+        return "; ".join(parts)
+    if code == -32021:
+        req = data.get("requiredCapabilities")
+        if isinstance(req, dict):
+            return "required client capabilities: " + ", ".join(sorted(req)) if req else ""
+    if code in (-32602, -32002) and "uri" in data:
+        return f"uri {data['uri']}"
+    if code == -32042:
+        els = data.get("elicitations")
+        if isinstance(els, list):
+            urls = [e.get("url") for e in els if isinstance(e, dict) and e.get("url")]
+            return f"{len(els)} elicitation(s)" + (": " + ", ".join(urls) if urls else "")
+    return ""
+
+
+def status_expected(era: str | None, code: int | None, *, is_result: bool) -> set[int] | None:
+    """The HTTP statuses a plain-JSON answer may come with, or None when anything goes."""
+    if era == ERA_MODERN:
+        if is_result:
+            return {200}
+        return {MODERN_ERROR_STATUS.get(code or 0, 200)}
+    if is_result:
+        return {200}
+    return None
+
+
+# --------------------------------------------------------------------------------- HTTP
+
+
+def parse_www_authenticate(value: str | None) -> dict[str, str]:
+    """``Bearer resource_metadata="…", scope="a b", error="…"`` → its parameters (+ scheme)."""
+    if not value:
+        return {}
+    out: dict[str, str] = {}
+    scheme, _, rest = value.strip().partition(" ")
+    out["scheme"] = scheme
+    for m in re.finditer(r'([A-Za-z_][\w-]*)\s*=\s*("((?:[^"\\]|\\.)*)"|[^\s,]+)', rest):
+        out[m.group(1).lower()] = m.group(3) if m.group(3) is not None else m.group(2)
+    return out
+
+
+_HTTP_SIMPLE: dict[int, str] = {
+    403: "http.forbidden",
+    406: "http.not_acceptable",
+    409: "http.conflict",
+    413: "http.payload_too_large",
+    415: "http.unsupported_media_type",
+    421: "http.misdirected",
+    429: "http.rate_limited",
+}
+#: Statuses that describe the transport, whatever the body says.
+_TRANSPORT_STATUSES = frozenset({401, 403, 405, 406, 409, 413, 415, 421, 429})
+
+
+def _snippet(raw: bytes | None, limit: int = 160) -> str:
+    if not raw:
+        return ""
+    text = raw.decode("utf-8", "replace").strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _text_of(content: Any, limit: int = 200) -> str:
+    if not isinstance(content, list):
+        return ""
+    parts = [c.get("text", "") for c in content if isinstance(c, dict) and c.get("type") == "text"]
+    text = " ".join(" ".join(p.split()) for p in parts if isinstance(p, str)).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _named(ex: Exchange) -> str:
+    return f" {ex.name}" if ex.name else ""
+
+
+def taxonomy_findings(
+    msgs: list[Msg],
+    pairing: Pairing,
+    facts: SessionFacts,
+    http: Mapping[int, Mapping[str, Any]],
+    sink: FindingSink,
+) -> None:
+    """Every error of the session, named: JSON-RPC, tool, HTTP and transport."""
+    explained = _http_findings(msgs, pairing, facts, http, sink)
+    era = facts.era
+    for ex in pairing.exchanges:
+        resp = ex.response
+        if resp is None:
+            continue
+        if ex.outcome == "error":
+            err = resp.error
+            ec = classify_error(
+                ex.error_code, ex.error_message, err.get("data"), era=era, method=ex.method
+            )
+            ex.error_class = ec.code
+            if resp.http is not None and resp.http in explained:
+                continue
+            data = decode_error_data(ex.error_code, err.get("data"))
+            sink.add(
+                ec.code,
+                f"{ex.method}{_named(ex)}: {ex.error_code} {ex.error_message or ec.name}",
+                f"{ec.name} ({ex.error_code}). {ec.meaning}" + (f" {data}." if data else ""),
+                [ex.request_seq, resp.seq],
+                exchange=ex.index,
+            )
+        elif ex.outcome == "tool_error":
+            ex.error_class = "tool.error_result"
+            text = _text_of((resp.result or {}).get("content"))
+            sink.add(
+                "tool.error_result",
+                f"tool {ex.name or '?'} reported an error" + (f": {text}" if text else ""),
+                "The tool ran and returned isError: true; this is not a protocol error.",
+                [ex.request_seq, resp.seq],
+                exchange=ex.index,
+            )
+    for m in pairing.orphan_errors:
+        if m.http is not None and m.http in explained:
+            continue
+        row = http.get(m.http) if m.http is not None else None
+        if row is not None and (row.get("status") or 0) >= 400:
+            continue
+        err = m.error
+        msg = err.get("message") if isinstance(err.get("message"), str) else None
+        ec = classify_error(m.error_code, msg, err.get("data"), era=era)
+        sink.add(
+            ec.code,
+            f"error {m.error_code} {msg or ec.name} (answering no known request)",
+            f"{ec.name} ({m.error_code}). {ec.meaning}",
+            [m.seq],
+        )
+    _transport_findings(msgs, facts, http, sink)
+
+
+def _http_findings(
+    msgs: list[Msg],
+    pairing: Pairing,
+    facts: SessionFacts,
+    http: Mapping[int, Mapping[str, Any]],
+    sink: FindingSink,
+) -> set[int]:
+    """HTTP status findings; returns the HTTP exchanges whose JSON-RPC errors they explain."""
+    explained: set[int] = set()
+    if not http:
+        return explained
+    requests: dict[int, Exchange] = {}
+    for ex in pairing.exchanges:
+        if ex.http is not None and ex.direction == "c2s":
+            requests.setdefault(ex.http, ex)
+    errors: dict[int, list[Msg]] = {}
+    bodies: dict[int, list[Msg]] = {}
+    for m in msgs:
+        if m.http is None or m.direction != "s2c":
+            continue
+        if m.kind == "error":
+            errors.setdefault(m.http, []).append(m)
+        elif m.kind in ("noise", "invalid"):
+            bodies.setdefault(m.http, []).append(m)
+    rows = sorted(http.values(), key=lambda r: (r.get("started_at") or 0, r.get("id") or 0))
+    ok_after: list[float] = [
+        r.get("started_at") or 0 for r in rows if 200 <= (r.get("status") or 0) < 300
+    ]
+    for row in rows:
+        hid = row.get("id")
+        status = row.get("status")
+        outcome = str(row.get("outcome") or "")
+        method = str(row.get("method") or "")
+        req = requests.get(hid) if hid is not None else None
+        what = f"{method} {row.get('url') or ''}".strip()
+        if req is not None:
+            what += f" ({req.method}{_named(req)})"
+        seqs = [req.request_seq] if req is not None else []
+        errs = errors.get(hid, []) if hid is not None else []
+        seqs += [m.seq for m in errs] + [m.seq for m in bodies.get(hid, [])]
+        if status is None:
+            if outcome and outcome not in ("host_aborted", "complete", "client_disconnected"):
+                sink.add(
+                    "http.upstream_error",
+                    f"{what}: no response from the server ({outcome})",
+                    (row.get("error") or "The relay got no HTTP response from the upstream.") + "",
+                    seqs,
+                    exchange=req.index if req else None,
+                )
+            continue
+        if status < 400:
+            continue
+        body_note = ""
+        if errs:
+            e0 = errs[0]
+            emsg = e0.error.get("message")
+            body_note = f" Body: JSON-RPC error {e0.error_code}" + (
+                f" {emsg!r}" if isinstance(emsg, str) else ""
+            )
+        elif bodies.get(hid):
+            body_note = f" Body: {_snippet(bodies[hid][0].raw)!r}" if bodies[hid][0].raw else ""
+        answered = req is not None and req.response is not None and req.response.http == hid
+        id_bearing = (
+            answered
+            and req is not None
+            and req.response is not None
+            and (req.response.msg_id is not None)
+        )
+        if req is not None and req.method == "server/discover" and status in (400, 404, 405):
+            explained.add(hid)
+            sink.add(
+                "lifecycle.discover_fallback",
+                f"server/discover answered HTTP {status}: initialize-era server",
+                "The client probed 2026-07-28 discovery; the server answered with a client error,"
+                " so the client falls back to initialize." + body_note,
+                seqs,
+                exchange=req.index,
+            )
+            continue
+        transport_primary = status in _TRANSPORT_STATUSES or status >= 500
+        session_hdr = header(row.get("request_headers"), "mcp-session-id")
+        if status == 404 and session_hdr:
+            transport_primary = True
+        if not transport_primary and id_bearing:
+            continue  # the JSON-RPC error of the request is the finding (status checked below)
+        explained.add(hid)
+        if status == 401:
+            challenge = parse_www_authenticate(
+                header(row.get("response_headers"), "www-authenticate")
+            )
+            started = row.get("started_at") or 0
+            recovered = any(t > started for t in ok_after)
+            bits = [f"{k}={v}" for k, v in challenge.items() if k != "scheme"]
+            desc = (
+                f"WWW-Authenticate: {challenge.get('scheme', '')} " + ", ".join(bits)
+                if challenge
+                else "No WWW-Authenticate header."
+            )
+            sink.add(
+                "http.auth_challenge" if recovered else "http.unauthorized",
+                f"{what}: HTTP 401" + (" (authorized afterwards)" if recovered else ""),
+                desc + body_note,
+                seqs,
+                exchange=req.index if req else None,
+            )
+            continue
+        if status == 404:
+            code = "http.session_not_found" if session_hdr else "http.not_found"
+            detail = (
+                f"The request carried Mcp-Session-Id {session_hdr}, which the server does not"
+                " know (expired or the server restarted)."
+                if session_hdr
+                else "Nothing answered at this URL."
+            )
+        elif status == 405:
+            code = (
+                "http.method_not_allowed"
+                if method == "POST"
+                else "http.optional_method_unsupported"
+            )
+            allow = header(row.get("response_headers"), "allow")
+            detail = f"Allow: {allow}." if allow else "No Allow header."
+        elif status == 400:
+            code = "http.bad_request"
+            detail = "The server rejected the HTTP request."
+        elif status == 403:
+            code = "http.forbidden"
+            challenge = parse_www_authenticate(
+                header(row.get("response_headers"), "www-authenticate")
+            )
+            detail = (
+                f"WWW-Authenticate error={challenge['error']}."
+                if "error" in challenge
+                else "Origin not allowed, or insufficient permissions."
+            )
+        elif status in _HTTP_SIMPLE:
+            code = _HTTP_SIMPLE[status]
+            detail = ""
+            if status == 429:
+                ra = header(row.get("response_headers"), "retry-after")
+                detail = f"Retry-After: {ra}." if ra else ""
+        elif status >= 500:
+            code = "http.server_error"
+            detail = ""
+        else:
+            code = "http.client_error"
+            detail = ""
+        sink.add(
+            code,
+            f"{what}: HTTP {status}",
+            (detail + body_note).strip(),
+            seqs,
+            exchange=req.index if req else None,
+        )
+    _status_agreement(msgs, pairing, facts, http, sink)
+    return explained
+
+
+def _status_agreement(
+    msgs: list[Msg],
+    pairing: Pairing,
+    facts: SessionFacts,
+    http: Mapping[int, Mapping[str, Any]],
+    sink: FindingSink,
+) -> None:
+    """Plain-JSON answers whose HTTP status disagrees with the JSON-RPC outcome for the era."""
+    for m in msgs:
+        if m.direction != "s2c" or m.channel != "http" or m.http is None:
+            continue
+        if m.kind not in ("response", "error"):
+            continue
+        row = http.get(m.http)
+        status = row.get("status") if row else None
+        if status is None:
+            continue
+        is_result = m.kind == "response"
+        allowed = status_expected(facts.era, m.error_code, is_result=is_result)
+        if allowed is None or status in allowed:
+            continue
+        what = "result" if is_result else f"error {m.error_code}"
+        sink.add(
+            "http.status_mismatch",
+            f"JSON-RPC {what} sent with HTTP {status} (expected {'/'.join(map(str, sorted(allowed)))})",
+            f"Era {facts.era or 'unknown'}: a plain-JSON {what} must come with HTTP"
+            f" {' or '.join(map(str, sorted(allowed)))}.",
+            [m.seq],
+        )
+
+
+# --------------------------------------------------------------------------------- transport
+SSE_EVENT_LIMIT = 1 << 20  # the SDK client's default max SSE event size
+POST_BODY_LIMIT = 4 << 20  # the SDK server's max request body
+
+
+def _transport_findings(
+    msgs: list[Msg],
+    facts: SessionFacts,
+    http: Mapping[int, Mapping[str, Any]],
+    sink: FindingSink,
+) -> None:
+    noise: dict[str, list[Msg]] = {}
+    invalid: dict[str, list[Msg]] = {}
+    stderr_tail: list[bytes] = []
+    for m in msgs:
+        kind = m.kind
+        if kind == "stderr":
+            if m.raw is not None:
+                stderr_tail.append(m.raw)
+                if len(stderr_tail) > 8:
+                    del stderr_tail[0]
+            continue
+        if kind == "noise":
+            if m.channel in ("http", "sse") and m.direction == "s2c" and m.http is not None:
+                row = http.get(m.http)
+                if row is not None and (row.get("status") or 0) >= 400:
+                    continue  # a plain-text error body: the HTTP finding explains it
+            utf8_ok = True
+            if m.raw is not None:
+                try:
+                    m.raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    utf8_ok = False
+            if not utf8_ok:
+                code = "transport.invalid_utf8"
+            elif m.direction == "s2c":
+                code = "transport.server_noise"
+            else:
+                code = "transport.host_noise"
+            noise.setdefault(code, []).append(m)
+        elif kind == "invalid":
+            invalid.setdefault(m.direction, []).append(m)
+        elif kind == "batch":
+            if facts.version is not None and facts.version != "2025-03-26":
+                sink.add(
+                    "jsonrpc.batch_not_allowed",
+                    f"JSON-RPC batch from the {'host' if m.direction == 'c2s' else 'server'}"
+                    f" in a {facts.version} session",
+                    "Batches were allowed only in 2025-03-26.",
+                    [m.seq],
+                )
+        if not m.complete and m.channel != "stderr":
+            sink.add(
+                "transport.incomplete_frame",
+                f"{'host' if m.direction == 'c2s' else 'server'} message cut short"
+                f" ({m.size} bytes, no line end)",
+                "The stream ended before the message did.",
+                [m.seq],
+            )
+        if m.channel == "sse" and m.size > SSE_EVENT_LIMIT:
+            sink.add(
+                "transport.oversize",
+                f"SSE event of {m.size / 1048576:.1f} MiB",
+                "The official SDK client refuses SSE events over 1 MiB by default.",
+                [m.seq],
+            )
+        elif m.channel == "http" and m.direction == "c2s" and m.size > POST_BODY_LIMIT:
+            sink.add(
+                "transport.oversize",
+                f"POST body of {m.size / 1048576:.1f} MiB",
+                "The official SDK server answers 413 for bodies over 4 MiB.",
+                [m.seq],
+            )
+    for code, items in noise.items():
+        first = items[0]
+        who = {
+            "transport.server_noise": "server",
+            "transport.host_noise": "host",
+        }.get(code, "server" if first.direction == "s2c" else "host")
+        where = {"stdio": "stdout" if first.direction == "s2c" else "stdin"}.get(
+            first.channel, first.channel
+        )
+        sink.add(
+            code,
+            f"{len(items)} non-JSON line(s) from the {who} on {where}"
+            if code != "transport.invalid_utf8"
+            else f"{len(items)} message(s) with invalid UTF-8",
+            f"First: {_snippet(first.raw)!r}" if first.raw else "",
+            [m.seq for m in items],
+        )
+    for direction, items in invalid.items():
+        from mcp_proxy.frames import classify_message
+
+        problem = classify_message(items[0].body).problem if items[0].body is not None else None
+        sink.add(
+            "jsonrpc.invalid_message",
+            f"{len(items)} JSON value(s) from the {'host' if direction == 'c2s' else 'server'}"
+            " that are not JSON-RPC",
+            f"First problem: {problem}." if problem else "",
+            [m.seq for m in items],
+        )
+    if facts.status == "crashed":
+        tail = [_snippet(r, 200) for r in stderr_tail[-5:]]
+        how = (
+            f"killed by signal {facts.exit_signal}"
+            if facts.exit_signal is not None
+            else f"exit status {facts.exit_code}"
+        )
+        sink.add(
+            "transport.server_crashed",
+            f"server crashed ({how})",
+            "Last stderr lines:\n" + "\n".join(tail)
+            if tail
+            else "The server wrote nothing on stderr.",
+            [msgs[-1].seq] if msgs else [],
+        )
