@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,11 +102,16 @@ class StdioRelay:
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         exe = self.argv[0]
-        if os.sep not in exe and shutil.which(exe) is None:
+        found = shutil.which(exe) if os.sep not in exe else exe
+        if found is None:
             raise CommandNotFound(f"command not found: {exe}")
+        argv = list(self.argv)
+        if sys.platform == "win32":
+            # CreateProcess does not search PATHEXT: `npx` must become the `npx.cmd` found.
+            argv[0] = found
         try:
             return subprocess.Popen(
-                self.argv,
+                argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
