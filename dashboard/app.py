@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,18 @@ def make_env() -> jinja2.Environment:
     return env
 
 
+@web.middleware
+async def timing_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """``Server-Timing: app;dur=…`` on every page: what the benchmark reports, and what a
+    browser's network panel shows, so slowness is attributable to the server or not."""
+    start = time.perf_counter()
+    response = await handler(request)
+    if not response.prepared:  # streamed responses (SSE) have sent their headers already
+        dur = (time.perf_counter() - start) * 1000
+        response.headers["Server-Timing"] = f"app;dur={dur:.1f}"
+    return response
+
+
 def create_app(
     db_url: str,
     *,
@@ -67,7 +80,11 @@ def create_app(
 
     token = token or new_token()
     app = web.Application(
-        middlewares=[security_middleware(token, extra_hosts), views.errors_middleware],
+        middlewares=[
+            timing_middleware,
+            security_middleware(token, extra_hosts),
+            views.errors_middleware,
+        ],
         client_max_size=256 * 1024,
     )
     app[TOKEN] = token

@@ -288,15 +288,25 @@ class DashboardQueries:
         )
 
     async def session_methods(self, session_id: str) -> list[str]:
-        """The methods seen in a session (for the filter menu), from the (session, method) index."""
-        rows = await self.store._all(
-            sa.select(frames.c.method)
-            .where(frames.c.session_id == session_id, frames.c.method.is_not(None))
-            .distinct()
-            .order_by(frames.c.method)
-            .limit(500)
-        )
-        return [r["method"] for r in rows]
+        """The methods seen in a session (for the filter menu).
+
+        A skip scan over the ``(session_id, method)`` index — one probe per distinct method —
+        instead of a DISTINCT that reads every frame of a 100,000-frame session.
+        """
+        stmt = sa.text(
+            """
+            WITH RECURSIVE m(method, n) AS (
+                SELECT (SELECT min(method) FROM frames
+                        WHERE session_id = :sid AND method IS NOT NULL), 0
+                UNION ALL
+                SELECT (SELECT min(method) FROM frames
+                        WHERE session_id = :sid AND method > m.method), n + 1
+                FROM m WHERE m.method IS NOT NULL AND n < 500
+            )
+            SELECT method FROM m WHERE method IS NOT NULL
+            """
+        ).bindparams(sid=session_id)
+        return [r["method"] for r in await self.store._all(stmt)]
 
     # ------------------------------------------------------------------ timeline
     async def timeline(
@@ -346,9 +356,11 @@ class DashboardQueries:
                 frames.c.msg_id.in_(sorted(ids)),
                 frames.c.kind.in_(("request", "response", "error")),
             )
-            .order_by(frames.c.seq)
+            # No ORDER BY: sorting by seq would lure SQLite onto the (session_id, seq) index and
+            # through the whole session; the msg_id index finds the few rows, Python orders them.
             .limit(20_000)
         )
+        rows.sort(key=lambda r: r["seq"])
         by_id: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for r in rows:
             # Key by who sent the request: a c2s request is answered s2c, and vice versa.

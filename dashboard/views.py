@@ -205,6 +205,8 @@ def _finding_out(f: dict[str, Any]) -> dict[str, Any]:
         "detail": f.get("detail"),
         "frame_seqs": list(f.get("frame_seqs") or []),
         "source": f.get("source"),
+        "spec": f.get("spec"),
+        "explanation": f.get("explanation"),
     }
 
 
