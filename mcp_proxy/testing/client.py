@@ -28,6 +28,7 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters
+from mcp.server.mcpserver import MCPServer
 
 from mcp_proxy.testing.process import server_argv
 
@@ -53,6 +54,7 @@ def stdio_params(
     name: str | None = None,
     startup_noise: str | None = None,
     log_level: str | None = None,
+    state_key: str | None = None,
     env: Mapping[str, str] | None = None,
     encoding_error_handler: Literal["strict", "ignore", "replace"] = "strict",
     python: str | None = None,
@@ -65,7 +67,13 @@ def stdio_params(
     ``strict`` the SDK client's reader fails on the invalid bytes.
     """
     argv = server_argv(
-        presets, "stdio", name=name, startup_noise=startup_noise, log_level=log_level, python=python
+        presets,
+        "stdio",
+        name=name,
+        startup_noise=startup_noise,
+        log_level=log_level,
+        state_key=state_key,
+        python=python,
     )
     return StdioServerParameters(
         command=argv[0],
@@ -145,14 +153,15 @@ class ProgressRecorder:
 
 
 def make_client(
-    target: StdioServerParameters | str,
+    target: StdioServerParameters | str | MCPServer,
     *,
     mode: Mode = "auto",
     recorder: CallbackRecorder | None = None,
     log_level: types.LoggingLevel | None = "debug",
     **kwargs: Any,
 ) -> Client:
-    """A ``Client`` for a stdio server, a Streamable HTTP URL, or a legacy ``.../sse`` URL.
+    """A ``Client`` for a stdio server, a Streamable HTTP URL, a legacy ``.../sse`` URL, or an
+    in-process ``MCPServer`` (no transport at all: fast, for logic-only tests).
 
     With a recorder, all its callbacks are wired in (and the log opt-in is set).
     ``cache=None`` by default so that repeated list calls reach the wire, which is what a

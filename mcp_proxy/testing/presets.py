@@ -73,7 +73,8 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -234,11 +235,21 @@ def preset_failing(server: MCPServer) -> None:
         raise MCPError(code=code, message=message)
 
 
-def _no_back_channel(what: str) -> ToolError:
-    return ToolError(
-        f"{what} needs a server→client request, which this connection cannot carry "
-        "(2026-07-28 has no back-channel; use the mrtr preset)"
-    )
+@contextmanager
+def _back_channel(what: str) -> Iterator[None]:
+    """Turn "this connection cannot carry a server→client request" into a tool error.
+
+    2026-07-28 has no standalone server→client requests at all, and stateless or JSON-response
+    Streamable HTTP has nowhere to send them; a tool error says so without a protocol error.
+    """
+    try:
+        yield
+    except NoBackChannelError as exc:
+        raise ToolError(
+            f"{what} needs a server→client request, which this connection cannot carry "
+            "(no back-channel on 2026-07-28, stateless HTTP or JSON-response mode; "
+            "the mrtr preset covers 2026-07-28)"
+        ) from exc
 
 
 def preset_sampling(server: MCPServer) -> None:
@@ -249,23 +260,19 @@ def preset_sampling(server: MCPServer) -> None:
         message = types.SamplingMessage(
             role="user", content=types.TextContent(type="text", text=prompt)
         )
-        try:
+        with _back_channel("sampling"):
             result = await _quietly(
                 ctx.session.create_message,
                 [message],
                 max_tokens=max_tokens,
                 related_request_id=ctx.request_id,
             )
-        except NoBackChannelError as exc:
-            raise _no_back_channel("sampling") from exc
         return _sampled_text(result)
 
     @server.tool(description="Ask the client for its roots (roots/list).")
     async def roots(ctx: Context) -> list[str]:
-        try:
+        with _back_channel("roots/list"):
             result = await _quietly(ctx.session.list_roots)
-        except NoBackChannelError as exc:
-            raise _no_back_channel("roots/list") from exc
         return [str(root.uri) for root in result.roots]
 
 
@@ -280,10 +287,8 @@ def preset_elicitation(server: MCPServer) -> None:
 
     @server.tool(description="Ask the user a question (elicitation/create, form mode).")
     async def ask(ctx: Context, question: str = "What is your name?") -> str:
-        try:
+        with _back_channel("elicitation"):
             result = await ctx.elicit(question, Answer)
-        except NoBackChannelError as exc:
-            raise _no_back_channel("elicitation") from exc
         if result.action == "accept":
             return f"accept: {result.data.answer}"
         return result.action
@@ -355,7 +360,8 @@ def preset_mrtr(server: MCPServer) -> None:
     async def confirm(ctx: Context, action: str = "deploy") -> str | types.InputRequiredResult:
         question = f"Really {action}?"
         if not _is_modern(ctx):
-            result = await ctx.session.elicit_form(question, _ANSWER_SCHEMA, ctx.request_id)
+            with _back_channel("confirm (initialize era)"):
+                result = await ctx.session.elicit_form(question, _ANSWER_SCHEMA, ctx.request_id)
             return f"{action}: {_describe(result)}"
         responses = ctx.input_responses or {}
         if "confirm" not in responses:
@@ -368,31 +374,29 @@ def preset_mrtr(server: MCPServer) -> None:
 
     @server.tool(description="Ask for elicitation, sampling and roots in one MRTR round.")
     async def interview(ctx: Context, topic: str = "testing") -> str | types.InputRequiredResult:
+        opinion = _elicit_request(f"Thoughts on {topic}?")
+        summary = _sample_request(f"Summarise {topic}")
         if not _is_modern(ctx):
-            parts = [
-                _describe(
-                    await ctx.session.elicit_form(
-                        f"Thoughts on {topic}?", _ANSWER_SCHEMA, ctx.request_id
-                    )
-                ),
-                _describe(
-                    await _quietly(
-                        ctx.session.create_message,
-                        _sample_request(topic).params.messages,
-                        max_tokens=64,
-                        related_request_id=ctx.request_id,
-                    )
-                ),
-                _describe(await _quietly(ctx.session.list_roots)),
-            ]
+            with _back_channel("interview (initialize era)"):
+                elicited = await ctx.session.elicit_form(
+                    opinion.params.message, _ANSWER_SCHEMA, ctx.request_id
+                )
+                sampled = await _quietly(
+                    ctx.session.create_message,
+                    summary.params.messages,
+                    max_tokens=summary.params.max_tokens,
+                    related_request_id=ctx.request_id,
+                )
+                listed = await _quietly(ctx.session.list_roots)
+            parts = [_describe(elicited), _describe(sampled), _describe(listed)]
             return " | ".join(parts)
         responses = ctx.input_responses or {}
         keys = ("opinion", "summary", "roots")
         if not all(k in responses for k in keys):
             return types.InputRequiredResult(
                 input_requests={
-                    "opinion": _elicit_request(f"Thoughts on {topic}?"),
-                    "summary": _sample_request(f"Summarise {topic}"),
+                    "opinion": opinion,
+                    "summary": summary,
                     "roots": types.ListRootsRequest(),
                 },
                 request_state=json.dumps({"topic": topic}),
@@ -468,7 +472,8 @@ HUGE_PATTERN = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_
 def preset_huge(server: MCPServer) -> None:
     """Oversize responses."""
 
-    @server.tool(description="Return one text block of `mib` MiB.")
+    # Unstructured: a structured copy of the text would double the bytes on the wire.
+    @server.tool(description="Return one text block of `mib` MiB.", structured_output=False)
     def huge(mib: float = 20.0) -> str:
         size = int(max(0.0, mib) * 1024 * 1024)
         reps, rest = divmod(size, len(HUGE_PATTERN))

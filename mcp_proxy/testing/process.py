@@ -47,6 +47,7 @@ def server_argv(
     json_response: bool = False,
     startup_noise: str | None = None,
     log_level: str | None = None,
+    state_key: str | None = None,
     python: str | None = None,
     extra_args: Iterable[str] = (),
 ) -> list[str]:
@@ -70,6 +71,8 @@ def server_argv(
         argv += ["--startup-noise", startup_noise]
     if log_level:
         argv += ["--log-level", log_level]
+    if state_key:
+        argv += ["--state-key", state_key]
     argv += list(extra_args)
     return argv
 
@@ -97,6 +100,7 @@ def start_http_server(
     stateless: bool = False,
     json_response: bool = False,
     log_level: str | None = None,
+    state_key: str | None = None,
     extra_args: Iterable[str] = (),
     env: Mapping[str, str] | None = None,
     timeout: float = 20.0,
@@ -121,6 +125,7 @@ def start_http_server(
         stateless=stateless,
         json_response=json_response,
         log_level=log_level,
+        state_key=state_key,
         extra_args=extra_args,
     )
     proc = subprocess.Popen(

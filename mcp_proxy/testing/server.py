@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from mcp_proxy.testing.presets import PRESETS, apply_presets, parse_preset_names
@@ -47,13 +47,21 @@ def build_server(
     name: str = DEFAULT_NAME,
     *,
     log_level: LogLevel = "WARNING",
+    state_key: str | None = None,
 ) -> MCPServer:
     """An ``MCPServer`` with the named presets applied (``"basic,slow"`` or a list).
 
     The SDK's own logging defaults to WARNING so that stderr carries only what a test asked
     for (the ``noise`` preset) and the occasional real problem.
+
+    ``state_key`` (at least 32 characters) seals MRTR ``requestState`` under a fixed key
+    instead of the SDK's per-process random one, so a recorded ``requestState`` stays valid
+    for a *new* server process (replay, mock comparisons) — within the SDK's 10-minute TTL.
     """
-    server = MCPServer(name=name, version="1.0.0", log_level=log_level)
+    security = RequestStateSecurity(keys=[state_key]) if state_key else None
+    server = MCPServer(
+        name=name, version="1.0.0", log_level=log_level, request_state_security=security
+    )
     return apply_presets(server, presets)
 
 
@@ -149,6 +157,12 @@ def _parser() -> argparse.ArgumentParser:
         help="write TEXT as a line to stdout before serving (repeatable)",
     )
     parser.add_argument(
+        "--state-key",
+        default=None,
+        metavar="SECRET",
+        help="fixed key (>= 32 chars) sealing MRTR requestState across server restarts",
+    )
+    parser.add_argument(
         "--log-level",
         default="WARNING",
         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
@@ -168,7 +182,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    server = build_server(names, args.name, log_level=args.log_level)
+    try:
+        server = build_server(names, args.name, log_level=args.log_level, state_key=args.state_key)
+    except ValueError as exc:  # e.g. a state key that is too short
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     for text in args.startup_noise:
         # Before run(): fd 1 is still the real stdout, so this lands on the stdio wire.
         os.write(1, text.replace("\n", " ").encode() + b"\n")
