@@ -92,7 +92,7 @@ def _register_commands() -> None:
         importlib.import_module(f"mcp_proxy.commands.{name}")
 
 
-COMMAND_MODULES: list[str] = ["record", "browse", "demo", "travel", "hosts", "dashboard"]
+COMMAND_MODULES: list[str] = ["record", "browse", "demo", "travel", "hosts", "dashboard", "analyze"]
 
 
 def main() -> None:

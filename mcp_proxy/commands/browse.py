@@ -102,7 +102,8 @@ def show(
     ],
     db: DbOption = None,
     fmt: Annotated[
-        Format, typer.Option("--format", help="text or json (one object per frame).")
+        Format,
+        typer.Option("--format", help="text or json (one object per frame, or per exchange)."),
     ] = Format.text,
     no_body: Annotated[
         bool, typer.Option("--no-body", help="Only the header line of each frame.")
@@ -110,13 +111,32 @@ def show(
     no_stderr: Annotated[
         bool, typer.Option("--no-stderr", help="Leave out server stderr lines.")
     ] = False,
+    exchanges: Annotated[
+        bool,
+        typer.Option(
+            "--exchanges",
+            "-x",
+            help="One line per request/response pair (latency, outcome, notifications).",
+        ),
+    ] = False,
+    no_findings: Annotated[
+        bool, typer.Option("--no-findings", help="Text mode: leave out the findings at the end.")
+    ] = False,
 ) -> None:
-    """Print a session's frames in order: arrows, pretty JSON, stderr inline."""
+    """Print a session's frames in order (or its exchanges), then its findings.
+
+    Findings (text mode) are the recorder's and the analyzer's; ``mcptape check`` prints them
+    alone, and as JSON. With ``--format json`` only frames (or exchanges) are printed, one JSON
+    object per line.
+    """
     from mcp_proxy.render import frame_block, frame_json, session_line
 
     out = sys.stdout
 
     async def go() -> None:
+        from mcp_proxy.analysis.service import session_analysis, session_findings
+        from mcp_proxy.commands.analyze import exchange_text, finding_text
+
         store = await _store(db)
         try:
             s = await store.resolve_session(session)
@@ -134,16 +154,26 @@ def show(
                 if s.get("exit_code") is not None or s.get("exit_signal") is not None:
                     out.write(f"  exit: code={s.get('exit_code')} signal={s.get('exit_signal')}\n")
                 out.write("\n")
-            async for f in store.iter_frames(s["id"]):
-                if no_stderr and f["channel"] == "stderr":
-                    continue
-                if fmt == Format.json:
-                    out.write(json.dumps(frame_json(f), ensure_ascii=False) + "\n")
-                else:
-                    out.write(frame_block(f, body=not no_body) + "\n")
-            if fmt == Format.text:
-                for finding in await store.recorded_findings(s["id"]):
-                    out.write(f"\n[{finding['severity']}] {finding['code']}: {finding['title']}\n")
+            if exchanges:
+                analysis = await session_analysis(store, s)
+                for ex in analysis.exchanges:
+                    if fmt == Format.json:
+                        out.write(json.dumps(ex.as_dict(), ensure_ascii=False) + "\n")
+                    else:
+                        out.write(exchange_text(ex) + "\n")
+            else:
+                async for f in store.iter_frames(s["id"]):
+                    if no_stderr and f["channel"] == "stderr":
+                        continue
+                    if fmt == Format.json:
+                        out.write(json.dumps(frame_json(f), ensure_ascii=False) + "\n")
+                    else:
+                        out.write(frame_block(f, body=not no_body) + "\n")
+            if fmt == Format.text and not no_findings:
+                rows = await session_findings(store, s)
+                out.write(f"\nFindings ({len(rows)}):\n" if rows else "\nNo findings.\n")
+                for row in rows:
+                    out.write(finding_text(row, detail=not no_body) + "\n")
         finally:
             await store.close()
 

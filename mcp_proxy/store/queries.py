@@ -185,6 +185,80 @@ class Store:
             sa.select(findings).where(findings.c.session_id == session_id).order_by(findings.c.id)
         )
 
+    # ------------------------------------------------------------------ analysis
+    # Findings are derived data: the analyzer (mcp_proxy.analysis.service) replaces its own rows
+    # of a session in one transaction, next to one ``analysis.summary`` row that records what
+    # they were computed from. Recorder rows (source "recorder") are never touched.
+
+    async def analysis_frames(self, session_id: str) -> list[dict[str, Any]]:
+        """All frames of a session with the columns the analysis reads, in one query.
+
+        Leaves out what analysis never looks at (row ids, SSE ids) so that a 100,000-frame
+        session loads in one round trip with as little conversion as possible.
+        """
+        cols = [
+            frames.c.seq,
+            frames.c.ts,
+            frames.c.mono_ns,
+            frames.c.direction,
+            frames.c.channel,
+            frames.c.kind,
+            frames.c.method,
+            frames.c.msg_id,
+            frames.c.error_code,
+            frames.c.size,
+            frames.c.complete,
+            frames.c.partial_parse,
+            frames.c.raw,
+            frames.c.http_exchange_id,
+        ]
+        stmt = sa.select(*cols).where(frames.c.session_id == session_id).order_by(frames.c.seq)
+        return await self._all(stmt)
+
+    async def analysis_summary(self, session_id: str) -> dict[str, Any] | None:
+        """The analyzer's ``analysis.summary`` row for a session (None: never analysed)."""
+        return await self._one(
+            sa.select(findings)
+            .where(
+                findings.c.session_id == session_id,
+                findings.c.source == "analyzer",
+                findings.c.code == "analysis.summary",
+            )
+            .order_by(findings.c.id.desc())
+            .limit(1)
+        )
+
+    async def session_findings(
+        self, session_id: str, *, include_summary: bool = False
+    ) -> list[dict[str, Any]]:
+        """Stored findings of a session, recorder and analyzer alike, in insertion order."""
+        stmt = sa.select(findings).where(findings.c.session_id == session_id)
+        if not include_summary:
+            stmt = stmt.where(findings.c.code != "analysis.summary")
+        return await self._all(stmt.order_by(findings.c.id))
+
+    async def replace_analyzer_findings(self, session_id: str, rows: list[dict[str, Any]]) -> None:
+        """Swap a session's analyzer findings for ``rows`` atomically.
+
+        The session row is locked first (``FOR UPDATE`` where the database has it; SQLite
+        serialises writers anyway), so two processes refreshing the same session at once leave
+        one set of rows, not two.
+        """
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(
+                    sa.select(sessions.c.id).where(sessions.c.id == session_id).with_for_update()
+                )
+                await conn.execute(
+                    findings.delete().where(
+                        findings.c.session_id == session_id, findings.c.source == "analyzer"
+                    )
+                )
+                if rows:
+                    await conn.execute(findings.insert(), rows)
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(engine_mod._short(exc)) from exc
+
 
 def is_live(session: dict[str, Any], *, now: float | None = None) -> bool:
     """A session is live while its recorder runs; a ``live`` row whose recorder died is not.

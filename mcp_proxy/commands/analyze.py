@@ -1,0 +1,304 @@
+"""``mcptape check`` and ``mcptape stats``: what a recording says, for people and for CI.
+
+``check`` prints a session's findings and exits non-zero when any reaches ``--fail-on``, so a CI
+job can record a session and gate on it. ``stats`` prints per-method counts, error rates and
+latency percentiles for one session or many. Exit codes are documented in
+``docs/cli-exit-codes.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from mcp_proxy.cli import app, fail, handle_errors
+from mcp_proxy.commands.browse import DbOption, Format, parse_time
+
+#: ``check`` found something at or above ``--fail-on`` (the MCP Inspector CLI uses 5 for "the
+#: thing you asked about failed", a tool error; this is our equivalent).
+EXIT_FINDINGS = 5
+
+
+class FailOn(StrEnum):
+    error = "error"
+    warning = "warning"
+    info = "info"
+    never = "never"
+
+
+class MinSeverity(StrEnum):
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+def _json_errors(fmt: Format) -> None:
+    """With --format json, errors also come as one JSON line on stderr (for scripts)."""
+    if fmt == Format.json:
+        os.environ.setdefault("MCPTAPE_ERROR_FORMAT", "json")
+
+
+def _store(db: str | None) -> Any:
+    from mcp_proxy.store.engine import resolve_url
+    from mcp_proxy.store.queries import Store
+
+    return Store.open(resolve_url(db))
+
+
+SEVERITY_LABEL = {"error": "ERROR  ", "warning": "WARNING", "info": "info   "}
+
+
+def finding_text(row: dict[str, Any], *, detail: bool = True) -> str:
+    """One finding for the terminal: severity, code, title, proof; detail indented below."""
+    from mcp_proxy.render import safe
+
+    seqs = row.get("frame_seqs") or []
+    proof = ""
+    if seqs:
+        shown = ",".join(f"#{s}" for s in seqs[:6])
+        proof = f"  [{shown}{'…' if len(seqs) > 6 else ''}]"
+    sev = SEVERITY_LABEL.get(str(row.get("severity")), str(row.get("severity")))
+    line = f"  {sev} {row.get('code', ''):38} {safe(str(row.get('title') or ''))}{proof}"
+    if detail and row.get("detail"):
+        for d in str(row["detail"]).splitlines()[:8]:
+            line += "\n" + " " * 11 + safe(d)
+    return line
+
+
+OUTCOME_LABEL = {
+    "ok": "ok",
+    "tool_error": "tool error",
+    "input_required": "input req.",
+    "error": "error",
+    "http_error": "HTTP error",
+    "cancelled": "cancelled",
+    "aborted": "aborted",
+    "lost": "LOST",
+    "no_response": "NO RESPONSE",
+    "closed": "closed",
+    "pending": "pending",
+}
+
+
+def exchange_text(ex: Any) -> str:
+    """One exchange for the terminal: frames, direction, method, outcome, latency, extras."""
+    from mcp_proxy.render import safe
+
+    frames = f"#{ex.request_seq}" + (f"→#{ex.response_seq}" if ex.response_seq else "")
+    arrow = "→" if ex.direction == "c2s" else "←"
+    label = ex.method + (f" {ex.name}" if ex.name else "")
+    outcome = OUTCOME_LABEL.get(ex.outcome, ex.outcome)
+    if ex.outcome == "error" and ex.error_code is not None:
+        outcome += f" {ex.error_code}"
+    latency = f"{ex.latency_ms:.1f} ms" if ex.latency_ms is not None else "-"
+    extras = []
+    if ex.progress_seqs:
+        extras.append(f"progress×{len(ex.progress_seqs)}")
+    if ex.log_seqs:
+        extras.append(f"logs×{len(ex.log_seqs)}")
+    if ex.children:
+        extras.append(f"server requests×{len(ex.children)}")
+    if ex.cancel_seq is not None:
+        extras.append(f"cancel #{ex.cancel_seq}")
+    if ex.chain is not None:
+        extras.append(f"MRTR chain {ex.chain} round {ex.round}")
+    if ex.error_message and ex.outcome == "error":
+        extras.append(repr(ex.error_message[:60]))
+    return (
+        f"{frames:14} {arrow} {safe(label)[:40]:40} {outcome:14} {latency:>11}  id={ex.msg_id}"
+        + ("  " + "  ".join(extras) if extras else "")
+    )
+
+
+def finding_json(row: dict[str, Any]) -> dict[str, Any]:
+    keys = ("code", "severity", "title", "detail", "frame_seqs", "source", "analyzer_version")
+    out = {k: row.get(k) for k in keys}
+    out["spec"] = row.get("spec")
+    return out
+
+
+@app.command()
+@handle_errors
+def check(
+    sessions: Annotated[
+        list[str], typer.Argument(help="Session id prefixes or names (latest with that name).")
+    ],
+    db: DbOption = None,
+    fmt: Annotated[Format, typer.Option("--format", help="text or json.")] = Format.text,
+    fail_on: Annotated[
+        FailOn,
+        typer.Option(help="Exit 5 when a finding is this severe or worse (never: always 0)."),
+    ] = FailOn.error,
+    min_severity: Annotated[
+        MinSeverity, typer.Option("--min-severity", help="Only print findings this severe.")
+    ] = MinSeverity.info,
+    recompute: Annotated[
+        bool, typer.Option("--recompute", help="Re-analyse even if stored findings are current.")
+    ] = False,
+    brief: Annotated[bool, typer.Option("--brief", help="One line per finding.")] = False,
+) -> None:
+    """Print the findings of sessions and exit non-zero by severity (for CI)."""
+    _json_errors(fmt)
+    from mcp_proxy.analysis.catalogue import at_least
+    from mcp_proxy.analysis.service import session_findings
+    from mcp_proxy.render import session_line
+
+    async def go() -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+        store = await _store(db)
+        try:
+            out = []
+            seen: set[str] = set()
+            for ref in sessions:
+                s = await store.resolve_session(ref)
+                if s["id"] in seen:
+                    continue
+                seen.add(s["id"])
+                out.append((s, await session_findings(store, s, recompute=recompute)))
+            return out
+        finally:
+            await store.close()
+
+    results = asyncio.run(go())
+    failing = 0
+    failing_sessions = 0
+    docs = []
+    for s, rows in results:
+        shown = [r for r in rows if at_least(str(r.get("severity")), min_severity.value)]
+        counts = {"error": 0, "warning": 0, "info": 0}
+        for r in rows:
+            counts[str(r.get("severity"))] = counts.get(str(r.get("severity")), 0) + 1
+        bad = (
+            []
+            if fail_on == FailOn.never
+            else [r for r in rows if at_least(str(r.get("severity")), fail_on.value)]
+        )
+        failing += len(bad)
+        failing_sessions += bool(bad)
+        if fmt == Format.json:
+            docs.append(
+                {
+                    "session": {
+                        "id": s["id"],
+                        "name": s.get("name"),
+                        "status": s.get("status"),
+                        "era": s.get("era"),
+                        "protocol_version": s.get("protocol_version"),
+                    },
+                    "counts": counts,
+                    "failed": bool(bad),
+                    "findings": [finding_json(r) for r in shown],
+                }
+            )
+            continue
+        print(session_line(s))
+        for r in shown:
+            print(finding_text(r, detail=not brief))
+        print(
+            f"  {len(rows)} finding(s): {counts['error']} error, {counts['warning']} warning,"
+            f" {counts['info']} info"
+        )
+    if fmt == Format.json:
+        print(json.dumps(docs, indent=2, ensure_ascii=False, default=str))
+    if failing:
+        fail(
+            f"{failing} finding(s) at or above {fail_on.value} in {failing_sessions} session(s)",
+            EXIT_FINDINGS,
+        )
+
+
+def _fmt_ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v >= 1000:
+        return f"{v / 1000:.2f}s"
+    return f"{v:.1f}"
+
+
+@app.command()
+@handle_errors
+def stats(
+    sessions: Annotated[
+        list[str] | None,
+        typer.Argument(help="Session id prefixes or names; default: recent sessions."),
+    ] = None,
+    db: DbOption = None,
+    fmt: Annotated[Format, typer.Option("--format", help="text or json.")] = Format.text,
+    name: Annotated[
+        str | None, typer.Option("--name", "-n", help="Only sessions with this name.")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Sessions started after (10m, 2h, 3d, ISO time).")
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", help="At most this many sessions without SESSION.")
+    ] = 50,
+    by_name: Annotated[
+        bool, typer.Option("--by-name", help="Split tools/call, prompts/get… by tool/prompt/URI.")
+    ] = False,
+) -> None:
+    """Per-method counts, error rates and latency p50/p95/p99 (one session or across many)."""
+    _json_errors(fmt)
+    from mcp_proxy.analysis.service import session_analysis
+    from mcp_proxy.analysis.stats import merge_stats, method_stats, sorted_stats
+
+    async def go() -> tuple[list[dict[str, Any]], Any]:
+        store = await _store(db)
+        try:
+            if sessions:
+                rows = []
+                for ref in sessions:
+                    s = await store.resolve_session(ref)
+                    if all(r["id"] != s["id"] for r in rows):
+                        rows.append(s)
+            else:
+                rows = await store.list_sessions(
+                    name=name, since=parse_time(since), limit=limit or None
+                )
+            parts = []
+            for s in rows:
+                analysis = await session_analysis(store, s)
+                parts.append(method_stats(analysis.exchanges, by_name=by_name))
+            return rows, merge_stats(parts)
+        finally:
+            await store.close()
+
+    rows, merged = asyncio.run(go())
+    table = sorted_stats(merged)
+    if fmt == Format.json:
+        print(
+            json.dumps(
+                {
+                    "sessions": [{"id": s["id"], "name": s.get("name")} for s in rows],
+                    "methods": [st.as_dict() for st in table],
+                },
+                indent=2,
+                ensure_ascii=False,
+            )
+        )
+        return
+    if not rows:
+        print("no sessions recorded yet (try: mcptape demo)", file=sys.stderr)
+        return
+    print(f"{len(rows)} session(s)")
+    head = (
+        f"{'method':34} {'dir':3} {'calls':>6} {'ok':>6} {'err':>5} {'err%':>6} {'tool_err':>8}"
+        f" {'no_resp':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8}"
+    )
+    print(head)
+    for st in table:
+        d = st.as_dict()
+        lat = d["latency_ms"]
+        label = st.method + (f" {st.name}" if st.name else "")
+        arrow = "→" if st.direction == "c2s" else "←"
+        print(
+            f"{label[:34]:34} {arrow:3} {st.count:>6} {st.ok:>6} {st.errors:>5}"
+            f" {st.error_rate * 100:>5.1f}% {st.tool_errors:>8} {st.unanswered:>7}"
+            f" {_fmt_ms(lat['p50']):>8} {_fmt_ms(lat['p95']):>8} {_fmt_ms(lat['p99']):>8}"
+            f" {_fmt_ms(lat['max']):>8}"
+        )
