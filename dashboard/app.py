@@ -18,6 +18,7 @@ import jinja2
 from aiohttp import web
 
 from dashboard import present
+from dashboard.analysis import Analyst
 from dashboard.queries import DashboardQueries
 from dashboard.security import TOKEN_FIELD, new_token, security_middleware
 from mcp_proxy.store.queries import Store
@@ -28,6 +29,7 @@ STATIC = HERE / "static"
 
 STORE = web.AppKey("store", Store)
 QUERIES = web.AppKey("queries", DashboardQueries)
+ANALYST = web.AppKey("analyst", Analyst)
 TOKEN = web.AppKey("token", str)
 JINJA = web.AppKey("jinja", jinja2.Environment)
 SETTINGS = web.AppKey("settings", dict)
@@ -47,11 +49,11 @@ def make_env() -> jinja2.Environment:
         vis=present.vis,
         plain=present.plain,
         ms=present.ms,
+        msv=present.ms_value,
         clock=present.clock,
         when=present.when,
         dur=present.duration,
         size=present.human_size,
-        error_label=present.error_label,
     )
     return env
 
@@ -96,6 +98,7 @@ def create_app(
         store = await Store.open(db_url)
         app[STORE] = store
         app[QUERIES] = DashboardQueries(store)
+        app[ANALYST] = Analyst(store)
 
     async def stop_streams(app: web.Application) -> None:
         # Live streams would otherwise keep the server from shutting down.

@@ -276,77 +276,47 @@ def duration(seconds: float | None) -> str:
     return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
 
 
-def percentile(sorted_values: list[float], p: float) -> float:
-    if not sorted_values:
-        return math.nan
-    k = (len(sorted_values) - 1) * p
-    lo, hi = math.floor(k), math.ceil(k)
-    if lo == hi:
-        return sorted_values[lo]
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
-
-
-def latency_table(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per-method latency distribution (count, errors, p50/p90/p99/max in seconds)."""
-    by: dict[str, list[dict[str, Any]]] = {}
-    for p in pairs:
-        by.setdefault(p["method"] or "?", []).append(p)
-    rows = []
-    for method, items in by.items():
-        lat = sorted(max(0.0, float(i["latency"])) for i in items)
-        rows.append(
-            {
-                "method": method,
-                "count": len(items),
-                "errors": sum(1 for i in items if i["answer"] == "error"),
-                "min": lat[0],
-                "p50": percentile(lat, 0.5),
-                "p90": percentile(lat, 0.9),
-                "p99": percentile(lat, 0.99),
-                "max": lat[-1],
-            }
-        )
-    rows.sort(key=lambda r: (-r["count"], r["method"]))
-    return rows
-
-
 def latency_svg(rows: list[dict[str, Any]], *, width: int = 720) -> dict[str, Any]:
     """Geometry for the server-rendered latency chart: one box-and-whisker row per method.
 
+    ``rows`` are :meth:`mcp_proxy.analysis.stats.MethodStats.as_dict` results (milliseconds).
     A log scale from 0.1 ms to the slowest answer, because MCP latencies span five orders of
     magnitude (a cached list vs a tool that calls an LLM). The template draws the shapes.
     """
+    rows = [r for r in rows if r["latency_ms"]["n"]]
     label_w, pad, row_h = 200, 12, 26
     plot_w = width - label_w - pad * 2
-    lo = 1e-4
-    hi = max([r["max"] for r in rows] + [1e-2]) * 1.5
+    lo = 0.1
+    hi = max([r["latency_ms"]["max"] for r in rows] + [10.0]) * 1.5
     span = math.log10(hi) - math.log10(lo)
 
-    def x(v: float) -> float:
-        v = min(max(v, lo), hi)
+    def x(v: float | None) -> float:
+        v = min(max(v or lo, lo), hi)
         return round(label_w + pad + (math.log10(v) - math.log10(lo)) / span * plot_w, 1)
 
     ticks = []
     t = lo
     while t <= hi:
-        ticks.append({"x": x(t), "label": f"{t * 1000:g} ms" if t < 1 else f"{t:g} s"})
+        ticks.append({"x": x(t), "label": f"{t:g} ms" if t < 1000 else f"{t / 1000:g} s"})
         t *= 10
     shapes = []
     for i, r in enumerate(rows):
+        lat = r["latency_ms"]
         y = 20 + i * row_h
+        label = ("← " if r["direction"] == "s2c" else "") + r["method"]
         shapes.append(
             {
                 "y": y,
                 "mid": y + row_h / 2 - 4,
-                "label": r["method"],
-                "min": x(r["min"]),
-                "p50": x(r["p50"]),
-                "p90": x(r["p90"]),
-                "p99": x(r["p99"]),
-                "max": x(r["max"]),
+                "label": label,
+                "min": x(lat.get("min")),
+                "p50": x(lat["p50"]),
+                "p95": x(lat["p95"]),
+                "p99": x(lat["p99"]),
+                "max": x(lat["max"]),
                 "title": (
-                    f"{r['method']}: n={r['count']} p50 {ms(r['p50'])} p90 {ms(r['p90'])}"
-                    f" p99 {ms(r['p99'])} max {ms(r['max'])}"
+                    f"{label}: n={lat['n']} p50 {ms_value(lat['p50'])} p95 {ms_value(lat['p95'])}"
+                    f" p99 {ms_value(lat['p99'])} max {ms_value(lat['max'])}"
                 ),
             }
         )
@@ -361,25 +331,6 @@ def latency_svg(rows: list[dict[str, Any]], *, width: int = 720) -> dict[str, An
     }
 
 
-JSONRPC_NAMES = {
-    -32700: "parse error",
-    -32600: "invalid request",
-    -32601: "method not found",
-    -32602: "invalid params",
-    -32603: "internal error",
-    -32020: "header mismatch",
-    -32021: "missing client capability",
-    -32022: "unsupported protocol version",
-    -32042: "URL elicitation required",
-    -32800: "request cancelled",
-}
-
-
-def error_label(code: int | None) -> str:
-    if code is None:
-        return "error"
-    if code in JSONRPC_NAMES:
-        return JSONRPC_NAMES[code]
-    if -32099 <= code <= -32000:
-        return "server-defined"
-    return "application error"
+def ms_value(milliseconds: float | None) -> str:
+    """Milliseconds (as the analysis reports latency) for people."""
+    return ms(milliseconds / 1000 if milliseconds is not None else None)

@@ -11,18 +11,23 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
+from mcp_proxy.analysis.catalogue import SUMMARY_CODE  # bookkeeping row, not a finding
 from mcp_proxy.errors import NotFoundError, UserError
 from mcp_proxy.store.queries import FRAME_COLUMNS_NO_RAW, Store
 from mcp_proxy.store.schema import annotations, findings, frames, http_exchanges, sessions
 
 #: Bytes of each frame a timeline row shows (the rest is one click away).
 PREVIEW_BYTES = 400
+#: Frames up to this size travel with timeline rows (for the analysis of the window); larger
+#: ones are read only by the detail pages.
+SMALL_RAW = 64 * 1024
 SEVERITIES = ("error", "warning", "info")
+
 SORTS = ("newest", "oldest", "frames")
 TRANSPORTS = ("stdio", "http", "sse")
 TAG_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]{0,63}$")
@@ -81,7 +86,9 @@ class SessionFilter:
         if self.severity:
             out.append(
                 sa.exists().where(
-                    findings.c.session_id == c.id, findings.c.severity == self.severity
+                    findings.c.session_id == c.id,
+                    findings.c.severity == self.severity,
+                    findings.c.code != SUMMARY_CODE,
                 )
             )
         if self.tag:
@@ -135,7 +142,8 @@ class TimelineFilter:
     annotated: bool = False
     after: int = 0
     limit: int = 200
-    extra: dict[str, str] = field(default_factory=dict)
+    outcome: str | None = None  # derived by the analysis; applied to the rows read
+    every_frame: bool = False  # do not fold notifications into their request's row
 
     def conditions(self, session_id: str) -> list[sa.ColumnElement[bool]]:
         out: list[sa.ColumnElement[bool]] = [frames.c.session_id == session_id]
@@ -162,12 +170,15 @@ class TimelineFilter:
             for k, v in (
                 ("method", self.method),
                 ("direction", self.direction),
-                ("kind", self.kind),
+                ("kind", None if self.outcome else self.kind),
+                ("outcome", self.outcome),
             )
             if v
         }
         if self.annotated:
             out["annotated"] = "1"
+        if self.every_frame:
+            out["every"] = "1"
         return out
 
 
@@ -243,7 +254,7 @@ class DashboardQueries:
             out[r["session_id"]]["exchanges"] = int(r["n"])
         fin = await self.store._all(
             sa.select(findings.c.session_id, findings.c.severity, sa.func.count().label("n"))
-            .where(findings.c.session_id.in_(ids))
+            .where(findings.c.session_id.in_(ids), findings.c.code != SUMMARY_CODE)
             .group_by(findings.c.session_id, findings.c.severity)
         )
         for r in fin:
@@ -310,13 +321,17 @@ class DashboardQueries:
 
     # ------------------------------------------------------------------ timeline
     async def timeline(
-        self, session_id: str, f: TimelineFilter
+        self, session_id: str, f: TimelineFilter, *, after: int | None = None
     ) -> tuple[list[dict[str, Any]], int | None]:
         """One window of a session's frames (without the full raw bytes) and the next cursor."""
-        cols = [*FRAME_COLUMNS_NO_RAW, sa.func.substr(frames.c.raw, 1, PREVIEW_BYTES).label("head")]
+        cols = [
+            *FRAME_COLUMNS_NO_RAW,
+            sa.func.substr(frames.c.raw, 1, PREVIEW_BYTES).label("head"),
+            _small_raw(),
+        ]
         stmt = (
             sa.select(*cols)
-            .where(*f.conditions(session_id), frames.c.seq > f.after)
+            .where(*f.conditions(session_id), frames.c.seq > (f.after if after is None else after))
             .order_by(frames.c.seq)
             .limit(f.limit + 1)
         )
@@ -327,6 +342,9 @@ class DashboardQueries:
 
     async def partners(self, session_id: str, page: list[dict[str, Any]]) -> dict[int, dict]:
         """For each request and response on the page, the frame that answers or asked it.
+
+        The rows carry what the analysis needs (small bodies included), so a page plus its
+        partners can be analysed as a window.
 
         Looks responses and requests up by id through ``ix_frames_session_msgid``, so a page of
         a 100,000-frame session costs the same as a page of a small one. With ids reused over a
@@ -340,15 +358,7 @@ class DashboardQueries:
         }
         if not ids:
             return {}
-        cols = [
-            frames.c.seq,
-            frames.c.ts,
-            frames.c.direction,
-            frames.c.kind,
-            frames.c.method,
-            frames.c.msg_id,
-            frames.c.error_code,
-        ]
+        cols = [*FRAME_COLUMNS_NO_RAW, _small_raw()]
         rows = await self.store._all(
             sa.select(*cols)
             .where(
@@ -436,83 +446,6 @@ class DashboardQueries:
         )
         return next(iter(prev[0].values())), next(iter(nxt[0].values()))
 
-    # ------------------------------------------------------------------ latency & errors
-    async def latency_pairs(
-        self, session_ids: list[str] | None, *, recent: int = 200
-    ) -> list[dict[str, Any]]:
-        """(method, latency, answer kind, error code) for answered requests.
-
-        One self-join on ``(session_id, msg_id)``; across sessions it is bounded to the
-        ``recent`` newest sessions so that the stats page stays fast on a big database.
-        """
-        q = frames.alias("q")
-        r = frames.alias("r")
-        stmt = (
-            sa.select(
-                q.c.session_id,
-                q.c.method,
-                q.c.seq,
-                (r.c.ts - q.c.ts).label("latency"),
-                r.c.kind.label("answer"),
-                r.c.error_code,
-            )
-            .select_from(
-                q.join(
-                    r,
-                    sa.and_(
-                        r.c.session_id == q.c.session_id,
-                        r.c.msg_id == q.c.msg_id,
-                        r.c.direction != q.c.direction,
-                        r.c.kind.in_(("response", "error")),
-                        r.c.seq > q.c.seq,
-                    ),
-                )
-            )
-            .where(q.c.kind == "request")
-        )
-        if session_ids is not None:
-            stmt = stmt.where(q.c.session_id.in_(session_ids))
-        else:
-            newest = (
-                sa.select(sessions.c.id)
-                .order_by(sessions.c.started_at.desc())
-                .limit(recent)
-                .scalar_subquery()
-            )
-            stmt = stmt.where(q.c.session_id.in_(newest))
-        rows = await self.store._all(stmt.order_by(q.c.session_id, q.c.seq, r.c.seq))
-        # Keep each request's first answer only (ids can be reused later in a session).
-        seen: set[tuple[str, int]] = set()
-        out = []
-        for row in rows:
-            key = (row["session_id"], row["seq"])
-            if key in seen:
-                continue
-            seen.add(key)
-            out.append(row)
-        return out
-
-    async def error_frames(
-        self, session_ids: list[str] | None, *, recent: int = 200
-    ) -> list[dict[str, Any]]:
-        """Frames that are errors, noise or invalid (what the taxonomy counts), with raw."""
-        stmt = sa.select(frames).where(
-            sa.or_(
-                frames.c.kind.in_(("error", "invalid", "noise")), frames.c.error_code.is_not(None)
-            )
-        )
-        if session_ids is not None:
-            stmt = stmt.where(frames.c.session_id.in_(session_ids))
-        else:
-            newest = (
-                sa.select(sessions.c.id)
-                .order_by(sessions.c.started_at.desc())
-                .limit(recent)
-                .scalar_subquery()
-            )
-            stmt = stmt.where(frames.c.session_id.in_(newest))
-        return await self.store._all(stmt.order_by(frames.c.session_id, frames.c.seq).limit(5000))
-
     # ------------------------------------------------------------------ annotations
     async def annotations_for(
         self, session_id: str, frame_seqs: list[int] | None = None
@@ -587,6 +520,10 @@ def clean_annotation(tag: str | None, note: str | None) -> tuple[str | None, str
     if note is not None and len(note) > NOTE_MAX:
         raise BadRequest(f"a note is at most {NOTE_MAX} characters")
     return tag, note
+
+
+def _small_raw() -> Any:
+    return sa.case((frames.c.size <= SMALL_RAW, frames.c.raw), else_=sa.null()).label("raw")
 
 
 def _flip(direction: str) -> str:

@@ -16,14 +16,14 @@ URLs (each page also answers with ``.json`` appended to its path):
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
 
+from dashboard import analysis as an
 from dashboard import present
-from dashboard.app import JINJA, QUERIES, SETTINGS, STORE, STREAMS, render
+from dashboard.app import ANALYST, JINJA, QUERIES, SETTINGS, STORE, STREAMS, render
 from dashboard.queries import (
     SEVERITIES,
     SORTS,
@@ -32,6 +32,7 @@ from dashboard.queries import (
     SessionFilter,
     TimelineFilter,
 )
+from mcp_proxy.analysis.model import Exchange
 from mcp_proxy.errors import NotFoundError, StoreError
 from mcp_proxy.render import frame_json, session_json
 from mcp_proxy.store.queries import duration, session_status
@@ -39,6 +40,8 @@ from mcp_proxy.store.queries import duration, session_status
 EXT = r"{ext:(\.json)?}"
 SID = r"{sid:[0-9a-f]{1,32}}"
 KINDS = ("request", "response", "error", "notification", "stderr", "noise", "invalid", "batch")
+#: Frames read around one request on a session too big to analyse whole.
+SPAN_LIMIT = 5000
 SESSION_FILTERS = ("q", "method", "text", "transport", "era", "status", "severity", "tag")
 
 
@@ -56,6 +59,7 @@ def add_routes(app: web.Application) -> None:
     r.add_get(f"/sessions/{SID}/http/{{hid:\\d+}}" + EXT, http_page)
     r.add_get(f"/sessions/{SID}" + EXT, session_page)
     r.add_post(f"/sessions/{SID}/annotations" + EXT, annotation_add)
+    r.add_post(f"/sessions/{SID}/analyse" + EXT, session_analyse)
     r.add_post(r"/annotations/{aid:\d+}" + EXT, annotation_edit)
     r.add_post(r"/annotations/{aid:\d+}/delete" + EXT, annotation_delete)
     r.add_delete(r"/annotations/{aid:\d+}" + EXT, annotation_delete)
@@ -140,11 +144,12 @@ def _session_out(s: dict[str, Any], counts: dict[str, Any] | None = None) -> dic
 
 def _frame_row(
     f: dict[str, Any],
-    partner: dict[str, Any] | None,
+    idx: dict[str, dict[int, Exchange]],
     http: dict[str, Any] | None,
     notes: list[dict[str, Any]],
+    grouped: dict[int, list[dict[str, Any]]],
 ) -> dict[str, Any]:
-    """A timeline row: the frame's header fields, a preview, its partner and HTTP context."""
+    """A timeline row: the frame's header fields, a preview, and what the analysis says of it."""
     row: dict[str, Any] = {
         "seq": f["seq"],
         "ts": f["ts"],
@@ -154,35 +159,54 @@ def _frame_row(
         "method": f["method"],
         "id": f["msg_id"],
         "error_code": f["error_code"],
+        "error_name": an.error_name(f["error_code"]) if f["error_code"] is not None else None,
         "size": f["size"],
         "complete": bool(f["complete"]),
         "preview": present.preview(f.get("head"), f["kind"]),
-        "partner": None,
-        "outcome": None,
+        "exchange": None,
+        "belongs_to": None,
+        "grouped": grouped.get(f["seq"], []),
         "http": None,
         "annotations": [_note_out(n) for n in notes],
     }
-    if partner is not None:
-        row["partner"] = {
-            "seq": partner["seq"],
-            "kind": partner["kind"],
-            "method": partner["method"],
-            "error_code": partner["error_code"],
-            "latency": abs(partner["ts"] - f["ts"]),
-        }
-        if f["kind"] == "request":
-            row["outcome"] = _outcome(partner["kind"], partner["error_code"])
-    elif f["kind"] == "request":
-        row["outcome"] = "pending"
+    ex = idx["request"].get(f["seq"]) if f["kind"] == "request" else None
+    if ex is not None:
+        row["exchange"] = _exchange_out(ex)
+    else:
+        owner = idx["owner"].get(f["seq"])
+        if owner is not None:
+            row["belongs_to"] = {
+                "request_seq": owner.request_seq,
+                "method": owner.method,
+                "latency_ms": owner.latency_ms if owner.response_seq == f["seq"] else None,
+            }
     if http is not None:
         row["http"] = {"id": http["id"], "method": http["method"], "status": http["status"]}
     return row
 
 
-def _outcome(answer_kind: str, error_code: int | None) -> str:
-    if answer_kind == "error":
-        return present.error_label(error_code)
-    return "ok"
+def _exchange_out(ex: Exchange) -> dict[str, Any]:
+    """The analysis's view of one exchange, as rows and pages show it."""
+    return {
+        "index": ex.index,
+        "method": ex.method,
+        "name": ex.name,
+        "request_seq": ex.request_seq,
+        "response_seq": ex.response_seq,
+        "latency_ms": ex.latency_ms,
+        "outcome": ex.outcome,
+        "outcome_label": an.outcome_label(ex),
+        "style": an.OUTCOME_STYLE.get(ex.outcome, "err"),
+        "error_code": ex.error_code,
+        "error_message": ex.error_message,
+        "error_class": ex.error_class,
+        "progress": len(ex.progress_seqs),
+        "logs": len(ex.log_seqs),
+        "children": len(ex.children),
+        "parent": ex.parent,
+        "chain": ex.chain,
+        "round": ex.round,
+    }
 
 
 def _note_out(a: dict[str, Any]) -> dict[str, Any]:
@@ -205,8 +229,8 @@ def _finding_out(f: dict[str, Any]) -> dict[str, Any]:
         "detail": f.get("detail"),
         "frame_seqs": list(f.get("frame_seqs") or []),
         "source": f.get("source"),
-        "spec": f.get("spec"),
-        "explanation": f.get("explanation"),
+        "spec": f.get("spec") or None,
+        "explanation": f.get("explanation") or None,
     }
 
 
@@ -273,54 +297,92 @@ async def sessions_page(request: web.Request) -> web.Response:
 
 
 def _timeline_filter(request: web.Request) -> TimelineFilter:
+    outcome = _opt(request, "outcome", an.OUTCOMES)
     return TimelineFilter(
         method=_opt(request, "method"),
         direction=_opt(request, "direction", ("c2s", "s2c")),
-        kind=_opt(request, "kind", KINDS),
+        # An outcome belongs to requests: only they are read (and then analysed) for it.
+        kind="request" if outcome else _opt(request, "kind", KINDS),
         annotated=request.query.get("annotated") in ("1", "on", "true"),
         after=_int(request, "after", 0),
         limit=_int(request, "limit", 200, 1, 1000),
+        outcome=outcome,
+        every_frame=request.query.get("every") in ("1", "on", "true"),
     )
 
 
 async def timeline_rows(
-    request: web.Request, session_id: str, tf: TimelineFilter
+    request: web.Request, session: dict[str, Any], tf: TimelineFilter, *, live: bool = False
 ) -> tuple[list[dict[str, Any]], int | None]:
-    """The rows of one timeline window, shared by the page, its twin and the live stream."""
+    """The rows of one timeline window, shared by the page, its twin and the live stream.
+
+    Notifications that belong to a request on the same page (progress, logs, cancellation)
+    are folded into that request's row unless ``every`` is asked for; with an outcome filter,
+    windows are read until the page is full (at most ten of them).
+    """
     q = request.app[QUERIES]
-    page, next_after = await q.timeline(session_id, tf)
-    partners = await q.partners(session_id, page)
-    http = await q.http_exchanges_by_id(
-        {f["http_exchange_id"] for f in page if f["http_exchange_id"] is not None}
-    )
-    seqs = [f["seq"] for f in page]
-    notes: dict[int, list[dict[str, Any]]] = {}
-    if seqs:
-        for a in await q.annotations_for(session_id, seqs):
-            if a["frame_seq"] is not None:
-                notes.setdefault(a["frame_seq"], []).append(a)
-    rows = [
-        _frame_row(
-            f,
-            partners.get(f["seq"]),
-            http.get(f["http_exchange_id"]) if f["http_exchange_id"] else None,
-            notes.get(f["seq"], []),
+    analyst = request.app[ANALYST]
+    sid = session["id"]
+    whole = None if live else await analyst.whole(session)
+    rows: list[dict[str, Any]] = []
+    after = tf.after
+    next_after: int | None = None
+    for _ in range(10 if tf.outcome else 1):
+        page, next_after = await q.timeline(sid, tf, after=after)
+        partners = await q.partners(sid, page)
+        analysis = whole or await analyst.window(session, [*page, *partners.values()])
+        idx = an.exchange_index(analysis)
+        on_page = {f["seq"] for f in page}
+        grouped: dict[int, list[dict[str, Any]]] = {}
+        if not tf.every_frame:
+            for f in page:
+                owner = idx["owner"].get(f["seq"])
+                if (
+                    f["kind"] == "notification"
+                    and owner is not None
+                    and owner.request_seq in on_page
+                ):
+                    grouped.setdefault(owner.request_seq, []).append(
+                        {"seq": f["seq"], "method": f["method"]}
+                    )
+        folded = {g["seq"] for items in grouped.values() for g in items}
+        http = await q.http_exchanges_by_id(
+            {f["http_exchange_id"] for f in page if f["http_exchange_id"] is not None}
         )
-        for f in page
-    ]
+        notes: dict[int, list[dict[str, Any]]] = {}
+        if page:
+            for a in await q.annotations_for(sid, sorted(on_page)):
+                if a["frame_seq"] is not None:
+                    notes.setdefault(a["frame_seq"], []).append(a)
+        for f in page:
+            if f["seq"] in folded:
+                continue
+            row = _frame_row(
+                f,
+                idx,
+                http.get(f["http_exchange_id"]) if f["http_exchange_id"] else None,
+                notes.get(f["seq"], []),
+                grouped,
+            )
+            if tf.outcome and (row["exchange"] or {}).get("outcome") != tf.outcome:
+                continue
+            rows.append(row)
+        if next_after is None or len(rows) >= tf.limit:
+            break
+        after = next_after
     return rows, next_after
 
 
 async def session_page(request: web.Request) -> web.Response:
     q = request.app[QUERIES]
-    store = request.app[STORE]
+    analyst = request.app[ANALYST]
     s = await q.session(request.match_info["sid"])
     sid = s["id"]
     tf = _timeline_filter(request)
-    rows, next_after = await timeline_rows(request, sid, tf)
+    rows, next_after = await timeline_rows(request, s, tf)
+    found, fresh = await analyst.findings(s)
     counts = (await q.session_counts([sid]))[sid]
     notes = [_note_out(a) for a in await q.annotations_for(sid, []) if a["frame_seq"] is None]
-    found = [_finding_out(f) for f in await store.recorded_findings(sid)]
     params = tf.as_params()
     data = {
         "session": _session_out(s, counts),
@@ -329,7 +391,9 @@ async def session_page(request: web.Request) -> web.Response:
             "method": tf.method,
             "direction": tf.direction,
             "kind": tf.kind,
+            "outcome": tf.outcome,
             "annotated": tf.annotated,
+            "every": tf.every_frame,
             "after": tf.after,
             "limit": tf.limit,
         },
@@ -342,7 +406,12 @@ async def session_page(request: web.Request) -> web.Response:
         if next_after
         else None,
         "annotations": notes,
-        "findings": found,
+        "findings": [_finding_out(f) for f in found],
+        "analysis": {
+            "current": fresh,
+            "inline": analyst.small(s),
+            "inline_limit": an.INLINE_LIMIT,
+        },
         "methods": await q.session_methods(sid),
     }
     return render(
@@ -350,10 +419,25 @@ async def session_page(request: web.Request) -> web.Response:
         "session.html",
         data,
         kinds=KINDS,
+        outcomes=an.OUTCOMES,
         live=session_status(s) == "live",
         filtered=bool(params),
         last_seq=rows[-1]["seq"] if rows else tf.after,
         live_url=_url(f"/sessions/{sid}/live", params),
+    )
+
+
+async def session_analyse(request: web.Request) -> web.Response:
+    """Analyse a session of any size now (a button: it can take seconds for a huge one)."""
+    q = request.app[QUERIES]
+    s = await q.session(request.match_info["sid"])
+    form = await _form(request)
+    await request.app[ANALYST].refresh(s)
+    found, _fresh = await request.app[ANALYST].findings(s)
+    return _changed(
+        request,
+        {"findings": [_finding_out(f) for f in found]},
+        _back(form, f"/sessions/{s['id']}"),
     )
 
 
@@ -395,46 +479,57 @@ def _http_out(h: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def _exchange_context(
+    request: web.Request, s: dict[str, Any], request_frame: dict[str, Any]
+) -> tuple[Any, Exchange | None, list[dict[str, Any]]]:
+    """The analysis that covers one request, its exchange, and the rows it was made from.
+
+    Small sessions: the whole-session analysis (chains, parents and children are complete).
+    Larger ones: the span from the request to its answer (at most 5,000 frames), which holds
+    everything that can belong to it.
+    """
+    q = request.app[QUERIES]
+    analyst = request.app[ANALYST]
+    sid = s["id"]
+    analysis = await analyst.whole(s)
+    rows: list[dict[str, Any]] = []
+    if analysis is None:
+        partner = (await q.partners(sid, [request_frame])).get(request_frame["seq"])
+        last = partner["seq"] if partner else request_frame["seq"] + 200
+        rows = await q.frames_between(sid, request_frame["seq"] - 1, last + 1, limit=SPAN_LIMIT)
+        if partner and all(r["seq"] != partner["seq"] for r in rows):
+            rows.append(partner)
+        analysis = await analyst.window(s, rows)
+    ex = an.exchange_index(analysis)["request"].get(request_frame["seq"])
+    return analysis, ex, rows
+
+
 async def frame_page(request: web.Request) -> web.Response:
     q = request.app[QUERIES]
     s, f = await _session_and_frame(request)
     sid, seq = s["id"], f["seq"]
-    partners = await q.partners(sid, [f])
-    partner = partners.get(seq)
     http = None
     if f["http_exchange_id"] is not None:
         http = _http_out(await q.http_exchange(sid, f["http_exchange_id"]))
     prev_seq, next_seq = await q.neighbours(sid, seq)
-    exchange_seq = None
-    if f["kind"] == "request":
-        exchange_seq = seq
-    elif partner is not None and partner["kind"] == "request":
-        exchange_seq = partner["seq"]
-    findings = [
-        _finding_out(x)
-        for x in await request.app[STORE].recorded_findings(sid)
-        if seq in (x.get("frame_seqs") or [])
-    ]
+    analysis = await request.app[ANALYST].whole(s)
+    if analysis is None:
+        partners = await q.partners(sid, [f])
+        analysis = await request.app[ANALYST].window(s, [f, *partners.values()])
+    idx = an.exchange_index(analysis)
+    ex = idx["request"].get(seq) if f["kind"] == "request" else idx["owner"].get(seq)
+    found, _fresh = await request.app[ANALYST].findings(s)
     data = {
         "session": _session_out(s),
         "frame": _frame_detail(f),
-        "partner": (
-            {
-                "seq": partner["seq"],
-                "kind": partner["kind"],
-                "latency": abs(partner["ts"] - f["ts"]),
-            }
-            if partner
-            else None
-        ),
-        "exchange_seq": exchange_seq,
+        "exchange": _exchange_out(ex) if ex else None,
         "http": http,
         "prev": prev_seq,
         "next": next_seq,
         "annotations": [
             _note_out(a) for a in await q.annotations_for(sid, [seq]) if a["frame_seq"]
         ],
-        "findings": findings,
+        "findings": [_finding_out(x) for x in found if seq in (x.get("frame_seqs") or [])],
     }
     return render(request, "frame.html", data, body=present.frame_body(f))
 
@@ -452,57 +547,68 @@ async def frame_raw(request: web.Request) -> web.Response:
 
 
 async def exchange_page(request: web.Request) -> web.Response:
-    """A request, its answer, and the frames between them that belong to it.
-
-    Belonging, without the analysis module: progress notifications carrying the request's
-    progress token, and (on stdio, where nothing else ties them) log messages and
-    server→client requests sent while it was in flight.
-    """
+    """A request, its answer, and what the analysis attached to it: progress, logs,
+    cancellation, server→client requests made meanwhile, the MRTR chain it is part of."""
     q = request.app[QUERIES]
     store = request.app[STORE]
     s, req = await _session_and_frame(request)
     sid = s["id"]
     if req["kind"] != "request":
         raise NotFoundError(f"frame #{req['seq']} is a {req['kind']}, not a request")
-    partner = (await q.partners(sid, [req])).get(req["seq"])
-    answer = await store.frame(sid, partner["seq"]) if partner else None
-    token = _progress_token(req)
-    related: list[dict[str, Any]] = []
-    if answer is not None and answer["seq"] - req["seq"] > 1:
-        for f in await q.frames_between(sid, req["seq"], answer["seq"]):
-            if f["direction"] == req["direction"] and f["kind"] != "notification":
-                continue
-            msg = (
-                json.loads(f["raw"]) if f["kind"] == "notification" and f["size"] < 65536 else None
-            )
-            why = _belongs(f, msg, token, req)
-            if why:
-                related.append({**frame_json(f), "why": why})
+    analysis, ex, _rows = await _exchange_context(request, s, req)
+    if ex is None:  # pragma: no cover - every request frame opens an exchange
+        raise NotFoundError(f"no exchange starts at frame #{req['seq']}")
+    answer = await store.frame(sid, ex.response_seq) if ex.response_seq else None
+    belongs: list[tuple[int, str]] = [(x, "progress") for x in ex.progress_seqs]
+    belongs += [(x, "log") for x in ex.log_seqs]
+    belongs += [(x, "notification") for x in ex.other_seqs]
+    if ex.cancel_seq is not None:
+        belongs.append((ex.cancel_seq, "cancellation"))
+    children = [analysis.exchanges[i] for i in ex.children if i < len(analysis.exchanges)]
+    belongs += [(c.request_seq, "request made meanwhile") for c in children]
+    related = []
+    for seq, why in sorted(belongs)[:500]:
+        f = await store.frame(sid, seq)
+        if f is not None:
+            related.append({**frame_json(f), "why": why})
+    chain = None
+    if ex.chain is not None and ex.chain < len(analysis.chains):
+        c = analysis.chains[ex.chain]
+        chain = {
+            **c.as_dict(),
+            "rounds": [
+                _exchange_out(analysis.exchanges[i])
+                for i in c.exchanges
+                if i < len(analysis.exchanges)
+            ],
+        }
+    parent = (
+        _exchange_out(analysis.exchanges[ex.parent])
+        if ex.parent is not None and ex.parent < len(analysis.exchanges)
+        else None
+    )
+    proof = {req["seq"], *(x for x, _ in belongs)}
+    if ex.response_seq is not None:
+        proof.add(ex.response_seq)
+    findings = [
+        an.finding_dict(f)
+        for f in analysis.findings
+        if f.exchange == ex.index or proof & set(f.frame_seqs)
+    ]
     http_ids = {x["http_exchange_id"] for x in (req, answer) if x and x["http_exchange_id"]}
     https = [_http_out(await q.http_exchange(sid, i)) for i in sorted(http_ids)]
     seqs = [req["seq"]] + ([answer["seq"]] if answer else [])
-    findings = [
-        _finding_out(x)
-        for x in await store.recorded_findings(sid)
-        if set(seqs) & set(x.get("frame_seqs") or [])
-    ]
-    outcome = (
-        _outcome(answer["kind"], answer["error_code"])
-        if answer
-        else ("pending" if session_status(s) == "live" else "no response")
-    )
-    if answer is not None and answer["kind"] == "response" and _is_tool_error(answer):
-        outcome = "tool error"
     data = {
         "session": _session_out(s),
-        "method": req["method"],
+        "exchange": _exchange_out(ex),
+        "method": ex.method,
         "request": _frame_detail(req),
         "response": _frame_detail(answer) if answer else None,
-        "latency": (answer["ts"] - req["ts"]) if answer else None,
-        "outcome": outcome,
         "related": related,
+        "chain": chain,
+        "parent": parent,
         "http": https,
-        "findings": findings,
+        "findings": [_finding_out(f) for f in findings],
         "annotations": [
             _note_out(a) for a in await q.annotations_for(sid, seqs) if a["frame_seq"] is not None
         ],
@@ -514,41 +620,6 @@ async def exchange_page(request: web.Request) -> web.Response:
         req_body=present.frame_body(req),
         resp_body=present.frame_body(answer) if answer else None,
     )
-
-
-def _progress_token(f: dict[str, Any]) -> Any:
-    try:
-        msg = json.loads(f["raw"])
-        return msg["params"]["_meta"]["progressToken"]
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _belongs(f: dict[str, Any], msg: Any, token: Any, req: dict[str, Any]) -> str | None:
-    if f["kind"] == "notification" and isinstance(msg, dict):
-        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
-        if f["method"] == "notifications/progress":
-            return (
-                "progress" if token is not None and params.get("progressToken") == token else None
-            )
-        if f["method"] == "notifications/cancelled":
-            return "cancellation" if json.dumps(params.get("requestId")) == req["msg_id"] else None
-        if f["method"] == "notifications/message":
-            return "log (while in flight)"
-        return None
-    if f["kind"] in ("request", "response", "error") and f["direction"] != req["direction"]:
-        return "server→client request (while in flight)" if f["kind"] == "request" else None
-    return None
-
-
-def _is_tool_error(answer: dict[str, Any]) -> bool:
-    if answer["size"] > 1 << 20:
-        return False
-    try:
-        result = json.loads(answer["raw"]).get("result")
-    except (ValueError, AttributeError):
-        return False
-    return isinstance(result, dict) and result.get("isError") is True
 
 
 async def http_page(request: web.Request) -> web.Response:
@@ -579,36 +650,40 @@ async def http_page(request: web.Request) -> web.Response:
 
 
 async def stats_page(request: web.Request) -> web.Response:
+    """Per-method latency and outcomes, and findings by taxonomy area: for one session, or
+    for the newest sessions (each analysed whole, cached; big ones are left out and said so)."""
     q = request.app[QUERIES]
+    analyst = request.app[ANALYST]
     sid = request.match_info.get("sid")
     session = None
+    skipped = 0
     if sid:
         session = await q.session(sid)
-        ids: list[str] | None = [session["id"]]
+        analysis = await analyst.whole(session, force=True)
+        analyses = [analysis] if analysis else []
+        scope = "session"
     else:
-        ids = None
-    recent = _int(request, "recent", 200, 1, 5000)
-    pairs = await q.latency_pairs(ids, recent=recent)
-    table = present.latency_table(pairs)
-    errors: dict[str, dict[str, Any]] = {}
-    for f in await q.error_frames(ids, recent=recent):
-        if f["kind"] == "error":
-            key = f"jsonrpc {f['error_code']}"
-            label = present.error_label(f["error_code"])
-        elif f["kind"] == "noise":
-            key, label = "transport.noise", "non-JSON line on the wire"
-        else:
-            key, label = "transport.invalid", "JSON that is not JSON-RPC"
-        entry = errors.setdefault(key, {"category": key, "label": label, "count": 0})
-        entry["count"] += 1
+        recent = _int(request, "recent", 50, 1, 500)
+        rows, _cursor = await q.search_sessions(SessionFilter(limit=recent))
+        analyses = []
+        for row in rows:
+            a = await analyst.whole(row)
+            if a is None:
+                skipped += 1
+            else:
+                analyses.append(a)
+        scope = f"newest {len(rows)} sessions"
+    numbers = an.stats_of(analyses)
     data = {
         "session": _session_out(session) if session else None,
-        "scope": "session" if session else f"newest {recent} sessions",
-        "latency": table,
-        "errors": sorted(errors.values(), key=lambda e: -e["count"]),
-        "answered_requests": len(pairs),
+        "scope": scope,
+        "sessions_analysed": len(analyses),
+        "sessions_skipped": skipped,
+        "inline_limit": an.INLINE_LIMIT,
+        "methods": numbers["methods"],
+        "errors": numbers["errors"],
     }
-    return render(request, "stats.html", data, chart=present.latency_svg(table))
+    return render(request, "stats.html", data, chart=present.latency_svg(numbers["methods"]))
 
 
 # ---------------------------------------------------------------------------------- annotations
@@ -726,7 +801,7 @@ async def session_live(request: web.Request) -> web.StreamResponse:
         idle = 0.0
         while True:
             tf.after = last_seen[0]
-            rows, _more = await timeline_rows(request, sid, tf)
+            rows, _more = await timeline_rows(request, s, tf, live=True)
             if rows:
                 last_seen[0] = rows[-1]["seq"]
                 html = row_tpl.render(timeline=rows, session={"id": sid})

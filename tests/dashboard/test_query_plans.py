@@ -19,6 +19,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import event
 
+from dashboard.analysis import INLINE_LIMIT
 from dashboard.app import STORE, create_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +42,8 @@ def _bench() -> Any:
 def bench_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
     bench = _bench()
     db = tmp_path_factory.mktemp("plans") / "bench.db"
-    big = bench.generate(db, sessions_n=400, frames_n=40_000, big=10_000)
+    # Bigger than what the dashboard analyses whole: the paged, windowed path is under test.
+    big = bench.generate(db, sessions_n=400, frames_n=60_000, big=INLINE_LIMIT + 5_000)
     return db, big, bench.exchange_seq(db, big)
 
 
@@ -99,7 +101,7 @@ async def test_main_pages_use_indices(bench_db: tuple[Path, str, int]):
         "/sessions?sort=frames",
         f"/sessions/{big}",
         f"/sessions/{big}.json",
-        f"/sessions/{big}?after=5000",
+        f"/sessions/{big}?after=15000",
         f"/sessions/{big}/exchanges/{seq}",
         f"/sessions/{big}/frames/{seq}",
     ]

@@ -81,26 +81,45 @@ async def test_bad_requests_are_400_and_unknown_sessions_404(client: TestClient)
 
 async def test_session_timeline_twin(client: TestClient, recordings: Recordings):
     sid = recordings.ids["demo-legacy"]
-    data = await get_json(client, f"/sessions/{sid}.json")
+    data = await get_json(client, f"/sessions/{sid}.json?every=1")
     rows = data["timeline"]
     db_frames = recordings.rows("SELECT * FROM frames WHERE session_id = ? ORDER BY seq", sid)
     assert [r["seq"] for r in rows] == [f["seq"] for f in db_frames]
     assert data["next"] is None
-    # Requests know their answer and latency; answers point back at their request.
+    # Requests carry the analysis's exchange; answers point back at their request.
     init = rows[0]
     assert init["method"] == "initialize" and init["kind"] == "request"
-    assert init["outcome"] == "ok" and init["partner"]["kind"] == "response"
-    assert init["partner"]["latency"] >= 0
-    answer = next(r for r in rows if r["seq"] == init["partner"]["seq"])
-    assert answer["partner"]["seq"] == init["seq"]
-    # The JSON-RPC error is an outcome of its request; stderr and noise are in place.
-    errs = [r for r in rows if r["kind"] == "request" and r["outcome"] == "invalid params"]
-    assert len(errs) == 1 and errs[0]["partner"]["error_code"] == -32602
+    assert init["exchange"]["outcome"] == "ok" and init["exchange"]["latency_ms"] >= 0
+    answer = next(r for r in rows if r["seq"] == init["exchange"]["response_seq"])
+    assert answer["belongs_to"]["request_seq"] == init["seq"]
+    # Outcomes from the taxonomy: a JSON-RPC error, a tool error.
+    errs = [r for r in rows if r["exchange"] and r["exchange"]["outcome"] == "error"]
+    assert len(errs) == 1 and errs[0]["exchange"]["error_code"] == -32602
+    assert errs[0]["exchange"]["error_class"] == "jsonrpc.invalid_params"
+    assert errs[0]["exchange"]["outcome_label"].startswith("Invalid params")
+    tool_errors = [r for r in rows if r["exchange"] and r["exchange"]["outcome"] == "tool_error"]
+    assert [r["exchange"]["name"] for r in tool_errors] == ["fail"]
+    # stderr and noise are in place, interleaved with the JSON-RPC traffic.
     stderr = [r for r in rows if r["channel"] == "stderr"]
     assert [r["preview"] for r in stderr] == ["warning: disk almost full"] * 2
     assert any(r["kind"] == "noise" and "stray print" in r["preview"] for r in rows)
-    assert {"notifications/progress", "notifications/message"} <= {r["method"] for r in rows}
     assert "tools/call" in data["methods"]
+    assert {f["code"] for f in data["findings"]} >= {"transport.server_noise", "tool.error_result"}
+    assert data["analysis"]["current"] is True
+
+
+async def test_notifications_fold_into_their_request(client: TestClient, recordings: Recordings):
+    sid = recordings.ids["demo-legacy"]
+    every = (await get_json(client, f"/sessions/{sid}.json?every=1"))["timeline"]
+    folded = (await get_json(client, f"/sessions/{sid}.json"))["timeline"]
+    slow = next(r for r in folded if r["exchange"] and r["exchange"]["name"] == "slow")
+    methods = [g["method"] for g in slow["grouped"]]
+    assert methods.count("notifications/progress") == 3
+    assert methods.count("notifications/message") == 3
+    grouped_seqs = {g["seq"] for r in folded for g in r["grouped"]}
+    assert [r["seq"] for r in folded] == [r["seq"] for r in every if r["seq"] not in grouped_seqs]
+    html = await get_html(client, f"/sessions/{sid}")
+    assert "+6 notifications" in html
 
 
 async def test_session_timeline_filters_and_pages(client: TestClient, recordings: Recordings):
@@ -111,9 +130,11 @@ async def test_session_timeline_filters_and_pages(client: TestClient, recordings
     assert calls and all(r["method"] == "tools/call" for r in calls)
     stderr = (await get_json(client, f"/sessions/{sid}.json?kind=stderr"))["timeline"]
     assert len(stderr) == 2
-    first = await get_json(client, f"/sessions/{sid}.json?limit=5")
+    tool_errors = (await get_json(client, f"/sessions/{sid}.json?outcome=tool_error"))["timeline"]
+    assert [r["exchange"]["name"] for r in tool_errors] == ["fail"]
+    first = await get_json(client, f"/sessions/{sid}.json?limit=5&every=1")
     assert [r["seq"] for r in first["timeline"]] == [1, 2, 3, 4, 5] and first["next"] == 5
-    second = await get_json(client, f"/sessions/{sid}.json?limit=5&after=5")
+    second = await get_json(client, f"/sessions/{sid}.json?limit=5&after=5&every=1")
     assert [r["seq"] for r in second["timeline"]] == [6, 7, 8, 9, 10]
     html = await get_html(client, f"/sessions/{sid}?limit=5")
     assert f"/sessions/{sid}?limit=5&amp;after=5" in html or "after=5" in html
@@ -128,19 +149,20 @@ async def test_exchange_twin_groups_progress_and_reads_outcomes(
         for r in (await get_json(client, f"/sessions/{sid}.json?method=tools/call"))["timeline"]
         if r["kind"] == "request"
     ]
-    outcomes = {}
+    by_name = {}
     for call in calls:
         ex = await get_json(client, f"/sessions/{sid}/exchanges/{call['seq']}.json")
-        assert ex["request"]["seq"] == call["seq"]
-        name = ex["request"]["text"].split('"name":"', 1)[1].split('"', 1)[0]
-        outcomes[name] = ex
-    slow = outcomes["slow"]
-    assert slow["outcome"] == "ok" and slow["latency"] > 0
+        assert ex["request"]["seq"] == call["seq"] == ex["exchange"]["request_seq"]
+        by_name[ex["exchange"]["name"]] = ex
+    slow = by_name["slow"]
+    assert slow["exchange"]["outcome"] == "ok" and slow["exchange"]["latency_ms"] > 0
     whys = [r["why"] for r in slow["related"]]
-    assert whys.count("progress") == 3
-    assert outcomes["fail"]["outcome"] == "tool error"
-    assert outcomes["protocol_error"]["outcome"] == "invalid params"
-    assert outcomes["protocol_error"]["response"]["error_code"] == -32602
+    assert whys.count("progress") == 3 and whys.count("log") == 3
+    assert by_name["fail"]["exchange"]["outcome"] == "tool_error"
+    assert "tool.error_result" in {f["code"] for f in by_name["fail"]["findings"]}
+    bad = by_name["protocol_error"]
+    assert bad["exchange"]["outcome_label"].startswith("Invalid params")
+    assert bad["response"]["error_code"] == -32602
     html = await get_html(client, f"/sessions/{sid}/exchanges/{calls[0]['seq']}")
     assert "<details open>" in html  # the collapsible JSON tree
     # A frame that is not a request has no exchange page.
@@ -153,8 +175,8 @@ async def test_frame_twin_and_raw_bytes(client: TestClient, recordings: Recordin
     raw = recordings.rows("SELECT raw FROM frames WHERE session_id=? AND seq=?", sid, seq)[0]["raw"]
     data = await get_json(client, f"/sessions/{sid}/frames/{seq}.json")
     assert data["frame"]["text"].encode() == raw
-    assert data["frame"]["kind"] == "request" and data["exchange_seq"] == seq
-    assert data["partner"]["kind"] == "response"
+    assert data["frame"]["kind"] == "request" and data["exchange"]["request_seq"] == seq
+    assert data["exchange"]["outcome"] == "ok" and data["exchange"]["response_seq"] > seq
     assert data["prev"] == seq - 1 and data["next"] == seq + 1
     r = await client.get(f"/sessions/{sid}/frames/{seq}/raw", headers=AUTH)
     assert r.status == 200 and await r.read() == raw
@@ -165,16 +187,23 @@ async def test_frame_twin_and_raw_bytes(client: TestClient, recordings: Recordin
 
 async def test_stats_twins(client: TestClient, recordings: Recordings):
     overall = await get_json(client, "/stats.json")
-    by_method = {r["method"]: r for r in overall["latency"]}
-    assert by_method["tools/call"]["count"] >= 2 * 8
-    assert by_method["initialize"]["count"] == 2  # the two initialize-era sessions
-    assert all(r["p50"] <= r["p90"] <= r["max"] for r in overall["latency"])
-    categories = {e["category"]: e["count"] for e in overall["errors"]}
-    assert categories["jsonrpc -32602"] == 2
-    assert categories["transport.noise"] >= 3
+    assert overall["sessions_analysed"] == 3
+    by_method = {(r["direction"], r["method"]): r for r in overall["methods"]}
+    calls = by_method[("c2s", "tools/call")]
+    assert calls["count"] >= 2 * 8 and calls["tool_errors"] == 2 and calls["errors"] == 2
+    assert by_method[("c2s", "initialize")]["count"] == 2  # the two initialize-era sessions
+    for r in overall["methods"]:
+        lat = r["latency_ms"]
+        if lat["n"]:
+            assert lat["min"] <= lat["p50"] <= lat["p95"] <= lat["max"]
+    areas = {a["area"]: a for a in overall["errors"]}
+    codes = {c["code"]: c["count"] for a in overall["errors"] for c in a["codes"]}
+    assert codes["tool.error_result"] == 2 and codes["transport.server_noise"] >= 3
+    assert sum(a["count"] for a in areas.values()) == sum(codes.values())
     sid = recordings.ids["hostile"]
     one = await get_json(client, f"/sessions/{sid}/stats.json")
-    assert one["scope"] == "session" and {r["method"] for r in one["latency"]} >= {"tools/call"}
+    assert one["scope"] == "session"
+    assert {r["method"] for r in one["methods"]} >= {"tools/call", "initialize"}
     html = await get_html(client, "/stats")
     assert "<svg" in html and 'class="box"' in html
 

@@ -1,0 +1,201 @@
+"""How the dashboard uses :mod:`mcp_proxy.analysis`: which frames to analyse, when, and caching.
+
+The analysis is a pure function over a session's frames. Two ways to feed it, chosen so that a
+page never costs more than a page:
+
+- **whole session** (up to :data:`INLINE_LIMIT` frames, cached per session state): exchanges,
+  MRTR chains and findings exactly as ``mcptape check`` sees them; its findings are stored
+  through :mod:`mcp_proxy.analysis.service` so the sessions list can count them;
+- **window** (one timeline page plus the answers to its requests, or one exchange's span): for
+  larger sessions and for live streams. Outcomes, latency and notification grouping of the
+  requests on the page are exact; findings come from the stored analysis (``Analyse now``, or
+  ``mcptape check``), never from a partial view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from typing import Any
+
+from mcp_proxy.analysis import service
+from mcp_proxy.analysis.catalogue import CATALOGUE, SUMMARY_CODE
+from mcp_proxy.analysis.core import Analysis, analyze
+from mcp_proxy.analysis.model import Exchange
+from mcp_proxy.analysis.stats import merge_stats, method_stats, sorted_stats
+from mcp_proxy.analysis.taxonomy import NAMES, classify_error
+from mcp_proxy.store.queries import Store, session_status
+
+#: Sessions up to this many frames are analysed whole when a page needs it (≈ 0.2 s).
+INLINE_LIMIT = 20_000
+CACHE_SIZE = 32
+
+#: Outcomes (see :class:`mcp_proxy.analysis.model.Exchange`) and how a badge shows them.
+OUTCOME_STYLE = {
+    "ok": "ok",
+    "input_required": "pending",
+    "pending": "pending",
+    "closed": "pending",
+    "tool_error": "err",
+    "error": "err",
+    "http_error": "err",
+    "cancelled": "err",
+    "aborted": "err",
+    "lost": "err",
+    "no_response": "err",
+}
+OUTCOMES = tuple(OUTCOME_STYLE)
+
+
+def session_view(session: dict[str, Any]) -> dict[str, Any]:
+    view = dict(session)
+    view["status"] = session_status(session)
+    return view
+
+
+def _key(session: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        session["id"],
+        session.get("frame_count"),
+        session_status(session),
+        session.get("exit_code"),
+        session.get("exit_signal"),
+    )
+
+
+class Analyst:
+    """Analyses for one app: a small LRU of whole-session results, and the window helper."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._cache: OrderedDict[tuple[Any, ...], Analysis] = OrderedDict()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def small(self, session: dict[str, Any]) -> bool:
+        return int(session.get("frame_count") or 0) <= INLINE_LIMIT
+
+    async def whole(self, session: dict[str, Any], *, force: bool = False) -> Analysis | None:
+        """The whole-session analysis (None when the session is too big, unless ``force``).
+
+        Runs in a thread (it is CPU work) and stores its findings when the stored ones are
+        stale, so a visit keeps the sessions list's finding counts current.
+        """
+        if not force and not self.small(session):
+            return None
+        key = _key(session)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            return hit
+        lock = self._locks.setdefault(session["id"], asyncio.Lock())
+        async with lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                return hit
+            frames = await self.store.analysis_frames(session["id"])
+            http = await self.store.http_exchanges(session["id"])
+            result = await asyncio.to_thread(
+                analyze, frames, session=session_view(session), http_exchanges=http
+            )
+            summary = await self.store.analysis_summary(session["id"])
+            if not service.is_fresh(session, summary):
+                await self.store.replace_analyzer_findings(
+                    session["id"], service.finding_rows(result, session)
+                )
+            self._cache[key] = result
+            while len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return result
+
+    async def window(self, session: dict[str, Any], rows: list[dict[str, Any]]) -> Analysis:
+        """Analyse just these frame rows (a page and its partners), in seq order."""
+        by_seq = {r["seq"]: r for r in rows}
+        ordered = [by_seq[s] for s in sorted(by_seq)]
+        if len(ordered) > 2000:
+            return await asyncio.to_thread(analyze, ordered, session=session_view(session))
+        return analyze(ordered, session=session_view(session))
+
+    async def findings(self, session: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+        """The session's findings (recorder and analyzer), and whether they are current."""
+        if self.small(session):
+            await self.whole(session)
+        rows = await self.store.session_findings(session["id"])
+        fresh = service.is_fresh(session, await self.store.analysis_summary(session["id"]))
+        return service.sort_rows([service.enrich(r) for r in rows]), fresh
+
+    async def refresh(self, session: dict[str, Any]) -> None:
+        """Analyse a session of any size now and store its findings (the "Analyse now" button)."""
+        await self.whole(session, force=True)
+
+
+def exchange_index(analysis: Analysis) -> dict[str, dict[int, Exchange]]:
+    """Exchanges by request seq, and which exchange each of their other frames belongs to."""
+    by_request: dict[int, Exchange] = {}
+    owner: dict[int, Exchange] = {}
+    for ex in analysis.exchanges:
+        by_request.setdefault(ex.request_seq, ex)
+        if ex.response_seq is not None:
+            owner.setdefault(ex.response_seq, ex)
+        for seq in (*ex.progress_seqs, *ex.log_seqs, *ex.other_seqs):
+            owner.setdefault(seq, ex)
+        if ex.cancel_seq is not None:
+            owner.setdefault(ex.cancel_seq, ex)
+    return {"request": by_request, "owner": owner}
+
+
+def outcome_label(ex: Exchange) -> str:
+    """``ok``, ``tool error``, or the taxonomy's name for the error (``Invalid params`` …)."""
+    if ex.outcome == "error":
+        if ex.error_class and ex.error_class in CATALOGUE:
+            return CATALOGUE[ex.error_class].title
+        return error_name(ex.error_code)
+    return ex.outcome.replace("_", " ")
+
+
+def error_name(code: int | None) -> str:
+    """The taxonomy's short name for a JSON-RPC error code."""
+    if code is None:
+        return "error"
+    return NAMES.get(code) or classify_error(code).name
+
+
+def finding_dict(f: Any) -> dict[str, Any]:
+    out = f.as_dict() if hasattr(f, "as_dict") else dict(f)
+    entry = CATALOGUE.get(str(out.get("code")))
+    out.setdefault("explanation", entry.explanation if entry else "")
+    out.setdefault("spec", entry.spec if entry else "")
+    return out
+
+
+def stats_of(analyses: list[Analysis]) -> dict[str, Any]:
+    """Per-method numbers and error counts by taxonomy area, over one or many sessions."""
+    merged = merge_stats(method_stats(a.exchanges) for a in analyses)
+    methods = []
+    for st in sorted_stats(merged):
+        d = st.as_dict()
+        lat = sorted(st.latencies)
+        d["latency_ms"]["min"] = lat[0] if lat else None
+        methods.append(d)
+    areas: dict[str, dict[str, Any]] = {}
+    for a in analyses:
+        for f in a.findings:
+            if f.code == SUMMARY_CODE:
+                continue
+            entry = CATALOGUE.get(f.code)
+            area = entry.area if entry else f.code.split(".", 1)[0]
+            bucket = areas.setdefault(area, {"area": area, "count": 0, "codes": {}})
+            bucket["count"] += 1
+            code = bucket["codes"].setdefault(
+                f.code,
+                {
+                    "code": f.code,
+                    "title": entry.title if entry else f.code,
+                    "severity": f.severity,
+                    "count": 0,
+                },
+            )
+            code["count"] += 1
+    errors = sorted(areas.values(), key=lambda b: -b["count"])
+    for b in errors:
+        b["codes"] = sorted(b["codes"].values(), key=lambda c: -c["count"])
+    return {"methods": methods, "errors": errors}
