@@ -253,6 +253,9 @@ def generate(
                                 ["content-type", "application/json"],
                                 ["mcp-protocol-version", "2025-11-25"],
                                 ["mcp-session-id", sid[:16]],
+                                ["mcp-method", "tools/call"],
+                                # A non-ASCII tool name travels base64-encoded (2026-07-28).
+                                ["mcp-name", "=?base64?c8OpYXJjaA==?="],
                             ],
                             "response_headers": [["content-type", "text/event-stream"]],
                             "started_at": start + k,

@@ -7,6 +7,7 @@ tests that write annotations use tags of their own so they do not disturb each o
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import sqlite3
 from collections.abc import AsyncIterator
@@ -140,3 +141,31 @@ async def get_html(client: TestClient, path: str, status: int = 200) -> str:
     assert r.status == status, body[:2000]
     assert r.content_type == "text/html"
     return body
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_bench() -> Any:
+    """``benchmarks/bench_dashboard.py`` as a module (benchmarks are not a package)."""
+    path = ROOT / "benchmarks" / "bench_dashboard.py"
+    spec = importlib.util.spec_from_file_location("bench_dashboard", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def bench_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
+    """A generated database shaped like the benchmark's: (path, big session id, a request seq).
+
+    The big session is larger than what the dashboard analyses whole, so the paged, windowed
+    path is what runs on it.
+    """
+    from dashboard.analysis import INLINE_LIMIT
+
+    bench = load_bench()
+    db = tmp_path_factory.mktemp("bench") / "bench.db"
+    big = bench.generate(db, sessions_n=400, frames_n=60_000, big=INLINE_LIMIT + 5_000)
+    return db, big, bench.exchange_seq(db, big)

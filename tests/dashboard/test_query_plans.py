@@ -9,7 +9,6 @@ users have.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sqlite3
 from pathlib import Path
@@ -19,32 +18,11 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import event
 
-from dashboard.analysis import INLINE_LIMIT
 from dashboard.app import STORE, create_app
 
-ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("frames", "sessions", "findings", "annotations", "http_exchanges")
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def _bench() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "bench_dashboard", ROOT / "benchmarks" / "bench_dashboard.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def bench_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
-    bench = _bench()
-    db = tmp_path_factory.mktemp("plans") / "bench.db"
-    # Bigger than what the dashboard analyses whole: the paged, windowed path is under test.
-    big = bench.generate(db, sessions_n=400, frames_n=60_000, big=INLINE_LIMIT + 5_000)
-    return db, big, bench.exchange_seq(db, big)
 
 
 def bad_plan_lines(plan: list[str]) -> list[str]:

@@ -1,0 +1,51 @@
+"""HTTP exchanges in the dashboard: headers in wire order, Mcp-* marked, sentinels decoded.
+
+Runs on the generated database (the HTTP relay's own recordings are not needed to show what is
+stored); its HTTP sessions carry an ``Mcp-Name`` sent as ``=?base64?…?=``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from dashboard.app import create_app
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_http_exchange_page_and_timeline_chips(bench_db: tuple[Path, str, int]):
+    db = bench_db[0]
+    conn = sqlite3.connect(db)
+    sid, hid = conn.execute(
+        "SELECT s.id, h.id FROM sessions s JOIN http_exchanges h ON h.session_id = s.id"
+        " WHERE s.transport = 'http' AND h.status = 400 LIMIT 1"
+    ).fetchone()
+    conn.close()
+    app = create_app("sqlite:///" + str(db), token="t")
+    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+        auth = {"Authorization": "Bearer t"}
+        r = await client.get(f"/sessions/{sid}/http/{hid}.json", headers=auth)
+        data = await r.json()
+        http = data["http"]
+        assert http["status"] == 400 and http["method"] == "POST"
+        names = [h["name"] for h in http["request_headers"]]
+        assert names[0] == "content-type"  # wire order kept
+        by_name = {h["name"]: h for h in http["request_headers"]}
+        assert by_name["mcp-name"]["mcp"] and by_name["mcp-name"]["decoded"] == "séarch"
+        assert by_name["mcp-method"]["decoded"] is None  # plain values are not "decoded"
+        assert not by_name["content-type"]["mcp"]
+        assert all(f["seq"] for f in data["frames"])
+        html = await (await client.get(f"/sessions/{sid}/http/{hid}", headers=auth)).text()
+        assert '<tr class="mcp"><th>mcp-name</th>' in html and "séarch" in html
+        timeline = await (await client.get(f"/sessions/{sid}.json", headers=auth)).json()
+        chips = [r["http"] for r in timeline["timeline"] if r["http"]]
+        assert chips and {c["status"] for c in chips} <= {200, 400}
+        page = await (await client.get(f"/sessions/{sid}", headers=auth)).text()
+        assert 'class="badge http http-bad"' in page
+        await client.get(f"/sessions/{sid}/http/999999.json", headers=auth)
+        r = await client.get(f"/sessions/{sid}/http/999999.json", headers=auth)
+        assert r.status == 404
