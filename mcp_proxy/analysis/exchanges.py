@@ -19,13 +19,11 @@ place that knows them. Pure: rows in, objects out.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mcp_proxy.analysis.model import (
     ERA_INITIALIZE,
-    JSONRPC_KINDS,
     META,
     Chain,
     Exchange,
@@ -34,6 +32,24 @@ from mcp_proxy.analysis.model import (
     SessionFacts,
 )
 from mcp_proxy.frames import classify_message, id_key
+
+#: The columns :func:`decode` reads, in the order ``Store.analysis_frames`` returns them.
+FRAME_COLUMNS = (
+    "seq",
+    "ts",
+    "mono_ns",
+    "direction",
+    "channel",
+    "kind",
+    "method",
+    "msg_id",
+    "error_code",
+    "size",
+    "complete",
+    "partial_parse",
+    "raw",
+    "http_exchange_id",
+)
 
 #: A response slower than this is reported as ``exchange.slow`` (info).
 SLOW_MS = 10_000.0
@@ -59,67 +75,106 @@ def _other(direction: str) -> str:
 
 
 # ---------------------------------------------------------------------------------- decoding
-def decode(frames: Iterable[Mapping[str, Any]]) -> list[Msg]:
-    """Turn frame rows (as the store returns them) into :class:`Msg` objects, in order.
+def decode(frames: Iterable[Any]) -> list[Msg]:
+    """Turn frame rows into :class:`Msg` objects, in order.
 
-    JSON-RPC frames are parsed once here; a batch frame is kept and followed by one message per
-    element (same ``seq``), so that pairing sees every request and response it carried. Rows
-    without ``raw`` (loaded with ``raw=False``) still pair; only body-level checks go quiet.
+    Rows are mappings (``Store.frames``) or named rows/tuples with ``_fields``
+    (``Store.analysis_frames``, which skips the per-row dict for speed). Bodies are parsed
+    lazily; a batch frame is kept and followed by one message per element (same ``seq``), so that
+    pairing sees every request and response it carried. Rows without ``raw`` still pair; only
+    body-level checks go quiet.
     """
+    rows = frames if isinstance(frames, list) else list(frames)
+    if not rows:
+        return []
+    if isinstance(rows[0], Mapping):
+        get_rows: Iterable[tuple[Any, ...]] = (
+            (
+                f["seq"],
+                f["ts"],
+                f["mono_ns"],
+                f["direction"],
+                f["channel"],
+                f["kind"],
+                f.get("method"),
+                f.get("msg_id"),
+                f.get("error_code"),
+                f.get("size"),
+                f.get("complete", True),
+                f.get("partial_parse"),
+                f.get("raw"),
+                f.get("http_exchange_id"),
+            )
+            for f in rows
+        )
+    else:
+        fields = list(rows[0]._fields)
+        idx = [fields.index(c) if c in fields else -1 for c in FRAME_COLUMNS]
+        if idx == list(range(len(FRAME_COLUMNS))):
+            get_rows = rows
+        else:
+            get_rows = (tuple(r[i] if i >= 0 else None for i in idx) for r in rows)
     out: list[Msg] = []
     append = out.append
-    loads = json.loads
-    for f in frames:
-        kind = f["kind"]
-        raw = f.get("raw")
-        if raw is not None and not isinstance(raw, bytes):
+    for (
+        seq,
+        ts,
+        mono,
+        direction,
+        channel,
+        kind,
+        method,
+        msg_id,
+        code,
+        size,
+        complete,
+        partial,
+        raw,
+        http,
+    ) in get_rows:
+        if raw is not None and type(raw) is not bytes:
             raw = bytes(raw)
-        body: Any = None
-        partial = bool(f.get("partial_parse"))
-        if raw is not None and kind in JSONRPC_KINDS and not partial:
-            try:
-                body = loads(raw)
-            except ValueError:
-                body = None
         m = Msg(
-            f["seq"],
-            f["ts"],
-            f["mono_ns"],
-            f["direction"],
-            f["channel"],
+            seq,
+            ts,
+            mono,
+            direction,
+            channel,
             kind,
-            f.get("method"),
-            f.get("msg_id"),
-            f.get("error_code"),
-            f.get("size") or 0,
-            bool(f.get("complete", True)),
-            partial,
-            f.get("http_exchange_id"),
-            body,
-            raw if kind == "noise" or kind == "stderr" else None,
+            method,
+            msg_id,
+            code,
+            size or 0,
+            complete is None or bool(complete),
+            bool(partial),
+            http,
+            raw,
         )
         append(m)
-        if kind == "batch" and isinstance(body, list):
-            for element in body:
-                c = classify_message(element)
-                append(
-                    Msg(
-                        m.seq,
-                        m.ts,
-                        m.mono_ns,
-                        m.direction,
-                        m.channel,
-                        c.kind.value,
-                        c.method,
-                        c.msg_id,
-                        c.error_code,
-                        0,
-                        True,
-                        False,
-                        m.http,
-                        element,
+        if kind == "batch":
+            body = m.body
+            if isinstance(body, list):
+                for element in body:
+                    c = classify_message(element)
+                    append(
+                        Msg(
+                            seq,
+                            ts,
+                            mono,
+                            direction,
+                            channel,
+                            c.kind.value,
+                            c.method,
+                            c.msg_id,
+                            c.error_code,
+                            0,
+                            True,
+                            False,
+                            http,
+                            None,
+                            element,
+                        )
                     )
-                )
     return out
 
 
@@ -127,92 +182,18 @@ def decode(frames: Iterable[Mapping[str, Any]]) -> list[Msg]:
 #: The relay stamps a frame just after forwarding it, one thread per direction, so across
 #: directions the recorded order can invert by a scheduling slice: a host's retry can be
 #: stamped a few hundred microseconds before the server result it answers. A message that refers
-#: to a later message of the other direction within this window is moved right after it.
+#: to a message of the other direction recorded within this window *after* it is handled as if it
+#: came right after that message (its seq is kept). Nothing else is reordered.
 REORDER_WINDOW_NS = 100_000_000
+#: At most this many frames are looked at ahead of an out-of-order message.
+REORDER_LOOKAHEAD = 5_000
 
 
-def causal_order(msgs: list[Msg]) -> list[Msg]:
-    """``msgs`` in an order where every answer follows what it answers (seqs are kept).
-
-    Only three kinds of reference are repaired — a response before its request, progress
-    before the request that offered its token, an MRTR retry before the input_required result
-    whose ``requestState`` it echoes — and only within :data:`REORDER_WINDOW_NS`; anything
-    else stays in recorded order and is judged as recorded.
-    """
-    from bisect import bisect_right
-
-    requests: dict[tuple[str, str], list[int]] = {}
-    tokens: dict[tuple[str, str], list[int]] = {}
-    states: dict[str, list[int]] = {}
-    for i, m in enumerate(msgs):
-        if m.kind == "request" and m.msg_id is not None:
-            requests.setdefault((m.direction, m.msg_id), []).append(i)
-            tok = m.meta.get("progressToken")
-            if tok is not None:
-                tokens.setdefault((m.direction, id_key(tok) or ""), []).append(i)
-        elif m.kind == "response" and m.direction == "s2c":
-            r = m.result
-            if r is not None and r.get("resultType") == "input_required":
-                st = r.get("requestState")
-                if isinstance(st, str):
-                    states.setdefault(st, []).append(i)
-    if not requests:
-        return msgs
-
-    def later(positions: list[int] | None, i: int) -> int | None:
-        if not positions:
-            return None
-        k = bisect_right(positions, i)
-        if k < len(positions):
-            j = positions[k]
-            if msgs[j].mono_ns - msgs[i].mono_ns <= REORDER_WINDOW_NS:
-                return j
-        return None
-
-    open_count: dict[tuple[str, str], int] = {}
-    active_tokens: set[tuple[str, str]] = set()
-    token_of: dict[tuple[str, str], tuple[str, str]] = {}
-    seen_states: set[str] = set()
-    moves: dict[int, int] = {}
-    for i, m in enumerate(msgs):
-        kind = m.kind
-        if kind == "request" and m.msg_id is not None:
-            key = (m.direction, m.msg_id)
-            open_count[key] = open_count.get(key, 0) + 1
-            tok = m.meta.get("progressToken")
-            if tok is not None:
-                tkey = (m.direction, id_key(tok) or "")
-                active_tokens.add(tkey)
-                token_of[key] = tkey
-            st = m.params.get("requestState")
-            if m.direction == "c2s" and isinstance(st, str) and st not in seen_states:
-                j = later(states.get(st), i)
-                if j is not None:
-                    moves[i] = j
-        elif kind in ("response", "error") and m.msg_id is not None:
-            key = (_other(m.direction), m.msg_id)
-            if open_count.get(key, 0) > 0:
-                open_count[key] -= 1
-                tkey = token_of.pop(key, None)
-                if tkey is not None:
-                    active_tokens.discard(tkey)
-            else:
-                j = later(requests.get(key), i)
-                if j is not None:
-                    moves[i] = j
-            r = m.result
-            if r is not None and isinstance(r.get("requestState"), str):
-                seen_states.add(r["requestState"])
-        elif kind == "notification" and m.method == "notifications/progress":
-            tkey = (_other(m.direction), id_key(m.params.get("progressToken")) or "")
-            if tkey not in active_tokens:
-                j = later(tokens.get(tkey), i)
-                if j is not None:
-                    moves[i] = j
-    if not moves:
-        return msgs
-    order = sorted(range(len(msgs)), key=lambda i: (moves[i], 1, i) if i in moves else (i, 0, i))
-    return [msgs[i] for i in order]
+def _fast_key(value: Any) -> str | None:
+    """:func:`id_key` without ``json.dumps`` for the common integer id/token."""
+    if type(value) is int:
+        return str(value)
+    return id_key(value)
 
 
 # ---------------------------------------------------------------------------------- facts
@@ -354,10 +335,53 @@ class _Pairing:
         self.log_violations: list[int] = []
         self.unattached_logs = 0
         self.not_increasing: set[int] = set()
+        self.msgs: list[Msg] = []
+        self.i = 0
+        self.deferred: dict[int, list[Msg]] = {}
+
+    # ------------------------------------------------------------------ order repair
+    def _defer_until(self, m: Msg, match: Any) -> bool:
+        """If a later message (within the window) satisfies ``match``, handle ``m`` after it."""
+        msgs = self.msgs
+        limit = m.mono_ns + REORDER_WINDOW_NS
+        end = min(len(msgs), self.i + 1 + REORDER_LOOKAHEAD)
+        for k in range(self.i + 1, end):
+            x = msgs[k]
+            if x.mono_ns > limit:
+                return False
+            if x.direction != m.direction and match(x):
+                self.deferred.setdefault(k, []).append(m)
+                return True
+        return False
+
+    def dispatch(self, m: Msg) -> None:
+        kind = m.kind
+        if kind == "request":
+            if m.msg_id is not None and m.method is not None:
+                self.request(m)
+        elif kind == "response" or kind == "error":
+            self.response(m)
+        elif kind == "notification":
+            self.notification(m)
 
     # ------------------------------------------------------------------ requests
     def request(self, m: Msg) -> None:
         assert m.method is not None and m.msg_id is not None
+        if m.direction == "c2s" and self.msgs:
+            state = m.params.get("requestState")
+            if (
+                isinstance(state, str)
+                and state not in self.tails_state
+                and self._defer_until(
+                    m,
+                    lambda x: (
+                        x.kind == "response"
+                        and (x.result or {}).get("requestState") == state
+                        and (x.result or {}).get("resultType") == "input_required"
+                    ),
+                )
+            ):
+                return
         key = (m.direction, m.msg_id)
         ex = Exchange(
             len(self.exchanges),
@@ -375,10 +399,12 @@ class _Pairing:
         if name_key is not None:
             v = params.get(name_key)
             ex.name = v if isinstance(v, str) else None
-        meta = m.meta
+        meta = params.get("_meta")
+        if not isinstance(meta, dict):
+            meta = {}
         tok = meta.get("progressToken")
         if isinstance(tok, (str, int, float)) and not isinstance(tok, bool):
-            ex.progress_token = id_key(tok)
+            ex.progress_token = _fast_key(tok)
         lvl = meta.get(META + "logLevel")
         ex.log_level = lvl if isinstance(lvl, str) else None
         plist = self.pending.get(key)
@@ -418,7 +444,7 @@ class _Pairing:
             parent = self._owner(m)
             if parent is not None:
                 ex.parent = parent.index
-                parent.children.append(ex.index)
+                parent.add("children", ex.index)
         self.exchanges.append(ex)
 
     def _owner(self, m: Msg) -> Exchange | None:
@@ -453,6 +479,10 @@ class _Pairing:
                 ex = plist.pop(0)
             if not plist:
                 del self.pending[key]
+        if ex is None and self._defer_until(
+            m, lambda x: x.kind == "request" and x.msg_id == m.msg_id
+        ):
+            return
         if ex is None:
             prev = self.done.get(key)
             if prev is not None:
@@ -489,8 +519,8 @@ class _Pairing:
         ex.response = m
         ex.response_seq = m.seq
         ex.response_ts = m.ts
-        # Never negative: a response stamped before its request (see causal_order) took ~0.
-        ex.latency_ms = round(max(0, m.mono_ns - ex.request_mono_ns) / 1e6, 3)
+        # Never negative: a response stamped before its request (see REORDER_WINDOW_NS) took ~0.
+        ex.latency_ms = max(0, m.mono_ns - ex.request_mono_ns) // 1000 / 1000
         self.done[(ex.direction, ex.msg_id)] = ex
         if ex.progress_token is not None:
             tkey = (ex.direction, ex.progress_token)
@@ -617,15 +647,15 @@ class _Pairing:
         elif m.direction == "s2c" and m.http is not None:
             owner = self.by_http.get(m.http)
             if owner is not None:
-                owner.other_seqs.append(m.seq)
+                owner.add("other_seqs", m.seq)
 
     def _progress(self, m: Msg) -> None:
         p = m.params
         tok = p.get("progressToken")
-        tkey = (_other(m.direction), id_key(tok) or "null")
+        tkey = (_other(m.direction), _fast_key(tok) or "null")
         ex = self.tokens.get(tkey)
         if ex is not None:
-            ex.progress_seqs.append(m.seq)
+            ex.add("progress_seqs", m.seq)
             value = p.get("progress")
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 if (
@@ -644,9 +674,14 @@ class _Pairing:
                     )
                 ex.last_progress = float(value)
             return
+        if self._defer_until(
+            m,
+            lambda x: x.kind == "request" and _fast_key(x.meta.get("progressToken")) == tkey[1],
+        ):
+            return
         done = self.done_tokens.get(tkey)
         if done is not None:
-            done.progress_seqs.append(m.seq)
+            done.add("progress_seqs", m.seq)
             self.sink.add(
                 "notification.progress_after_response",
                 f"progress for {done.method}{_named(done)} after its response",
@@ -665,7 +700,7 @@ class _Pairing:
 
     def _cancelled(self, m: Msg) -> None:
         p = m.params
-        rid = id_key(p.get("requestId"))
+        rid = _fast_key(p.get("requestId"))
         if rid is None:
             return  # a 2026-07-28 or malformed cancel without requestId: nothing to pair
         key = (m.direction, rid)
@@ -690,7 +725,7 @@ class _Pairing:
         prev = self.done.get(key)
         if prev is not None:
             # The cancel crossed the response on the wire: allowed, just note it.
-            prev.other_seqs.append(m.seq)
+            prev.add("other_seqs", m.seq)
             return
         self.sink.add(
             "notification.cancel_unknown",
@@ -702,7 +737,7 @@ class _Pairing:
     def _log(self, m: Msg) -> None:
         target = self._owner(m)
         if target is not None:
-            target.log_seqs.append(m.seq)
+            target.add("log_seqs", m.seq)
         else:
             self.unattached_logs += 1
         if not self.facts.modern:
@@ -890,14 +925,15 @@ def pair(
 ) -> Pairing:
     """Pair requests and responses, attach notifications, chain MRTR rounds."""
     p = _Pairing(facts, http or {}, sink or FindingSink())
-    for m in causal_order(msgs):
-        kind = m.kind
-        if kind == "request":
-            if m.msg_id is not None and m.method is not None:
-                p.request(m)
-        elif kind == "response" or kind == "error":
-            p.response(m)
-        elif kind == "notification":
-            p.notification(m)
+    p.msgs = msgs
+    deferred = p.deferred
+    for i, m in enumerate(msgs):
+        p.i = i
+        p.dispatch(m)
+        if deferred:
+            later = deferred.pop(i, None)
+            if later:
+                for d in later:
+                    p.dispatch(d)
     p.finish()
     return Pairing(p)

@@ -190,11 +190,12 @@ class Store:
     # of a session in one transaction, next to one ``analysis.summary`` row that records what
     # they were computed from. Recorder rows (source "recorder") are never touched.
 
-    async def analysis_frames(self, session_id: str) -> list[dict[str, Any]]:
+    async def analysis_frames(self, session_id: str) -> list[Any]:
         """All frames of a session with the columns the analysis reads, in one query.
 
-        Leaves out what analysis never looks at (row ids, SSE ids) so that a 100,000-frame
-        session loads in one round trip with as little conversion as possible.
+        Rows come back as named rows (tuples with ``_fields``), not dicts: building 100,000
+        dicts costs more than the query. Leaves out what analysis never looks at (row ids, SSE
+        ids) so that a 100,000-frame session loads in one round trip.
         """
         cols = [
             frames.c.seq,
@@ -213,7 +214,12 @@ class Store:
             frames.c.http_exchange_id,
         ]
         stmt = sa.select(*cols).where(frames.c.session_id == session_id).order_by(frames.c.seq)
-        return await self._all(stmt)
+        try:
+            async with self.engine.connect() as conn:
+                result = await conn.execute(stmt)
+                return list(result.fetchall())
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(engine_mod._short(exc)) from exc
 
     async def analysis_summary(self, session_id: str) -> dict[str, Any] | None:
         """The analyzer's ``analysis.summary`` row for a session (None: never analysed)."""
