@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,15 +87,36 @@ def analyze(
     checks); ``session`` is its sessions row (how it ended) and ``http_exchanges`` its
     http_exchanges rows (statuses and headers), both optional.
     """
-    # Analysis allocates ~5 objects per frame and frees none of them until it returns; the
-    # cyclic GC would walk them all again and again (a third of the time at 100k frames).
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with _gc_paused():
         return _analyze(frames, session, http_exchanges)
+
+
+_gc_lock = threading.Lock()
+_gc_depth = 0
+_gc_was_enabled = False
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while analysing, and restore it exactly once.
+
+    Analysis allocates ~5 objects per frame and frees none of them until it returns; the cyclic
+    GC would walk them all again and again (a third of the time at 100k frames). Nothing here
+    makes reference cycles. Counted, because the dashboard runs analyses in threads at once.
+    """
+    global _gc_depth, _gc_was_enabled
+    with _gc_lock:
+        if _gc_depth == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_depth += 1
+    try:
+        yield
     finally:
-        if gc_was_enabled:
-            gc.enable()
+        with _gc_lock:
+            _gc_depth -= 1
+            if _gc_depth == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 def _analyze(
