@@ -15,6 +15,7 @@ page never costs more than a page:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from typing import Any
 
@@ -24,7 +25,10 @@ from mcp_proxy.analysis.core import Analysis, analyze
 from mcp_proxy.analysis.model import Exchange
 from mcp_proxy.analysis.stats import merge_stats, method_stats, sorted_stats
 from mcp_proxy.analysis.taxonomy import NAMES, classify_error
+from mcp_proxy.errors import StoreError
 from mcp_proxy.store.queries import Store, session_status
+
+log = logging.getLogger(__name__)
 
 #: Sessions up to this many frames are analysed whole when a page needs it (≈ 0.2 s).
 INLINE_LIMIT = 20_000
@@ -99,9 +103,12 @@ class Analyst:
             )
             summary = await self.store.analysis_summary(session["id"])
             if not service.is_fresh(session, summary):
-                await self.store.replace_analyzer_findings(
-                    session["id"], service.finding_rows(result, session)
-                )
+                try:
+                    await self.store.replace_analyzer_findings(
+                        session["id"], service.finding_rows(result, session)
+                    )
+                except StoreError as exc:  # a read-only database still gets its pages
+                    log.warning("could not store findings of %s: %s", session["id"], exc)
             self._cache[key] = result
             while len(self._cache) > CACHE_SIZE:
                 self._cache.popitem(last=False)

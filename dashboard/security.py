@@ -22,6 +22,7 @@ prompts. Threats and answers:
 from __future__ import annotations
 
 import hmac
+import html
 import ipaddress
 import secrets
 from collections.abc import Awaitable, Callable
@@ -129,7 +130,7 @@ def refuse(request: web.Request, status: int, reason: str) -> web.Response:
     body = (
         "<!doctype html><meta charset=utf-8><title>mcptape dashboard</title>"
         '<link rel="stylesheet" href="/static/dashboard.css">'
-        f'<main class="refused"><h1>{status}</h1><p>{reason}</p></main>'
+        f'<main class="refused"><h1>{status}</h1><p>{html.escape(reason)}</p></main>'
     )
     return web.Response(text=body, status=status, content_type="text/html")
 
@@ -172,8 +173,7 @@ async def _check(
         return refuse(
             request,
             401,
-            "Open the address that <code>mcptape dashboard</code> printed: it carries this "
-            "run's token.",
+            "Open the address that `mcptape dashboard` printed: it carries this run's token.",
         )
     if request.method not in SAFE_METHODS:
         explicit = presented_token(request, cookie=False)

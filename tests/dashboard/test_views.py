@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 
 import pytest
@@ -273,3 +275,16 @@ async def test_live_stream_of_an_ended_session_says_so(client: TestClient, recor
     events = re.findall(r"^event: (\w+)$", text, re.M)
     assert events[0] == "frames" and events[-1] == "status"
     assert '"status": "ended"' in text
+
+
+async def test_sessions_live_stream_reports_counts(client: TestClient, recordings: Recordings):
+    ids = ",".join(recordings.ids.values())
+    r = await client.get(f"/sessions/live?ids={ids}&newest=1", headers=AUTH)
+    assert r.status == 200 and r.content_type == "text/event-stream"
+    event = (await asyncio.wait_for(r.content.readuntil(b"\n\n"), 10)).decode()
+    r.close()
+    assert event.startswith("event: sessions\n")
+    data = json.loads(event.split("data: ", 1)[1])
+    assert {u["id"] for u in data["updates"]} == set(recordings.ids.values())
+    assert all(u["status"] == "ended" and u["frame_count"] > 0 for u in data["updates"])
+    assert data["newer"] == 3  # every session started after epoch second 1
