@@ -270,6 +270,10 @@ _HTTP_SIMPLE: dict[int, str] = {
     421: "http.misdirected",
     429: "http.rate_limited",
 }
+#: Exchange outcomes (HTTP relay) where the answer did not come whole from the server.
+RELAY_FAILURES = frozenset({"upstream_error", "timeout", "relay_error"})
+#: Outcomes that say nothing bad about the upstream.
+_QUIET = frozenset({"complete", "host_aborted", "relay_shutdown", "client_disconnected"})
 #: Statuses that describe the transport, whatever the body says.
 _TRANSPORT_STATUSES = frozenset({401, 403, 405, 406, 409, 413, 415, 421, 429})
 
@@ -391,15 +395,23 @@ def _http_findings(
         seqs = [req.request_seq] if req is not None else []
         errs = errors.get(hid, []) if hid is not None else []
         seqs += [m.seq for m in errs] + [m.seq for m in bodies.get(hid, [])]
+        if outcome in RELAY_FAILURES or (status is None and outcome and outcome not in _QUIET):
+            # The relay answered for the server (502/504 with X-Mcptape-Error) or the response
+            # broke off: what the host saw did not come from the server.
+            if hid is not None:
+                explained.add(hid)
+            why = header(row.get("response_headers"), "x-mcptape-error")
+            sink.add(
+                "http.upstream_error",
+                f"{what}: "
+                + (f"HTTP {status} from the relay" if status else "no response")
+                + f" ({outcome}{', ' + why if why else ''})",
+                row.get("error") or "The relay got no complete HTTP response from the upstream.",
+                seqs,
+                exchange=req.index if req else None,
+            )
+            continue
         if status is None:
-            if outcome and outcome not in ("host_aborted", "complete", "client_disconnected"):
-                sink.add(
-                    "http.upstream_error",
-                    f"{what}: no response from the server ({outcome})",
-                    (row.get("error") or "The relay got no HTTP response from the upstream.") + "",
-                    seqs,
-                    exchange=req.index if req else None,
-                )
             continue
         if status < 400:
             continue

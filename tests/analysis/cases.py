@@ -367,6 +367,15 @@ def _(t: bool) -> Wire:
 def _(t: bool) -> Wire:
     w = http_init()
     http_call(w, 2, status=None, response="none", outcome="upstream_error" if t else "host_aborted")
+    # The relay answering 502 for an unreachable upstream (the status alone would say 5xx).
+    http_call(
+        w,
+        3,
+        status=502,
+        response="error:-32603",
+        outcome="upstream_error" if t else "complete",
+        response_headers=[["x-mcptape-error", "upstream-unreachable"]],
+    )
     return w.end()
 
 
