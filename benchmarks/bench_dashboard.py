@@ -264,7 +264,23 @@ def generate(
                             "outcome": "complete",
                         }
                     )
-                next_exchange += 3
+                # A DELETE the server refused: an exchange that carried no frame at all.
+                http_rows.append(
+                    {
+                        "id": next_exchange + 3,
+                        "session_id": sid,
+                        "method": "DELETE",
+                        "url": "http://127.0.0.1:9000/mcp",
+                        "status": 405,
+                        "request_headers": [["mcp-session-id", sid[:16]]],
+                        "response_headers": [["allow", "GET, POST"]],
+                        "started_at": start + 3600,
+                        "first_byte_at": start + 3600.001,
+                        "ended_at": start + 3600.002,
+                        "outcome": "complete",
+                    }
+                )
+                next_exchange += 4
             rows = _session_frames(sid, n, start, rng, exchange_ids)
             if i == big_index:
                 big_id = sid

@@ -164,6 +164,10 @@ class TimelineFilter:
             )
         return out
 
+    def narrowed(self) -> bool:
+        """True when the timeline shows a subset of frames (then frame-less rows stay out)."""
+        return bool(self.method or self.direction or self.kind or self.outcome or self.annotated)
+
     def as_params(self) -> dict[str, str]:
         out = {
             k: v
@@ -402,6 +406,23 @@ class DashboardQueries:
             sa.select(http_exchanges).where(http_exchanges.c.id.in_(sorted(ids)))
         )
         return {r["id"]: r for r in rows}
+
+    async def http_without_frames(
+        self, session_id: str, since: float | None, before: float | None, *, limit: int = 200
+    ) -> list[dict[str, Any]]:
+        """HTTP exchanges in a time span that carried no frame (a DELETE, a refused GET, a
+        failed POST): the timeline shows them as rows of their own; the others ride on the
+        frames they carried."""
+        h = http_exchanges.c
+        stmt = sa.select(http_exchanges).where(
+            h.session_id == session_id,
+            ~sa.exists().where(frames.c.http_exchange_id == h.id),
+        )
+        if since is not None:
+            stmt = stmt.where(h.started_at >= since)
+        if before is not None:
+            stmt = stmt.where(h.started_at < before)
+        return await self.store._all(stmt.order_by(h.started_at, h.id).limit(limit))
 
     async def http_exchange(self, session_id: str, exchange_id: int) -> dict[str, Any]:
         row = await self.store._one(

@@ -354,6 +354,12 @@ async def timeline_rows(
             for a in await q.annotations_for(sid, sorted(on_page)):
                 if a["frame_seq"] is not None:
                     notes.setdefault(a["frame_seq"], []).append(a)
+        # (Not on live streams: there they would repeat on every poll; a reload shows them.)
+        if session.get("transport") != "stdio" and not tf.narrowed() and not live:
+            # First page: from the start; last page: to the end; else between the page's frames.
+            since = page[0]["ts"] if (page and after) else None
+            before = page[-1]["ts"] if (page and next_after is not None) else None
+            rows.extend(_http_row(h) for h in await q.http_without_frames(sid, since, before))
         for f in page:
             if f["seq"] in folded:
                 continue
@@ -370,7 +376,27 @@ async def timeline_rows(
         if next_after is None or len(rows) >= tf.limit:
             break
         after = next_after
+    rows.sort(key=lambda r: (r["ts"], r["seq"] or 0))
     return rows, next_after
+
+
+def _http_row(h: dict[str, Any]) -> dict[str, Any]:
+    """A timeline row for an HTTP exchange that carried no frame."""
+    return {
+        "seq": None,
+        "ts": h["started_at"],
+        "kind": "http",
+        "channel": "http",
+        "direction": "c2s",
+        "http": {
+            "id": h["id"],
+            "method": h["method"],
+            "status": h["status"],
+            "url": h["url"],
+            "outcome": h["outcome"],
+            "error": h["error"],
+        },
+    }
 
 
 async def session_page(request: web.Request) -> web.Response:
@@ -422,7 +448,7 @@ async def session_page(request: web.Request) -> web.Response:
         outcomes=an.OUTCOMES,
         live=session_status(s) == "live",
         filtered=bool(params),
-        last_seq=rows[-1]["seq"] if rows else tf.after,
+        last_seq=max((r["seq"] for r in rows if r["seq"]), default=tf.after),
         live_url=_url(f"/sessions/{sid}/live", params),
     )
 
@@ -803,7 +829,7 @@ async def session_live(request: web.Request) -> web.StreamResponse:
             tf.after = last_seen[0]
             rows, _more = await timeline_rows(request, s, tf, live=True)
             if rows:
-                last_seen[0] = rows[-1]["seq"]
+                last_seen[0] = max(r["seq"] for r in rows if r["seq"])
                 html = row_tpl.render(timeline=rows, session={"id": sid})
                 await response.write(f"id: {last_seen[0]}\n".encode())
                 await _send(response, "frames", {"rows": rows, "html": html})

@@ -42,10 +42,19 @@ async def test_http_exchange_page_and_timeline_chips(bench_db: tuple[Path, str, 
         html = await (await client.get(f"/sessions/{sid}/http/{hid}", headers=auth)).text()
         assert '<tr class="mcp"><th>mcp-name</th>' in html and "séarch" in html
         timeline = await (await client.get(f"/sessions/{sid}.json", headers=auth)).json()
-        chips = [r["http"] for r in timeline["timeline"] if r["http"]]
+        chips = [r["http"] for r in timeline["timeline"] if r["http"] and r["seq"]]
         assert chips and {c["status"] for c in chips} <= {200, 400}
         page = await (await client.get(f"/sessions/{sid}", headers=auth)).text()
         assert 'class="badge http http-bad"' in page
+        # The refused DELETE carried no frame: it is a row of its own, at its time (the end).
+        last = timeline["timeline"][-1]
+        assert last["kind"] == "http" and last["seq"] is None
+        assert (last["http"]["method"], last["http"]["status"]) == ("DELETE", 405)
+        assert f'id="h{last["http"]["id"]}"' in page
+        narrowed = await (
+            await client.get(f"/sessions/{sid}.json?kind=request", headers=auth)
+        ).json()
+        assert all(r["kind"] == "request" for r in narrowed["timeline"])
         await client.get(f"/sessions/{sid}/http/999999.json", headers=auth)
         r = await client.get(f"/sessions/{sid}/http/999999.json", headers=auth)
         assert r.status == 404
