@@ -798,8 +798,6 @@ async def _follow(request: web.Request, body: Any) -> web.StreamResponse:
         streams.add(task)
     try:
         return await body()
-    except (asyncio.CancelledError, ConnectionResetError):
-        raise
     finally:
         if task is not None:
             streams.discard(task)
@@ -825,13 +823,13 @@ async def session_live(request: web.Request) -> web.StreamResponse:
     async def body() -> web.StreamResponse:
         response = await _sse(request)
         idle = 0.0
+        tf.after = last
         while True:
-            tf.after = last_seen[0]
             rows, _more = await timeline_rows(request, s, tf, live=True)
             if rows:
-                last_seen[0] = max(r["seq"] for r in rows if r["seq"])
+                tf.after = max(r["seq"] for r in rows if r["seq"])
                 html = row_tpl.render(timeline=rows, session={"id": sid})
-                await response.write(f"id: {last_seen[0]}\n".encode())
+                await response.write(f"id: {tf.after}\n".encode())
                 await _send(response, "frames", {"rows": rows, "html": html})
                 idle = 0.0
                 continue
@@ -850,7 +848,6 @@ async def session_live(request: web.Request) -> web.StreamResponse:
                 idle = 0.0
             await asyncio.sleep(interval)
 
-    last_seen = [last]
     return await _follow(request, body)
 
 
@@ -858,7 +855,10 @@ async def sessions_live(request: web.Request) -> web.StreamResponse:
     """Counts of the sessions on a list page as they grow, and how many newer ones started."""
     q = request.app[QUERIES]
     ids = [i for i in request.query.get("ids", "").split(",") if i][:500]
-    newest = float(request.query.get("newest") or 0)
+    try:
+        newest = float(request.query.get("newest") or 0)
+    except ValueError as exc:
+        raise BadRequest("newest must be a timestamp") from exc
     interval = max(request.app[SETTINGS]["poll_interval"], 0.5)
 
     async def body() -> web.StreamResponse:
