@@ -81,6 +81,13 @@ class Recorder:
         redact: Callable[[Frame], Frame] | None = None,
     ) -> None:
         self.url = url
+        if redact is None:
+            # A recorder worker process learns the relay's policy from its environment.
+            from mcp_proxy.redact import redactor_from_env
+
+            policy = redactor_from_env()
+            if policy is not None:
+                redact = policy.frame
         #: Applied to every frame in the writer thread before it is classified and written
         #: (see :mod:`mcp_proxy.redact`): secrets never reach the disk, and the relay path
         #: never pays for the JSON work.
@@ -99,6 +106,7 @@ class Recorder:
         self._sessions: dict[str, _SessionState] = {}
         self._exchange_ids: dict[int, int] = {}  # local exchange id → database id
         self._framers: dict[tuple[str, Direction, Channel], LineFramer] = {}
+        self._carry: writes_ops | None = None  # metadata of a failed batch, retried next time
         self._local_ids = itertools.count(1)
         self._warned = False
         self._warn = warn or (lambda msg: print(f"mcptape: {msg}", file=sys.stderr, flush=True))
@@ -227,10 +235,14 @@ class Recorder:
         """Write everything queued so far, batch by batch (used by the worker process)."""
         while self._q:
             self._write_batch(engine, drain=True)
+        if self._carry is not None:
+            self._write_batch(engine, drain=True)  # one more try for carried session rows
 
     def finish(self, engine: Any) -> RecorderStats:
         """Record counted gaps and release the engine (after the last batch)."""
         if engine is not None:
+            if self._carry is not None:
+                self._write_batch(engine, drain=True)
             self._record_refused(engine)
             engine.dispose()
         return self.stats
@@ -288,7 +300,7 @@ class Recorder:
         from mcp_proxy.store import writes
 
         batch = self._take_batch()
-        if not batch:
+        if not batch and self._carry is None:
             self._record_refused(engine)
             return
         ops = self._prepare(batch)
@@ -306,14 +318,18 @@ class Recorder:
                 self.stats.write_errors += 1
                 self.stats.last_error = str(exc).splitlines()[0] if str(exc) else repr(exc)
                 if attempt == 3:
+                    # Frames are counted as lost; the session and exchange rows, updates and
+                    # findings are carried into the next batch so a gap never loses a session.
                     self._count_lost(ops, self.stats.last_error)
+                    self._carry = ops.without_frames()
                     return
                 time.sleep(delay)
                 delay *= 4
         self._record_refused(engine)
 
     def _prepare(self, batch: list[tuple[Any, ...]]) -> writes_ops:
-        ops = writes_ops()
+        ops = self._carry or writes_ops()
+        self._carry = None
         for item in batch:
             tag = item[0]
             if tag == "chunk":
@@ -410,6 +426,7 @@ class Recorder:
     def _count_lost(self, ops: writes_ops, reason: str) -> None:
         for row in ops.frames:
             st = self._session(row[0])
+            st.frame_count -= 1  # frame_count counts what is in the database
             st.lost += 1
             st.lost_reason = reason
             st.lost_seqs.append(row[1])
@@ -469,3 +486,15 @@ class writes_ops:
     exchange_updates: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     frames: list[tuple[Any, ...]] = field(default_factory=list)  # in writes.FRAME_COLS order
     findings: list[dict[str, Any]] = field(default_factory=list)
+
+    def without_frames(self) -> writes_ops:
+        """What must still be written after the frames of a failed batch were counted lost."""
+        return writes_ops(
+            sessions=self.sessions,
+            session_updates=self.session_updates,
+            session_counts={},
+            exchanges=self.exchanges,
+            exchange_updates=self.exchange_updates,
+            frames=[],
+            findings=self.findings,
+        )

@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -263,9 +264,24 @@ def test_server_exits_mid_request_everything_seen_is_recorded(
     assert kinds == [("c2s", "request"), ("s2c", "notification")]
 
 
+def _wait_for_session(db: Path, timeout: float = 30) -> None:
+    """Wait until the recorder process is up and has written the session row."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if rdb.sessions(db):
+                return
+        except sqlite3.Error:  # the file or its tables may not exist yet
+            pass
+        time.sleep(0.05)
+    raise AssertionError("the recorder never wrote the session row")
+
+
 def test_kill_9_keeps_everything_relayed_a_second_earlier(db_path: Path) -> None:
     proc = _record(db_path, [PY, "-m", "mcp_proxy.testing.rawecho"])
     assert proc.stdin is not None and proc.stdout is not None
+    # Start-up (the recorder process importing SQLAlchemy) is not part of the 1 s window.
+    _wait_for_session(db_path)
     n = 200
     for i in range(n):
         proc.stdin.write(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % i)
@@ -308,7 +324,7 @@ def test_recording_gap_is_counted_and_recorded_not_silent(db_path: Path) -> None
         env=env,
     )
     assert proc.stdin is not None and proc.stdout is not None
-    time.sleep(1.0)  # let the recorder open the database and write the session row
+    _wait_for_session(db_path)
     locker = sqlite3.connect(db_path, timeout=5, isolation_level=None)
     locker.execute("BEGIN EXCLUSIVE")
     try:
@@ -381,3 +397,57 @@ def test_64_mib_message_is_relayed_and_recorded_whole(db_path: Path) -> None:
         db_path, "SELECT raw FROM frames WHERE session_id=? AND direction='s2c'", s["id"]
     )[0]["raw"]
     assert raw == out
+
+
+def test_a_gap_at_the_start_never_loses_the_session_row(db_path: Path) -> None:
+    """The database is locked before the recorder writes anything: the session still lands."""
+    import sqlite3
+
+    from mcp_proxy.store.engine import ensure_schema
+
+    ensure_schema("sqlite:///" + str(db_path))
+    locker = sqlite3.connect(db_path, timeout=5, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    env = {**os.environ, "MCPTAPE_BUSY_TIMEOUT_MS": "50"}
+    proc = subprocess.Popen(
+        [
+            *mcptape_cmd(),
+            "record",
+            "--db",
+            str(db_path),
+            "--name",
+            "early",
+            "--",
+            PY,
+            "-m",
+            "mcp_proxy.testing.rawecho",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        for i in range(20):
+            proc.stdin.write(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % i)
+            proc.stdin.flush()
+            assert json.loads(proc.stdout.readline())["id"] == i
+        time.sleep(4)  # the recorder starts, fails its first batches, counts them
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    for i in range(20, 25):
+        proc.stdin.write(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % i)
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == i
+    proc.stdin.close()
+    proc.wait(timeout=30)
+    s = _only_session(db_path)
+    assert s["name"] == "early" and s["status"] == "ended"
+    recorded = rdb.frames(db_path, s["id"])
+    assert s["gap_count"] > 0
+    assert len(recorded) + s["gap_count"] == 50
+    assert s["frame_count"] == len(recorded)
+    findings = rdb.rows(db_path, "SELECT code FROM findings WHERE session_id = ?", s["id"])
+    assert [f["code"] for f in findings] == ["recorder.gap"]
