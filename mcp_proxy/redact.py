@@ -1,0 +1,480 @@
+"""Secrets never reach the disk: redaction of headers, URLs and message bodies.
+
+The wire is never changed — the host and the server see every byte as sent. Only the *recorded
+copy* is redacted, before it is written: header values, URL query values and JSON fields whose
+names say they hold credentials.
+
+What is redacted by default, and why each rule looks the way it does:
+
+- Headers ``Authorization``, ``Proxy-Authorization``, ``Cookie``, ``Set-Cookie`` and API-key-like
+  names (``X-API-Key``, ``Api-Key``, ``*-Token``, ``*Secret*``, ``*Password*``, ``*-Api-Key`` —
+  which also covers ``Mcp-Param-Api-Key`` mirrored from a tool argument). The auth scheme
+  (``Bearer``, ``Basic``) and cookie names are kept: they are what one debugs, the values are not.
+- JSON fields anywhere in a body whose normalised name (lower case, ``-``/``_`` removed) is a
+  credential: ``access_token``, ``refresh_token``, ``id_token``, ``client_secret``, ``password``,
+  ``api_key``, ``client_assertion``, ``code_verifier``, ``private_key``…, anything ending in
+  ``token`` (except pagination/progress tokens, which are protocol plumbing), or containing
+  ``secret``/``password``/``passphrase``. Only scalar values are replaced; an object or array
+  under such a name is walked instead, so a tool's ``inputSchema`` property named ``password``
+  stays intact while a value under it would not.
+- ``code`` is an OAuth authorization code only in OAuth messages. A JSON-RPC error also has a
+  ``code`` (an integer) and a code-running tool has a ``code`` argument, so a ``code`` string is
+  redacted only in a document that is not JSON-RPC (an OAuth endpoint's body) or in an object
+  that also carries OAuth companions (``grant_type``, ``redirect_uri``, ``code_verifier``,
+  ``state``, ``client_id``, ``code_challenge``). In URL queries and form bodies ``code`` is always
+  redacted.
+- Extra header names and JSON paths come from configuration (``--redact-header``,
+  ``--redact-path``). A path is dot-separated keys; ``*`` matches one key or array index and a
+  leading ``**.`` matches at any depth (``params.arguments.query``, ``result.content.*.text``,
+  ``**.ssn``). A matched value is replaced whole, whatever its type.
+
+A redacted JSON body is re-serialised (compact, UTF-8), so its stored ``raw`` is not the wire
+bytes any more; such frames are marked (``Frame.extra["redacted"]``, column ``frames.redacted``).
+Bodies that do not parse as JSON (noise, form bodies, frames too large to parse) go through a
+byte-level fallback that replaces ``"name": "value"``, ``name=value`` and ``Bearer xyz`` spans.
+
+The opt-out (``Redactor(enabled=False)``, ``mcptape record --no-redact``) exists for local
+debugging only; the command line says so loudly and the session's metadata records it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+from mcp_proxy.frames import Channel, Frame, strip_line_end
+
+__all__ = [
+    "DEFAULT_HEADERS",
+    "ENV_REDACT",
+    "REDACTED",
+    "Redactor",
+    "is_sensitive_header",
+    "is_sensitive_key",
+]
+
+REDACTED = "[REDACTED]"
+
+#: How a redaction policy reaches a recorder running in another process (the recorder worker
+#: of ``mcptape record``): JSON ``{"enabled": bool, "headers": [...], "paths": [...]}``. When it
+#: is unset a recorder applies no body redaction of its own (transports may still redact).
+ENV_REDACT = "MCPTAPE_REDACT"
+_REDACTED_B = REDACTED.encode()
+
+#: Header names (lower case) redacted by default, besides the name patterns below.
+DEFAULT_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "set-cookie",
+        "x-api-key",
+        "api-key",
+        "apikey",
+        "x-apikey",
+        "x-auth",
+        "x-amz-security-token",
+        "x-goog-api-key",
+        "private-token",
+        "dpop",
+    }
+)
+
+_HEADER_PATTERN = re.compile(r"(^|[-_])(token|api[-_]?key)$|secret|passw|credential|session-key")
+
+_EXACT_KEYS = frozenset(
+    {
+        "accesstoken",
+        "refreshtoken",
+        "idtoken",
+        "token",
+        "clientsecret",
+        "secret",
+        "password",
+        "passwd",
+        "apikey",
+        "xapikey",
+        "clientassertion",
+        "assertion",
+        "codeverifier",
+        "privatekey",
+        "authorization",
+        "cookie",
+        "setcookie",
+        "devicecode",
+        "usercode",
+        "otp",
+        "totp",
+        "pin",
+        "ssn",
+    }
+)
+#: Names ending in "token" that are protocol plumbing, not credentials (MCP progress, cursors).
+_TOKEN_ALLOW = frozenset(
+    {
+        "progresstoken",
+        "nexttoken",
+        "pagetoken",
+        "nextpagetoken",
+        "continuationtoken",
+        "resumptiontoken",
+        "tokentype",
+        "maxtoken",
+    }
+)
+_OAUTH_COMPANIONS = frozenset(
+    {"grant_type", "redirect_uri", "code_verifier", "state", "client_id", "code_challenge"}
+)
+
+# Cheap pre-check over raw bytes: a body without any of these cannot need key-based redaction.
+_PREFILTER = re.compile(
+    rb"(?i)token|secret|passw|passphrase|api[-_]?key|assertion|verifier|authoriz|cookie|"
+    rb'"code"|private[-_]?key|"otp"|"totp"|"pin"|"ssn"|device[-_]?code|user[-_]?code'
+)
+
+# Byte-level fallback for bodies that are not parseable JSON.
+_FALLBACK_JSON = re.compile(
+    rb'("(?P<key>[A-Za-z0-9_\-]{1,64})"\s*:\s*)"(?P<val>(?:[^"\\]|\\.)*)"', re.DOTALL
+)
+_FALLBACK_KV = re.compile(
+    rb"(?P<pre>(?:^|[?&;\s,])(?P<key>[A-Za-z0-9_\-]{1,64})=)(?P<val>[^&;\s,]+)"
+)
+_BEARER = re.compile(rb"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9\-._~+/]{8,}=*")
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("-", "").replace("_", "")
+
+
+def is_sensitive_key(name: str) -> bool:
+    """True when a JSON field (or form/query parameter) of this name holds a credential."""
+    n = _norm(name)
+    if n in _EXACT_KEYS:
+        return True
+    if n.endswith("token"):
+        return n not in _TOKEN_ALLOW
+    return "secret" in n or "password" in n or "passphrase" in n or n.endswith("apikey")
+
+
+def is_sensitive_header(name: str, extra: Iterable[str] = ()) -> bool:
+    """True when a header of this name is redacted by default (or listed in ``extra``)."""
+    low = name.lower()
+    if low in DEFAULT_HEADERS or low in extra:
+        return True
+    if low.startswith(("mcp-session-id", "mcp-protocol-version", "mcp-method", "mcp-name")):
+        return False
+    return _HEADER_PATTERN.search(low) is not None
+
+
+def _redact_header_value(name: str, value: str) -> str:
+    low = name.lower()
+    if low in ("authorization", "proxy-authorization"):
+        scheme, sep, _rest = value.strip().partition(" ")
+        return f"{scheme} {REDACTED}" if sep and scheme.isalpha() else REDACTED
+    if low == "cookie":
+        parts = []
+        for item in value.split(";"):
+            cname, eq, _v = item.strip().partition("=")
+            parts.append(f"{cname}={REDACTED}" if eq else REDACTED)
+        return "; ".join(parts)
+    if low == "set-cookie":
+        first, sep, attrs = value.partition(";")
+        cname, eq, _v = first.strip().partition("=")
+        head = f"{cname}={REDACTED}" if eq else REDACTED
+        return head + (sep + attrs if sep else "")
+    return REDACTED
+
+
+def _compile_path(spec: str) -> tuple[str, ...]:
+    spec = spec.strip()
+    if spec.startswith("$."):
+        spec = spec[2:]
+    elif spec == "$":
+        spec = ""
+    parts = tuple(p for p in spec.split(".") if p != "")
+    if not parts:
+        raise ValueError(f"empty JSON path: {spec!r}")
+    return parts
+
+
+def _path_matches(pattern: tuple[str, ...], path: Sequence[str]) -> bool:
+    if not pattern:
+        return not path
+    head = pattern[0]
+    if head == "**":
+        rest = pattern[1:]
+        return any(_path_matches(rest, path[i:]) for i in range(len(path) + 1))
+    if not path:
+        return False
+    if head != "*" and head != path[0]:
+        return False
+    return _path_matches(pattern[1:], path[1:])
+
+
+@dataclass
+class Redactor:
+    """Redaction policy; stateless after construction, safe to share between threads."""
+
+    enabled: bool = True
+    extra_headers: frozenset[str] = frozenset()
+    paths: tuple[tuple[str, ...], ...] = ()
+    _path_prefilter: re.Pattern[bytes] | None = field(default=None, repr=False)
+    _always_parse: bool = field(default=False, repr=False)
+
+    @classmethod
+    def from_options(
+        cls,
+        *,
+        enabled: bool = True,
+        headers: Iterable[str] = (),
+        paths: Iterable[str] = (),
+    ) -> Redactor:
+        """Build a policy from command-line style options (raises ValueError on a bad path)."""
+        compiled = tuple(_compile_path(p) for p in paths)
+        literals: list[bytes] = []
+        always = False
+        for p in compiled:
+            last = p[-1]
+            if last in ("*", "**"):
+                always = True
+            else:
+                literals.append(re.escape(json.dumps(last)[1:-1].encode()))
+        pre = re.compile(b"|".join(literals)) if literals else None
+        return cls(
+            enabled=enabled,
+            extra_headers=frozenset(h.strip().lower() for h in headers if h.strip()),
+            paths=compiled,
+            _path_prefilter=pre,
+            _always_parse=always,
+        )
+
+    def to_env(self) -> str:
+        """This policy as the value of :data:`ENV_REDACT` (see :func:`redactor_from_env`)."""
+        return json.dumps(
+            {
+                "enabled": self.enabled,
+                "headers": sorted(self.extra_headers),
+                "paths": [".".join(p) for p in self.paths],
+            }
+        )
+
+    # ---------------------------------------------------------------- headers and URLs
+    def headers(self, pairs: Iterable[Sequence[str]]) -> list[list[str]]:
+        """``[[name, value], …]`` with credential values replaced (order and names kept)."""
+        out: list[list[str]] = []
+        for pair in pairs:
+            name, value = pair[0], pair[1]
+            if self.enabled and is_sensitive_header(name, self.extra_headers):
+                value = _redact_header_value(name, value)
+            out.append([name, value])
+        return out
+
+    def url(self, url: str) -> str:
+        """The URL with credential-like query values (and OAuth ``code``) replaced."""
+        if not self.enabled or "?" not in url:
+            return url
+        parts = urlsplit(url)
+        if not parts.query:
+            return url
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        changed = False
+        new_pairs = []
+        for k, v in pairs:
+            if v and (k.lower() == "code" or is_sensitive_key(k)):
+                v = REDACTED
+                changed = True
+            new_pairs.append((k, v))
+        if not changed:
+            return url
+        query = urlencode(new_pairs, quote_via=quote, safe="[]")
+        return urlunsplit(parts._replace(query=query))
+
+    # ---------------------------------------------------------------- bodies
+    def _needs_look(self, raw: bytes) -> bool:
+        if _PREFILTER.search(raw) is not None:
+            return True
+        if self._always_parse:
+            return True
+        return self._path_prefilter is not None and self._path_prefilter.search(raw) is not None
+
+    def json_value(self, doc: Any) -> tuple[Any, bool]:
+        """Redact a parsed JSON document; returns ``(new_doc, changed)``. Does not mutate input."""
+        jsonrpc = isinstance(doc, dict) and doc.get("jsonrpc") == "2.0"
+        if (
+            isinstance(doc, list)
+            and doc
+            and all(isinstance(d, dict) and "jsonrpc" in d for d in doc)
+        ):
+            jsonrpc = True
+        return self._walk(doc, [], jsonrpc)
+
+    def _walk(self, node: Any, path: list[str], jsonrpc: bool) -> tuple[Any, bool]:
+        if self.paths and path and any(_path_matches(p, path) for p in self.paths):
+            if node is None:
+                return node, False
+            return REDACTED, True
+        if isinstance(node, dict):
+            changed = False
+            out: dict[str, Any] = {}
+            oauthy = not jsonrpc or not _OAUTH_COMPANIONS.isdisjoint(node)
+            for k, v in node.items():
+                key = str(k)
+                if _is_scalar_secret(v) and (
+                    is_sensitive_key(key) or (oauthy and key == "code" and isinstance(v, str))
+                ):
+                    out[k] = REDACTED
+                    changed = changed or v != REDACTED
+                    continue
+                path.append(key)
+                nv, c = self._walk(v, path, jsonrpc)
+                path.pop()
+                out[k] = nv
+                changed = changed or c
+            return (out, True) if changed else (node, False)
+        if isinstance(node, list):
+            changed = False
+            items: list[Any] = []
+            for i, v in enumerate(node):
+                path.append(str(i))
+                nv, c = self._walk(v, path, jsonrpc)
+                path.pop()
+                items.append(nv)
+                changed = changed or c
+            return (items, True) if changed else (node, False)
+        return node, False
+
+    def body(self, raw: bytes, content_type: str | None = None) -> tuple[bytes, bool]:
+        """The recorded copy of a body: ``(bytes, changed)``. JSON → re-serialised when changed."""
+        if not self.enabled or not raw:
+            return raw, False
+        if not self._needs_look(raw):
+            return raw, False
+        ctype = (content_type or "").lower()
+        if ctype.startswith("application/x-www-form-urlencoded"):
+            return self._form(raw)
+        text: str | None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None:
+            stripped = text.strip()
+            if stripped[:1] in ("{", "["):
+                try:
+                    doc = json.loads(stripped)
+                except ValueError:
+                    doc = None
+                else:
+                    new, changed = self.json_value(doc)
+                    if not changed:
+                        return raw, False
+                    return (
+                        json.dumps(new, ensure_ascii=False, separators=(",", ":")).encode(),
+                        True,
+                    )
+        return self._fallback(raw)
+
+    def _form(self, raw: bytes) -> tuple[bytes, bool]:
+        try:
+            pairs = parse_qsl(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+        except (UnicodeDecodeError, ValueError):
+            return self._fallback(raw)
+        changed = False
+        out = []
+        for k, v in pairs:
+            if v and (k.lower() == "code" or is_sensitive_key(k)):
+                v = REDACTED
+                changed = True
+            out.append((k, v))
+        if not changed:
+            return raw, False
+        return urlencode(out, quote_via=quote, safe="[]").encode(), True
+
+    def _fallback(self, raw: bytes) -> tuple[bytes, bool]:
+        """Byte-level redaction for text that does not parse (noise, truncated, huge)."""
+
+        def json_sub(m: re.Match[bytes]) -> bytes:
+            key = m.group("key").decode("ascii", "replace")
+            if is_sensitive_key(key) or (key == "code" and not m.group("val")[:1].isdigit()):
+                return m.group(1) + b'"' + _REDACTED_B + b'"'
+            return m.group(0)
+
+        def kv_sub(m: re.Match[bytes]) -> bytes:
+            key = m.group("key").decode("ascii", "replace")
+            if is_sensitive_key(key) or key.lower() == "code":
+                return m.group("pre") + _REDACTED_B
+            return m.group(0)
+
+        out = _FALLBACK_JSON.sub(json_sub, raw)
+        out = _FALLBACK_KV.sub(kv_sub, out)
+        out = _BEARER.sub(lambda m: m.group(1) + b" " + _REDACTED_B, out)
+        return out, out != raw
+
+    # ---------------------------------------------------------------- frames
+    def frame(self, frame: Frame) -> Frame:
+        """The frame to record: redacted copy marked ``extra["redacted"]``, or the frame itself.
+
+        Runs in the recorder's writer thread (off the relay path). Never raises: if redaction
+        itself fails, the body is withheld rather than written in clear.
+        """
+        if not self.enabled or not frame.raw:
+            return frame
+        try:
+            raw = frame.raw
+            if frame.channel == Channel.STDERR:
+                new, changed = self._fallback(raw) if self._needs_look(raw) else (raw, False)
+            elif frame.channel == Channel.STDIO:
+                content = strip_line_end(raw)
+                ending = raw[len(content) :]
+                new, changed = self.body(content)
+                new = new + ending if changed else raw
+            else:
+                new, changed = self.body(raw, frame.extra.get("content_type"))
+        except Exception as exc:  # never write a body in clear because redaction broke
+            new = json.dumps({"mcptape": f"body withheld: redaction failed ({exc!r})"}).encode()
+            changed = True
+        if not changed:
+            return frame
+        extra = dict(frame.extra)
+        extra["redacted"] = True
+        return Frame(
+            frame.direction,
+            frame.channel,
+            new,
+            frame.mono_ns,
+            frame.wall,
+            frame.complete,
+            frame.http_exchange,
+            frame.sse_id,
+            frame.sse_event,
+            extra,
+        )
+
+
+def _is_scalar_secret(value: Any) -> bool:
+    """Values that can carry a secret by themselves: strings and numbers (not bool/None)."""
+    if isinstance(value, bool) or value is None:
+        return False
+    return isinstance(value, (str, int, float))
+
+
+def redactor_from_env(environ: dict[str, str] | None = None) -> Redactor | None:
+    """The policy named by :data:`ENV_REDACT`, or None when it is unset or unreadable."""
+    value = (environ if environ is not None else os.environ).get(ENV_REDACT)
+    if not value:
+        return None
+    try:
+        spec = json.loads(value)
+        return Redactor.from_options(
+            enabled=bool(spec.get("enabled", True)),
+            headers=spec.get("headers") or (),
+            paths=spec.get("paths") or (),
+        )
+    except (ValueError, TypeError, AttributeError):
+        # A garbled policy must not turn redaction off: fall back to the defaults.
+        return Redactor()
