@@ -15,8 +15,9 @@ page never costs more than a page:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 from mcp_proxy.analysis import service
@@ -74,6 +75,9 @@ class Analyst:
         self.store = store
         self._cache: OrderedDict[tuple[Any, ...], Analysis] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
+        self._queue: deque[dict[str, Any]] = deque()
+        self._queued: set[str] = set()
+        self._worker: asyncio.Task[None] | None = None
 
     def small(self, session: dict[str, Any]) -> bool:
         return int(session.get("frame_count") or 0) <= INLINE_LIMIT
@@ -129,6 +133,34 @@ class Analyst:
         rows = await self.store.session_findings(session["id"])
         fresh = service.is_fresh(session, await self.store.analysis_summary(session["id"]))
         return service.sort_rows([service.enrich(r) for r in rows]), fresh
+
+    def schedule(self, sessions: list[dict[str, Any]]) -> None:
+        """Analyse these sessions in the background, one at a time, so that a list page shows
+        finding counts without waiting for them (its live stream then updates the counts)."""
+        for s in sessions:
+            if s["id"] not in self._queued and self.small(s):
+                self._queued.add(s["id"])
+                self._queue.append(s)
+        if self._queue and (self._worker is None or self._worker.done()):
+            self._worker = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while self._queue:
+            s = self._queue.popleft()
+            try:
+                await self.whole(s)
+            except StoreError as exc:
+                log.warning("background analysis of %s failed: %s", s["id"], exc)
+            finally:
+                self._queued.discard(s["id"])
+
+    async def close(self) -> None:
+        """Stop the background worker (app shutdown)."""
+        self._queue.clear()
+        if self._worker is not None and not self._worker.done():
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
 
     async def refresh(self, session: dict[str, Any]) -> None:
         """Analyse a session of any size now and store its findings (the "Analyse now" button)."""

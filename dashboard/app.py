@@ -106,6 +106,7 @@ def create_app(
             task.cancel()
 
     async def close_store(app: web.Application) -> None:
+        await app[ANALYST].close()
         await app[STORE].close()
 
     app.on_startup.append(open_store)

@@ -273,6 +273,17 @@ class DashboardQueries:
             out[r["session_id"]]["tags"].append(r["tag"])
         return out
 
+    async def analysis_summaries(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The analyzer's bookkeeping row per session (to tell which stored findings are stale)."""
+        if not ids:
+            return {}
+        rows = await self.store._all(
+            sa.select(findings)
+            .where(findings.c.session_id.in_(ids), findings.c.code == SUMMARY_CODE)
+            .order_by(findings.c.id)
+        )
+        return {r["session_id"]: r for r in rows}
+
     async def newer_sessions(self, started_after: float) -> int:
         rows = await self.store._all(
             sa.select(sa.func.count())

@@ -260,6 +260,14 @@ async def sessions_page(request: web.Request) -> web.Response:
     f = _session_filter(request)
     rows, cursor = await q.search_sessions(f)
     counts = await q.session_counts([r["id"] for r in rows])
+    summaries = await q.analysis_summaries([r["id"] for r in rows])
+    stale = [
+        r
+        for r in rows
+        if session_status(r) != "live" and not an.service.is_fresh(r, summaries.get(r["id"]))
+    ]
+    request.app[ANALYST].schedule(stale)
+    stale_ids = {r["id"] for r in stale}
     params = f.as_params()
     shown = {k: request.query.get(k) or None for k in ("since", "until")}
     data = {
@@ -271,7 +279,9 @@ async def sessions_page(request: web.Request) -> web.Response:
             "limit": f.limit,
             "cursor": f.cursor,
         },
-        "sessions": [_session_out(r, counts[r["id"]]) for r in rows],
+        "sessions": [
+            _session_out(r, {**counts[r["id"]], "analysed": r["id"] not in stale_ids}) for r in rows
+        ],
         "next": cursor,
         "next_url": _url(
             "/sessions", {**params, "limit": f.limit if f.limit != 50 else None, "cursor": cursor}
@@ -869,7 +879,13 @@ async def sessions_live(request: web.Request) -> web.StreamResponse:
             counts = await q.session_counts([r["id"] for r in rows])
             updates = []
             for r in rows:
-                state = (session_status(r), r["frame_count"], counts[r["id"]]["exchanges"])
+                c = counts[r["id"]]
+                state = (
+                    session_status(r),
+                    r["frame_count"],
+                    c["exchanges"],
+                    tuple(c["findings"].items()),
+                )
                 if sent.get(r["id"]) != state:
                     sent[r["id"]] = state
                     updates.append(
@@ -878,6 +894,7 @@ async def sessions_live(request: web.Request) -> web.StreamResponse:
                             "status": state[0],
                             "frame_count": state[1],
                             "exchanges": state[2],
+                            "findings": c["findings"],
                             "duration": present.duration(duration(r)),
                         }
                     )

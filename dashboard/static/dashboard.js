@@ -51,6 +51,17 @@ function followSessions(table) {
       row.querySelector(".frames").textContent = String(u.frame_count);
       row.querySelector(".exchanges").textContent = String(u.exchanges);
       row.querySelector(".dur").textContent = u.duration;
+      const cell = row.querySelector("td.findings");
+      if (cell && u.findings) {
+        cell.replaceChildren();
+        for (const sev of ["error", "warning", "info"]) {
+          if (!u.findings[sev]) continue;
+          const b = document.createElement("span");
+          b.className = "badge sev-" + sev;
+          b.textContent = u.findings[sev] + " " + sev;
+          cell.append(b, " ");
+        }
+      }
       const badge = row.querySelector(".status .badge");
       if (badge) {
         badge.textContent = u.status;

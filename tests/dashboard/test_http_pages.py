@@ -6,6 +6,7 @@ stored); its HTTP sessions carry an ``Mcp-Name`` sent as ``=?base64?…?=``.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
@@ -58,3 +59,31 @@ async def test_http_exchange_page_and_timeline_chips(bench_db: tuple[Path, str, 
         await client.get(f"/sessions/{sid}/http/999999.json", headers=auth)
         r = await client.get(f"/sessions/{sid}/http/999999.json", headers=auth)
         assert r.status == 404
+
+
+async def test_sessions_list_analyses_in_the_background(bench_db: tuple[Path, str, int]):
+    """Unanalysed sessions on a list page get analysed behind it; the counts then appear."""
+    db = bench_db[0]
+    app = create_app("sqlite:///" + str(db), token="t")
+    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+        auth = {"Authorization": "Bearer t"}
+        url = "/sessions.json?sort=oldest&limit=20"
+        first = (await (await client.get(url, headers=auth)).json())["sessions"]
+        pending = [s["id"] for s in first if not s["analysed"]]
+        assert pending, "the generated sessions start unanalysed"
+        for _ in range(100):
+            again = (await (await client.get(url, headers=auth)).json())["sessions"]
+            if all(s["analysed"] for s in again):
+                break
+            await asyncio.sleep(0.1)
+        assert all(s["analysed"] for s in again)
+        # Generated sessions answer some calls with -32602 "Unknown tool": counted now.
+        assert any(sum(s["findings"].values()) for s in again)
+        conn = sqlite3.connect(db)
+        (n,) = conn.execute(
+            "SELECT count(*) FROM findings WHERE code = 'analysis.summary' AND session_id IN"
+            f" ({','.join('?' * len(pending))})",
+            pending,
+        ).fetchone()
+        conn.close()
+        assert n == len(pending)
