@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mcp_proxy.analysis.exchanges import Pairing, header
+from mcp_proxy.analysis.exchanges import REORDER_WINDOW_NS, Pairing, header
 from mcp_proxy.analysis.model import (
     ERA_INITIALIZE,
     KNOWN_VERSIONS,
@@ -123,6 +123,13 @@ def _lifecycle(msgs: list[Msg], facts: SessionFacts, sink: FindingSink) -> None:
     if facts.modern:
         return
     init_done = facts.initialize_result_seq
+    # Seq order across directions is only as good as the relay's timestamps (taken after
+    # forwarding, one thread per direction): within REORDER_WINDOW_NS of the other side's
+    # message, "before" is not proven. Same-direction order is exact: a client request after
+    # its own notifications/initialized certainly came after the initialize response.
+    mono = {m.seq: m.mono_ns for m in msgs if m.seq in (init_done, facts.initialized_seq)}
+    done_ns = mono.get(init_done) if init_done is not None else None
+    initialized_ns = mono.get(facts.initialized_seq) if facts.initialized_seq else None
     early: list[Msg] = []
     server_early: list[Msg] = []
     later_client = False
@@ -143,13 +150,18 @@ def _lifecycle(msgs: list[Msg], facts: SessionFacts, sink: FindingSink) -> None:
             if init_done is not None and m.seq > init_done:
                 later_client = True
                 continue
+            if facts.initialized_seq is not None and m.seq > facts.initialized_seq:
+                later_client = True
+                continue
+            if done_ns is not None and done_ns - m.mono_ns <= REORDER_WINDOW_NS:
+                continue  # stamped just before the answer it may well have seen
             if META + "protocolVersion" in m.meta:
                 continue  # a 2026-07-28 probe (server/discover) before falling back
             early.append(m)
         elif (
-            facts.initialized_seq is not None
+            initialized_ns is not None
             and m.method != "ping"
-            and m.seq < facts.initialized_seq
+            and initialized_ns - m.mono_ns > REORDER_WINDOW_NS
         ):
             server_early.append(m)
     if early and (facts.initialize_seq is not None or facts.era in (None, ERA_INITIALIZE)):

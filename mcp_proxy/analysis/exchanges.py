@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mcp_proxy.analysis.model import (
+    _UNPARSED,
     ERA_INITIALIZE,
     META,
     Chain,
@@ -49,6 +50,7 @@ FRAME_COLUMNS = (
     "partial_parse",
     "raw",
     "http_exchange_id",
+    "sse_event",
 )
 
 #: A response slower than this is reported as ``exchange.slow`` (info).
@@ -104,6 +106,7 @@ def decode(frames: Iterable[Any]) -> list[Msg]:
                 f.get("partial_parse"),
                 f.get("raw"),
                 f.get("http_exchange_id"),
+                f.get("sse_event"),
             )
             for f in rows
         )
@@ -131,6 +134,7 @@ def decode(frames: Iterable[Any]) -> list[Msg]:
         partial,
         raw,
         http,
+        event,
     ) in get_rows:
         if raw is not None and type(raw) is not bytes:
             raw = bytes(raw)
@@ -149,6 +153,8 @@ def decode(frames: Iterable[Any]) -> list[Msg]:
             bool(partial),
             http,
             raw,
+            _UNPARSED,
+            event,
         )
         append(m)
         if kind == "batch":
@@ -173,6 +179,7 @@ def decode(frames: Iterable[Any]) -> list[Msg]:
                             http,
                             None,
                             element,
+                            event,
                         )
                     )
     return out
@@ -197,20 +204,26 @@ def _fast_key(value: Any) -> str | None:
 
 
 # ---------------------------------------------------------------------------------- facts
+def header_pairs(headers: Any) -> list[tuple[str, str]]:
+    """``[[name, value], …]`` as ``(lower-case name, value)``, skipping malformed items."""
+    out: list[tuple[str, str]] = []
+    if not isinstance(headers, (list, tuple)):
+        return out
+    for item in headers:
+        if isinstance(item, (list, tuple)) and len(item) >= 2:
+            out.append((str(item[0]).lower(), str(item[1])))
+    return out
+
+
 def header(headers: Any, name: str) -> str | None:
     """The first value of header ``name`` (case-insensitive) from ``[[name, value], …]``."""
     if not headers:
         return None
     lname = name.lower()
-    for item in headers:
-        if len(item) >= 2 and str(item[0]).lower() == lname:
-            return str(item[1])
+    for k, v in header_pairs(headers):
+        if k == lname:
+            return v
     return None
-
-
-def header_values(headers: Any, name: str) -> list[str]:
-    lname = name.lower()
-    return [str(v) for k, v, *_ in headers or () if str(k).lower() == lname]
 
 
 def session_facts(
@@ -753,7 +766,23 @@ class _Pairing:
         for c in candidates:
             if c.log_level is not None and rank >= _LEVEL_RANK.get(c.log_level, 0):
                 return
+        if m.http is None and self._opted_in_ahead(m, rank):
+            return
         self.log_violations.append(m.seq)
+
+    def _opted_in_ahead(self, m: Msg, rank: int) -> bool:
+        """A host request stamped just after this log (relay jitter) that asked for its level."""
+        msgs = self.msgs
+        limit = m.mono_ns + REORDER_WINDOW_NS
+        for k in range(self.i + 1, min(len(msgs), self.i + 1 + REORDER_LOOKAHEAD)):
+            x = msgs[k]
+            if x.mono_ns > limit:
+                return False
+            if x.kind == "request" and x.direction == "c2s":
+                lvl = x.meta.get(META + "logLevel")
+                if isinstance(lvl, str) and rank >= _LEVEL_RANK.get(lvl, 0):
+                    return True
+        return False
 
     # ------------------------------------------------------------------ the end
     def finish(self) -> None:

@@ -83,6 +83,7 @@ class Msg:
     http: int | None  # http_exchange_id
     raw: bytes | None = None
     _body: Any = _UNPARSED
+    event: str | None = None  # the SSE event type ("message", "endpoint", …) for SSE frames
 
     @property
     def body(self) -> Any:

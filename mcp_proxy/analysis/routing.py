@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from mcp_proxy.analysis.exchanges import header_pairs
+
 try:  # the shared codec, when the HTTP relay's helpers are present
     from mcp_proxy.headers import decode_header_value
 except ImportError:  # pragma: no cover - fallback with the same acceptance rules
@@ -174,7 +176,7 @@ def routing_problems(
     it the ``Mcp-Param-*`` headers cannot be judged and are left alone).
     """
     problems: list[str] = []
-    pairs = [(str(k).lower(), str(v)) for k, v, *_ in headers or ()]
+    pairs = header_pairs(headers)
     folded: dict[str, str] = {}
     counts: dict[str, int] = {}
     for k, v in pairs:

@@ -575,10 +575,15 @@ def _transport_findings(
                     del stderr_tail[0]
             continue
         if kind == "noise":
-            if m.channel in ("http", "sse") and m.direction == "s2c" and m.http is not None:
+            if m.channel == "sse" and m.event not in (None, "", "message"):
+                continue  # e.g. the legacy transport's `endpoint` event: not a JSON-RPC message
+            if m.channel == "http" and m.direction == "s2c" and m.http is not None:
                 row = http.get(m.http)
-                if row is not None and (row.get("status") or 0) >= 400:
-                    continue  # a plain-text error body: the HTTP finding explains it
+                if row is not None and (
+                    (row.get("status") or 0) >= 400
+                    or "json" not in (header(row.get("response_headers"), "content-type") or "")
+                ):
+                    continue  # a plain-text body ("Accepted", an error page): not JSON-RPC
             utf8_ok = True
             if m.raw is not None:
                 try:

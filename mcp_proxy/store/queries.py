@@ -212,6 +212,7 @@ class Store:
             frames.c.partial_parse,
             frames.c.raw,
             frames.c.http_exchange_id,
+            frames.c.sse_event,
         ]
         stmt = sa.select(*cols).where(frames.c.session_id == session_id).order_by(frames.c.seq)
         try:

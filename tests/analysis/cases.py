@@ -442,6 +442,12 @@ def _(t: bool) -> Wire:
         w.noise("Starting server v1.2 ...")
     else:
         w.stderr("Starting server v1.2 ...")
+        # Legacy HTTP+SSE: the `endpoint` event and the plain-text 202 are not JSON-RPC.
+        g = w.exchange("GET", response_headers=[["content-type", "text/event-stream"]])
+        w.frame("s2c", "/messages/?session_id=ab12", channel="sse", http=g, sse_event="endpoint")
+        p = w.exchange(status=202, response_headers=[["content-type", "text/plain"]])
+        w.notify("notifications/roots/list_changed", http=p)
+        w.frame("s2c", "Accepted", channel="http", http=p)
     return w.end()
 
 
@@ -714,19 +720,48 @@ def _(t: bool) -> Wire:
     w = Wire()
     w.request("tools/list" if t else "ping", 1)
     w.result(1, {"tools": []} if t else {})
-    w.handshake(id=2)
+    w.wait(300)
+    if t:
+        w.handshake(id=2)
+        return w.end()
+    # The relay stamps each direction after forwarding: the initialize result can be recorded
+    # after the client's next messages. Same-direction order proves they came after it.
+    w.request(
+        "initialize",
+        2,
+        {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "c", "version": "1"},
+        },
+    )
+    w.notify("notifications/initialized")
+    w.request("tools/list", 3)
+    w.result(
+        2,
+        {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "s", "version": "1"},
+        },
+    )
+    w.result(3, {"tools": []})
     return w.end()
 
 
 @case("lifecycle.server_request_before_initialized")
 def _(t: bool) -> Wire:
     w = Wire.initialized(initialized=False)
-    if not t:
-        w.notify("notifications/initialized")
-    w.request("roots/list", 0, direction="s2c")
-    w.result(0, {"roots": []}, direction="c2s")
     if t:
+        w.request("roots/list", 0, direction="s2c")
+        w.result(0, {"roots": []}, direction="c2s")
+        w.wait(300)
         w.notify("notifications/initialized")
+    else:
+        # A millisecond apart across directions: jitter, not proof.
+        w.request("roots/list", 0, direction="s2c")
+        w.notify("notifications/initialized")
+        w.result(0, {"roots": []}, direction="c2s")
     return w.end()
 
 

@@ -206,3 +206,24 @@ def test_huge_and_broken_frames_do_not_break_pairing() -> None:
     w.noise(b"\xff\xfe\n")
     a = w.end().analyze()
     assert by_seq(a, 4).outcome == "ok"
+
+
+def test_a_log_stamped_before_its_request_is_not_blamed_on_another() -> None:
+    w = Wire.modern()
+    w.request("tools/call", 2, {"name": "quiet", "arguments": {}, "_meta": envelope()})
+    log = w.log("belongs to request 3, which opted in")
+    w.request(
+        "tools/call", 3, {"name": "chatty", "arguments": {}, "_meta": envelope(log_level="info")}
+    )
+    w.result(3, {"content": [], "resultType": "complete"})
+    w.result(2, {"content": [], "resultType": "complete"})
+    a = w.end().analyze()
+    assert "log.without_opt_in" not in {f.code for f in a.findings}, log
+    w2 = Wire.modern()
+    w2.request("tools/call", 2, {"name": "quiet", "arguments": {}, "_meta": envelope()})
+    w2.log("nobody asked")
+    w2.wait(500)
+    w2.request(
+        "tools/call", 3, {"name": "chatty", "arguments": {}, "_meta": envelope(log_level="info")}
+    )
+    assert "log.without_opt_in" in w2.end().codes()
