@@ -178,8 +178,10 @@ class RecorderClient:
                     continue
             poller.poll(100)  # wait (without the lock) until the pipe has room
 
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> None:
-        payload = pickle.dumps((method, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+    def _call(self, name: str, /, *args: Any, **kwargs: Any) -> None:
+        # Positional-only: the calls' own keyword arguments include ``method`` (an HTTP
+        # exchange's column), which must not collide with the name of the call.
+        payload = pickle.dumps((name, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
         self._send([HEADER.pack(T_CALL, len(payload)), payload])
 
     # ------------------------------------------------------------------ producer API

@@ -32,6 +32,42 @@ def record(
     host: Annotated[
         str, typer.Option("--host", help="Local address for --upstream.")
     ] = "127.0.0.1",
+    no_redact: Annotated[
+        bool,
+        typer.Option(
+            "--no-redact",
+            help="Record credentials in clear (local debugging only; says so loudly).",
+        ),
+    ] = False,
+    redact_header: Annotated[
+        list[str] | None,
+        typer.Option("--redact-header", help="Also redact this header (repeatable)."),
+    ] = None,
+    redact_path: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--redact-path",
+            help="Also redact this JSON path in bodies, e.g. params.arguments.query or **.ssn"
+            " (repeatable).",
+        ),
+    ] = None,
+    idle_cut: Annotated[
+        float,
+        typer.Option(
+            "--idle-cut",
+            help="--upstream: seconds of idleness that end a sessionless (2026-07-28) group.",
+        ),
+    ] = 300.0,
+    connect_timeout: Annotated[
+        float, typer.Option("--connect-timeout", help="--upstream: seconds to connect (504).")
+    ] = 10.0,
+    response_timeout: Annotated[
+        float,
+        typer.Option(
+            "--response-timeout",
+            help="--upstream: seconds to wait for response headers (504); 0 waits for ever.",
+        ),
+    ] = 0.0,
 ) -> None:
     """Run a server through mcptape and record every frame.
 
@@ -44,9 +80,23 @@ def record(
     if upstream:
         if command:
             fail("give either --upstream URL or -- COMMAND, not both")
-        from mcp_proxy.relay.http import record_http  # type: ignore[import-not-found]
+        from mcp_proxy.relay.http import record_http
 
-        raise typer.Exit(record_http(upstream, db_url=url, name=name, host=host, port=port))
+        raise typer.Exit(
+            record_http(
+                upstream,
+                db_url=url,
+                name=name,
+                host=host,
+                port=port,
+                redact=not no_redact,
+                redact_headers=redact_header or [],
+                redact_paths=redact_path or [],
+                idle_cut=idle_cut,
+                connect_timeout=connect_timeout,
+                response_timeout=response_timeout or None,
+            )
+        )
     if not command:
         fail("no server command given (usage: mcptape record [--name NAME] -- COMMAND [ARGS…])")
     from mcp_proxy.relay.stdio import record_stdio

@@ -108,16 +108,7 @@ def apply_batch(engine: Engine, ops: writes_ops, exchange_ids: dict[int, int]) -
     with engine.begin() as conn:
         if ops.sessions:
             conn.execute(sessions.insert(), ops.sessions)
-        new_ids: dict[int, int] = {}
-        for local, row in ops.exchanges:
-            res = conn.execute(http_exchanges.insert().values(**row))
-            new_ids[local] = int(res.inserted_primary_key[0])
-        for local, fields in ops.exchange_updates:
-            db_id = new_ids.get(local) or exchange_ids.get(local)
-            if db_id is not None:
-                conn.execute(
-                    http_exchanges.update().where(http_exchanges.c.id == db_id).values(**fields)
-                )
+        new_ids = _write_exchanges(conn, ops, exchange_ids)
         if ops.frames:
             rows = ops.frames
             if any(r[_EXCHANGE_COL] is not None for r in rows):
@@ -150,6 +141,47 @@ def apply_batch(engine: Engine, ops: writes_ops, exchange_ids: dict[int, int]) -
             conn.execute(findings.insert(), ops.findings)
     # Only after the commit: a rolled-back batch must not leave ids pointing at nothing.
     exchange_ids.update(new_ids)
+
+
+_EXCHANGE_COLUMNS = tuple(c.name for c in http_exchanges.columns if c.name != "id")
+_EXCHANGE_UPDATE = http_exchanges.update().where(http_exchanges.c.id == sa.bindparam("_xid"))
+
+
+def _write_exchanges(conn: Any, ops: writes_ops, exchange_ids: dict[int, int]) -> dict[int, int]:
+    """Insert new exchanges and apply updates with as few statements as possible.
+
+    An HTTP relay queues one insert and two or three updates per exchange, most of them in the
+    same batch; statement-per-row (each compiled anew) made the writer thread hold the GIL long
+    enough to slow the relay. Updates to an exchange created in this batch are folded into its
+    insert row, the rows go in one executemany (RETURNING the ids, in order), and the remaining
+    updates are merged per exchange and executed through one cached statement per column set.
+    """
+    rows: dict[int, dict[str, Any]] = {}
+    for local, row in ops.exchanges:
+        rows[local] = {name: None for name in _EXCHANGE_COLUMNS} | row
+    later: dict[int, dict[str, Any]] = {}
+    for local, fields in ops.exchange_updates:
+        target = rows.get(local)
+        if target is not None:
+            target.update(fields)
+        else:
+            later.setdefault(local, {}).update(fields)
+    new_ids: dict[int, int] = {}
+    if rows:
+        locals_ = list(rows)
+        stmt = http_exchanges.insert().returning(http_exchanges.c.id, sort_by_parameter_order=True)
+        result = conn.execute(stmt, [rows[k] for k in locals_])
+        for local, db_row in zip(locals_, result, strict=True):
+            new_ids[local] = int(db_row[0])
+    by_keys: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for local, fields in later.items():
+        db_id = new_ids.get(local) or exchange_ids.get(local)
+        if db_id is None or not fields:
+            continue
+        by_keys.setdefault(tuple(sorted(fields)), []).append({"_xid": db_id, **fields})
+    for params in by_keys.values():
+        conn.execute(_EXCHANGE_UPDATE, params)
+    return new_ids
 
 
 def record_gap(engine: Engine, session_id: str, finding: dict[str, Any], lost: int) -> None:

@@ -1,0 +1,1239 @@
+"""The HTTP relay: a recording reverse proxy for Streamable HTTP and legacy HTTP+SSE servers.
+
+``mcptape record --upstream https://server.example/mcp`` listens on 127.0.0.1 and relays every
+request — any method, any path — to the upstream origin, paths unchanged, so the host is pointed
+at ``http://127.0.0.1:8765/mcp`` instead. What the relay guarantees, and how:
+
+- **Exactly once.** Each host request is sent upstream once; nothing is buffered-and-resent and
+  nothing is retried (a request that fails on a stale keep-alive connection is answered 502,
+  never re-sent: only the host may decide to repeat a ``tools/call``).
+- **Streaming.** Response bodies are forwarded chunk by chunk as they arrive (``iter_any``), SSE
+  keep-alive comments included; large request bodies stream through too. When the host closes
+  its side, the handler is cancelled (``handler_cancellation``) and the upstream response is
+  closed at once — in the 2026-07-28 era that *is* how a request is cancelled.
+- **Transparency.** Status, reason and end-to-end headers pass through in order; hop-by-hop
+  headers are dropped as RFC 9110 requires; ``Host`` is rewritten to the upstream's (servers with
+  DNS-rebinding protection refuse anything else); bodies are byte-exact (no decompression, no
+  re-encoding). The one rewrite of content: a legacy SSE ``endpoint`` event carrying an absolute
+  URL of the upstream origin is pointed at the relay, or the host would post around it.
+- **Recording is a copy.** Frames and exchanges go to the recorder (a deque append) only after
+  the bytes were forwarded; classification, redaction of bodies and database writes happen in the
+  recorder's writer thread.
+
+What is a frame here: every JSON-RPC body of an MCP exchange — a request body, a JSON response
+body, or one SSE event's ``data`` (event type and id in their own columns) — exactly as the
+upstream or the host sent it. For the rewritten ``endpoint`` event the frame is what the upstream
+sent; what the host got is noted in the exchange's ``meta.endpoint``. SSE comments (keep-alives)
+are forwarded and counted in ``meta.sse_comments``, not recorded as frames. Bodies of non-MCP
+exchanges (``/.well-known/*``, OAuth endpoints) are kept, redacted and capped, in the exchange's
+``meta.request_body`` / ``meta.response_body`` rather than as frames, so that analysis never
+mistakes an OAuth document for a JSON-RPC message.
+
+When the relay itself answers (upstream unreachable, timed out, refused a header it cannot
+relay) the body is a JSON-RPC error with ``id: null`` — which the SDK client surfaces as the
+error message — plus an ``X-Mcptape-Error`` header; the exchange records what happened, and no
+frame is invented for the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+import zlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+from yarl import URL
+
+from mcp_proxy.errors import UserError
+from mcp_proxy.frames import Channel, Direction, Frame
+from mcp_proxy.framing import SSEEvent, SSEParser
+from mcp_proxy.headers import HOP_BY_HOP, mcp_headers
+from mcp_proxy.recorder_proc import RecorderClient
+from mcp_proxy.redact import ENV_REDACT, Redactor
+from mcp_proxy.relay.http_sessions import (
+    RULE_CLIENT,
+    RULE_LEGACY_SSE,
+    RULE_MCP_SESSION,
+    RULE_UNATTRIBUTED,
+    BodyFacts,
+    SessionEntry,
+    SessionRouter,
+    body_facts,
+    query_session_id,
+)
+
+__all__ = ["HTTPRelay", "RelayConfig", "record_http"]
+
+log = logging.getLogger("mcptape.http")
+
+#: Request bodies up to this size (with a Content-Length) are read whole before forwarding —
+#: one write upstream; larger or chunked bodies stream through.
+SMALL_BODY = 1 << 20
+#: Response bodies with a Content-Length up to this size are read whole and sent in one write.
+SMALL_RESPONSE = 256 * 1024
+#: The most bytes of one body kept for the recording (the relay forwards everything).
+MAX_RECORDED_BODY = 64 << 20
+#: Non-MCP bodies (OAuth, discovery documents) are kept in exchange meta up to this size.
+META_BODY_LIMIT = 64 << 10
+#: How much of a GET event-stream is held back looking for a legacy ``endpoint`` event.
+ENDPOINT_HOLD_LIMIT = 64 << 10
+
+_SKIP_AUTO = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
+_RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
+_MCP_SESSION_ID = "Mcp-Session-Id"
+
+
+_TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)
+
+
+def _quickack_socket(resp: aiohttp.ClientResponse) -> socket.socket | None:
+    """The upstream socket, if acknowledging at once can be asked for (Linux)."""
+    if _TCP_QUICKACK is None:
+        return None
+    conn = resp.connection
+    transport = conn.transport if conn is not None else None
+    return transport.get_extra_info("socket") if transport is not None else None
+
+
+def _quickack(sock: socket.socket | None) -> None:
+    """Acknowledge what the upstream sent now, not after the 40 ms delayed-ACK timer.
+
+    An upstream with Nagle's algorithm on holds each small write (an SSE event) until its
+    previous segment is acknowledged. On a fresh connection Linux acknowledges at once; on a
+    reused keep-alive connection it delays, so a pooled relay would add 40 ms per event that the
+    host, talking directly, would not see. The flag is one-shot, hence set after every read.
+    """
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, _TCP_QUICKACK, 1)  # type: ignore[arg-type]
+
+
+def _jsonrpc_error_body(message: str, data: dict[str, Any]) -> bytes:
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": -32603, "message": message, "data": data}},
+        separators=(",", ":"),
+    ).encode()
+
+
+def _decode_header(value: bytes) -> str:
+    """Header bytes as text for the recording (never fails; non-UTF-8 bytes escaped)."""
+    if value.isascii():
+        return value.decode("ascii")
+    return value.decode("utf-8", "backslashreplace")
+
+
+@dataclass
+class RelayConfig:
+    upstream: str
+    host: str = "127.0.0.1"
+    port: int = 8765
+    name: str | None = None
+    idle_cut: float = 300.0
+    connect_timeout: float = 10.0
+    #: Seconds to wait for the upstream's response headers; None waits for ever (the host's own
+    #: timeout then decides). Long tool calls in JSON-response mode hold the headers back.
+    response_timeout: float | None = None
+    redactor: Redactor = field(default_factory=Redactor)
+
+
+class _Target:
+    """The upstream origin, parsed once."""
+
+    def __init__(self, upstream: str) -> None:
+        try:
+            url = URL(upstream)
+        except (ValueError, TypeError) as exc:
+            raise UserError(f"not a URL: {upstream}") from exc
+        if url.scheme not in ("http", "https") or not url.host:
+            raise UserError(f"--upstream must be an http:// or https:// URL, got {upstream!r}")
+        self.url = url
+        self.scheme = url.scheme
+        host = url.raw_host or ""
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        self.host_header = host if url.is_default_port() else f"{host}:{url.port}"
+        self.origin = f"{url.scheme}://{self.host_header}"
+        self.path = url.raw_path or "/"
+        self.path_qs = url.raw_path_qs or "/"
+
+
+class _Exchange:
+    """One HTTP request/response going through the relay, and its recording state.
+
+    The exchange row and the request's frames are held back until the exchange knows its
+    session: at once for most requests, at the response headers for ``initialize`` (the
+    session id comes back there), at the first event for a legacy ``GET /sse``.
+    """
+
+    __slots__ = (
+        "body_done",
+        "body_parts",
+        "body_streaming",
+        "entry",
+        "facts",
+        "fallback",
+        "fields",
+        "finished",
+        "is_mcp",
+        "local_id",
+        "meta",
+        "mono0",
+        "outcome",
+        "pending",
+        "relay",
+        "req_ctype",
+        "request_size",
+        "response_size",
+        "sse_comments",
+        "wall0",
+    )
+
+    def __init__(self, relay: HTTPRelay, fields: dict[str, Any], meta: dict[str, Any]) -> None:
+        self.relay = relay
+        self.fields = fields
+        self.meta = meta
+        self.entry: SessionEntry | None = None
+        self.local_id: int | None = None
+        self.pending: list[Frame] = []
+        self.request_size = 0
+        self.response_size = 0
+        self.facts: BodyFacts | None = None
+        self.fallback: tuple[str, str, dict[str, Any]] | None = None
+        self.finished = False
+        self.sse_comments = 0
+        self.wall0 = fields["started_at"]
+        self.mono0 = 0
+        #: A streamed request body: the parts kept for the recording, and whether it ended.
+        self.body_parts: list[bytes] | None = None
+        self.body_streaming = False
+        self.body_done = False
+        self.req_ctype: str | None = None
+        self.is_mcp = False
+        self.outcome: str | None = None
+
+    @property
+    def attached(self) -> bool:
+        return self.entry is not None
+
+    def attach(self, entry: SessionEntry) -> None:
+        if self.entry is not None:
+            return
+        relay = self.relay
+        self.entry = entry
+        relay.router.begin(entry)
+        rec = relay.recorder
+        if rec is None:
+            return
+        self.local_id = rec.new_exchange(entry.session_id, **self.fields, meta=self.meta)
+        for frame in self.pending:
+            frame.http_exchange = self.local_id
+            rec.put(entry.session_id, frame)
+        self.pending = []
+
+    def attach_fallback(self) -> None:
+        if self.entry is not None:
+            return
+        key, rule, grouping = self.fallback or (
+            "unattributed",
+            RULE_UNATTRIBUTED,
+            {},
+        )
+        self.attach(self.relay.router.get(key, rule, grouping=grouping))
+
+    def frame(self, frame: Frame) -> None:
+        if self.entry is None:
+            self.pending.append(frame)
+            return
+        rec = self.relay.recorder
+        if rec is not None:
+            frame.http_exchange = self.local_id
+            rec.put(self.entry.session_id, frame)
+
+    def update(self, **fields: Any) -> None:
+        if self.entry is None:
+            # Not registered yet (waiting to learn its session): fold into the row to insert.
+            self.fields.update(fields)
+            return
+        rec = self.relay.recorder
+        if rec is not None and self.local_id is not None:
+            rec.update_exchange(self.local_id, **fields)
+
+    def finish(self, outcome: str, error: str | None = None) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self.outcome = outcome
+        self.attach_fallback()
+        if self.sse_comments:
+            self.meta["sse_comments"] = self.sse_comments
+        self.update(
+            ended_at=time.time(),
+            outcome=outcome,
+            error=error,
+            request_size=self.request_size,
+            response_size=self.response_size,
+            meta=self.meta,
+        )
+        assert self.entry is not None
+        router = self.relay.router
+        router.done(self.entry)
+        self.relay.stats_exchanges += 1
+        if self.entry.rule == RULE_LEGACY_SSE and self.fields["method"] == "GET":
+            # The legacy session lives exactly as long as its event stream.
+            router.end(self.entry.key, reason="legacy SSE stream closed")
+
+
+class _RelayResponse(web.StreamResponse):
+    """A StreamResponse that adds no headers of its own (no Server, Date or Content-Type)."""
+
+    __slots__ = ("_keep",)
+
+    def __init__(self, *, status: int, reason: str | None, keep: frozenset[str]) -> None:
+        super().__init__(status=status, reason=reason)
+        self._keep = keep
+
+    async def _prepare_headers(self) -> None:
+        await super()._prepare_headers()
+        headers = self._headers
+        for name in ("Server", "Date", "Content-Type"):
+            if name.lower() not in self._keep and name in headers:
+                del headers[name]
+
+
+class HTTPRelay:
+    """The reverse proxy: one aiohttp server for the host, one client session to the upstream."""
+
+    def __init__(self, config: RelayConfig, recorder: _RecorderLike | None) -> None:
+        self.config = config
+        self.target = _Target(config.upstream)
+        self.recorder = recorder
+        self.redactor = config.redactor
+        base_meta: dict[str, Any] = {"relay": {"upstream": self.target.origin}}
+        if not self.redactor.enabled:
+            base_meta["redaction"] = "off (--no-redact): credentials are recorded in clear"
+        self.router = SessionRouter(
+            recorder,
+            name=config.name,
+            upstream=config.upstream,
+            idle_cut=config.idle_cut,
+            base_meta=base_meta,
+        )
+        #: Paths whose bodies are JSON-RPC: the upstream's MCP path and legacy message paths.
+        self.mcp_paths: set[str] = {self.target.path}
+        self.local_origin = ""
+        self.stats_exchanges = 0
+        self._client: aiohttp.ClientSession | None = None
+        self._runner: web.ServerRunner | None = None
+        self._server: web.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=None, sock_connect=config.connect_timeout, sock_read=None
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> str:
+        """Bind, start serving; returns the local URL the host should use."""
+        connector = aiohttp.TCPConnector(
+            limit=0,
+            limit_per_host=0,
+            # Below the 5 s idle timeout of uvicorn/node servers, so a pooled connection is
+            # dropped by us before the server closes it under a request we would then lose.
+            keepalive_timeout=4.0,
+            enable_cleanup_closed=False,
+            ttl_dns_cache=60,
+        )
+        self._client = aiohttp.ClientSession(
+            connector=connector,
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=_SKIP_AUTO,
+            timeout=self._timeout,
+            trust_env=False,
+            read_bufsize=1 << 16,
+        )
+        self._server = web.Server(
+            self._handle,
+            handler_cancellation=True,
+            max_line_size=64 * 1024,
+            max_field_size=64 * 1024,
+            access_log=None,
+        )
+        self._runner = web.ServerRunner(self._server, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            await self.close()
+            raise UserError(
+                f"cannot listen on {self.config.host}:{self.config.port}: {exc.strerror or exc}"
+            ) from exc
+        server = site._server
+        assert server is not None
+        sock = server.sockets[0]  # type: ignore[attr-defined]
+        port = sock.getsockname()[1]
+        host = self.config.host
+        shown = f"[{host}]" if ":" in host else host
+        self.local_origin = f"http://{shown}:{port}"
+        self._sweeper = asyncio.create_task(self._sweep_loop())
+        return self.local_origin + self.target.path_qs
+
+    async def _sweep_loop(self) -> None:
+        interval = max(1.0, min(30.0, self.config.idle_cut / 4))
+        while True:
+            await asyncio.sleep(interval)
+            self.router.sweep()
+
+    async def close(self) -> None:
+        """Stop listening, let in-flight exchanges end (briefly), end every session."""
+        self._stopping = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        if self._runner is not None:
+            # Stops accepting, then waits up to shutdown_timeout for handlers, then cancels.
+            await self._runner.cleanup()
+            self._runner = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        self.router.close_all()
+
+    # ------------------------------------------------------------------ helpers
+    def _synthetic(
+        self, ex: _Exchange | None, status: int, kind: str, message: str, **data: Any
+    ) -> web.Response:
+        body = _jsonrpc_error_body(f"mcptape: {message}", {"mcptape": kind, **data})
+        headers = {"Content-Type": "application/json", "X-Mcptape-Error": kind}
+        if ex is not None:
+            ex.meta["synthesized"] = {"by": "mcptape", "status": status, "kind": kind}
+            ex.response_size = len(body)
+            ex.update(
+                status=status,
+                first_byte_at=time.time(),
+                response_headers=[[k, v] for k, v in headers.items()]
+                + [["Content-Length", str(len(body))]],
+            )
+        return web.Response(status=status, body=body, headers=headers)
+
+    def _is_mcp_path(self, path: str) -> bool:
+        return path in self.mcp_paths
+
+    # ------------------------------------------------------------------ the handler
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        wall0 = time.time()
+        mono0 = time.monotonic_ns()
+        method = request.method
+        raw_path = request.raw_path
+        if not raw_path.startswith("/") or method == "CONNECT":
+            return web.Response(
+                status=405 if method == "CONNECT" else 400,
+                text="mcptape is a reverse proxy: send requests to its own origin "
+                "(for a forward proxy, use the mitmproxy addon)\n",
+            )
+        redactor = self.redactor
+        target = self.target
+        path, _, query = raw_path.partition("?")
+
+        # Headers: forward end-to-end ones in wire order, Host rewritten; keep the host's
+        # originals for the recording.
+        raw_headers = request.raw_headers
+        rec_headers: list[list[str]] = []
+        fwd: CIMultiDict[str] = CIMultiDict()
+        connection_tokens: list[str] = []
+        bad_header: str | None = None
+        session_hdr: str | None = None
+        authorization: str | None = None
+        has_mcp = False
+        for kb, vb in raw_headers:
+            name = kb.decode("latin-1")
+            if vb.isascii():
+                value = vb.decode("ascii")
+            else:
+                try:
+                    value = vb.decode("utf-8")
+                except UnicodeDecodeError:
+                    value = vb.decode("utf-8", "surrogateescape")
+                    bad_header = name
+            rec_headers.append([name, value if bad_header != name else _decode_header(vb)])
+            low = name.lower()
+            if low == "host":
+                fwd.add("Host", target.host_header)
+                continue
+            if low in HOP_BY_HOP:
+                if low == "connection":
+                    connection_tokens.append(value)
+                continue
+            if low == "expect":
+                continue
+            if low.startswith("mcp-"):
+                has_mcp = True
+                if low == "mcp-session-id":
+                    session_hdr = value
+            elif low == "authorization":
+                authorization = value
+            fwd.add(name, value)
+        if "Host" not in fwd:
+            fwd.add("Host", target.host_header)
+        if connection_tokens:
+            for token in ",".join(connection_tokens).split(","):
+                token = token.strip()
+                if token and token.lower() not in ("close", "keep-alive") and token in fwd:
+                    del fwd[token]
+
+        up_url = target.origin + raw_path
+        meta: dict[str, Any] = {
+            "local_url": self.local_origin + raw_path,
+            "http_version": f"{request.version.major}.{request.version.minor}",
+        }
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        if peer:
+            meta["peer"] = f"{peer[0]}:{peer[1]}"
+        if has_mcp:
+            meta["mcp_headers"] = mcp_headers(redactor.headers(rec_headers))
+        fields = {
+            "method": method,
+            "url": redactor.url(up_url),
+            "request_headers": redactor.headers(rec_headers),
+            "started_at": wall0,
+        }
+        ex = _Exchange(self, fields, meta)
+        ex.mono0 = mono0
+
+        # Where does this exchange belong? Decide now when the request says so.
+        legacy_sid = query_session_id(query) if query else None
+        if session_hdr:
+            ex.attach(
+                self.router.get(
+                    self.router.mcp_key(session_hdr),
+                    RULE_MCP_SESSION,
+                    grouping={"mcp_session_id": session_hdr},
+                )
+            )
+        elif legacy_sid:
+            self.mcp_paths.add(path)
+            ex.attach(
+                self.router.get(
+                    self.router.sse_key(legacy_sid),
+                    RULE_LEGACY_SSE,
+                    transport="sse",
+                    grouping={"sse_session_id": legacy_sid},
+                )
+            )
+
+        if bad_header is not None:
+            ex.attach_fallback()
+            resp = self._synthetic(
+                ex,
+                400,
+                "header-not-utf8",
+                f"the value of header {bad_header!r} is not valid UTF-8; mcptape cannot relay it "
+                "byte-exact, so it refuses the request instead of altering it",
+                header=bad_header,
+            )
+            await self._drain_request(request, ex)
+            ex.finish("relay_error", f"header {bad_header!r} is not valid UTF-8")
+            return resp
+
+        if request.headers.get("Expect", "").lower() == "100-continue":
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+        # The request body: small ones whole, large or chunked ones streamed.
+        body: bytes | None = None
+        req_ctype = request.headers.get("Content-Type")
+        ex.req_ctype = req_ctype
+        ex.is_mcp = self._is_mcp_path(path)
+        data: Any = None
+        if request.body_exists:
+            length = request.content_length
+            if length is not None and length <= SMALL_BODY:
+                try:
+                    body = await request.content.read()
+                except (aiohttp.ClientError, ConnectionError, asyncio.IncompleteReadError) as exc:
+                    ex.finish("host_aborted", f"host closed while sending the body: {exc!r}")
+                    raise web.HTTPBadRequest() from exc
+                data = body
+                ex.request_size = len(body)
+            else:
+                ex.body_parts = []
+                ex.body_streaming = True
+                data = self._stream_body(request, ex)
+
+        if body:
+            facts = body_facts(body)
+            ex.facts = facts
+            if facts.is_jsonrpc:
+                ex.is_mcp = True
+            self._client_fallback(ex, facts, authorization)
+            if ex.is_mcp:
+                ex.frame(
+                    Frame(
+                        Direction.C2S,
+                        Channel.HTTP,
+                        body,
+                        mono0,
+                        wall0,
+                        True,
+                        extra={"content_type": req_ctype},
+                    )
+                )
+            else:
+                ex.meta["request_body"] = self._meta_body(body, req_ctype)
+        if not ex.attached:
+            # Defer only where the response names the session: ``initialize`` (its
+            # Mcp-Session-Id), a GET that may open a legacy SSE stream (its endpoint event),
+            # and a streamed body (its head is read once it has gone out).
+            if ex.facts is not None and ex.facts.is_initialize:
+                pass
+            elif method == "GET" and "text/event-stream" in request.headers.get("Accept", ""):
+                pass
+            elif ex.body_streaming:
+                pass
+            elif ex.fallback is not None:
+                key, rule, grouping = ex.fallback
+                ex.attach(self.router.get(key, rule, grouping=grouping))
+            else:
+                ex.attach_fallback()
+
+        # Forward.
+        assert self._client is not None
+        try:
+            if self.config.response_timeout is not None:
+                async with asyncio.timeout(self.config.response_timeout):
+                    resp = await self._client.request(
+                        method,
+                        URL(up_url, encoded=True),
+                        headers=fwd,
+                        data=data,
+                        allow_redirects=False,
+                    )
+            else:
+                resp = await self._client.request(
+                    method, URL(up_url, encoded=True), headers=fwd, data=data, allow_redirects=False
+                )
+        except asyncio.CancelledError:
+            self._finish_request_body(ex)
+            ex.finish(self._abort_outcome(), "host closed the connection before the response")
+            raise
+        except TimeoutError:
+            await self._drain_request(request, ex)
+            self._finish_request_body(ex)
+            ex.attach_fallback()
+            r = self._synthetic(
+                ex,
+                504,
+                "upstream-timeout",
+                f"no response headers from {target.origin} within {self.config.response_timeout} s",
+                upstream=target.origin,
+            )
+            ex.finish("timeout", f"no response headers within {self.config.response_timeout} s")
+            return r
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            await self._drain_request(request, ex)
+            self._finish_request_body(ex)
+            ex.attach_fallback()
+            status, kind, text = self._describe_failure(exc)
+            r = self._synthetic(ex, status, kind, text, upstream=target.origin)
+            ex.finish("timeout" if status == 504 else "upstream_error", text)
+            return r
+
+        try:
+            return await self._respond(request, ex, resp, method, path)
+        finally:
+            if ex.outcome == "complete":
+                resp.release()
+            else:
+                # Not a clean end (host gone, upstream broke, cancelled): drop the upstream
+                # connection now, so the server sees the close at once.
+                resp.close()
+
+    def _looks_like_sse_open(self, path: str, request: web.BaseRequest) -> bool:
+        accept = request.headers.get("Accept", "")
+        return "text/event-stream" in accept or path == self.target.path
+
+    def _abort_outcome(self) -> str:
+        return "relay_shutdown" if self._stopping else "host_aborted"
+
+    @staticmethod
+    def _describe_failure(exc: BaseException) -> tuple[int, str, str]:
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            if isinstance(exc.os_error, TimeoutError) or "timeout" in str(exc).lower():
+                return 504, "upstream-timeout", f"connecting to the upstream timed out ({exc})"
+            return 502, "upstream-unreachable", f"cannot connect to the upstream ({exc})"
+        if isinstance(exc, aiohttp.ConnectionTimeoutError | aiohttp.ServerTimeoutError):
+            return 504, "upstream-timeout", f"the upstream timed out ({exc})"
+        if isinstance(exc, aiohttp.ServerDisconnectedError):
+            return (
+                502,
+                "upstream-disconnected",
+                "the upstream closed the connection before answering (the request was not "
+                "re-sent: it may or may not have run)",
+            )
+        if isinstance(exc, ValueError):
+            return 400, "unrelayable-request", f"the request cannot be relayed as sent ({exc})"
+        return 502, "upstream-error", f"the upstream request failed ({exc!r})"
+
+    def _client_fallback(self, ex: _Exchange, facts: BodyFacts, authorization: str | None) -> None:
+        if facts.client_name is not None:
+            key = self.router.client_key(facts.client_name, facts.client_version, authorization)
+            client = {"name": facts.client_name, "version": facts.client_version}
+            ex.fallback = (key, RULE_CLIENT, {"client": client})
+
+    async def _stream_body(self, request: web.BaseRequest, ex: _Exchange) -> AsyncIterator[bytes]:
+        """Stream the host's body upstream, keeping a copy (up to the cap) for the recording.
+
+        The frame is handed to the recorder as soon as the last chunk has gone out.
+        """
+        parts = ex.body_parts
+        assert parts is not None
+        kept = 0
+        async for chunk in request.content.iter_any():
+            ex.request_size += len(chunk)
+            yield chunk
+            if kept < MAX_RECORDED_BODY:
+                piece = chunk[: MAX_RECORDED_BODY - kept]
+                parts.append(piece)
+                kept += len(piece)
+        self._finish_request_body(ex, complete=True)
+
+    async def _drain_request(self, request: web.BaseRequest, ex: _Exchange) -> None:
+        """Read what the host still sends (up to the cap, briefly) so its frame is recorded."""
+        parts = ex.body_parts
+        if parts is None or ex.body_done or request.content.at_eof():
+            return
+        kept = sum(len(p) for p in parts)
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(5):
+                async for chunk in request.content.iter_any():
+                    ex.request_size += len(chunk)
+                    if kept < MAX_RECORDED_BODY:
+                        piece = chunk[: MAX_RECORDED_BODY - kept]
+                        parts.append(piece)
+                        kept += len(piece)
+
+    def _facts_from_stream(self, ex: _Exchange) -> None:
+        """Client identity from the head of a streamed body (bounded look, body may be partial)."""
+        if ex.facts is not None or not ex.body_parts:
+            return
+        head = b"".join(ex.body_parts[:64])[: 64 * 1024]
+        facts = body_facts(head, partial=True)
+        ex.facts = facts
+        if facts.is_jsonrpc:
+            ex.is_mcp = True
+        self._client_fallback(ex, facts, None)
+
+    def _finish_request_body(self, ex: _Exchange, complete: bool | None = None) -> None:
+        """Record a streamed request body (once): after it went out, or when it was given up."""
+        if ex.body_parts is None or ex.body_done:
+            return
+        ex.body_done = True
+        self._facts_from_stream(ex)
+        raw = b"".join(ex.body_parts)
+        ex.body_parts = []
+        if not raw:
+            return
+        truncated = ex.request_size > len(raw)
+        if truncated:
+            ex.meta["request_body_recorded"] = len(raw)
+        ex.meta["request_body_streamed"] = True
+        if ex.is_mcp or raw[:1] in (b"{", b"["):
+            ex.frame(
+                Frame(
+                    Direction.C2S,
+                    Channel.HTTP,
+                    raw,
+                    ex.mono0,
+                    ex.wall0,
+                    bool(complete) and not truncated,
+                    extra={"content_type": ex.req_ctype},
+                )
+            )
+        else:
+            ex.meta["request_body"] = self._meta_body(raw, ex.req_ctype)
+
+    def _meta_body(self, raw: bytes, ctype: str | None) -> dict[str, Any]:
+        """A non-MCP body for the exchange's metadata: redacted, capped, text when it is text."""
+        head = raw[:META_BODY_LIMIT]
+        red, changed = self.redactor.body(head, ctype)
+        out: dict[str, Any] = {"size": len(raw), "content_type": ctype}
+        try:
+            out["text"] = red.decode("utf-8")
+        except UnicodeDecodeError:
+            out["text"] = None
+            out["binary"] = True
+        if len(raw) > META_BODY_LIMIT:
+            out["truncated"] = True
+        if changed:
+            out["redacted"] = True
+        return out
+
+    # ------------------------------------------------------------------ the response
+    async def _respond(
+        self,
+        request: web.BaseRequest,
+        ex: _Exchange,
+        resp: aiohttp.ClientResponse,
+        method: str,
+        path: str,
+    ) -> web.StreamResponse:
+        first_byte = time.time()
+        qsock = _quickack_socket(resp)
+        _quickack(qsock)
+        if ex.body_streaming and not ex.body_done:
+            self._facts_from_stream(ex)
+        status = resp.status
+        raw_resp_headers = resp.raw_headers
+        resp_headers_rec: list[list[str]] = []
+        out_headers: CIMultiDict[str] = CIMultiDict()
+        new_session: str | None = None
+        conn_tokens: list[str] = []
+        keep: set[str] = set()
+        for kb, vb in raw_resp_headers:
+            name = kb.decode("latin-1")
+            value = _decode_header(vb) if not vb.isascii() else vb.decode("ascii")
+            resp_headers_rec.append([name, value])
+            low = name.lower()
+            if low in _RESPONSE_DROP:
+                if low == "connection":
+                    conn_tokens.append(value)
+                continue
+            if low == "mcp-session-id":
+                new_session = value
+            keep.add(low)
+            out_headers.add(name, value if vb.isascii() else vb.decode("utf-8", "surrogateescape"))
+        for token in ",".join(conn_tokens).split(","):
+            token = token.strip()
+            if token and token in out_headers:
+                del out_headers[token]
+                keep.discard(token.lower())
+        ctype = resp.headers.get("Content-Type", "")
+        is_sse = ctype.lower().startswith("text/event-stream")
+        if is_sse:
+            ex.is_mcp = True
+        is_mcp = ex.is_mcp
+
+        # Sessions decided by the response: initialize → Mcp-Session-Id.
+        if not ex.attached:
+            if new_session:
+                ex.attach(
+                    self.router.get(
+                        self.router.mcp_key(new_session),
+                        RULE_MCP_SESSION,
+                        grouping={"mcp_session_id": new_session, "opened_by": "initialize"},
+                    )
+                )
+            elif not (is_sse and method == "GET"):
+                ex.attach_fallback()
+        ex.update(
+            status=status,
+            response_headers=self.redactor.headers(resp_headers_rec),
+            first_byte_at=first_byte,
+        )
+        if resp.reason and resp.reason != _default_reason(status):
+            ex.meta["reason"] = resp.reason
+
+        encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+        if encoding and encoding != "identity":
+            ex.meta["content_encoding"] = encoding
+
+        length = resp.content_length
+        no_body = method == "HEAD" or status in (204, 304) or 100 <= status < 200
+        sresp = _RelayResponse(status=status, reason=resp.reason, keep=frozenset(keep))
+        sresp._headers.extend(out_headers)
+        if length is not None:
+            sresp.content_length = length
+
+        # Small, complete bodies: read whole, one write.
+        if not is_sse and not no_body and length is not None and length <= SMALL_RESPONSE:
+            try:
+                body = await resp.read()
+            except asyncio.CancelledError:
+                self._finish_request_body(ex)
+                ex.finish(self._abort_outcome(), "host closed the connection")
+                raise
+            except (aiohttp.ClientError, OSError) as exc:
+                self._finish_request_body(ex)
+                r = self._synthetic(
+                    ex,
+                    502,
+                    "upstream-reset",
+                    f"the upstream failed while sending the response body ({exc!r})",
+                    upstream_status=status,
+                )
+                ex.finish("upstream_error", f"response body cut short: {exc!r}")
+                return r
+            self._finish_request_body(ex)
+            try:
+                await sresp.prepare(request)
+                await sresp.write(body)
+                await sresp.write_eof()
+            except asyncio.CancelledError:
+                ex.finish(self._abort_outcome(), "host closed the connection")
+                raise
+            except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
+                self._record_body(ex, body, ctype, encoding, is_mcp, complete=True)
+                ex.response_size = len(body)
+                ex.finish("host_aborted", f"host went away while receiving: {exc!r}")
+                return sresp
+            ex.response_size = len(body)
+            self._record_body(ex, body, ctype, encoding, is_mcp, complete=True)
+            self._after(ex, method, status, path)
+            ex.finish("complete")
+            return sresp
+
+        # Streaming.
+        parser = SSEParser() if is_sse else None
+        parts: list[bytes] = []
+        kept = 0
+        hold: list[bytes] | None = [] if (is_sse and method == "GET" and not ex.attached) else None
+        held_size = 0
+        outcome = "complete"
+        error: str | None = None
+        try:
+            await sresp.prepare(request)
+            if not no_body:
+                async for chunk in resp.content.iter_any():
+                    _quickack(qsock)
+                    events = parser.feed(chunk) if parser is not None else None
+                    if hold is not None:
+                        hold.append(chunk)
+                        held_size += len(chunk)
+                        first = next((e for e in events or () if not e.comment_only), None)
+                        if first is None and held_size < ENDPOINT_HOLD_LIMIT:
+                            self._sse_events(ex, events, is_mcp)
+                            continue
+                        out = b"".join(hold)
+                        hold = None
+                        if first is not None:
+                            out = self._maybe_rewrite_endpoint(ex, first, out)
+                        await sresp.write(out)
+                        ex.response_size += len(out)
+                    else:
+                        await sresp.write(chunk)
+                        ex.response_size += len(chunk)
+                    if events is not None:
+                        self._sse_events(ex, events, is_mcp)
+                    elif kept < MAX_RECORDED_BODY:
+                        piece = chunk[: MAX_RECORDED_BODY - kept]
+                        parts.append(piece)
+                        kept += len(piece)
+                if hold:
+                    out = b"".join(hold)
+                    hold = None
+                    await sresp.write(out)
+                    ex.response_size += len(out)
+            self._finish_request_body(ex)
+            await sresp.write_eof()
+        except asyncio.CancelledError:
+            outcome, error = self._abort_outcome(), "host closed the connection"
+            self._close_stream(ex, parser, parts, ctype, encoding, is_mcp, complete=False)
+            self._finish_request_body(ex)
+            ex.finish(outcome, error)
+            raise
+        except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
+            # Writing to the host failed: the host went away.
+            outcome, error = "host_aborted", f"host went away: {exc!r}"
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            # Reading from the upstream failed mid-body: cut the host's connection too, so it
+            # sees a broken response exactly as it would have directly (never a clean end).
+            outcome, error = "upstream_error", f"upstream failed mid-response: {exc!r}"
+            if request.transport is not None:
+                request.transport.close()
+        complete = outcome == "complete"
+        self._finish_request_body(ex)
+        self._close_stream(ex, parser, parts, ctype, encoding, is_mcp, complete=complete)
+        if complete:
+            self._after(ex, method, status, path)
+        ex.finish(outcome, error)
+        return sresp
+
+    def _after(self, ex: _Exchange, method: str, status: int, path: str) -> None:
+        """Session bookkeeping once an exchange completed (DELETE ends a session)."""
+        if method == "DELETE" and 200 <= status < 300 and ex.entry is not None:
+            if ex.entry.rule == RULE_MCP_SESSION:
+                self.router.end(ex.entry.key, reason="DELETE")
+
+    def _close_stream(
+        self,
+        ex: _Exchange,
+        parser: SSEParser | None,
+        parts: list[bytes],
+        ctype: str,
+        encoding: str,
+        is_mcp: bool,
+        complete: bool,
+    ) -> None:
+        if parser is not None:
+            rest = parser.flush()
+            if rest is not None:
+                self._sse_events(ex, [rest], is_mcp, complete=False)
+            return
+        if parts:
+            body = b"".join(parts)
+            parts.clear()
+            truncated = ex.response_size > len(body)
+            if truncated:
+                ex.meta["response_body_recorded"] = len(body)
+            self._record_body(
+                ex, body, ctype, encoding, is_mcp, complete=complete and not truncated
+            )
+
+    def _record_body(
+        self, ex: _Exchange, body: bytes, ctype: str, encoding: str, is_mcp: bool, complete: bool
+    ) -> None:
+        if not body:
+            return
+        if encoding and encoding != "identity":
+            decoded = _decompress(body, encoding)
+            if decoded is None:
+                ex.meta["response_body"] = {
+                    "size": len(body),
+                    "content_type": ctype,
+                    "note": f"{encoding}-encoded body not decoded for the recording",
+                }
+                return
+            body = decoded
+        jsonish = ctype.lower().startswith("application/json") or body.lstrip()[:1] in (b"{", b"[")
+        if jsonish and (is_mcp or body_facts(body).is_jsonrpc):
+            # A JSON body of an MCP exchange is a frame even when it is not valid JSON-RPC
+            # (the analysis classifies it); plain-text bodies ("Accepted", error text) are not
+            # messages and stay with the exchange.
+            ex.frame(
+                Frame(
+                    Direction.S2C,
+                    Channel.HTTP,
+                    body,
+                    time.monotonic_ns(),
+                    time.time(),
+                    complete,
+                    extra={"content_type": ctype},
+                )
+            )
+        else:
+            ex.meta["response_body"] = self._meta_body(body, ctype)
+
+    def _sse_events(
+        self, ex: _Exchange, events: list[SSEEvent] | None, is_mcp: bool, complete: bool = True
+    ) -> None:
+        if not events:
+            return
+        mono = time.monotonic_ns()
+        wall = time.time()
+        for ev in events:
+            if ev.comment_only:
+                ex.sse_comments += 1
+                continue
+            if not ex.attached and ev.event == "endpoint":
+                self._attach_legacy(ex, ev)
+            ex.frame(
+                Frame(
+                    Direction.S2C,
+                    Channel.SSE,
+                    ev.data,
+                    mono,
+                    wall,
+                    complete,
+                    sse_id=ev.id,
+                    sse_event=ev.event,
+                )
+            )
+        if not ex.attached:
+            ex.attach_fallback()
+
+    def _attach_legacy(self, ex: _Exchange, ev: SSEEvent) -> None:
+        data = ev.data.decode("utf-8", "replace").strip()
+        parts = urlsplit(data)
+        sid = None
+        for key in ("session_id", "sessionId"):
+            values = parse_qs(parts.query).get(key)
+            if values:
+                sid = values[0]
+                break
+        if parts.path:
+            self.mcp_paths.add(parts.path)
+        if sid:
+            ex.attach(
+                self.router.get(
+                    self.router.sse_key(sid),
+                    RULE_LEGACY_SSE,
+                    transport="sse",
+                    grouping={"sse_session_id": sid},
+                )
+            )
+
+    def _maybe_rewrite_endpoint(self, ex: _Exchange, ev: SSEEvent, out: bytes) -> bytes:
+        """Point a legacy ``endpoint`` event at the relay when it names the upstream origin."""
+        if ev.event != "endpoint":
+            return out
+        data = ev.data.decode("utf-8", "replace").strip()
+        note: dict[str, Any] = {"upstream_sent": data, "host_got": data, "rewritten": False}
+        parts = urlsplit(data)
+        if parts.scheme and parts.netloc:
+            up = urlsplit(self.target.origin)
+            if parts.scheme == up.scheme and parts.netloc.lower() == up.netloc.lower():
+                new = self.local_origin + (parts.path or "/")
+                if parts.query:
+                    new += "?" + parts.query
+                if parts.fragment:
+                    new += "#" + parts.fragment
+                replaced = out.replace(ev.data, new.encode(), 1)
+                if replaced != out:
+                    note.update(host_got=new, rewritten=True)
+                    out = replaced
+            else:
+                note["warning"] = (
+                    "the endpoint names another origin; the host will post there directly and "
+                    "those messages are not recorded"
+                )
+        ex.meta["endpoint"] = note
+        return out
+
+
+_REASONS = {200: "OK", 202: "Accepted", 204: "No Content"}
+
+
+def _default_reason(status: int) -> str:
+    from http import HTTPStatus
+
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return _REASONS.get(status, "")
+
+
+def _decompress(body: bytes, encoding: str) -> bytes | None:
+    try:
+        if encoding in ("gzip", "x-gzip"):
+            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+        if encoding == "deflate":
+            try:
+                return zlib.decompress(body)
+            except zlib.error:
+                return zlib.decompress(body, -zlib.MAX_WBITS)
+    except zlib.error:
+        return None
+    return None
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class _RecorderLike(Protocol):
+    def new_session(self, *, transport: str, **fields: Any) -> str: ...
+    def put(self, session_id: str, frame: Frame) -> None: ...
+    def new_exchange(self, session_id: str, **fields: Any) -> int: ...
+    def update_exchange(self, local_id: int, **fields: Any) -> None: ...
+    def update_session(self, session_id: str, **fields: Any) -> None: ...
+    def end_session(self, session_id: str, **fields: Any) -> None: ...
+
+
+async def _serve(config: RelayConfig, db_url: str) -> int:
+    # The recorder runs in its own process (see mcp_proxy.recorder_proc): the event loop never
+    # shares a GIL with classification, redaction and database writes. It learns the redaction
+    # policy from its environment; bodies are redacted there, before anything is written.
+    os.environ[ENV_REDACT] = config.redactor.to_env()
+    recorder = RecorderClient(db_url)
+    recorder.start()
+    relay = HTTPRelay(config, recorder)
+    try:
+        local = await relay.start()
+    except UserError:
+        await asyncio.to_thread(recorder.close)
+        raise
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    # Only now announce: a signal sent right after the line must find our handlers in place.
+    print(f"mcptape: relaying {local} -> {config.upstream}", file=sys.stderr, flush=True)
+    if not _is_loopback(config.host):
+        print(
+            f"mcptape: warning: listening on {config.host}, reachable from other machines; "
+            "their traffic (and the upstream's answers) will be relayed and recorded",
+            file=sys.stderr,
+            flush=True,
+        )
+    try:
+        await stop.wait()
+    finally:
+        await relay.close()
+        await asyncio.to_thread(recorder.close)
+    print(
+        f"mcptape: stopped; {relay.stats_exchanges} exchange(s) in "
+        f"{relay.router.sessions_created} session(s) recorded",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 0
+
+
+def record_http(
+    upstream: str,
+    *,
+    db_url: str,
+    name: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    redact: bool = True,
+    redact_headers: list[str] | tuple[str, ...] = (),
+    redact_paths: list[str] | tuple[str, ...] = (),
+    idle_cut: float = 300.0,
+    connect_timeout: float = 10.0,
+    response_timeout: float | None = None,
+) -> int:
+    """``mcptape record --upstream URL``: relay and record until SIGINT/SIGTERM; exit status."""
+    try:
+        redactor = Redactor.from_options(enabled=redact, headers=redact_headers, paths=redact_paths)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    if not redact:
+        print(
+            "mcptape: WARNING: redaction is OFF (--no-redact). Authorization headers, cookies, "
+            "API keys, OAuth tokens and secrets will be written to the database IN CLEAR TEXT. "
+            "Use this only for local debugging, and delete the recording afterwards.",
+            file=sys.stderr,
+            flush=True,
+        )
+    config = RelayConfig(
+        upstream=upstream,
+        host=host,
+        port=port,
+        name=name,
+        idle_cut=idle_cut,
+        connect_timeout=connect_timeout,
+        response_timeout=response_timeout if response_timeout else None,
+        redactor=redactor,
+    )
+    _Target(upstream)  # validate before anything starts
+    # Relay latency matters more than the writer thread's throughput (see relay/stdio.py).
+    sys.setswitchinterval(0.0005)
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    logging.getLogger("aiohttp.access").setLevel(logging.CRITICAL)
+    try:
+        return asyncio.run(_serve(config, db_url))
+    except KeyboardInterrupt:
+        return 130
