@@ -625,7 +625,9 @@ _e(
     "Request before initialize completed",
     """In the initialize era the client should send nothing but pings until the server has
     answered initialize; a request that comes before (or in a session without any initialize)
-    reaches a server that has not negotiated anything yet.""",
+    reaches a server that has not negotiated anything yet. A request the client sent after its
+    own notifications/initialized, or stamped within 100 ms of the initialize result (the relay
+    timestamps each direction separately), is given the benefit of the doubt.""",
     f"{S25}/basic/lifecycle#initialization",
 )
 _e(
@@ -633,7 +635,8 @@ _e(
     W,
     "Server request before notifications/initialized",
     """The server should not send requests other than pings before it received the client's
-    notifications/initialized.""",
+    notifications/initialized (reported when it came more than 100 ms before it, beyond the
+    relay's timestamp jitter between directions).""",
     f"{S25}/basic/lifecycle#initialization",
 )
 _e(

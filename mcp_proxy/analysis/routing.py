@@ -6,7 +6,7 @@ intermediaries can route without parsing bodies: ``MCP-Protocol-Version``, ``Mcp
 carries ``x-mcp-header``. The rules here follow the transport specification as the official SDK
 (``mcp.shared.inbound``) implements it, re-stated rather than imported: the analysis must not
 depend on the SDK it judges, and ``import mcp`` costs most of a second. A test checks that both
-agree on a table of cases.
+agree on a table of cases. The ``=?base64?…?=`` codec is the one in :mod:`mcp_proxy.headers`.
 """
 
 from __future__ import annotations
@@ -16,34 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from mcp_proxy.analysis.exchanges import header_pairs
-
-try:  # the shared codec, when the HTTP relay's helpers are present
-    from mcp_proxy.headers import decode_header_value
-except ImportError:  # pragma: no cover - fallback with the same acceptance rules
-    import base64
-    import binascii
-
-    _B64 = re.compile(r"=\?base64\?(?P<payload>.*)\?=", re.DOTALL)
-
-    def decode_header_value(value: str | None) -> str | None:
-        """The value, with a ``=?base64?…?=`` payload decoded; None for a malformed one."""
-        if value is None:
-            return None
-        m = _B64.fullmatch(value)
-        if m is None:
-            return value
-        payload = m.group("payload")
-        try:
-            decoded = base64.b64decode(payload, validate=True)
-        except (binascii.Error, ValueError):
-            return None
-        if base64.b64encode(decoded).decode("ascii") != payload:
-            return None
-        try:
-            return decoded.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-
+from mcp_proxy.headers import decode_header_value
 
 X_MCP_HEADER = "x-mcp-header"
 PARAM_PREFIX = "mcp-param-"
