@@ -107,7 +107,7 @@ def protocol_checks(
     _modern_shape(pairing, facts, sink)
     _capabilities(msgs, pairing, facts, sink)
     _lists(pairing, facts, sink)
-    if http:
+    if http and not facts.legacy_sse:
         _http_headers(msgs, pairing, facts, http, sink)
 
 

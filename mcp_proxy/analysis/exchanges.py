@@ -257,6 +257,8 @@ def session_facts(
     for m in msgs:
         if m.channel in ("http", "sse"):
             saw_http = True
+            if m.event == "endpoint":
+                facts.legacy_sse = True
         kind = m.kind
         if m.direction == "c2s":
             if kind == "request":
@@ -313,6 +315,8 @@ def session_facts(
         facts.version = s.get("protocol_version")
     if saw_http and facts.transport == "stdio":
         facts.transport = "http"
+    if facts.transport == "sse":
+        facts.legacy_sse = True
     if init_http is not None and http:
         row = http.get(init_http)
         if row is not None:

@@ -363,6 +363,9 @@ class SessionFacts:
     server_caps_seq: int | None = None
     session_id_header: str | None = None  # Mcp-Session-Id assigned by initialize (HTTP)
     first_envelope_seq: int | None = None
+    #: The legacy HTTP+SSE transport (2024-11-05 style: GET /sse, POST /messages/): none of the
+    #: Streamable HTTP header rules apply to it.
+    legacy_sse: bool = False
 
     @property
     def modern(self) -> bool:

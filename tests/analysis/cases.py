@@ -387,7 +387,11 @@ def _(t: bool) -> Wire:
 @case("http.protocol_version_header_missing")
 def _(t: bool) -> Wire:
     w = http_init()
-    http_call(w, 2, headers=hdrs(version=None) if t else hdrs())
+    if not t:
+        # The legacy HTTP+SSE transport has no MCP headers at all (the SDK sends none).
+        g = w.exchange("GET", response_headers=[["content-type", "text/event-stream"]])
+        w.frame("s2c", "/messages/?session_id=ab12", channel="sse", http=g, sse_event="endpoint")
+    http_call(w, 2, headers=hdrs(version=None))
     return w.end()
 
 
