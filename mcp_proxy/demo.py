@@ -98,6 +98,32 @@ def run_demo(db_url: str, *, out: Callable[[str], None] = print) -> list[str]:
     out("  mcptape sessions                      # everything recorded, newest first")
     out("  mcptape show demo                     # one session, frame by frame, pretty JSON")
     out("  mcptape show demo --format json       # the same for scripts")
+    out("  mcptape show demo --exchanges         # requests paired with responses, latency, findings")
+    out("  mcptape check demo-legacy             # the error taxonomy and protocol checks (CI-friendly)")
+    out("  mcptape stats                         # per-method counts, errors, latency percentiles")
+    out("  mcptape export demo -o demo.jsonl     # a portable recording: diff, replay, mock")
     out("  mcptape tail                          # follow live traffic, like tcpdump for MCP")
     out("  mcptape record --name NAME -- CMD…    # put mcptape in front of your own server")
+    out("  mcptape install --dry-run             # wrap the servers of Claude Desktop & co.")
     return ids
+
+
+def open_dashboard(db_url: str, session_id: str, *, port: int = 0) -> None:
+    """Serve the dashboard and open the browser on one session; returns on Ctrl-C."""
+    import webbrowser
+
+    from dashboard.app import serve
+
+    def announce(address: str) -> None:
+        base, _, query = address.partition("/?")
+        target = f"{base}/sessions/{session_id}?{query}"
+        print(f"\nmcptape dashboard: {target}\n  (Ctrl-C to stop)", flush=True)
+        try:
+            webbrowser.open(target)
+        except webbrowser.Error:
+            pass  # no browser here: the address is printed
+
+    try:
+        asyncio.run(serve(db_url, port=port, announce=announce))
+    except KeyboardInterrupt:
+        pass
