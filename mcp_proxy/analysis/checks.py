@@ -254,22 +254,24 @@ def _capabilities(
                     for key, ir in reqs.items():
                         if not isinstance(ir, dict):
                             continue
-                        method = str(ir.get("method") or "")
-                        params = ir.get("params") if isinstance(ir.get("params"), dict) else {}
-                        lack = client_feature_missing(method, params, caps)
+                        ir_method = str(ir.get("method") or "")
+                        ir_params = ir.get("params")
+                        lack = client_feature_missing(
+                            ir_method, ir_params if isinstance(ir_params, dict) else {}, caps
+                        )
                         if lack:
                             client_missing.setdefault(
-                                (f"{method} (inputRequests.{key})", lack), []
+                                (f"{ir_method} (inputRequests.{key})", lack), []
                             ).extend([ex.request_seq, resp.seq])
         elif ex.request is not None and facts.era == ERA_INITIALIZE:
             lack = client_feature_missing(ex.method, ex.request.params, facts.client_caps)
             if lack:
                 client_missing.setdefault((ex.method, lack), []).append(ex.request_seq)
     for method, exs in unadvertised.items():
-        need = ".".join(SERVER_FEATURES[method])
+        need_text = ".".join(SERVER_FEATURES[method])
         sink.add(
             "capability.server_not_advertised",
-            f"client called {method} ({len(exs)}×) but the server did not declare {need}",
+            f"client called {method} ({len(exs)}×) but the server did not declare {need_text}",
             f"Server capabilities from frame #{facts.server_caps_seq}: "
             + (", ".join(sorted(server_caps or {})) or "none"),
             [e.request_seq for e in exs]
@@ -317,10 +319,10 @@ def _capabilities(
         ):
             notif.setdefault(f"{m.method}|client|roots.listChanged", []).append(m.seq)
     for key, seqs in notif.items():
-        method, who, need = key.split("|")
+        method, who, need_text = key.split("|")
         sink.add(
             "capability.notification_not_advertised",
-            f"{who} sent {method} ({len(seqs)}×) without declaring {need}",
+            f"{who} sent {method} ({len(seqs)}×) without declaring {need_text}",
             "A side may send this notification only after declaring the capability.",
             seqs,
         )
@@ -458,9 +460,9 @@ def _http_headers(
     missing_sid: list[int] = []
     missing_pv: list[int] = []
     for row in sorted(http.values(), key=lambda r: (r.get("started_at") or 0, r.get("id") or 0)):
-        hid = row.get("id")
+        hid = int(row.get("id") or 0)
         hdrs = row.get("request_headers")
-        body = bodies.get(hid) if hid is not None else None
+        body = bodies.get(hid)
         seqs = [body.seq] if body is not None else []
         what = (
             f"{row.get('method')} {body.method if body is not None and body.method else ''}".strip()

@@ -163,7 +163,8 @@ def routing_problems(
         problems.append(f"Mcp-Method missing (body method {method!r})")
     elif folded["mcp-method"] != method:
         problems.append(f"Mcp-Method {folded['mcp-method']!r} but body method {method!r}")
-    params = body.get("params") if isinstance(body.get("params"), dict) else {}
+    raw_params = body.get("params")
+    params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
     name_key = NAME_BEARING.get(str(method))
     if name_key is not None:
         body_value = params.get(name_key)
@@ -178,7 +179,8 @@ def routing_problems(
         and input_schema is not None
         and invalid_x_mcp_header(input_schema) is None
     ):
-        arguments = params.get("arguments") if isinstance(params.get("arguments"), dict) else {}
+        raw_args = params.get("arguments")
+        arguments: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
         for path, token, node in _annotated(input_schema):
             hname = PARAM_PREFIX + token.lower()
             raw = folded.get(hname)

@@ -230,7 +230,7 @@ def decode_error_data(code: int | None, data: Any) -> str:
     if code == -32042:
         els = data.get("elicitations")
         if isinstance(els, list):
-            urls = [e.get("url") for e in els if isinstance(e, dict) and e.get("url")]
+            urls = [str(e["url"]) for e in els if isinstance(e, dict) and e.get("url")]
             return f"{len(els)} elicitation(s)" + (": " + ", ".join(urls) if urls else "")
     return ""
 
@@ -384,22 +384,21 @@ def _http_findings(
         r.get("started_at") or 0 for r in rows if 200 <= (r.get("status") or 0) < 300
     ]
     for row in rows:
-        hid = row.get("id")
+        hid = int(row.get("id") or 0)
         status = row.get("status")
         outcome = str(row.get("outcome") or "")
         method = str(row.get("method") or "")
-        req = requests.get(hid) if hid is not None else None
+        req = requests.get(hid)
         what = f"{method} {row.get('url') or ''}".strip()
         if req is not None:
             what += f" ({req.method}{_named(req)})"
         seqs = [req.request_seq] if req is not None else []
-        errs = errors.get(hid, []) if hid is not None else []
+        errs = errors.get(hid, [])
         seqs += [m.seq for m in errs] + [m.seq for m in bodies.get(hid, [])]
         if outcome in RELAY_FAILURES or (status is None and outcome and outcome not in _QUIET):
             # The relay answered for the server (502/504 with X-Mcptape-Error) or the response
             # broke off: what the host saw did not come from the server.
-            if hid is not None:
-                explained.add(hid)
+            explained.add(hid)
             why = header(row.get("response_headers"), "x-mcptape-error")
             sink.add(
                 "http.upstream_error",

@@ -250,8 +250,8 @@ def stats(
     async def go() -> tuple[list[dict[str, Any]], Any]:
         store = await _store(db)
         try:
+            rows: list[dict[str, Any]] = []
             if sessions:
-                rows = []
                 for ref in sessions:
                     s = await store.resolve_session(ref)
                     if all(r["id"] != s["id"] for r in rows):
