@@ -227,3 +227,13 @@ def test_a_log_stamped_before_its_request_is_not_blamed_on_another() -> None:
         "tools/call", 3, {"name": "chatty", "arguments": {}, "_meta": envelope(log_level="info")}
     )
     assert "log.without_opt_in" in w2.end().codes()
+
+
+def test_findings_are_capped_per_code_with_a_fold() -> None:
+    w = Wire.initialized()
+    for i in range(2, 82):  # 80 requests nobody answers
+        w.request("tools/call", i, {"name": "hang", "arguments": {}})
+    found = [f for f in w.end().analyze().findings if f.code == "exchange.no_response"]
+    assert len(found) == 51
+    fold = found[-1]
+    assert fold.title.endswith("30 more like the above") and len(fold.frame_seqs) == 30
