@@ -46,8 +46,8 @@ NAMES: dict[int, str] = {
     -32022: "Unsupported protocol version",
     -32042: "URL elicitation required",
     -32800: "Request cancelled",
-    -32000: "Connection closed (SDK-internal)",
-    -32001: "Request timeout (SDK-internal)",
+    -32000: "Server error",
+    -32001: "Server error",
     -32002: "Resource not found (up to 2025-06-18)",
 }
 
@@ -149,7 +149,7 @@ def classify_error(
         if era == ERA_MODERN:
             return ErrorClass(
                 "jsonrpc.reserved_code",
-                "Retired code -32042",
+                "Retired code",
                 "2026-07-28 retired -32042 (URL elicitation is done through MRTR) and reserves it.",
             )
         return ErrorClass(
@@ -168,42 +168,43 @@ def classify_error(
             )
         return ErrorClass(
             "jsonrpc.reserved_code",
-            "Reserved code -32002",
+            "Reserved code",
             "-32002 is reserved and never reused in 2026-07-28.",
         )
     if -32019 <= code <= -32000:
         extra = (
-            " The official SDKs use it only internally and never send it."
+            " The official SDKs use it internally (connection closed / request timeout) and"
+            " never send it."
             if code in (-32000, -32001)
             else ""
         )
         return ErrorClass(
             "jsonrpc.server_error",
-            NAMES.get(code, f"Server error {code}"),
+            "Server error",
             "An implementation-defined server error." + extra,
         )
     if -32099 <= code <= -32020:
         if era == ERA_MODERN:
             return ErrorClass(
                 "jsonrpc.reserved_code",
-                f"Unallocated code {code}",
+                "Unallocated code",
                 "2026-07-28 reserves -32020..-32099 for codes the spec allocates; this one is not"
                 " allocated.",
             )
         return ErrorClass(
             "jsonrpc.server_error",
-            f"Server error {code}",
+            "Server error",
             "An implementation-defined server error.",
         )
     if -32768 <= code <= -32000:
         return ErrorClass(
             "jsonrpc.reserved_code",
-            f"Reserved code {code}",
+            "Reserved code",
             "JSON-RPC reserves -32768..-32000 for predefined errors; this one is not defined.",
         )
     return ErrorClass(
         "jsonrpc.application_error",
-        f"Application error {code}",
+        "Application error",
         "A code outside the ranges JSON-RPC and MCP define.",
     )
 
