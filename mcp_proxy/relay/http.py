@@ -68,7 +68,6 @@ from mcp_proxy.relay.http_sessions import (
     RULE_CLIENT,
     RULE_LEGACY_SSE,
     RULE_MCP_SESSION,
-    RULE_UNATTRIBUTED,
     BodyFacts,
     SessionEntry,
     SessionRouter,
@@ -180,6 +179,7 @@ class _Exchange:
     """
 
     __slots__ = (
+        "authorization",
         "body_done",
         "body_parts",
         "body_streaming",
@@ -197,6 +197,7 @@ class _Exchange:
         "relay",
         "req_ctype",
         "request_size",
+        "responded",
         "response_size",
         "sse_comments",
         "wall0",
@@ -224,6 +225,10 @@ class _Exchange:
         self.req_ctype: str | None = None
         self.is_mcp = False
         self.outcome: str | None = None
+        #: A JSON-RPC response went back on this exchange's event stream (label of a host close).
+        self.responded = False
+        #: Kept in memory only, to tell credentials apart when grouping (never recorded).
+        self.authorization: str | None = None
 
     @property
     def attached(self) -> bool:
@@ -247,12 +252,9 @@ class _Exchange:
     def attach_fallback(self) -> None:
         if self.entry is not None:
             return
-        key, rule, grouping = self.fallback or (
-            "unattributed",
-            RULE_UNATTRIBUTED,
-            {},
-        )
-        self.attach(self.relay.router.get(key, rule, grouping=grouping))
+        router = self.relay.router
+        key, rule, grouping = self.fallback or router.keyless(self.authorization)
+        self.attach(router.get(key, rule, grouping=grouping))
 
     def frame(self, frame: Frame) -> None:
         if self.entry is None:
@@ -516,6 +518,7 @@ class HTTPRelay:
         }
         ex = _Exchange(self, fields, meta)
         ex.mono0 = mono0
+        ex.authorization = authorization
 
         # Where does this exchange belong? Decide now when the request says so.
         legacy_sid = query_session_id(query) if query else None
@@ -942,7 +945,13 @@ class HTTPRelay:
             self._finish_request_body(ex)
             await sresp.write_eof()
         except asyncio.CancelledError:
-            outcome, error = self._abort_outcome(), "host closed the connection"
+            if ex.responded and not self._stopping:
+                # The SDK closes a POST's event stream as soon as it has the response: the
+                # exchange completed; only the HTTP stream was left before its end.
+                outcome, error = "complete", None
+                ex.meta["host_closed_after_response"] = True
+            else:
+                outcome, error = self._abort_outcome(), "host closed the connection"
             self._close_stream(ex, parser, parts, ctype, encoding, is_mcp, complete=False)
             self._finish_request_body(ex)
             ex.finish(outcome, error)
@@ -1042,6 +1051,10 @@ class HTTPRelay:
                 continue
             if not ex.attached and ev.event == "endpoint":
                 self._attach_legacy(ex, ev)
+            elif not ex.responded and ex.fields["method"] == "POST":
+                head = ev.data[:160]
+                if b'"method"' not in head and (b'"result"' in head or b'"error"' in head):
+                    ex.responded = True
             ex.frame(
                 Frame(
                     Direction.S2C,

@@ -211,6 +211,7 @@ class SessionRouter:
         self.clock = clock
         self.entries: dict[str, SessionEntry] = {}
         self._salt = os.urandom(16)
+        self._last_client: dict[str, str] = {}
         self.sessions_created = 0
 
     # ------------------------------------------------------------------ keys
@@ -231,7 +232,23 @@ class SessionRouter:
         return "sse:" + session_id
 
     def client_key(self, name: str | None, version: str | None, authorization: str | None) -> str:
-        return f"client:{name}/{version}#{self.credential_tag(authorization)}"
+        key = f"client:{name}/{version}#{self.credential_tag(authorization)}"
+        self._last_client[self.credential_tag(authorization)] = key
+        return key
+
+    def keyless(self, authorization: str | None) -> tuple[str, str, dict[str, Any]]:
+        """Where an exchange that names no session and no client goes.
+
+        Initialize-era requests on a stateless server carry neither a session id nor a client
+        identity: they join the live client group that last presented the same credential
+        (the client that just initialized), else the unattributed group.
+        """
+        key = self._last_client.get(self.credential_tag(authorization))
+        entry = self.entries.get(key) if key is not None else None
+        if entry is not None and not entry.ended:
+            if entry.inflight or self.clock() - entry.last_active <= self.idle_cut:
+                return entry.key, entry.rule, {}
+        return "unattributed", RULE_UNATTRIBUTED, {}
 
     # ------------------------------------------------------------------ sessions
     def get(

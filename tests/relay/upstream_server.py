@@ -15,14 +15,17 @@ The SDK's own logging says nothing about cancellations, hence these tools.
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 import warnings
+from typing import Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from mcp_proxy.testing.server import build_server, run
+from mcp_proxy.testing.process import READY_PREFIX
+from mcp_proxy.testing.server import build_server
 
 
 def _say(line: str) -> None:
@@ -48,6 +51,86 @@ def add_probe_tools(server: MCPServer) -> None:
         return f"watched {tag}"
 
 
+class InitializeOnly:
+    """ASGI wrapper: answer ``server/discover`` like an initialize-era-only server (HTTP 400).
+
+    TypeScript SDK 1.x servers reject a request that is not ``initialize`` on a connection
+    without a session with 400 and a JSON-RPC error; ``mode="auto"`` clients must see exactly
+    that to fall back to the handshake.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        if b'"server/discover"' in body:
+            payload = (
+                b'{"jsonrpc":"2.0","error":{"code":-32000,'
+                b'"message":"Bad Request: Server not initialized"},"id":null}'
+            )
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 400,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": payload})
+            return
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _serve(app: Any, port: int, path: str) -> None:
+    """Serve like :mod:`mcp_proxy.testing.server`, but with TCP_NODELAY on every connection.
+
+    A listening socket made as ``socket(AF_INET, SOCK_STREAM)`` has ``proto == 0``, and asyncio
+    only switches Nagle's algorithm off for sockets whose proto is ``IPPROTO_TCP``; the SDK test
+    server binds that way, so its small writes wait for delayed ACKs (40 ms on a reused
+    connection). Real uvicorn deployments bind through ``create_server`` and do not.
+    """
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(512)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}{path}"
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2
+    )
+    server = uvicorn.Server(config)
+
+    async def announce() -> None:
+        while not server.started:
+            if server.should_exit:
+                return
+            await anyio.sleep(0.01)
+        _say(f"{READY_PREFIX} {url}")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(announce)
+        await server.serve(sockets=[sock])
+        tg.cancel_scope.cancel()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--preset", default="basic,slow,failing")
@@ -55,12 +138,23 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--stateless", action="store_true")
     parser.add_argument("--json-response", action="store_true")
+    parser.add_argument("--initialize-only", action="store_true", help="400 for server/discover")
     args = parser.parse_args()
     warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
     server = build_server(args.preset)
     add_probe_tools(server)
+    if args.transport == "http":
+        app: Any = server.streamable_http_app(
+            stateless_http=args.stateless, json_response=args.json_response, host="127.0.0.1"
+        )
+        path = "/mcp"
+    else:
+        app = server.sse_app(host="127.0.0.1")
+        path = "/sse"
+    if args.initialize_only:
+        app = InitializeOnly(app)
     try:
-        run(server, args.transport, "127.0.0.1", args.port, args.stateless, args.json_response)
+        anyio.run(_serve, app, args.port, path)
     except KeyboardInterrupt:
         return 130
     return 0
