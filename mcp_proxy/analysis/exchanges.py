@@ -19,6 +19,7 @@ place that knows them. Pure: rows in, objects out.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -207,6 +208,12 @@ def _fast_key(value: Any) -> str | None:
 def header_pairs(headers: Any) -> list[tuple[str, str]]:
     """``[[name, value], …]`` as ``(lower-case name, value)``, skipping malformed items."""
     out: list[tuple[str, str]] = []
+    if isinstance(headers, (str, bytes)):
+        # A raw SQL read of the JSON column (the store's API decodes it; be lenient anyway).
+        try:
+            headers = json.loads(headers)
+        except ValueError:
+            return out
     if not isinstance(headers, (list, tuple)):
         return out
     for item in headers:
