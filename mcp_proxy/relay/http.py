@@ -567,10 +567,41 @@ class HTTPRelay:
         if request.body_exists:
             length = request.content_length
             if length is not None and length <= SMALL_BODY:
+                got: list[bytes] = []
                 try:
-                    body = await request.content.read()
-                except (aiohttp.ClientError, ConnectionError, asyncio.IncompleteReadError) as exc:
+                    content = request.content
+                    chunk = await content.readany()
+                    while chunk:
+                        got.append(chunk)
+                        chunk = await content.readany()
+                    body = got[0] if len(got) == 1 else b"".join(got)
+                    if len(body) < length:
+                        raise ConnectionResetError("body shorter than its Content-Length")
+                except (
+                    asyncio.CancelledError,
+                    aiohttp.ClientError,
+                    ConnectionError,
+                    asyncio.IncompleteReadError,
+                ) as exc:
+                    # The host went away mid-body: nothing is forwarded (the upstream would
+                    # only wait for bytes that never come); what arrived is recorded.
+                    partial = b"".join(got)
+                    ex.request_size = len(partial)
+                    if partial:
+                        ex.frame(
+                            Frame(
+                                Direction.C2S,
+                                Channel.HTTP,
+                                partial,
+                                mono0,
+                                wall0,
+                                False,
+                                extra={"content_type": request.headers.get("Content-Type")},
+                            )
+                        )
                     ex.finish("host_aborted", f"host closed while sending the body: {exc!r}")
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
                     raise web.HTTPBadRequest() from exc
                 data = body
                 ex.request_size = len(body)
@@ -731,6 +762,16 @@ class HTTPRelay:
                         parts.append(piece)
                         kept += len(piece)
 
+    async def _settle_request_body(self, request: web.BaseRequest, ex: _Exchange) -> None:
+        """The upstream answered before taking the whole body (a 413): record what it took.
+
+        The frame holds the bytes that were forwarded, marked incomplete; the rest of the
+        host's body never reached the upstream and is left to the HTTP server to discard.
+        """
+        if ex.body_streaming and not ex.body_done:
+            ex.meta["request_body_not_taken"] = True
+            self._finish_request_body(ex, complete=False)
+
     def _facts_from_stream(self, ex: _Exchange) -> None:
         """Client identity from the head of a streamed body (bounded look, body may be partial)."""
         if ex.facts is not None or not ex.body_parts:
@@ -882,20 +923,24 @@ class HTTPRelay:
                 )
                 ex.finish("upstream_error", f"response body cut short: {exc!r}")
                 return r
-            self._finish_request_body(ex)
             try:
                 await sresp.prepare(request)
                 await sresp.write(body)
                 await sresp.write_eof()
             except asyncio.CancelledError:
+                self._finish_request_body(ex)
                 ex.finish(self._abort_outcome(), "host closed the connection")
                 raise
             except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
+                self._finish_request_body(ex)
                 self._record_body(ex, body, ctype, encoding, is_mcp, complete=True)
                 ex.response_size = len(body)
                 ex.finish("host_aborted", f"host went away while receiving: {exc!r}")
                 return sresp
             ex.response_size = len(body)
+            # Request before response in the recording, even when the upstream answered (413)
+            # before taking the whole body: what the host still sends is read and recorded.
+            await self._settle_request_body(request, ex)
             self._record_body(ex, body, ctype, encoding, is_mcp, complete=True)
             self._after(ex, method, status, path)
             ex.finish("complete")
@@ -966,6 +1011,8 @@ class HTTPRelay:
             if request.transport is not None:
                 request.transport.close()
         complete = outcome == "complete"
+        if complete:
+            await self._settle_request_body(request, ex)
         self._finish_request_body(ex)
         self._close_stream(ex, parser, parts, ctype, encoding, is_mcp, complete=complete)
         if complete:

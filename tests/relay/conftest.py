@@ -286,7 +286,7 @@ class FakeUpstream:
         self._thread.join(5)
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        body = await request.read() if request.body_exists else b""
+        body = await request.content.read() if request.body_exists else b""
         self.seen.append(
             {
                 "method": request.method,
