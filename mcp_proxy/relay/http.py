@@ -502,7 +502,7 @@ class HTTPRelay:
 
         up_url = target.origin + raw_path
         meta: dict[str, Any] = {
-            "local_url": self.local_origin + raw_path,
+            "local_url": redactor.url(self.local_origin + raw_path),
             "http_version": f"{request.version.major}.{request.version.minor}",
         }
         peer = request.transport.get_extra_info("peername") if request.transport else None

@@ -285,7 +285,7 @@ class SessionRouter:
                 transport=transport, name=self.name, upstream=self.upstream, meta=meta
             )
             if self.recorder is not None
-            else f"nosession-{len(self.entries)}"
+            else f"unrecorded-{self.sessions_created}"
         )
         entry = SessionEntry(key, sid, rule, transport, now, meta=meta)
         self.entries[key] = entry

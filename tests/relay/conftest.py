@@ -320,6 +320,17 @@ class FakeUpstream:
                     ', scope="mcp"'
                 )
             return resp
+        if path == "/rpc":
+            return web.json_response({"jsonrpc": "2.0", "id": 1, "result": {"ok": True}})
+        if path == "/sse-secret":
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(
+                b'event: message\r\ndata: {"jsonrpc":"2.0","id":1,"result":{"content":[],'
+                b'"structuredContent":{"access_token":"SECRET-SSE-11","note":"fine"}}}\r\n\r\n'
+            )
+            await resp.write_eof()
+            return resp
         if path == "/token":
             return web.json_response(
                 {

@@ -1,0 +1,241 @@
+"""mcp_proxy.redact: what is redacted in the recorded copy, and what is left alone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mcp_proxy.frames import Channel, Direction, Frame
+from mcp_proxy.redact import (
+    ENV_REDACT,
+    REDACTED,
+    Redactor,
+    is_sensitive_header,
+    is_sensitive_key,
+    redactor_from_env,
+)
+
+R = Redactor()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Authorization",
+        "proxy-authorization",
+        "Cookie",
+        "Set-Cookie",
+        "X-API-Key",
+        "api-key",
+        "X-Auth-Token",
+        "X-Client-Secret",
+        "Mcp-Param-Api-Key",
+        "X-Amz-Security-Token",
+        "X-Db-Password",
+    ],
+)
+def test_sensitive_headers(name: str) -> None:
+    assert is_sensitive_header(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Mcp-Session-Id",
+        "MCP-Protocol-Version",
+        "Mcp-Method",
+        "Mcp-Name",
+        "Content-Type",
+        "Accept",
+        "WWW-Authenticate",
+        "Last-Event-ID",
+    ],
+)
+def test_plain_headers(name: str) -> None:
+    assert not is_sensitive_header(name)
+
+
+def test_header_values_keep_scheme_and_names() -> None:
+    out = R.headers(
+        [
+            ["Authorization", "Bearer abc.def"],
+            ["Authorization", "opaque"],
+            ["Cookie", "a=1; b=2"],
+            ["Set-Cookie", "sid=xyz; Path=/; HttpOnly"],
+            ["Accept", "*/*"],
+        ]
+    )
+    assert out == [
+        ["Authorization", f"Bearer {REDACTED}"],
+        ["Authorization", REDACTED],
+        ["Cookie", f"a={REDACTED}; b={REDACTED}"],
+        ["Set-Cookie", f"sid={REDACTED}; Path=/; HttpOnly"],
+        ["Accept", "*/*"],
+    ]
+    extra = Redactor.from_options(headers=["X-Tenant"])
+    assert extra.headers([["x-tenant", "t1"]]) == [["x-tenant", REDACTED]]
+    off = Redactor(enabled=False)
+    assert off.headers([["Authorization", "Bearer x"]]) == [["Authorization", "Bearer x"]]
+
+
+@pytest.mark.parametrize(
+    ("key", "sensitive"),
+    [
+        ("access_token", True),
+        ("refreshToken", True),
+        ("id-token", True),
+        ("client_secret", True),
+        ("password", True),
+        ("apiKey", True),
+        ("github_token", True),
+        ("progressToken", False),
+        ("nextPageToken", False),
+        ("maxTokens", False),
+        ("cursor", False),
+        ("code", False),
+        ("name", False),
+    ],
+)
+def test_sensitive_keys(key: str, sensitive: bool) -> None:
+    assert is_sensitive_key(key) is sensitive
+
+
+def body(doc: object, r: Redactor = R) -> tuple[object, bool]:
+    raw, changed = r.body(json.dumps(doc).encode())
+    return json.loads(raw), changed
+
+
+def test_jsonrpc_bodies() -> None:
+    doc = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "t",
+            "arguments": {"password": "p", "n": 3, "nested": [{"api_key": "k"}]},
+            "_meta": {"progressToken": "tok"},
+        },
+    }
+    out, changed = body(doc)
+    assert changed
+    assert out["params"]["arguments"] == {
+        "password": REDACTED,
+        "n": 3,
+        "nested": [{"api_key": REDACTED}],
+    }
+    assert out["params"]["_meta"]["progressToken"] == "tok"
+
+
+def test_code_only_in_oauth_context() -> None:
+    err = {"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "nope"}}
+    assert body(err) == (err, False)
+    tool = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"arguments": {"code": "print(1)"}},
+    }
+    assert body(tool) == (tool, False)
+    oauth_in_rpc = {"jsonrpc": "2.0", "id": 1, "result": {"code": "c0de", "state": "s"}}
+    assert body(oauth_in_rpc)[0]["result"] == {"code": REDACTED, "state": "s"}
+    token_doc = {"code": "c0de", "access_token": "at", "token_type": "Bearer", "expires_in": 10}
+    assert body(token_doc)[0] == {
+        "code": REDACTED,
+        "access_token": REDACTED,
+        "token_type": "Bearer",
+        "expires_in": 10,
+    }
+
+
+def test_schema_properties_named_like_secrets_stay() -> None:
+    listing = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "result": {
+            "tools": [
+                {
+                    "name": "db",
+                    "inputSchema": {
+                        "type": "object",
+                        "properties": {
+                            "password": {"type": "string", "description": "the password"}
+                        },
+                    },
+                }
+            ]
+        },
+    }
+    assert body(listing) == (listing, False)
+
+
+def test_json_paths() -> None:
+    r = Redactor.from_options(
+        paths=["params.arguments.query", "result.content.*.text", "**.ssn_number"]
+    )
+    doc = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "x",
+        "params": {"arguments": {"query": {"deep": 1}, "other": "o"}},
+    }
+    assert body(doc, r)[0]["params"]["arguments"] == {"query": REDACTED, "other": "o"}
+    res = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {
+            "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            "x": {"y": {"ssn_number": 5}},
+        },
+    }
+    out = body(res, r)[0]["result"]
+    assert [c["text"] for c in out["content"]] == [REDACTED, REDACTED]
+    assert out["x"]["y"]["ssn_number"] == REDACTED
+    with pytest.raises(ValueError):
+        Redactor.from_options(paths=[""])
+
+
+def test_untouched_bodies_keep_their_bytes() -> None:
+    raw = b'{ "jsonrpc":"2.0", "id":1, "result": {"a": 1} }'
+    assert R.body(raw) == (raw, False)
+
+
+def test_forms_urls_and_fallback() -> None:
+    raw, changed = R.body(
+        b"grant_type=authorization_code&code=abc&redirect_uri=x",
+        "application/x-www-form-urlencoded",
+    )
+    assert changed and raw == b"grant_type=authorization_code&code=[REDACTED]&redirect_uri=x"
+    assert R.url("https://h/cb?code=abc&state=s") == "https://h/cb?code=[REDACTED]&state=s"
+    assert R.url("https://h/p?x=1") == "https://h/p?x=1"
+    broken = b'{"jsonrpc":"2.0","params":{"password":"hunter2","x":"y"'  # cut short: not JSON
+    raw, changed = R.body(broken)
+    assert changed and b"hunter2" not in raw and b'"x":"y"' in raw
+    raw, changed = R.body(b"token=abc123 and Authorization: Bearer abcdefghijkl")
+    assert changed and b"abc123" not in raw and b"abcdefghijkl" not in raw
+
+
+def test_frames_marked_and_channels() -> None:
+    f = Frame(
+        Direction.C2S,
+        Channel.STDIO,
+        b'{"jsonrpc":"2.0","id":1,"method":"m","params":{"password":"p"}}\n',
+        1,
+        1.0,
+    )
+    out = R.frame(f)
+    assert out.extra["redacted"] is True and out.raw.endswith(b"\n") and b'"p"' not in out.raw
+    same = Frame(Direction.S2C, Channel.SSE, b'{"jsonrpc":"2.0","id":1,"result":{}}', 1, 1.0)
+    assert R.frame(same) is same
+    err = Frame(Direction.S2C, Channel.STDERR, b"login password=hunter2 ok\n", 1, 1.0)
+    assert b"hunter2" not in R.frame(err).raw
+
+
+def test_policy_through_the_environment() -> None:
+    r = Redactor.from_options(enabled=False, headers=["X-A"], paths=["a.b"])
+    back = redactor_from_env({ENV_REDACT: r.to_env()})
+    assert back is not None and back.enabled is False
+    assert back.extra_headers == frozenset({"x-a"}) and back.paths == (("a", "b"),)
+    assert redactor_from_env({}) is None
+    garbled = redactor_from_env({ENV_REDACT: "{not json"})
+    assert garbled is not None and garbled.enabled  # never silently off
