@@ -1,0 +1,392 @@
+"""HTTP relay benchmark: ``mcptape record --upstream`` against a direct connection, same run.
+
+    .venv/bin/python benchmarks/bench_http.py            # everything (~2-3 minutes)
+    .venv/bin/python benchmarks/bench_http.py --calls 300 --skip-sdk
+
+Measures, each proxied and direct, interleaved in rounds so that machine noise hits both:
+
+1. Official SDK client ↔ SDK server over Streamable HTTP (``tests/relay/upstream_server.py``,
+   stateful), N sequential ``tools/call`` echo, both eras (``mode="legacy"`` = 2025-11-25
+   handshake, ``mode="auto"`` = 2026-07-28): time per call and the ratio proxied/direct
+   (target ≤ 1.05).
+2. A minimal raw JSON-RPC client (``http.client`` keep-alive) against a tiny aiohttp upstream
+   that answers JSON at once: p50/p99 per request and the added p50 (target ≤ 250 µs).
+3. SSE: upstream writes an event stamped with ``time.monotonic_ns()`` (one clock for every
+   process on the machine), the host notes its arrival: p50 of the difference (target ≤ 2 ms
+   proxied).
+4. Load: 200 requests in flight at once (the upstream holds each 300 ms) and 50 concurrent SDK
+   sessions; then the recording is read back: no errors, no lost frames.
+
+Not a test: it prints a table; read it with the machine's load in mind (``uptime`` is shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import os
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+SDK_UPSTREAM = ROOT / "tests" / "relay" / "upstream_server.py"
+MCPTAPE = Path(sys.executable).with_name("mcptape")
+
+RESULT = b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"pong"}]}}'
+
+
+# --------------------------------------------------------------------------- fast upstream
+def serve_fast() -> None:
+    """A tiny aiohttp upstream: JSON at once, a held reply, and a timed SSE stream."""
+    from aiohttp import web
+
+    async def handle(request: web.BaseRequest) -> web.StreamResponse:
+        await request.content.read()
+        if request.path == "/hold":
+            await asyncio.sleep(float(request.query.get("s", "0.3")))
+        if request.path == "/sse":
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for i in range(int(request.query.get("n", "200"))):
+                await resp.write(
+                    b'event: message\r\ndata: {"jsonrpc":"2.0","method":"notifications/message",'
+                    b'"params":{"level":"info","data":{"i":%d,"t":%d}}}\r\n\r\n'
+                    % (i, time.monotonic_ns())
+                )
+                await asyncio.sleep(float(request.query.get("gap", "0.005")))
+            await resp.write_eof()
+            return resp
+        return web.Response(body=RESULT, content_type="application/json")
+
+    async def main() -> None:
+        runner = web.ServerRunner(web.Server(handle))
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        print(f"READY http://127.0.0.1:{port}/mcp", file=sys.stderr, flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+# --------------------------------------------------------------------------- processes
+def _start(argv: list[str], marker: str, pick: int) -> tuple[subprocess.Popen[bytes], str]:
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    while True:
+        line = proc.stderr.readline().decode()
+        if not line:
+            raise RuntimeError(f"{argv} exited before it was ready")
+        if line.startswith(marker):
+            url = line.split()[pick]
+            break
+    threading.Thread(target=lambda: proc.stderr.read(), daemon=True).start()  # type: ignore[union-attr]
+    return proc, url
+
+
+@contextmanager
+def process(
+    argv: list[str], marker: str, pick: int
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    proc, url = _start(argv, marker, pick)
+    try:
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT if "record" in argv else signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def proxy(upstream: str, db: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    argv = [str(MCPTAPE), "record", "--upstream", upstream, "--port", "0", "--db", str(db)]
+    return process(argv, "mcptape: relaying", 2)
+
+
+# --------------------------------------------------------------------------- measurements
+async def sdk_calls(url: str, mode: str, n: int) -> float:
+    """Seconds per sequential tools/call (after a warm-up)."""
+    from mcp_proxy.testing.client import make_client
+
+    async with make_client(url, mode=mode, log_level=None) as client:
+        for _ in range(20):
+            await client.call_tool("echo", {"text": "warm"})
+        t0 = time.perf_counter()
+        for i in range(n):
+            await client.call_tool("echo", {"text": f"x{i}"})
+        return (time.perf_counter() - t0) / n
+
+
+def raw_latencies(url: str, n: int) -> list[float]:
+    u = urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port)
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "hi"}},
+        }
+    ).encode()
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        conn.request("POST", u.path, body=body, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        out.append((time.perf_counter_ns() - t0) / 1000)
+    conn.close()
+    return out
+
+
+def sse_latencies(url: str, n: int) -> list[float]:
+    import socket
+
+    u = urlsplit(url)
+    s = socket.create_connection((u.hostname, u.port))
+    s.sendall(
+        f"GET /sse?n={n}&gap=0.005 HTTP/1.1\r\nHost: {u.netloc}\r\nAccept: text/event-stream\r\n\r\n".encode()
+    )
+    buf = b""
+    out: list[float] = []
+    pos = 0
+    while len(out) < n:
+        chunk = s.recv(65536)
+        now = time.monotonic_ns()
+        if not chunk:
+            break
+        buf += chunk
+        while True:
+            i = buf.find(b'"t":', pos)
+            if i < 0:
+                break
+            j = buf.index(b"}", i)
+            out.append((now - int(buf[i + 4 : j])) / 1000)
+            pos = j
+    s.close()
+    return out
+
+
+async def in_flight(url: str, count: int) -> tuple[int, int, float]:
+    """``count`` requests held by the upstream at the same time; returns (ok, errors, seconds)."""
+    import aiohttp
+
+    u = urlsplit(url)
+    target = f"{u.scheme}://{u.netloc}/hold?s=0.3"
+    body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}'
+    ok = errors = 0
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn) as session:
+
+        async def one() -> None:
+            nonlocal ok, errors
+            try:
+                async with session.post(
+                    target, data=body, headers={"Content-Type": "application/json"}
+                ) as r:
+                    await r.read()
+                    ok += r.status == 200
+                    errors += r.status != 200
+            except Exception:
+                errors += 1
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(count)))
+        return ok, errors, time.perf_counter() - t0
+
+
+async def sessions(url: str, count: int, calls: int) -> tuple[int, int]:
+    """``count`` SDK clients at once (half per era), ``calls`` echo calls each; (ok, errors)."""
+    from mcp_types import Implementation
+
+    from mcp_proxy.testing.client import make_client
+
+    ok = errors = 0
+
+    async def one(i: int) -> None:
+        nonlocal ok, errors
+        mode = "auto" if i % 2 else "legacy"
+        try:
+            info = Implementation(name=f"bench-{i}", version="1")
+            async with make_client(url, mode=mode, log_level=None, client_info=info) as c:
+                for k in range(calls):
+                    r = await c.call_tool("echo", {"text": f"{i}-{k}"})
+                    ok += not r.is_error
+        except Exception:
+            errors += 1
+
+    await asyncio.gather(*(one(i) for i in range(count)))
+    return ok, errors
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+# --------------------------------------------------------------------------- main
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--serve-fast", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--calls", type=int, default=1000, help="SDK tools/call per era and side")
+    ap.add_argument("--raw", type=int, default=5000, help="raw requests per side")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--skip-sdk", action="store_true")
+    ap.add_argument("--skip-load", action="store_true")
+    args = ap.parse_args()
+    if args.serve_fast:
+        serve_fast()
+        return 0
+
+    tmp = Path(tempfile.mkdtemp(prefix="mcptape-bench-http-"))
+    rows: list[tuple[str, str, str, str, str]] = []
+    print(f"load before: {os.getloadavg()[0]:.2f} (2 cores: above ~1 the numbers are noisy)")
+
+    with process([sys.executable, __file__, "--serve-fast"], "READY", 1) as (_, fast):
+        db = tmp / "raw.db"
+        with proxy(fast, db) as (_, purl):
+            direct: list[float] = []
+            relayed: list[float] = []
+            per = args.raw // args.rounds
+            raw_latencies(fast, 200), raw_latencies(purl, 200)  # warm both paths
+            for _ in range(args.rounds):
+                direct += raw_latencies(fast, per)
+                relayed += raw_latencies(purl, per)
+            d50, p50 = statistics.median(direct), statistics.median(relayed)
+            rows.append(
+                (
+                    "raw JSON-RPC p50 (µs)",
+                    f"{d50:.0f}",
+                    f"{p50:.0f}",
+                    f"{p50 / d50:.2f}",
+                    f"added {p50 - d50:.0f} µs (target ≤ 250)",
+                )
+            )
+            rows.append(
+                (
+                    "raw JSON-RPC p99 (µs)",
+                    f"{pct(direct, 0.99):.0f}",
+                    f"{pct(relayed, 0.99):.0f}",
+                    f"{pct(relayed, 0.99) / pct(direct, 0.99):.2f}",
+                    "",
+                )
+            )
+            sd: list[float] = []
+            sp: list[float] = []
+            for _ in range(2):
+                sd += sse_latencies(fast, 200)
+                sp += sse_latencies(purl, 200)
+            rows.append(
+                (
+                    "SSE event latency p50 (µs)",
+                    f"{statistics.median(sd):.0f}",
+                    f"{statistics.median(sp):.0f}",
+                    f"{statistics.median(sp) / statistics.median(sd):.2f}",
+                    "target ≤ 2000 µs proxied",
+                )
+            )
+            if not args.skip_load:
+                ok, err, secs = asyncio.run(in_flight(purl, 200))
+                rows.append(
+                    ("200 in flight (proxied)", "", f"{ok} ok", f"{err} err", f"{secs:.2f} s wall")
+                )
+        con = sqlite3.connect(db)
+        n_ex = con.execute("SELECT count(*) FROM http_exchanges").fetchone()[0]
+        n_fr = con.execute("SELECT count(*) FROM frames").fetchone()[0]
+        bad = con.execute(
+            "SELECT count(*) FROM http_exchanges WHERE outcome != 'complete' OR outcome IS NULL"
+        ).fetchone()[0]
+        con.close()
+        # Proxied: 200 warm-up + the measured requests + the in-flight ones, 2 frames each (body
+        # and reply); two SSE reads of 200 events (a GET has no body frame).
+        posts = 200 + (args.raw // args.rounds) * args.rounds + (0 if args.skip_load else 200)
+        expected = 2 * posts + 2 * 200
+        rows.append(
+            (
+                "recording (raw db)",
+                f"{n_ex} exch",
+                f"{n_fr} frames",
+                f"{bad} not complete",
+                f"expected {expected} frames, {posts + 2} exchanges",
+            )
+        )
+
+    if not args.skip_sdk:
+        with process(
+            [sys.executable, str(SDK_UPSTREAM), "--transport", "http", "--preset", "basic"],
+            "MCPTAPE_TEST_SERVER_READY",
+            1,
+        ) as (_, sdk):
+            db = tmp / "sdk.db"
+            with proxy(sdk, db) as (_, purl):
+                for mode, label in (("legacy", "2025-11-25"), ("auto", "2026-07-28")):
+                    d: list[float] = []
+                    p: list[float] = []
+                    per = args.calls // args.rounds
+                    for _ in range(args.rounds):
+                        d.append(asyncio.run(sdk_calls(sdk, mode, per)))
+                        p.append(asyncio.run(sdk_calls(purl, mode, per)))
+                    dm, pm = statistics.mean(d), statistics.mean(p)
+                    rows.append(
+                        (
+                            f"SDK tools/call {label} (ms/call)",
+                            f"{dm * 1e3:.2f}",
+                            f"{pm * 1e3:.2f}",
+                            f"{pm / dm:.3f}",
+                            f"{per * args.rounds} calls; target ratio ≤ 1.05",
+                        )
+                    )
+                if not args.skip_load:
+                    ok, err = asyncio.run(sessions(purl, 50, 10))
+                    rows.append(("50 SDK sessions x 10 calls", "", f"{ok} ok", f"{err} err", ""))
+            con = sqlite3.connect(db)
+            n_sess = con.execute("SELECT count(*) FROM sessions").fetchone()[0]
+            calls = con.execute(
+                "SELECT count(*) FROM frames WHERE method = 'tools/call'"
+            ).fetchone()[0]
+            gaps = con.execute("SELECT coalesce(sum(gap_count), 0) FROM sessions").fetchone()[0]
+            con.close()
+            exp_calls = 2 * args.rounds * (20 + args.calls // args.rounds) + (
+                0 if args.skip_load else 500
+            )
+            rows.append(
+                (
+                    "recording (sdk db)",
+                    f"{n_sess} sessions",
+                    f"{calls} tools/call frames",
+                    f"{gaps} gaps",
+                    f"expected {exp_calls} tools/call frames",
+                )
+            )
+
+    w = [
+        max(len(r[i]) for r in [("measure", "direct", "proxied", "ratio", "note"), *rows])
+        for i in range(5)
+    ]
+    head = ("measure", "direct", "proxied", "ratio", "note")
+    print("  ".join(h.ljust(w[i]) for i, h in enumerate(head)))
+    for r in rows:
+        print("  ".join(c.ljust(w[i]) for i, c in enumerate(r)))
+    print(f"load after: {os.getloadavg()[0]:.2f}; recordings in {tmp}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
