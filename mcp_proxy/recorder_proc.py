@@ -263,15 +263,27 @@ def serve(url: str, fd: int, *, flush_interval: float = 0.05) -> int:
     msize = CHUNK_META.size
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLHUP)
-    last_flush = time.monotonic()
+    os.set_blocking(fd, False)
     eof = False
+    busy = False
     try:
         while not eof:
-            wait_ms = max(0, int((last_flush + flush_interval - time.monotonic()) * 1000))
-            if poller.poll(wait_ms if recorder.queued_bytes or recorder._q else 1000):
-                data = os.read(fd, 1 << 20)
+            if not busy:
+                # Idle: block until something arrives, then let a batch gather for one flush
+                # interval instead of waking for every record (a wake-up per frame costs the
+                # host and server CPU time on a small machine).
+                poller.poll()
+                time.sleep(flush_interval)
+            got = 0
+            while got < (8 << 20):
+                try:
+                    data = os.read(fd, 1 << 20)
+                except BlockingIOError:
+                    break
                 if not data:
                     eof = True
+                    break
+                got += len(data)
                 buf += data
                 pos = 0
                 n = len(buf)
@@ -297,14 +309,10 @@ def serve(url: str, fd: int, *, flush_interval: float = 0.05) -> int:
                             getattr(recorder, method)(*args, **kwargs)
                     pos = end
                 del buf[:pos]
-            now = time.monotonic()
-            if recorder._q and (
-                eof or recorder.queued_bytes > (256 << 10) or now - last_flush >= flush_interval
-            ):
-                recorder.write_pending(engine)
-                last_flush = time.monotonic()
-            elif not recorder._q:
-                last_flush = now
+                if recorder.queued_bytes > (1 << 20):
+                    recorder.write_pending(engine)  # bounded memory while a burst streams in
+            recorder.write_pending(engine)
+            busy = got >= (256 << 10)
     finally:
         recorder.write_pending(engine)
         stats = recorder.finish(engine)
