@@ -330,7 +330,7 @@ class Recorder:
     def _prepare(self, batch: list[tuple[Any, ...]]) -> writes_ops:
         ops = self._carry or writes_ops()
         self._carry = None
-        for item in batch:
+        for item in _causal_order(batch):
             tag = item[0]
             if tag == "chunk":
                 _, sid, direction, channel, data, mono, wall = item
@@ -475,6 +475,35 @@ class Recorder:
             st.gap_total += st.lost
             st.lost = 0
             st.lost_seqs = []
+
+
+def _causal_order(batch: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Order each run of stream chunks by the time they were read.
+
+    Relay threads hand chunks over *after* forwarding them, so a thread preempted between its
+    write and its hand-over can queue a request after the response it caused. Sorting runs of
+    consecutive chunks (stably) by their read timestamp restores the causal order; chunks of one
+    stream come from one thread and are already in order, so per-stream order is kept.
+    """
+    out: list[tuple[Any, ...]] = []
+    run: list[tuple[Any, ...]] = []
+    for item in batch:
+        if item[0] == "chunk":
+            run.append(item)
+            continue
+        if run:
+            run.sort(key=_read_time)
+            out += run
+            run = []
+        out.append(item)
+    if run:
+        run.sort(key=_read_time)
+        out += run
+    return out
+
+
+def _read_time(item: tuple[Any, ...]) -> int:
+    return int(item[5])
 
 
 @dataclass

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,9 +93,11 @@ class StdioRelay:
         self._stdin_broken = False
 
     # ------------------------------------------------------------------ helpers
-    def _tee(self, direction: Direction, channel: Channel, data: bytes) -> None:
+    def _tee(
+        self, direction: Direction, channel: Channel, data: bytes, mono: int, wall: float
+    ) -> None:
         if self.recorder is not None and self.session_id is not None:
-            self.recorder.put_chunk(self.session_id, direction, channel, data)
+            self.recorder.put_chunk(self.session_id, direction, channel, data, mono, wall)
 
     def _eos(self, direction: Direction, channel: Channel) -> None:
         if self.recorder is not None and self.session_id is not None:
@@ -132,6 +135,7 @@ class StdioRelay:
             while True:
                 try:
                     chunk = os.read(self.stdin_fd, READ_SIZE)
+                    mono, wall = time.monotonic_ns(), time.time()  # when it was read
                 except OSError:
                     chunk = b""
                 if not chunk:
@@ -143,7 +147,7 @@ class StdioRelay:
                         # The server closed its stdin or died: keep recording what the host says.
                         broken = True
                         self._stdin_broken = exc.errno in (errno.EPIPE, errno.EBADF) or True
-                self._tee(Direction.C2S, Channel.STDIO, chunk)
+                self._tee(Direction.C2S, Channel.STDIO, chunk, mono, wall)
         finally:
             self._eos(Direction.C2S, Channel.STDIO)
             with contextlib.suppress(OSError):
@@ -153,6 +157,7 @@ class StdioRelay:
         while True:
             try:
                 chunk = os.read(server_stdout, READ_SIZE)
+                mono, wall = time.monotonic_ns(), time.time()  # when it was read
             except OSError:
                 chunk = b""
             if not chunk:
@@ -163,7 +168,7 @@ class StdioRelay:
                 except OSError:
                     # The host went away; keep draining the server so the recording is whole.
                     self._host_gone = True
-            self._tee(Direction.S2C, Channel.STDIO, chunk)
+            self._tee(Direction.S2C, Channel.STDIO, chunk, mono, wall)
         self._eos(Direction.S2C, Channel.STDIO)
 
     def _pump_stderr(self, server_stderr: int) -> None:
@@ -171,6 +176,7 @@ class StdioRelay:
         while True:
             try:
                 chunk = os.read(server_stderr, READ_SIZE)
+                mono, wall = time.monotonic_ns(), time.time()  # when it was read
             except OSError:
                 chunk = b""
             if not chunk:
@@ -180,7 +186,7 @@ class StdioRelay:
                     _write_all(self.stderr_fd, chunk)
                 except OSError:
                     tee = False
-            self._tee(Direction.S2C, Channel.STDERR, chunk)
+            self._tee(Direction.S2C, Channel.STDERR, chunk, mono, wall)
         self._eos(Direction.S2C, Channel.STDERR)
 
     # ------------------------------------------------------------------ run
