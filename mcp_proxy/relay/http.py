@@ -189,6 +189,7 @@ class _Exchange:
         "fields",
         "finished",
         "is_mcp",
+        "late",
         "local_id",
         "meta",
         "mono0",
@@ -201,6 +202,7 @@ class _Exchange:
         "response_size",
         "sse_comments",
         "wall0",
+        "want_register",
     )
 
     def __init__(self, relay: HTTPRelay, fields: dict[str, Any], meta: dict[str, Any]) -> None:
@@ -225,6 +227,8 @@ class _Exchange:
         self.req_ctype: str | None = None
         self.is_mcp = False
         self.outcome: str | None = None
+        self.want_register = False
+        self.late: dict[str, Any] = {}
         #: A JSON-RPC response went back on this exchange's event stream (label of a host close).
         self.responded = False
         #: Kept in memory only, to tell credentials apart when grouping (never recorded).
@@ -235,19 +239,41 @@ class _Exchange:
         return self.entry is not None
 
     def attach(self, entry: SessionEntry) -> None:
+        """Place the exchange in its session (and register it if that was asked for)."""
         if self.entry is not None:
             return
-        relay = self.relay
         self.entry = entry
-        relay.router.begin(entry)
-        rec = relay.recorder
-        if rec is None:
+        self.relay.router.begin(entry)
+        if self.want_register:
+            self.register()
+
+    def register(self) -> None:
+        """Hand the exchange row and its frames so far to the recorder.
+
+        Called (``call_soon``) right after the request was handed to the upstream: the
+        recording work runs while the upstream thinks, never before the bytes moved, and the
+        request frame is queued before anything the upstream answers. An exchange whose session
+        is not known yet registers when it is attached.
+        """
+        if self.local_id is not None:
             return
-        self.local_id = rec.new_exchange(entry.session_id, **self.fields, meta=self.meta)
+        if self.entry is None:
+            self.want_register = True
+            return
+        rec = self.relay.recorder
+        if rec is None:
+            self.pending = []
+            return
+        self.local_id = rec.new_exchange(self.entry.session_id, **self.fields, meta=self.meta)
+        sid = self.entry.session_id
         for frame in self.pending:
             frame.http_exchange = self.local_id
-            rec.put(entry.session_id, frame)
+            rec.put(sid, frame)
         self.pending = []
+
+    def later(self, **fields: Any) -> None:
+        """Fields for the final update (saves a record for exchanges that end quickly)."""
+        self.late.update(fields)
 
     def attach_fallback(self) -> None:
         if self.entry is not None:
@@ -257,17 +283,17 @@ class _Exchange:
         self.attach(router.get(key, rule, grouping=grouping))
 
     def frame(self, frame: Frame) -> None:
-        if self.entry is None:
+        if self.local_id is None:
             self.pending.append(frame)
             return
         rec = self.relay.recorder
-        if rec is not None:
+        if rec is not None and self.entry is not None:
             frame.http_exchange = self.local_id
             rec.put(self.entry.session_id, frame)
 
     def update(self, **fields: Any) -> None:
-        if self.entry is None:
-            # Not registered yet (waiting to learn its session): fold into the row to insert.
+        if self.local_id is None:
+            # Not registered yet: fold into the row to insert.
             self.fields.update(fields)
             return
         rec = self.relay.recorder
@@ -282,14 +308,20 @@ class _Exchange:
         self.attach_fallback()
         if self.sse_comments:
             self.meta["sse_comments"] = self.sse_comments
-        self.update(
-            ended_at=time.time(),
-            outcome=outcome,
-            error=error,
-            request_size=self.request_size,
-            response_size=self.response_size,
-            meta=self.meta,
-        )
+        final = {
+            "ended_at": time.time(),
+            "outcome": outcome,
+            "error": error,
+            "request_size": self.request_size,
+            "response_size": self.response_size,
+        }
+        if self.late:
+            final.update(self.late)
+        if self.local_id is None:
+            self.fields.update(final)
+            self.register()
+        else:
+            self.update(**final, meta=self.meta)
         assert self.entry is not None
         router = self.relay.router
         router.done(self.entry)
@@ -425,6 +457,7 @@ class HTTPRelay:
         body = _jsonrpc_error_body(f"mcptape: {message}", {"mcptape": kind, **data})
         headers = {"Content-Type": "application/json", "X-Mcptape-Error": kind}
         if ex is not None:
+            ex.late.clear()  # what the upstream said (if anything) is not what the host got
             ex.meta["synthesized"] = {"by": "mcptape", "status": status, "kind": kind}
             ex.response_size = len(body)
             ex.update(
@@ -648,6 +681,7 @@ class HTTPRelay:
 
         # Forward.
         assert self._client is not None
+        asyncio.get_running_loop().call_soon(ex.register)
         try:
             if self.config.response_timeout is not None:
                 async with asyncio.timeout(self.config.response_timeout):
@@ -885,11 +919,19 @@ class HTTPRelay:
                 )
             elif not (is_sse and method == "GET"):
                 ex.attach_fallback()
-        ex.update(
-            status=status,
-            response_headers=self.redactor.headers(resp_headers_rec),
-            first_byte_at=first_byte,
-        )
+        length = resp.content_length
+        no_body = method == "HEAD" or status in (204, 304) or 100 <= status < 200
+        small = not is_sse and not no_body and length is not None and length <= SMALL_RESPONSE
+        head = {
+            "status": status,
+            "response_headers": self.redactor.headers(resp_headers_rec),
+            "first_byte_at": first_byte,
+        }
+        if small:
+            ex.later(**head)  # recorded with the end of the exchange, a moment from now
+        else:
+            ex.update(**head)
+            ex.register()
         if resp.reason and resp.reason != _default_reason(status):
             ex.meta["reason"] = resp.reason
 
@@ -897,15 +939,13 @@ class HTTPRelay:
         if encoding and encoding != "identity":
             ex.meta["content_encoding"] = encoding
 
-        length = resp.content_length
-        no_body = method == "HEAD" or status in (204, 304) or 100 <= status < 200
         sresp = _RelayResponse(status=status, reason=resp.reason, keep=frozenset(keep))
         sresp._headers.extend(out_headers)
         if length is not None:
             sresp.content_length = length
 
         # Small, complete bodies: read whole, one write.
-        if not is_sse and not no_body and length is not None and length <= SMALL_RESPONSE:
+        if small:
             try:
                 body = await resp.read()
             except asyncio.CancelledError:
