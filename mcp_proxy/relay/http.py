@@ -74,6 +74,12 @@ from mcp_proxy.relay.http_sessions import (
     body_facts,
     query_session_id,
 )
+from mcp_proxy.relay.http_upstream import (
+    UpstreamConnectError,
+    UpstreamConnectTimeout,
+    UpstreamPool,
+    UpstreamResponse,
+)
 
 __all__ = ["HTTPRelay", "RelayConfig", "record_http"]
 
@@ -91,7 +97,8 @@ META_BODY_LIMIT = 64 << 10
 #: How much of a GET event-stream is held back looking for a legacy ``endpoint`` event.
 ENDPOINT_HOLD_LIMIT = 64 << 10
 
-_SKIP_AUTO = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
+_HOP_BY_HOP_B = frozenset(h.encode() for h in HOP_BY_HOP)
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
 _MCP_SESSION_ID = "Mcp-Session-Id"
 
@@ -99,13 +106,9 @@ _MCP_SESSION_ID = "Mcp-Session-Id"
 _TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 
 
-def _quickack_socket(resp: aiohttp.ClientResponse) -> socket.socket | None:
+def _quickack_socket(resp: UpstreamResponse) -> socket.socket | None:
     """The upstream socket, if acknowledging at once can be asked for (Linux)."""
-    if _TCP_QUICKACK is None:
-        return None
-    conn = resp.connection
-    transport = conn.transport if conn is not None else None
-    return transport.get_extra_info("socket") if transport is not None else None
+    return resp.sock if _TCP_QUICKACK is not None else None
 
 
 def _quickack(sock: socket.socket | None) -> None:
@@ -165,6 +168,7 @@ class _Target:
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"
         self.host_header = host if url.is_default_port() else f"{host}:{url.port}"
+        self.host_header_b = self.host_header.encode("idna" if not host.isascii() else "ascii")
         self.origin = f"{url.scheme}://{self.host_header}"
         self.path = url.raw_path or "/"
         self.path_qs = url.raw_path_qs or "/"
@@ -370,35 +374,21 @@ class HTTPRelay:
         self.mcp_paths: set[str] = {self.target.path}
         self.local_origin = ""
         self.stats_exchanges = 0
-        self._client: aiohttp.ClientSession | None = None
+        self._pool: UpstreamPool | None = None
         self._runner: web.ServerRunner | None = None
         self._server: web.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._stopping = False
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, connect=None, sock_connect=config.connect_timeout, sock_read=None
-        )
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> str:
         """Bind, start serving; returns the local URL the host should use."""
-        connector = aiohttp.TCPConnector(
-            limit=0,
-            limit_per_host=0,
-            # Below the 5 s idle timeout of uvicorn/node servers, so a pooled connection is
-            # dropped by us before the server closes it under a request we would then lose.
-            keepalive_timeout=4.0,
-            enable_cleanup_closed=False,
-            ttl_dns_cache=60,
-        )
-        self._client = aiohttp.ClientSession(
-            connector=connector,
-            auto_decompress=False,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            skip_auto_headers=_SKIP_AUTO,
-            timeout=self._timeout,
-            trust_env=False,
-            read_bufsize=1 << 16,
+        target = self.target
+        self._pool = UpstreamPool(
+            target.url.raw_host or "",
+            target.url.port or (443 if target.scheme == "https" else 80),
+            tls=target.scheme == "https",
+            connect_timeout=self.config.connect_timeout,
         )
         self._server = web.Server(
             self._handle,
@@ -445,9 +435,9 @@ class HTTPRelay:
             # Stops accepting, then waits up to shutdown_timeout for handlers, then cancels.
             await self._runner.cleanup()
             self._runner = None
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
         self.router.close_all()
 
     # ------------------------------------------------------------------ helpers
@@ -491,47 +481,62 @@ class HTTPRelay:
         # originals for the recording.
         raw_headers = request.raw_headers
         rec_headers: list[list[str]] = []
-        fwd: CIMultiDict[str] = CIMultiDict()
+        keep: list[tuple[bytes, bytes, bytes]] = []  # (lower name, name, value) to forward
         connection_tokens: list[str] = []
-        bad_header: str | None = None
         session_hdr: str | None = None
         authorization: str | None = None
         has_mcp = False
+        has_length = False
         for kb, vb in raw_headers:
             name = kb.decode("latin-1")
-            if vb.isascii():
-                value = vb.decode("ascii")
-            else:
-                try:
-                    value = vb.decode("utf-8")
-                except UnicodeDecodeError:
-                    value = vb.decode("utf-8", "surrogateescape")
-                    bad_header = name
-            rec_headers.append([name, value if bad_header != name else _decode_header(vb)])
-            low = name.lower()
-            if low == "host":
-                fwd.add("Host", target.host_header)
+            value = vb.decode("ascii") if vb.isascii() else _decode_header(vb)
+            rec_headers.append([name, value])
+            lowb = kb.lower()
+            if lowb == b"host":
+                keep.append((lowb, b"Host", target.host_header_b))
                 continue
-            if low in HOP_BY_HOP:
-                if low == "connection":
+            if lowb in _HOP_BY_HOP_B:
+                if lowb == b"connection":
                     connection_tokens.append(value)
                 continue
-            if low == "expect":
+            if lowb == b"expect":
                 continue
-            if low.startswith("mcp-"):
+            if lowb.startswith(b"mcp-"):
                 has_mcp = True
-                if low == "mcp-session-id":
+                if lowb == b"mcp-session-id":
                     session_hdr = value
-            elif low == "authorization":
+            elif lowb == b"authorization":
                 authorization = value
-            fwd.add(name, value)
-        if "Host" not in fwd:
-            fwd.add("Host", target.host_header)
+            elif lowb == b"content-length":
+                has_length = True
+            keep.append((lowb, kb, vb))
         if connection_tokens:
-            for token in ",".join(connection_tokens).split(","):
-                token = token.strip()
-                if token and token.lower() not in ("close", "keep-alive") and token in fwd:
-                    del fwd[token]
+            named = {
+                t.strip().lower().encode("latin-1", "replace")
+                for t in ",".join(connection_tokens).split(",")
+                if t.strip()
+            }
+            keep = [k for k in keep if k[0] not in named or k[0] == b"host"]
+        if not any(k[0] == b"host" for k in keep):
+            keep.insert(0, (b"host", b"Host", target.host_header_b))
+        # Forward chunked only when the host sent a body without a length.
+        chunked = request.body_exists and not has_length
+        # The head goes out as the host's own bytes (names, values, order), Host rewritten:
+        # nothing is decoded and re-encoded on the way.
+        head_parts = [
+            method.encode("ascii")
+            + b" "
+            + raw_path.encode("utf-8", "surrogateescape")
+            + b" HTTP/1.1\r\n"
+        ]
+        for _, kb, vb in keep:
+            head_parts.append(kb + b": " + vb + b"\r\n")
+        if chunked:
+            head_parts.append(b"Transfer-Encoding: chunked\r\n")
+        elif request.method in _BODY_METHODS and not request.body_exists and not has_length:
+            head_parts.append(b"Content-Length: 0\r\n")
+        head_parts.append(b"\r\n")
+        head = b"".join(head_parts)
 
         up_url = target.origin + raw_path
         meta: dict[str, Any] = {
@@ -573,20 +578,6 @@ class HTTPRelay:
                     grouping={"sse_session_id": legacy_sid},
                 )
             )
-
-        if bad_header is not None:
-            ex.attach_fallback()
-            resp = self._synthetic(
-                ex,
-                400,
-                "header-not-utf8",
-                f"the value of header {bad_header!r} is not valid UTF-8; mcptape cannot relay it "
-                "byte-exact, so it refuses the request instead of altering it",
-                header=bad_header,
-            )
-            await self._drain_request(request, ex)
-            ex.finish("relay_error", f"header {bad_header!r} is not valid UTF-8")
-            return resp
 
         if request.headers.get("Expect", "").lower() == "100-continue":
             await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -680,27 +671,31 @@ class HTTPRelay:
                 ex.attach_fallback()
 
         # Forward.
-        assert self._client is not None
+        assert self._pool is not None
         asyncio.get_running_loop().call_soon(ex.register)
         try:
             if self.config.response_timeout is not None:
                 async with asyncio.timeout(self.config.response_timeout):
-                    resp = await self._client.request(
-                        method,
-                        URL(up_url, encoded=True),
-                        headers=fwd,
-                        data=data,
-                        allow_redirects=False,
+                    resp = await self._pool.request(
+                        head, data, head_only=method == "HEAD", chunked=chunked
                     )
             else:
-                resp = await self._client.request(
-                    method, URL(up_url, encoded=True), headers=fwd, data=data, allow_redirects=False
+                resp = await self._pool.request(
+                    head, data, head_only=method == "HEAD", chunked=chunked
                 )
         except asyncio.CancelledError:
             self._finish_request_body(ex)
             ex.finish(self._abort_outcome(), "host closed the connection before the response")
             raise
-        except TimeoutError:
+        except TimeoutError as exc:
+            if isinstance(exc, UpstreamConnectTimeout):
+                await self._drain_request(request, ex)
+                self._finish_request_body(ex)
+                ex.attach_fallback()
+                text = f"connecting to the upstream timed out ({self.config.connect_timeout} s)"
+                r = self._synthetic(ex, 504, "upstream-timeout", text, upstream=target.origin)
+                ex.finish("timeout", text)
+                return r
             await self._drain_request(request, ex)
             self._finish_request_body(ex)
             ex.attach_fallback()
@@ -741,6 +736,8 @@ class HTTPRelay:
 
     @staticmethod
     def _describe_failure(exc: BaseException) -> tuple[int, str, str]:
+        if isinstance(exc, UpstreamConnectError):
+            return 502, "upstream-unreachable", f"cannot connect to the upstream ({exc})"
         if isinstance(exc, aiohttp.ClientConnectorError):
             if isinstance(exc.os_error, TimeoutError) or "timeout" in str(exc).lower():
                 return 504, "upstream-timeout", f"connecting to the upstream timed out ({exc})"
@@ -867,7 +864,7 @@ class HTTPRelay:
         self,
         request: web.BaseRequest,
         ex: _Exchange,
-        resp: aiohttp.ClientResponse,
+        resp: UpstreamResponse,
         method: str,
         path: str,
     ) -> web.StreamResponse:
@@ -991,6 +988,7 @@ class HTTPRelay:
         parts: list[bytes] = []
         kept = 0
         hold: list[bytes] | None = [] if (is_sse and method == "GET" and not ex.attached) else None
+        unsent: list[SSEEvent] | None = None
         held_size = 0
         outcome = "complete"
         error: str | None = None
@@ -1000,6 +998,12 @@ class HTTPRelay:
                 async for chunk in resp.content.iter_any():
                     _quickack(qsock)
                     events = parser.feed(chunk) if parser is not None else None
+                    if events:
+                        # Parsed (not recorded) before the write: the host may close the moment
+                        # it has the response, and that close must not read as a cancellation.
+                        unsent = events
+                        if not ex.responded and method == "POST":
+                            self._note_response(ex, events)
                     if hold is not None:
                         hold.append(chunk)
                         held_size += len(chunk)
@@ -1017,6 +1021,7 @@ class HTTPRelay:
                         await sresp.write(chunk)
                         ex.response_size += len(chunk)
                     if events is not None:
+                        unsent = None
                         self._sse_events(ex, events, is_mcp)
                     elif kept < MAX_RECORDED_BODY:
                         piece = chunk[: MAX_RECORDED_BODY - kept]
@@ -1030,6 +1035,8 @@ class HTTPRelay:
             self._finish_request_body(ex)
             await sresp.write_eof()
         except asyncio.CancelledError:
+            if unsent:
+                self._sse_events(ex, unsent, is_mcp)  # forwarded (or being), so recorded
             if ex.responded and not self._stopping:
                 # The SDK closes a POST's event stream as soon as it has the response: the
                 # exchange completed; only the HTTP stream was left before its end.
@@ -1138,10 +1145,6 @@ class HTTPRelay:
                 continue
             if not ex.attached and ev.event == "endpoint":
                 self._attach_legacy(ex, ev)
-            elif not ex.responded and ex.fields["method"] == "POST":
-                head = ev.data[:160]
-                if b'"method"' not in head and (b'"result"' in head or b'"error"' in head):
-                    ex.responded = True
             ex.frame(
                 Frame(
                     Direction.S2C,
@@ -1156,6 +1159,15 @@ class HTTPRelay:
             )
         if not ex.attached:
             ex.attach_fallback()
+
+    @staticmethod
+    def _note_response(ex: _Exchange, events: list[SSEEvent]) -> None:
+        """Whether a JSON-RPC response is among these events (a cheap look at each head)."""
+        for ev in events:
+            head = ev.data[:160]
+            if b'"method"' not in head and (b'"result"' in head or b'"error"' in head):
+                ex.responded = True
+                return
 
     def _attach_legacy(self, ex: _Exchange, ev: SSEEvent) -> None:
         data = ev.data.decode("utf-8", "replace").strip()

@@ -1,0 +1,253 @@
+"""A lean HTTP/1.1 client for the relay's upstream side.
+
+Why not ``aiohttp.ClientSession``: a relay forwards a request that is already parsed and
+validated; building a ``ClientRequest`` (URL normalisation, default headers, cookies, auth,
+compression, proxy and redirect logic, then serialising the headers again) cost more than the
+whole rest of the relay per request, and it can only send header values it can re-encode
+(UTF-8), not the bytes the host sent. Here the request head is written from the host's raw
+header bytes in one ``write``, and the response is parsed by aiohttp's own client protocol
+(``ResponseHandler``: the llhttp C parser, flow control, payload errors on a broken
+connection) — the parts of aiohttp worth keeping.
+
+Connections are pooled per upstream origin and kept at most ``keepalive`` seconds idle: less
+than the 5 s of uvicorn and Node servers, so a pooled connection is dropped by us before the
+server closes it under a request (which would then fail: requests are never re-sent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.streams import StreamReader
+from multidict import CIMultiDictProxy
+
+__all__ = ["UpstreamConnectError", "UpstreamConnectTimeout", "UpstreamPool", "UpstreamResponse"]
+
+_INTERIM = range(100, 200)
+
+
+class UpstreamConnectError(OSError):
+    """The upstream could not be connected to (refused, unreachable, DNS, TLS)."""
+
+
+class UpstreamConnectTimeout(TimeoutError):
+    """Connecting to the upstream took longer than the connect timeout."""
+
+
+class UpstreamResponse:
+    """One upstream response: status line, raw headers, and the body as a stream."""
+
+    __slots__ = (
+        "_done",
+        "_pool",
+        "_proto",
+        "_writer",
+        "content",
+        "headers",
+        "raw_headers",
+        "reason",
+        "sock",
+        "status",
+    )
+
+    def __init__(
+        self,
+        pool: UpstreamPool,
+        proto: ResponseHandler,
+        msg: Any,
+        payload: StreamReader,
+        writer: asyncio.Task[None] | None,
+    ) -> None:
+        self._pool = pool
+        self._proto = proto
+        self._writer = writer
+        self._done = False
+        self.status: int = msg.code
+        self.reason: str = msg.reason
+        self.headers: CIMultiDictProxy[str] = msg.headers
+        self.raw_headers: tuple[tuple[bytes, bytes], ...] = msg.raw_headers
+        self.content = payload
+        transport = proto.transport
+        self.sock: socket.socket | None = (
+            transport.get_extra_info("socket") if transport is not None else None
+        )
+
+    @property
+    def content_length(self) -> int | None:
+        value = self.headers.get("Content-Length")
+        if value is None or not value.isdigit():
+            return None
+        return int(value)
+
+    @property
+    def closed(self) -> bool:
+        return self._done
+
+    async def read(self) -> bytes:
+        parts = []
+        async for chunk in self.content.iter_any():
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def release(self) -> None:
+        """The body was read to its end: the connection may serve another request."""
+        if self._done:
+            return
+        self._done = True
+        writer_busy = self._writer is not None and not self._writer.done()
+        if self.content.is_eof() and not writer_busy:
+            self._pool.put_back(self._proto)
+        else:
+            self._abandon()
+
+    def close(self) -> None:
+        """Drop the connection now (the host went away, or the body was not read whole)."""
+        if self._done:
+            return
+        self._done = True
+        self._abandon()
+
+    def _abandon(self) -> None:
+        if self._writer is not None and not self._writer.done():
+            self._writer.cancel()
+        self._proto.close()
+
+
+class UpstreamPool:
+    """Keep-alive connections to one upstream origin."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        tls: bool,
+        connect_timeout: float = 10.0,
+        keepalive: float = 4.0,
+        max_field_size: int = 64 * 1024,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.ssl: ssl.SSLContext | None = ssl.create_default_context() if tls else None
+        self.connect_timeout = connect_timeout
+        self.keepalive = keepalive
+        self.max_field_size = max_field_size
+        self._idle: list[tuple[ResponseHandler, float]] = []
+        self._closed = False
+
+    async def _connect(self) -> ResponseHandler:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, proto = await loop.create_connection(
+                    lambda: ResponseHandler(loop),
+                    self.host,
+                    self.port,
+                    ssl=self.ssl,
+                    server_hostname=self.host if self.ssl is not None else None,
+                )
+        except TimeoutError as exc:
+            raise UpstreamConnectTimeout(
+                f"connecting to {self.host}:{self.port} took over {self.connect_timeout} s"
+            ) from exc
+        except (OSError, ssl.SSLError) as exc:
+            raise UpstreamConnectError(
+                f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}"
+                if isinstance(exc, OSError)
+                else f"TLS with {self.host}:{self.port} failed: {exc}"
+            ) from exc
+        return proto
+
+    def _take_idle(self) -> ResponseHandler | None:
+        now = time.monotonic()
+        while self._idle:
+            proto, since = self._idle.pop()
+            if proto.is_connected() and not proto.should_close and now - since < self.keepalive:
+                return proto
+            proto.close()
+        return None
+
+    def put_back(self, proto: ResponseHandler) -> None:
+        if self._closed or not proto.is_connected() or proto.should_close:
+            proto.close()
+            return
+        self._idle.append((proto, time.monotonic()))
+
+    async def request(
+        self,
+        head: bytes,
+        body: bytes | AsyncIterator[bytes] | None,
+        *,
+        head_only: bool = False,
+        chunked: bool = False,
+    ) -> UpstreamResponse:
+        """Send one request (head + body) and return once the response headers are in.
+
+        A streamed body is written by a task alongside, so an upstream that answers early
+        (413) is heard at once; the task ends with the response.
+        """
+        proto = self._take_idle()
+        if proto is None:  # (a ResponseHandler is a queue: an idle one is falsy)
+            proto = await self._connect()
+        proto.set_response_params(
+            skip_payload=head_only,
+            read_until_eof=True,
+            auto_decompress=False,
+            read_bufsize=1 << 16,
+            max_line_size=self.max_field_size,
+            max_field_size=self.max_field_size,
+        )
+        transport = proto.transport
+        if transport is None:
+            raise UpstreamConnectError("the upstream connection closed before the request")
+        writer: asyncio.Task[None] | None = None
+        if body is None or isinstance(body, bytes):
+            transport.write(head + body if body else head)
+        else:
+            transport.write(head)
+            writer = asyncio.ensure_future(self._write_body(proto, body, chunked))
+        try:
+            msg, payload = await proto.read()
+            while msg.code in _INTERIM and msg.code != 101:
+                msg, payload = await proto.read()
+        except BaseException:
+            if writer is not None:
+                writer.cancel()
+            proto.close()
+            raise
+        return UpstreamResponse(self, proto, msg, payload, writer)
+
+    @staticmethod
+    async def _write_body(
+        proto: ResponseHandler, body: AsyncIterator[bytes], chunked: bool
+    ) -> None:
+        try:
+            async for chunk in body:
+                transport = proto.transport
+                if transport is None or transport.is_closing():
+                    return
+                if chunked:
+                    if chunk:
+                        transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                else:
+                    transport.write(chunk)
+                if proto.writing_paused:
+                    await proto._drain_helper()
+            if chunked and proto.transport is not None:
+                proto.transport.write(b"0\r\n\r\n")
+        except (ConnectionError, OSError):
+            return  # the upstream stopped reading (it answered early, or went away)
+
+    async def close(self) -> None:
+        self._closed = True
+        while self._idle:
+            proto, _ = self._idle.pop()
+            with contextlib.suppress(Exception):
+                proto.close()
