@@ -191,6 +191,20 @@ class Recorder:
     def update_exchange(self, local_id: int, **fields: Any) -> None:
         self._q.append(("exchange_update", local_id, fields))
 
+    def record_exchange(
+        self, session_id: str, *, frames: list[Frame], local_id: int | None = None, **fields: Any
+    ) -> int:
+        """A finished HTTP exchange and its frames in one call (one pipe record from a relay).
+
+        The HTTP relay hands a quick exchange over once, complete, instead of an insert, two
+        puts and an update: a quarter of the pickling and pipe writes on its event loop.
+        """
+        local_id = self.new_exchange(session_id, local_id=local_id, **fields)
+        for frame in frames:
+            frame.http_exchange = local_id
+            self.put(session_id, frame)
+        return local_id
+
     def update_session(self, session_id: str, **fields: Any) -> None:
         self._q.append(("session_update", session_id, fields))
 

@@ -223,6 +223,12 @@ class RecorderClient:
     def update_exchange(self, local_id: int, **fields: Any) -> None:
         self._call("update_exchange", local_id, **fields)
 
+    def record_exchange(self, session_id: str, *, frames: list[Frame], **fields: Any) -> int:
+        """A finished exchange with its frames as one record (see Recorder.record_exchange)."""
+        local = next(self._local_ids)
+        self._call("record_exchange", session_id, local_id=local, frames=frames, **fields)
+        return local
+
     def update_session(self, session_id: str, **fields: Any) -> None:
         self._call("update_session", session_id, **fields)
 
@@ -240,6 +246,7 @@ _ALLOWED_CALLS = frozenset(
         "end_stream",
         "new_exchange",
         "update_exchange",
+        "record_exchange",
         "update_session",
         "end_session",
         "add_finding",

@@ -225,6 +225,7 @@ class Redactor:
     paths: tuple[tuple[str, ...], ...] = ()
     _path_prefilter: re.Pattern[bytes] | None = field(default=None, repr=False)
     _always_parse: bool = field(default=False, repr=False)
+    _header_cache: dict[str, bool] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_options(
@@ -267,10 +268,17 @@ class Redactor:
     def headers(self, pairs: Iterable[Sequence[str]]) -> list[list[str]]:
         """``[[name, value], …]`` with credential values replaced (order and names kept)."""
         out: list[list[str]] = []
+        cache = self._header_cache
         for pair in pairs:
             name, value = pair[0], pair[1]
-            if self.enabled and is_sensitive_header(name, self.extra_headers):
-                value = _redact_header_value(name, value)
+            if self.enabled:
+                sensitive = cache.get(name)
+                if sensitive is None:
+                    sensitive = is_sensitive_header(name, self.extra_headers)
+                    if len(cache) < 4096:
+                        cache[name] = sensitive
+                if sensitive:
+                    value = _redact_header_value(name, value)
             out.append([name, value])
         return out
 

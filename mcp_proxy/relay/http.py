@@ -80,6 +80,7 @@ from mcp_proxy.relay.http_upstream import (
     UpstreamPool,
     UpstreamResponse,
 )
+from mcp_proxy.relay.http_wire import WireFrame
 
 __all__ = ["HTTPRelay", "RelayConfig", "record_http"]
 
@@ -94,6 +95,9 @@ SMALL_RESPONSE = 256 * 1024
 MAX_RECORDED_BODY = 64 << 20
 #: Non-MCP bodies (OAuth, discovery documents) are kept in exchange meta up to this size.
 META_BODY_LIMIT = 64 << 10
+#: A request still waiting for its response after this long is handed to the recorder (so that
+#: long calls show while they run); quicker exchanges are handed over once, complete.
+REGISTER_AFTER = 0.25
 #: How much of a GET event-stream is held back looking for a legacy ``endpoint`` event.
 ENDPOINT_HOLD_LIMIT = 64 << 10
 
@@ -205,6 +209,8 @@ class _Exchange:
         "responded",
         "response_size",
         "sse_comments",
+        "streaming",
+        "timer",
         "wall0",
         "want_register",
     )
@@ -233,6 +239,12 @@ class _Exchange:
         self.outcome: str | None = None
         self.want_register = False
         self.late: dict[str, Any] = {}
+        #: Registers a request still waiting for its response after a moment (long calls show
+        #: up while they run); cancelled when the exchange ends first.
+        self.timer: asyncio.TimerHandle | None = None
+        #: Streaming its response (other exchanges of the session then register at once, so
+        #: that frames stay in wire order across them).
+        self.streaming = False
         #: A JSON-RPC response went back on this exchange's event stream (label of a host close).
         self.responded = False
         #: Kept in memory only, to tell credentials apart when grouping (never recorded).
@@ -321,11 +333,22 @@ class _Exchange:
         }
         if self.late:
             final.update(self.late)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         if self.local_id is None:
             self.fields.update(final)
-            self.register()
+            rec = self.relay.recorder
+            if rec is not None and self.entry is not None:
+                # A quick exchange: row and frames in one record.
+                self.local_id = rec.record_exchange(
+                    self.entry.session_id, frames=self.pending, **self.fields, meta=self.meta
+                )
+                self.pending = []
         else:
             self.update(**final, meta=self.meta)
+        if self.streaming and self.entry is not None:
+            self.entry.streams -= 1
         assert self.entry is not None
         router = self.relay.router
         router.done(self.entry)
@@ -546,12 +569,13 @@ class HTTPRelay:
         peer = request.transport.get_extra_info("peername") if request.transport else None
         if peer:
             meta["peer"] = f"{peer[0]}:{peer[1]}"
+        red_headers = redactor.headers(rec_headers)
         if has_mcp:
-            meta["mcp_headers"] = mcp_headers(redactor.headers(rec_headers))
+            meta["mcp_headers"] = mcp_headers(red_headers)
         fields = {
             "method": method,
             "url": redactor.url(up_url),
-            "request_headers": redactor.headers(rec_headers),
+            "request_headers": red_headers,
             "started_at": wall0,
         }
         ex = _Exchange(self, fields, meta)
@@ -613,7 +637,7 @@ class HTTPRelay:
                     ex.request_size = len(partial)
                     if partial:
                         ex.frame(
-                            Frame(
+                            WireFrame(
                                 Direction.C2S,
                                 Channel.HTTP,
                                 partial,
@@ -642,7 +666,7 @@ class HTTPRelay:
             self._client_fallback(ex, facts, authorization)
             if ex.is_mcp:
                 ex.frame(
-                    Frame(
+                    WireFrame(
                         Direction.C2S,
                         Channel.HTTP,
                         body,
@@ -672,7 +696,13 @@ class HTTPRelay:
 
         # Forward.
         assert self._pool is not None
-        asyncio.get_running_loop().call_soon(ex.register)
+        loop = asyncio.get_running_loop()
+        if ex.entry is not None and ex.entry.streams:
+            # The session has a stream open (legacy SSE, a GET stream): what it carries may
+            # answer this request, so the request is queued for recording right after it left.
+            loop.call_soon(ex.register)
+        else:
+            ex.timer = loop.call_later(REGISTER_AFTER, ex.register)
         try:
             if self.config.response_timeout is not None:
                 async with asyncio.timeout(self.config.response_timeout):
@@ -830,7 +860,7 @@ class HTTPRelay:
         ex.meta["request_body_streamed"] = True
         if ex.is_mcp or raw[:1] in (b"{", b"["):
             ex.frame(
-                Frame(
+                WireFrame(
                     Direction.C2S,
                     Channel.HTTP,
                     raw,
@@ -929,6 +959,9 @@ class HTTPRelay:
         else:
             ex.update(**head)
             ex.register()
+            if ex.entry is not None and not ex.streaming:
+                ex.streaming = True
+                ex.entry.streams += 1
         if resp.reason and resp.reason != _default_reason(status):
             ex.meta["reason"] = resp.reason
 
@@ -1119,7 +1152,7 @@ class HTTPRelay:
             # (the analysis classifies it); plain-text bodies ("Accepted", error text) are not
             # messages and stay with the exchange.
             ex.frame(
-                Frame(
+                WireFrame(
                     Direction.S2C,
                     Channel.HTTP,
                     body,
@@ -1146,7 +1179,7 @@ class HTTPRelay:
             if not ex.attached and ev.event == "endpoint":
                 self._attach_legacy(ex, ev)
             ex.frame(
-                Frame(
+                WireFrame(
                     Direction.S2C,
                     Channel.SSE,
                     ev.data,
@@ -1159,6 +1192,11 @@ class HTTPRelay:
             )
         if not ex.attached:
             ex.attach_fallback()
+        if ex.local_id is None and ex.attached:
+            ex.register()
+        if not ex.streaming and ex.entry is not None:
+            ex.streaming = True
+            ex.entry.streams += 1
 
     @staticmethod
     def _note_response(ex: _Exchange, events: list[SSEEvent]) -> None:
@@ -1218,16 +1256,20 @@ class HTTPRelay:
         return out
 
 
-_REASONS = {200: "OK", 202: "Accepted", 204: "No Content"}
+_REASONS: dict[int, str] = {}
 
 
 def _default_reason(status: int) -> str:
-    from http import HTTPStatus
+    reason = _REASONS.get(status)
+    if reason is None:
+        from http import HTTPStatus
 
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return _REASONS.get(status, "")
+        try:
+            reason = HTTPStatus(status).phrase
+        except ValueError:
+            reason = ""
+        _REASONS[status] = reason
+    return reason
 
 
 def _decompress(body: bytes, encoding: str) -> bytes | None:
@@ -1258,6 +1300,7 @@ class _RecorderLike(Protocol):
     def put(self, session_id: str, frame: Frame) -> None: ...
     def new_exchange(self, session_id: str, **fields: Any) -> int: ...
     def update_exchange(self, local_id: int, **fields: Any) -> None: ...
+    def record_exchange(self, session_id: str, *, frames: list[Frame], **fields: Any) -> int: ...
     def update_session(self, session_id: str, **fields: Any) -> None: ...
     def end_session(self, session_id: str, **fields: Any) -> None: ...
 

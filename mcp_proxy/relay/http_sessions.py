@@ -182,6 +182,8 @@ class SessionEntry:
     last_active: float
     inflight: int = 0
     exchanges: int = 0
+    #: Exchanges of this session streaming a response right now.
+    streams: int = 0
     ended: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
 
