@@ -12,7 +12,6 @@ Exit codes (stable, documented in the README):
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 
-from mcp_proxy.errors import McptapeError, StoreError, UserError
+from mcp_proxy.errors import McptapeError, StoreError, UserError, report
 
 app = typer.Typer(
     name="mcptape",
@@ -51,10 +50,7 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
     With ``MCPTAPE_ERROR_FORMAT=json`` the line is a JSON envelope instead, for scripts.
     """
-    if os.environ.get("MCPTAPE_ERROR_FORMAT") == "json":
-        print(json.dumps({"error": {"message": message, "code": code}}), file=sys.stderr)
-    else:
-        print(f"mcptape: {message}", file=sys.stderr)
+    report(message, code)
     raise typer.Exit(code)
 
 

@@ -6,6 +6,10 @@ exit code; the CLI prints the message and exits with the code, never a traceback
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+
 
 class McptapeError(Exception):
     """Base of every error mcptape raises on purpose."""
@@ -33,3 +37,11 @@ class NotFoundError(UserError):
 
 class StoreError(McptapeError):
     """The database could not be opened, migrated or written."""
+
+
+def report(message: str, code: int) -> None:
+    """Print one error line on stderr: plain, or a JSON envelope with MCPTAPE_ERROR_FORMAT=json."""
+    if os.environ.get("MCPTAPE_ERROR_FORMAT") == "json":
+        print(json.dumps({"error": {"message": message, "code": code}}), file=sys.stderr)
+    else:
+        print(f"mcptape: {message}", file=sys.stderr)
