@@ -1022,6 +1022,7 @@ class HTTPRelay:
         kept = 0
         hold: list[bytes] | None = [] if (is_sse and method == "GET" and not ex.attached) else None
         unsent: list[SSEEvent] | None = None
+        answering = False
         held_size = 0
         outcome = "complete"
         error: str | None = None
@@ -1031,12 +1032,13 @@ class HTTPRelay:
                 async for chunk in resp.content.iter_any():
                     _quickack(qsock)
                     events = parser.feed(chunk) if parser is not None else None
+                    answering = False
                     if events:
                         # Parsed (not recorded) before the write: the host may close the moment
                         # it has the response, and that close must not read as a cancellation.
                         unsent = events
                         if not ex.responded and method == "POST":
-                            self._note_response(ex, events)
+                            answering = self._has_response(events)
                     if hold is not None:
                         hold.append(chunk)
                         held_size += len(chunk)
@@ -1053,6 +1055,8 @@ class HTTPRelay:
                     else:
                         await sresp.write(chunk)
                         ex.response_size += len(chunk)
+                    if answering:
+                        ex.responded = True
                     if events is not None:
                         unsent = None
                         self._sse_events(ex, events, is_mcp)
@@ -1069,7 +1073,10 @@ class HTTPRelay:
             await sresp.write_eof()
         except asyncio.CancelledError:
             if unsent:
-                self._sse_events(ex, unsent, is_mcp)  # forwarded (or being), so recorded
+                # Cancelled while the chunk was being written: it was handed to the host's
+                # connection, so it is recorded (and counts as delivered).
+                self._sse_events(ex, unsent, is_mcp)
+                ex.responded = ex.responded or answering
             if ex.responded and not self._stopping:
                 # The SDK closes a POST's event stream as soon as it has the response: the
                 # exchange completed; only the HTTP stream was left before its end.
@@ -1082,8 +1089,14 @@ class HTTPRelay:
             ex.finish(outcome, error)
             raise
         except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
-            # Writing to the host failed: the host went away.
-            outcome, error = "host_aborted", f"host went away: {exc!r}"
+            # Writing to the host failed: the host went away (complete if it had its answer).
+            if unsent:
+                self._sse_events(ex, unsent, is_mcp)  # the upstream sent them (host did not get)
+            if ex.responded:
+                outcome, error = "complete", None
+                ex.meta["host_closed_after_response"] = True
+            else:
+                outcome, error = "host_aborted", f"host went away: {exc!r}"
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             # Reading from the upstream failed mid-body: cut the host's connection too, so it
             # sees a broken response exactly as it would have directly (never a clean end).
@@ -1199,13 +1212,13 @@ class HTTPRelay:
             ex.entry.streams += 1
 
     @staticmethod
-    def _note_response(ex: _Exchange, events: list[SSEEvent]) -> None:
+    def _has_response(events: list[SSEEvent]) -> bool:
         """Whether a JSON-RPC response is among these events (a cheap look at each head)."""
         for ev in events:
             head = ev.data[:160]
             if b'"method"' not in head and (b'"result"' in head or b'"error"' in head):
-                ex.responded = True
-                return
+                return True
+        return False
 
     def _attach_legacy(self, ex: _Exchange, ev: SSEEvent) -> None:
         data = ev.data.decode("utf-8", "replace").strip()
