@@ -131,11 +131,33 @@ _OAUTH_COMPANIONS = frozenset(
     {"grant_type", "redirect_uri", "code_verifier", "state", "client_id", "code_challenge"}
 )
 
-# Cheap pre-check over raw bytes: a body without any of these cannot need key-based redaction.
-_PREFILTER = re.compile(
-    rb"(?i)token|secret|passw|passphrase|api[-_]?key|assertion|verifier|authoriz|cookie|"
-    rb'"code"|private[-_]?key|"otp"|"totp"|"pin"|"ssn"|device[-_]?code|user[-_]?code'
+# Cheap pre-check over the lower-cased raw bytes: a body without any of these cannot need
+# key-based redaction. ``bytes.lower()`` then a case-sensitive alternation is several times
+# faster than one case-insensitive regex on the small bodies that make up most traffic.
+_PREFILTER_WORDS = (
+    b"token",
+    b"secret",
+    b"pass",
+    b"apikey",
+    b"api_key",
+    b"api-key",
+    b"assertion",
+    b"verifier",
+    b"authoriz",
+    b"cookie",
+    b'"code"',
+    b"private",
+    b'"otp"',
+    b'"totp"',
+    b'"pin"',
+    b'"ssn"',
+    b"device",
+    b"user_code",
+    b"usercode",
+    b"user-code",
+    b"code=",
 )
+_PREFILTER = re.compile(b"|".join(re.escape(w) for w in _PREFILTER_WORDS))
 
 # Byte-level fallback for bodies that are not parseable JSON.
 _FALLBACK_JSON = re.compile(
@@ -304,7 +326,7 @@ class Redactor:
 
     # ---------------------------------------------------------------- bodies
     def _needs_look(self, raw: bytes) -> bool:
-        if _PREFILTER.search(raw) is not None:
+        if _PREFILTER.search(raw.lower()) is not None:
             return True
         if self._always_parse:
             return True
