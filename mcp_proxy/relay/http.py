@@ -98,6 +98,8 @@ META_BODY_LIMIT = 64 << 10
 #: A request still waiting for its response after this long is handed to the recorder (so that
 #: long calls show while they run); quicker exchanges are handed over once, complete.
 REGISTER_AFTER = 0.25
+#: Seconds in-flight exchanges get to finish when the relay stops.
+SHUTDOWN_GRACE = 2.0
 #: How much of a GET event-stream is held back looking for a legacy ``endpoint`` event.
 ENDPOINT_HOLD_LIMIT = 64 << 10
 
@@ -420,7 +422,11 @@ class HTTPRelay:
             max_field_size=64 * 1024,
             access_log=None,
         )
-        self._runner = web.ServerRunner(self._server, handle_signals=False)
+        # In-flight exchanges (open event streams) get a short grace period at shutdown, then
+        # are cancelled and recorded as relay_shutdown: Ctrl-C must not wait a minute.
+        self._runner = web.ServerRunner(
+            self._server, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
         try:
@@ -715,7 +721,7 @@ class HTTPRelay:
                 )
         except asyncio.CancelledError:
             self._finish_request_body(ex)
-            ex.finish(self._abort_outcome(), "host closed the connection before the response")
+            ex.finish(self._abort_outcome(), self._abort_error())
             raise
         except TimeoutError as exc:
             if isinstance(exc, UpstreamConnectTimeout):
@@ -763,6 +769,9 @@ class HTTPRelay:
 
     def _abort_outcome(self) -> str:
         return "relay_shutdown" if self._stopping else "host_aborted"
+
+    def _abort_error(self) -> str:
+        return "the relay was stopped" if self._stopping else "host closed the connection"
 
     @staticmethod
     def _describe_failure(exc: BaseException) -> tuple[int, str, str]:
@@ -980,7 +989,7 @@ class HTTPRelay:
                 body = await resp.read()
             except asyncio.CancelledError:
                 self._finish_request_body(ex)
-                ex.finish(self._abort_outcome(), "host closed the connection")
+                ex.finish(self._abort_outcome(), self._abort_error())
                 raise
             except (aiohttp.ClientError, OSError) as exc:
                 self._finish_request_body(ex)
@@ -999,7 +1008,7 @@ class HTTPRelay:
                 await sresp.write_eof()
             except asyncio.CancelledError:
                 self._finish_request_body(ex)
-                ex.finish(self._abort_outcome(), "host closed the connection")
+                ex.finish(self._abort_outcome(), self._abort_error())
                 raise
             except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
                 self._finish_request_body(ex)
@@ -1083,7 +1092,7 @@ class HTTPRelay:
                 outcome, error = "complete", None
                 ex.meta["host_closed_after_response"] = True
             else:
-                outcome, error = self._abort_outcome(), "host closed the connection"
+                outcome, error = self._abort_outcome(), self._abort_error()
             self._close_stream(ex, parser, parts, ctype, encoding, is_mcp, complete=False)
             self._finish_request_body(ex)
             ex.finish(outcome, error)

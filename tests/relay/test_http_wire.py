@@ -510,3 +510,39 @@ def test_header_values_non_ascii_and_invalid(proxy: Any, fake_upstream: FakeUpst
     assert ex[1]["status"] == 200 and ex[1]["outcome"] == "complete"
     assert ["X-Name", "Zo\\xeb"] in ex[1]["request_headers"]  # recorded escaped
     assert len(ex) == 3  # the malformed request never became an exchange
+
+
+def test_large_response_streams_through(proxy: Any, fake_upstream: FakeUpstream) -> None:
+    with proxy(fake_upstream.origin + "/mcp") as px:
+        status, headers, data = http_raw(px.url, "GET", "/big?mib=30")
+        assert status == 200 and len(data) == 30 << 20 and data.count(b"x") == len(data)
+        assert dict(headers)["Content-Length"] == str(30 << 20)
+        assert px.stop() == 0
+    (ex,) = px.exchanges()
+    assert ex["response_size"] == 30 << 20 and ex["outcome"] == "complete"
+    body = ex["meta"]["response_body"]  # not MCP: kept capped in meta, not as a frame
+    assert body["size"] == 30 << 20 and body["truncated"] is True
+
+
+def test_stop_with_an_open_stream(proxy: Any, fake_upstream: FakeUpstream) -> None:
+    """Ctrl-C with an event stream open: a short grace, then the stream is cut and recorded."""
+    with proxy(fake_upstream.origin + "/mcp") as px:
+        u = urlsplit(px.url)
+        s = socket.create_connection((u.hostname, u.port), timeout=10)
+        s.sendall(
+            f"GET /sse-timed?n=1000&gap=0.05 HTTP/1.1\r\nHost: {u.netloc}\r\n"
+            "Accept: text/event-stream\r\n\r\n".encode()
+        )
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        assert px.stop() == 0
+        assert time.monotonic() - t0 < 15
+        s.close()
+    (ex,) = px.exchanges()
+    assert ex["outcome"] == "relay_shutdown" and ex["error"] == "the relay was stopped"
+    frames = px.frames()
+    assert len(frames) >= 5 and [int(f["sse_id"]) for f in frames] == list(range(len(frames)))
+    (session,) = px.sessions()
+    assert (
+        session["status"] == "ended" and session["meta"]["grouping"]["ended_by"] == "relay stopped"
+    )
