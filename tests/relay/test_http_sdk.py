@@ -282,3 +282,27 @@ def test_record_http_rejects_bad_upstream(tmp_path: Path) -> None:
     )
     assert r.returncode == 2
     assert b"--upstream must be an http:// or https:// URL" in r.stderr
+
+
+async def test_mrtr_round_trip_recorded(proxy: Any) -> None:
+    """2026-07-28 multi-round-trip: input_required, the client's answers, the retry — relayed."""
+    with start_upstream("--transport", "http", "--preset", "basic,mrtr") as up:
+
+        async def run(url: str) -> str:
+            rec = CallbackRecorder()
+            async with make_client(url, mode="auto", recorder=rec) as client:
+                return tool_text(await client.call_tool("confirm", {"action": "deploy"}))
+
+        direct = await run(up.url)
+        with proxy(up.url) as px:
+            relayed = await run(local_url(px, up.url))
+            assert px.stop() == 0
+    assert relayed == direct == "deploy: accept: Ada"
+    frames = px.frames()
+    calls = [f for f in frames if f["method"] == "tools/call"]
+    assert len(calls) == 2 and calls[0]["msg_id"] != calls[1]["msg_id"]  # the retry: a new id
+    first = next(f for f in frames if f["direction"] == "s2c" and f["msg_id"] == calls[0]["msg_id"])
+    assert json.loads(first["raw"])["result"]["resultType"] == "input_required"
+    retry = json.loads(calls[1]["raw"])["params"]
+    assert "requestState" in retry and "inputResponses" in retry
+    assert len(px.sessions()) == 1
