@@ -306,3 +306,21 @@ async def test_mrtr_round_trip_recorded(proxy: Any) -> None:
     retry = json.loads(calls[1]["raw"])["params"]
     assert "requestState" in retry and "inputResponses" in retry
     assert len(px.sessions()) == 1
+
+
+async def test_subscriptions_listen_stream(proxy: Any, up_stateful: Upstream) -> None:
+    """A long-lived 2026-07-28 listen POST: acknowledged through the relay, closed by the host."""
+    with proxy(up_stateful.url) as px:
+        async with make_client(local_url(px, up_stateful.url), mode="auto") as client:
+            async with client.listen(tools_list_changed=True) as sub:
+                assert sub.honored is not None
+            await client.call_tool("echo", {"text": "after listen"})  # the relay serves on
+        assert px.stop() == 0
+    frames = px.frames()
+    listen = next(f for f in frames if f["method"] == "subscriptions/listen")
+    ack = next(f for f in frames if f["method"] == "notifications/subscriptions/acknowledged")
+    assert ack["http_exchange_id"] == listen["http_exchange_id"] and ack["channel"] == "sse"
+    meta = json.loads(ack["raw"])["params"]["_meta"]
+    assert meta["io.modelcontextprotocol/subscriptionId"] == json.loads(listen["raw"])["id"]
+    ex = next(e for e in px.exchanges() if e["id"] == listen["http_exchange_id"])
+    assert ex["outcome"] == "host_aborted"  # closing the stream is how a listen ends
