@@ -127,6 +127,9 @@ _TOKEN_ALLOW = frozenset(
         "maxtoken",
     }
 )
+#: Query parameters that carry credentials in URLs besides the JSON names (``?key=`` is how
+#: several APIs take their key; ``code`` is an OAuth authorization code on a redirect).
+_URL_KEYS = frozenset({"code", "key", "auth", "sig", "signature"})
 _OAUTH_COMPANIONS = frozenset(
     {"grant_type", "redirect_uri", "code_verifier", "state", "client_id", "code_challenge"}
 )
@@ -315,7 +318,7 @@ class Redactor:
         changed = False
         new_pairs = []
         for k, v in pairs:
-            if v and (k.lower() == "code" or is_sensitive_key(k)):
+            if v and (k.lower() in _URL_KEYS or is_sensitive_key(k)):
                 v = REDACTED
                 changed = True
             new_pairs.append((k, v))

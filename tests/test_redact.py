@@ -208,6 +208,7 @@ def test_forms_urls_and_fallback() -> None:
     assert changed and raw == b"grant_type=authorization_code&code=[REDACTED]&redirect_uri=x"
     assert R.url("https://h/cb?code=abc&state=s") == "https://h/cb?code=[REDACTED]&state=s"
     assert R.url("https://h/p?x=1") == "https://h/p?x=1"
+    assert R.url("https://h/p?key=abc&alt=json") == "https://h/p?key=[REDACTED]&alt=json"
     broken = b'{"jsonrpc":"2.0","params":{"password":"hunter2","x":"y"'  # cut short: not JSON
     raw, changed = R.body(broken)
     assert changed and b"hunter2" not in raw and b'"x":"y"' in raw
