@@ -205,6 +205,7 @@ class _Exchange:
         "mono0",
         "outcome",
         "pending",
+        "pre",
         "relay",
         "req_ctype",
         "request_size",
@@ -241,6 +242,8 @@ class _Exchange:
         self.outcome: str | None = None
         self.want_register = False
         self.late: dict[str, Any] = {}
+        #: What describing the request for the recording needs (see HTTPRelay._describe).
+        self.pre: tuple[Any, ...] | None = None
         #: Registers a request still waiting for its response after a moment (long calls show
         #: up while they run); cancelled when the exchange ends first.
         self.timer: asyncio.TimerHandle | None = None
@@ -296,6 +299,10 @@ class _Exchange:
     def attach_fallback(self) -> None:
         if self.entry is not None:
             return
+        if self.pre is not None:
+            self.relay._describe(self)  # it may name the client (and attach)
+            if self.entry is not None:
+                return
         router = self.relay.router
         key, rule, grouping = self.fallback or router.keyless(self.authorization)
         self.attach(router.get(key, rule, grouping=grouping))
@@ -321,6 +328,7 @@ class _Exchange:
     def finish(self, outcome: str, error: str | None = None) -> None:
         if self.finished:
             return
+        self.relay._describe(self)
         self.finished = True
         self.outcome = outcome
         self.attach_fallback()
@@ -502,7 +510,6 @@ class HTTPRelay:
                 text="mcptape is a reverse proxy: send requests to its own origin "
                 "(for a forward proxy, use the mitmproxy addon)\n",
             )
-        redactor = self.redactor
         target = self.target
         path, _, query = raw_path.partition("?")
 
@@ -567,24 +574,9 @@ class HTTPRelay:
         head_parts.append(b"\r\n")
         head = b"".join(head_parts)
 
-        up_url = target.origin + raw_path
-        meta: dict[str, Any] = {
-            "local_url": redactor.url(self.local_origin + raw_path),
-            "http_version": f"{request.version.major}.{request.version.minor}",
-        }
-        peer = request.transport.get_extra_info("peername") if request.transport else None
-        if peer:
-            meta["peer"] = f"{peer[0]}:{peer[1]}"
-        red_headers = redactor.headers(rec_headers)
-        if has_mcp:
-            meta["mcp_headers"] = mcp_headers(red_headers)
-        fields = {
-            "method": method,
-            "url": redactor.url(up_url),
-            "request_headers": red_headers,
-            "started_at": wall0,
-        }
-        ex = _Exchange(self, fields, meta)
+        # Only what forwarding needs happens before the request leaves; describing it for
+        # the recording (redaction, metadata, client identity, frames) runs right after.
+        ex = _Exchange(self, {"method": method, "started_at": wall0}, {})
         ex.mono0 = mono0
         ex.authorization = authorization
 
@@ -617,6 +609,7 @@ class HTTPRelay:
         req_ctype = request.headers.get("Content-Type")
         ex.req_ctype = req_ctype
         ex.is_mcp = self._is_mcp_path(path)
+        ex.pre = (request, rec_headers, has_mcp, raw_path, None)
         data: Any = None
         if request.body_exists:
             length = request.content_length
@@ -639,6 +632,7 @@ class HTTPRelay:
                 ) as exc:
                     # The host went away mid-body: nothing is forwarded (the upstream would
                     # only wait for bytes that never come); what arrived is recorded.
+                    self._describe(ex)
                     partial = b"".join(got)
                     ex.request_size = len(partial)
                     if partial:
@@ -664,51 +658,11 @@ class HTTPRelay:
                 ex.body_streaming = True
                 data = self._stream_body(request, ex)
 
-        if body:
-            facts = body_facts(body)
-            ex.facts = facts
-            if facts.is_jsonrpc:
-                ex.is_mcp = True
-            self._client_fallback(ex, facts, authorization)
-            if ex.is_mcp:
-                ex.frame(
-                    WireFrame(
-                        Direction.C2S,
-                        Channel.HTTP,
-                        body,
-                        mono0,
-                        wall0,
-                        True,
-                        extra={"content_type": req_ctype},
-                    )
-                )
-            else:
-                ex.meta["request_body"] = self._meta_body(body, req_ctype)
-        if not ex.attached:
-            # Defer only where the response names the session: ``initialize`` (its
-            # Mcp-Session-Id), a GET that may open a legacy SSE stream (its endpoint event),
-            # and a streamed body (its head is read once it has gone out).
-            if ex.facts is not None and ex.facts.is_initialize:
-                pass
-            elif method == "GET" and "text/event-stream" in request.headers.get("Accept", ""):
-                pass
-            elif ex.body_streaming:
-                pass
-            elif ex.fallback is not None:
-                key, rule, grouping = ex.fallback
-                ex.attach(self.router.get(key, rule, grouping=grouping))
-            else:
-                ex.attach_fallback()
+        ex.pre = (request, rec_headers, has_mcp, raw_path, body)
 
         # Forward.
         assert self._pool is not None
-        loop = asyncio.get_running_loop()
-        if ex.entry is not None and ex.entry.streams:
-            # The session has a stream open (legacy SSE, a GET stream): what it carries may
-            # answer this request, so the request is queued for recording right after it left.
-            loop.call_soon(ex.register)
-        else:
-            ex.timer = loop.call_later(REGISTER_AFTER, ex.register)
+        asyncio.get_running_loop().call_soon(self._describe, ex)
         try:
             if self.config.response_timeout is not None:
                 async with asyncio.timeout(self.config.response_timeout):
@@ -762,6 +716,77 @@ class HTTPRelay:
                 # Not a clean end (host gone, upstream broke, cancelled): drop the upstream
                 # connection now, so the server sees the close at once.
                 resp.close()
+
+    def _describe(self, ex: _Exchange) -> None:
+        """Describe a request for the recording, once, just after it was sent upstream.
+
+        Redacted headers and URL, metadata, the session it belongs to (client identity from the
+        body when nothing else names it), its body frame — and whether it is registered with the
+        recorder at once (its session has a stream open that may answer it) or in a moment.
+        """
+        pre = ex.pre
+        if pre is None:
+            return
+        ex.pre = None
+        request, rec_headers, has_mcp, raw_path, body = pre
+        redactor = self.redactor
+        meta = ex.meta
+        meta["local_url"] = redactor.url(self.local_origin + raw_path)
+        meta["http_version"] = f"{request.version.major}.{request.version.minor}"
+        transport = request.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        if peer:
+            meta["peer"] = f"{peer[0]}:{peer[1]}"
+        red_headers = redactor.headers(rec_headers)
+        if has_mcp:
+            meta["mcp_headers"] = mcp_headers(red_headers)
+        fields = ex.fields
+        fields["url"] = redactor.url(self.target.origin + raw_path)
+        fields["request_headers"] = red_headers
+        if body:
+            facts = body_facts(body)
+            ex.facts = facts
+            if facts.is_jsonrpc:
+                ex.is_mcp = True
+            self._client_fallback(ex, facts, ex.authorization)
+            if ex.is_mcp:
+                ex.frame(
+                    WireFrame(
+                        Direction.C2S,
+                        Channel.HTTP,
+                        body,
+                        ex.mono0,
+                        ex.wall0,
+                        True,
+                        extra={"content_type": ex.req_ctype},
+                    )
+                )
+            else:
+                meta["request_body"] = self._meta_body(body, ex.req_ctype)
+        if not ex.attached:
+            # Wait only where the response names the session: ``initialize`` (its
+            # Mcp-Session-Id), a GET that may open a legacy SSE stream (its endpoint event),
+            # and a streamed body (its head is read once it has gone out).
+            method = fields["method"]
+            if ex.facts is not None and ex.facts.is_initialize:
+                pass
+            elif method == "GET" and "text/event-stream" in request.headers.get("Accept", ""):
+                pass
+            elif ex.body_streaming:
+                pass
+            elif ex.fallback is not None:
+                key, rule, grouping = ex.fallback
+                ex.attach(self.router.get(key, rule, grouping=grouping))
+            else:
+                ex.attach_fallback()
+        if ex.finished:
+            return
+        if ex.entry is not None and ex.entry.streams:
+            # The session has a stream open (legacy SSE, a GET stream): what it carries may
+            # answer this request, so the request is recorded now, before anything else.
+            ex.register()
+        else:
+            ex.timer = asyncio.get_running_loop().call_later(REGISTER_AFTER, ex.register)
 
     def _looks_like_sse_open(self, path: str, request: web.BaseRequest) -> bool:
         accept = request.headers.get("Accept", "")
@@ -908,6 +933,7 @@ class HTTPRelay:
         path: str,
     ) -> web.StreamResponse:
         first_byte = time.time()
+        self._describe(ex)
         qsock = _quickack_socket(resp)
         _quickack(qsock)
         if ex.body_streaming and not ex.body_done:
