@@ -1395,8 +1395,8 @@ async def _serve(config: RelayConfig, db_url: str) -> int:
 
 
 def _loop_factory() -> Any:
-    """uvloop's event loop when it is installed (it roughly halves the loop's own cost per
-    request); the standard loop otherwise. ``MCPTAPE_LOOP=asyncio`` forces the standard one."""
+    """uvloop's event loop when it is installed (cheaper I/O per request: about 15% less relay
+    CPU here); the standard loop otherwise. ``MCPTAPE_LOOP=asyncio`` forces the standard one."""
     if os.environ.get("MCPTAPE_LOOP", "").lower() == "asyncio":
         return None
     try:
