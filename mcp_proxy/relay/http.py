@@ -11,14 +11,16 @@ at ``http://127.0.0.1:8765/mcp`` instead. What the relay guarantees, and how:
   keep-alive comments included; large request bodies stream through too. When the host closes
   its side, the handler is cancelled (``handler_cancellation``) and the upstream response is
   closed at once — in the 2026-07-28 era that *is* how a request is cancelled.
-- **Transparency.** Status, reason and end-to-end headers pass through in order; hop-by-hop
-  headers are dropped as RFC 9110 requires; ``Host`` is rewritten to the upstream's (servers with
-  DNS-rebinding protection refuse anything else); bodies are byte-exact (no decompression, no
-  re-encoding). The one rewrite of content: a legacy SSE ``endpoint`` event carrying an absolute
+- **Transparency.** The request head goes upstream as the host's own bytes (names, values,
+  order), with hop-by-hop headers dropped as RFC 9110 requires and ``Host`` rewritten to the
+  upstream's (servers with DNS-rebinding protection refuse anything else); status, reason and
+  end-to-end response headers pass through in order; bodies are byte-exact (no decompression,
+  no re-encoding). The one rewrite of content: a legacy SSE ``endpoint`` event carrying an absolute
   URL of the upstream origin is pointed at the relay, or the host would post around it.
-- **Recording is a copy.** Frames and exchanges go to the recorder (a deque append) only after
-  the bytes were forwarded; classification, redaction of bodies and database writes happen in the
-  recorder's writer thread.
+- **Recording is a copy.** Frames and exchanges go to the recorder — a separate process fed
+  through a pipe (:mod:`mcp_proxy.recorder_proc`) — only after the bytes were forwarded; a quick
+  exchange is handed over once, complete. Classification, redaction of bodies and database
+  writes happen there, never on this event loop.
 
 What is a frame here: every JSON-RPC body of an MCP exchange — a request body, a JSON response
 body, or one SSE event's ``data`` (event type and id in their own columns) — exactly as the
@@ -29,8 +31,8 @@ exchanges (``/.well-known/*``, OAuth endpoints) are kept, redacted and capped, i
 ``meta.request_body`` / ``meta.response_body`` rather than as frames, so that analysis never
 mistakes an OAuth document for a JSON-RPC message.
 
-When the relay itself answers (upstream unreachable, timed out, refused a header it cannot
-relay) the body is a JSON-RPC error with ``id: null`` — which the SDK client surfaces as the
+When the relay itself answers (upstream unreachable, timed out, reset before its response) the
+body is a JSON-RPC error with ``id: null`` — which the SDK client surfaces as the
 error message — plus an ``X-Mcptape-Error`` header; the exchange records what happened, and no
 frame is invented for the server.
 """
