@@ -100,6 +100,8 @@ META_BODY_LIMIT = 64 << 10
 #: A request still waiting for its response after this long is handed to the recorder (so that
 #: long calls show while they run); quicker exchanges are handed over once, complete.
 REGISTER_AFTER = 0.25
+#: How long the rest of an event stream is read after the host left with its response.
+TAIL_READ = 1.0
 #: Seconds in-flight exchanges get to finish when the relay stops.
 SHUTDOWN_GRACE = 2.0
 #: How much of a GET event-stream is held back looking for a legacy ``endpoint`` event.
@@ -200,6 +202,7 @@ class _Exchange:
         "fallback",
         "fields",
         "finished",
+        "handed_off",
         "is_mcp",
         "late",
         "local_id",
@@ -243,6 +246,7 @@ class _Exchange:
         self.is_mcp = False
         self.outcome: str | None = None
         self.want_register = False
+        self.handed_off = False
         self.late: dict[str, Any] = {}
         #: What describing the request for the recording needs (see HTTPRelay._describe).
         self.pre: tuple[Any, ...] | None = None
@@ -413,6 +417,8 @@ class HTTPRelay:
         self._runner: web.ServerRunner | None = None
         self._server: web.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        #: Tasks reading the rest of event streams the host left (see _read_rest).
+        self._tails: set[asyncio.Task[None]] = set()
         self._stopping = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -474,6 +480,10 @@ class HTTPRelay:
             # Stops accepting, then waits up to shutdown_timeout for handlers, then cancels.
             await self._runner.cleanup()
             self._runner = None
+        for task in list(self._tails):
+            task.cancel()
+        if self._tails:
+            await asyncio.gather(*self._tails, return_exceptions=True)
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -712,7 +722,9 @@ class HTTPRelay:
         try:
             return await self._respond(request, ex, resp, method, path)
         finally:
-            if ex.outcome == "complete":
+            if ex.handed_off:
+                pass  # the rest of the response is read by a task of its own (_read_rest)
+            elif ex.outcome == "complete":
                 resp.release()
             else:
                 # Not a clean end (host gone, upstream broke, cancelled): drop the upstream
@@ -1114,13 +1126,20 @@ class HTTPRelay:
                 # connection, so it is recorded (and counts as delivered).
                 self._sse_events(ex, unsent, is_mcp)
                 ex.responded = ex.responded or answering
-            if ex.responded and not self._stopping:
+            if ex.responded and not self._stopping and parser is not None:
                 # The SDK closes a POST's event stream as soon as it has the response: the
-                # exchange completed; only the HTTP stream was left before its end.
-                outcome, error = "complete", None
+                # exchange completed; only the HTTP stream was left before its end. The rest
+                # of the upstream's stream is read (and recorded) aside, so that its connection
+                # can serve the next request instead of being torn down and reopened.
                 ex.meta["host_closed_after_response"] = True
-            else:
-                outcome, error = self._abort_outcome(), self._abort_error()
+                self._finish_request_body(ex)
+                ex.finish("complete")
+                ex.handed_off = True
+                task = asyncio.create_task(self._read_rest(ex, resp, parser, is_mcp))
+                self._tails.add(task)
+                task.add_done_callback(self._tails.discard)
+                raise
+            outcome, error = self._abort_outcome(), self._abort_error()
             self._close_stream(ex, parser, parts, ctype, encoding, is_mcp, complete=False)
             self._finish_request_body(ex)
             ex.finish(outcome, error)
@@ -1149,6 +1168,33 @@ class HTTPRelay:
             self._after(ex, method, status, path)
         ex.finish(outcome, error)
         return sresp
+
+    async def _read_rest(
+        self, ex: _Exchange, resp: UpstreamResponse, parser: SSEParser, is_mcp: bool
+    ) -> None:
+        """After the host left with its response: read the upstream stream to its end (briefly).
+
+        The upstream's last events are recorded (what it sent, though the host no longer got
+        them), and the connection goes back to the pool when the stream ends in time.
+        """
+        after = 0
+        try:
+            async with asyncio.timeout(TAIL_READ):
+                async for chunk in resp.content.iter_any():
+                    events = parser.feed(chunk)
+                    after += sum(1 for e in events if not e.comment_only)
+                    self._sse_events(ex, events, is_mcp)
+            rest = parser.flush()
+            if rest is not None:
+                self._sse_events(ex, [rest], is_mcp, complete=False)
+            resp.release()
+        except asyncio.CancelledError:
+            resp.close()
+            raise
+        except Exception:  # timed out, or the upstream broke: the connection is not reused
+            resp.close()
+        if after:
+            ex.update(meta={**ex.meta, "events_after_host_closed": after})
 
     def _after(self, ex: _Exchange, method: str, status: int, path: str) -> None:
         """Session bookkeeping once an exchange completed (DELETE ends a session)."""
