@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from mcp import StdioServerParameters
 
 from mcp_proxy.testing.client import (
     SCRIPTED_PRESETS,
@@ -16,31 +15,10 @@ from mcp_proxy.testing.client import (
     stdio_params,
     tool_text,
 )
-from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
+from tests.helpers.proxy import proxied
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def proxied(params: StdioServerParameters, db: Path, name: str) -> StdioServerParameters:
-    """The same server, launched through mcptape exactly as a host would after `install`."""
-    cmd = mcptape_cmd()
-    return params.model_copy(
-        update={
-            "command": cmd[0],
-            "args": [
-                *cmd[1:],
-                "record",
-                "--db",
-                str(db),
-                "--name",
-                name,
-                "--",
-                params.command,
-                *params.args,
-            ],
-        }
-    )
 
 
 def _session(db: Path, name: str) -> dict:

@@ -12,7 +12,6 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import StdioServerParameters
 
 from mcp_proxy.analysis import analyze
 from mcp_proxy.testing.client import (
@@ -24,30 +23,11 @@ from mcp_proxy.testing.client import (
 )
 from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
+from tests.helpers.proxy import proxied
 
 pytestmark = pytest.mark.timeout(90)
 
 PRESETS = "basic,slow,failing,sampling,elicitation,mrtr"
-
-
-def proxied(params: StdioServerParameters, db: Path, name: str) -> StdioServerParameters:
-    cmd = mcptape_cmd()
-    return params.model_copy(
-        update={
-            "command": cmd[0],
-            "args": [
-                *cmd[1:],
-                "record",
-                "--db",
-                str(db),
-                "--name",
-                name,
-                "--",
-                params.command,
-                *params.args,
-            ],
-        }
-    )
 
 
 def analysed(db: Path, name: str) -> Any:

@@ -22,30 +22,14 @@ from mcp_proxy.testing.client import (
     stdio_params,
 )
 from tests.conftest import mcptape_cmd
+from tests.helpers.proxy import proxied
 from tests.travel.conftest import PY, RECORDINGS, child_env, run_cli, server
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def _through_record(params: StdioServerParameters, db: Path, name: str) -> StdioServerParameters:
-    cmd = mcptape_cmd()
-    return params.model_copy(
-        update={
-            "command": cmd[0],
-            "args": [
-                *cmd[1:],
-                "record",
-                "--db",
-                str(db),
-                "--name",
-                name,
-                "--",
-                params.command,
-                *params.args,
-            ],
-            "env": child_env(),
-        }
-    )
+    return proxied(params, db, name, env=child_env())
 
 
 def _mock_params(*args: str) -> StdioServerParameters:
