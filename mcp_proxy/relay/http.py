@@ -287,6 +287,7 @@ class _Exchange:
         if self.entry is None:
             self.want_register = True
             return
+        self._flush_earlier_streams()
         rec = self.relay.recorder
         if rec is None:
             self.pending = []
@@ -297,6 +298,37 @@ class _Exchange:
             frame.http_exchange = self.local_id
             rec.put(sid, frame)
         self.pending = []
+
+    def _flush_earlier_streams(self) -> None:
+        """Register the session's streams still held back, so frames keep their wire order."""
+        assert self.entry is not None
+        waiting = self.entry.pending_streams
+        if not waiting:
+            return
+        if self in waiting:
+            waiting.remove(self)
+        for other in list(waiting):
+            other.register()
+
+    def hold_stream(self) -> None:
+        """A streaming response: count it, and hold its recording back for a moment.
+
+        Most event streams of a POST carry one response and end within milliseconds; those are
+        then recorded in one record at their end, like quick exchanges. A stream still open
+        after ``REGISTER_AFTER`` (a GET stream, a slow tool with progress) registers then and
+        its frames flow live; another exchange of the session registering first flushes it.
+        """
+        entry = self.entry
+        if entry is None:
+            return
+        if not self.streaming:
+            self.streaming = True
+            entry.streams += 1
+        if self.local_id is None:
+            if self not in entry.pending_streams:
+                entry.pending_streams.append(self)
+            if self.timer is None:
+                self.timer = asyncio.get_running_loop().call_later(REGISTER_AFTER, self.register)
 
     def later(self, **fields: Any) -> None:
         """Fields for the final update (saves a record for exchanges that end quickly)."""
@@ -355,6 +387,8 @@ class _Exchange:
         if self.local_id is None:
             self.fields.update(final)
             rec = self.relay.recorder
+            if self.entry is not None:
+                self._flush_earlier_streams()
             if rec is not None and self.entry is not None:
                 # A quick exchange: row and frames in one record.
                 self.local_id = rec.record_exchange(
@@ -1007,10 +1041,7 @@ class HTTPRelay:
             ex.later(**head)  # recorded with the end of the exchange, a moment from now
         else:
             ex.update(**head)
-            ex.register()
-            if ex.entry is not None and not ex.streaming:
-                ex.streaming = True
-                ex.entry.streams += 1
+            ex.hold_stream()
         if resp.reason and resp.reason != _default_reason(status):
             ex.meta["reason"] = resp.reason
 
@@ -1288,11 +1319,8 @@ class HTTPRelay:
             )
         if not ex.attached:
             ex.attach_fallback()
-        if ex.local_id is None and ex.attached:
-            ex.register()
-        if not ex.streaming and ex.entry is not None:
-            ex.streaming = True
-            ex.entry.streams += 1
+        if not ex.streaming:
+            ex.hold_stream()
 
     @staticmethod
     def _has_response(events: list[SSEEvent]) -> bool:

@@ -184,6 +184,8 @@ class SessionEntry:
     exchanges: int = 0
     #: Exchanges of this session streaming a response right now.
     streams: int = 0
+    #: Streaming exchanges not handed to the recorder yet, oldest first (they go first).
+    pending_streams: list[Any] = field(default_factory=list)
     ended: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
 
