@@ -324,3 +324,31 @@ async def test_subscriptions_listen_stream(proxy: Any, up_stateful: Upstream) ->
     assert meta["io.modelcontextprotocol/subscriptionId"] == json.loads(listen["raw"])["id"]
     ex = next(e for e in px.exchanges() if e["id"] == listen["http_exchange_id"])
     assert ex["outcome"] == "host_aborted"  # closing the stream is how a listen ends
+
+
+async def test_mcp_param_headers_kept_and_decoded(proxy: Any, up_stateful: Upstream) -> None:
+    """Mcp-Param-* mirrored from an x-mcp-header argument: stored as sent, decoded for display."""
+    with proxy(up_stateful.url) as px:
+        async with make_client(local_url(px, up_stateful.url), mode="auto") as client:
+            r1 = await client.call_tool("lookup", {"region": "eu-west", "query": "q1"})
+            r2 = await client.call_tool("lookup", {"region": "Zürich ✓", "query": "q2"})
+        assert (tool_text(r1), tool_text(r2)) == ("q1@eu-west", "q2@Zürich ✓")
+        assert px.stop() == 0
+    calls = [
+        e for e in px.exchanges() if e["meta"].get("mcp_headers", {}).get("mcp-name") == "lookup"
+    ]
+    # The client did not know the tool's x-mcp-header yet: the server refused the first call
+    # (400, header mismatch), the client fetched the tools and retried with the header.
+    assert [c["status"] for c in calls] == [400, 200, 200]
+    assert "Mcp-Param-Region" not in calls[0]["meta"]["mcp_headers"]
+    plain, encoded = (c["meta"]["mcp_headers"]["Mcp-Param-Region"] for c in calls[1:])
+    assert plain == "eu-west"
+    assert encoded["raw"].startswith("=?base64?") and encoded["decoded"] == "Zürich ✓"
+    sent = [h[1] for h in calls[2]["request_headers"] if h[0].lower() == "mcp-param-region"]
+    assert sent == [encoded["raw"]]  # the original is what is stored with the exchange
+    refused = next(
+        f
+        for f in px.frames()
+        if f["http_exchange_id"] == calls[0]["id"] and f["direction"] == "s2c"
+    )
+    assert refused["kind"] == "error" and refused["error_code"] == -32020
