@@ -98,8 +98,12 @@ def run_demo(db_url: str, *, out: Callable[[str], None] = print) -> list[str]:
     out("  mcptape sessions                      # everything recorded, newest first")
     out("  mcptape show demo                     # one session, frame by frame, pretty JSON")
     out("  mcptape show demo --format json       # the same for scripts")
-    out("  mcptape show demo --exchanges         # requests paired with responses, latency, findings")
-    out("  mcptape check demo-legacy             # the error taxonomy and protocol checks (CI-friendly)")
+    out(
+        "  mcptape show demo --exchanges         # requests paired with responses, latency, findings"
+    )
+    out(
+        "  mcptape check demo-legacy             # the error taxonomy and protocol checks (CI-friendly)"
+    )
     out("  mcptape stats                         # per-method counts, errors, latency percentiles")
     out("  mcptape export demo -o demo.jsonl     # a portable recording: diff, replay, mock")
     out("  mcptape tail                          # follow live traffic, like tcpdump for MCP")

@@ -37,6 +37,8 @@ def demo(
     url = resolve_url(db)
     ids = run_demo(url)
     if no_browser or not sys.stdout.isatty():
-        print(f"  mcptape dashboard{'' if db is None else ' --db ' + db}   # browse it in a browser")
+        print(
+            f"  mcptape dashboard{'' if db is None else ' --db ' + db}   # browse it in a browser"
+        )
         return
     open_dashboard(url, ids[0], port=port)
