@@ -380,9 +380,10 @@ def _pair_locally(session: SessionRecording) -> list[Step]:
             continue
         if "result" in msg or "error" in msg:
             req_dir = "s2c" if direction == "c2s" else "c2s"
-            step = pending.pop((req_dir, id_key(msg.get("id")) or ""), None)
-            if step is None:
+            key = (req_dir, id_key(msg.get("id")) or "")
+            if key not in pending:
                 continue  # a response to nothing: the analysis findings report it
+            step = pending.pop(key)
             step.seqs.append(f["seq"])
             step.response = msg
             if "error" in msg:
@@ -661,9 +662,9 @@ def _rejoin_moved(pairs: list[Pair], norm: Normalizer) -> list[Pair]:
                     k
                     for k in only_b
                     if k not in used
-                    and pairs[k].b is not None
-                    and (pairs[k].b.direction, pairs[k].b.method) == key
-                ),  # type: ignore[union-attr]
+                    and (b := pairs[k].b) is not None
+                    and (b.direction, b.method) == key
+                ),
                 None,
             )
             if match is not None:

@@ -74,13 +74,14 @@ def id_key(value: Any) -> str | None:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def strip_line_end(raw: bytes) -> bytes:
+def strip_line_end(raw: bytes | bytearray) -> bytes:
     """The frame's content without its line terminator (``\\n`` or ``\\r\\n``)."""
+    end = len(raw)
     if raw.endswith(b"\n"):
-        raw = raw[:-1]
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
-    return raw
+        end -= 1
+        if raw[:end].endswith(b"\r"):
+            end -= 1
+    return bytes(raw[:end])
 
 
 def classify_message(msg: Any) -> Classified:
@@ -209,7 +210,7 @@ def classify(
     return classify_message(msg)
 
 
-def parse_json(raw: bytes) -> Any:
+def parse_json(raw: bytes | bytearray) -> Any:
     """Parse a frame's JSON, or return None when it is not JSON (noise, stderr, huge)."""
     if len(raw) > FULL_PARSE_LIMIT:
         return None
@@ -219,7 +220,7 @@ def parse_json(raw: bytes) -> Any:
         return None
 
 
-def text_or_none(raw: bytes) -> str | None:
+def text_or_none(raw: bytes | bytearray) -> str | None:
     """The bytes as text when they are valid UTF-8; None otherwise (callers then use base64)."""
     try:
         return raw.decode("utf-8")
@@ -237,7 +238,7 @@ class Frame:
 
     direction: Direction
     channel: Channel
-    raw: bytes
+    raw: bytes | bytearray  # bytearray for lines that grew past LineFramer.BIG
     mono_ns: int
     wall: float
     #: False when the frame was cut short (a last line without its newline at EOF).

@@ -57,7 +57,8 @@ class HandshakeTracker:
             return None
         changes: dict[str, Any] = {}
         if direction == Direction.C2S and c.kind == Kind.REQUEST:
-            params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+            raw_params = msg.get("params")
+            params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
             if c.method in ("initialize", "server/discover") and c.msg_id is not None:
                 self._pending[c.msg_id] = c.method
             if c.method == "initialize":
@@ -69,7 +70,7 @@ class HandshakeTracker:
                     "capabilities": params.get("capabilities"),
                     "clientInfo": params.get("clientInfo"),
                 }
-            meta = params.get("_meta") if isinstance(params, dict) else None
+            meta = params.get("_meta")
             if not self._envelope_seen and isinstance(meta, dict):
                 version = meta.get(META_PREFIX + "protocolVersion")
                 if isinstance(version, str):

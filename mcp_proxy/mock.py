@@ -803,8 +803,9 @@ async def serve_http(
     await site.start()
     server = site._server
     bound = port
-    if server is not None and getattr(server, "sockets", None):
-        bound = server.sockets[0].getsockname()[1]
+    sockets = getattr(server, "sockets", None) if server is not None else None
+    if sockets:
+        bound = sockets[0].getsockname()[1]
     url = f"http://{host}:{bound}/mcp"
     if ready is not None:
         ready(url)

@@ -226,7 +226,7 @@ def _replay_for(item: pytest.Item, marker: pytest.Mark) -> None:
     if not path.exists():
         pytest.fail(f"recording {path} does not exist; a replay needs recorded traffic", False)
     try:
-        result = _run_replay(path, command, upstream, marker.kwargs)
+        result = _run_replay(path, command, upstream, dict(marker.kwargs))
     except McptapeError as exc:
         pytest.fail(f"mcptape replay of {path.name} could not run: {exc}", pytrace=False)
     if mode in ("all", "new_episodes") and result.replayed is not None:

@@ -458,7 +458,7 @@ class Redactor:
         if not self.enabled or not frame.raw:
             return frame
         try:
-            raw = frame.raw
+            raw = frame.raw if isinstance(frame.raw, bytes) else bytes(frame.raw)
             if frame.channel == Channel.STDERR:
                 new, changed = self._fallback(raw) if self._needs_look(raw) else (raw, False)
             elif frame.channel == Channel.STDIO:

@@ -206,7 +206,7 @@ class StdioRelay:
             self.session_id = self.recorder.new_session(
                 transport="stdio", name=self.name, command=list(self.argv), cwd=os.getcwd()
             )
-        old_handlers: dict[int, Any] = {}
+        old_handlers: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in FORWARDED_SIGNALS:
                 old_handlers[sig] = signal.signal(sig, self._forward_signal)

@@ -5,8 +5,6 @@ upgraded only by the alembic migrations in ``migrations/``; a test checks that t
 database and these tables agree. Portable types only (SQLite by default, PostgreSQL for teams).
 """
 
-from __future__ import annotations
-
 import sqlalchemy as sa
 
 metadata = sa.MetaData()

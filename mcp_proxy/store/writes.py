@@ -116,9 +116,8 @@ def apply_batch(engine: Engine, ops: writes_ops, exchange_ids: dict[int, int]) -
                 for r in rows:
                     local = r[_EXCHANGE_COL]
                     if local is not None:
-                        r = list(r)
-                        r[_EXCHANGE_COL] = new_ids.get(local) or exchange_ids.get(local)
-                        r = tuple(r)
+                        db_id = new_ids.get(local) or exchange_ids.get(local)
+                        r = (*r[:_EXCHANGE_COL], db_id, *r[_EXCHANGE_COL + 1 :])
                     mapped.append(r)
                 rows = mapped
             sql, order = _frame_insert(engine)
