@@ -98,4 +98,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run through the package's entry point: commands register on `mcp_proxy.cli.app`, which
+    # is not this `__main__` module's app.
+    from mcp_proxy.entry import main as entry_main
+
+    entry_main()
