@@ -59,16 +59,63 @@ async def _drive(db_url: str, name: str, mode: str) -> dict[str, Any]:
         return await run_scripted_session(client, rec)
 
 
+def _drive_http(db_url: str, name: str) -> dict[str, Any]:
+    """The same scripted session over Streamable HTTP, through ``mcptape record --upstream``."""
+    import os
+    import signal
+    import subprocess
+
+    from mcp_proxy.testing.client import (
+        SCRIPTED_PRESETS,
+        CallbackRecorder,
+        make_client,
+        run_scripted_session,
+    )
+    from mcp_proxy.testing.process import start_http_server, stop_process
+
+    async def drive(url: str) -> dict[str, Any]:
+        rec = CallbackRecorder()
+        async with make_client(url, recorder=rec) as client:
+            return await run_scripted_session(client, rec)
+
+    argv = [*mcptape_argv(), "record", "--upstream", "UPSTREAM", "--port", "0"]
+    argv += ["--db", db_url, "--name", name]
+    with start_http_server(SCRIPTED_PRESETS, name="mcptape-demo-server") as (upstream, _server):
+        argv[argv.index("UPSTREAM")] = upstream
+        relay = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        try:
+            assert relay.stderr is not None
+            local = None
+            for raw in relay.stderr:  # "mcptape: relaying http://127.0.0.1:PORT/mcp -> …"
+                line = raw.decode("utf-8", "replace")
+                if "relaying " in line:
+                    local = line.split("relaying ", 1)[1].split(" -> ", 1)[0].strip()
+                    break
+            if local is None:
+                raise McptapeError("the HTTP relay did not start")
+            result = asyncio.run(drive(local))
+            os.kill(relay.pid, signal.SIGINT)  # the relay drains its recording, then exits
+            relay.wait(30)
+            return result
+        finally:
+            stop_process(relay)
+
+
 def run_demo(db_url: str, *, out: Callable[[str], None] = print) -> list[str]:
     """Record the demo sessions and print them; returns the new session ids."""
     from mcp_proxy.render import frame_oneline, session_line
     from mcp_proxy.store.queries import Store
 
-    runs = [("demo", "auto"), ("demo-legacy", "legacy")]
+    runs = [("demo", "auto"), ("demo-legacy", "legacy"), ("demo-http", "http")]
     out(f"mcptape demo: recording into {db_url}")
     for name, mode in runs:
         try:
-            result = asyncio.run(_drive(db_url, name, mode))
+            if mode == "http":
+                result = _drive_http(db_url, name)
+            else:
+                result = asyncio.run(_drive(db_url, name, mode))
         except Exception as exc:  # the demo failing is a bug in mcptape: say what broke
             raise McptapeError(f"the demo session {name!r} failed: {exc!r}") from exc
         out(

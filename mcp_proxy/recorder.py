@@ -65,6 +65,9 @@ class _SessionState:
     #: Metadata the transport gave the session (grouping rule, redaction…); merged with what the
     #: handshake tracker learns so that neither overwrites the other in ``sessions.meta``.
     base_meta: dict[str, Any] = field(default_factory=dict)
+    #: When the session row says it started; moved back if a frame is older (a transport that
+    #: opens its session after the first exchange, e.g. HTTP grouping).
+    started_at: float | None = None
 
 
 class Recorder:
@@ -209,9 +212,8 @@ class Recorder:
         self._q.append(("session_update", session_id, fields))
 
     def end_session(self, session_id: str, *, status: str = "ended", **fields: Any) -> None:
-        self._q.append(
-            ("session_update", session_id, {"status": status, "ended_at": time.time(), **fields})
-        )
+        fields.setdefault("ended_at", time.time())
+        self._q.append(("session_update", session_id, {"status": status, **fields}))
 
     def add_finding(self, session_id: str, **fields: Any) -> None:
         self._q.append(("finding", session_id, fields))
@@ -365,6 +367,7 @@ class Recorder:
                 self._add_frame(ops, item[1], item[2])
             elif tag == "session":
                 st = self._session(item[1]["id"])
+                st.started_at = item[1].get("started_at")
                 if isinstance(item[1].get("meta"), dict):
                     st.base_meta = dict(item[1]["meta"])
                 ops.sessions.append(item[1])
@@ -431,6 +434,9 @@ class Recorder:
                 changes["meta"] = {**st.base_meta, **changes["meta"]}
             if changes:
                 ops.session_updates.setdefault(sid, {}).update(changes)
+        if st.started_at is not None and frame.wall < st.started_at:
+            st.started_at = frame.wall
+            ops.session_updates.setdefault(sid, {})["started_at"] = frame.wall
         counts = ops.session_counts.get(sid)
         if counts is None:
             counts = ops.session_counts[sid] = [0, 0.0]

@@ -206,6 +206,7 @@ class RecorderClient:
     def new_session(self, *, transport: str, **fields: Any) -> str:
         sid = uuid.uuid4().hex
         fields.setdefault("pid", os.getpid())
+        fields.setdefault("started_at", time.time())  # the relay's clock, not the worker's
         self._call("new_session", transport=transport, session_id=sid, **fields)
         return sid
 
@@ -233,6 +234,7 @@ class RecorderClient:
         self._call("update_session", session_id, **fields)
 
     def end_session(self, session_id: str, **fields: Any) -> None:
+        fields.setdefault("ended_at", time.time())
         self._call("end_session", session_id, **fields)
 
     def add_finding(self, session_id: str, **fields: Any) -> None:

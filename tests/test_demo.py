@@ -23,10 +23,18 @@ def test_demo_records_both_eras_into_the_default_database(tmp_path: Path) -> Non
     db = tmp_path / "data" / "mcptape" / "mcptape.db"
     assert db.exists()
     sessions = {s["name"]: s for s in rdb.sessions(db)}
-    assert set(sessions) == {"demo", "demo-legacy"}
+    assert set(sessions) == {"demo", "demo-legacy", "demo-http"}
     assert sessions["demo"]["era"] == "2026-07-28"
     assert sessions["demo-legacy"]["era"] == "initialize"
+    assert sessions["demo-http"]["transport"] == "http"
+    http_exchanges = rdb.rows(
+        db,
+        "SELECT COUNT(*) AS n FROM http_exchanges WHERE session_id = ?",
+        sessions["demo-http"]["id"],
+    )
+    assert http_exchanges[0]["n"] >= 13
     for s in sessions.values():
+        assert s["started_at"] <= min(f["ts"] for f in rdb.frames(db, s["id"]))
         methods = {f["method"] for f in rdb.frames(db, s["id"])}
         assert {"tools/call", "resources/read", "prompts/get", "notifications/progress"} <= methods
         assert "notifications/message" in methods
