@@ -20,7 +20,7 @@ from aiohttp import web
 from dashboard import present
 from dashboard.analysis import Analyst
 from dashboard.queries import DashboardQueries
-from dashboard.security import TOKEN_FIELD, new_token, security_middleware
+from dashboard.security import TOKEN_FIELD, is_loopback, new_token, security_middleware
 from mcp_proxy.store.queries import Store
 
 HERE = Path(__file__).resolve().parent
@@ -76,8 +76,13 @@ def create_app(
     token: str | None = None,
     extra_hosts: frozenset[str] = frozenset(),
     poll_interval: float = 0.25,
+    bind_host: str = "127.0.0.1",
 ) -> web.Application:
-    """Build the app. The store opens (and migrates) on startup and closes on cleanup."""
+    """Build the app. The store opens (and migrates) on startup and closes on cleanup.
+
+    ``bind_host`` is the address the server listens on: replay (which starts processes) is
+    only offered when it is a loopback address.
+    """
     from dashboard import views
 
     token = token or new_token()
@@ -91,7 +96,12 @@ def create_app(
     )
     app[TOKEN] = token
     app[JINJA] = make_env()
-    app[SETTINGS] = {"db_url": db_url, "poll_interval": poll_interval, "token_field": TOKEN_FIELD}
+    app[SETTINGS] = {
+        "db_url": db_url,
+        "poll_interval": poll_interval,
+        "token_field": TOKEN_FIELD,
+        "replay": is_loopback(bind_host),
+    }
     app[STREAMS] = set()
 
     async def open_store(app: web.Application) -> None:
@@ -127,7 +137,7 @@ async def serve(
     stop: asyncio.Event | None = None,
 ) -> None:
     """Run until ``stop`` is set or SIGINT/SIGTERM; announce the URL (with token) once bound."""
-    app = create_app(db_url, extra_hosts=extra_hosts)
+    app = create_app(db_url, extra_hosts=extra_hosts, bind_host=host)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     try:

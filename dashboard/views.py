@@ -63,6 +63,9 @@ def add_routes(app: web.Application) -> None:
     r.add_post(r"/annotations/{aid:\d+}" + EXT, annotation_edit)
     r.add_post(r"/annotations/{aid:\d+}/delete" + EXT, annotation_delete)
     r.add_delete(r"/annotations/{aid:\d+}" + EXT, annotation_delete)
+    from dashboard import travel
+
+    travel.add_routes(app)
 
 
 @web.middleware
@@ -460,7 +463,15 @@ async def session_page(request: web.Request) -> web.Response:
         filtered=bool(params),
         last_seq=max((r["seq"] for r in rows if r["seq"]), default=tf.after),
         live_url=_url(f"/sessions/{sid}/live", params),
+        replay_on=bool(request.app[SETTINGS].get("replay")),
+        recent=await _recent_others(request, sid),
     )
+
+
+async def _recent_others(request: web.Request, sid: str) -> list[dict[str, Any]]:
+    """Recent sessions to compare this one with (the "compare with…" form)."""
+    rows, _ = await request.app[QUERIES].search_sessions(SessionFilter(limit=20))
+    return [r for r in rows if r["id"] != sid]
 
 
 async def session_analyse(request: web.Request) -> web.Response:

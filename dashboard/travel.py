@@ -1,0 +1,240 @@
+"""Recordings leaving the dashboard and coming back: export downloads, the diff page, replay.
+
+- ``GET /sessions/{id}/export.jsonl`` / ``export.har``: what ``mcptape export`` writes, as a
+  download (HAR only for HTTP sessions: a stdio session answers 409 with the reason).
+- ``GET /diff?a=ID&b=ID`` (+ ``.json``): two sessions aligned exchange by exchange.
+- ``GET /sessions/{id}/replay`` shows the exact command a replay would run;
+  ``POST /sessions/{id}/replay`` (token in the request *and* ``confirm=yes``) re-runs the
+  recorded host traffic against that command, records it as a new session and redirects to the
+  diff between the original and the replay. Replay starts processes, so it is off (403) when
+  the dashboard is bound beyond loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+from aiohttp import web
+
+from dashboard import present
+from dashboard.app import JINJA, QUERIES, SETTINGS, STORE, render
+from dashboard.queries import BadRequest, SessionFilter
+from mcp_proxy.errors import UserError
+
+SID = r"{sid:[0-9a-f]{1,32}}"
+EXT = r"{ext:(\.json)?}"
+#: Seconds a replay may take as a whole (the replay's own per-response timeout is shorter).
+REPLAY_TIMEOUT = 60.0
+#: Seconds to wait for one response during a replay.
+REPLAY_STEP_TIMEOUT = 15.0
+REPLAY_OFF = (
+    "Replay is disabled: this dashboard is bound beyond loopback, and a replay starts"
+    " processes on this machine. Run `mcptape replay` locally, or serve the dashboard on"
+    " 127.0.0.1."
+)
+EXPORT_TYPES = {"jsonl": "application/x-ndjson", "har": "application/json"}
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get(f"/sessions/{SID}/export.{{fmt:jsonl|har}}", export_download)
+    r.add_get("/diff" + EXT, diff_page)
+    r.add_get(f"/sessions/{SID}/replay" + EXT, replay_confirm)
+    r.add_post(f"/sessions/{SID}/replay" + EXT, replay_run)
+
+
+def _error(request: web.Request, status: int, message: str) -> web.Response:
+    if request.match_info.get("ext") == ".json" or "application/json" in request.headers.get(
+        "Accept", ""
+    ):
+        return web.json_response({"error": {"status": status, "message": message}}, status=status)
+    html = request.app[JINJA].get_template("error.html").render(status=status, message=message)
+    return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
+
+
+def replay_enabled(app: web.Application) -> bool:
+    return bool(app[SETTINGS].get("replay", False))
+
+
+def replay_argv(session: dict[str, Any]) -> list[str] | None:
+    """The argv a replay of ``session`` runs: the command it was recorded with (stdio only)."""
+    cmd = session.get("command")
+    if session.get("transport") != "stdio" or not isinstance(cmd, list) or not cmd:
+        return None
+    if not all(isinstance(part, str) for part in cmd):
+        return None
+    return list(cmd)
+
+
+# ---------------------------------------------------------------------------------- export
+
+
+def _filename(s: dict[str, Any], fmt: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", str(s.get("name") or "")).strip("-.")[:40]
+    stem = f"{name}-{s['id'][:8]}" if name else str(s["id"][:12])
+    return f"mcptape-{stem}.{fmt}"
+
+
+async def export_download(request: web.Request) -> web.Response:
+    from mcp_proxy.export import export_bytes
+
+    s = await request.app[QUERIES].session(request.match_info["sid"])
+    fmt = request.match_info["fmt"]
+    if fmt == "har" and s.get("transport") == "stdio":
+        return _error(
+            request,
+            409,
+            "HAR holds HTTP traffic; this session was recorded over stdio."
+            " Download it as JSON Lines instead.",
+        )
+    try:
+        body = await export_bytes(request.app[STORE], [s["id"]], fmt)
+    except UserError as exc:
+        return _error(request, 409, str(exc))
+    return web.Response(
+        body=body,
+        headers={
+            "Content-Type": EXPORT_TYPES[fmt] + "; charset=utf-8",
+            "Content-Disposition": f'attachment; filename="{_filename(s, fmt)}"',
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------- diff
+
+
+def _side(sid: str, step: Any) -> dict[str, Any] | None:
+    if step is None:
+        return None
+    seqs = list(step.seqs)
+    return {
+        "seqs": seqs,
+        "id": step.request_id,
+        "outcome": step.outcome,
+        "url": f"/sessions/{sid}/exchanges/{seqs[0]}" if seqs else None,
+    }
+
+
+def _value(v: Any) -> str:
+    return present.dumps(v)
+
+
+async def _recent(request: web.Request, limit: int = 20) -> list[dict[str, Any]]:
+    rows, _ = await request.app[QUERIES].search_sessions(SessionFilter(limit=limit))
+    return [{"id": r["id"], "name": r.get("name"), "started_at": r.get("started_at")} for r in rows]
+
+
+async def diff_page(request: web.Request) -> web.Response:
+    from mcp_proxy.diff import diff_sessions
+    from mcp_proxy.export import load_session
+
+    a_ref = request.query.get("a", "").strip()
+    b_ref = request.query.get("b", "").strip()
+    if not a_ref or not b_ref:
+        raise BadRequest("the diff needs two sessions: /diff?a=ID&b=ID (id prefixes or names)")
+    store = request.app[STORE]
+    a = await load_session(store, a_ref)
+    b = await load_session(store, b_ref)
+    # Aligning big conversations is CPU work: off the event loop.
+    result = await asyncio.to_thread(diff_sessions, a, b)
+    out = result.to_json()
+    for row, pair in zip(out["exchanges"], result.pairs, strict=True):
+        row["a"] = _side(a.id, pair.a)
+        row["b"] = _side(b.id, pair.b)
+    notes = request.app[SETTINGS].get("replay_notes", {}).get(b.id)
+    data = {
+        **out,
+        "sessions": {
+            "a": {"id": a.id, "name": a.session.get("name"), "label": a.label},
+            "b": {"id": b.id, "name": b.session.get("name"), "label": b.label},
+        },
+        "replay_notes": notes or [],
+    }
+    return render(request, "diff.html", data, value=_value)
+
+
+# ---------------------------------------------------------------------------------- replay
+
+
+async def replay_confirm(request: web.Request) -> web.Response:
+    s = await request.app[QUERIES].session(request.match_info["sid"])
+    if not replay_enabled(request.app):
+        return _error(request, 403, REPLAY_OFF)
+    argv = replay_argv(s)
+    data = {
+        "session": {"id": s["id"], "name": s.get("name"), "transport": s.get("transport")},
+        "command": argv,
+        "possible": argv is not None,
+        "reason": None if argv else _why_not(s),
+    }
+    return render(request, "replay.html", data)
+
+
+def _why_not(s: dict[str, Any]) -> str:
+    if s.get("transport") != "stdio":
+        return (
+            "Only stdio sessions can be replayed from the dashboard (HTTP replay is not"
+            " available); use `mcptape replay` with a server command."
+        )
+    return "This session has no recorded server command to run."
+
+
+async def replay_run(request: web.Request) -> web.Response:
+    from mcp_proxy.export import load_session
+    from mcp_proxy.replay import replay_stdio
+
+    if not replay_enabled(request.app):
+        return _error(request, 403, REPLAY_OFF)
+    s = await request.app[QUERIES].session(request.match_info["sid"])
+    form = await _form(request)
+    if form.get("confirm") != "yes":
+        return _error(
+            request,
+            400,
+            "A replay runs the session's recorded command; confirm it on the replay page"
+            " (confirm=yes).",
+        )
+    argv = replay_argv(s)
+    if argv is None:
+        return _error(request, 409, _why_not(s))
+    settings = request.app[SETTINGS]
+    lock: asyncio.Lock = settings.setdefault("replay_lock", asyncio.Lock())
+    if lock.locked():
+        return _error(request, 409, "A replay is already running; try again when it ends.")
+    async with lock:
+        session = await load_session(request.app[STORE], s["id"])
+        try:
+            result = await asyncio.wait_for(
+                asyncio.to_thread(
+                    replay_stdio,
+                    session,
+                    argv,
+                    settings["db_url"],
+                    timeout=settings.get("replay_step_timeout", REPLAY_STEP_TIMEOUT),
+                    origin="dashboard",
+                ),
+                timeout=settings.get("replay_timeout", REPLAY_TIMEOUT),
+            )
+        except TimeoutError:
+            return _error(request, 504, "The replay did not finish in time.")
+        except UserError as exc:
+            return _error(request, 409, f"The replay failed: {exc}")
+        except OSError as exc:
+            return _error(request, 409, f"The replay could not start the server: {exc}")
+    if result.session_id is None:
+        return _error(request, 500, "The replay was not recorded.")
+    settings.setdefault("replay_notes", {})[result.session_id] = list(result.notes)
+    location = f"/diff?a={s['id']}&b={result.session_id}"
+    if request.match_info.get("ext") == ".json" or "application/json" in request.headers.get(
+        "Accept", ""
+    ):
+        return web.json_response({**result.to_json(), "diff_url": location}, dumps=present.dumps)
+    return web.Response(status=303, headers={"Location": location})
+
+
+async def _form(request: web.Request) -> dict[str, str]:
+    from dashboard.views import _form as read_form
+
+    return await read_form(request)
