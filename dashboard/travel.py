@@ -200,29 +200,41 @@ async def replay_run(request: web.Request) -> web.Response:
     if argv is None:
         return _error(request, 409, _why_not(s))
     settings = request.app[SETTINGS]
-    lock: asyncio.Lock = settings.setdefault("replay_lock", asyncio.Lock())
-    if lock.locked():
+    if settings.get("replay_busy"):
         return _error(request, 409, "A replay is already running; try again when it ends.")
-    async with lock:
+    settings["replay_busy"] = True  # set before any await: one replay at a time
+    try:
         session = await load_session(request.app[STORE], s["id"])
-        try:
-            result = await asyncio.wait_for(
-                asyncio.to_thread(
-                    replay_stdio,
-                    session,
-                    argv,
-                    settings["db_url"],
-                    timeout=settings.get("replay_step_timeout", REPLAY_STEP_TIMEOUT),
-                    origin="dashboard",
-                ),
-                timeout=settings.get("replay_timeout", REPLAY_TIMEOUT),
+        work = asyncio.ensure_future(
+            asyncio.to_thread(
+                replay_stdio,
+                session,
+                argv,
+                settings["db_url"],
+                timeout=settings.get("replay_step_timeout", REPLAY_STEP_TIMEOUT),
+                origin="dashboard",
             )
-        except TimeoutError:
-            return _error(request, 504, "The replay did not finish in time.")
-        except UserError as exc:
-            return _error(request, 409, f"The replay failed: {exc}")
-        except OSError as exc:
-            return _error(request, 409, f"The replay could not start the server: {exc}")
+        )
+    except BaseException:
+        settings["replay_busy"] = False
+        raise
+    # The thread cannot be interrupted: "busy" lasts until it really ends, even past the timeout.
+    work.add_done_callback(lambda f: _replay_done(settings, f))
+    limit = settings.get("replay_timeout", REPLAY_TIMEOUT)
+    done, _ = await asyncio.wait({work}, timeout=limit)
+    if not done:
+        return _error(
+            request,
+            504,
+            f"The replay did not finish within {limit:g} s; the server is stopped when its own"
+            " timeouts run out, and what was replayed is recorded as a new session.",
+        )
+    try:
+        result = work.result()
+    except UserError as exc:
+        return _error(request, 409, f"The replay failed: {exc}")
+    except OSError as exc:
+        return _error(request, 409, f"The replay could not start the server: {exc}")
     if result.session_id is None:
         return _error(request, 500, "The replay was not recorded.")
     settings.setdefault("replay_notes", {})[result.session_id] = list(result.notes)
@@ -232,6 +244,12 @@ async def replay_run(request: web.Request) -> web.Response:
     ):
         return web.json_response({**result.to_json(), "diff_url": location}, dumps=present.dumps)
     return web.Response(status=303, headers={"Location": location})
+
+
+def _replay_done(settings: dict[str, Any], future: asyncio.Future[Any]) -> None:
+    settings["replay_busy"] = False
+    if not future.cancelled():
+        future.exception()  # retrieved here so a late failure is not logged as "never retrieved"
 
 
 async def _form(request: web.Request) -> dict[str, str]:

@@ -220,6 +220,22 @@ async def test_replay_off_when_bound_beyond_loopback(small: Small) -> None:
     assert _count(small) == before
 
 
+async def test_one_replay_at_a_time(small: Small) -> None:
+    from dashboard.app import SETTINGS
+
+    app = create_app(small.url, token=TOKEN)
+    async with TestClient(TestServer(app, host="127.0.0.1")) as c:
+        app[SETTINGS]["replay_busy"] = True
+        before = _count(small)
+        r = await c.post(
+            f"/sessions/{small.ids['one']}/replay.json",
+            json={"confirm": "yes"},
+            headers={**AUTH, "X-Mcptape-Token": TOKEN},
+        )
+        assert r.status == 409 and "already running" in (await r.json())["error"]["message"]
+        assert _count(small) == before
+
+
 async def test_replay_runs_and_lands_on_an_equal_diff(tc: TestClient, small: Small) -> None:
     sid = small.ids["two"]
     before = _count(small)
