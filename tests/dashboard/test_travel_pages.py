@@ -263,3 +263,46 @@ def _count(small: Small) -> int:
         return int(conn.execute("SELECT count(*) FROM sessions").fetchone()[0])
     finally:
         conn.close()
+
+
+# ---------------------------------------------------------------------------------- browser
+
+
+def test_in_a_browser_download_compare_and_replay(small: Small) -> None:
+    """Chromium through a real ``mcptape dashboard``: the buttons and forms, end to end."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.dashboard.browser import dashboard_process, launch
+
+    one = small.ids["one"]
+    with dashboard_process(small.db) as url, sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            context = browser.new_context(accept_downloads=True)
+            page = context.new_page()
+            page.set_default_timeout(30_000)
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(url)  # token → cookie
+            root = url.split("/?", 1)[0]
+            page.goto(f"{root}/sessions/{one}")
+            with page.expect_download() as dl:
+                page.locator("#export-jsonl").click()
+            assert dl.value.suggested_filename.endswith(".jsonl")
+            expect(page.locator("#export-har")).to_be_disabled()
+
+            page.locator("form.compare input[name=b]").fill("two")
+            page.locator("form.compare button").click()
+            expect(page.locator("#diff-summary")).to_contain_text("no differences")
+
+            page.goto(f"{root}/sessions/{one}")
+            page.locator("#replay-link").click()
+            expect(page.locator("#replay-command")).to_contain_text("mcp_proxy")
+            page.locator("#replay-form input[name=confirm]").check()
+            page.locator("#replay-form button").click()
+            expect(page).to_have_url(re.compile(rf"/diff\?a={one}&b=[0-9a-f]{{32}}$"))
+            expect(page.locator("#diff-summary")).to_contain_text("no differences")
+            assert errors == [], errors
+            context.close()
+        finally:
+            browser.close()
