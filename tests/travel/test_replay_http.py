@@ -1,0 +1,146 @@
+"""``mcptape replay SOURCE --upstream URL`` for real.
+
+A session is recorded over Streamable HTTP through the real relay (``mcptape record --upstream
+… --port 0``, driven by an SDK client), then replayed with the ``mcptape`` command line against
+the same HTTP test server (no differences, exit 0) and against the changed preset (the echo
+difference reported, exit 1). The replay is itself recorded through the relay and linked to the
+original with ``meta.replay_of``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mcp_proxy.testing.client import (
+    SCRIPTED_PRESETS,
+    CallbackRecorder,
+    make_client,
+    run_scripted_session,
+)
+from mcp_proxy.testing.process import READY_PREFIX, start_http_server, stop_process
+from tests.conftest import mcptape_cmd
+from tests.travel.conftest import PY, RECORDINGS, run_cli
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@contextlib.contextmanager
+def _announced(argv: list[str], prefix: str, timeout: float = 30.0) -> Iterator[str]:
+    """Run ``argv``; yield the word after ``prefix`` on the stderr line that starts with it."""
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    found: list[str] = []
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def drain() -> None:
+        assert proc.stderr is not None
+        for raw in iter(proc.stderr.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            lines.append(line)
+            if not ready.is_set() and line.startswith(prefix):
+                found.append(line[len(prefix) :].split()[0])
+                ready.set()
+        ready.set()
+
+    t = threading.Thread(target=drain, daemon=True)
+    t.start()
+    try:
+        ready.wait(timeout)
+        assert found, "did not start:\n" + "\n".join(lines[-20:])
+        yield found[0]
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # the relay drains its recording on SIGINT
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                stop_process(proc)  # type: ignore[arg-type]
+        t.join(5)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def _changed_server() -> list[str]:
+    presets = "basic_changed,slow,failing"
+    module = "mcp_proxy.testing.presets_changed"
+    return [PY, "-m", module, "--preset", presets, "--name", "mcptape-test"]
+
+
+async def test_http_record_then_replay_same_and_changed(tmp_path: Path) -> None:
+    db = tmp_path / "http.db"
+    with start_http_server(SCRIPTED_PRESETS, name="mcptape-test") as (url, _proc):
+        relay = [*mcptape_cmd(), "record", "--upstream", url, "--port", "0"]
+        argv = [*relay, "--db", str(db), "--name", "http-rt"]
+        with _announced(argv, "mcptape: relaying ") as relayed:
+            local = relayed.rstrip("/").split("/mcp")[0] + "/mcp"
+            rec = CallbackRecorder()
+            async with make_client(local, mode="legacy", recorder=rec) as client:
+                await run_scripted_session(client, rec)
+        sessions = json.loads(run_cli("sessions", "--db", str(db), "--format", "json").stdout)
+        assert [s["name"] for s in sessions] == ["http-rt"]
+        assert sessions[0]["transport"] != "stdio"
+
+        started = time.monotonic()
+        same = run_cli("replay", "http-rt", "--db", str(db), "--upstream", url)
+        assert same.returncode == 0, same.stdout + same.stderr
+        assert "no differences" in same.stdout and "Traceback" not in same.stderr
+        assert time.monotonic() - started < 30
+
+    changed_argv = [*_changed_server(), "--transport", "http", "--port", "0"]
+    with _announced(changed_argv, READY_PREFIX + " ") as changed_url:
+        changed = run_cli(
+            "replay", "http-rt", "--db", str(db), "--upstream", changed_url, "--format", "json"
+        )
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    report = json.loads(changed.stdout)
+    assert not report["equal"] and report["notes"] == []
+    diffs = [e for e in report["diff"]["exchanges"] if e["status"] != "same"]
+    echo = next(e for e in diffs if e["title"] == "→ tools/call echo")
+    assert {
+        "path": "$.result.content[0].text",
+        "kind": "changed",
+        "a": "hello, wire",
+        "b": "HELLO, WIRE",
+    } in echo["changes"]
+
+    # Both replays are sessions of their own, recorded by the relay and linked to the original.
+    sessions = json.loads(run_cli("sessions", "--db", str(db), "--format", "json").stdout)
+    original = next(s for s in sessions if s["name"] == "http-rt")
+    linked = [s for s in sessions if (s.get("meta") or {}).get("replay_of")]
+    assert len(linked) == 2
+    assert all(s["meta"]["replay_of"]["session_id"] == original["id"] for s in linked)
+    assert all(s["transport"] == original["transport"] for s in linked)
+
+
+def test_stdio_recording_replays_over_http_and_unreachable_is_reported(tmp_path: Path) -> None:
+    """A stdio recording of either era replays against the HTTP server; a dead URL is exit 1."""
+    db = str(tmp_path / "r.db")
+    with start_http_server(SCRIPTED_PRESETS, name="mcptape-test") as (url, _proc):
+        for name in ("basic-legacy", "basic-2026"):
+            file = str(RECORDINGS / f"{name}.mcptape.jsonl")
+            proc = run_cli("replay", file, "--db", db, "--upstream", url)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert "no differences" in proc.stdout
+    gone = run_cli(
+        "replay",
+        str(RECORDINGS / "basic-legacy.mcptape.jsonl"),
+        "--db",
+        db,
+        "--timeout",
+        "2",
+        "--upstream",
+        url,  # stopped above
+    )
+    assert gone.returncode == 1 and "Traceback" not in gone.stderr
+    assert "problem:" in gone.stdout
