@@ -13,7 +13,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import shlex
+import socket
 from typing import Any
 
 from aiohttp import web
@@ -163,9 +166,17 @@ async def replay_confirm(request: web.Request) -> web.Response:
     if not replay_enabled(request.app):
         return _error(request, 403, REPLAY_OFF)
     argv = replay_argv(s)
+    here = os.getcwd()
+    recorded_cwd = s.get("cwd")
     data = {
         "session": {"id": s["id"], "name": s.get("name"), "transport": s.get("transport")},
         "command": argv,
+        "shell": shlex.join(argv) if argv else None,
+        "cwd": here,
+        "recorded_cwd": recorded_cwd,
+        "cwd_differs": bool(recorded_cwd) and recorded_cwd != here,
+        "recorded_host": s.get("hostname"),
+        "host_differs": bool(s.get("hostname")) and s.get("hostname") != socket.gethostname(),
         "possible": argv is not None,
         "reason": None if argv else _why_not(s),
     }
