@@ -227,24 +227,15 @@ class Step:
 def conversation(session: SessionRecording) -> list[Step]:
     """A session's steps in the order the requests were sent.
 
-    Pairing is :func:`mcp_proxy.analysis.exchanges` when the analysis package provides it;
-    until then :func:`_pair_locally` (the same rules: ids keyed by direction, progress by token,
-    notifications to the one request in flight) stands in.
+    Pairing is :func:`mcp_proxy.analysis.exchanges.pair`, the one pairing of the project (ids
+    keyed by direction, progress by token, notifications to the request in flight); this only
+    turns its exchanges into diffable steps.
     """
-    try:
-        from mcp_proxy.analysis.exchanges import decode, pair, session_facts
-    except ImportError:
-        return _pair_locally(session)
-    return _pair_with_analysis(session, decode, pair, session_facts)
+    from mcp_proxy.analysis.exchanges import decode, pair, session_facts
 
-
-def _pair_with_analysis(
-    session: SessionRecording, decode: Any, pair: Any, facts_of: Any
-) -> list[Step]:
-    """Steps from :func:`mcp_proxy.analysis.exchanges.pair` (the one pairing of the project)."""
     msgs = decode(session.frames)
     http = {ex["id"]: ex for ex in session.exchanges}
-    pairing = pair(msgs, facts_of(msgs, session.session, http), http)
+    pairing = pair(msgs, session_facts(msgs, session.session, http), http)
     by_seq: dict[int, list[Any]] = {}
     for m in msgs:
         by_seq.setdefault(m.seq, []).append(m)
@@ -267,8 +258,9 @@ def _pair_with_analysis(
         resp = ex.response.body if ex.response is not None else None
         if isinstance(resp, dict):
             step.response = resp
-            step.seqs.append(ex.response_seq)
-            attached.add(ex.response_seq)
+            if ex.response_seq is not None:
+                step.seqs.append(ex.response_seq)
+                attached.add(ex.response_seq)
             if "error" in resp:
                 step.outcome, step.error = "error", resp.get("error")
             else:
@@ -316,85 +308,6 @@ def _pair_with_analysis(
             )
     items.sort(key=lambda t: t[0])
     return [step for _, step in items]
-
-
-def _json_frames(session: SessionRecording) -> list[tuple[dict[str, Any], Any]]:
-    from mcp_proxy.export import frame_messages
-
-    out: list[tuple[dict[str, Any], Any]] = []
-    for f, msg in frame_messages(session):
-        if isinstance(msg, list):  # a batch: each member is its own message, same frame
-            out.extend((f, m) for m in msg if isinstance(m, dict))
-        elif isinstance(msg, dict):
-            out.append((f, msg))
-    return out
-
-
-def _pair_locally(session: SessionRecording) -> list[Step]:
-    steps: list[Step] = []
-    pending: dict[tuple[str, str], Step] = {}  # (request direction, id key) → step
-    by_token: dict[str, Step] = {}
-    from mcp_proxy.frames import id_key
-
-    for f, msg in _json_frames(session):
-        direction = f["direction"]
-        method = msg.get("method")
-        has_id = msg.get("id") is not None
-        if isinstance(method, str) and has_id:
-            params = msg.get("params")
-            step = Step(
-                direction,
-                method,
-                params,
-                "none",
-                seqs=[f["seq"]],
-                request_id=id_key(msg.get("id")),
-            )
-            steps.append(step)
-            if direction == "s2c":
-                in_flight = [s for (d, _), s in pending.items() if d == "c2s"]
-                if len(in_flight) == 1:
-                    in_flight[0].events.append(("ask", msg))
-            pending[(direction, id_key(msg["id"]) or "")] = step
-            meta = params.get("_meta") if isinstance(params, dict) else None
-            token = meta.get("progressToken") if isinstance(meta, dict) else None
-            if token is not None:
-                by_token[canonical(token)] = step
-            continue
-        if isinstance(method, str):
-            params = msg.get("params")
-            note = {"method": method, "params": params}
-            owner: Step | None = None
-            if method == "notifications/progress" and isinstance(params, dict):
-                owner = by_token.get(canonical(params.get("progressToken")))
-            if owner is None and direction == "s2c":
-                in_flight = [s for (d, _), s in pending.items() if d == "c2s"]
-                if len(in_flight) == 1:
-                    owner = in_flight[0]
-            if owner is not None and owner.direction != direction:
-                owner.notifications.append(note)
-                owner.events.append(("notify", msg))
-                owner.seqs.append(f["seq"])
-            else:
-                steps.append(Step(direction, method, params, "notification", seqs=[f["seq"]]))
-            continue
-        if "result" in msg or "error" in msg:
-            req_dir = "s2c" if direction == "c2s" else "c2s"
-            key = (req_dir, id_key(msg.get("id")) or "")
-            if key not in pending:
-                continue  # a response to nothing: the analysis findings report it
-            step = pending.pop(key)
-            step.seqs.append(f["seq"])
-            step.response = msg
-            if "error" in msg:
-                step.outcome, step.error = "error", msg.get("error")
-            else:
-                step.outcome, step.result = "result", msg.get("result")
-                res = step.result
-                step.input_required = isinstance(res, dict) and (
-                    res.get("resultType") == "input_required"
-                )
-    return steps
 
 
 # ============================================================================ comparing
