@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from mcp_proxy.export import read_recording
 from mcp_proxy.testing.client import (
     SCRIPTED_PRESETS,
     CallbackRecorder,
@@ -77,16 +78,21 @@ def _changed_server() -> list[str]:
     return [PY, "-m", module, "--preset", presets, "--name", "mcptape-test"]
 
 
+async def _record_http(url: str, db: Path, name: str, mode: str = "legacy") -> None:
+    """An SDK client's scripted session, through ``mcptape record --upstream URL --port 0``."""
+    relay = [*mcptape_cmd(), "record", "--upstream", url, "--port", "0"]
+    argv = [*relay, "--db", str(db), "--name", name]
+    with _announced(argv, "mcptape: relaying ") as relayed:
+        local = relayed.rstrip("/").split("/mcp")[0] + "/mcp"
+        rec = CallbackRecorder()
+        async with make_client(local, mode=mode, recorder=rec) as client:
+            await run_scripted_session(client, rec)
+
+
 async def test_http_record_then_replay_same_and_changed(tmp_path: Path) -> None:
     db = tmp_path / "http.db"
     with start_http_server(SCRIPTED_PRESETS, name="mcptape-test") as (url, _proc):
-        relay = [*mcptape_cmd(), "record", "--upstream", url, "--port", "0"]
-        argv = [*relay, "--db", str(db), "--name", "http-rt"]
-        with _announced(argv, "mcptape: relaying ") as relayed:
-            local = relayed.rstrip("/").split("/mcp")[0] + "/mcp"
-            rec = CallbackRecorder()
-            async with make_client(local, mode="legacy", recorder=rec) as client:
-                await run_scripted_session(client, rec)
+        await _record_http(url, db, "http-rt")
         sessions = json.loads(run_cli("sessions", "--db", str(db), "--format", "json").stdout)
         assert [s["name"] for s in sessions] == ["http-rt"]
         assert sessions[0]["transport"] != "stdio"
@@ -144,3 +150,51 @@ def test_stdio_recording_replays_over_http_and_unreachable_is_reported(tmp_path:
     )
     assert gone.returncode == 1 and "Traceback" not in gone.stderr
     assert "problem:" in gone.stdout
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_http_recording_exports_as_har_and_jsonl_and_reimports_equal(
+    mode: str, tmp_path: Path
+) -> None:
+    """A real HTTP recording → HAR (valid, timings add up) and JSONL → import → no diff."""
+    import jsonschema
+
+    from tests.travel.test_export import HAR_SCHEMA
+
+    db, db2 = tmp_path / "a.db", tmp_path / "b.db"
+    with start_http_server(SCRIPTED_PRESETS, name="mcptape-test") as (url, _proc):
+        await _record_http(url, db, "http-x", mode=mode)
+
+    har_file, jsonl = tmp_path / "x.har", tmp_path / "x.mcptape.jsonl"
+    har_out = run_cli("export", "http-x", "--db", str(db), "--format", "har", "-o", str(har_file))
+    assert har_out.returncode == 0, har_out.stderr
+    har = json.loads(har_file.read_text(encoding="utf-8"))
+    jsonschema.validate(har, HAR_SCHEMA)
+    entries = har["log"]["entries"]
+    assert entries and all(e["request"]["url"].startswith(url.rsplit("/", 1)[0]) for e in entries)
+    for e in entries:
+        parts = [v for k, v in e["timings"].items() if k != "ssl" and v >= 0]
+        assert e["time"] == pytest.approx(sum(parts))
+    posted = [
+        json.loads(e["request"]["postData"]["text"]) for e in entries if "postData" in e["request"]
+    ]
+    assert any(isinstance(m, dict) and m.get("method") == "tools/call" for m in posted)
+
+    out = run_cli("export", "http-x", "--db", str(db), "-o", str(jsonl))
+    assert out.returncode == 0, out.stderr
+    imp = run_cli("import", str(jsonl), "--db", str(db2))
+    assert imp.returncode == 0, imp.stderr
+    new_id = imp.stdout.split()[0]
+    d = run_cli("diff", new_id, str(jsonl), "--db", str(db2))
+    assert d.returncode == 0 and "no differences" in d.stdout, d.stdout + d.stderr
+    # Imported next to the original: the copy against the relay's own session.
+    original = json.loads(run_cli("sessions", "--db", str(db), "--format", "json").stdout)
+    imp1 = run_cli("import", str(jsonl), "--db", str(db))
+    assert imp1.returncode == 0, imp1.stderr
+    copy_id = imp1.stdout.split()[0]
+    assert copy_id != original[0]["id"]
+    d = run_cli("diff", original[0]["id"], copy_id, "--db", str(db))
+    assert d.returncode == 0 and "no differences" in d.stdout, d.stdout + d.stderr
+    again = tmp_path / "again.jsonl"
+    assert run_cli("export", new_id, "--db", str(db2), "-o", str(again)).returncode == 0
+    assert read_recording(again).sessions[0].frames == read_recording(jsonl).sessions[0].frames
