@@ -152,6 +152,28 @@ def test_stdio_recording_replays_over_http_and_unreachable_is_reported(tmp_path:
     assert "problem:" in gone.stdout
 
 
+def _assert_sdk_headers(db: Path) -> None:
+    """The replay's tools/call POSTs carried the 2026 routing headers as the SDK sent them."""
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        rows = con.execute(
+            "SELECT s.meta, e.request_headers FROM http_exchanges e"
+            " JOIN sessions s ON s.id = e.session_id WHERE e.method = 'POST'"
+        ).fetchall()
+    finally:
+        con.close()
+    seen: dict[bool, set[tuple[str, str]]] = {True: set(), False: set()}
+    for meta, headers in rows:
+        replay = "replay_of" in json.loads(meta or "{}")
+        pairs = {(str(k).lower(), str(v)) for k, v in json.loads(headers or "[]")}
+        if ("mcp-method", "tools/call") in pairs:
+            seen[replay] |= {p for p in pairs if p[0] in ("mcp-name", "mcp-protocol-version")}
+    assert ("mcp-name", "echo") in seen[False]
+    assert seen[True] == seen[False]
+
+
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_http_recording_exports_as_har_and_jsonl_and_reimports_equal(
     mode: str, tmp_path: Path
@@ -164,6 +186,11 @@ async def test_http_recording_exports_as_har_and_jsonl_and_reimports_equal(
     db, db2 = tmp_path / "a.db", tmp_path / "b.db"
     with start_http_server(SCRIPTED_PRESETS, name="mcptape-test") as (url, _proc):
         await _record_http(url, db, "http-x", mode=mode)
+        if mode == "auto":  # the 2026-07-28 era recorded over HTTP replays too
+            same = run_cli("replay", "http-x", "--db", str(db), "--upstream", url)
+            assert same.returncode == 0, same.stdout + same.stderr
+            assert "no differences" in same.stdout
+            _assert_sdk_headers(db)
 
     har_file, jsonl = tmp_path / "x.har", tmp_path / "x.mcptape.jsonl"
     har_out = run_cli("export", "http-x", "--db", str(db), "--format", "har", "-o", str(har_file))
@@ -188,12 +215,13 @@ async def test_http_recording_exports_as_har_and_jsonl_and_reimports_equal(
     d = run_cli("diff", new_id, str(jsonl), "--db", str(db2))
     assert d.returncode == 0 and "no differences" in d.stdout, d.stdout + d.stderr
     # Imported next to the original: the copy against the relay's own session.
-    original = json.loads(run_cli("sessions", "--db", str(db), "--format", "json").stdout)
+    listed = json.loads(run_cli("sessions", "--db", str(db), "--format", "json").stdout)
+    original_id = next(x["id"] for x in listed if x["name"] == "http-x")
     imp1 = run_cli("import", str(jsonl), "--db", str(db))
     assert imp1.returncode == 0, imp1.stderr
     copy_id = imp1.stdout.split()[0]
-    assert copy_id != original[0]["id"]
-    d = run_cli("diff", original[0]["id"], copy_id, "--db", str(db))
+    assert copy_id != original_id
+    d = run_cli("diff", original_id, copy_id, "--db", str(db))
     assert d.returncode == 0 and "no differences" in d.stdout, d.stdout + d.stderr
     again = tmp_path / "again.jsonl"
     assert run_cli("export", new_id, "--db", str(db2), "-o", str(again)).returncode == 0
