@@ -452,10 +452,9 @@ def replay_http(
     if not actions:
         raise UserError(f"session {session.label} has no host→server traffic to replay")
     expected = outstanding_requests(session)
-    before = _session_ids(db_url)
-    relay = _RelayChild(
-        url, db_url, name or f"{session.session.get('name') or session.id[:8]} replay"
-    )
+    before = {sid for sid, _ in _session_ids(db_url)}
+    new_name = name or f"{session.session.get('name') or session.id[:8]} replay"
+    relay = _RelayChild(url, db_url, new_name)
     notes: list[str] = []
     try:
         local = relay.start(timeout=max(timeout, 10.0))
@@ -475,7 +474,9 @@ def replay_http(
         notes.extend(host.problems)
     finally:
         relay.stop()
-    new = [sid for sid in _session_ids(db_url) if sid not in before]
+    # The relay's session: new in the database and named as asked (another recorder may be
+    # writing to the same database meanwhile).
+    new = [sid for sid, sname in _session_ids(db_url) if sid not in before and sname == new_name]
     if not new:
         raise UserError(
             "the replay was not recorded (the relay recorded no session)"
@@ -494,8 +495,8 @@ def replay_http(
     return ReplayResult(sid, session, replayed, diff, notes, server_exit=None)
 
 
-def _session_ids(db_url: str) -> list[str]:
-    """Session ids in the database, oldest first (the replay's is the one that is new)."""
+def _session_ids(db_url: str) -> list[tuple[str, str | None]]:
+    """(id, name) of the sessions in the database, oldest first."""
     import sqlalchemy as sa
 
     from mcp_proxy.store import writes
@@ -505,11 +506,13 @@ def _session_ids(db_url: str) -> list[str]:
     try:
         with engine.begin() as conn:
             rows = conn.execute(
-                sa.select(sessions.c.id).order_by(sessions.c.started_at, sessions.c.id)
+                sa.select(sessions.c.id, sessions.c.name).order_by(
+                    sessions.c.started_at, sessions.c.id
+                )
             ).all()
     finally:
         engine.dispose()
-    return [str(r[0]) for r in rows]
+    return [(str(r[0]), r[1]) for r in rows]
 
 
 class _RelayChild:
