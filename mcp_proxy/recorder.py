@@ -218,9 +218,6 @@ class Recorder:
     def add_finding(self, session_id: str, **fields: Any) -> None:
         self._q.append(("finding", session_id, fields))
 
-    def flush_soon(self) -> None:
-        self._wake.set()
-
     def close(self, timeout: float | None = 30.0) -> RecorderStats:
         """Drain everything queued, then stop the writer. Safe to call twice."""
         self._stop.set()

@@ -413,18 +413,7 @@ def replay_stdio(
     sid = relay.session_id
     if sid is None:
         raise UserError("the replay was not recorded (the relay did not start a session)")
-    _link_session(
-        db_url,
-        sid,
-        {"session_id": session.id, "origin": origin, "name": session.session.get("name")},
-    )
-    replayed = _load(db_url, sid)
-    diff = diff_sessions(
-        session, replayed, a_label=f"recorded {session.label}", b_label=f"replay {replayed.label}"
-    )
-    return ReplayResult(
-        sid, session, replayed, diff, notes, server_exit=result.exit_code if result else None
-    )
+    return _linked_result(db_url, sid, session, origin, notes, result.exit_code if result else None)
 
 
 def replay_http(
@@ -483,6 +472,18 @@ def replay_http(
             + (f": {notes[0]}" if notes else "")
         )
     sid = new[0]
+    return _linked_result(db_url, sid, session, origin, notes, None)
+
+
+def _linked_result(
+    db_url: str,
+    sid: str,
+    session: SessionRecording,
+    origin: str,
+    notes: list[str],
+    server_exit: int | None,
+) -> ReplayResult:
+    """Link the replay's session to what it replayed, load it, and diff the two."""
     _link_session(
         db_url,
         sid,
@@ -492,7 +493,7 @@ def replay_http(
     diff = diff_sessions(
         session, replayed, a_label=f"recorded {session.label}", b_label=f"replay {replayed.label}"
     )
-    return ReplayResult(sid, session, replayed, diff, notes, server_exit=None)
+    return ReplayResult(sid, session, replayed, diff, notes, server_exit=server_exit)
 
 
 def _session_ids(db_url: str) -> list[tuple[str, str | None]]:

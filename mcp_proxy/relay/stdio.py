@@ -17,7 +17,6 @@ Lifecycle, as a host expects of the server it launched:
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
 import signal
@@ -26,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from mcp_proxy.errors import UserError
@@ -60,7 +59,6 @@ class StdioResult:
     session_id: str | None
     host_gone: bool = False
     server_stdin_broken: bool = False
-    notes: list[str] = field(default_factory=list)
 
 
 class StdioRelay:
@@ -143,10 +141,10 @@ class StdioRelay:
                 if not broken:
                     try:
                         _write_all(server_stdin, chunk)
-                    except OSError as exc:
+                    except OSError:
                         # The server closed its stdin or died: keep recording what the host says.
                         broken = True
-                        self._stdin_broken = exc.errno in (errno.EPIPE, errno.EBADF) or True
+                        self._stdin_broken = True
                 self._tee(Direction.C2S, Channel.STDIO, chunk, mono, wall)
         finally:
             self._eos(Direction.C2S, Channel.STDIO)
