@@ -227,3 +227,20 @@ def read_bytes(path: str | os.PathLike[str], what: str = "recording file") -> by
         raise UserError(f"{path} is a directory, not a {what}") from exc
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def analyse(s: SessionRecording) -> Any:
+    """The analysis of a session (exchanges, findings), for formats that report on it.
+
+    A frame nested deeper than the analysis can parse must not turn an export into a
+    traceback: that is one clear line naming the session.
+    """
+    from mcp_proxy.analysis import analyze
+
+    try:
+        return analyze(s.frames, session=s.session, http_exchanges=s.exchanges)
+    except RecursionError:
+        raise UserError(
+            f"session {s.label} holds a frame nested too deeply for the analysis;"
+            " export it as jsonl (byte for byte) instead"
+        ) from None

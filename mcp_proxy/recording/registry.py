@@ -60,6 +60,8 @@ class Format:
 _MODULES = (
     "mcp_proxy.recording.jsonl",
     "mcp_proxy.recording.har",
+    "mcp_proxy.recording.otlp",
+    "mcp_proxy.recording.junit",
 )
 _loaded: dict[str, Format] | None = None
 
