@@ -42,9 +42,13 @@ def read_session(url: str, session_id: str, progress: Progress | None = None) ->
         numbers = {ex["id"]: n for n, ex in enumerate(rows.exchanges, start=1)}
         frames: list[dict[str, Any]] = []
         ex_col = FRAME_COLUMNS.index("http_exchange_id")
+        complete_col = FRAME_COLUMNS.index("complete")
+        partial_col = FRAME_COLUMNS.index("partial_parse")
         for page in rs.iter_frames(session_id):
             for t in page:
                 f = dict(zip(FRAME_COLUMNS, t, strict=True))
+                f["complete"] = bool(t[complete_col])
+                f["partial_parse"] = bool(t[partial_col])
                 if t[ex_col] is not None:
                     f["http_exchange_id"] = numbers.get(t[ex_col])
                 frames.append(f)

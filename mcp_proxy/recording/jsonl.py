@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mcp_proxy import __version__
-from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.frames import FULL_PARSE_LIMIT, Channel, Direction, Kind
 from mcp_proxy.recording.model import (
     ANNOTATION_FIELDS,
     EXCHANGE_FIELDS,
@@ -305,12 +305,50 @@ def _frame_raw(rec: dict[str, Any], where: str) -> bytes:
     raise RecordingFormatError(f"{where}: a frame needs 'text' or 'base64'")
 
 
-def frame_from_record(rec: dict[str, Any], where: str) -> dict[str, Any]:
-    """A file's frame record → a frame row (validated; kind, method and id recomputed)."""
+_KINDS = frozenset(k.value for k in Kind)
+_NEED_METHOD = frozenset((Kind.REQUEST.value, Kind.NOTIFICATION.value))
+_NEED_ID = frozenset((Kind.REQUEST.value, Kind.RESPONSE.value, Kind.ERROR.value))
+
+
+def _recorded_class(rec: dict[str, Any], raw: bytes) -> tuple[Any, ...] | None:
+    """The record's own kind, method, id and error code, when they can stand for a reclassify.
+
+    Only for files this very mcptape wrote (the reader checks the generator): their fields came
+    from the classifier that would run now, so parsing every frame a second time would only
+    repeat it — that second parse was half of an import's time. Anything odd (a missing or
+    unknown kind, a wrong type, a frame too big to have been parsed in full) is reclassified.
+    """
+    kind = rec.get("kind")
+    if kind not in _KINDS or len(raw) > FULL_PARSE_LIMIT:
+        return None
+    method = rec.get("method")
+    msg_id = rec.get("id")
+    code = rec.get("error_code")
+    if (
+        (method is not None and type(method) is not str)
+        or (msg_id is not None and type(msg_id) is not str)
+        or (code is not None and type(code) is not int)
+    ):
+        return None
+    # A message kind without the field it is defined by: the database could not hold the value
+    # (too long, a lone surrogate), so the export left it out. Recompute it from the bytes.
+    if (method is None and kind in _NEED_METHOD) or (msg_id is None and kind in _NEED_ID):
+        return None
+    return kind, method, msg_id, code, False
+
+
+def frame_from_record(rec: dict[str, Any], where: str, trusted: bool = False) -> dict[str, Any]:
+    """A file's frame record → a frame row (validated; kind, method and id recomputed).
+
+    With ``trusted`` (the file was written by this mcptape), the record's own kind, method, id
+    and error code are kept when well-formed instead of being recomputed from the bytes.
+    """
     seq = rec.get("seq")
     if type(seq) is not int:
         _need(rec, "seq", int, where)
-    ts = _need(rec, "ts", (int, float), where)
+    ts = rec.get("ts")
+    if type(ts) is not float:
+        ts = _need(rec, "ts", (int, float), where)
     mono = rec.get("mono_ns", 0)
     if type(mono) is not int:
         raise RecordingFormatError(f"{where}: field 'mono_ns' must be an integer")
@@ -321,7 +359,10 @@ def frame_from_record(rec: dict[str, Any], where: str) -> dict[str, Any]:
     if channel not in _CHANNELS:
         raise RecordingFormatError(f"{where}: unknown channel {channel!r}")
     raw = _frame_raw(rec, where)
-    c = safe_classify(raw, channel)
+    known = _recorded_class(rec, raw) if trusted else None
+    if known is None:
+        c = safe_classify(raw, channel)
+        known = (c.kind.value, c.method, c.msg_id, c.error_code, c.partial)
     exchange = rec.get("exchange")
     if exchange is not None and type(exchange) is not int:
         raise RecordingFormatError(f"{where}: 'exchange' must be an integer")
@@ -331,13 +372,13 @@ def frame_from_record(rec: dict[str, Any], where: str) -> dict[str, Any]:
         "mono_ns": mono,
         "direction": direction,
         "channel": channel,
-        "kind": c.kind.value,
-        "method": c.method,
-        "msg_id": c.msg_id,
-        "error_code": c.error_code,
+        "kind": known[0],
+        "method": known[1],
+        "msg_id": known[2],
+        "error_code": known[3],
         "size": len(raw),
-        "complete": bool(rec.get("complete", True)),
-        "partial_parse": c.partial,
+        "complete": rec.get("complete", True) is not False,
+        "partial_parse": known[4],
         "raw": raw,
         "http_exchange_id": exchange,
         "sse_id": rec.get("sse_id"),
@@ -345,8 +386,8 @@ def frame_from_record(rec: dict[str, Any], where: str) -> dict[str, Any]:
     }
 
 
-def _header(stream: Records, origin: str) -> int:
-    """Read and check the header line; returns the file's format version."""
+def _header(stream: Records, origin: str) -> tuple[int, dict[str, Any]]:
+    """Read and check the header line; returns the file's format version and the header."""
     try:
         _, header = next(stream)
     except StopIteration:
@@ -367,14 +408,15 @@ def _header(stream: Records, origin: str) -> int:
             f"{origin} is format version {version}, newer than this mcptape reads"
             f" (up to {FORMAT_VERSION}); upgrade mcptape"
         )
-    return version
+    return version, header
 
 
 class _Reader:
     """Builds the model from validated records, one record at a time."""
 
-    def __init__(self, origin: str, progress: Progress | None) -> None:
+    def __init__(self, origin: str, progress: Progress | None, trusted: bool) -> None:
         self.origin = origin
+        self.trusted = trusted
         self.progress = progress
         self.sessions: dict[str, SessionRecording] = {}
         self.order: list[SessionRecording] = []
@@ -425,7 +467,7 @@ class _Reader:
             self.counts["annotations"] += 1
 
     def frame(self, owner: SessionRecording, rec: dict[str, Any], where: str) -> None:
-        frame = frame_from_record(rec, where)
+        frame = frame_from_record(rec, where, self.trusted)
         if owner.frames and frame["seq"] <= owner.frames[-1]["seq"]:
             raise RecordingFormatError(f"{where}: frame seq {frame['seq']} is out of order")
         ex = frame["http_exchange_id"]
@@ -459,7 +501,11 @@ _OWNED = frozenset(("http_exchange", "frame", "finding", "annotation"))
 
 
 def loads_recording(
-    data: bytes, origin: str = "recording", progress: Progress | None = None
+    data: bytes,
+    origin: str = "recording",
+    progress: Progress | None = None,
+    *,
+    reclassify: bool = False,
 ) -> Recording:
     """Parse, upgrade and validate a recording file's bytes (pure).
 
@@ -470,11 +516,16 @@ def loads_recording(
     if not data.strip():
         raise RecordingFormatError(f"{origin} is empty")
     stream = _lines(data, origin)
-    version = _header(stream, origin)
+    version, header = _header(stream, origin)
     records: Records = stream
     for v in range(version, FORMAT_VERSION):
         records = UPGRADES[v](records)
-    reader = _Reader(origin, progress)
+    trusted = (
+        not reclassify
+        and version == FORMAT_VERSION
+        and header.get("generator") == f"mcptape {__version__}"
+    )
+    reader = _Reader(origin, progress, trusted)
     end: dict[str, Any] | None = None
     last_line = 1
     for lineno, rec in records:

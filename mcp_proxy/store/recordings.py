@@ -130,20 +130,27 @@ class RecordingStore:
         """A session's frames in seq order, a page of row tuples (:data:`FRAME_COLUMNS`) at a time.
 
         Keyset pages over the ``(session_id, seq)`` index, so memory stays one page whatever the
-        session's size, and a page costs one statement.
+        session's size, and a page costs one statement. Rows come from the driver as they are
+        (SQLAlchemy's per-row result processing was most of an export's read time): booleans
+        may be 0/1 on SQLite, which every reader of these rows accepts.
         """
         cols = [frames.c[name] for name in FRAME_COLUMNS]
         stmt = (
             sa.select(*cols)
-            .where(frames.c.session_id == session_id, frames.c.seq > sa.bindparam("after"))
+            .where(frames.c.session_id == sa.bindparam("sid"), frames.c.seq > sa.bindparam("after"))
             .order_by(frames.c.seq)
             .limit(page)
         )
+        compiled = stmt.compile(dialect=self.engine.dialect)
+        sql = str(compiled)
+        order = tuple(compiled.positiontup or ()) if compiled.positional else None
         after = -(2**62)
         try:
             with self.engine.connect() as conn:
                 while True:
-                    rows = [tuple(r) for r in conn.execute(stmt, {"after": after})]
+                    values = compiled.construct_params({"sid": session_id, "after": after})
+                    params: Any = tuple(values[k] for k in order) if order else values
+                    rows = [tuple(r) for r in conn.exec_driver_sql(sql, params)]
                     if rows:
                         yield rows
                     if len(rows) < page:
