@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Iterator
+from json.encoder import encode_basestring as _quote
 from typing import Any
 
 from mcp_proxy import __version__
@@ -87,32 +88,42 @@ _OPTIONAL = (
     ("sse_id", "sse_id"),
     ("sse_event", "sse_event"),
 )
+_KEYS = {name: f',"{name}":' for _, name in _OPTIONAL}
+
+
+def _json(value: Any) -> str:
+    """One JSON value as compact text: strings through the C encoder directly."""
+    if type(value) is str:
+        return _quote(value)
+    return _encode(value)
 
 
 def _frame_line(prefix: str, f: dict[str, Any]) -> bytes:
     """:func:`frame_record` as a line, without building the dict (the export's hot loop).
 
-    Produces exactly the bytes ``_dump(frame_record(...))`` would: a test keeps them equal.
+    Produces exactly the bytes ``_dump(frame_record(...))`` would (a test keeps them equal):
+    the same key order, and strings through the same C encoder ``json.dumps`` uses.
     """
+    ts = f["ts"]
     parts = [
         prefix,
         str(f["seq"]),
         ',"ts":',
-        float.__repr__(float(f["ts"])) if isinstance(f["ts"], float) else _encode(f["ts"]),
+        float.__repr__(ts) if type(ts) is float else _encode(ts),
         ',"mono_ns":',
         str(f["mono_ns"]),
         ',"dir":',
-        _encode(f["direction"]),
+        _json(f["direction"]),
         ',"channel":',
-        _encode(f["channel"]),
+        _json(f["channel"]),
         ',"kind":',
-        _encode(f.get("kind")),
+        _json(f.get("kind")),
     ]
     for key, name in _OPTIONAL:
         value = f.get(key)
         if value is not None:
-            parts.append(f',"{name}":')
-            parts.append(_encode(value))
+            parts.append(_KEYS[name])
+            parts.append(_json(value))
     if not f.get("complete", True):
         parts.append(',"complete":false')
     raw = f["raw"]
@@ -124,7 +135,7 @@ def _frame_line(prefix: str, f: dict[str, Any]) -> bytes:
         parts.append('"}\n')
     else:
         parts.append(',"text":')
-        parts.append(_encode(text))
+        parts.append(_quote(text))
         parts.append("}\n")
     return "".join(parts).encode("utf-8")
 
