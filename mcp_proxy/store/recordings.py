@@ -130,9 +130,9 @@ class RecordingStore:
         """A session's frames in seq order, a page of row tuples (:data:`FRAME_COLUMNS`) at a time.
 
         Keyset pages over the ``(session_id, seq)`` index, so memory stays one page whatever the
-        session's size, and a page costs one statement. Rows come from the driver as they are
-        (SQLAlchemy's per-row result processing was most of an export's read time): booleans
-        may be 0/1 on SQLite, which every reader of these rows accepts.
+        session's size, and a page costs one statement. Rows come from the DBAPI cursor as they
+        are (SQLAlchemy's per-row result objects were most of an export's read time): booleans
+        may be 0/1 on SQLite; the caller makes them booleans.
         """
         cols = [frames.c[name] for name in FRAME_COLUMNS]
         stmt = (
@@ -147,16 +147,20 @@ class RecordingStore:
         after = -(2**62)
         try:
             with self.engine.connect() as conn:
-                while True:
-                    values = compiled.construct_params({"sid": session_id, "after": after})
-                    params: Any = tuple(values[k] for k in order) if order else values
-                    rows = [tuple(r) for r in conn.exec_driver_sql(sql, params)]
-                    if rows:
-                        yield rows
-                    if len(rows) < page:
-                        return
-                    after = rows[-1][0]
-        except sa.exc.DBAPIError as exc:
+                cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+                try:
+                    while True:
+                        values = compiled.construct_params({"sid": session_id, "after": after})
+                        cursor.execute(sql, tuple(values[k] for k in order) if order else values)
+                        rows = [tuple(r) for r in cursor.fetchall()]
+                        if rows:
+                            yield rows
+                        if len(rows) < page:
+                            return
+                        after = rows[-1][0]
+                finally:
+                    cursor.close()
+        except (sa.exc.DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
             raise StoreError(_short(exc)) from exc
 
     # ------------------------------------------------------------------ writing
