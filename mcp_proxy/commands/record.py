@@ -36,7 +36,8 @@ def record(
         bool,
         typer.Option(
             "--no-redact",
-            help="Record credentials in clear (local debugging only; says so loudly).",
+            help="Record credentials in clear (local debugging only; says so loudly)."
+            " MCPTAPE_REDACT=0 does the same.",
         ),
     ] = False,
     redact_header: Annotated[
@@ -74,6 +75,7 @@ def record(
     stdio:  mcptape record --name fs -- npx -y @modelcontextprotocol/server-filesystem ~/src
     HTTP:   mcptape record --upstream https://server.example/mcp --port 8765
     """
+    from mcp_proxy.redact import env_allows_redaction
     from mcp_proxy.store.engine import resolve_url
 
     url = resolve_url(db)
@@ -89,7 +91,7 @@ def record(
                 name=name,
                 host=host,
                 port=port,
-                redact=not no_redact,
+                redact=not no_redact and env_allows_redaction(),
                 redact_headers=redact_header or [],
                 redact_paths=redact_path or [],
                 idle_cut=idle_cut,
@@ -101,4 +103,13 @@ def record(
         fail("no server command given (usage: mcptape record [--name NAME] -- COMMAND [ARGS…])")
     from mcp_proxy.relay.stdio import record_stdio
 
-    raise typer.Exit(record_stdio(list(command), db_url=url, name=name))
+    raise typer.Exit(
+        record_stdio(
+            list(command),
+            db_url=url,
+            name=name,
+            redact=False if no_redact else None,
+            redact_headers=redact_header or [],
+            redact_paths=redact_path or [],
+        )
+    )
