@@ -69,6 +69,14 @@ def record(
             help="--upstream: seconds to wait for response headers (504); 0 waits for ever.",
         ),
     ] = 0.0,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="--upstream: also answer requests whose Host is this name (repeatable; '*'"
+            " turns DNS-rebinding protection off). Default: only the listen address.",
+        ),
+    ] = None,
 ) -> None:
     """Run a server through mcptape and record every frame.
 
@@ -97,6 +105,7 @@ def record(
                 idle_cut=idle_cut,
                 connect_timeout=connect_timeout,
                 response_timeout=response_timeout or None,
+                allow_hosts=allow_host or [],
             )
         )
     if not command:
