@@ -88,7 +88,16 @@ def _register_commands() -> None:
         importlib.import_module(f"mcp_proxy.commands.{name}")
 
 
-COMMAND_MODULES: list[str] = ["record", "browse", "demo", "travel", "hosts", "dashboard", "analyze"]
+COMMAND_MODULES: list[str] = [
+    "record",
+    "browse",
+    "demo",
+    "recording",
+    "travel",
+    "hosts",
+    "dashboard",
+    "analyze",
+]
 
 
 _METAVARS = {int: "INTEGER", float: "FLOAT", str: "TEXT"}
