@@ -89,6 +89,7 @@ def _register_commands() -> None:
 
 
 COMMAND_MODULES: list[str] = ["record", "browse", "demo", "travel", "hosts", "dashboard", "analyze"]
+COMMAND_MODULES.append("db")  # mcptape db upgrade|status|copy
 
 
 def main() -> None:
