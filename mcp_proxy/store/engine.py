@@ -129,9 +129,9 @@ def _sync_url(url: str) -> str:
 
 def display_url(url: str) -> str:
     """The URL with its password masked, for messages and ``mcptape db status``."""
-    import sqlalchemy as sa
-
     from urllib.parse import unquote
+
+    import sqlalchemy as sa
 
     try:
         # Unquoted: ``?host=/run/postgresql`` reads better than ``%2Frun%2Fpostgresql``.
