@@ -97,6 +97,7 @@ COMMAND_MODULES: list[str] = [
     "hosts",
     "dashboard",
     "analyze",
+    "db",  # mcptape db upgrade|status|copy
 ]
 
 
