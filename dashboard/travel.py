@@ -23,8 +23,9 @@ from aiohttp import web
 
 from dashboard import present
 from dashboard.app import JINJA, QUERIES, SETTINGS, STORE, render
-from dashboard.queries import BadRequest, SessionFilter
+from dashboard.views._common import BadRequest
 from mcp_proxy.errors import UserError
+from mcp_proxy.store.filters import SessionFilter
 
 SID = r"{sid:[0-9a-f]{1,32}}"
 EXT = r"{ext:(\.json)?}"
@@ -264,6 +265,6 @@ def _replay_done(settings: dict[str, Any], future: asyncio.Future[Any]) -> None:
 
 
 async def _form(request: web.Request) -> dict[str, str]:
-    from dashboard.views import _form as read_form
+    from dashboard.views._common import read_form
 
     return await read_form(request)
