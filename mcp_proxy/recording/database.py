@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mcp_proxy.frames import column_id
 from mcp_proxy.recording.model import (
     ANNOTATION_FIELDS,
     EXCHANGE_FIELDS,
@@ -127,7 +128,7 @@ def _frame_rows(s: SessionRecording, progress: Progress | None) -> Iterator[tupl
             f["channel"],
             f["kind"],
             f.get("method"),
-            f.get("msg_id"),
+            column_id(f.get("msg_id")),
             f.get("error_code"),
             len(f["raw"]),
             bool(f.get("complete", True)),

@@ -23,7 +23,7 @@ from json.encoder import encode_basestring as _quote
 from typing import Any
 
 from mcp_proxy import __version__
-from mcp_proxy.frames import FULL_PARSE_LIMIT, Channel, Direction, Kind
+from mcp_proxy.frames import FULL_PARSE_LIMIT, Channel, Direction, Kind, classify
 from mcp_proxy.recording.model import (
     ANNOTATION_FIELDS,
     EXCHANGE_FIELDS,
@@ -35,7 +35,6 @@ from mcp_proxy.recording.model import (
     SessionRecording,
     pick,
     raw_fields,
-    safe_classify,
 )
 
 FORMAT_NAME = "mcptape-recording"
@@ -319,6 +318,8 @@ def _frame_raw(rec: dict[str, Any], where: str) -> bytes:
 _KINDS = frozenset(k.value for k in Kind)
 _NEED_METHOD = frozenset((Kind.REQUEST.value, Kind.NOTIFICATION.value))
 _NEED_ID = frozenset((Kind.REQUEST.value, Kind.RESPONSE.value, Kind.ERROR.value))
+#: The ``frames.method`` column's length: a method this long may have been cut to fit.
+_METHOD_COLUMN = 200
 
 
 def _recorded_class(rec: dict[str, Any], raw: bytes) -> tuple[Any, ...] | None:
@@ -344,6 +345,12 @@ def _recorded_class(rec: dict[str, Any], raw: bytes) -> tuple[Any, ...] | None:
     # A message kind without the field it is defined by: the database could not hold the value
     # (too long, a lone surrogate), so the export left it out. Recompute it from the bytes.
     if (method is None and kind in _NEED_METHOD) or (msg_id is None and kind in _NEED_ID):
+        return None
+    # A value the database may have altered to hold it (an escaped surrogate, a method cut to
+    # its column, an id's short stand-in): the bytes say what it really was.
+    if (method is not None and ("\\" in method or len(method) >= _METHOD_COLUMN)) or (
+        msg_id is not None and ("\\" in msg_id or "…#" in msg_id)
+    ):
         return None
     return kind, method, msg_id, code, False
 
@@ -372,7 +379,7 @@ def frame_from_record(rec: dict[str, Any], where: str, trusted: bool = False) ->
     raw = _frame_raw(rec, where)
     known = _recorded_class(rec, raw) if trusted else None
     if known is None:
-        c = safe_classify(raw, channel)
+        c = classify(raw, channel)
         known = (c.kind.value, c.method, c.msg_id, c.error_code, c.partial)
     exchange = rec.get("exchange")
     if exchange is not None and type(exchange) is not int:

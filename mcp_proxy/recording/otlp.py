@@ -39,12 +39,12 @@ from urllib.parse import urlsplit
 
 from mcp_proxy import __version__
 from mcp_proxy.errors import UserError
+from mcp_proxy.frames import parse_json
 from mcp_proxy.recording.model import (
     Progress,
     Recording,
     SessionRecording,
     analyse,
-    parse_message,
 )
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ def session_spans(s: SessionRecording) -> list[ReadableSpan]:
     for ex in analysis.exchanges:
         attrs, failure = _exchange_attrs(ex, base)
         request = frames.get(ex.request_seq)
-        joined = _traceparent(parse_message(bytes(request["raw"]))) if request else None
+        joined = _traceparent(parse_json(bytes(request["raw"]))) if request else None
         span_id = _ident(8, "exchange", s.id, ex.request_seq)
         if joined is not None:
             ctx = SpanContext(joined[0], span_id, False, TraceFlags(joined[2] & 1))
