@@ -224,11 +224,20 @@ def check_junit(
 # ============================================================================ replay
 
 
-def replay_junit(result: DiffResult, name: str = "replay") -> bytes:
-    """``mcptape replay --format junit``: one case per exchange of the recorded conversation."""
+def replay_junit(
+    result: DiffResult | None, name: str = "replay", notes: Sequence[str] = ()
+) -> bytes:
+    """``mcptape replay --format junit``: one case per exchange of the recorded conversation.
+
+    A case fails when the live server answered differently (or an exchange is missing on one
+    side); each problem the replay met (``notes``: no answer in time, the server exited) is a
+    failed case of its own. Without a comparison at all (the replay could not run) the notes
+    are the only cases.
+    """
     label = f"mcptape.replay.{name}"
-    suite = Suite(name=f"replay {result.a_label} → {result.b_label}")
-    for n, pair in enumerate(result.pairs, start=1):
+    title = f"replay {result.a_label} → {result.b_label}" if result else f"replay {name}"
+    suite = Suite(name=title)
+    for n, pair in enumerate(result.pairs if result else [], start=1):
         case = Case(classname=label, name=f"#{n} {pair.title}")
         if pair.status != "same":
             changes = [c.to_json() for c in pair.changes]
@@ -243,10 +252,12 @@ def replay_junit(result: DiffResult, name: str = "replay") -> bytes:
                 for c in changes
             )
         suite.cases.append(case)
-    for note in result.notes:
+    for note in [*(result.notes if result else []), *notes]:
         suite.cases.append(
-            Case(classname=label, name=f"note: {note}", failure=note, failure_type="problem")
+            Case(classname=label, name=f"problem: {note}", failure=note, failure_type="problem")
         )
+    if not suite.cases:
+        suite.cases.append(Case(classname=label, name="nothing to compare"))
     return junit_xml([suite], "mcptape replay")
 
 

@@ -52,6 +52,8 @@ _MSG_ID_MAX = 300
 _SSE_ID_MAX = 200
 _SSE_EVENT_MAX = 100
 PAGE = 10_000
+#: SQLite page cache for an import's connection, in KiB.
+BULK_CACHE_KIB = 64 * 1024
 
 
 def _short(exc: BaseException) -> str:
@@ -186,6 +188,10 @@ class RecordingStore:
         row.update(id=new_id, frame_count=0)
         try:
             with self.engine.begin() as conn:
+                if self.engine.dialect.name == "sqlite":
+                    # Five indexes on frames: with SQLite's default 2 MiB page cache a large
+                    # import spends its time re-reading index pages. This connection only.
+                    conn.exec_driver_sql(f"PRAGMA cache_size = -{BULK_CACHE_KIB}")
                 conn.execute(sessions.insert(), [row])
                 ids = self._insert_exchanges(conn, new_id, exchanges)
                 count, last = self._insert_frames(conn, new_id, frame_rows, ids)
