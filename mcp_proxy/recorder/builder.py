@@ -100,6 +100,7 @@ class BatchBuilder:
         #: Frames counted as lost (every one of them ends up in a gap), in total and by session.
         self.frames_lost = 0
         self.lost_by_session: dict[str, int] = {}
+        self.first_loss_reason: str | None = None
         self.internal_errors = 0
         self._handlers: dict[type, Callable[[Any], None]] = {
             SessionStart: self._on_session,
@@ -192,6 +193,7 @@ class BatchBuilder:
 
     def _add_gap(self, st: SessionState, n: int, reason: str, seq: int | None) -> None:
         self.frames_lost += n
+        self.first_loss_reason = self.first_loss_reason or reason
         self.lost_by_session[st.id] = self.lost_by_session.get(st.id, 0) + n
         st.gap.lost += n
         st.gap.reason = st.gap.reason or reason

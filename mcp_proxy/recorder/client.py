@@ -44,6 +44,7 @@ from mcp_proxy.recorder.contract import (
     Producer,
     Resume,
     SessionStart,
+    SessionUpdate,
 )
 from mcp_proxy.recorder.wire import (
     CHAN_CODE,
@@ -114,6 +115,7 @@ class RecorderClient(Producer):
         #: needs to take over after a crash.
         self._sent: dict[str, int] = {}
         self._rows: dict[str, dict[str, Any]] = {}
+        self._ends: dict[str, dict[str, Any]] = {}
         self._watch: int | None = None
         self.restarts = 0
         #: How the last worker that died ended (None while none did).
@@ -183,16 +185,22 @@ class RecorderClient(Producer):
             self._dead = True
             _say(f"cannot restart the recorder ({exc}); recording stopped")
             return
-        resume = Resume(
-            {sid: {"row": row, "sent": self._sent.get(sid, 0)} for sid, row in self._rows.items()},
-            reason=f"the recorder process died ({how})",
-        )
-        first = [self._pack(resume)]
+        first = [self._pack(self._resume(how))]
         if self._watch is not None:
             first.append(self._pack(Watch(self._watch)))
         self._backlog.extend(first)
         self._backlog_bytes += sum(len(b) for b in first)
         self._wake.notify()
+
+    def _resume(self, how: str) -> Resume:
+        """What a new worker needs to take over: each session's row, count and end, if any."""
+        return Resume(
+            {
+                sid: {"row": row, "sent": self._sent.get(sid, 0), "end": self._ends.get(sid)}
+                for sid, row in self._rows.items()
+            },
+            reason=f"the recorder process died ({how})",
+        )
 
     def close(self, timeout: float | None = 60.0) -> None:
         """Hand over everything, close the pipe, and wait until the worker has written it."""
@@ -215,15 +223,33 @@ class RecorderClient(Producer):
                 _say("the recorder is still writing; it finishes in the background")
             else:
                 if status != 0 and not self._dead:
-                    _say(
-                        f"the recorder process ended badly ({describe_exit(status)}); the"
-                        " recording may be incomplete"
-                    )
+                    self._recover(describe_exit(status), timeout)
         if self._lost_records:
             _say(
                 f"recording gap: {self._lost_records} record(s) could not be handed to the"
                 " recorder process"
             )
+
+    def _recover(self, how: str, timeout: float | None) -> None:
+        """The worker died while finishing: a new one records the loss and the sessions' end."""
+        _say(
+            f"the recorder process died ({how}) while finishing; a new one records what was"
+            " lost as a recording gap"
+        )
+        try:
+            with self._lock:
+                self._spawn_locked()
+                fd = self._fd
+            os.set_blocking(fd, True)
+            data = self._pack(self._resume(how)) + self._pack(Bye())
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.close(fd)
+            assert self.proc is not None
+            self.proc.wait(timeout)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            _say(f"cannot record the loss ({exc}); the session may stay 'live'")
 
     # ------------------------------------------------------------------ sending
     @staticmethod
@@ -302,6 +328,8 @@ class RecorderClient(Producer):
             sid, frames = item.session_id, len(item.frames)  # type: ignore[union-attr]
         elif kind is Chunk:
             sid, frames = item.session_id, item.data.count(b"\n")  # type: ignore[union-attr]
+        elif kind is SessionUpdate and "status" in item.fields:  # type: ignore[union-attr]
+            self._ends[item.session_id] = item.fields  # type: ignore[union-attr]
         self._send([self._pack(item)], sid, frames)
 
     def put_chunk(

@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.recorder.builder import BatchBuilder
-from mcp_proxy.recorder.contract import Chunk, FrameItem, Item, Producer, Resume, SessionStart
+from mcp_proxy.recorder.contract import (
+    Chunk,
+    FrameItem,
+    Item,
+    Producer,
+    Resume,
+    SessionStart,
+    SessionUpdate,
+)
 
 if TYPE_CHECKING:
     from mcp_proxy.store.writes import BatchWriter
@@ -123,6 +131,8 @@ class BatchRunner:
             self.builder.adopt(sid, last_seq=last, frame_count=count)
             lost = int(info.get("sent", 0)) - count - gaps
             self.builder.count_gap(sid, lost, item.reason or "the recorder process died")
+            if isinstance(info.get("end"), dict):
+                self.builder.feed(SessionUpdate(sid, dict(info["end"])))
 
     # ------------------------------------------------------------------ output
     def flush(self) -> None:
@@ -176,9 +186,7 @@ class BatchRunner:
         self.stats.frames_lost = b.frames_lost
         self.stats.lost_by_session = dict(b.lost_by_session)
         if b.frames_lost and self.stats.loss_reason is None:
-            self.stats.loss_reason = next(
-                (st.gap.reason for st in b.sessions.values() if st.gap.reason), None
-            )
+            self.stats.loss_reason = b.first_loss_reason
 
     def summary(self) -> str | None:
         """The last line to print when something was lost (None when the recording is whole)."""
