@@ -99,7 +99,7 @@ class BatchRunner:
         self.flush()
         deadline = time.monotonic() + patience
         while self.writer is not None and self._carrying() and time.monotonic() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.5)
             self.flush()
         if self.writer is not None:
             self.writer.close()
