@@ -176,7 +176,7 @@ def _worker_pid(pid: int) -> int:
     """The recorder process that `mcptape record` started (its child that is not the server)."""
     for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
         cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
-        if b"mcp_proxy.recorder_proc" in cmdline:
+        if b"mcp_proxy.recorder" in cmdline:
             return int(child)
     raise RuntimeError("no recorder process found")
 
