@@ -33,7 +33,7 @@ from mcp_proxy.recorder.contract import (
 )
 
 if TYPE_CHECKING:
-    from mcp_proxy.store.writes import BatchWriter
+    from mcp_proxy.store.writer import BatchWriter
 
 _RETRY_DELAYS = (0.05, 0.2, 0.8)
 
@@ -85,7 +85,7 @@ class BatchRunner:
     def open(self) -> bool:
         """Open (and migrate) the database; on failure warn once and record nothing."""
         try:
-            from mcp_proxy.store.writes import BatchWriter
+            from mcp_proxy.store.writer import BatchWriter
 
             self.writer = BatchWriter.open(self.url)
         except Exception as exc:  # any failure here must not stop the relay
@@ -137,7 +137,7 @@ class BatchRunner:
     # ------------------------------------------------------------------ output
     def flush(self) -> None:
         """Write everything built so far as one batch (retrying transient refusals)."""
-        from mcp_proxy.store.writes import TransientWriteError
+        from mcp_proxy.store.writer import TransientWriteError
 
         batch = self.builder.take()
         if batch.empty():
