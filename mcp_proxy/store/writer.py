@@ -250,7 +250,7 @@ class BatchWriter:
     def _one_frame(self, row: FrameRow) -> bool:
         derived = ("method", "msg_id", "error_code", "sse_id", "sse_event")
         fixed = row._replace(**{k: storable(getattr(row, k)) for k in derived})
-        bare = row._replace(**dict.fromkeys(derived))
+        bare = row._replace(method=None, msg_id=None, error_code=None, sse_id=None, sse_event=None)
         for attempt in (row, fixed, bare):
             try:
                 with self.backend.transaction() as conn:
