@@ -28,6 +28,14 @@ def record(
         str | None,
         typer.Option("--upstream", help="Relay Streamable HTTP/SSE to this URL instead of stdio."),
     ] = None,
+    forward: Annotated[
+        bool,
+        typer.Option(
+            "--forward",
+            help="Run a forward proxy (mitmproxy) on --port and record the MCP traffic of hosts"
+            " that use it (HTTPS_PROXY); see docs/forward-proxy.md.",
+        ),
+    ] = False,
     port: Annotated[int, typer.Option("--port", help="Local port for --upstream.")] = 8765,
     host: Annotated[
         str, typer.Option("--host", help="Local address for --upstream.")
@@ -69,6 +77,14 @@ def record(
             help="--upstream: seconds to wait for response headers (504); 0 waits for ever.",
         ),
     ] = 0.0,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="--upstream: also answer requests whose Host is this name (repeatable; '*'"
+            " turns DNS-rebinding protection off). Default: only the listen address.",
+        ),
+    ] = None,
 ) -> None:
     """Run a server through mcptape and record every frame.
 
@@ -79,6 +95,23 @@ def record(
     from mcp_proxy.store.engine import resolve_url
 
     url = resolve_url(db)
+    if forward:
+        if command or upstream:
+            fail("--forward records what hosts send through it: give no --upstream or COMMAND")
+        from mcp_proxy.forward.runner import record_forward
+
+        raise typer.Exit(
+            record_forward(
+                db_url=url,
+                host=host,
+                port=port,
+                name=name,
+                redact=not no_redact,
+                redact_headers=redact_header or [],
+                redact_paths=redact_path or [],
+                idle_cut=idle_cut,
+            )
+        )
     if upstream:
         if command:
             fail("give either --upstream URL or -- COMMAND, not both")
@@ -97,6 +130,7 @@ def record(
                 idle_cut=idle_cut,
                 connect_timeout=connect_timeout,
                 response_timeout=response_timeout or None,
+                allow_hosts=allow_host or [],
             )
         )
     if not command:
