@@ -102,6 +102,11 @@ class SqlAlchemyBackend:
         conn.execute(http_exchanges.update().where(http_exchanges.c.id == db_id).values(**fields))
 
     def insert_frames(self, conn: Connection, rows: list[FrameRow]) -> None:
+        if self.engine.dialect.name == "postgresql":
+            from mcp_proxy.store import pg  # binary COPY: several times executemany's rate
+
+            pg.copy_frames(conn.connection.driver_connection, rows)
+            return
         sql, order = _frame_insert(self.engine)
         if self.engine.dialect.name == "sqlite" and any(len(r.raw) > BIG_BLOB for r in rows):
             # Huge frames: sqlite3 blob I/O avoids two more copies of them.
