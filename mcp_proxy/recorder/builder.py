@@ -35,6 +35,7 @@ from mcp_proxy.recorder.contract import (
     FrameItem,
     HttpExchange,
     Item,
+    LostFrames,
     SessionStart,
     SessionUpdate,
 )
@@ -111,6 +112,7 @@ class BatchBuilder:
             HttpExchange: self._on_http_exchange,
             SessionUpdate: self._on_session_update,
             FindingItem: self._on_finding,
+            LostFrames: self._on_lost,
         }
 
     # ------------------------------------------------------------------ input
@@ -274,6 +276,10 @@ class BatchBuilder:
                 **{k: storable(v) for k, v in item.fields.items()},
             }
         )
+
+    def _on_lost(self, item: LostFrames) -> None:
+        for sid, n in item.counts.items():
+            self.count_gap(sid, int(n), item.reason)
 
     # ------------------------------------------------------------------ frames
     def _add_frame(self, sid: str, frame: Frame) -> None:

@@ -32,15 +32,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from typing import Any
 
 from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.recorder.backlog import Backlog
 from mcp_proxy.recorder.contract import (
     Chunk,
     FrameItem,
     HttpExchange,
     Item,
+    LostFrames,
     Producer,
     Resume,
     SessionStart,
@@ -94,7 +95,13 @@ class RecorderClient(Producer):
     """The relay's side of an out-of-process recorder (the producer API of the contract)."""
 
     def __init__(
-        self, url: str, *, python: str | None = None, env: dict[str, str] | None = None
+        self,
+        url: str,
+        *,
+        python: str | None = None,
+        env: dict[str, str] | None = None,
+        backlog_memory: int = 16 << 20,
+        backlog_disk: int = 1 << 30,
     ) -> None:
         super().__init__()
         self.url = url
@@ -105,8 +112,10 @@ class RecorderClient(Producer):
         self._gen = 0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._backlog: deque[bytes] = deque()
-        self._backlog_bytes = 0
+        self._backlog = Backlog(memory_limit=backlog_memory, disk_limit=backlog_disk)
+        #: Frames refused because the backlog was full, by session: told to the recorder as a
+        #: gap (a :class:`LostFrames` item) as soon as there is room again.
+        self._refused: dict[str, int] = {}
         self._feeder: threading.Thread | None = None
         self._closing = False
         self._dead = False
@@ -120,7 +129,6 @@ class RecorderClient(Producer):
         self.restarts = 0
         #: How the last worker that died ended (None while none did).
         self.worker_death: str | None = None
-        self.max_backlog_bytes = 1 << 30
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -167,7 +175,6 @@ class RecorderClient(Producer):
             os.close(self._fd)
         self._fd = -1
         self._backlog.clear()  # partial records; their frames are counted in _sent
-        self._backlog_bytes = 0
         if self._closing or self.restarts >= MAX_RESTARTS:
             self._dead = True
             _say(f"the recorder process died ({how}); recording stopped, traffic is still relayed")
@@ -188,8 +195,8 @@ class RecorderClient(Producer):
         first = [self._pack(self._resume(how))]
         if self._watch is not None:
             first.append(self._pack(Watch(self._watch)))
-        self._backlog.extend(first)
-        self._backlog_bytes += sum(len(b) for b in first)
+        for record in first:
+            self._backlog.append(record, force=True)
         self._wake.notify()
 
     def _resume(self, how: str) -> Resume:
@@ -265,7 +272,7 @@ class RecorderClient(Producer):
             if self._dead:
                 self._lost_records += 1
                 return
-            if not self._backlog:
+            if not self._backlog and not self._refused:
                 total = sum(len(p) for p in parts)
                 try:
                     n = os.writev(self._fd, parts)
@@ -280,12 +287,24 @@ class RecorderClient(Producer):
                 rest = b"".join(parts)[n:]
             else:
                 rest = b"".join(parts)
-            if self._backlog_bytes + len(rest) > self.max_backlog_bytes:
-                self._lost_records += 1  # counted and reported; memory stays bounded
-                return
-            self._backlog.append(rest)
-            self._backlog_bytes += len(rest)
-            self._wake.notify()
+            self._queue_locked(rest, sid, frames)
+
+    def _queue_locked(self, record: bytes, sid: str | None, frames: int) -> None:
+        """Into the backlog (memory, then a spill file); past its disk limit, count the loss."""
+        if self._refused:
+            self._backlog.append(self._pack(self._lost_item()), force=True)
+            self._refused = {}
+        if not self._backlog.append(record, force=sid is None):
+            self._lost_records += 1  # counted, reported; memory and disk stay bounded
+            if sid is not None and frames:
+                self._refused[sid] = self._refused.get(sid, 0) + frames
+            return
+        self._wake.notify()
+
+    def _lost_item(self) -> LostFrames:
+        return LostFrames(
+            dict(self._refused), "the relay's backlog for the recorder was full (disk limit)"
+        )
 
     def _feed(self) -> None:
         """The feeder thread: write the backlog out as the pipe drains."""
@@ -297,7 +316,7 @@ class RecorderClient(Producer):
                     self._backlog.clear()
                     return
                 fd = self._fd
-                data = self._backlog[0]
+                data = self._backlog.peek()
                 try:
                     n = os.write(fd, data)
                 except BlockingIOError:
@@ -306,11 +325,7 @@ class RecorderClient(Producer):
                     self._worker_died_locked("its pipe closed")
                     continue
                 if n:
-                    self._backlog_bytes -= n
-                    if n == len(data):
-                        self._backlog.popleft()
-                    else:
-                        self._backlog[0] = data[n:]
+                    self._backlog.consume(n)
                     continue
             _wait_writable(fd)
 
