@@ -376,6 +376,11 @@ class RecorderClient(Producer):
         self._send([self._pack(Watch(pgid))])
 
     @property
+    def stopped(self) -> bool:
+        """True once recording has stopped for good (every replacement worker died too)."""
+        return self._dead
+
+    @property
     def lost_records(self) -> int:
         """Records that never reached any worker (all workers dead, or the backlog full)."""
         return self._lost_records
