@@ -58,13 +58,25 @@ __all__ = ["RelayResponse", "ResponseSide"]
 
 
 class RelayResponse(web.StreamResponse):
-    """A StreamResponse that adds no headers of its own (no Server, Date or Content-Type)."""
+    """A StreamResponse that adds no headers of its own (no Server, Date or Content-Type).
+
+    Its head is held back and goes out with the first body bytes (one ``send``, one wake-up of
+    the host instead of two) unless the relay flushes it at once because the upstream has not
+    sent body bytes yet (an event stream that stays quiet must still show its head).
+    """
 
     __slots__ = ("_keep",)
+    _send_headers_immediately = False
 
     def __init__(self, *, status: int, reason: str | None, keep: frozenset[str]) -> None:
         super().__init__(status=status, reason=reason)
         self._keep = keep
+
+    def flush_head(self) -> None:
+        """Send the held-back head now (aiohttp: ``StreamWriter.send_headers``)."""
+        writer = self._payload_writer
+        if writer is not None:
+            writer.send_headers()
 
     async def _prepare_headers(self) -> None:
         await super()._prepare_headers()
@@ -111,9 +123,18 @@ class StreamState:
 class ResponseSide(RelayCore):
     """The response paths (see the module docstring)."""
 
-    async def _deliver(self, sresp: RelayResponse, data: bytes, ex: Exchange) -> None:
-        """Write bytes to the host (the response-side seam: every byte for the host passes)."""
-        await sresp.write(data)
+    async def _deliver(
+        self, sresp: RelayResponse, data: bytes, ex: Exchange, *, last: bool = False
+    ) -> None:
+        """Write bytes to the host (the response-side seam: every byte for the host passes).
+
+        ``last``: the upstream's body has ended with these bytes — they go out with the end of
+        the response (the chunked terminator) in the same write.
+        """
+        if last:
+            await sresp.write_eof(data)
+        else:
+            await sresp.write(data)
         ex.response_size += len(data)
 
     async def _respond(
@@ -233,8 +254,7 @@ class ResponseSide(RelayCore):
             return r
         try:
             await sresp.prepare(request)
-            await self._deliver(sresp, body, ex)
-            await sresp.write_eof()
+            await self._deliver(sresp, body, ex, last=True)  # head + body: one write
         except asyncio.CancelledError:
             self._finish_request_body(ex)
             ex.finish(self._abort_outcome(), self._abort_error())
@@ -275,6 +295,8 @@ class ResponseSide(RelayCore):
         error: str | None = None
         try:
             await sresp.prepare(request)
+            if not head.no_body and not resp.has_buffered_body():
+                sresp.flush_head()  # nothing to send with it yet: the host gets the head now
             if not head.no_body:
                 await self._pump(ex, resp, st)
             self._finish_request_body(ex)
@@ -311,22 +333,23 @@ class ResponseSide(RelayCore):
         """Upstream body → host, chunk by chunk, until the upstream ends it."""
         qsock = st.head.qsock
         handle = self._sse_chunk if st.parser is not None else self._plain_chunk
-        async for chunk in resp.content.iter_any():
+        content = resp.content
+        async for chunk in content.iter_any():
             quickack(qsock)
-            await handle(ex, st, chunk)
+            await handle(ex, st, chunk, content.at_eof())
         if st.hold:
             out = b"".join(st.hold)
             st.hold = None
             await self._deliver(st.head.sresp, out, ex)
 
-    async def _plain_chunk(self, ex: Exchange, st: StreamState, chunk: bytes) -> None:
-        await self._deliver(st.head.sresp, chunk, ex)
+    async def _plain_chunk(self, ex: Exchange, st: StreamState, chunk: bytes, last: bool) -> None:
+        await self._deliver(st.head.sresp, chunk, ex, last=last)
         if st.kept < MAX_RECORDED_BODY:
             piece = chunk[: MAX_RECORDED_BODY - st.kept]
             st.parts.append(piece)
             st.kept += len(piece)
 
-    async def _sse_chunk(self, ex: Exchange, st: StreamState, chunk: bytes) -> None:
+    async def _sse_chunk(self, ex: Exchange, st: StreamState, chunk: bytes, last: bool) -> None:
         assert st.parser is not None
         events = st.parser.feed(chunk)
         st.answering = False
@@ -348,9 +371,9 @@ class ResponseSide(RelayCore):
             st.hold = None
             if first is not None:
                 out = self._maybe_rewrite_endpoint(ex, first, out)
-            await self._deliver(st.head.sresp, out, ex)
+            await self._deliver(st.head.sresp, out, ex, last=last)
         else:
-            await self._deliver(st.head.sresp, chunk, ex)
+            await self._deliver(st.head.sresp, chunk, ex, last=last)
         if st.answering:
             ex.responded = True
         st.unsent = None
