@@ -28,6 +28,14 @@ def record(
         str | None,
         typer.Option("--upstream", help="Relay Streamable HTTP/SSE to this URL instead of stdio."),
     ] = None,
+    forward: Annotated[
+        bool,
+        typer.Option(
+            "--forward",
+            help="Run a forward proxy (mitmproxy) on --port and record the MCP traffic of hosts"
+            " that use it (HTTPS_PROXY); see docs/forward-proxy.md.",
+        ),
+    ] = False,
     port: Annotated[int, typer.Option("--port", help="Local port for --upstream.")] = 8765,
     host: Annotated[
         str, typer.Option("--host", help="Local address for --upstream.")
@@ -36,7 +44,8 @@ def record(
         bool,
         typer.Option(
             "--no-redact",
-            help="Record credentials in clear (local debugging only; says so loudly).",
+            help="Record credentials in clear (local debugging only; says so loudly)."
+            " MCPTAPE_REDACT=0 does the same.",
         ),
     ] = False,
     redact_header: Annotated[
@@ -82,9 +91,27 @@ def record(
     stdio:  mcptape record --name fs -- npx -y @modelcontextprotocol/server-filesystem ~/src
     HTTP:   mcptape record --upstream https://server.example/mcp --port 8765
     """
+    from mcp_proxy.redact import env_allows_redaction
     from mcp_proxy.store.engine import resolve_url
 
     url = resolve_url(db)
+    if forward:
+        if command or upstream:
+            fail("--forward records what hosts send through it: give no --upstream or COMMAND")
+        from mcp_proxy.forward.runner import record_forward
+
+        raise typer.Exit(
+            record_forward(
+                db_url=url,
+                host=host,
+                port=port,
+                name=name,
+                redact=not no_redact,
+                redact_headers=redact_header or [],
+                redact_paths=redact_path or [],
+                idle_cut=idle_cut,
+            )
+        )
     if upstream:
         if command:
             fail("give either --upstream URL or -- COMMAND, not both")
@@ -97,7 +124,7 @@ def record(
                 name=name,
                 host=host,
                 port=port,
-                redact=not no_redact,
+                redact=not no_redact and env_allows_redaction(),
                 redact_headers=redact_header or [],
                 redact_paths=redact_path or [],
                 idle_cut=idle_cut,
@@ -110,4 +137,13 @@ def record(
         fail("no server command given (usage: mcptape record [--name NAME] -- COMMAND [ARGS…])")
     from mcp_proxy.relay.stdio import record_stdio
 
-    raise typer.Exit(record_stdio(list(command), db_url=url, name=name))
+    raise typer.Exit(
+        record_stdio(
+            list(command),
+            db_url=url,
+            name=name,
+            redact=False if no_redact else None,
+            redact_headers=redact_header or [],
+            redact_paths=redact_path or [],
+        )
+    )
