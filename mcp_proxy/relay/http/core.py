@@ -75,8 +75,6 @@ class RelayCore:
         self.local_origin = ""
         self.stats_exchanges = 0
         self.host_check = HostCheck(config.host, config.allow_hosts)
-        #: Exchanges relayed when the recorder process was found dead (None: it is alive).
-        self.recorder_died_after: int | None = None
         #: The upstream connection pool (a fake one in unit tests; made at start otherwise).
         self._pool: UpstreamPool | None = pool
         self._runner: web.ServerRunner | None = None

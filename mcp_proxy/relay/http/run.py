@@ -50,61 +50,39 @@ async def _serve(config: RelayConfig, db_url: str) -> int:
             file=sys.stderr,
             flush=True,
         )
-    watch = asyncio.create_task(_watch_recorder(recorder, relay))
     try:
         await stop.wait()
     finally:
-        watch.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watch
         await relay.close()
         await asyncio.to_thread(recorder.close)
     print(_stop_line(recorder, relay), file=sys.stderr, flush=True)
     return 0
 
 
-#: How often the relay checks that its recorder process is alive.
-RECORDER_WATCH_INTERVAL = 0.5
-
-
-def _recorder_exit(recorder: RecorderClient) -> int | None:
-    """The recorder process's exit status if it has ended (None while it runs)."""
-    proc = getattr(recorder, "proc", None)
-    return proc.poll() if proc is not None else None
-
-
-async def _watch_recorder(recorder: RecorderClient, relay: HTTPRelay) -> None:
-    """Say at once (on stderr, once) when the recorder process ends while the relay runs.
-
-    Relaying goes on — the host must not lose its server because the recording failed — but
-    from then on nothing is recorded, and the user must know it now, not at the stop line.
-    """
-    while True:
-        await asyncio.sleep(RECORDER_WATCH_INTERVAL)
-        code = _recorder_exit(recorder)
-        if code is not None:
-            relay.recorder_died_after = relay.stats_exchanges
-            print(
-                f"mcptape: the recorder process stopped (exit status {code}) after"
-                f" {relay.stats_exchanges} exchange(s): traffic is still relayed but NOT recorded",
-                file=sys.stderr,
-                flush=True,
-            )
-            return
-
-
 def _stop_line(recorder: RecorderClient, relay: HTTPRelay) -> str:
-    """The last line: what was relayed, and what was recorded — never more than the truth."""
-    code = _recorder_exit(recorder)
+    """The last line: what was relayed, and what was recorded — never more than the truth.
+
+    The recorder client notices a dead worker itself (at once, on stderr), replaces it and
+    counts what the dead one had not written as a recording gap; so the last line only says
+    "recorded" when no worker died and the last one ended cleanly.
+    """
     n, sessions = relay.stats_exchanges, relay.router.sessions_created
-    if code in (0, None) and relay.recorder_died_after is None:
+    death = getattr(recorder, "worker_death", None)
+    proc = getattr(recorder, "proc", None)
+    code = proc.poll() if proc is not None else None
+    if death is None and code in (0, None):
         return f"mcptape: stopped; {n} exchange(s) in {sessions} session(s) recorded"
-    after = relay.recorder_died_after
-    when = f" after {after} exchange(s)" if after is not None else ""
+    if death is None:
+        death = f"exit status {code}"
+    restarts = getattr(recorder, "restarts", 0)
+    after = (
+        f"it was restarted {restarts} time(s) and what was lost is counted as a recording gap"
+        if restarts
+        else "what came later was NOT recorded"
+    )
     return (
-        f"mcptape: stopped; {n} exchange(s) relayed in {sessions} session(s), the recording is"
-        f" incomplete: the recorder process ended (exit status {code}){when} and what came"
-        " later was NOT recorded"
+        f"mcptape: stopped; {n} exchange(s) relayed in {sessions} session(s); the recording is"
+        f" incomplete: the recorder process died ({death}); {after}"
     )
 
 
