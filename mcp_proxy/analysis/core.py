@@ -11,7 +11,8 @@ from typing import Any
 
 from mcp_proxy.analysis.catalogue import CATALOGUE, SEVERITY_RANK, Severity
 from mcp_proxy.analysis.checks import protocol_checks
-from mcp_proxy.analysis.exchanges import decode, pair, session_facts
+from mcp_proxy.analysis.exchanges import pair
+from mcp_proxy.analysis.facts import decode, session_facts
 from mcp_proxy.analysis.model import (
     Chain,
     Exchange,
