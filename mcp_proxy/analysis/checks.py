@@ -196,6 +196,14 @@ def _lifecycle(msgs: list[Msg], facts: SessionFacts, sink: FindingSink) -> None:
         )
 
 
+def _release(ex: Exchange) -> None:
+    """Forget the parsed bodies of a checked exchange (parsed again if a later check asks)."""
+    if ex.request is not None:
+        ex.request.release()
+    if ex.response is not None:
+        ex.response.release()
+
+
 # ------------------------------------------------------------------------------ 2026-07-28 shape
 def _modern_shape(pairing: Pairing, facts: SessionFacts, sink: FindingSink) -> None:
     if not facts.modern:
@@ -212,6 +220,7 @@ def _modern_shape(pairing: Pairing, facts: SessionFacts, sink: FindingSink) -> N
         if resp is not None and resp.kind == "response" and resp.result is not None:
             if "resultType" not in resp.result:
                 no_type.append(ex)
+        _release(ex)
     if missing:
         sink.add(
             "envelope.missing",
@@ -484,6 +493,7 @@ def _http_headers(
                 if isinstance(name, str) and name in schemas and schemas[name][0] < body.seq:
                     schema = schemas[name][1]
             problems = routing_problems(hdrs, body.body, input_schema=schema)
+            body.release()
             if problems:
                 sink.add(
                     "http.routing_header_mismatch",

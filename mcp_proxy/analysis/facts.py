@@ -10,7 +10,7 @@ decide, the session row only fills in what frames cannot say. Pure: rows in, obj
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mcp_proxy.analysis.model import _UNPARSED, ERA_INITIALIZE, META, Msg, SessionFacts
@@ -39,111 +39,111 @@ FRAME_COLUMNS = (
 
 # ---------------------------------------------------------------------------------- decoding
 def decode(frames: Iterable[Any]) -> list[Msg]:
-    """Turn frame rows into :class:`Msg` objects, in order.
+    """Turn frame rows into :class:`Msg` objects, in order (see :class:`Decoder`)."""
+    decoder = Decoder()
+    decoder.feed(frames)
+    return decoder.msgs
 
-    Rows are mappings (``Store.frames``) or named rows/tuples with ``_fields``
-    (``Store.analysis_frames``, which skips the per-row dict for speed). Bodies are parsed
-    lazily; a batch frame is kept and followed by one message per element (same ``seq``), so that
-    pairing sees every request and response it carried. Rows without ``raw`` still pair; only
-    body-level checks go quiet.
+
+def _mapping_row(f: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (
+        f["seq"],
+        f["ts"],
+        f["mono_ns"],
+        f["direction"],
+        f["channel"],
+        f["kind"],
+        f.get("method"),
+        f.get("msg_id"),
+        f.get("error_code"),
+        f.get("size"),
+        f.get("complete", True),
+        f.get("partial_parse"),
+        f.get("raw"),
+        f.get("http_exchange_id"),
+        f.get("sse_event"),
+    )
+
+
+def _adapter(row: Any) -> Callable[[Any], Sequence[Any]] | None:
+    """How to read rows shaped like ``row`` in :data:`FRAME_COLUMNS` order (None: as they are)."""
+    if isinstance(row, Mapping):
+        return _mapping_row
+    fields = getattr(row, "_fields", None)
+    if fields is None or tuple(fields) == FRAME_COLUMNS:
+        return None
+    idx = [list(fields).index(c) if c in fields else -1 for c in FRAME_COLUMNS]
+    return lambda r: tuple(r[i] if i >= 0 else None for i in idx)
+
+
+class Decoder:
+    """Frame rows → :class:`Msg` objects, fed batch by batch so that a session is never held
+    twice (rows and messages) in memory.
+
+    Rows are mappings (``Store.frames``, ``Store.iter_frames``) or named rows/tuples with
+    ``_fields`` (``Store.analysis_frames``). Bodies are parsed lazily; a batch frame is kept and
+    followed by one message per element (same ``seq``), so that pairing sees every request and
+    response it carried. Rows without ``raw`` still pair; only body-level checks go quiet.
+
+    The few distinct strings of a session (directions, channels, kinds, methods, SSE event
+    names) are shared: the database driver makes a new string for every value of every row,
+    and at a million frames those copies alone cost hundreds of megabytes.
     """
-    rows = frames if isinstance(frames, list) else list(frames)
-    if not rows:
-        return []
-    if isinstance(rows[0], Mapping):
-        get_rows: Iterable[tuple[Any, ...]] = (
-            (
-                f["seq"],
-                f["ts"],
-                f["mono_ns"],
-                f["direction"],
-                f["channel"],
-                f["kind"],
-                f.get("method"),
-                f.get("msg_id"),
-                f.get("error_code"),
-                f.get("size"),
-                f.get("complete", True),
-                f.get("partial_parse"),
-                f.get("raw"),
-                f.get("http_exchange_id"),
-                f.get("sse_event"),
-            )
-            for f in rows
-        )
-    else:
-        fields = list(rows[0]._fields)
-        idx = [fields.index(c) if c in fields else -1 for c in FRAME_COLUMNS]
-        if idx == list(range(len(FRAME_COLUMNS))):
-            get_rows = rows
+
+    __slots__ = ("_shared", "frames", "msgs")
+
+    def __init__(self) -> None:
+        self.msgs: list[Msg] = []
+        self.frames = 0
+        self._shared: dict[str, str] = {}
+
+    def feed(self, rows: Iterable[Any]) -> None:
+        """Decode these rows (the next ones of the session, in seq order)."""
+        it = iter(rows)
+        first = next(it, None)
+        if first is None:
+            return
+        adapt = _adapter(first)
+        add = self._add
+        add(adapt(first) if adapt is not None else first)
+        if adapt is None:
+            for row in it:
+                add(row)
         else:
-            get_rows = (tuple(r[i] if i >= 0 else None for i in idx) for r in rows)
-    out: list[Msg] = []
-    append = out.append
-    for (
-        seq,
-        ts,
-        mono,
-        direction,
-        channel,
-        kind,
-        method,
-        msg_id,
-        code,
-        size,
-        complete,
-        partial,
-        raw,
-        http,
-        event,
-    ) in get_rows:
+            for row in it:
+                add(adapt(row))
+
+    def _add(self, row: Sequence[Any]) -> None:
+        (seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete, partial,
+         raw, http, event) = row  # fmt: skip
+        shared = self._shared
+        direction = shared.setdefault(direction, direction)
+        channel = shared.setdefault(channel, channel)
+        kind = shared.setdefault(kind, kind)
+        if method is not None:
+            method = shared.setdefault(method, method)
+        if event is not None:
+            event = shared.setdefault(event, event)
         if raw is not None and type(raw) is not bytes:
             raw = bytes(raw)
-        m = Msg(
-            seq,
-            ts,
-            mono,
-            direction,
-            channel,
-            kind,
-            method,
-            msg_id,
-            code,
-            size or 0,
-            complete is None or bool(complete),
-            bool(partial),
-            http,
-            raw,
-            _UNPARSED,
-            event,
-        )
-        append(m)
+        self.frames += 1
+        m = Msg(seq, ts, mono, direction, channel, kind, method, msg_id, code, size or 0,
+                complete is None or bool(complete), bool(partial), http, raw, _UNPARSED,
+                event)  # fmt: skip
+        self.msgs.append(m)
         if kind == "batch":
-            body = m.body
-            if isinstance(body, list):
-                for element in body:
-                    c = classify_message(element)
-                    append(
-                        Msg(
-                            seq,
-                            ts,
-                            mono,
-                            direction,
-                            channel,
-                            c.kind.value,
-                            c.method,
-                            c.msg_id,
-                            c.error_code,
-                            0,
-                            True,
-                            False,
-                            http,
-                            None,
-                            element,
-                            event,
-                        )
-                    )
-    return out
+            self._unroll(m)
+
+    def _unroll(self, m: Msg) -> None:
+        body = m.body
+        if not isinstance(body, list):
+            return
+        for element in body:
+            c = classify_message(element)
+            self.msgs.append(
+                Msg(m.seq, m.ts, m.mono_ns, m.direction, m.channel, c.kind.value, c.method,
+                    c.msg_id, c.error_code, 0, True, False, m.http, None, element, m.event)
+            )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------- facts

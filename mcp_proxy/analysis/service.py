@@ -34,7 +34,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from mcp_proxy.analysis.catalogue import SUMMARY_CODE
-from mcp_proxy.analysis.core import Analysis, analyze
+from mcp_proxy.analysis.core import Analysis, analyze, gc_paused
+from mcp_proxy.analysis.facts import Decoder
 from mcp_proxy.analysis.model import finding_order, finding_record
 from mcp_proxy.analysis.stats import MethodStats, merge_stats, method_stats, sorted_stats
 from mcp_proxy.analysis.version import ANALYZER_VERSION
@@ -49,6 +50,7 @@ __all__ = [
     "findings_view",
     "fingerprint",
     "is_fresh",
+    "load",
     "refresh",
     "session_analysis",
     "session_findings",
@@ -134,6 +136,35 @@ def finding_rows(
     return rows
 
 
+#: Frames read from the store per query while streaming a session into the analysis.
+LOAD_BATCH = 20_000
+
+
+async def load(store: Store, session: dict[str, Any]) -> Decoder:
+    """Stream a session's frames from the store into a :class:`Decoder`, batch by batch.
+
+    Rows are turned into messages as they arrive and then dropped, so a session is never held
+    twice in memory (rows and messages); the cyclic GC is paused meanwhile (the messages make
+    no cycles, and a collector walking a growing list of a million of them is most of the time).
+    """
+    decoder = Decoder()
+    batches = getattr(store, "iter_analysis_frames", None)
+    with gc_paused():
+        if batches is not None:
+            # Named rows of the analysis columns only, a batch per query (no dict per row).
+            async for rows in batches(session["id"], batch=LOAD_BATCH):
+                decoder.feed(rows)
+            return decoder
+        batch: list[Any] = []
+        async for row in store.iter_frames(session["id"], batch=LOAD_BATCH):
+            batch.append(row)
+            if len(batch) >= LOAD_BATCH:
+                decoder.feed(batch)
+                batch.clear()
+        decoder.feed(batch)
+    return decoder
+
+
 async def _store_findings(
     store: Store, session: dict[str, Any], analysis: Analysis, *, strict: bool
 ) -> None:
@@ -160,14 +191,14 @@ async def session_analysis(
     :func:`session_findings` is a plain read; ``strict=False`` lets a read-only database still
     answer (the dashboard). ``threaded`` runs the CPU part in a worker thread.
     """
-    frames = await store.analysis_frames(session["id"])
+    decoder = await load(store, session)
     http = await store.http_exchanges(session["id"])
     view = session_view(session)
     if threaded:
-        analysis = await asyncio.to_thread(analyze, frames, session=view, http_exchanges=http)
+        analysis = await asyncio.to_thread(analyze, decoder, session=view, http_exchanges=http)
     else:
-        analysis = analyze(frames, session=view, http_exchanges=http)
-    del frames
+        analysis = analyze(decoder, session=view, http_exchanges=http)
+    del decoder
     if save and not is_fresh(session, await store.analysis_summary(session["id"])):
         await _store_findings(store, session, analysis, strict=strict)
     return analysis
