@@ -268,7 +268,7 @@ def session_facts(
     if saw_http and facts.transport == "stdio":
         facts.transport = "http"
     if facts.transport != "stdio" and not facts.live:
-        facts.open_ended = not any(
+        facts.open_ended = _grouping(s).get("open_ended") is True or not any(
             str(r.get("method") or "").upper() == "DELETE" for r in (http or {}).values()
         )
     if facts.transport == "sse":
@@ -278,3 +278,15 @@ def session_facts(
         if row is not None:
             facts.session_id_header = header(row.get("response_headers"), "mcp-session-id")
     return facts
+
+
+def _grouping(session: Mapping[str, Any]) -> dict[str, Any]:
+    """The HTTP relay's grouping notes in the session's ``meta`` (how and why it ended)."""
+    meta = session.get("meta")
+    if isinstance(meta, (str, bytes)):
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            return {}
+    grouping = meta.get("grouping") if isinstance(meta, dict) else None
+    return grouping if isinstance(grouping, dict) else {}
