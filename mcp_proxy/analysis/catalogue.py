@@ -827,16 +827,6 @@ AREAS: dict[str, str] = {
 }
 
 
-def entry(code: str) -> Entry:
-    """The catalogue entry for ``code`` (KeyError for an unknown code: a bug in the analyzer)."""
-    return CATALOGUE[code]
-
-
-def severity_of(code: str) -> str:
-    e = CATALOGUE.get(code)
-    return e.severity.value if e else "info"
-
-
 def at_least(severity: str, threshold: str) -> bool:
     """True when ``severity`` is ``threshold`` or worse."""
     return SEVERITY_RANK.get(severity, 0) >= SEVERITY_RANK.get(threshold, 0)
