@@ -89,9 +89,28 @@ def show(
     alone, and as JSON. With ``--format json`` only frames (or exchanges) are printed, one JSON
     object per line.
     """
-    from mcp_proxy.render import frame_block, frame_json, session_line
+    from mcp_proxy.render import frame_json_line, frame_text, session_line
+    from mcp_proxy.store.stream import stream_frames
 
     out = sys.stdout
+
+    def print_frames(url: str, sid: str) -> None:
+        """Every frame, streamed: one batch of rows and one write per 5,000 frames."""
+        lines: list[str] = []
+        for row in stream_frames(url, sid):
+            if no_stderr and row[3] == "stderr":  # channel
+                continue
+            if fmt == Format.json:
+                lines.append(frame_json_line(row))
+            else:
+                lines.append(frame_text(row, body=not no_body))
+            if len(lines) >= 5000:
+                lines.append("")
+                out.write("\n".join(lines))
+                lines.clear()
+        if lines:
+            lines.append("")
+            out.write("\n".join(lines))
 
     async def go() -> None:
         from mcp_proxy.analysis.service import session_analysis, session_findings
@@ -122,13 +141,7 @@ def show(
                     else:
                         out.write(exchange_text(ex) + "\n")
             else:
-                async for f in store.iter_frames(s["id"]):
-                    if no_stderr and f["channel"] == "stderr":
-                        continue
-                    if fmt == Format.json:
-                        out.write(json.dumps(frame_json(f), ensure_ascii=False) + "\n")
-                    else:
-                        out.write(frame_block(f, body=not no_body) + "\n")
+                print_frames(store.url, s["id"])
             if fmt == Format.text and not no_findings:
                 rows = await session_findings(store, s)
                 out.write(f"\nFindings ({len(rows)}):\n" if rows else "\nNo findings.\n")
