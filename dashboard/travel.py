@@ -82,7 +82,7 @@ def _filename(s: dict[str, Any], fmt: str) -> str:
 
 
 async def export_download(request: web.Request) -> web.Response:
-    from mcp_proxy.export import export_bytes
+    from mcp_proxy.recording.database import export_bytes
 
     s = await request.app[QUERIES].session(request.match_info["sid"])
     fmt = request.match_info["fmt"]
@@ -132,7 +132,7 @@ async def _recent(request: web.Request, limit: int = 20) -> list[dict[str, Any]]
 
 async def diff_page(request: web.Request) -> web.Response:
     from mcp_proxy.diff import diff_sessions
-    from mcp_proxy.export import load_session
+    from mcp_proxy.recording.database import load_session
 
     a_ref = request.query.get("a", "").strip()
     b_ref = request.query.get("b", "").strip()
@@ -194,7 +194,7 @@ def _why_not(s: dict[str, Any]) -> str:
 
 
 async def replay_run(request: web.Request) -> web.Response:
-    from mcp_proxy.export import load_session
+    from mcp_proxy.recording.database import load_session
     from mcp_proxy.replay import replay_stdio
 
     if not replay_enabled(request.app):

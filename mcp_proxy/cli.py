@@ -88,7 +88,17 @@ def _register_commands() -> None:
         importlib.import_module(f"mcp_proxy.commands.{name}")
 
 
-COMMAND_MODULES: list[str] = ["record", "browse", "demo", "travel", "hosts", "dashboard", "analyze"]
+COMMAND_MODULES: list[str] = [
+    "record",
+    "browse",
+    "demo",
+    "recording",
+    "travel",
+    "hosts",
+    "dashboard",
+    "analyze",
+    "db",  # mcptape db upgrade|status|copy
+]
 
 
 _METAVARS = {int: "INTEGER", float: "FLOAT", str: "TEXT"}
