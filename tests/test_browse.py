@@ -162,6 +162,8 @@ def test_parser_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
         (["show"], "Missing argument 'SESSION'"),
         (["check", "x", "--fail-on", "sometimes"], "'sometimes' is not one of"),
         (["sessions", "--limit", "1e23"], "Invalid value for '--limit'"),
+        (["tail", "--interval", "0"], "--interval must be between 0 and 3600 seconds"),
+        (["tail", "--interval", "nan"], "--interval must be between 0 and 3600 seconds"),
     ):
         code, _, err = cli(capsys, *args)
         assert code == 2, (args, err)
