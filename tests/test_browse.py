@@ -81,46 +81,46 @@ def test_show_json_with_a_long_id(hostile_db: Path) -> None:
     assert all(isinstance(f["id"], str) and "x" * 100 in f["id"] for f in frames[:2])
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--limit", str(2**64)], "--limit"),
-        (["--limit", "-5"], "--limit"),
-        (["--since", "1e999"], "out of range"),
-        (["--since", "nan"], "out of range"),
-        (["--since=-1e999"], "out of range"),
-        (["--since", "yesterday-ish"], "cannot read time"),
-    ],
-)
+BAD_VALUES = [
+    (["--limit", str(2**64)], "--limit"),
+    (["--limit", "-5"], "--limit"),
+    (["--since", "1e999"], "out of range"),
+    (["--since", "nan"], "out of range"),
+    (["--since=-1e999"], "out of range"),
+    (["--since", "yesterday-ish"], "cannot read time"),
+]
+
+
 def test_bad_numbers_and_times_are_one_line_and_exit_2(
-    hostile_db: Path, args: list[str], message: str
+    hostile_db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Item 13: tracebacks (``--limit 1e23``, ``--limit 2**64``) or silent acceptance before."""
-    for command in ("sessions", "stats") if args[0] == "--limit" else ("sessions",):
-        done = run(command, "--db", str(hostile_db), *args)
-        assert done.returncode == 2, (command, args, done.stdout, done.stderr)
-        assert done.stderr.startswith("mcptape: ") and done.stderr.count("\n") == 1, done.stderr
-        assert message in done.stderr and "Traceback" not in done.stderr
+    done = run("sessions", "--db", str(hostile_db), "--limit", str(2**64))  # as a user runs it
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("mcptape: --limit must be between 0 (all) and")
+    for args, message in BAD_VALUES:
+        for command in ("sessions", "stats") if args[0] == "--limit" else ("sessions",):
+            code, out, err = cli(capsys, command, "--db", str(hostile_db), *args)
+            assert code == 2, (command, args, out, err)
+            assert err.startswith("mcptape: ") and err.count("\n") == 1, err
+            assert message in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        ["sessions"],
-        ["show", "x"],
-        ["tail", "x"],
-        ["check", "x"],
-        ["stats"],
-        ["dashboard", "--port", "0"],
-    ],
-)
-def test_reading_commands_never_create_a_database(tmp_path: Path, command: list[str]) -> None:
+READING = [["sessions"], ["show", "x"], ["tail", "x"], ["check", "x"], ["stats"], ["dashboard"]]
+
+
+def test_reading_commands_never_create_a_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Item 14: ``sessions --db /typo/x.db`` created the folder and an empty database."""
     db = tmp_path / "typo" / "x.db"
-    done = run(*command, "--db", str(db))
-    assert done.returncode == 4, (done.stdout, done.stderr)
-    assert done.stderr.startswith("mcptape: no database at ") and str(db) in done.stderr
-    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    done = run("sessions", "--db", str(db))  # as a user runs it
+    assert done.returncode == 4 and done.stderr.startswith("mcptape: no database at "), done
+    for command in READING:
+        code, _, err = cli(capsys, *command, "--db", str(db))
+        assert code == 4, (command, err)
+        assert err.startswith("mcptape: no database at ") and str(db) in err
+        assert err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "typo").exists()
 
 
