@@ -31,7 +31,16 @@ from mcp_proxy.export import SessionRecording
 DEFAULT_IGNORES = ("$.._meta", "$..progressToken")
 #: Values whose presence matters but whose content is opaque per run: compared as "<opaque>".
 DEFAULT_MASKS = ("$..requestState",)
+#: What the comparison never looks at (it is not part of a step document at all).
+NEVER_COMPARED = ("request ids", "timestamps", "session ids", "HTTP headers")
 OPAQUE = "<opaque>"
+#: Deepest nesting a step value keeps. JSON-RPC messages of real servers nest a few dozen levels;
+#: a frame nested ~1,200 levels deep is still recordable (and parses), but every recursive walk
+#: over it (normalising, comparing, rendering) would exhaust Python's stack. Below this depth a
+#: value is replaced by :func:`too_deep_marker`, which keeps a digest so that two different deep
+#: values still compare as different.
+MAX_DEPTH = 128
+TOO_DEEP = "<nested too deep"
 
 
 # ============================================================================ JSONPath (subset)
@@ -166,6 +175,60 @@ class Normalizer:
         return doc
 
 
+def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """True when ``value`` nests deeper than ``limit`` containers (iterative: never recurses)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Iterable[Any] = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def too_deep_marker(value: Any) -> str:
+    """What stands in for a subtree nested beyond :data:`MAX_DEPTH`: a short digest of it."""
+    import hashlib
+
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    except (RecursionError, ValueError):
+        digest = "unreadable"
+    return f"{TOO_DEEP}: {digest}>"
+
+
+def clip_depth(value: Any, limit: int = MAX_DEPTH) -> tuple[Any, bool]:
+    """``value`` with what nests beyond ``limit`` replaced by a marker; True when clipped."""
+    if not depth_exceeds(value, limit):
+        return value, False
+    return _clip(value, limit), True
+
+
+def _clip(value: Any, left: int) -> Any:
+    if not isinstance(value, dict | list):
+        return value
+    if left <= 0:
+        return too_deep_marker(value)
+    if isinstance(value, dict):
+        return {k: _clip(v, left - 1) for k, v in value.items()}
+    return [_clip(v, left - 1) for v in value]
+
+
+def safe_loads(data: bytes | bytearray | str) -> Any:
+    """JSON text parsed, or None when it is not JSON or nests too deep for the parser."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
 def canonical(value: Any) -> str:
     """Key-order-free JSON text: the identity of a value for matching and hashing."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -199,6 +262,20 @@ class Step:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     #: The recorded response message (for a mock to answer with), None when unanswered.
     response: dict[str, Any] | None = None
+    #: True when a compared value nested beyond :data:`MAX_DEPTH` and was clipped to a digest.
+    too_deep: bool = False
+
+    def clip(self) -> Step:
+        """Clip the compared values to :data:`MAX_DEPTH` (in place); ``events``/``response``
+        keep the recorded messages whole, for a mock to serve them as they were."""
+        clipped = False
+        for name in ("params", "result", "error", "notifications"):
+            value, deep = clip_depth(getattr(self, name))
+            if deep:
+                setattr(self, name, value)
+                clipped = True
+        self.too_deep = self.too_deep or clipped
+        return self
 
     def document(self) -> dict[str, Any]:
         """The JSON the diff compares (before normalisation)."""
@@ -233,7 +310,8 @@ def conversation(session: SessionRecording) -> list[Step]:
     """
     from mcp_proxy.analysis.exchanges import decode, pair, session_facts
 
-    msgs = decode(session.frames)
+    frames, unparsable = parsable_frames(session.frames)
+    msgs = decode(frames)
     http = {ex["id"]: ex for ex in session.exchanges}
     pairing = pair(msgs, session_facts(msgs, session.session, http), http)
     by_seq: dict[int, list[Any]] = {}
@@ -306,8 +384,45 @@ def conversation(session: SessionRecording) -> list[Step]:
                     ),
                 )
             )
+    for seq in unparsable:
+        # Too deep for the JSON parser: an opaque step, so the diff still says it was there.
+        items.append((seq, Step("?", "<unparsable>", TOO_DEEP + ">", "notification", seqs=[seq])))
+        items[-1][1].too_deep = True
     items.sort(key=lambda t: t[0])
-    return [step for _, step in items]
+    return [step.clip() for _, step in items]
+
+
+#: A frame needs at least this many brackets to nest deep enough to defeat the JSON parser
+#: (~1,500 levels); cheaper to count than to parse, so only suspects are parsed twice.
+_SUSPECT_BRACKETS = 1_000
+
+
+def parsable_frames(frames: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:
+    """The frames with those too deep to parse turned opaque (kind ``invalid``, no body).
+
+    A frame nested ~1,500 levels is recorded byte-exact, but ``json.loads`` raises
+    ``RecursionError`` on it, and every reader that parses it would fail the whole command.
+    Returns the frames to analyse and the sequence numbers of those made opaque.
+    """
+    out: list[dict[str, Any]] = []
+    unparsable: list[int] = []
+    for f in frames:
+        raw = f.get("raw")
+        if (
+            isinstance(raw, bytes | bytearray | memoryview)
+            and f.get("kind") in ("request", "response", "error", "notification", "batch")
+            and bytes(raw).count(b"[") + bytes(raw).count(b"{") >= _SUSPECT_BRACKETS
+        ):
+            try:
+                json.loads(bytes(raw))
+            except RecursionError:
+                out.append({**f, "kind": "invalid", "raw": b"", "method": None, "msg_id": None})
+                unparsable.append(int(f["seq"]))
+                continue
+            except ValueError:
+                pass
+        out.append(f)
+    return out, unparsable
 
 
 # ============================================================================ comparing
@@ -443,6 +558,8 @@ class DiffResult:
     pairs: list[Pair]
     ignores: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Whether the default ignores and masks applied (what the header lists).
+    defaults: bool = True
 
     @property
     def equal(self) -> bool:
@@ -462,6 +579,8 @@ class DiffResult:
             "b": self.b_label,
             "counts": self.counts(),
             "ignores": self.ignores,
+            "masked": list(DEFAULT_MASKS) if self.defaults else [],
+            "never_compared": list(NEVER_COMPARED),
             "notes": self.notes,
             "exchanges": [p.to_json() for p in self.pairs],
         }
@@ -552,7 +671,11 @@ def diff_steps(
         pairs.append(Pair("changed" if changes else "same", a[i], b[j], changes))
     pairs = _rejoin_moved(pairs, norm)
     return DiffResult(
-        a_label, b_label, pairs, ignores=[*(DEFAULT_IGNORES if defaults else ()), *extra]
+        a_label,
+        b_label,
+        pairs,
+        ignores=[*(DEFAULT_IGNORES if defaults else ()), *extra],
+        defaults=defaults,
     )
 
 
@@ -607,6 +730,13 @@ def diff_sessions(
         a_label=a_label or a.label,
         b_label=b_label or b.label,
     )
+    for p in result.pairs:
+        for side, step in (("a", p.a), ("b", p.b)):
+            if step is not None and step.too_deep:
+                result.notes.append(
+                    f"{side}: {step.title} (frame #{step.seqs[0]}) nests deeper than {MAX_DEPTH}"
+                    " levels; compared as an opaque digest below that depth"
+                )
     ea, eb = a.session.get("era"), b.session.get("era")
     if ea and eb and ea != eb:
         result.notes.append(
@@ -628,6 +758,9 @@ def render_text(result: DiffResult, *, context: bool = False, max_changes: int =
     from mcp_proxy.render import safe
 
     lines = [f"--- a: {safe(result.a_label)}", f"+++ b: {safe(result.b_label)}"]
+    ignored = [*NEVER_COMPARED, *result.ignores]
+    masked = f"; opaque: {', '.join(DEFAULT_MASKS)}" if result.defaults else ""
+    lines.append(f"ignored: {safe(', '.join(ignored))}{masked}")
     for note in result.notes:
         lines.append(f"note: {note}")
     for n, p in enumerate(result.pairs, start=1):
