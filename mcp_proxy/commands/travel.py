@@ -137,8 +137,9 @@ def diff(
     Ids, timestamps, session ids, progress tokens, MRTR requestState and _meta are ignored,
     and so are the paths a mcptape.toml beside a recording file lists ([diff] ignore = [...]).
     """
-    from mcp_proxy.diff import JsonPathError, diff_sessions, render_text
+    from mcp_proxy.diff import diff_sessions, render_text
     from mcp_proxy.export import load_source
+    from mcp_proxy.normalize import JsonPathError
 
     async def go() -> Any:
         _, sa_ = await load_source(a, db)
@@ -191,8 +192,9 @@ def replay(
     stdio:  mcptape replay recordings/basic.mcptape.jsonl -- python -m my_server
     HTTP:   mcptape replay recordings/http.mcptape.jsonl --upstream http://127.0.0.1:8000/mcp
     """
-    from mcp_proxy.diff import JsonPathError, Normalizer, diff_sessions, render_text
+    from mcp_proxy.diff import diff_sessions, render_text
     from mcp_proxy.export import load_source
+    from mcp_proxy.normalize import JsonPathError, Normalizer
     from mcp_proxy.store.engine import resolve_url
 
     if bool(upstream) == bool(command):
@@ -293,9 +295,9 @@ def mock(
     mcptape mock recordings/basic.mcptape.jsonl                  # a host launches this
     mcptape mock recordings/basic.mcptape.jsonl --port 8765      # http://127.0.0.1:8765/mcp
     """
-    from mcp_proxy.diff import JsonPathError, Normalizer
     from mcp_proxy.mock import MockOptions, run_mock
     from mcp_proxy.mock.serve import check_port
+    from mcp_proxy.normalize import JsonPathError, Normalizer
 
     check_port(port)
     if command and upstream:

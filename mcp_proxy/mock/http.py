@@ -111,7 +111,7 @@ def _parse_error() -> web.Response:
 
 
 def _parse(body: bytes) -> tuple[bool, Any]:
-    from mcp_proxy.diff import safe_loads
+    from mcp_proxy.normalize import safe_loads
 
     msg = safe_loads(body)
     return msg is not None or body.strip() == b"null", msg

@@ -17,16 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_proxy.diff import (
-    Normalizer,
-    Step,
-    _similarity,
-    canonical,
-    clip_depth,
-    conversation,
-    json_changes,
-)
+from mcp_proxy.diff import Step, _similarity, conversation, json_changes
 from mcp_proxy.export import SessionRecording
+from mcp_proxy.normalize import Normalizer, canonical, clip_depth
 from mcp_proxy.redact import REDACTED
 
 #: JSON-RPC error code of a miss on a method that *was* recorded (server-defined range).
@@ -117,6 +110,32 @@ def _set(node: Any, path: Path) -> Any:
     return node
 
 
+def _adopt_stray_notifications(steps: list[Step]) -> None:
+    """Give a request the server notifications sent while it alone was open.
+
+    Pairing attaches logs and progress to the request whose stream carried them; on the legacy
+    HTTP+SSE transport every message rides the one GET stream, so a log sent while a tool ran
+    stays a lone step. When exactly one host request was open, it is the one the server was
+    working on: the mock sends those notifications before that request's answer, as recorded.
+    """
+    open_windows = [
+        (st.seqs[0], st.seqs[1], st)
+        for st in steps
+        if st.direction == "c2s" and st.outcome in ("result", "error") and len(st.seqs) > 1
+    ]
+    for st in steps:
+        if st.outcome != "notification" or st.direction != "s2c" or not st.seqs:
+            continue
+        seq = st.seqs[0]
+        around = [w for w in open_windows if w[0] < seq < w[1]]
+        if len(around) == 1:
+            owner = around[0][2]
+            note = {"jsonrpc": "2.0", "method": st.method}
+            if st.params is not None:
+                note["params"] = st.params
+            owner.events.append(("notify", note))
+
+
 def show_path(path: Path) -> str:
     return "$.params" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
 
@@ -148,7 +167,9 @@ class MockIndex:
         return canonical(norm), norm
 
     def add_session(self, s: SessionRecording) -> None:
-        for step in conversation(s):
+        steps = conversation(s)
+        _adopt_stray_notifications(steps)
+        for step in steps:
             if step.direction != "c2s" or step.outcome == "notification" or step.response is None:
                 continue
             key, norm = self.key_of(step.method, step.params)

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcp_proxy.diff import safe_loads
 from mcp_proxy.errors import UserError
 from mcp_proxy.export import Recording, SessionRecording
 from mcp_proxy.framing import LineFramer
@@ -26,6 +25,7 @@ from mcp_proxy.mock.http import encode, serve_http
 from mcp_proxy.mock.index import MockIndex
 from mcp_proxy.mock.session import MockSession
 from mcp_proxy.mock.upstream import Upstream, make_upstream
+from mcp_proxy.normalize import safe_loads
 
 RECORD_MODES = ("none", "once", "new_episodes", "all")
 

@@ -224,32 +224,35 @@ class HttpUpstream(Upstream):
     ) -> dict[str, Any] | None:
         import aiohttp
 
-        from mcp_proxy.framing import SSEParser
-
         raw = compact(msg)
         self.captured.add(Direction.C2S, raw, Channel.HTTP)
         try:
             headers = self.state.headers_for(msg)
             async with self.client.post(self.url, data=raw, headers=headers) as resp:
                 self.state.learn_headers(resp.headers)
-                ctype = resp.headers.get("Content-Type", "")
-                if "text/event-stream" in ctype:
-                    parser = SSEParser()
-                    async for chunk in resp.content.iter_any():
-                        for ev in parser.feed(chunk):
-                            out = await self._event(ev.data, on_event)
-                            if out is not None:
-                                return out
-                    return None
-                body = await resp.read()
-                if body.strip():
-                    self.captured.add(Direction.S2C, body, Channel.HTTP)
-                for reply in messages_in(body):
-                    self.state.learn_message(reply)
-                    return reply
-                return None
+                return await self._reply(resp, on_event)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise UserError(f"upstream {self.url}: {exc or type(exc).__name__}") from exc
+
+    async def _reply(self, resp: Any, on_event: OnEvent | None) -> dict[str, Any] | None:
+        """The response message of a POST: from its SSE stream (events handled) or JSON body."""
+        from mcp_proxy.framing import SSEParser
+
+        if "text/event-stream" in resp.headers.get("Content-Type", ""):
+            parser = SSEParser()
+            async for chunk in resp.content.iter_any():
+                for ev in parser.feed(chunk):
+                    out = await self._event(ev.data, on_event)
+                    if out is not None:
+                        return out
+            return None
+        body = await resp.read()
+        if body.strip():
+            self.captured.add(Direction.S2C, body, Channel.HTTP)
+        for reply in messages_in(body):
+            self.state.learn_message(reply)
+            return reply
+        return None
 
     async def _event(self, data: bytes, on_event: OnEvent | None) -> dict[str, Any] | None:
         if not data.strip():

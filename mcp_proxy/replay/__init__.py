@@ -22,7 +22,7 @@ over any transport), :mod:`.stdio` and :mod:`.http` (the transports).
 
 from __future__ import annotations
 
-from mcp_proxy.diff import canonical
+from mcp_proxy.normalize import canonical
 from mcp_proxy.replay.drive import DEFAULT_TIMEOUT, ReplayResult
 from mcp_proxy.replay.http import replay_http
 from mcp_proxy.replay.plan import Action, plan

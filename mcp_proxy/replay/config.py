@@ -21,8 +21,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from mcp_proxy.diff import JsonPathError, parse_jsonpath
 from mcp_proxy.errors import UserError
+from mcp_proxy.normalize import JsonPathError, parse_jsonpath
 
 CONFIG_NAME = "mcptape.toml"
 

@@ -19,12 +19,15 @@ from urllib.parse import urlsplit, urlunsplit
 from mcp_proxy.childproc import AnnouncedChild
 from mcp_proxy.errors import UserError
 from mcp_proxy.export import SessionRecording
+from mcp_proxy.frames import id_key
 from mcp_proxy.framing import SSEParser
 from mcp_proxy.mcp_client import ClientState, messages_in, recorded_request_headers
 from mcp_proxy.replay.drive import DEFAULT_TIMEOUT, Live, ReplayResult, drive, linked_result
 from mcp_proxy.replay.plan import outstanding_requests, plan, recorded_states
 
 RELAY_PREFIX = "mcptape: relaying "
+#: How often a stream that ended before its response is resumed (the SDK client's default).
+RECONNECTS = 2
 
 
 def relay_argv(upstream: str, db_url: str, name: str) -> list[str]:
@@ -72,6 +75,7 @@ class HttpHost:
             recorded=recorded_request_headers(session.frames, session.exchanges),
         )
         self.problems: list[str] = []
+        self.answered: set[str] = set()  # request ids whose response arrived
         self._threads: list[threading.Thread] = []
         self._get_conn: http.client.HTTPConnection | None = None
         #: Legacy HTTP+SSE (2024-11-05): the GET ``/sse`` stream names where to POST.
@@ -124,11 +128,39 @@ class HttpHost:
             if resp.status >= 400:
                 self._http_error(resp, what, msg)
                 return
-            self._read_body(resp)
+            last = self._read_body(resp)
+            conn.close()
+            self._resume(msg, last)
         except Exception as exc:  # a reported problem, never a traceback from a thread
             self.problems.append(f"{what}: {type(exc).__name__}: {exc}")
         finally:
             conn.close()
+
+    def _resume(self, msg: Any, last: str | None) -> None:
+        """A request's SSE stream ended before its response: reconnect as the SDK client does.
+
+        ``GET`` with ``Last-Event-ID`` (the last event id the stream carried) resumes it, up to
+        :data:`RECONNECTS` times; a recorded reconnect is thereby replayed as a reconnect.
+        """
+        rid = id_key(msg.get("id")) if isinstance(msg, dict) and "method" in msg else None
+        attempts = 0
+        while rid is not None and rid not in self.answered and last and attempts < RECONNECTS:
+            attempts += 1
+            headers = {"Accept": "text/event-stream", "Last-Event-ID": last}
+            if self.state.session_id:
+                headers["Mcp-Session-Id"] = self.state.session_id
+            if self.state.version:
+                headers["MCP-Protocol-Version"] = self.state.version
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            try:
+                conn.request("GET", self.path, headers=headers)
+                resp = conn.getresponse()
+                if resp.status != 200:
+                    self.problems.append(f"resuming after event {last}: HTTP {resp.status}")
+                    return
+                last = self._read_body(resp, until=rid) or last
+            finally:
+                conn.close()
 
     def _http_error(self, resp: http.client.HTTPResponse, what: str, msg: Any) -> None:
         text = resp.read(2000)
@@ -143,19 +175,30 @@ class HttpHost:
             stand_in = {"code": -32603, "message": f"HTTP {resp.status}"}
             self.live.q.put({"jsonrpc": "2.0", "id": msg["id"], "error": stand_in})
 
-    def _read_body(self, resp: http.client.HTTPResponse) -> None:
+    def _read_body(self, resp: http.client.HTTPResponse, until: str | None = None) -> str | None:
+        """Deliver what a response carries; the id of its last SSE event (for resuming).
+
+        With ``until`` (a request id), stop reading once that request's response arrived, as
+        the SDK client does: a resumed stream may stay open after it.
+        """
         ctype = (resp.getheader("content-type") or "").split(";")[0].strip().lower()
         if ctype != "text/event-stream":
             for m in messages_in(resp.read()):
                 self._deliver(m)
-            return
+            return None
         parser = SSEParser()
+        last_id: str | None = None
         while chunk := resp.read1(1 << 16):
             for ev in parser.feed(chunk):
+                last_id = ev.id or last_id
                 self._event(ev.event, ev.data)
-        last = parser.flush()
-        if last is not None:
-            self._event(last.event, last.data)
+            if until is not None and until in self.answered:
+                return last_id
+        tail = parser.flush()
+        if tail is not None:
+            last_id = tail.id or last_id
+            self._event(tail.event, tail.data)
+        return last_id
 
     def _event(self, name: str | None, data: bytes) -> None:
         if name == "endpoint":  # legacy: where this session's POSTs go
@@ -192,6 +235,8 @@ class HttpHost:
 
     def _deliver(self, msg: dict[str, Any]) -> None:
         self.state.learn_message(msg)
+        if "method" not in msg and msg.get("id") is not None:
+            self.answered.add(id_key(msg["id"]) or "")
         self.live.q.put(msg)
 
     def _start_get_stream(self) -> None:

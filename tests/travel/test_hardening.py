@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from mcp_proxy.diff import MAX_DEPTH, diff_sessions
+from mcp_proxy.diff import diff_sessions
 from mcp_proxy.export import read_recording
+from mcp_proxy.normalize import MAX_DEPTH
 from tests.conftest import mcptape_cmd
 from tests.travel.conftest import RECORDINGS, run_cli, server
 
