@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any
 
-from mcp_proxy.export import SessionRecording
 from mcp_proxy.normalize import (
     DEFAULT_IGNORES,
     DEFAULT_MASKS,
@@ -35,6 +34,7 @@ from mcp_proxy.normalize import (
     canonical,
     clip_depth,
 )
+from mcp_proxy.recording.model import SessionRecording
 
 # ============================================================================ conversations
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_proxy.diff import Step, _similarity, conversation, json_changes
-from mcp_proxy.export import SessionRecording
 from mcp_proxy.normalize import Normalizer, canonical, clip_depth
+from mcp_proxy.recording.model import SessionRecording
 from mcp_proxy.redact import REDACTED
 
 #: JSON-RPC error code of a miss on a method that *was* recorded (server-defined range).

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from mcp_proxy.errors import UserError
-from mcp_proxy.export import Recording, SessionRecording
 from mcp_proxy.framing import LineFramer
 from mcp_proxy.mock.http import encode, serve_http
 from mcp_proxy.mock.index import MockIndex
 from mcp_proxy.mock.session import MockSession
 from mcp_proxy.mock.upstream import Upstream, make_upstream
 from mcp_proxy.normalize import safe_loads
+from mcp_proxy.recording.model import Recording, SessionRecording
 
 RECORD_MODES = ("none", "once", "new_episodes", "all")
 
@@ -94,7 +94,8 @@ def check_port(port: int | None) -> None:
 
 def _load_for_mock(opts: MockOptions) -> tuple[list[SessionRecording], Path | None]:
     """The sessions to serve, and the file to write new episodes to (recording modes)."""
-    from mcp_proxy.export import load_source, read_recording, split_source
+    from mcp_proxy.recording.database import load_source, split_source
+    from mcp_proxy.recording.registry import read_recording
 
     file_ref = split_source(opts.source)
     path = Path(file_ref[0]) if file_ref else None
@@ -173,7 +174,8 @@ def run_mock(opts: MockOptions, *, ready: Callable[[str], None] | None = None) -
 
 def _write_episodes(path: Path, keep: list[SessionRecording], upstreams: list[Upstream]) -> None:
     """Append (``new_episodes``) or write (``once``/``all``) what was forwarded."""
-    from mcp_proxy.export import dumps_jsonl, write_file
+    from mcp_proxy.recording.jsonl import dumps_jsonl
+    from mcp_proxy.recording.model import write_file
 
     new = [
         up.captured.session(f"{path.stem} (recorded by mock)")

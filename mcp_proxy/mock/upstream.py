@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_proxy.errors import UserError
-from mcp_proxy.export import SessionRecording
 from mcp_proxy.frames import Channel, Direction, classify, id_key
 from mcp_proxy.mcp_client import ClientState, compact, messages_in
+from mcp_proxy.recording.model import SessionRecording
 
 #: What a forwarded request reports while it is open: ``("notify", msg)`` or ``("ask", msg)``
 #: (a nested server request; the handler returns the client's answer, or None).

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_proxy.diff import DiffResult, diff_sessions
-from mcp_proxy.export import SessionRecording
 from mcp_proxy.frames import id_key
 from mcp_proxy.framing import LineFramer
 from mcp_proxy.mcp_client import compact, messages_in
+from mcp_proxy.recording.model import SessionRecording
 from mcp_proxy.replay.plan import Action
 
 DEFAULT_TIMEOUT = 15.0
@@ -224,19 +224,9 @@ def drive(
 
 def load_session(db_url: str, session_id: str) -> SessionRecording:
     """One session of the database as a recording (what the diff compares)."""
-    import asyncio
+    from mcp_proxy.recording.database import read_session
 
-    from mcp_proxy.export import Recording, load_sessions
-    from mcp_proxy.store.queries import Store
-
-    async def go() -> Recording:
-        store = await Store.open(db_url)
-        try:
-            return await load_sessions(store, [session_id])
-        finally:
-            await store.close()
-
-    return asyncio.run(go()).sessions[0]
+    return read_session(db_url, session_id)
 
 
 def linked_result(

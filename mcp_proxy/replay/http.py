@@ -18,10 +18,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 from mcp_proxy.childproc import AnnouncedChild
 from mcp_proxy.errors import UserError
-from mcp_proxy.export import SessionRecording
 from mcp_proxy.frames import id_key
 from mcp_proxy.framing import SSEParser
 from mcp_proxy.mcp_client import ClientState, messages_in, recorded_request_headers
+from mcp_proxy.recording.model import SessionRecording
 from mcp_proxy.replay.drive import DEFAULT_TIMEOUT, Live, ReplayResult, drive, linked_result
 from mcp_proxy.replay.plan import outstanding_requests, plan, recorded_states
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_proxy.diff import parsable_frames
-from mcp_proxy.export import SessionRecording
 from mcp_proxy.frames import id_key, strip_line_end
 from mcp_proxy.normalize import safe_loads
+from mcp_proxy.recording.model import SessionRecording
 from mcp_proxy.redact import REDACTED
 
 #: Frame kinds that carry a JSON-RPC message.

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from mcp_proxy.errors import UserError
-from mcp_proxy.export import SessionRecording
+from mcp_proxy.recording.model import SessionRecording
 from mcp_proxy.replay.drive import DEFAULT_TIMEOUT, Live, ReplayResult, drive, linked_result
 from mcp_proxy.replay.plan import outstanding_requests, plan, recorded_states
 

@@ -20,7 +20,7 @@ import pytest
 from mcp import StdioServerParameters
 
 from mcp_proxy.childproc import AnnouncedChild
-from mcp_proxy.export import read_recording
+from mcp_proxy.recording.registry import read_recording
 from mcp_proxy.testing.client import SCRIPTED_PRESETS, make_client, tool_text
 from mcp_proxy.testing.process import start_http_server
 from tests.conftest import mcptape_cmd

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from mcp_proxy.diff import diff_sessions
-from mcp_proxy.export import read_recording
 from mcp_proxy.normalize import MAX_DEPTH
+from mcp_proxy.recording.registry import read_recording
 from tests.conftest import mcptape_cmd
 from tests.travel.conftest import RECORDINGS, run_cli, server
 
