@@ -28,6 +28,14 @@ def record(
         str | None,
         typer.Option("--upstream", help="Relay Streamable HTTP/SSE to this URL instead of stdio."),
     ] = None,
+    forward: Annotated[
+        bool,
+        typer.Option(
+            "--forward",
+            help="Run a forward proxy (mitmproxy) on --port and record the MCP traffic of hosts"
+            " that use it (HTTPS_PROXY); see docs/forward-proxy.md.",
+        ),
+    ] = False,
     port: Annotated[int, typer.Option("--port", help="Local port for --upstream.")] = 8765,
     host: Annotated[
         str, typer.Option("--host", help="Local address for --upstream.")
@@ -36,7 +44,8 @@ def record(
         bool,
         typer.Option(
             "--no-redact",
-            help="Record credentials in clear (local debugging only; says so loudly).",
+            help="Record credentials in clear (local debugging only; says so loudly)."
+            " MCPTAPE_REDACT=0 does the same.",
         ),
     ] = False,
     redact_header: Annotated[
@@ -68,15 +77,41 @@ def record(
             help="--upstream: seconds to wait for response headers (504); 0 waits for ever.",
         ),
     ] = 0.0,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="--upstream: also answer requests whose Host is this name (repeatable; '*'"
+            " turns DNS-rebinding protection off). Default: only the listen address.",
+        ),
+    ] = None,
 ) -> None:
     """Run a server through mcptape and record every frame.
 
     stdio:  mcptape record --name fs -- npx -y @modelcontextprotocol/server-filesystem ~/src
     HTTP:   mcptape record --upstream https://server.example/mcp --port 8765
     """
+    from mcp_proxy.redact import env_allows_redaction
     from mcp_proxy.store.engine import resolve_url
 
     url = resolve_url(db)
+    if forward:
+        if command or upstream:
+            fail("--forward records what hosts send through it: give no --upstream or COMMAND")
+        from mcp_proxy.forward.runner import record_forward
+
+        raise typer.Exit(
+            record_forward(
+                db_url=url,
+                host=host,
+                port=port,
+                name=name,
+                redact=not no_redact,
+                redact_headers=redact_header or [],
+                redact_paths=redact_path or [],
+                idle_cut=idle_cut,
+            )
+        )
     if upstream:
         if command:
             fail("give either --upstream URL or -- COMMAND, not both")
@@ -89,16 +124,26 @@ def record(
                 name=name,
                 host=host,
                 port=port,
-                redact=not no_redact,
+                redact=not no_redact and env_allows_redaction(),
                 redact_headers=redact_header or [],
                 redact_paths=redact_path or [],
                 idle_cut=idle_cut,
                 connect_timeout=connect_timeout,
                 response_timeout=response_timeout or None,
+                allow_hosts=allow_host or [],
             )
         )
     if not command:
         fail("no server command given (usage: mcptape record [--name NAME] -- COMMAND [ARGS…])")
     from mcp_proxy.relay.stdio import record_stdio
 
-    raise typer.Exit(record_stdio(list(command), db_url=url, name=name))
+    raise typer.Exit(
+        record_stdio(
+            list(command),
+            db_url=url,
+            name=name,
+            redact=False if no_redact else None,
+            redact_headers=redact_header or [],
+            redact_paths=redact_path or [],
+        )
+    )

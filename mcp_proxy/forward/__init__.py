@@ -1,0 +1,31 @@
+"""The forward proxy: record MCP traffic a host sends to servers it cannot be re-pointed away from.
+
+``mcptape record --forward`` runs mitmproxy in-process with mcptape's addon
+(:mod:`mcp_proxy.forward.addon`); ``mitmdump -s addons/mcptape.py`` loads the same addon into a
+mitmproxy the user already runs. The host is pointed at the proxy (``HTTPS_PROXY``) and trusts
+mitmproxy's CA; the addon recognises MCP exchanges by what they are (JSON-RPC bodies, ``Mcp-*``
+headers, SSE streams carrying JSON-RPC, the legacy ``endpoint`` event) and hands them to the same
+recorder contract, session grouping and redaction as the reverse proxy
+(:mod:`mcp_proxy.relay.http`), so every reader of the store works on them unchanged.
+
+mitmproxy is imported only on this path (never by ``mcptape record -- CMD``):
+:func:`require_mitmproxy` turns its absence into one line naming the install command.
+"""
+
+from __future__ import annotations
+
+from mcp_proxy.errors import UserError
+
+__all__ = ["INSTALL_HINT", "require_mitmproxy"]
+
+INSTALL_HINT = "pip install 'mitmproxy>=12.3' (or: uv add mitmproxy)"
+
+
+def require_mitmproxy() -> None:
+    """Raise a one-line :class:`UserError` when mitmproxy cannot be imported."""
+    try:
+        import mitmproxy  # noqa: F401
+    except ImportError as exc:
+        raise UserError(
+            f"the forward proxy needs mitmproxy, which is not installed: {INSTALL_HINT}"
+        ) from exc

@@ -1,0 +1,229 @@
+"""``mcptape record --forward``: mitmproxy in-process, with mcptape's addon, until Ctrl-C.
+
+mitmproxy's own master API runs here (the addons mitmdump loads, without its terminal log and
+flow dumper), on our event loop, with :class:`~mcp_proxy.forward.addon.McpTape` added and a
+:class:`~mcp_proxy.recorder_proc.RecorderClient` shared with it. On start it prints, in a few
+lines, the proxy address, where mitmproxy's CA certificate is and the environment common hosts
+need to use it. Options a user would give ``mitmdump --set`` are read from
+``config.yaml`` in mitmproxy's configuration directory (``~/.mitmproxy``, or
+``MCPTAPE_MITMPROXY_CONFDIR``), e.g. ``ssl_verify_upstream_trusted_ca`` for a server whose
+certificate a private CA signed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from mcp_proxy.errors import UserError
+from mcp_proxy.redact import ENV_REDACT, Redactor
+
+__all__ = ["ENV_CONFDIR", "ca_cert_path", "environment_lines", "record_forward"]
+
+ENV_CONFDIR = "MCPTAPE_MITMPROXY_CONFDIR"
+DEFAULT_CONFDIR = "~/.mitmproxy"
+
+
+def confdir() -> Path:
+    return Path(os.path.expanduser(os.environ.get(ENV_CONFDIR) or DEFAULT_CONFDIR))
+
+
+def ca_cert_path(conf: Path) -> Path:
+    """The CA certificate (no key) hosts must trust."""
+    return conf / "mitmproxy-ca-cert.pem"
+
+
+def check_ca(conf: Path) -> None:
+    """One clear line when mitmproxy's CA exists but cannot be used (it is made when absent)."""
+    store = conf / "mitmproxy-ca.pem"
+    if conf.exists() and not conf.is_dir():
+        raise UserError(f"mitmproxy's configuration directory {conf} is not a directory")
+    if not store.exists():
+        if conf.exists() and not os.access(conf, os.W_OK):
+            raise UserError(
+                f"mitmproxy's CA is missing and cannot be created: {conf} is not writable"
+            )
+        return
+    try:
+        raw = store.read_bytes()
+    except OSError as exc:
+        raise UserError(f"mitmproxy's CA {store} is unreadable: {exc.strerror or exc}") from exc
+    if b"PRIVATE KEY" not in raw or b"BEGIN CERTIFICATE" not in raw:
+        raise UserError(
+            f"mitmproxy's CA {store} is not a PEM key and certificate; move it away and a new "
+            "CA is made on the next start (hosts must then trust the new one)"
+        )
+
+
+def environment_lines(proxy_url: str, ca: Path) -> list[str]:
+    """What to tell the user: where the proxy is, which CA to trust, the env of common hosts."""
+    return [
+        f"mcptape: forward proxy on {proxy_url} — recording MCP traffic (other traffic passes "
+        "untouched)",
+        f"mcptape: mitmproxy CA certificate: {ca}",
+        f"mcptape:   Node hosts (Claude Code, Node SDK): HTTPS_PROXY={proxy_url} "
+        f"NODE_EXTRA_CA_CERTS={ca}",
+        f"mcptape:   Python hosts (httpx, requests): HTTPS_PROXY={proxy_url} SSL_CERT_FILE={ca} "
+        f"REQUESTS_CA_BUNDLE={ca}",
+        "mcptape:   see docs/forward-proxy.md; Ctrl-C stops and finishes the recording",
+    ]
+
+
+def _load_config(opts: Any, conf: Path) -> None:
+    """Options from ``config.yaml`` in the confdir, as mitmdump would read them."""
+    from mitmproxy import exceptions, optmanager
+
+    path = conf / "config.yaml"
+    if path.exists():
+        try:
+            optmanager.load_paths(opts, str(path))
+        except exceptions.OptionsError as exc:
+            raise UserError(f"mitmproxy configuration {path}: {exc}") from exc
+
+
+class _Errors(logging.Handler):
+    """Collects mitmproxy's error log records during start-up (a port in use, a bad option)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+async def serve_forward(
+    *,
+    db_url: str,
+    host: str,
+    port: int,
+    name: str | None,
+    redactor: Redactor,
+    idle_cut: float,
+    record_all: bool = False,
+    extra_options: dict[str, Any] | None = None,
+    announce: bool = True,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Run the proxy until ``stop`` (or SIGINT/SIGTERM); returns the exit status."""
+    from mitmproxy import addons, exceptions, options
+    from mitmproxy.master import Master
+
+    from mcp_proxy.forward.addon import McpTape
+    from mcp_proxy.recorder_proc import RecorderClient
+
+    conf = confdir()
+    check_ca(conf)
+    opts = options.Options(listen_host=host, listen_port=port, confdir=str(conf))
+    errors = _Errors()
+    mitm_log = logging.getLogger("mitmproxy")
+    mitm_log.addHandler(errors)
+    master = Master(opts)
+    try:
+        master.addons.add(*addons.default_addons())
+        _load_config(opts, conf)
+        if extra_options:
+            opts.update(**extra_options)
+    except exceptions.OptionsError as exc:
+        raise UserError(f"mitmproxy: {exc}") from exc
+    except OSError as exc:
+        raise UserError(f"mitmproxy's CA in {conf} cannot be used: {exc}") from exc
+
+    os.environ[ENV_REDACT] = redactor.to_env()
+    recorder = RecorderClient(db_url)
+    recorder.start()
+    addon = McpTape(
+        recorder, redactor=redactor, name=name, idle_cut=idle_cut, record_all=record_all
+    )
+    master.addons.add(addon)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    run = asyncio.create_task(master.run())
+    try:
+        ps = master.addons.get("proxyserver")
+        addrs: list[Any] = []
+        for _ in range(400):
+            if run.done() or errors.records:
+                break
+            addrs = list(ps.listen_addrs())
+            if addrs:
+                break
+            await asyncio.sleep(0.025)
+        if not addrs:
+            first = errors.records[0].getMessage() if errors.records else "it did not start"
+            first = first.strip().splitlines()[0] if first.strip() else "it did not start"
+            raise UserError(f"cannot start the forward proxy on {host}:{port}: {first}")
+        bound = addrs[0]
+        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        proxy_url = f"http://{shown}:{bound[1]}"
+        if announce:
+            for line in environment_lines(proxy_url, ca_cert_path(conf)):
+                print(line, file=sys.stderr, flush=True)
+        waiter = asyncio.create_task(stop.wait())
+        await asyncio.wait({run, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+    finally:
+        master.shutdown()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(run, 10)
+        addon.close()  # idempotent: done() closed the sessions if mitmproxy got that far
+        mitm_log.removeHandler(errors)
+        await asyncio.to_thread(recorder.close)
+    if announce:
+        print(
+            f"mcptape: stopped; {addon.stats_exchanges} exchange(s) recorded",
+            file=sys.stderr,
+            flush=True,
+        )
+    return 0
+
+
+def record_forward(
+    *,
+    db_url: str,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    name: str | None = None,
+    redact: bool = True,
+    redact_headers: list[str] | tuple[str, ...] = (),
+    redact_paths: list[str] | tuple[str, ...] = (),
+    idle_cut: float = 300.0,
+) -> int:
+    """``mcptape record --forward``: serve until SIGINT/SIGTERM; exit status."""
+    from mcp_proxy.forward import require_mitmproxy
+
+    require_mitmproxy()
+    try:
+        redactor = Redactor.from_options(enabled=redact, headers=redact_headers, paths=redact_paths)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    if not redact:
+        print(
+            "mcptape: WARNING: redaction is OFF (--no-redact). Authorization headers, cookies, "
+            "API keys, OAuth tokens and secrets will be written to the database IN CLEAR TEXT.",
+            file=sys.stderr,
+            flush=True,
+        )
+    logging.getLogger("mitmproxy").setLevel(logging.WARNING)
+    try:
+        return asyncio.run(
+            serve_forward(
+                db_url=db_url,
+                host=host,
+                port=port,
+                name=name,
+                redactor=redactor,
+                idle_cut=idle_cut,
+            )
+        )
+    except KeyboardInterrupt:
+        return 130
