@@ -256,7 +256,7 @@ def _copy_frames(
         if pg:
             from mcp_proxy.store import pg as pg_mod
 
-            pg_mod.copy_rows(dconn.connection.driver_connection, "frames", names, rows)
+            pg_mod.copy_into(dconn, "frames", names, rows)
         else:
             dconn.execute(frames.insert(), [dict(zip(names, r, strict=True)) for r in rows])
         n += len(rows)

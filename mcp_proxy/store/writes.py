@@ -128,6 +128,7 @@ class BatchWriter:
         self.exchange_ids: dict[int, int] = {}
         self._clock = clock
         self._sqlite = engine.dialect.name == "sqlite"
+        self._pg = engine.dialect.name == "postgresql"
 
     @classmethod
     def open(cls, url: str) -> BatchWriter:
@@ -198,6 +199,11 @@ class BatchWriter:
         ]
 
     def _insert_frames(self, conn: Connection, rows: list[FrameRow]) -> None:
+        if self._pg:  # binary COPY: several times executemany's rate (see store/pg.py)
+            from mcp_proxy.store import pg
+
+            pg.copy_frames(conn, rows)
+            return
         sql, order = _frame_insert(self.engine)
         if self._sqlite and any(len(r.raw) > BIG_BLOB for r in rows):
             for r in rows:

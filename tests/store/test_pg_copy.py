@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from mcp_proxy.store import pg
 from mcp_proxy.store.engine import sync_engine
 from mcp_proxy.store.queries import Store
+from mcp_proxy.store.rows import FRAME_COLS
 from mcp_proxy.store.schema import http_exchanges, sessions
-from mcp_proxy.store.writes import FRAME_COLS
 from tests.helpers.db import PgServer
 
 
@@ -105,7 +105,7 @@ def test_copy_frames_writes_what_the_recorder_built(pg_url: str):
                 [{"session_id": sid, "method": "POST", "url": "/mcp", "started_at": 1.0}],
             ).scalar_one()
             rows = _rows(sid, xid)
-            assert pg.copy_frames(conn.connection.driver_connection, rows) == len(rows)
+            assert pg.copy_frames(conn, rows) == len(rows)
     finally:
         engine.dispose()
 
@@ -129,7 +129,7 @@ def test_copy_joins_the_callers_transaction(pg_url: str):
         with engine.connect() as conn:
             trans = conn.begin()
             sid = _session(conn)
-            pg.copy_frames(conn.connection.driver_connection, _rows(sid, 0)[:2])
+            pg.copy_frames(conn, _rows(sid, 0)[:2])
             trans.rollback()
         with engine.connect() as conn:
             assert conn.execute(sa.text("SELECT count(*) FROM frames")).scalar() == 0
@@ -157,5 +157,31 @@ def test_copy_rows_handles_json_columns_and_names_unknown_columns(pg_url: str):
             row = conn.execute(sa.select(sessions.c.meta, sessions.c.command)).one()
         assert row.meta == {"replay_of": {"session_id": "b" * 32}}
         assert row.command == ["python", "-m", "srv"]
+    finally:
+        engine.dispose()
+
+
+def test_copy_errors_are_sqlalchemys_so_the_writer_can_tell_them_apart(pg_url: str):
+    """A bad row is a DataError (the writer retries row by row); a server that went away is an
+    OperationalError (the writer retries the batch later) and the connection is invalidated."""
+    engine = sync_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            with conn.begin():
+                sid = _session(conn)
+            row = _rows(sid, 0)[0]
+            at = FRAME_COLS.index("method")
+            bad = (*row[:at], "nul\x00byte", *row[at + 1 :])  # PostgreSQL text holds no NUL
+            with pytest.raises(sa.exc.DataError), conn.begin():
+                pg.copy_frames(conn, [bad])
+        with engine.connect() as conn:
+            pid = conn.connection.driver_connection.info.backend_pid  # type: ignore[union-attr]
+            with engine.connect() as killer:
+                killer.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+            with pytest.raises(sa.exc.OperationalError) as info, conn.begin():
+                pg.copy_frames(conn, _rows(sid, 0)[:1])
+            assert info.value.connection_invalidated
+        with engine.begin() as conn:  # the pool reconnects by itself
+            assert pg.copy_frames(conn, _rows(sid, 0)[:1]) == 1
     finally:
         engine.dispose()
