@@ -120,6 +120,9 @@ async def serve_forward(
 
     conf = confdir()
     check_ca(conf)
+    # Lazy upstream connections: the upstream is dialled when the host's request is known, so a
+    # server that is down or fails TLS is an outcome of that (MCP) request — recorded, with the
+    # request — rather than a refused CONNECT no one can attribute. config.yaml may override.
     opts = options.Options(listen_host=host, listen_port=port, confdir=str(conf))
     errors = _Errors()
     mitm_log = logging.getLogger("mitmproxy")
@@ -127,6 +130,7 @@ async def serve_forward(
     master = Master(opts)
     try:
         master.addons.add(*addons.default_addons())
+        opts.update(connection_strategy="lazy")
         _load_config(opts, conf)
         if extra_options:
             opts.update(**extra_options)
