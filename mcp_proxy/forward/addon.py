@@ -392,15 +392,17 @@ class McpTape:
         view = RequestView(req.method, url, headers, body)
         ekey = endpoint_key(url)
         kind: str | None = None
-        if view.has_mcp_header or ekey in self.mcp_endpoints:
-            kind = KIND_MCP
-        elif body and body.lstrip()[:1] in (b"{", b"[") and view.body_facts().is_jsonrpc:
-            kind = KIND_MCP
         oauth_role = None
-        if kind is None:
+        if body and body.lstrip()[:1] in (b"{", b"[") and view.body_facts().is_jsonrpc:
+            kind = KIND_MCP
+        else:
+            # Before the Mcp-* headers: SDK clients send MCP-Protocol-Version on their OAuth
+            # discovery requests too, and those are part of the dance, not MCP messages.
             oauth_role = self.oauth.kind(view)
             if oauth_role is not None:
                 kind = KIND_OAUTH
+            elif view.has_mcp_header or ekey in self.mcp_endpoints:
+                kind = KIND_MCP
         if (
             kind is None
             and req.method == "GET"
@@ -499,6 +501,10 @@ class McpTape:
         resp = flow.response
         raw = resp.headers.fields
         rec_headers = self.redactor.headers([[k.decode("latin-1"), _text(v)] for k, v in raw])
+        for pair in rec_headers:
+            if pair[0].lower() in ("location", "content-location"):
+                # An authorization redirect carries the code (and state) in its query.
+                pair[1] = self.redactor.url(pair[1])
         ctype = resp.headers.get("content-type", "")
         sse = is_event_stream(ctype)
         router = ex.router

@@ -32,7 +32,7 @@ async def test_mitmdump_loads_the_addon(
 
     db = tmp_path / "dump.db"
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # noqa: ASYNC220 - started once, read by a thread
         [
             str(MITMDUMP),
             "--set",
@@ -103,7 +103,7 @@ async def test_mitmdump_loads_the_addon(
     try:
         sessions = con.execute("SELECT id, name, status, meta FROM sessions").fetchall()
         assert len(sessions) == 1, sessions
-        sid, name, status, meta = sessions[0]
+        _sid, name, status, meta = sessions[0]
         assert name == "from-mitmdump" and status == "ended"
         assert json.loads(meta)["grouping"]["rule"] == "mcp-session-id"
         n_ex = con.execute("SELECT count(*) FROM http_exchanges").fetchone()[0]
