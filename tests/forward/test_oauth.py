@@ -150,9 +150,7 @@ async def test_oauth_dance_recorded_linked_and_redacted(
 
     sessions = fw.sessions()
     exchanges = fw.exchanges()
-    assert len(sessions) == 1, [
-        (s["id"][:6], s["meta"]["grouping"]["rule"]) for s in sessions
-    ] + [
+    assert len(sessions) == 1, [(s["id"][:6], s["meta"]["grouping"]["rule"]) for s in sessions] + [
         (e["session_id"][:6], e["method"], e["url"], e["status"], e["meta"].get("oauth"))
         for e in exchanges
     ]
