@@ -19,7 +19,6 @@ from aiohttp import web
 
 from dashboard import present
 from dashboard.analysis import Analyst
-from dashboard.queries import DashboardQueries
 from dashboard.security import TOKEN_FIELD, is_loopback, new_token, security_middleware
 from mcp_proxy.store.queries import Store
 
@@ -28,12 +27,13 @@ TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
 
 STORE = web.AppKey("store", Store)
-QUERIES = web.AppKey("queries", DashboardQueries)
+#: The same store: the pages' queries are its public methods (kept as a name for page modules).
+QUERIES = STORE
 ANALYST = web.AppKey("analyst", Analyst)
 TOKEN = web.AppKey("token", str)
 JINJA = web.AppKey("jinja", jinja2.Environment)
 SETTINGS = web.AppKey("settings", dict)
-STREAMS = web.AppKey("streams", set)
+STREAMS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("streams")
 
 
 def make_env() -> jinja2.Environment:
@@ -107,12 +107,12 @@ def create_app(
     async def open_store(app: web.Application) -> None:
         store = await Store.open(db_url)
         app[STORE] = store
-        app[QUERIES] = DashboardQueries(store)
         app[ANALYST] = Analyst(store)
 
     async def stop_streams(app: web.Application) -> None:
         # Live streams would otherwise keep the server from shutting down.
-        for task in list(app[STREAMS]):
+        streams: set[asyncio.Task[Any]] = app[STREAMS]
+        for task in list(streams):
             task.cancel()
 
     async def close_store(app: web.Application) -> None:

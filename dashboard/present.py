@@ -20,13 +20,9 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from mcp_proxy.frames import parse_json, strip_line_end, text_or_none
-from mcp_proxy.render import human_size
-
-try:  # the HTTP engineer's decoder for `=?base64?…?=` Mcp-* values
-    from mcp_proxy.headers import decode_header_value as _decode_header_value  # type: ignore
-except ImportError:  # pragma: no cover - until mcp_proxy.headers lands
-    _decode_header_value = None
+from mcp_proxy.frames import strip_line_end, text_or_none
+from mcp_proxy.headers import decode_header_value as _decode_header_value
+from mcp_proxy.render import human_size, parse_json_safely
 
 #: Characters that must never reach the page as themselves: C0/C1 controls (except tab and
 #: newline, which <pre> shows faithfully), bidi embeddings/overrides/isolates and marks, and the
@@ -51,6 +47,10 @@ _INVISIBLE = frozenset(
 #: detail view shows the head of the text and offers the raw bytes as a download.
 TREE_LIMIT = 256 * 1024
 TEXT_LIMIT = 512 * 1024
+#: Levels of nesting the tree unfolds; deeper values are left to the raw text below it. A frame
+#: nested 1,200 levels deep is recordable, and neither Python's recursion limit nor a browser
+#: laying out 1,200 nested ``<details>`` should decide whether its page answers.
+TREE_DEPTH = 64
 
 
 def vis(text: Any) -> Markup:
@@ -116,6 +116,10 @@ def _tree(value: Any, out: list[str], depth: int, open_depth: int, trailing: str
     if n == 0:
         out.append(opener + closer + trailing)
         return
+    if depth >= TREE_DEPTH:
+        title = f"nested deeper than {TREE_DEPTH} levels: see the raw bytes below"
+        out.append(f'<span class="muted" title="{title}">{opener} … {closer}</span>{trailing}')
+        return
     summary = f"{opener} {n} {'key' if opener == '{' else 'item'}{'s' if n != 1 else ''} {closer}"
     attr = " open" if depth < open_depth else ""
     out.append(f'<details{attr}><summary data-closed="{escape(summary)}">{opener}</summary>')
@@ -136,8 +140,14 @@ def frame_body(f: dict[str, Any]) -> dict[str, Any]:
     """What a frame detail shows: the parsed JSON tree, the text, or base64 for binary."""
     raw: bytes = f.get("raw") or b""
     content = strip_line_end(raw)
-    out: dict[str, Any] = {"size": len(raw), "size_h": human_size(len(raw))}
-    msg = parse_json(raw) if f["kind"] not in ("noise", "stderr", "empty") else None
+    # Every key the template reads is always present (it renders under StrictUndefined).
+    out: dict[str, Any] = {
+        "size": len(raw),
+        "size_h": human_size(len(raw)),
+        "invisible": False,
+        "truncated": False,
+    }
+    msg = parse_json_safely(raw) if f["kind"] not in ("noise", "stderr", "empty") else None
     if msg is not None and len(raw) <= TREE_LIMIT:
         out["tree"] = json_tree(msg)
     text = text_or_none(content[:TEXT_LIMIT] if len(content) > TEXT_LIMIT else content)
@@ -175,19 +185,11 @@ def preview(head: bytes | None, kind: str, width: int = 160) -> str:
 
 def decode_header_value(value: str) -> str | None:
     """The decoded text of a ``=?base64?…?=`` header value, or None when it is plain."""
-    if _decode_header_value is not None:
-        try:
-            decoded = _decode_header_value(value)
-        except Exception:  # a malformed sentinel is shown as sent
-            return None
-        return decoded if decoded != value else None
-    v = value.strip()
-    if v.startswith("=?base64?") and v.endswith("?="):
-        try:
-            return base64.b64decode(v[9:-2], validate=True).decode("utf-8")
-        except (ValueError, UnicodeDecodeError):
-            return None
-    return None
+    try:
+        decoded = _decode_header_value(value)
+    except Exception:  # a malformed sentinel is shown as sent
+        return None
+    return decoded if decoded != value else None
 
 
 def header_rows(headers: Any) -> list[dict[str, Any]]:

@@ -23,8 +23,9 @@ from aiohttp import web
 
 from dashboard import present
 from dashboard.app import JINJA, QUERIES, SETTINGS, STORE, render
-from dashboard.queries import BadRequest, SessionFilter
+from dashboard.views._common import BadRequest
 from mcp_proxy.errors import UserError
+from mcp_proxy.store.filters import SessionFilter
 
 SID = r"{sid:[0-9a-f]{1,32}}"
 EXT = r"{ext:(\.json)?}"
@@ -81,7 +82,7 @@ def _filename(s: dict[str, Any], fmt: str) -> str:
 
 
 async def export_download(request: web.Request) -> web.Response:
-    from mcp_proxy.export import export_bytes
+    from mcp_proxy.recording.database import export_bytes
 
     s = await request.app[QUERIES].session(request.match_info["sid"])
     fmt = request.match_info["fmt"]
@@ -131,7 +132,7 @@ async def _recent(request: web.Request, limit: int = 20) -> list[dict[str, Any]]
 
 async def diff_page(request: web.Request) -> web.Response:
     from mcp_proxy.diff import diff_sessions
-    from mcp_proxy.export import load_session
+    from mcp_proxy.recording.database import load_session
 
     a_ref = request.query.get("a", "").strip()
     b_ref = request.query.get("b", "").strip()
@@ -193,7 +194,7 @@ def _why_not(s: dict[str, Any]) -> str:
 
 
 async def replay_run(request: web.Request) -> web.Response:
-    from mcp_proxy.export import load_session
+    from mcp_proxy.recording.database import load_session
     from mcp_proxy.replay import replay_stdio
 
     if not replay_enabled(request.app):
@@ -264,6 +265,6 @@ def _replay_done(settings: dict[str, Any], future: asyncio.Future[Any]) -> None:
 
 
 async def _form(request: web.Request) -> dict[str, str]:
-    from dashboard.views import _form as read_form
+    from dashboard.views._common import read_form
 
     return await read_form(request)

@@ -88,13 +88,118 @@ def _register_commands() -> None:
         importlib.import_module(f"mcp_proxy.commands.{name}")
 
 
-COMMAND_MODULES: list[str] = ["record", "browse", "demo", "travel", "hosts", "dashboard", "analyze"]
+COMMAND_MODULES: list[str] = [
+    "record",
+    "browse",
+    "demo",
+    "recording",
+    "travel",
+    "hosts",
+    "dashboard",
+    "analyze",
+    "db",  # mcptape db upgrade|status|copy
+]
 
 
-def main() -> None:
-    """Console-script entry point."""
+_METAVARS = {int: "INTEGER", float: "FLOAT", str: "TEXT"}
+
+
+def _metavar(param: Any) -> str:
+    """The conventional click metavar for a typer parameter (``TEXT``, ``[a|b]``, none for flags).
+
+    Typer 0.29 shows Python type tags (``<str>``, ``<bool>``, ``<list[str]>``); every other
+    click-based CLI a user knows (and typer before it) shows ``TEXT``/``INTEGER``/``[a|b]`` and
+    nothing after a flag.
+    """
+    desc = getattr(param, "type_descriptor", None)
+    if desc is None:
+        return ""
+    if param.param_type_name == "option" and (param.is_flag or desc.annotation is bool):
+        return ""
+    if desc.is_choice and desc.choices:
+        return "[" + "|".join(str(getattr(c, "value", c)) for c in desc.choices) + "]"
+    if desc.is_path:
+        return "PATH"
+    annotation = desc.annotation
+    args = getattr(annotation, "__args__", None)
+    if desc.is_list and args:
+        annotation = args[0]
+    return _METAVARS.get(annotation, "TEXT")
+
+
+def classic_help(command: Any, help_names: list[str] | None = None) -> Any:
+    """Give every option and argument of ``command`` (recursively) a conventional metavar."""
+    names = help_names or ["-h", "--help"]
+    ctx = command.context_class(command, help_option_names=names)
+    help_option = command.get_help_option(ctx)  # created once and cached by the command
+    if help_option is not None:
+        help_option.metavar = ""
+    for param in getattr(command, "params", []):
+        if not hasattr(param, "type_descriptor") or param.metavar is not None:
+            continue
+        shown = _metavar(param)
+        if param.param_type_name == "argument":
+            name = (param.name or "arg").upper()
+            param.metavar = name
+            many = "..." if param.nargs != 1 else ""
+            usage = name + many if param.required else f"[{name}]{many}"
+            # Instance attributes: typer has no option for the argument's type column or for
+            # click's usage form (SESSION, [SESSION]) instead of {session}.
+            param.display_type_rich = lambda ctx, shown=shown: shown  # type: ignore[method-assign]
+            param._usage_display_name = lambda usage=usage: usage  # type: ignore[attr-defined]
+        else:
+            param.metavar = shown
+    for sub in getattr(command, "commands", {}).values():
+        classic_help(sub, names)
+    return command
+
+
+def _click_exceptions() -> Any:
+    """The exception module of the click that typer runs on.
+
+    Typer 0.2x vendors click as ``typer._click`` and re-exports only ``BadParameter``, ``Exit``
+    and ``Abort``; older typer runs on the ``click`` package. Either way the classes are there.
+    """
+    try:
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - typer before it vendored click
+        from click import exceptions  # type: ignore[no-redef]
+    return exceptions
+
+
+def _command_path(argv: list[str]) -> str:
+    """``mcptape`` plus the subcommand named in ``argv`` (for "see … --help" hints)."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return f"mcptape {arg}"
+        break
+    return "mcptape"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: parser errors are one line and exit 2, like ours."""
+    import typer.main
+
+    click = _click_exceptions()
+
     _register_commands()
-    app()
+    argv = sys.argv[1:] if argv is None else argv
+    command = classic_help(typer.main.get_command(app))
+    try:
+        code = command.main(args=argv, prog_name="mcptape", standalone_mode=False)
+    except click.NoArgsIsHelpError as exc:
+        if exc.format_message().strip():  # (rich help has been printed already)
+            exc.show()  # `mcptape` alone: the help, exit 2 (as click does)
+        sys.exit(EXIT_USAGE)
+    except click.UsageError as exc:
+        report(f"{exc.format_message()} (see: {_command_path(argv)} --help)", EXIT_USAGE)
+        sys.exit(EXIT_USAGE)
+    except click.ClickException as exc:
+        report(exc.format_message(), exc.exit_code)
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -105,7 +105,7 @@ def _drive_http(db_url: str, name: str) -> dict[str, Any]:
 
 def run_demo(db_url: str, *, out: Callable[[str], None] = print) -> list[str]:
     """Record the demo sessions and print them; returns the new session ids."""
-    from mcp_proxy.render import frame_oneline, session_line
+    from mcp_proxy.render import cli_name, frame_oneline, session_line
     from mcp_proxy.store.queries import Store
 
     runs = [("demo", "auto"), ("demo-legacy", "legacy"), ("demo-http", "http")]
@@ -142,39 +142,31 @@ def run_demo(db_url: str, *, out: Callable[[str], None] = print) -> list[str]:
     ids = asyncio.run(show())
     out("")
     out("Next:")
-    out("  mcptape sessions                      # everything recorded, newest first")
-    out("  mcptape show demo                     # one session, frame by frame, pretty JSON")
-    out("  mcptape show demo --format json       # the same for scripts")
-    out(
-        "  mcptape show demo --exchanges         # requests paired with responses, latency, findings"
-    )
-    out(
-        "  mcptape check demo-legacy             # the error taxonomy and protocol checks (CI-friendly)"
-    )
-    out("  mcptape stats                         # per-method counts, errors, latency percentiles")
-    out("  mcptape export demo -o demo.jsonl     # a portable recording: diff, replay, mock")
-    out("  mcptape tail                          # follow live traffic, like tcpdump for MCP")
-    out("  mcptape record --name NAME -- CMD…    # put mcptape in front of your own server")
-    out("  mcptape install --dry-run             # wrap the servers of Claude Desktop & co.")
+    for line in next_steps(cli_name()):
+        out(line)
     return ids
 
 
-def open_dashboard(db_url: str, session_id: str, *, port: int = 0) -> None:
-    """Serve the dashboard and open the browser on one session; returns on Ctrl-C."""
-    import webbrowser
+#: What to try after the demo: (arguments, what it does). Printed with the way the user runs
+#: mcptape from where they are (``uv run mcptape`` after ``uv run mcptape demo``).
+NEXT_STEPS = [
+    ("sessions", "everything recorded, newest first"),
+    ("show demo", "one session, frame by frame, pretty JSON"),
+    ("show demo --format json", "the same for scripts"),
+    ("show demo --exchanges", "requests paired with responses, latency, findings"),
+    ("check demo-legacy", "the error taxonomy and protocol checks (CI-friendly)"),
+    ("stats", "per-method counts, errors, latency percentiles"),
+    ("export demo -o demo.jsonl", "a portable recording: diff, replay, mock"),
+    ("tail", "follow live traffic, like tcpdump for MCP"),
+    ("record --name NAME -- CMD…", "put mcptape in front of your own server"),
+    ("install --dry-run", "wrap the servers of Claude Desktop & co."),
+]
 
-    from dashboard.app import serve
 
-    def announce(address: str) -> None:
-        base, _, query = address.partition("/?")
-        target = f"{base}/sessions/{session_id}?{query}"
-        print(f"\nmcptape dashboard: {target}\n  (Ctrl-C to stop)", flush=True)
-        try:
-            webbrowser.open(target)
-        except webbrowser.Error:
-            pass  # no browser here: the address is printed
-
-    try:
-        asyncio.run(serve(db_url, port=port, announce=announce))
-    except KeyboardInterrupt:
-        pass
+def next_steps(command: str) -> list[str]:
+    """The "Next:" lines, each a command that works where the user is."""
+    width = max(len(f"{command} {args}") for args, _ in NEXT_STEPS) + 3
+    lines = [f"  {f'{command} {args}':{width}}# {why}" for args, why in NEXT_STEPS]
+    if command.startswith("uv run"):
+        lines.append("  (to type just `mcptape` anywhere, install it once: uv tool install .)")
+    return lines

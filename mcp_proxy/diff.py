@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any
 
-from mcp_proxy.export import SessionRecording
+from mcp_proxy.recording.model import SessionRecording
 
 #: What always differs between two runs of one conversation, as JSONPaths over a step document
 #: (``{"method", "params", "result", "error", "notifications"}``).

@@ -35,6 +35,13 @@ class NotFoundError(UserError):
     exit_code = 4
 
 
+class BadValueError(UserError):
+    """A filter, cursor, number or form value that cannot be used as given.
+
+    The CLI exits 2 with it; the dashboard answers HTTP 400.
+    """
+
+
 class StoreError(McptapeError):
     """The database could not be opened, migrated or written."""
 

@@ -10,6 +10,7 @@ Pure functions, no I/O.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -39,6 +40,9 @@ class Kind(StrEnum):
     NOISE = "noise"  # not JSON at all (stray print(), invalid UTF-8, a partial line)
     STDERR = "stderr"  # a server stderr line
     EMPTY = "empty"  # a blank line or an empty body/event (keep-alives, priming events)
+    #: Looks like JSON but could not be decoded here (nested deeper than the parser allows, or
+    #: the classifier itself failed): the bytes are kept, nothing is derived from them.
+    UNDECODABLE = "undecodable"
 
 
 #: Frames larger than this are classified from a bounded look at their head and tail instead of
@@ -71,7 +75,37 @@ def id_key(value: Any) -> str | None:
     """
     if value is None:
         return None
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate ("\ud800") cannot be stored as text: keep its JSON escape instead.
+        return json.dumps(value, separators=(",", ":"))
+    return text
+
+
+#: The longest id text a ``msg_id`` column holds (``frames.msg_id`` is VARCHAR(300)).
+MAX_ID_TEXT = 300
+
+
+def column_id(key: str | None) -> str | None:
+    """The ``msg_id`` column value for an id key: itself, or a short stand-in that is valid JSON.
+
+    An id whose JSON text is longer than :data:`MAX_ID_TEXT` is stored as a JSON *string*:
+    its first characters, an ellipsis and a digest of the whole id. The stand-in is the same
+    for every frame carrying that id (requests still pair with their responses) and always
+    parses; the frame's raw bytes keep the whole id.
+    """
+    if key is None or len(key) <= MAX_ID_TEXT:
+        return key
+    digest = hashlib.sha256(key.encode("utf-8", "backslashreplace")).hexdigest()[:16]
+    head = key[1:] if key.startswith('"') else key
+    keep = 200
+    while True:
+        text = json.dumps(f"{head[:keep]}…#{digest}", ensure_ascii=False)
+        if len(text) <= MAX_ID_TEXT or keep == 0:
+            return text
+        keep //= 2
 
 
 def strip_line_end(raw: bytes | bytearray) -> bytes:
@@ -180,7 +214,20 @@ def _classify_huge(content: bytes) -> Classified:
 def classify(
     raw: bytes | bytearray | memoryview, channel: Channel | str = Channel.STDIO
 ) -> Classified:
-    """Classify one frame's bytes. Never raises."""
+    """Classify one frame's bytes. Never raises, whatever the bytes.
+
+    JSON nested deeper than the parser allows (``RecursionError``), or any other failure of the
+    classifier, gives :attr:`Kind.UNDECODABLE` with the reason in ``problem``.
+    """
+    try:
+        return _classify(raw, channel)
+    except RecursionError:
+        return Classified(Kind.UNDECODABLE, problem="JSON nested deeper than the parser allows")
+    except Exception as exc:  # the promise is "never raises": say why instead
+        return Classified(Kind.UNDECODABLE, problem=f"classifier failed: {type(exc).__name__}")
+
+
+def _classify(raw: bytes | bytearray | memoryview, channel: Channel | str) -> Classified:
     if channel == Channel.STDERR:
         return Classified(Kind.STDERR)
     if len(raw) > FULL_PARSE_LIMIT:
@@ -216,7 +263,7 @@ def parse_json(raw: bytes | bytearray) -> Any:
         return None
     try:
         return json.loads(strip_line_end(raw).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
 
 

@@ -46,8 +46,8 @@ from mcp_proxy.diff import (
     json_changes,
 )
 from mcp_proxy.errors import UserError
-from mcp_proxy.export import Recording, SessionRecording
 from mcp_proxy.frames import Channel, Direction, classify, id_key
+from mcp_proxy.recording.model import Recording, SessionRecording
 
 #: JSON-RPC error code of a miss on a method that *was* recorded (server-defined range).
 MISS_CODE = -32050
@@ -843,7 +843,8 @@ def _load_for_mock(
     opts: MockOptions,
 ) -> tuple[Recording | None, list[SessionRecording], Path | None]:
     """The sessions to serve, and the file to write new episodes to (recording modes)."""
-    from mcp_proxy.export import load_source, read_recording, split_source
+    from mcp_proxy.recording.database import load_source, split_source
+    from mcp_proxy.recording.registry import read_recording
 
     file_ref = split_source(opts.source)
     path = Path(file_ref[0]) if file_ref else None
@@ -912,7 +913,8 @@ def run_mock(opts: MockOptions, *, ready: Callable[[str], None] | None = None) -
         ]
         if new:
             keep = sessions if mode == "new_episodes" else []
-            from mcp_proxy.export import dumps_jsonl, write_file
+            from mcp_proxy.recording.jsonl import dumps_jsonl
+            from mcp_proxy.recording.model import write_file
 
             write_file(path, [dumps_jsonl(Recording([*keep, *new], origin=str(path)))])
             print(f"mcptape mock: wrote {len(new)} new session(s) to {path}", file=sys.stderr)

@@ -230,7 +230,8 @@ def _replay_for(item: pytest.Item, marker: pytest.Mark) -> None:
     except McptapeError as exc:
         pytest.fail(f"mcptape replay of {path.name} could not run: {exc}", pytrace=False)
     if mode in ("all", "new_episodes") and result.replayed is not None:
-        from mcp_proxy.export import Recording, dumps_jsonl, write_file
+        from mcp_proxy.recording.jsonl import dumps_jsonl
+        from mcp_proxy.recording.model import Recording, write_file
 
         write_file(path, [dumps_jsonl(Recording([result.replayed], origin=str(path)))])
         return
@@ -246,7 +247,7 @@ def _run_replay(
     path: Path, command: list[str] | None, upstream: str | None, kwargs: dict[str, Any]
 ) -> Any:
     from mcp_proxy.diff import diff_sessions
-    from mcp_proxy.export import read_recording
+    from mcp_proxy.recording.registry import read_recording
 
     recording = read_recording(path)
     session = recording.one(kwargs.get("session"))

@@ -60,10 +60,12 @@ __all__ = [
 
 REDACTED = "[REDACTED]"
 
-#: How a redaction policy reaches a recorder running in another process (the recorder worker
-#: of ``mcptape record``): JSON ``{"enabled": bool, "headers": [...], "paths": [...]}``. When it
-#: is unset a recorder applies no body redaction of its own (transports may still redact).
+#: The redaction policy of a recorder process, and the user's opt-out: ``0``/``off``/``false``
+#: turns redaction off, ``1``/``on`` (or unset) keeps the default policy, and the relays pass
+#: their full policy as JSON ``{"enabled": bool, "headers": [...], "paths": [...]}``.
 ENV_REDACT = "MCPTAPE_REDACT"
+_OFF = frozenset({"0", "off", "false", "no"})
+_ON = frozenset({"1", "on", "true", "yes"})
 _REDACTED_B = REDACTED.encode()
 
 #: Header names (lower case) redacted by default, besides the name patterns below.
@@ -97,6 +99,10 @@ _EXACT_KEYS = frozenset(
         "secret",
         "password",
         "passwd",
+        "pass",
+        "auth",
+        "credentials",
+        "credential",
         "apikey",
         "xapikey",
         "clientassertion",
@@ -150,6 +156,8 @@ _PREFILTER_WORDS = (
     b"cookie",
     b'"code"',
     b"private",
+    b"credential",
+    b'auth"',
     b'"otp"',
     b'"totp"',
     b'"pin"',
@@ -183,7 +191,13 @@ def is_sensitive_key(name: str) -> bool:
         return True
     if n.endswith("token"):
         return n not in _TOKEN_ALLOW
-    return "secret" in n or "password" in n or "passphrase" in n or n.endswith("apikey")
+    return (
+        "secret" in n
+        or "password" in n
+        or "passphrase" in n
+        or "credential" in n
+        or n.endswith("apikey")
+    )
 
 
 def is_sensitive_header(name: str, extra: Iterable[str] = ()) -> bool:
@@ -400,16 +414,16 @@ class Redactor:
             if stripped[:1] in ("{", "["):
                 try:
                     doc = json.loads(stripped)
-                except ValueError:
-                    doc = None
-                else:
                     new, changed = self.json_value(doc)
+                except (ValueError, RecursionError):
+                    # Not JSON, or nested deeper than we can walk: the byte-level rules apply.
+                    pass
+                else:
                     if not changed:
                         return raw, False
-                    return (
-                        json.dumps(new, ensure_ascii=False, separators=(",", ":")).encode(),
-                        True,
-                    )
+                    out = _dump(new)
+                    if out is not None:
+                        return out, True
         return self._fallback(raw)
 
     def _form(self, raw: bytes) -> tuple[bytes, bool]:
@@ -489,6 +503,18 @@ class Redactor:
         )
 
 
+def _dump(doc: Any) -> bytes | None:
+    """Compact UTF-8 JSON; a lone surrogate stays a ``\\u`` escape; None if too deep."""
+    try:
+        text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(doc, separators=(",", ":")).encode("ascii")
+    except RecursionError:
+        return None
+
+
 def _is_scalar_secret(value: Any) -> bool:
     """Values that can carry a secret by themselves: strings and numbers (not bool/None)."""
     if isinstance(value, bool) or value is None:
@@ -496,11 +522,31 @@ def _is_scalar_secret(value: Any) -> bool:
     return isinstance(value, (str, int, float))
 
 
+def env_allows_redaction(environ: dict[str, str] | None = None) -> bool:
+    """False when the user turned redaction off through :data:`ENV_REDACT`."""
+    policy = redactor_from_env(environ)
+    return policy is None or policy.enabled
+
+
+def policy_from_env(environ: dict[str, str] | None = None) -> Redactor:
+    """The recorder process's policy: :data:`ENV_REDACT`, or the default (on) when unset.
+
+    One policy for every transport: the stdio and the HTTP relay record through the same
+    recorder process, so both are redacted alike unless the user opted out.
+    """
+    return redactor_from_env(environ) or Redactor()
+
+
 def redactor_from_env(environ: dict[str, str] | None = None) -> Redactor | None:
-    """The policy named by :data:`ENV_REDACT`, or None when it is unset or unreadable."""
+    """The policy named by :data:`ENV_REDACT`, or None when it is unset."""
     value = (environ if environ is not None else os.environ).get(ENV_REDACT)
-    if not value:
+    if not value or not value.strip():
         return None
+    word = value.strip().lower()
+    if word in _OFF:
+        return Redactor(enabled=False)
+    if word in _ON:
+        return Redactor()
     try:
         spec = json.loads(value)
         return Redactor.from_options(

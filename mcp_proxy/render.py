@@ -25,6 +25,58 @@ _UNSAFE.update(
 )
 
 
+def parse_json_safely(raw: bytes | bytearray) -> Any:
+    """A frame's parsed JSON for display, or None when it is not JSON or nested too deep.
+
+    The recorder stores whatever crossed the wire, including JSON nested thousands of levels
+    deep; a viewer then shows the exact text instead of a pretty rendering, never a traceback.
+    """
+    try:
+        return parse_json(raw)
+    except RecursionError:
+        return None
+
+
+def pretty_json(msg: Any) -> str | None:
+    """``msg`` indented for people, or None when it is nested too deep to indent."""
+    try:
+        return json.dumps(msg, indent=2, ensure_ascii=False)
+    except RecursionError:
+        return None
+
+
+def json_id(msg_id: str | None) -> Any:
+    """A stored ``msg_id`` (the id's JSON text) as a value; text that is not JSON stays text.
+
+    Ids are stored as their JSON text; a store that ever cut or mangled one must not make the
+    frame unprintable.
+    """
+    if not msg_id:
+        return None
+    try:
+        return json.loads(msg_id)
+    except (ValueError, RecursionError):
+        return msg_id
+
+
+def cli_name() -> str:
+    """How the user runs mcptape from where they are, for commands we suggest to them.
+
+    After ``uv run mcptape demo`` the command is not on the user's PATH (uv put the project's
+    environment on PATH only for that one run), so suggestions say ``uv run mcptape``; a
+    command installed on PATH is just ``mcptape``; otherwise ``python -m mcp_proxy``.
+    """
+    import os
+    import shutil
+    import sys
+
+    if os.environ.get("UV") or os.environ.get("UV_RUN_RECURSION_DEPTH"):
+        return "uv run mcptape"
+    if shutil.which("mcptape"):
+        return "mcptape"
+    return f"{sys.executable} -m mcp_proxy"
+
+
 def safe(text: str) -> str:
     """Neutralise terminal escapes and bidi overrides a server may have sent."""
     return text.translate(_UNSAFE)
@@ -90,7 +142,7 @@ def frame_json(f: dict[str, Any]) -> dict[str, Any]:
         "channel": f["channel"],
         "kind": f["kind"],
         "method": f.get("method"),
-        "id": json.loads(f["msg_id"]) if f.get("msg_id") else None,
+        "id": json_id(f.get("msg_id")),
         "size": f["size"],
         "complete": bool(f.get("complete", True)),
     }
@@ -134,9 +186,10 @@ def frame_body(f: dict[str, Any], *, max_chars: int = 20_000) -> str:
     if f["channel"] == "stderr":
         text = text_or_none(strip_line_end(raw))
         return safe(text if text is not None else repr(raw))
-    msg = parse_json(raw) if f["kind"] not in ("noise", "stderr") else None
-    if msg is not None:
-        text = json.dumps(msg, indent=2, ensure_ascii=False)
+    msg = parse_json_safely(raw) if f["kind"] not in ("noise", "stderr") else None
+    pretty = pretty_json(msg) if msg is not None else None
+    if pretty is not None:
+        text = pretty
     else:
         t = text_or_none(strip_line_end(raw))
         text = t if t is not None else "(not UTF-8) " + repr(strip_line_end(raw)[:2000])
@@ -166,3 +219,66 @@ def frame_oneline(f: dict[str, Any], session_name: str | None = None, width: int
     if len(text) > room:
         text = text[: room - 1] + "…"
     return f"{head}  {text}"
+
+
+# ---------------------------------------------------------------------------------- analysis
+
+SEVERITY_LABEL = {"error": "ERROR  ", "warning": "WARNING", "info": "info   "}
+
+
+def finding_text(row: dict[str, Any], *, detail: bool = True) -> str:
+    """One finding for the terminal: severity, code, title, proof; detail indented below."""
+    seqs = row.get("frame_seqs") or []
+    proof = ""
+    if seqs:
+        shown = ",".join(f"#{s}" for s in seqs[:6])
+        proof = f"  [{shown}{'…' if len(seqs) > 6 else ''}]"
+    sev = SEVERITY_LABEL.get(str(row.get("severity")), str(row.get("severity")))
+    line = f"  {sev} {row.get('code', ''):38} {safe(str(row.get('title') or ''))}{proof}"
+    if detail and row.get("detail"):
+        for d in str(row["detail"]).splitlines()[:8]:
+            line += "\n" + " " * 11 + safe(d)
+    return line
+
+
+OUTCOME_LABEL = {
+    "ok": "ok",
+    "tool_error": "tool error",
+    "input_required": "input req.",
+    "error": "error",
+    "http_error": "HTTP error",
+    "cancelled": "cancelled",
+    "aborted": "aborted",
+    "lost": "LOST",
+    "no_response": "NO RESPONSE",
+    "closed": "closed",
+    "pending": "pending",
+}
+
+
+def exchange_text(ex: Any) -> str:
+    """One exchange for the terminal: frames, direction, method, outcome, latency, extras."""
+    frames = f"#{ex.request_seq}" + (f"→#{ex.response_seq}" if ex.response_seq else "")
+    arrow = "→" if ex.direction == "c2s" else "←"
+    label = ex.method + (f" {ex.name}" if ex.name else "")
+    outcome = OUTCOME_LABEL.get(ex.outcome, ex.outcome)
+    if ex.outcome == "error" and ex.error_code is not None:
+        outcome += f" {ex.error_code}"
+    latency = f"{ex.latency_ms:.1f} ms" if ex.latency_ms is not None else "-"
+    extras = []
+    if ex.progress_seqs:
+        extras.append(f"progress×{len(ex.progress_seqs)}")
+    if ex.log_seqs:
+        extras.append(f"logs×{len(ex.log_seqs)}")
+    if ex.children:
+        extras.append(f"server requests×{len(ex.children)}")
+    if ex.cancel_seq is not None:
+        extras.append(f"cancel #{ex.cancel_seq}")
+    if ex.chain is not None:
+        extras.append(f"MRTR chain {ex.chain} round {ex.round}")
+    if ex.error_message and ex.outcome == "error":
+        extras.append(repr(ex.error_message[:60]))
+    return (
+        f"{frames:14} {arrow} {safe(label)[:40]:40} {outcome:14} {latency:>11}  id={ex.msg_id}"
+        + ("  " + "  ".join(extras) if extras else "")
+    )

@@ -38,9 +38,10 @@ from typing import Any
 
 from mcp_proxy.diff import DiffResult, canonical, diff_sessions
 from mcp_proxy.errors import UserError
-from mcp_proxy.export import Recording, SessionRecording, frame_messages, load_sessions
 from mcp_proxy.frames import id_key, parse_json
 from mcp_proxy.framing import LineFramer
+from mcp_proxy.recording.database import load_sessions
+from mcp_proxy.recording.model import Recording, SessionRecording, frame_messages
 
 DEFAULT_TIMEOUT = 15.0
 

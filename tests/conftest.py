@@ -1,11 +1,30 @@
-"""Fixtures shared by every test package: a temporary database and the mcptape command."""
+"""Fixtures shared by every test package: databases (SQLite and PostgreSQL) and the mcptape command.
+
+``db_path`` / ``db_url``: a SQLite file (not created yet) — what most tests have always used.
+
+``any_db`` / ``any_db_url`` (and ``module_any_db_url``): the same test once per dialect, ids
+``sqlite`` and ``postgresql``. ``any_db`` is a ``Path`` for SQLite and a URL string for
+PostgreSQL, so a test passes ``str(any_db)`` to ``--db`` and hands ``any_db`` to
+``tests.helpers.db`` readers either way. Each PostgreSQL database is fresh, created from a
+template already migrated to the head revision; ``pg_server`` gives tests that need an empty
+database or several of them their own.
+
+PostgreSQL comes from ``MCPTAPE_TEST_PG`` (``.ci/run`` starts a cluster and sets it) or from a
+cluster this session starts itself. When neither works, the PostgreSQL half fails in CI
+(``CI`` set) and is skipped elsewhere, with the reason printed at the end of the run.
+``MCPTAPE_TEST_DIALECTS=sqlite`` runs only the SQLite half.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.db import ENV_DIALECTS, PgServer, start_pg_server
 
 BIN = Path(sys.executable).parent
 
@@ -26,3 +45,84 @@ def db_path(tmp_path: Path) -> Path:
 @pytest.fixture
 def db_url(db_path: Path) -> str:
     return "sqlite:///" + str(db_path)
+
+
+# --------------------------------------------------------------------------- both dialects
+def _dialects() -> list[str]:
+    wanted = os.environ.get(ENV_DIALECTS, "sqlite,postgresql")
+    return [d for d in ("sqlite", "postgresql") if d in wanted.split(",")] or ["sqlite"]
+
+
+DIALECTS = _dialects()
+_pg_problem: list[str] = []
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """A PostgreSQL server for this test session (fails in CI, skips locally, when none)."""
+    if _pg_problem:
+        _unavailable(_pg_problem[0])
+    try:
+        server = start_pg_server()
+    except Exception as exc:
+        _pg_problem.append(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+        _unavailable(_pg_problem[0])
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _unavailable(reason: str) -> None:
+    message = f"PostgreSQL unavailable: {reason}"
+    if in_ci():
+        pytest.fail(message + " (CI requires the PostgreSQL half)", pytrace=False)
+    pytest.skip(message)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _pg_problem:
+        verdict = "FAILED (CI)" if in_ci() else "skipped"
+        terminalreporter.write_line(
+            f"PostgreSQL half {verdict}: {_pg_problem[0]}", red=in_ci(), yellow=not in_ci()
+        )
+
+
+@pytest.fixture(params=DIALECTS)
+def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | str]:
+    """A fresh database per test: a SQLite ``Path`` (not created) or a PostgreSQL URL."""
+    if request.param == "sqlite":
+        yield tmp_path / "rec.db"
+        return
+    server: PgServer = request.getfixturevalue("pg_server")
+    url = server.create_database()
+    try:
+        yield url
+    finally:
+        server.drop_database(url)
+
+
+@pytest.fixture
+def any_db_url(any_db: Path | str) -> str:
+    """:func:`any_db` as a SQLAlchemy URL, whatever the dialect."""
+    return any_db if isinstance(any_db, str) else "sqlite:///" + str(any_db)
+
+
+@pytest.fixture(scope="module", params=DIALECTS)
+def module_any_db_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """One database per test module and dialect, for modules that record once and read often."""
+    if request.param == "sqlite":
+        yield "sqlite:///" + str(tmp_path_factory.mktemp("db") / "rec.db")
+        return
+    server: PgServer = request.getfixturevalue("pg_server")
+    url = server.create_database()
+    try:
+        yield url
+    finally:
+        server.drop_database(url)

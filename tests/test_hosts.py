@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from mcp_proxy import hosts as H
+from mcp_proxy.errors import UserError
 from mcp_proxy.hosts import (
     HOSTS,
     ConfigChanged,
@@ -37,6 +37,11 @@ from mcp_proxy.hosts import (
     plan_uninstall,
     resolve_targets,
 )
+from mcp_proxy.hosts.doctor import _ephemeral, check_targets, find_mcptape
+from mcp_proxy.hosts.document import parse_config
+from mcp_proxy.hosts.edits import apply_edits, prefix_args, unwrap_edits
+from mcp_proxy.hosts.entries import Wrapped, other_wrapper
+from mcp_proxy.hosts.jsonc import JsonSyntaxError, line_col
 
 FIXTURES = Path(__file__).parent / "hosts"
 MCPTAPE = str(Path(sys.executable).parent / "mcptape")
@@ -150,7 +155,7 @@ def test_resolve_targets(tmp_path: Path) -> None:
     assert resolve_targets(None, env) == [ConfigTarget(path, HOSTS["cursor"])]
     assert resolve_targets("vscode", env)[0].path == env.home / LOCATIONS[("vscode", "linux")]
     assert resolve_targets(str(path), env) == [ConfigTarget(path, None)]
-    with pytest.raises(H.UserError, match="unknown host 'notepad'"):
+    with pytest.raises(UserError, match="unknown host 'notepad'"):
         resolve_targets("notepad", env)
 
 
@@ -317,7 +322,7 @@ def test_wrap_and_unwrap_keep_formatting(tmp_path: Path, variant: str) -> None:
     after = parse_jsonc(text).to_python()["mcpServers"][name]
     assert after["command"] == "/opt/mcp tape/mcptape"
     assert after["args"] == [
-        *H.prefix_args(name, "/data/t.db"),
+        *prefix_args(name, "/data/t.db"),
         before["command"],
         *before.get("args", []),
     ]
@@ -327,10 +332,10 @@ def test_wrap_and_unwrap_keep_formatting(tmp_path: Path, variant: str) -> None:
         json.loads(text)  # strict JSON stays strict JSON
 
     # Entry by entry (what uninstall does once others edited the file) is exact by itself …
-    doc = H.parse_config(target, target.path.read_bytes())
+    doc = parse_config(target, target.path.read_bytes())
     entry = doc.entries()[0]
     added = name in plan.args_added
-    assert H.apply_edits(doc.text, H.unwrap_edits(doc.text, entry, args_added=added)) == original
+    assert apply_edits(doc.text, unwrap_edits(doc.text, entry, args_added=added)) == original
     # … and the whole-file restore is the backup.
     undo = plan_uninstall(target)
     assert undo.from_backup
@@ -397,10 +402,10 @@ def test_parser_agrees_with_json() -> None:
     ],
 )
 def test_syntax_errors_point_at_the_problem(text: str, message: str, line: int, col: int) -> None:
-    with pytest.raises(H.JsonSyntaxError) as info:
+    with pytest.raises(JsonSyntaxError) as info:
         parse_jsonc(text, jsonc=False)
     assert info.value.message.startswith(message)
-    assert H._line_col(text, info.value.pos) == (line, col)
+    assert line_col(text, info.value.pos) == (line, col)
 
 
 # ------------------------------------------------------------------------------- bad input
@@ -595,7 +600,7 @@ def test_hand_made_and_odd_mcptape_entries(tmp_path: Path) -> None:
         '  "http": {"command": "C:\\\\bin\\\\mcptape.EXE", "args": ["record", "--upstream", "u"]}\n'
         "}}"
     )
-    checks = {(c.level, c.message.split(":")[0]) for c in H.check_targets([target], MCPTAPE)}
+    checks = {(c.level, c.message.split(":")[0]) for c in check_targets([target], MCPTAPE)}
     assert ("info", "no --db") in checks  # a hand-made wrap records to an unpinned database
     plan = plan_install(target, mcptape=MCPTAPE)
     assert {o.server: o.status for o in plan.outcomes} == {"by-hand": "updated", "http": "already"}
@@ -633,17 +638,17 @@ def test_other_wrappers_are_left_alone_unless_forced(tmp_path: Path, argv: list[
 
 def test_names_that_look_like_options(tmp_path: Path) -> None:
     """A server named "-v" must not turn into an option of `mcptape record`."""
-    assert H.prefix_args("-v", "/d.db") == ["record", "--name=-v", "--db", "/d.db", "--"]
+    assert prefix_args("-v", "/d.db") == ["record", "--name=-v", "--db", "/d.db", "--"]
     target = ConfigTarget(tmp_path / "mcp.json")
     target.path.write_text('{"mcpServers": {"-v": {"command": "npx", "args": ["x"]}}}')
     apply_plan(plan_install(target, mcptape=MCPTAPE, db="/d.db"))
-    (entry,) = H.parse_config(target, target.path.read_bytes()).entries()
-    assert entry.wrapped == H.Wrapped(MCPTAPE, "-v", "/d.db", ["npx", "x"], 5)
+    (entry,) = parse_config(target, target.path.read_bytes()).entries()
+    assert entry.wrapped == Wrapped(MCPTAPE, "-v", "/d.db", ["npx", "x"], 5)
 
 
 def test_launchers_are_not_wrappers() -> None:
     for argv in (["npx", "-y", "@modelcontextprotocol/server-memory"], ["uvx", "mcp-server-git"]):
-        assert H.other_wrapper(argv) is None
+        assert other_wrapper(argv) is None
 
 
 def test_symlinked_config_stays_a_symlink(tmp_path: Path) -> None:
@@ -759,15 +764,15 @@ def test_dry_run_diff(desktop: tuple[ConfigTarget, bytes]) -> None:
 
 
 def test_find_mcptape(tmp_path: Path) -> None:
-    found = H.find_mcptape()
+    found = find_mcptape()
     assert os.path.isabs(found) and os.path.samefile(found, MCPTAPE)
     exe = tmp_path / "mcptape"
     exe.write_text("#!/bin/sh\n")
-    assert H.find_mcptape(str(exe)) == str(exe)
-    with pytest.raises(H.UserError, match="no such file"):
-        H.find_mcptape(str(tmp_path / "nope"))
-    assert H._ephemeral(Path("/home/a/.cache/uv/archive-v0/x/bin/mcptape"))
-    assert not H._ephemeral(Path("/home/a/.local/bin/mcptape"))
+    assert find_mcptape(str(exe)) == str(exe)
+    with pytest.raises(UserError, match="no such file"):
+        find_mcptape(str(tmp_path / "nope"))
+    assert _ephemeral(Path("/home/a/.cache/uv/archive-v0/x/bin/mcptape"))
+    assert not _ephemeral(Path("/home/a/.local/bin/mcptape"))
 
 
 # ------------------------------------------------------------------------------- CLI

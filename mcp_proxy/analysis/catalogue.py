@@ -156,7 +156,7 @@ _e(
 _e(
     "jsonrpc.server_error",
     W,
-    "Implementation-defined server error (-32000..-32019)",
+    "Implementation-defined server error",
     """A code from the band JSON-RPC leaves to implementations; its meaning is the server's.
     The official SDKs use -32000 (connection closed) and -32001 (request timeout) internally
     and never send them on the wire, so seeing them here means the server chose them.""",
@@ -501,6 +501,16 @@ _e(
     "Server exited while requests were pending",
     """The server process ended while requests were still waiting for an answer; those answers
     are lost and the host saw its calls fail.""",
+    f"{S25}/basic/lifecycle#shutdown",
+)
+_e(
+    "transport.host_ended_with_pending",
+    I,
+    "Host stopped the server while its requests were pending",
+    """The host ended a stdio session by a signal (SIGTERM, SIGINT) that mcptape forwarded to
+    the server, while some of the host's own requests were still waiting for an answer. Many
+    hosts close a server this way; the server did not crash and no answer was lost in transit —
+    the host stopped waiting.""",
     f"{S25}/basic/lifecycle#shutdown",
 )
 _e(

@@ -31,6 +31,7 @@ from mcp_proxy.analysis.model import (
     Exchange,
     FindingSink,
     Msg,
+    Outcome,
     SessionFacts,
 )
 from mcp_proxy.frames import classify_message, id_key
@@ -320,8 +321,15 @@ def session_facts(
     else:
         facts.era = s.get("era")
         facts.version = s.get("protocol_version")
+    if msgs:
+        facts.first_ts = msgs[0].ts
+        facts.last_ts = msgs[-1].ts
     if saw_http and facts.transport == "stdio":
         facts.transport = "http"
+    if facts.transport != "stdio" and not facts.live:
+        facts.open_ended = not any(
+            str(r.get("method") or "").upper() == "DELETE" for r in (http or {}).values()
+        )
     if facts.transport == "sse":
         facts.legacy_sse = True
     if init_http is not None and http:
@@ -553,7 +561,7 @@ class _Pairing:
             self.done_tokens[tkey] = ex
         self.inflight_c2s.pop(ex.index, None)
         if m.kind == "error":
-            ex.outcome = "error"
+            ex.outcome = Outcome.ERROR
             ex.error_code = m.error_code
             msg = m.error.get("message")
             ex.error_message = msg if isinstance(msg, str) else None
@@ -562,12 +570,12 @@ class _Pairing:
             rt = result.get("resultType")
             ex.result_type = rt if isinstance(rt, str) else None
             if rt == "input_required":
-                ex.outcome = "input_required"
+                ex.outcome = Outcome.INPUT_REQUIRED
                 self._open_tail(ex, result)
             elif ex.method == "tools/call" and result.get("isError") is True:
-                ex.outcome = "tool_error"
+                ex.outcome = Outcome.TOOL_ERROR
             else:
-                ex.outcome = "ok"
+                ex.outcome = Outcome.OK
         if ex.latency_ms is not None and ex.latency_ms >= SLOW_MS:
             self.sink.add(
                 "exchange.slow",
@@ -797,44 +805,16 @@ class _Pairing:
 
     # ------------------------------------------------------------------ the end
     def finish(self) -> None:
-        facts = self.facts
-        lost: list[Exchange] = []
+        ends = _Ends()
         for plist in self.pending.values():
             for ex in plist:
-                self._finalize(ex, lost)
-        if lost:
-            status = _exit_text(facts)
-            seqs = [e.request_seq for e in lost]
-            names = ", ".join(f"{e.method}{_named(e)}" for e in lost[:5])
-            more = f" and {len(lost) - 5} more" if len(lost) > 5 else ""
-            self.sink.add(
-                "transport.exit_with_pending",
-                f"server {status} with {len(lost)} request(s) pending: {names}{more}",
-                "These requests were waiting for an answer when the server process ended;"
-                " their answers are lost.",
-                seqs,
-            )
+                if ex.direction == "c2s":
+                    self._finalize(ex, ends)
+                else:
+                    self._finalize_server_request(ex)
+        self._report_ends(ends)
         for chain in self.chains:
-            last = self.exchanges[chain.exchanges[-1]]
-            if last.outcome == "ok":
-                chain.outcome = "complete"
-            elif last.outcome in ("tool_error", "error"):
-                chain.outcome = last.outcome
-            elif last.outcome == "pending" or (facts.live and last.outcome == "input_required"):
-                chain.outcome = "pending"
-            else:
-                chain.outcome = "incomplete"
-                if last.outcome == "input_required":
-                    self.sink.add(
-                        "mrtr.chain_incomplete",
-                        f"{chain.method}{' ' + chain.name if chain.name else ''} stopped after"
-                        f" {len(chain.exchanges)} round(s) waiting for input",
-                        "The last result asked for input (resultType input_required) and the"
-                        " client never retried.",
-                        [self.exchanges[i].request_seq for i in chain.exchanges]
-                        + [last.response_seq or last.request_seq],
-                        exchange=last.index,
-                    )
+            self._finish_chain(chain)
         if self.log_violations:
             n = len(self.log_violations)
             self.sink.add(
@@ -846,50 +826,99 @@ class _Pairing:
                 self.log_violations,
             )
 
-    def _finalize(self, ex: Exchange, lost: list[Exchange]) -> None:
+    def _report_ends(self, ends: _Ends) -> None:
+        """One finding for the host requests a crash lost, one for those the host gave up on."""
+        facts = self.facts
+        if ends.lost:
+            self.sink.add(
+                "transport.exit_with_pending",
+                f"server {_exit_text(facts)} with {len(ends.lost)} request(s) pending:"
+                f" {_names(ends.lost)}",
+                "These requests were waiting for an answer when the server process ended;"
+                " their answers are lost.",
+                [e.request_seq for e in ends.lost],
+            )
+        if ends.abandoned:
+            self.sink.add(
+                "transport.host_ended_with_pending",
+                f"the host ended the session ({_stop_text(facts)}) with"
+                f" {len(ends.abandoned)} of its request(s) pending: {_names(ends.abandoned)}",
+                "The host stopped the server through mcptape while waiting for these answers;"
+                " the server did not crash.",
+                [e.request_seq for e in ends.abandoned],
+            )
+
+    def _finish_chain(self, chain: Chain) -> None:
+        last = self.exchanges[chain.exchanges[-1]]
+        if last.outcome == Outcome.OK:
+            chain.outcome = "complete"
+        elif last.outcome in (Outcome.TOOL_ERROR, Outcome.ERROR):
+            chain.outcome = str(last.outcome)
+        elif last.outcome == Outcome.PENDING or (
+            self.facts.live and last.outcome == Outcome.INPUT_REQUIRED
+        ):
+            chain.outcome = "pending"
+        else:
+            chain.outcome = "incomplete"
+            if last.outcome == Outcome.INPUT_REQUIRED:
+                self.sink.add(
+                    "mrtr.chain_incomplete",
+                    f"{chain.method}{' ' + chain.name if chain.name else ''} stopped after"
+                    f" {len(chain.exchanges)} round(s) waiting for input",
+                    "The last result asked for input (resultType input_required) and the"
+                    " client never retried.",
+                    [self.exchanges[i].request_seq for i in chain.exchanges]
+                    + [last.response_seq or last.request_seq],
+                    exchange=last.index,
+                )
+
+    def _finalize_server_request(self, ex: Exchange) -> None:
+        """A server→client request nobody answered: at most a no_response on that request.
+
+        Whatever ended the session (a crash, the host's signal, a closed HTTP stream), the
+        unanswered side is the host's: no answer was lost in transit and nothing was
+        disconnected that the server was waiting on in vain.
+        """
+        if ex.cancel_seq is not None:
+            ex.outcome = Outcome.CANCELLED
+            self._cancel_finding(ex, f"cancelled by frame #{ex.cancel_seq}", [ex.cancel_seq])
+        elif self.facts.live:
+            ex.outcome = Outcome.PENDING
+        else:
+            ex.outcome = Outcome.NO_RESPONSE
+            self._no_response(ex)
+
+    def _finalize(self, ex: Exchange, ends: _Ends) -> None:
+        """A host request without an answer at the end: what became of it, and why."""
         facts = self.facts
         row = self.http.get(ex.http) if ex.http is not None else None
         outcome = str(row.get("outcome") or "") if row else ""
         if ex.cancel_seq is not None:
-            ex.outcome = "cancelled"
+            ex.outcome = Outcome.CANCELLED
             self._cancel_finding(ex, f"cancelled by frame #{ex.cancel_seq}", [ex.cancel_seq])
         elif ex.method == "subscriptions/listen":
-            ex.outcome = "pending" if facts.live else "closed"
-        elif row is not None and (
-            (row.get("status") or 0) >= 400
-            or (row.get("status") is None and outcome and outcome not in _ABORTED | {"complete"})
-        ):
+            ex.outcome = Outcome.PENDING if facts.live else Outcome.CLOSED
+        elif row is not None and _http_refused(row, outcome):
             # The HTTP layer refused or failed the request; the HTTP finding says how.
-            ex.outcome = "http_error"
+            ex.outcome = Outcome.HTTP_ERROR
             status = row.get("status")
             ex.error_message = f"HTTP {status}" if status else f"no HTTP response ({outcome})"
         elif facts.live and not outcome:
-            ex.outcome = "pending"
+            ex.outcome = Outcome.PENDING
         elif outcome in _ABORTED:
-            if facts.modern:
-                ex.outcome = "cancelled"
-                self._cancel_finding(ex, "the host closed the request's HTTP connection", [])
-            else:
-                ex.outcome = "aborted"
-                self.sink.add(
-                    "transport.host_disconnected",
-                    f"host disconnected while {ex.method}{_named(ex)} was pending",
-                    "The host closed the HTTP connection before the answer arrived and did not"
-                    " cancel the request.",
-                    [ex.request_seq],
-                    exchange=ex.index,
-                )
+            self._host_aborted(ex)
         elif facts.live:
-            ex.outcome = "pending"
+            ex.outcome = Outcome.PENDING
         elif _crashed(facts):
-            ex.outcome = "lost"
-            lost.append(ex)
-        elif (
-            row is not None
-            and "text/event-stream" in (header(row.get("response_headers"), "content-type") or "")
-            and ex.direction == "c2s"
+            ex.outcome = Outcome.LOST
+            ends.lost.append(ex)
+        elif _host_stopped(facts):
+            ex.outcome = Outcome.ABORTED
+            ends.abandoned.append(ex)
+        elif row is not None and "text/event-stream" in (
+            header(row.get("response_headers"), "content-type") or ""
         ):
-            ex.outcome = "no_response"
+            ex.outcome = Outcome.NO_RESPONSE
             self.sink.add(
                 "transport.sse_ended_early",
                 f"SSE stream of {ex.method}{_named(ex)} ended without its response",
@@ -900,15 +929,34 @@ class _Pairing:
                 exchange=ex.index,
             )
         else:
-            ex.outcome = "no_response"
-            self.sink.add(
-                "exchange.no_response",
-                f"{ex.method}{_named(ex)} (id {ex.msg_id}) was never answered",
-                f"{_side(ex.direction)} sent it in frame #{ex.request_seq}; the session ended"
-                " without a response or a cancellation.",
-                [ex.request_seq],
-                exchange=ex.index,
-            )
+            ex.outcome = Outcome.NO_RESPONSE
+            self._no_response(ex)
+
+    def _host_aborted(self, ex: Exchange) -> None:
+        """The host closed the HTTP connection of its own pending request."""
+        if self.facts.modern:
+            ex.outcome = Outcome.CANCELLED
+            self._cancel_finding(ex, "the host closed the request's HTTP connection", [])
+            return
+        ex.outcome = Outcome.ABORTED
+        self.sink.add(
+            "transport.host_disconnected",
+            f"host disconnected while {ex.method}{_named(ex)} was pending",
+            "The host closed the HTTP connection before the answer arrived and did not"
+            " cancel the request.",
+            [ex.request_seq],
+            exchange=ex.index,
+        )
+
+    def _no_response(self, ex: Exchange) -> None:
+        self.sink.add(
+            "exchange.no_response",
+            f"{ex.method}{_named(ex)} (id {ex.msg_id}) was never answered",
+            f"{_side(ex.direction)} sent it in frame #{ex.request_seq}; the session ended"
+            " without a response or a cancellation.",
+            [ex.request_seq],
+            exchange=ex.index,
+        )
 
     def _cancel_finding(self, ex: Exchange, how: str, extra: list[int]) -> None:
         reason = f" ({ex.cancel_reason})" if ex.cancel_reason else ""
@@ -930,11 +978,24 @@ def _named(ex: Exchange) -> str:
 
 
 def _crashed(facts: SessionFacts) -> bool:
-    return (
-        facts.status == "crashed"
-        or (facts.exit_code is not None and facts.exit_code != 0)
-        or facts.exit_signal is not None
+    """The server died on its own: the relay says so (``crashed``) for a non-zero exit or a
+    signal it did not forward. A signal the host sent through the relay ends the session
+    normally (``ended`` with ``exit_signal``): that is how many hosts close a stdio server."""
+    return facts.status == "crashed"
+
+
+def _host_stopped(facts: SessionFacts) -> bool:
+    """The host ended the session by a signal (forwarded by the relay), not by closing stdin."""
+    return facts.status == "ended" and (
+        facts.exit_signal is not None or (facts.exit_code or 0) != 0
     )
+
+
+def _http_refused(row: Mapping[str, Any], outcome: str) -> bool:
+    status = row.get("status")
+    if status is not None:
+        return int(status) >= 400
+    return bool(outcome) and outcome not in _ABORTED | {"complete"}
 
 
 def _exit_text(facts: SessionFacts) -> str:
@@ -943,6 +1004,27 @@ def _exit_text(facts: SessionFacts) -> str:
     if facts.exit_code is not None:
         return f"exited with status {facts.exit_code}"
     return "went away"
+
+
+def _stop_text(facts: SessionFacts) -> str:
+    if facts.exit_signal is not None:
+        return f"signal {facts.exit_signal}"
+    return f"the server exited with status {facts.exit_code}"
+
+
+def _names(exchanges: list[Exchange]) -> str:
+    names = ", ".join(f"{e.method}{_named(e)}" for e in exchanges[:5])
+    return names + (f" and {len(exchanges) - 5} more" if len(exchanges) > 5 else "")
+
+
+class _Ends:
+    """Host requests that a session's end left unanswered, by why."""
+
+    __slots__ = ("abandoned", "lost")
+
+    def __init__(self) -> None:
+        self.lost: list[Exchange] = []  # the server crashed
+        self.abandoned: list[Exchange] = []  # the host stopped the server
 
 
 class Pairing:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from mcp_proxy.analysis.catalogue import CATALOGUE, SEVERITY_RANK, Severity
@@ -135,18 +136,55 @@ class Msg:
         return m if isinstance(m, dict) else {}
 
 
+class Outcome(StrEnum):
+    """What became of a request: the one list of exchange outcomes (CLI, dashboard, stats).
+
+    A ``StrEnum``, so stored and JSON forms are the plain strings and ``ex.outcome == "ok"``
+    still holds.
+    """
+
+    OK = "ok"
+    #: a tools/call result with ``isError``: the tool ran and failed
+    TOOL_ERROR = "tool_error"
+    #: an MRTR round; the chain continues
+    INPUT_REQUIRED = "input_required"
+    #: a JSON-RPC error response
+    ERROR = "error"
+    #: the HTTP layer refused or failed the request without a JSON-RPC answer
+    HTTP_ERROR = "http_error"
+    CANCELLED = "cancelled"
+    #: the host gave up: closed the request's HTTP connection, or stopped the server
+    ABORTED = "aborted"
+    #: the server process crashed with the request pending
+    LOST = "lost"
+    #: the session ended without an answer
+    NO_RESPONSE = "no_response"
+    #: a subscriptions/listen stream that ended without a result, as the spec allows
+    CLOSED = "closed"
+    #: still in flight in a live session
+    PENDING = "pending"
+
+    @property
+    def answered(self) -> bool:
+        """The receiver answered (a result, an error or an MRTR round)."""
+        return self in _ANSWERED
+
+    @property
+    def unanswered(self) -> bool:
+        """No answer came and nobody cancelled: the session ended first."""
+        return self in _UNANSWERED
+
+
+_ANSWERED = frozenset(
+    {Outcome.OK, Outcome.TOOL_ERROR, Outcome.INPUT_REQUIRED, Outcome.ERROR, Outcome.HTTP_ERROR}
+)
+_UNANSWERED = frozenset({Outcome.NO_RESPONSE, Outcome.LOST, Outcome.ABORTED})
+
+
 @dataclass(slots=True)
 class Exchange:
-    """A request with its response (or its absence) and what belongs to it.
-
-    ``outcome`` is one of: ``ok``, ``tool_error`` (a tools/call result with isError),
-    ``input_required`` (an MRTR round; the chain continues), ``error`` (a JSON-RPC error),
-    ``http_error`` (the HTTP layer refused or failed the request without a JSON-RPC answer),
-    ``cancelled``, ``aborted`` (the host dropped the connection), ``lost`` (the server process
-    ended with it pending), ``no_response`` (the session ended without an answer), ``closed``
-    (a subscriptions/listen stream that ended without a result, as the spec allows) and
-    ``pending`` (still in flight in a live session).
-    """
+    """A request with its response (or its absence) and what belongs to it; ``outcome`` is an
+    :class:`Outcome`."""
 
     index: int
     direction: str  # direction of the request: c2s = host asked the server
@@ -162,7 +200,7 @@ class Exchange:
     response_seq: int | None = None
     response_ts: float | None = None
     latency_ms: float | None = None
-    outcome: str = "pending"
+    outcome: Outcome = Outcome.PENDING
     error_code: int | None = None
     error_message: str | None = None
     error_class: str | None = None  # the taxonomy code of the error, if any
@@ -205,7 +243,7 @@ class Exchange:
             "request_ts": self.request_ts,
             "response_ts": self.response_ts,
             "latency_ms": self.latency_ms,
-            "outcome": self.outcome,
+            "outcome": str(self.outcome),
             "error_code": self.error_code,
             "error_message": self.error_message,
             "error_class": self.error_class,
@@ -366,6 +404,19 @@ class SessionFacts:
     #: The legacy HTTP+SSE transport (2024-11-05 style: GET /sse, POST /messages/): none of the
     #: Streamable HTTP header rules apply to it.
     legacy_sse: bool = False
+    #: Wall-clock times of the first and last frame: the session's traffic, whatever the
+    #: session row says (an HTTP session without DELETE "ends" only when the relay stops).
+    first_ts: float | None = None
+    last_ts: float | None = None
+    #: An HTTP session that the client never closed (no DELETE): its end is its last frame.
+    open_ended: bool = False
+
+    @property
+    def active_s(self) -> float | None:
+        """Seconds from the first to the last frame (None without frames)."""
+        if self.first_ts is None or self.last_ts is None:
+            return None
+        return max(0.0, self.last_ts - self.first_ts)
 
     @property
     def modern(self) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_proxy.analysis.model import Exchange
+from mcp_proxy.analysis.model import Exchange, Outcome
 
 
 def percentile(sorted_values: list[float], p: float) -> float | None:
@@ -42,15 +42,15 @@ class MethodStats:
     def add(self, ex: Exchange) -> None:
         self.count += 1
         o = ex.outcome
-        if o in ("error", "http_error"):
+        if o in (Outcome.ERROR, Outcome.HTTP_ERROR):
             self.errors += 1
-        elif o == "tool_error":
+        elif o == Outcome.TOOL_ERROR:
             self.tool_errors += 1
-        elif o in ("no_response", "lost", "aborted"):
+        elif o in (Outcome.NO_RESPONSE, Outcome.LOST, Outcome.ABORTED):
             self.unanswered += 1
-        elif o == "cancelled":
+        elif o == Outcome.CANCELLED:
             self.cancelled += 1
-        elif o in ("pending", "closed"):
+        elif o in (Outcome.PENDING, Outcome.CLOSED):
             self.pending += 1
         else:
             self.ok += 1
@@ -68,9 +68,18 @@ class MethodStats:
         self.latencies.extend(other.latencies)
 
     @property
+    def answered(self) -> int:
+        """Requests that got an answer: a result, an error, a tool error or an MRTR round."""
+        return self.ok + self.errors + self.tool_errors
+
+    @property
     def error_rate(self) -> float:
-        """Share of requests that failed at the protocol level (errors and lost answers)."""
-        return (self.errors + self.unanswered) / self.count if self.count else 0.0
+        """Share of *answered* requests that failed at the protocol level.
+
+        Requests nobody answered have their own column (``unanswered``): counting them here too
+        made a session's unanswered pings read as "100 % errors" although nothing failed.
+        """
+        return self.errors / self.answered if self.answered else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         lat = sorted(self.latencies)

@@ -86,8 +86,13 @@ def classify_error(
     *,
     era: str | None = None,
     method: str | None = None,
+    transport: str | None = None,
 ) -> ErrorClass:
-    """Name a JSON-RPC error for this era and request method. Never raises."""
+    """Name a JSON-RPC error for this era, request method and transport. Never raises.
+
+    ``transport`` matters for the codes of the Streamable HTTP transport: -32020 speaks of
+    HTTP headers, which a stdio session does not have.
+    """
     msg = message or ""
     if code is None:
         return ErrorClass("jsonrpc.application_error", "No error code", "The error has no code.")
@@ -128,6 +133,14 @@ def classify_error(
     if code == -32603:
         return ErrorClass(
             "jsonrpc.internal_error", NAMES[code], "The receiver failed handling the request."
+        )
+    if code == -32020 and transport == "stdio":
+        return ErrorClass(
+            "jsonrpc.server_error",
+            "Server error",
+            "-32020 is the Streamable HTTP code for headers that disagree with the body; a"
+            " stdio session has no headers, so here it is the server's own error (its message"
+            " says what).",
         )
     if code == -32020:
         return ErrorClass(
@@ -315,7 +328,12 @@ def taxonomy_findings(
         if ex.outcome == "error":
             err = resp.error
             ec = classify_error(
-                ex.error_code, ex.error_message, err.get("data"), era=era, method=ex.method
+                ex.error_code,
+                ex.error_message,
+                err.get("data"),
+                era=era,
+                method=ex.method,
+                transport=facts.transport,
             )
             ex.error_class = ec.code
             if resp.http is not None and resp.http in explained:
@@ -346,7 +364,7 @@ def taxonomy_findings(
             continue
         err = m.error
         msg = err.get("message") if isinstance(err.get("message"), str) else None
-        ec = classify_error(m.error_code, msg, err.get("data"), era=era)
+        ec = classify_error(m.error_code, msg, err.get("data"), era=era, transport=facts.transport)
         sink.add(
             ec.code,
             f"error {m.error_code} {msg or ec.name} (answering no known request)",
@@ -365,6 +383,7 @@ def _http_findings(
 ) -> set[int]:
     """HTTP status findings; returns the HTTP exchanges whose JSON-RPC errors they explain."""
     explained: set[int] = set()
+    fallback: set[int] = set()  # server/discover answered 4xx: an initialize-era server
     if not http:
         return explained
     requests: dict[int, Exchange] = {}
@@ -433,6 +452,7 @@ def _http_findings(
         )
         if req is not None and req.method == "server/discover" and status in (400, 404, 405):
             explained.add(hid)
+            fallback.add(hid)
             sink.add(
                 "lifecycle.discover_fallback",
                 f"server/discover answered HTTP {status}: initialize-era server",
@@ -517,20 +537,27 @@ def _http_findings(
             seqs,
             exchange=req.index if req else None,
         )
-    _status_agreement(msgs, pairing, facts, http, sink)
+    _status_agreement(msgs, facts, http, sink, fallback)
     return explained
 
 
 def _status_agreement(
     msgs: list[Msg],
-    pairing: Pairing,
     facts: SessionFacts,
     http: Mapping[int, Mapping[str, Any]],
     sink: FindingSink,
+    fallback: set[int],
 ) -> None:
-    """Plain-JSON answers whose HTTP status disagrees with the JSON-RPC outcome for the era."""
+    """Plain-JSON answers whose HTTP status disagrees with the JSON-RPC outcome for the era.
+
+    Not the answers to a ``server/discover`` probe that an initialize-era server refused
+    (``fallback``): that server follows the rules of its own era, in which the 2026-07-28
+    status mapping does not apply; ``lifecycle.discover_fallback`` already says what happened.
+    """
     for m in msgs:
         if m.direction != "s2c" or m.channel != "http" or m.http is None:
+            continue
+        if m.http in fallback:
             continue
         if m.kind not in ("response", "error"):
             continue

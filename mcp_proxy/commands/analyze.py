@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from enum import StrEnum
 from typing import Annotated, Any
@@ -18,7 +17,14 @@ from typing import Annotated, Any
 import typer
 
 from mcp_proxy.cli import app, fail, handle_errors
-from mcp_proxy.commands.browse import DbOption, Format, parse_time
+from mcp_proxy.commands.common import (
+    DbOption,
+    Format,
+    check_limit,
+    json_errors,
+    open_store,
+    parse_time,
+)
 
 #: ``check`` found something at or above ``--fail-on`` (the MCP Inspector CLI uses 5 for "the
 #: thing you asked about failed", a tool error; this is our equivalent).
@@ -36,84 +42,6 @@ class MinSeverity(StrEnum):
     info = "info"
     warning = "warning"
     error = "error"
-
-
-def _json_errors(fmt: Format) -> None:
-    """With --format json, errors also come as one JSON line on stderr (for scripts)."""
-    if fmt == Format.json:
-        os.environ.setdefault("MCPTAPE_ERROR_FORMAT", "json")
-
-
-def _store(db: str | None) -> Any:
-    from mcp_proxy.store.engine import resolve_url
-    from mcp_proxy.store.queries import Store
-
-    return Store.open(resolve_url(db))
-
-
-SEVERITY_LABEL = {"error": "ERROR  ", "warning": "WARNING", "info": "info   "}
-
-
-def finding_text(row: dict[str, Any], *, detail: bool = True) -> str:
-    """One finding for the terminal: severity, code, title, proof; detail indented below."""
-    from mcp_proxy.render import safe
-
-    seqs = row.get("frame_seqs") or []
-    proof = ""
-    if seqs:
-        shown = ",".join(f"#{s}" for s in seqs[:6])
-        proof = f"  [{shown}{'…' if len(seqs) > 6 else ''}]"
-    sev = SEVERITY_LABEL.get(str(row.get("severity")), str(row.get("severity")))
-    line = f"  {sev} {row.get('code', ''):38} {safe(str(row.get('title') or ''))}{proof}"
-    if detail and row.get("detail"):
-        for d in str(row["detail"]).splitlines()[:8]:
-            line += "\n" + " " * 11 + safe(d)
-    return line
-
-
-OUTCOME_LABEL = {
-    "ok": "ok",
-    "tool_error": "tool error",
-    "input_required": "input req.",
-    "error": "error",
-    "http_error": "HTTP error",
-    "cancelled": "cancelled",
-    "aborted": "aborted",
-    "lost": "LOST",
-    "no_response": "NO RESPONSE",
-    "closed": "closed",
-    "pending": "pending",
-}
-
-
-def exchange_text(ex: Any) -> str:
-    """One exchange for the terminal: frames, direction, method, outcome, latency, extras."""
-    from mcp_proxy.render import safe
-
-    frames = f"#{ex.request_seq}" + (f"→#{ex.response_seq}" if ex.response_seq else "")
-    arrow = "→" if ex.direction == "c2s" else "←"
-    label = ex.method + (f" {ex.name}" if ex.name else "")
-    outcome = OUTCOME_LABEL.get(ex.outcome, ex.outcome)
-    if ex.outcome == "error" and ex.error_code is not None:
-        outcome += f" {ex.error_code}"
-    latency = f"{ex.latency_ms:.1f} ms" if ex.latency_ms is not None else "-"
-    extras = []
-    if ex.progress_seqs:
-        extras.append(f"progress×{len(ex.progress_seqs)}")
-    if ex.log_seqs:
-        extras.append(f"logs×{len(ex.log_seqs)}")
-    if ex.children:
-        extras.append(f"server requests×{len(ex.children)}")
-    if ex.cancel_seq is not None:
-        extras.append(f"cancel #{ex.cancel_seq}")
-    if ex.chain is not None:
-        extras.append(f"MRTR chain {ex.chain} round {ex.round}")
-    if ex.error_message and ex.outcome == "error":
-        extras.append(repr(ex.error_message[:60]))
-    return (
-        f"{frames:14} {arrow} {safe(label)[:40]:40} {outcome:14} {latency:>11}  id={ex.msg_id}"
-        + ("  " + "  ".join(extras) if extras else "")
-    )
 
 
 def finding_json(row: dict[str, Any]) -> dict[str, Any]:
@@ -144,13 +72,13 @@ def check(
     brief: Annotated[bool, typer.Option("--brief", help="One line per finding.")] = False,
 ) -> None:
     """Print the findings of sessions and exit non-zero by severity (for CI)."""
-    _json_errors(fmt)
+    json_errors(fmt)
     from mcp_proxy.analysis.catalogue import at_least
     from mcp_proxy.analysis.service import session_findings
-    from mcp_proxy.render import session_line
+    from mcp_proxy.render import finding_text, session_line
 
     async def go() -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-        store = await _store(db)
+        store = await open_store(db)
         try:
             out = []
             seen: set[str] = set()
@@ -243,12 +171,14 @@ def stats(
     ] = False,
 ) -> None:
     """Per-method counts, error rates and latency p50/p95/p99 (one session or across many)."""
-    _json_errors(fmt)
+    json_errors(fmt)
+    since_ts, max_rows = parse_time(since), check_limit(limit)
     from mcp_proxy.analysis.service import session_analysis
     from mcp_proxy.analysis.stats import merge_stats, method_stats, sorted_stats
+    from mcp_proxy.render import cli_name
 
     async def go() -> tuple[list[dict[str, Any]], Any]:
-        store = await _store(db)
+        store = await open_store(db)
         try:
             rows: list[dict[str, Any]] = []
             if sessions:
@@ -257,9 +187,7 @@ def stats(
                     if all(r["id"] != s["id"] for r in rows):
                         rows.append(s)
             else:
-                rows = await store.list_sessions(
-                    name=name, since=parse_time(since), limit=limit or None
-                )
+                rows = await store.list_sessions(name=name, since=since_ts, limit=max_rows)
             parts = []
             for s in rows:
                 analysis = await session_analysis(store, s)
@@ -283,7 +211,7 @@ def stats(
         )
         return
     if not rows:
-        print("no sessions recorded yet (try: mcptape demo)", file=sys.stderr)
+        print(f"no sessions recorded yet (try: {cli_name()} demo)", file=sys.stderr)
         return
     print(f"{len(rows)} session(s)")
     head = (

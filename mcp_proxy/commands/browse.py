@@ -5,54 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
-from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
 
 from mcp_proxy.cli import app, handle_errors
-
-DbOption = Annotated[
-    str | None,
-    typer.Option("--db", help="Database path or URL (default: MCPTAPE_DB or the user data dir)."),
-]
-
-
-class Format(StrEnum):
-    text = "text"
-    json = "json"
-
-
-def parse_time(value: str | None) -> float | None:
-    """Accept epoch seconds, ISO dates/times, or a relative age like 10m, 2h, 3d."""
-    if value is None:
-        return None
-    from datetime import datetime
-
-    from mcp_proxy.errors import UserError
-
-    v = value.strip()
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    if v[-1:] in units and v[:-1].replace(".", "", 1).isdigit():
-        return time.time() - float(v[:-1]) * units[v[-1]]
-    try:
-        return float(v)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(v).timestamp()
-    except ValueError as exc:
-        raise UserError(
-            f"cannot read time {value!r} (use 10m, 2h, 3d, an ISO date or epoch seconds)"
-        ) from exc
-
-
-def _store(db: str | None) -> Any:
-    from mcp_proxy.store.engine import resolve_url
-    from mcp_proxy.store.queries import Store
-
-    return Store.open(resolve_url(db))
+from mcp_proxy.commands.common import DbOption, Format, check_limit, open_store, parse_time
 
 
 @app.command()
@@ -72,13 +30,15 @@ def sessions(
     fmt: Annotated[Format, typer.Option("--format", help="text or json.")] = Format.text,
 ) -> None:
     """List recorded sessions, newest first."""
-    from mcp_proxy.render import session_json, session_line
+    from mcp_proxy.render import cli_name, session_json, session_line
+
+    since_ts, until_ts, max_rows = parse_time(since), parse_time(until), check_limit(limit)
 
     async def go() -> list[dict[str, Any]]:
-        store = await _store(db)
+        store = await open_store(db)
         try:
             return await store.list_sessions(
-                name=name, since=parse_time(since), until=parse_time(until), limit=limit or None
+                name=name, since=since_ts, until=until_ts, limit=max_rows
             )
         finally:
             await store.close()
@@ -88,7 +48,7 @@ def sessions(
         print(json.dumps([session_json(r) for r in rows], indent=2, default=str))
         return
     if not rows:
-        print("no sessions recorded yet (try: mcptape demo)", file=sys.stderr)
+        print(f"no sessions recorded yet (try: {cli_name()} demo)", file=sys.stderr)
         return
     for r in rows:
         print(session_line(r))
@@ -135,9 +95,9 @@ def show(
 
     async def go() -> None:
         from mcp_proxy.analysis.service import session_analysis, session_findings
-        from mcp_proxy.commands.analyze import exchange_text, finding_text
+        from mcp_proxy.render import exchange_text, finding_text
 
-        store = await _store(db)
+        store = await open_store(db)
         try:
             s = await store.resolve_session(session)
             if fmt == Format.text:
@@ -197,33 +157,17 @@ def tail(
     interval: Annotated[float, typer.Option(help="Polling interval in seconds.")] = 0.2,
 ) -> None:
     """Follow frames live as they are recorded, like tcpdump for MCP."""
-    import sqlalchemy as sa
-
     from mcp_proxy.render import frame_json, frame_oneline
-    from mcp_proxy.store.schema import frames, sessions
 
     async def go() -> None:
-        store = await _store(db)
+        store = await open_store(db)
         try:
-            names: dict[str, str] = {}
             sid: str | None = None
             if session is not None:
-                s = await store.resolve_session(session)
-                sid = s["id"]
-            cond = [frames.c.session_id == sid] if sid else []
-            start = 0
-            if not from_start:
-                rows = await store._all(sa.select(sa.func.max(frames.c.id)).where(*cond))
-                start = int(next(iter(rows[0].values())) or 0)
-            last = start
+                sid = (await store.resolve_session(session))["id"]
+            last = 0 if from_start else await store.last_frame_id(sid)
             while True:
-                rows = await store._all(
-                    sa.select(frames, sessions.c.name)
-                    .join(sessions, sessions.c.id == frames.c.session_id)
-                    .where(frames.c.id > last, *cond)
-                    .order_by(frames.c.id)
-                    .limit(2000)
-                )
+                rows = await store.frames_after_id(last, sid, limit=2000)
                 for f in rows:
                     last = f["id"]
                     if fmt == Format.json:
@@ -232,7 +176,6 @@ def tail(
                         print(json.dumps(obj, ensure_ascii=False), flush=True)
                     else:
                         label = None if sid else (f.get("name") or f["session_id"][:8])
-                        names[f["session_id"]] = label or ""
                         print(frame_oneline(f, label), flush=True)
                 if len(rows) == 2000:
                     continue
@@ -240,12 +183,7 @@ def tail(
                     cur = await store.get_session(sid)
                     if cur and cur["status"] != "live":
                         # One more pass: frames written in the same batch as the end.
-                        more = await store._all(
-                            sa.select(sa.func.count())
-                            .select_from(frames)
-                            .where(frames.c.id > last, *cond)
-                        )
-                        if not next(iter(more[0].values())):
+                        if not await store.count_frames_after_id(last, sid):
                             return
                         continue
                 await asyncio.sleep(interval)

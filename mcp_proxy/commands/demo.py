@@ -31,14 +31,40 @@ def demo(
     """
     import sys
 
-    from mcp_proxy.demo import open_dashboard, run_demo
+    from mcp_proxy.demo import run_demo
+    from mcp_proxy.render import cli_name
     from mcp_proxy.store.engine import resolve_url
 
     url = resolve_url(db)
     ids = run_demo(url)
     if no_browser or not sys.stdout.isatty():
-        print(
-            f"  mcptape dashboard{'' if db is None else ' --db ' + db}   # browse it in a browser"
-        )
+        where = "" if db is None else f" --db {db}"
+        print(f"  {cli_name()} dashboard{where}   # browse it in a browser")
         return
     open_dashboard(url, ids[0], port=port)
+
+
+def open_dashboard(db_url: str, session_id: str, *, port: int = 0) -> None:
+    """Serve the dashboard and open the browser on one session; returns on Ctrl-C.
+
+    Here, not in :mod:`mcp_proxy.demo`: only the CLI starts the dashboard (the library never
+    imports it).
+    """
+    import asyncio
+    import webbrowser
+
+    from dashboard.app import serve
+
+    def announce(address: str) -> None:
+        base, _, query = address.partition("/?")
+        target = f"{base}/sessions/{session_id}?{query}"
+        print(f"\nmcptape dashboard: {target}\n  (Ctrl-C to stop)", flush=True)
+        try:
+            webbrowser.open(target)
+        except webbrowser.Error:
+            pass  # no browser here: the address is printed
+
+    try:
+        asyncio.run(serve(db_url, port=port, announce=announce))
+    except KeyboardInterrupt:
+        pass

@@ -201,17 +201,14 @@ def _pinned_db(db: str | None) -> str:
     path = sqlite_path(url)
     if path is not None:
         return str(path)
-    try:
-        import sqlalchemy as sa
+    from mcp_proxy.store.status import url_has_password
 
-        if sa.engine.make_url(url).password:
-            print(
-                "mcptape: warning: the database URL carries a password; it will be visible in"
-                " the host config and the process list (prefer a password file, e.g. ~/.pgpass)",
-                file=sys.stderr,
-            )
-    except Exception:
-        pass
+    if url_has_password(url):
+        print(
+            "mcptape: warning: the database URL carries a password; it will be visible in"
+            " the host config and the process list (prefer a password file, e.g. ~/.pgpass)",
+            file=sys.stderr,
+        )
     return url
 
 
@@ -380,12 +377,12 @@ def doctor(
         Check,
         ConfigTarget,
         check_targets,
-        database_status,
         find_mcptape,
         list_servers,
         resolve_targets,
     )
     from mcp_proxy.store.engine import ensure_schema, resolve_url
+    from mcp_proxy.store.status import database_status
 
     env = _env(os_name)
     try:

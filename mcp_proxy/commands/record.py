@@ -44,7 +44,8 @@ def record(
         bool,
         typer.Option(
             "--no-redact",
-            help="Record credentials in clear (local debugging only; says so loudly).",
+            help="Record credentials in clear (local debugging only; says so loudly)."
+            " MCPTAPE_REDACT=0 does the same.",
         ),
     ] = False,
     redact_header: Annotated[
@@ -76,12 +77,21 @@ def record(
             help="--upstream: seconds to wait for response headers (504); 0 waits for ever.",
         ),
     ] = 0.0,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="--upstream: also answer requests whose Host is this name (repeatable; '*'"
+            " turns DNS-rebinding protection off). Default: only the listen address.",
+        ),
+    ] = None,
 ) -> None:
     """Run a server through mcptape and record every frame.
 
     stdio:  mcptape record --name fs -- npx -y @modelcontextprotocol/server-filesystem ~/src
     HTTP:   mcptape record --upstream https://server.example/mcp --port 8765
     """
+    from mcp_proxy.redact import env_allows_redaction
     from mcp_proxy.store.engine import resolve_url
 
     url = resolve_url(db)
@@ -114,16 +124,26 @@ def record(
                 name=name,
                 host=host,
                 port=port,
-                redact=not no_redact,
+                redact=not no_redact and env_allows_redaction(),
                 redact_headers=redact_header or [],
                 redact_paths=redact_path or [],
                 idle_cut=idle_cut,
                 connect_timeout=connect_timeout,
                 response_timeout=response_timeout or None,
+                allow_hosts=allow_host or [],
             )
         )
     if not command:
         fail("no server command given (usage: mcptape record [--name NAME] -- COMMAND [ARGS…])")
     from mcp_proxy.relay.stdio import record_stdio
 
-    raise typer.Exit(record_stdio(list(command), db_url=url, name=name))
+    raise typer.Exit(
+        record_stdio(
+            list(command),
+            db_url=url,
+            name=name,
+            redact=False if no_redact else None,
+            redact_headers=redact_header or [],
+            redact_paths=redact_path or [],
+        )
+    )

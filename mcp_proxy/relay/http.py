@@ -109,7 +109,9 @@ ENDPOINT_HOLD_LIMIT = 64 << 10
 
 _HOP_BY_HOP_B = frozenset(h.encode() for h in HOP_BY_HOP)
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-_RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
+#: Response headers not forwarded. ``Content-Length`` is forwarded as the upstream sent it
+#: (name, casing, place): the relay never re-frames a body it relays.
+_RESPONSE_DROP = HOP_BY_HOP
 _MCP_SESSION_ID = "Mcp-Session-Id"
 
 
@@ -160,6 +162,71 @@ class RelayConfig:
     #: timeout then decides). Long tool calls in JSON-response mode hold the headers back.
     response_timeout: float | None = None
     redactor: Redactor = field(default_factory=Redactor)
+    #: Extra ``Host`` names (``--allow-host``) accepted besides the relay's own address;
+    #: ``*`` accepts any (DNS-rebinding protection off).
+    allow_hosts: tuple[str, ...] = ()
+
+
+class HostCheck:
+    """Which ``Host`` values the relay answers: DNS-rebinding protection, as MCP servers have.
+
+    A web page on ``evil.example`` whose name the attacker re-points at 127.0.0.1 can make a
+    browser talk to the relay; the browser then sends ``Host: evil.example``. The upstream's own
+    protection would refuse that, but the relay rewrites ``Host`` to the upstream's, so the
+    relay has to refuse it itself (421, as the SDK servers do). Accepted: the listen address
+    itself; for a loopback listener any loopback name (``localhost``, ``127.x.x.x``, ``[::1]``);
+    for a wildcard listener (``0.0.0.0``, ``::``) any IP literal, ``localhost`` and this
+    machine's name (an IP literal cannot be rebound); plus every ``--allow-host`` name (with a
+    port, ``name:port`` must match exactly). Ports are not compared otherwise — the SDK's
+    defaults (``127.0.0.1:*``) do the same. A request without ``Host`` (HTTP/1.0) is answered:
+    browsers always send one.
+    """
+
+    __slots__ = ("_any", "_hosts", "_ip_literals", "_loopback", "_netlocs")
+
+    def __init__(self, listen_host: str, allow: tuple[str, ...] = ()) -> None:
+        listen = listen_host.strip("[]").lower()
+        self._any = "*" in allow
+        self._hosts: set[str] = {listen}
+        self._netlocs: set[str] = set()
+        self._loopback = _is_loopback(listen)
+        self._ip_literals = listen in ("", "0.0.0.0", "::")
+        if self._loopback:
+            self._hosts.update({"localhost", "127.0.0.1", "::1"})
+        if self._ip_literals:
+            self._hosts.update({"localhost", socket.gethostname().lower()})
+        for name in allow:
+            name = name.strip().lower()
+            if not name or name == "*":
+                continue
+            host, port = _split_host(name)
+            if port is None:
+                self._hosts.add(host)
+            else:
+                self._netlocs.add(f"{host}:{port}")
+
+    def allows(self, value: str | None) -> bool:
+        if value is None or self._any:
+            return True
+        host, port = _split_host(value.strip().lower())
+        if host in self._hosts or (port is not None and f"{host}:{port}" in self._netlocs):
+            return True
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return self._ip_literals or (self._loopback and ip.is_loopback)
+
+
+def _split_host(value: str) -> tuple[str, str | None]:
+    """``host[:port]`` (IPv6 in brackets) → (host without brackets, port or None)."""
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        return host, rest[1:] if rest.startswith(":") and rest[1:] else None
+    if value.count(":") == 1:
+        host, _, port = value.partition(":")
+        return host, port or None
+    return value, None
 
 
 class _Target:
@@ -447,6 +514,9 @@ class HTTPRelay:
         self.mcp_paths: set[str] = {self.target.path}
         self.local_origin = ""
         self.stats_exchanges = 0
+        self.host_check = HostCheck(config.host, config.allow_hosts)
+        #: Exchanges relayed when the recorder process was found dead (None: it is alive).
+        self.recorder_died_after: int | None = None
         self._pool: UpstreamPool | None = None
         self._runner: web.ServerRunner | None = None
         self._server: web.Server | None = None
@@ -541,6 +611,25 @@ class HTTPRelay:
             )
         return web.Response(status=status, body=body, headers=headers)
 
+    def _refuse_host(
+        self, request: web.BaseRequest, host_value: str | None, wall0: float
+    ) -> web.Response:
+        """Answer 421 for a Host that is not the relay's (recorded; nothing goes upstream)."""
+        ex = _Exchange(self, {"method": request.method, "started_at": wall0}, {})
+        ex.fields["url"] = self.redactor.url(self.local_origin + request.raw_path)
+        ex.fields["request_headers"] = self.redactor.headers(
+            [[k.decode("latin-1"), _decode_header(v)] for k, v in request.raw_headers]
+        )
+        ex.meta["refused_host"] = host_value
+        ex.attach_fallback()
+        text = (
+            f"Host {host_value!r} is not this relay's address (DNS-rebinding protection);"
+            " allow it with --allow-host"
+        )
+        r = self._synthetic(ex, 421, "host-not-allowed", text, host=host_value)
+        ex.finish("refused", text)
+        return r
+
     def _is_mcp_path(self, path: str) -> bool:
         return path in self.mcp_paths
 
@@ -557,6 +646,9 @@ class HTTPRelay:
                 "(for a forward proxy, use the mitmproxy addon)\n",
             )
         target = self.target
+        host_value = request.headers.get("Host")
+        if not self.host_check.allows(host_value):
+            return self._refuse_host(request, host_value, wall0)
         path, _, query = raw_path.partition("?")
 
         # Headers: forward end-to-end ones in wire order, Host rewritten; keep the host's
@@ -1050,9 +1142,7 @@ class HTTPRelay:
             ex.meta["content_encoding"] = encoding
 
         sresp = _RelayResponse(status=status, reason=resp.reason, keep=frozenset(keep))
-        sresp._headers.extend(out_headers)
-        if length is not None:
-            sresp.content_length = length
+        sresp._headers.extend(out_headers)  # Content-Length included, as the upstream sent it
 
         # Small, complete bodies: read whole, one write.
         if small:
@@ -1456,18 +1546,62 @@ async def _serve(config: RelayConfig, db_url: str) -> int:
             file=sys.stderr,
             flush=True,
         )
+    watch = asyncio.create_task(_watch_recorder(recorder, relay))
     try:
         await stop.wait()
     finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
         await relay.close()
         await asyncio.to_thread(recorder.close)
-    print(
-        f"mcptape: stopped; {relay.stats_exchanges} exchange(s) in "
-        f"{relay.router.sessions_created} session(s) recorded",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(_stop_line(recorder, relay), file=sys.stderr, flush=True)
     return 0
+
+
+#: How often the relay checks that its recorder process is alive.
+RECORDER_WATCH_INTERVAL = 0.5
+
+
+def _recorder_exit(recorder: RecorderClient) -> int | None:
+    """The recorder process's exit status if it has ended (None while it runs)."""
+    proc = getattr(recorder, "proc", None)
+    return proc.poll() if proc is not None else None
+
+
+async def _watch_recorder(recorder: RecorderClient, relay: HTTPRelay) -> None:
+    """Say at once (on stderr, once) when the recorder process ends while the relay runs.
+
+    Relaying goes on — the host must not lose its server because the recording failed — but
+    from then on nothing is recorded, and the user must know it now, not at the stop line.
+    """
+    while True:
+        await asyncio.sleep(RECORDER_WATCH_INTERVAL)
+        code = _recorder_exit(recorder)
+        if code is not None:
+            relay.recorder_died_after = relay.stats_exchanges
+            print(
+                f"mcptape: the recorder process stopped (exit status {code}) after"
+                f" {relay.stats_exchanges} exchange(s): traffic is still relayed but NOT recorded",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+
+
+def _stop_line(recorder: RecorderClient, relay: HTTPRelay) -> str:
+    """The last line: what was relayed, and what was recorded — never more than the truth."""
+    code = _recorder_exit(recorder)
+    n, sessions = relay.stats_exchanges, relay.router.sessions_created
+    if code in (0, None) and relay.recorder_died_after is None:
+        return f"mcptape: stopped; {n} exchange(s) in {sessions} session(s) recorded"
+    after = relay.recorder_died_after
+    when = f" after {after} exchange(s)" if after is not None else ""
+    return (
+        f"mcptape: stopped; {n} exchange(s) relayed in {sessions} session(s), the recording is"
+        f" incomplete: the recorder process ended (exit status {code}){when} and what came"
+        " later was NOT recorded"
+    )
 
 
 def _loop_factory() -> Any:
@@ -1495,6 +1629,7 @@ def record_http(
     idle_cut: float = 300.0,
     connect_timeout: float = 10.0,
     response_timeout: float | None = None,
+    allow_hosts: list[str] | tuple[str, ...] = (),
 ) -> int:
     """``mcptape record --upstream URL``: relay and record until SIGINT/SIGTERM; exit status."""
     try:
@@ -1518,6 +1653,7 @@ def record_http(
         connect_timeout=connect_timeout,
         response_timeout=response_timeout if response_timeout else None,
         redactor=redactor,
+        allow_hosts=tuple(allow_hosts),
     )
     _Target(upstream)  # validate before anything starts
     # Relay latency matters more than the writer thread's throughput (see relay/stdio.py).

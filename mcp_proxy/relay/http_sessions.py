@@ -129,7 +129,9 @@ def body_facts(body: bytes, *, partial: bool = False) -> BodyFacts:
     if len(body) <= PARSE_LIMIT and not partial:
         try:
             doc = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            # RecursionError: nested deeper than the interpreter's limit (a hostile body).
+            # Such a body is still relayed and recorded as its bytes; it names no client.
             return facts
         msgs = doc if isinstance(doc, list) else [doc]
         for msg in msgs:
@@ -182,6 +184,9 @@ class SessionEntry:
     last_active: float
     inflight: int = 0
     exchanges: int = 0
+    #: Wall-clock time of the session's last activity (an exchange began or ended): when the
+    #: client never ends the session (no DELETE), this is when it ended, not the relay's stop.
+    last_wall: float = 0.0
     #: Exchanges of this session streaming a response right now.
     streams: int = 0
     #: Streaming exchanges not handed to the recorder yet, oldest first (they go first).
@@ -291,7 +296,7 @@ class SessionRouter:
             if self.recorder is not None
             else f"unrecorded-{self.sessions_created}"
         )
-        entry = SessionEntry(key, sid, rule, transport, now, meta=meta)
+        entry = SessionEntry(key, sid, rule, transport, now, last_wall=time.time(), meta=meta)
         self.entries[key] = entry
         self.sessions_created += 1
         return entry
@@ -300,25 +305,39 @@ class SessionRouter:
         entry.inflight += 1
         entry.exchanges += 1
         entry.last_active = self.clock()
+        entry.last_wall = time.time()
 
     def done(self, entry: SessionEntry) -> None:
         entry.inflight = max(0, entry.inflight - 1)
         entry.last_active = self.clock()
+        entry.last_wall = time.time()
 
     def end(self, key: str, *, reason: str) -> None:
         entry = self.entries.get(key)
         if entry is not None:
             self._end(entry, reason=reason)
 
-    def _end(self, entry: SessionEntry, *, reason: str) -> None:
+    def _end(self, entry: SessionEntry, *, reason: str, open_ended: bool = False) -> None:
+        """End a session, dated at its last activity unless something is still in flight.
+
+        A session cut on idle or left open by its client (no ``DELETE``) ended when its last
+        exchange did, not minutes or hours later when the cut or the relay's stop noticed it;
+        ``open_ended`` marks the latter (the client never closed it).
+        """
         if entry.ended:
             return
         entry.ended = True
         if self.entries.get(entry.key) is entry:
             del self.entries[entry.key]
         if self.recorder is not None:
-            entry.meta["grouping"] = {**entry.meta.get("grouping", {}), "ended_by": reason}
-            self.recorder.end_session(entry.session_id, status="ended", meta=entry.meta)
+            grouping = {**entry.meta.get("grouping", {}), "ended_by": reason}
+            if open_ended:
+                grouping["open_ended"] = True
+            entry.meta["grouping"] = grouping
+            ended_at = time.time() if entry.inflight else entry.last_wall
+            self.recorder.end_session(
+                entry.session_id, status="ended", ended_at=ended_at, meta=entry.meta
+            )
 
     def sweep(self) -> int:
         """End idle heuristic groups (nothing in flight for ``idle_cut`` s); returns how many."""
@@ -333,5 +352,6 @@ class SessionRouter:
         return len(stale)
 
     def close_all(self, reason: str = "relay stopped") -> None:
+        """The relay stops: every session still open was left open by its client."""
         for entry in list(self.entries.values()):
-            self._end(entry, reason=reason)
+            self._end(entry, reason=reason, open_ended=True)

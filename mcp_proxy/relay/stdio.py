@@ -3,7 +3,8 @@
 One thread per stream (host stdin → server stdin, server stdout → host stdout, server stderr →
 our stderr), each doing a blocking ``read`` then an immediate ``write`` of exactly what it read —
 no line buffering, no decoding, no waiting for the database. Only after the bytes went out does
-the thread cut them into frames and hand them to the recorder (a deque append).
+the thread hand the chunk, as read, to the recorder (one ``put_chunk``); the recorder cuts it
+into frames, off the relay's path.
 
 Lifecycle, as a host expects of the server it launched:
 - the server gets our argv, environment and working directory unchanged;
@@ -11,7 +12,12 @@ Lifecycle, as a host expects of the server it launched:
   to it exactly once (a host that kills our process group does not hit the server twice);
 - on host EOF we close the server's stdin and let it finish — replies still in flight reach the
   host and the recording;
-- we exit with the server's status (128+N when it died of signal N), after draining the recorder.
+- when the server's stdout ends, the host's stdout ends too, at once (``mcptape record`` does not
+  hold it open while the recorder drains);
+- the server never outlives us: on Linux it gets SIGKILL when we die (``PR_SET_PDEATHSIG``), and
+  the recorder process ends its whole process group if we vanish without closing;
+- we exit with the server's status (128+N when it died of signal N), after the recorder has
+  written everything.
 """
 
 from __future__ import annotations
@@ -30,8 +36,7 @@ from typing import Any
 
 from mcp_proxy.errors import UserError
 from mcp_proxy.frames import Channel, Direction
-from mcp_proxy.recorder import Recorder
-from mcp_proxy.recorder_proc import RecorderClient
+from mcp_proxy.recorder.contract import Producer
 
 READ_SIZE = 1 << 16
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -43,6 +48,30 @@ class CommandNotFound(UserError):
 
 class CommandNotExecutable(UserError):
     exit_code = 126
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the kernel SIGKILL the server when its relay dies (Linux).
+
+    The server runs in its own process group, so a host that kills ours (or ``kill -9``s us)
+    would otherwise leave a server that ignores SIGTERM and stdin EOF running for ever.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # we died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -68,12 +97,14 @@ class StdioRelay:
         self,
         argv: list[str],
         *,
-        recorder: Recorder | RecorderClient | None,
+        recorder: Producer | None,
         name: str | None = None,
         stdin_fd: int = 0,
         stdout_fd: int = 1,
         stderr_fd: int = 2,
         on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+        release_stdout_at_eof: bool = False,
+        session_meta: dict[str, Any] | None = None,
     ) -> None:
         if not argv:
             raise UserError("no server command given (usage: mcptape record -- COMMAND [ARGS…])")
@@ -84,6 +115,10 @@ class StdioRelay:
         self.stdout_fd = stdout_fd
         self.stderr_fd = stderr_fd
         self.on_start = on_start
+        #: Point ``stdout_fd`` at /dev/null when the server's stdout ends, so the host sees EOF
+        #: then (not when we exit, after the recorder drained). For ``mcptape record``'s fd 1.
+        self.release_stdout_at_eof = release_stdout_at_eof
+        self.session_meta = session_meta
         self.session_id: str | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self._forwarded_signal: int | None = None
@@ -118,6 +153,7 @@ class StdioRelay:
                 stderr=subprocess.PIPE,
                 bufsize=0,
                 process_group=0,
+                preexec_fn=_die_with_parent(),
             )
         except FileNotFoundError as exc:
             raise CommandNotFound(f"command not found: {exe}") from exc
@@ -167,7 +203,19 @@ class StdioRelay:
                     # The host went away; keep draining the server so the recording is whole.
                     self._host_gone = True
             self._tee(Direction.S2C, Channel.STDIO, chunk, mono, wall)
+        if self.release_stdout_at_eof:
+            self._release_stdout()
         self._eos(Direction.S2C, Channel.STDIO)
+
+    def _release_stdout(self) -> None:
+        """The server's stdout ended: end the host's now (the fd number stays valid)."""
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            return
+        with contextlib.suppress(OSError):
+            os.dup2(devnull, self.stdout_fd)
+        os.close(devnull)
 
     def _pump_stderr(self, server_stderr: int) -> None:
         tee = True
@@ -201,8 +249,9 @@ class StdioRelay:
         if self.on_start is not None:
             self.on_start(proc)
         if self.recorder is not None:
+            extra: dict[str, Any] = {"meta": self.session_meta} if self.session_meta else {}
             self.session_id = self.recorder.new_session(
-                transport="stdio", name=self.name, command=list(self.argv), cwd=os.getcwd()
+                transport="stdio", name=self.name, command=list(self.argv), cwd=os.getcwd(), **extra
             )
         old_handlers: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
@@ -250,19 +299,46 @@ class StdioRelay:
         )
 
 
-def record_stdio(argv: list[str], *, db_url: str, name: str | None = None) -> int:
+def record_stdio(
+    argv: list[str],
+    *,
+    db_url: str,
+    name: str | None = None,
+    redact: bool | None = None,
+    redact_headers: list[str] | tuple[str, ...] = (),
+    redact_paths: list[str] | tuple[str, ...] = (),
+) -> int:
     """``mcptape record -- COMMAND``: relay and record; returns the exit status to use.
 
-    The recorder runs in a child process (:mod:`mcp_proxy.recorder_proc`) so that the relay
-    threads never wait for the GIL while a batch is being written.
+    The recorder runs in a child process (:mod:`mcp_proxy.recorder.worker`) so that the relay
+    threads never wait for the GIL while a batch is being written. Redaction is on unless
+    ``redact`` is False or ``MCPTAPE_REDACT`` turns it off (``redact=None``): one policy for
+    every transport, applied in the recorder process to the recorded copy only.
     """
-    from mcp_proxy.recorder_proc import RecorderClient
+    from mcp_proxy.recorder.client import RecorderClient
+    from mcp_proxy.redact import ENV_REDACT, Redactor, env_allows_redaction
 
-    recorder = RecorderClient(db_url)
-    relay = StdioRelay(argv, recorder=recorder, name=name)
+    enabled = env_allows_redaction() if redact is None else redact
+    try:
+        policy = Redactor.from_options(enabled=enabled, headers=redact_headers, paths=redact_paths)
+    except ValueError as exc:
+        raise UserError(f"--redact-path: {exc}") from exc
+    meta = None
+    if not enabled:
+        meta = {"redaction": "off (--no-redact): credentials are recorded in clear"}
+        print(
+            "mcptape: WARNING: redaction is OFF: credentials in messages are recorded in clear",
+            file=sys.stderr,
+            flush=True,
+        )
+    recorder = RecorderClient(db_url, env={ENV_REDACT: policy.to_env()})
+    relay = StdioRelay(
+        argv, recorder=recorder, name=name, release_stdout_at_eof=True, session_meta=meta
+    )
     # Spawn (and fail on a missing command) before starting the recorder process.
     proc = relay._spawn()
     recorder.start()
+    recorder.watch_process(proc.pid)  # the server is its own process group's leader
     try:
         result = relay.run(proc)
     finally:

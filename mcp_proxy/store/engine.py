@@ -5,8 +5,13 @@ elsewhere); ``--db`` or ``MCPTAPE_DB`` override it with a path or a SQLAlchemy U
 in WAL mode with a busy timeout so that many ``mcptape record`` processes (one per server, as
 Claude Desktop runs them) can write to one file at once.
 
+PostgreSQL (``postgresql://user@host/db``) is the store for a team: psycopg 3 is the driver on
+both the sync side (recorder, migrations, ``db copy``) and the async side (reads, dashboard).
+
 The schema is created and upgraded only by alembic. Importing alembic costs about a second, so
-the fast path reads ``alembic_version`` directly and runs alembic only when it is behind.
+the fast path reads ``alembic_version`` directly and runs alembic only when it is behind. A
+SQLite file is upgraded by whoever opens it; a shared PostgreSQL database only by ``mcptape db
+upgrade`` (see :func:`auto_migrates`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,10 +60,47 @@ def sqlite_path(url: str) -> Path | None:
     """The file behind a SQLite URL, or None for other databases and in-memory SQLite."""
     import sqlalchemy as sa
 
-    u = sa.engine.make_url(url)
+    try:
+        u = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        return None
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return None
     return Path(u.database)
+
+
+#: How a user installs the PostgreSQL driver when it is missing (it is a dependency of mcptape,
+#: so this only happens in a hand-made environment: a vendored copy, ``--no-deps``, a platform
+#: without psycopg's binary wheels).
+PG_DRIVER_HINT = "pip install 'psycopg[binary]'  (or: uv pip install 'psycopg[binary]')"
+#: Seconds a PostgreSQL connection attempt may take before the store reports it unreachable.
+PG_CONNECT_TIMEOUT = int(os.environ.get("MCPTAPE_PG_CONNECT_TIMEOUT", "10"))
+#: Identifies mcptape's connections in ``pg_stat_activity`` unless the URL names them itself.
+PG_APPLICATION_NAME = "mcptape"
+# psycopg 3 serves both sides: sync (recorder, migrations, copy) and async (store reads,
+# dashboard). One driver means one reading of the URL — libpq's: sslmode, connect_timeout,
+# service files, .pgpass and PG* variables behave the same for the recorder and the dashboard
+# (asyncpg rejects sslmode and connect_timeout in the URL).
+_PG_SYNC_DRIVERS = frozenset({"psycopg", "psycopg2", "psycopg2cffi", "pg8000"})
+_PG_ASYNC_DRIVERS = frozenset({"psycopg", "psycopg_async", "asyncpg"})
+
+
+def _pg_driver(url: Any, *, is_async: bool) -> Any:
+    """``postgresql://`` (and Heroku's ``postgres://``) means psycopg; an explicit driver that
+    fits the side (sync or async) is kept, one that does not is swapped for psycopg."""
+    name = url.drivername
+    base, _, driver = name.partition("+")
+    if base not in ("postgresql", "postgres"):
+        return url
+    keep = _PG_ASYNC_DRIVERS if is_async else _PG_SYNC_DRIVERS
+    if driver not in keep:
+        driver = "psycopg"
+    return url.set(drivername=f"postgresql+{driver}")
+
+
+def is_postgresql(url: str) -> bool:
+    """True for any PostgreSQL URL (whatever driver it names)."""
+    return url.split(":", 1)[0].split("+", 1)[0] in ("postgresql", "postgres")
 
 
 def _async_url(url: str) -> str:
@@ -66,9 +109,9 @@ def _async_url(url: str) -> str:
     u = sa.engine.make_url(url)
     backend = u.get_backend_name()
     if backend == "sqlite":
-        return str(u.set(drivername="sqlite+aiosqlite"))
-    if backend == "postgresql":
-        return str(u.set(drivername="postgresql+asyncpg"))
+        return u.set(drivername="sqlite+aiosqlite").render_as_string(hide_password=False)
+    if backend in ("postgresql", "postgres"):
+        return _pg_driver(u, is_async=True).render_as_string(hide_password=False)
     return url
 
 
@@ -76,9 +119,60 @@ def _sync_url(url: str) -> str:
     import sqlalchemy as sa
 
     u = sa.engine.make_url(url)
-    if u.get_backend_name() == "sqlite":
-        return str(u.set(drivername="sqlite"))
+    backend = u.get_backend_name()
+    if backend == "sqlite":
+        return u.set(drivername="sqlite").render_as_string(hide_password=False)
+    if backend in ("postgresql", "postgres"):
+        return _pg_driver(u, is_async=False).render_as_string(hide_password=False)
     return url
+
+
+def display_url(url: str) -> str:
+    """The URL with its password masked, for messages and ``mcptape db status``."""
+    from urllib.parse import unquote
+
+    import sqlalchemy as sa
+
+    try:
+        # Unquoted: ``?host=/run/postgresql`` reads better than ``%2Frun%2Fpostgresql``.
+        return unquote(sa.engine.make_url(url).render_as_string(hide_password=True))
+    except sa.exc.ArgumentError:
+        return url
+
+
+def _pg_connect_args(url: str) -> dict[str, Any]:
+    """A bounded connect timeout and an application name, unless the URL sets them.
+
+    Without a timeout libpq waits for the kernel (minutes) on an unreachable host, and a
+    recorder would sit on its batch that long before counting the loss.
+    """
+    import sqlalchemy as sa
+
+    query = sa.engine.make_url(url).query
+    args: dict[str, Any] = {}
+    if "connect_timeout" not in query:
+        args["connect_timeout"] = PG_CONNECT_TIMEOUT
+    if "application_name" not in query:
+        args["application_name"] = PG_APPLICATION_NAME
+    return args
+
+
+def _create(url: str, factory: Any, **kwargs: Any) -> Any:
+    """Build an engine, turning a missing driver or a malformed URL into one clear line."""
+    import sqlalchemy as sa
+
+    try:
+        return factory(url, **kwargs)
+    except ModuleNotFoundError as exc:
+        if is_postgresql(url):
+            raise StoreError(
+                f"the PostgreSQL driver (psycopg) is not installed; install it with: {PG_DRIVER_HINT}"
+            ) from exc
+        raise StoreError(f"no driver for {display_url(url)}: {exc}") from exc
+    except sa.exc.NoSuchModuleError as exc:
+        raise StoreError(f"unsupported database URL {display_url(url)}: {exc}") from exc
+    except sa.exc.ArgumentError as exc:
+        raise StoreError(f"not a database URL: {display_url(url)}") from exc
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -106,35 +200,126 @@ def sync_engine(url: str) -> Engine:
 
     url = _sync_url(url)
     _prepare_sqlite_file(url)
-    engine = sa.create_engine(url, future=True)
+    kwargs: dict[str, Any] = {}
+    if is_postgresql(url):
+        # pre_ping: after a server restart the pool's connections are dead; one cheap round
+        # trip at checkout replaces them, so a recorder reconnects by itself.
+        kwargs = {"pool_pre_ping": True, "connect_args": _pg_connect_args(url)}
+    engine: Engine = _create(url, sa.create_engine, **kwargs)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
 
 
 def async_engine(url: str) -> AsyncEngine:
-    """An async engine (aiosqlite for SQLite) for the store's read API and the dashboard."""
+    """An async engine (aiosqlite for SQLite, psycopg for PostgreSQL) for reads and the dashboard."""
     from sqlalchemy import event
     from sqlalchemy.ext.asyncio import create_async_engine
 
     _prepare_sqlite_file(url)
-    engine = create_async_engine(_async_url(url))
+    aurl = _async_url(url)
+    kwargs: dict[str, Any] = {}
+    if is_postgresql(aurl):
+        kwargs = {"pool_pre_ping": True, "connect_args": _pg_connect_args(aurl)}
+    engine: AsyncEngine = _create(aurl, create_async_engine, **kwargs)
     if engine.dialect.name == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine
 
 
 def current_revision(engine: Engine) -> str | None:
+    """The alembic revision the database is at; None for an empty database.
+
+    SQLite: an unreadable or locked file also reads as None (the migration path takes the lock
+    and looks again). PostgreSQL: connection errors propagate, so that an unreachable server is
+    reported as such and never mistaken for an empty database.
+    """
     import sqlalchemy as sa
 
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            return _revision(conn)
     insp_sql = sa.text("SELECT version_num FROM alembic_version")
     try:
         with engine.connect() as conn:
             return conn.execute(insp_sql).scalar()
     except sa.exc.OperationalError:
         return None
-    except sa.exc.ProgrammingError:  # PostgreSQL: relation does not exist
+    except sa.exc.ProgrammingError:
         return None
+
+
+def _revision(conn: Any) -> str | None:
+    """The revision seen through ``conn`` without failing its transaction when there is none."""
+    import sqlalchemy as sa
+
+    if not sa.inspect(conn).has_table("alembic_version"):
+        return None
+    value = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+    return str(value) if value is not None else None
+
+
+def known_revisions() -> list[str]:
+    """The revisions this mcptape ships, oldest first (read from the file names: importing
+    alembic to ask it costs about a second on every start)."""
+    versions = MIGRATIONS_DIR / "versions"
+    names = sorted(p.name.split("_", 1)[0] for p in versions.glob("[0-9]*_*.py"))
+    return names
+
+
+def is_newer(rev: str | None, head: str) -> bool:
+    """A revision this mcptape does not know, or later than its head: written by a newer one."""
+    if rev is None or rev == head:
+        return False
+    return rev > head or rev not in known_revisions()
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    """Where a database's schema stands against this mcptape (``mcptape db status``)."""
+
+    url: str
+    dialect: str
+    current: str | None
+    head: str
+
+    @property
+    def state(self) -> str:
+        """``empty`` | ``current`` | ``behind`` | ``newer``."""
+        if self.current is None:
+            return "empty"
+        if self.current == self.head:
+            return "current"
+        return "newer" if is_newer(self.current, self.head) else "behind"
+
+
+def schema_state(url: str) -> SchemaState:
+    """Read the schema revision of ``url`` (raises StoreError with one line when unreachable)."""
+    import sqlalchemy as sa
+
+    from mcp_proxy.store.schema import SCHEMA_HEAD
+
+    engine = sync_engine(url)
+    try:
+        with engine.connect() as conn:
+            rev = _revision(conn)
+        return SchemaState(display_url(url), engine.dialect.name, rev, SCHEMA_HEAD)
+    except sa.exc.DBAPIError as exc:
+        raise StoreError(_short(exc)) from exc
+    finally:
+        engine.dispose()
+
+
+def auto_migrates(url: str) -> bool:
+    """Whether opening the store upgrades an older schema by itself.
+
+    SQLite: yes — a file belongs to one person, whose mcptape is the only one writing it.
+    PostgreSQL: no — the database is shared, and a recorder on one laptop with a newer mcptape
+    must not change the schema under everybody else's; ``mcptape db upgrade`` does it, once.
+    An *empty* PostgreSQL database is still created by whoever opens it first, so that a first
+    try with ``--db postgresql://…`` just works.
+    """
+    return not is_postgresql(url)
 
 
 @contextlib.contextmanager
@@ -171,8 +356,18 @@ def alembic_config(url: str) -> Any:
     return cfg
 
 
-def upgrade(url: str, engine: Engine | None = None) -> None:
-    """Run alembic's upgrade to head (slow path; takes the migration lock)."""
+#: Key of the PostgreSQL advisory lock that orders concurrent migrations ("mcpt").
+PG_MIGRATION_LOCK = 0x6D637074
+
+
+def upgrade(url: str, engine: Engine | None = None) -> str | None:
+    """Run alembic's upgrade to head (slow path; takes the migration lock).
+
+    Returns the revision the database was at before (None: it was empty). On PostgreSQL the
+    whole upgrade is one transaction (its DDL is transactional) behind an advisory lock, so
+    fifty recorders opening an empty database at once create the schema once, and a failed
+    migration leaves the database as it was.
+    """
     from alembic import command
 
     from mcp_proxy.store.schema import SCHEMA_HEAD
@@ -181,53 +376,71 @@ def upgrade(url: str, engine: Engine | None = None) -> None:
     engine = engine or sync_engine(url)
     try:
         with _migration_lock(url):
-            if current_revision(engine) == SCHEMA_HEAD:
-                return
+            if engine.dialect.name != "postgresql" and current_revision(engine) == SCHEMA_HEAD:
+                return SCHEMA_HEAD
             cfg = alembic_config(url)
             with engine.begin() as conn:
+                if conn.dialect.name == "postgresql":
+                    import sqlalchemy as sa
+
+                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(PG_MIGRATION_LOCK)))
+                before = _revision(conn)
+                if before == SCHEMA_HEAD:
+                    return before
+                if is_newer(before, SCHEMA_HEAD):
+                    raise StoreError(_newer_message(before, SCHEMA_HEAD))
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "head")
+                return before
     finally:
         if own:
             engine.dispose()
 
 
-def ensure_schema(url: str, engine: Engine | None = None) -> None:
-    """Make sure the database exists and is migrated to :data:`SCHEMA_HEAD`.
+def _newer_message(rev: str | None, head: str) -> str:
+    return (
+        f"the database is at schema {rev}, newer than this mcptape knows ({head});"
+        " upgrade mcptape to use it"
+    )
 
-    Raises :class:`StoreError` with one clear line when the database cannot be reached.
+
+def ensure_schema(url: str, engine: Engine | None = None) -> None:
+    """Make sure the database exists and is at :data:`SCHEMA_HEAD`.
+
+    An empty database is created; an older one is upgraded where :func:`auto_migrates` says so
+    (SQLite) and refused with the command to run otherwise (PostgreSQL); a newer one is always
+    refused. Raises :class:`StoreError` with one clear line when the database cannot be reached.
     """
     import sqlalchemy as sa
 
     from mcp_proxy.store.schema import SCHEMA_HEAD
 
     own = engine is None
-    try:
-        engine = engine or sync_engine(url)
-    except sa.exc.ArgumentError as exc:
-        raise StoreError(f"not a database URL: {url}") from exc
-    except ModuleNotFoundError as exc:
-        raise StoreError(f"no driver for {url}: {exc}") from exc
+    engine = engine or sync_engine(url)
     try:
         for attempt in range(5):
             try:
                 rev = current_revision(engine)
                 if rev == SCHEMA_HEAD:
                     return
-                if rev is not None and rev > SCHEMA_HEAD:
+                if is_newer(rev, SCHEMA_HEAD):
+                    raise StoreError(_newer_message(rev, SCHEMA_HEAD))
+                if rev is not None and not auto_migrates(url):
                     raise StoreError(
-                        f"the database is at schema {rev}, newer than this mcptape ({SCHEMA_HEAD});"
-                        " upgrade mcptape"
+                        f"the database is at schema {rev} and this mcptape needs {SCHEMA_HEAD};"
+                        f" upgrade it once with: mcptape db upgrade --db '{display_url(url)}'"
                     )
                 try:
                     upgrade(url, engine)
-                except sa.exc.SQLAlchemyError:
+                except (sa.exc.SQLAlchemyError, StoreError):
                     raise
                 except Exception as exc:  # alembic's CommandError and friends: one line
                     raise StoreError(f"cannot migrate the database: {_short(exc)}") from exc
                 return
             except sa.exc.OperationalError as exc:
-                if attempt == 4:
+                if attempt == 4 or is_postgresql(url):
+                    # PostgreSQL: no file lock to wait for; the driver already waited up to its
+                    # connect timeout, so say what is wrong at once.
                     raise StoreError(_short(exc)) from exc
                 time.sleep(0.2 * (attempt + 1))
     except sa.exc.DBAPIError as exc:

@@ -9,31 +9,58 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from mcp_proxy.errors import NotFoundError, StoreError
 from mcp_proxy.store import engine as engine_mod
+from mcp_proxy.store.annotations import AnnotationQueries
+from mcp_proxy.store.base import FRAME_COLUMNS_NO_RAW, StoreBase
+from mcp_proxy.store.pages import PageQueries
 from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
 
-FRAME_COLUMNS_NO_RAW = [c for c in frames.c if c.name != "raw"]
+__all__ = ["FRAME_COLUMNS_NO_RAW", "Store", "duration", "missing_database", "session_status"]
 
 
-def _row(r: Any) -> dict[str, Any]:
-    return dict(r._mapping)
+def missing_database(url: str) -> Path | None:
+    """The SQLite file ``url`` names when it does not exist (None: it exists, or not SQLite).
+
+    Commands that only read must not create what they read: a typo in ``--db`` would otherwise
+    leave a new folder and an empty database behind and report "no sessions".
+    """
+    try:
+        path = engine_mod.sqlite_path(url)
+    except sa.exc.ArgumentError as exc:
+        raise StoreError(f"not a database URL: {url}") from exc
+    if path is None or path.is_file():
+        return None
+    return path
 
 
-class Store:
-    """One database: open with :meth:`open`, close with :meth:`close` (or ``async with``)."""
+class Store(PageQueries, AnnotationQueries, StoreBase):
+    """One database: open with :meth:`open`, close with :meth:`close` (or ``async with``).
 
-    def __init__(self, url: str, engine: AsyncEngine) -> None:
-        self.url = url
-        self.engine = engine
+    Every SQL statement mcptape reads with lives in ``mcp_proxy/store/``: the core reads here,
+    the pages' in :mod:`~mcp_proxy.store.pages`, annotations in
+    :mod:`~mcp_proxy.store.annotations`.
+    """
 
     @classmethod
-    async def open(cls, url: str, *, migrate: bool = True) -> Store:
+    async def open(cls, url: str, *, migrate: bool = True, create: bool = True) -> Store:
+        """Connect (and bring the schema up to date unless ``migrate=False``).
+
+        ``create=False`` is for commands that only read: a SQLite file that does not exist is
+        a :class:`NotFoundError` (exit 4) instead of a new, empty database.
+        """
+        if not create:
+            path = missing_database(url)
+            if path is not None:
+                raise NotFoundError(
+                    f"no database at {path} (record a session first, or check --db /"
+                    f" {engine_mod.ENV_DB})"
+                )
         if migrate:
             engine_mod.ensure_schema(url)
         try:
@@ -50,18 +77,6 @@ class Store:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    async def _all(self, stmt: sa.Executable) -> list[dict[str, Any]]:
-        try:
-            async with self.engine.connect() as conn:
-                result = await conn.execute(stmt)
-                return [_row(r) for r in result]
-        except sa.exc.DBAPIError as exc:
-            raise StoreError(engine_mod._short(exc)) from exc
-
-    async def _one(self, stmt: sa.Executable) -> dict[str, Any] | None:
-        rows = await self._all(stmt)
-        return rows[0] if rows else None
 
     # ------------------------------------------------------------------ sessions
     async def list_sessions(
@@ -122,12 +137,10 @@ class Store:
             raise NotFoundError(f"no session matches {ref!r} (an id prefix or a session name)")
         return row
 
-    async def latest_session(self) -> dict[str, Any] | None:
-        return await self._one(
-            sa.select(sessions)
-            .order_by(sessions.c.started_at.desc(), sessions.c.id.desc())
-            .limit(1)
-        )
+    async def session(self, ref: str) -> dict[str, Any]:
+        """A session by full id (what links carry) or, for people, a prefix or a name."""
+        row = await self.get_session(ref)
+        return row if row is not None else await self.resolve_session(ref)
 
     # ------------------------------------------------------------------ frames
     async def frames(
@@ -167,10 +180,14 @@ class Store:
         )
 
     async def frame_count(self, session_id: str) -> int:
-        rows = await self._all(
-            sa.select(sa.func.count()).select_from(frames).where(frames.c.session_id == session_id)
+        return int(
+            await self._scalar(
+                sa.select(sa.func.count())
+                .select_from(frames)
+                .where(frames.c.session_id == session_id)
+            )
+            or 0
         )
-        return int(next(iter(rows[0].values())))
 
     # ------------------------------------------------------------------ exchanges & findings
     async def http_exchanges(self, session_id: str) -> list[dict[str, Any]]:

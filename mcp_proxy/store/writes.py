@@ -1,50 +1,61 @@
-"""The write side of the store: what the recorder's writer thread executes.
+"""The write side of the store: every statement the recorder's batches execute.
 
 Sync SQLAlchemy Core over one connection per batch; each batch is one transaction. Kept apart
 from the read API (:mod:`mcp_proxy.store.queries`) because only the recorder writes traffic.
+The recorder hands over a :class:`~mcp_proxy.store.rows.Batch` (plain rows, built without a
+database); :class:`BatchWriter` owns how it is written:
+
+- one transaction per batch, the frame INSERT compiled once and executed at the driver level;
+- a batch the database refuses for a *transient* reason (locked past the busy timeout, disk
+  full, I/O error) raises :class:`TransientWriteError` — the caller retries or counts the loss;
+- a batch refused because of *one row* (a value the driver cannot bind, a constraint) is written
+  again row by row, so a bad row never costs its neighbours: a frame row that still fails is
+  written with its derived columns cleared (the exact bytes always go in), and only a row that
+  cannot be written even then is returned as lost.
 """
 
 from __future__ import annotations
 
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from mcp_proxy.store import engine as engine_mod
+from mcp_proxy.store.rows import FRAME_COLS, Batch, FrameRow, Gap, gap_finding, storable
 from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Engine
+    from sqlalchemy.engine import Connection, Engine
 
-    from mcp_proxy.recorder import writes_ops
+__all__ = [
+    "FRAME_COLS",
+    "BatchWriter",
+    "TransientWriteError",
+    "open_for_writing",
+    "storable",
+]
 
-
-#: The frame columns the recorder fills, in the order of its row tuples.
-FRAME_COLS = (
-    "session_id",
-    "seq",
-    "ts",
-    "mono_ns",
-    "direction",
-    "channel",
-    "kind",
-    "method",
-    "msg_id",
-    "error_code",
-    "size",
-    "complete",
-    "partial_parse",
-    "raw",
-    "http_exchange_id",
-    "sse_id",
-    "sse_event",
-    "redacted",
-)
 _EXCHANGE_COL = FRAME_COLS.index("http_exchange_id")
 _RAW_COL = FRAME_COLS.index("raw")
 #: Frames larger than this are written to SQLite through incremental blob I/O.
 BIG_BLOB = 4 << 20
 _frame_sql: dict[str, tuple[str, tuple[str, ...] | None]] = {}
+
+
+class TransientWriteError(Exception):
+    """The database refused the whole batch for a reason that may pass (lock, full disk)."""
+
+
+def _storable_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: storable(v) for k, v in fields.items()}
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """Lock, full disk, I/O, lost connection: the batch may go in later as it is."""
+    return isinstance(exc, (sa.exc.OperationalError, sqlite3.OperationalError))
 
 
 def _frame_insert(engine: Engine) -> tuple[str, tuple[str, ...] | None]:
@@ -64,9 +75,9 @@ def _frame_insert(engine: Engine) -> tuple[str, tuple[str, ...] | None]:
     return cached
 
 
-def _frame_params(rows: list[tuple[Any, ...]], order: tuple[str, ...] | None) -> list[Any]:
+def _frame_params(rows: list[FrameRow], order: tuple[str, ...] | None) -> list[Any]:
     if order is None:
-        return [dict(zip(FRAME_COLS, r, strict=True)) for r in rows]
+        return [r._asdict() for r in rows]
     if order == FRAME_COLS:
         return rows
     idx = [FRAME_COLS.index(c) for c in order]
@@ -74,7 +85,7 @@ def _frame_params(rows: list[tuple[Any, ...]], order: tuple[str, ...] | None) ->
 
 
 def _insert_big_sqlite(
-    conn: Any, sql: str, order: tuple[str, ...] | None, row: tuple[Any, ...]
+    conn: Connection, sql: str, order: tuple[str, ...] | None, row: FrameRow
 ) -> None:
     """Write one huge frame without SQLite holding extra copies of it.
 
@@ -83,11 +94,9 @@ def _insert_big_sqlite(
     blob handle keeps memory at the one copy the recorder already holds. SQLite only (the
     dialect is checked by the caller); other databases take the ordinary path.
     """
-    raw = row[_RAW_COL]
-    placeholder = list(row)
-    placeholder[_RAW_COL] = b""
-    conn.exec_driver_sql(sql, _frame_params([tuple(placeholder)], order)[0])
-    dbapi = conn.connection.driver_connection
+    raw = row.raw
+    conn.exec_driver_sql(sql, _frame_params([row._replace(raw=b"")], order)[0])
+    dbapi: Any = conn.connection.driver_connection
     rowid = dbapi.execute("SELECT last_insert_rowid()").fetchone()[0]
     dbapi.execute("UPDATE frames SET raw = zeroblob(?) WHERE rowid = ?", (len(raw), rowid))
     view = memoryview(raw)
@@ -103,91 +112,246 @@ def open_for_writing(url: str) -> Engine:
     return eng
 
 
-def apply_batch(engine: Engine, ops: writes_ops, exchange_ids: dict[int, int]) -> None:
-    """Write one batch in one transaction (sessions → exchanges → frames → updates)."""
-    with engine.begin() as conn:
-        if ops.sessions:
-            conn.execute(sessions.insert(), ops.sessions)
-        new_ids = _write_exchanges(conn, ops, exchange_ids)
-        if ops.frames:
-            rows = ops.frames
-            if any(r[_EXCHANGE_COL] is not None for r in rows):
-                mapped = []
-                for r in rows:
-                    local = r[_EXCHANGE_COL]
-                    if local is not None:
-                        db_id = new_ids.get(local) or exchange_ids.get(local)
-                        r = (*r[:_EXCHANGE_COL], db_id, *r[_EXCHANGE_COL + 1 :])
-                    mapped.append(r)
-                rows = mapped
-            sql, order = _frame_insert(engine)
-            big = [r for r in rows if len(r[_RAW_COL]) > BIG_BLOB]
-            if big and engine.dialect.name == "sqlite":
-                rows = [r for r in rows if len(r[_RAW_COL]) <= BIG_BLOB]
-                for r in big:
+_EXCHANGE_COLUMNS = tuple(c.name for c in http_exchanges.columns if c.name != "id")
+_EXCHANGE_UPDATE = http_exchanges.update().where(http_exchanges.c.id == sa.bindparam("_xid"))
+
+
+class BatchWriter:
+    """Writes :class:`Batch` objects into one database; remembers HTTP exchange ids.
+
+    ``exchange_ids`` maps the producers' local exchange ids to database ids, filled only after a
+    commit (a rolled-back batch must not leave ids pointing at nothing).
+    """
+
+    def __init__(self, engine: Engine, *, clock: Callable[[], float] = time.time) -> None:
+        self.engine = engine
+        self.exchange_ids: dict[int, int] = {}
+        self._clock = clock
+        self._sqlite = engine.dialect.name == "sqlite"
+
+    @classmethod
+    def open(cls, url: str) -> BatchWriter:
+        return cls(open_for_writing(url))
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------------ reads the recorder needs
+    def session_progress(self, session_id: str) -> tuple[bool, int, int, int]:
+        """``(exists, last seq, frames stored, gap_count)`` — where a new recorder picks up."""
+        with self.engine.connect() as conn:
+            exists = conn.execute(
+                sa.select(sessions.c.gap_count).where(sessions.c.id == session_id)
+            ).first()
+            row = conn.execute(
+                sa.select(sa.func.max(frames.c.seq), sa.func.count()).where(
+                    frames.c.session_id == session_id
+                )
+            ).first()
+        last, count = (row[0] or 0, row[1] or 0) if row is not None else (0, 0)
+        gaps = int(exists[0] or 0) if exists is not None else 0
+        return exists is not None, int(last), int(count), gaps
+
+    # ------------------------------------------------------------------ writing
+    def write(self, batch: Batch) -> list[FrameRow]:
+        """Write ``batch``; returns the frame rows that could not be written at all.
+
+        Raises :class:`TransientWriteError` when the database refused the whole batch for a
+        reason that may pass; nothing of the batch is then in the database.
+        """
+        try:
+            new_ids = self._apply(batch)
+        except Exception as exc:
+            if _is_transient(exc):
+                raise TransientWriteError(_one_line(exc)) from exc
+            return self._write_row_by_row(batch)
+        self.exchange_ids.update(new_ids)
+        return []
+
+    def _apply(self, batch: Batch) -> dict[int, int]:
+        """The whole batch in one transaction (sessions → exchanges → frames → updates)."""
+        with self.engine.begin() as conn:
+            if batch.sessions:
+                conn.execute(sessions.insert(), batch.sessions)
+            new_ids = self._write_exchanges(conn, batch.exchanges, batch.exchange_updates)
+            if batch.frames:
+                self._insert_frames(conn, self._map_exchanges(batch.frames, new_ids))
+            self._write_session_changes(conn, batch)
+            if batch.findings:
+                conn.execute(findings.insert(), batch.findings)
+            for sid, gap in batch.gaps.items():
+                self._write_gap(conn, sid, gap)
+        return new_ids
+
+    def _map_exchanges(self, rows: list[FrameRow], new_ids: dict[int, int]) -> list[FrameRow]:
+        """Local exchange ids → database ids (None when the exchange never made it in)."""
+        if all(r.http_exchange_id is None for r in rows):
+            return rows
+        known = self.exchange_ids
+        return [
+            r
+            if r.http_exchange_id is None
+            else r._replace(
+                http_exchange_id=new_ids.get(r.http_exchange_id) or known.get(r.http_exchange_id)
+            )
+            for r in rows
+        ]
+
+    def _insert_frames(self, conn: Connection, rows: list[FrameRow]) -> None:
+        sql, order = _frame_insert(self.engine)
+        if self._sqlite and any(len(r.raw) > BIG_BLOB for r in rows):
+            for r in rows:
+                if len(r.raw) > BIG_BLOB:
                     _insert_big_sqlite(conn, sql, order, r)
-            if rows:
-                conn.exec_driver_sql(sql, _frame_params(rows, order))
-        for sid, (count, last) in ops.session_counts.items():
+            rows = [r for r in rows if len(r.raw) <= BIG_BLOB]
+        if rows:
+            conn.exec_driver_sql(sql, _frame_params(rows, order))
+
+    def _write_session_changes(self, conn: Connection, batch: Batch) -> None:
+        for sid, (count, last) in batch.session_counts.items():
             conn.execute(
                 sessions.update()
                 .where(sessions.c.id == sid)
                 .values(frame_count=count, updated_at=last)
             )
-        for sid, fields in ops.session_updates.items():
-            conn.execute(sessions.update().where(sessions.c.id == sid).values(**fields))
-        if ops.findings:
-            conn.execute(findings.insert(), ops.findings)
-    # Only after the commit: a rolled-back batch must not leave ids pointing at nothing.
-    exchange_ids.update(new_ids)
+        for sid, fields in batch.session_updates.items():
+            if fields:
+                conn.execute(sessions.update().where(sessions.c.id == sid).values(**fields))
 
-
-_EXCHANGE_COLUMNS = tuple(c.name for c in http_exchanges.columns if c.name != "id")
-_EXCHANGE_UPDATE = http_exchanges.update().where(http_exchanges.c.id == sa.bindparam("_xid"))
-
-
-def _write_exchanges(conn: Any, ops: writes_ops, exchange_ids: dict[int, int]) -> dict[int, int]:
-    """Insert new exchanges and apply updates with as few statements as possible.
-
-    An HTTP relay queues one insert and two or three updates per exchange, most of them in the
-    same batch; statement-per-row (each compiled anew) made the writer thread hold the GIL long
-    enough to slow the relay. Updates to an exchange created in this batch are folded into its
-    insert row, the rows go in one executemany (RETURNING the ids, in order), and the remaining
-    updates are merged per exchange and executed through one cached statement per column set.
-    """
-    rows: dict[int, dict[str, Any]] = {}
-    for local, row in ops.exchanges:
-        rows[local] = {name: None for name in _EXCHANGE_COLUMNS} | row
-    later: dict[int, dict[str, Any]] = {}
-    for local, fields in ops.exchange_updates:
-        target = rows.get(local)
-        if target is not None:
-            target.update(fields)
-        else:
-            later.setdefault(local, {}).update(fields)
-    new_ids: dict[int, int] = {}
-    if rows:
-        locals_ = list(rows)
-        stmt = http_exchanges.insert().returning(http_exchanges.c.id, sort_by_parameter_order=True)
-        result = conn.execute(stmt, [rows[k] for k in locals_])
-        for local, db_row in zip(locals_, result, strict=True):
-            new_ids[local] = int(db_row[0])
-    by_keys: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for local, fields in later.items():
-        db_id = new_ids.get(local) or exchange_ids.get(local)
-        if db_id is None or not fields:
-            continue
-        by_keys.setdefault(tuple(sorted(fields)), []).append({"_xid": db_id, **fields})
-    for params in by_keys.values():
-        conn.execute(_EXCHANGE_UPDATE, params)
-    return new_ids
-
-
-def record_gap(engine: Engine, session_id: str, finding: dict[str, Any], lost: int) -> None:
-    with engine.begin() as conn:
-        conn.execute(findings.insert(), [finding])
+    def _write_gap(self, conn: Connection, sid: str, gap: Gap) -> None:
+        conn.execute(findings.insert(), [gap_finding(sid, gap, self._clock())])
         conn.execute(
             sessions.update()
-            .where(sessions.c.id == session_id)
-            .values(gap_count=sessions.c.gap_count + sa.literal(lost))
+            .where(sessions.c.id == sid)
+            .values(gap_count=sessions.c.gap_count + sa.literal(gap.lost))
         )
+
+    def _write_exchanges(
+        self,
+        conn: Connection,
+        new: list[tuple[int, dict[str, Any]]],
+        updates: list[tuple[int, dict[str, Any]]],
+    ) -> dict[int, int]:
+        """Insert new exchanges and apply updates with as few statements as possible.
+
+        An HTTP relay queues one insert and two or three updates per exchange, most of them in
+        the same batch. Updates to an exchange created in this batch are folded into its insert
+        row, the rows go in one executemany (RETURNING the ids, in order), and the remaining
+        updates are merged per exchange and executed through one statement per column set.
+        """
+        rows: dict[int, dict[str, Any]] = {}
+        for local, row in new:
+            rows[local] = {name: None for name in _EXCHANGE_COLUMNS} | row
+        later: dict[int, dict[str, Any]] = {}
+        for local, fields in updates:
+            target = rows.get(local)
+            if target is not None:
+                target.update(fields)
+            else:
+                later.setdefault(local, {}).update(fields)
+        new_ids: dict[int, int] = {}
+        if rows:
+            locals_ = list(rows)
+            stmt = http_exchanges.insert().returning(
+                http_exchanges.c.id, sort_by_parameter_order=True
+            )
+            result = conn.execute(stmt, [rows[k] for k in locals_])
+            for local, db_row in zip(locals_, result, strict=True):
+                new_ids[local] = int(db_row[0])
+        by_keys: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for local, fields in later.items():
+            db_id = new_ids.get(local) or self.exchange_ids.get(local)
+            if db_id is None or not fields:
+                continue
+            by_keys.setdefault(tuple(sorted(fields)), []).append({"_xid": db_id, **fields})
+        for params in by_keys.values():
+            conn.execute(_EXCHANGE_UPDATE, params)
+        return new_ids
+
+    # ------------------------------------------------------------------ the slow, safe path
+    def _write_row_by_row(self, batch: Batch) -> list[FrameRow]:
+        """Each row in its own transaction: one row the database refuses costs only itself.
+
+        Rows are retried once with their scalar values made storable; a frame is retried a
+        last time with every derived column cleared, so its bytes go in whatever they say.
+        """
+        for row in batch.sessions:
+            self._each(lambda c, r=row: c.execute(sessions.insert(), [r]), row)
+        for local, fields in batch.exchanges:
+            self._one_exchange(local, fields, batch.exchange_updates)
+        fresh = {local for local, _ in batch.exchanges}
+        for local, fields in batch.exchange_updates:
+            if local not in fresh:
+                self._each(
+                    lambda c, x=local, f=fields: self._write_exchanges(c, [], [(x, f)]), fields
+                )
+        lost = [r for r in self._map_exchanges(batch.frames, {}) if not self._one_frame(r)]
+        for sid, (count, last) in batch.session_counts.items():
+            self._each(
+                lambda c, s=sid, n=count, t=last: c.execute(
+                    sessions.update().where(sessions.c.id == s).values(frame_count=n, updated_at=t)
+                ),
+                {},
+            )
+        for sid, fields in batch.session_updates.items():
+            self._each(
+                lambda c, s=sid, f=fields: c.execute(
+                    sessions.update().where(sessions.c.id == s).values(**f)
+                ),
+                fields,
+            )
+        for finding in batch.findings:
+            self._each(lambda c, f=finding: c.execute(findings.insert(), [f]), finding)
+        for sid, gap in batch.gaps.items():
+            self._each(lambda c, s=sid, g=gap: self._write_gap(c, s, g), {})
+        return lost
+
+    def _each(self, op: Callable[..., Any], fields: dict[str, Any]) -> bool:
+        """Run ``op(conn)`` in its own transaction; on refusal retry with storable fields."""
+        for attempt in (fields, _storable_fields(fields)):
+            try:
+                with self.engine.begin() as conn:
+                    if attempt is fields:
+                        op(conn)
+                    else:
+                        fields.clear()
+                        fields.update(attempt)
+                        op(conn)
+                return True
+            except Exception as exc:
+                if _is_transient(exc):
+                    raise TransientWriteError(_one_line(exc)) from exc
+        return False
+
+    def _one_exchange(
+        self, local: int, fields: dict[str, Any], updates: Iterable[tuple[int, dict[str, Any]]]
+    ) -> None:
+        merged = dict(fields)
+        for target, more in updates:
+            if target == local:
+                merged.update(more)
+        ids: dict[int, int] = {}
+
+        def insert(conn: Connection) -> None:
+            ids.update(self._write_exchanges(conn, [(local, merged)], []))
+
+        if self._each(insert, merged):
+            self.exchange_ids.update(ids)
+
+    def _one_frame(self, row: FrameRow) -> bool:
+        bare = row._replace(method=None, msg_id=None, error_code=None, sse_id=None, sse_event=None)
+        for attempt in (row, bare):
+            try:
+                with self.engine.begin() as conn:
+                    self._insert_frames(conn, [attempt])
+                return True
+            except Exception as exc:
+                if _is_transient(exc):
+                    raise TransientWriteError(_one_line(exc)) from exc
+        return False
+
+
+def _one_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None)
+    text = str(orig or exc)
+    return text.splitlines()[0] if text else type(exc).__name__

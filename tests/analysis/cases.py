@@ -221,7 +221,9 @@ def _(t: bool) -> Wire:
 
 @case("mcp.header_mismatch")
 def _(t: bool) -> Wire:
-    return err(-32020 if t else -32021, modern=True)
+    # A code of the Streamable HTTP transport: over stdio it is the server's own error.
+    code = -32020 if t else -32021
+    return modern_http(status=400, error=(code, "Header mismatch")).end()
 
 
 @case("mcp.missing_client_capability")
@@ -548,6 +550,14 @@ def _(t: bool) -> Wire:
     w = Wire.initialized()
     w.request("tools/call", 2, {"name": "crash", "arguments": {}})
     return w.end("crashed" if t else "ended", exit_code=3 if t else 0)
+
+
+@case("transport.host_ended_with_pending")
+def _(t: bool) -> Wire:
+    w = Wire.initialized()
+    w.request("tools/call", 2, {"name": "slow", "arguments": {}})
+    # The host's SIGTERM, forwarded by the relay, vs. the host closing stdin after giving up.
+    return w.end("ended", exit_code=None if t else 0, exit_signal=15 if t else None)
 
 
 @case("transport.host_disconnected")

@@ -320,6 +320,13 @@ class FakeUpstream:
                     ', scope="mcp"'
                 )
             return resp
+        if path == "/deep":
+            # A response nested deeper than Python's recursion limit (issue 10, defect 1).
+            deep = b"[" * 1500 + b"]" * 1500
+            return web.Response(
+                body=b'{"jsonrpc":"2.0","id":1,"result":' + deep + b"}",
+                headers={"Content-Type": "application/json"},
+            )
         if path == "/rpc":
             return web.json_response({"jsonrpc": "2.0", "id": 1, "result": {"ok": True}})
         if path == "/sse-secret":

@@ -10,18 +10,11 @@ import jsonschema
 import pytest
 
 from mcp_proxy.diff import diff_sessions
-from mcp_proxy.export import (
-    FORMAT_VERSION,
-    Recording,
-    RecordingFormatError,
-    dumps_har,
-    dumps_jsonl,
-    import_recording,
-    load_sessions,
-    loads_recording,
-    read_recording,
-    to_har,
-)
+from mcp_proxy.recording.database import import_recording, load_sessions
+from mcp_proxy.recording.har import dumps_har, to_har
+from mcp_proxy.recording.jsonl import FORMAT_VERSION, dumps_jsonl, loads_recording
+from mcp_proxy.recording.model import Recording, RecordingFormatError
+from mcp_proxy.recording.registry import read_recording
 from mcp_proxy.store.queries import Store
 from tests.travel.conftest import GOLDEN, RECORDINGS, run_cli
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mcp import StdioServerParameters
 
-from mcp_proxy.export import read_recording
+from mcp_proxy.recording.registry import read_recording
 from mcp_proxy.testing.client import (
     SCRIPTED_PRESETS,
     CallbackRecorder,

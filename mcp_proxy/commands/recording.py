@@ -1,0 +1,182 @@
+"""``mcptape export``, ``import`` and ``formats``: recordings in and out, in every registered format.
+
+Thin commands over :mod:`mcp_proxy.recording`: the format choices come from its registry, so a
+new format appears here without touching this module. Long runs show a progress bar on stderr
+when stderr is a terminal (never in pipes, logs or CI).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any
+
+import typer
+
+from mcp_proxy.cli import app, handle_errors
+from mcp_proxy.recording.registry import formats, names
+
+DbOption = Annotated[
+    str | None,
+    typer.Option("--db", help="Database path or URL (default: MCPTAPE_DB or the user data dir)."),
+]
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, total: int | None) -> Iterator[Callable[[int], None] | None]:
+    """A callback that advances a rich progress bar on stderr, or None when not on a terminal."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("frames"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def _writable_help() -> str:
+    return "; ".join(f"{f.name}: {f.title}" for f in formats() if f.write is not None)
+
+
+def _readable_help() -> str:
+    return ", ".join(names(readable=True))
+
+
+@app.command()
+@handle_errors
+def export(
+    sessions: Annotated[
+        list[str], typer.Argument(help="Session id prefixes or names (latest with that name).")
+    ],
+    output: Annotated[
+        str,
+        typer.Option(
+            "--output",
+            "-o",
+            help="File to write ('-' for stdout), or an http(s) URL for formats that send.",
+        ),
+    ],
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help=f"Default: from the output's name, else jsonl. {_writable_help()}.",
+        ),
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Write sessions to a file in a recording format (deterministic bytes), or send them."""
+    from mcp_proxy.recording.database import load_sessions, session_frame_counts
+    from mcp_proxy.recording.model import write_file
+    from mcp_proxy.recording.registry import output_format
+    from mcp_proxy.store.engine import resolve_url
+    from mcp_proxy.store.queries import Store
+
+    chosen = output_format(output, fmt)
+    sending = output.startswith(("http://", "https://"))
+    writer = chosen.need_writer() if not sending else None
+
+    async def load(advance: Any) -> Any:
+        store = await Store.open(resolve_url(db))
+        try:
+            return await load_sessions(store, sessions, advance)
+        finally:
+            await store.close()
+
+    async def count() -> int:
+        store = await Store.open(resolve_url(db))
+        try:
+            return await session_frame_counts(store, sessions)
+        finally:
+            await store.close()
+
+    total = asyncio.run(count()) if sys.stderr.isatty() else None
+    with progress_bar("reading", total) as advance:
+        recording = asyncio.run(load(advance))
+    n = recording.frame_total
+    if sending:
+        if chosen.send is None:
+            from mcp_proxy.errors import UserError
+
+            raise UserError(f"{chosen.name} cannot be sent to a URL; give a file name with -o")
+        with progress_bar(f"sending {chosen.name}", n) as advance:
+            summary = chosen.send(recording, output, advance)
+        print(summary, file=sys.stderr)
+        return
+    assert writer is not None
+    with progress_bar(f"writing {chosen.name}", n) as advance:
+        chunks = writer(recording, advance)
+        if output == "-":
+            for chunk in chunks:
+                sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            return
+        write_file(output, chunks)
+    print(
+        f"exported {len(recording.sessions)} session(s), {n} frame(s) to {output} ({chosen.name})",
+        file=sys.stderr,
+    )
+
+
+@app.command("import")
+@handle_errors
+def import_(
+    file: Annotated[
+        str, typer.Argument(help="A recording file: mcptape JSON Lines, or a HAR from devtools.")
+    ],
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format", help=f"Default: recognised from the file. One of {_readable_help()}."
+        ),
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Load a recording file into the database (each session gets a new id)."""
+    from mcp_proxy.recording.database import import_recording
+    from mcp_proxy.recording.registry import read_file
+    from mcp_proxy.store.engine import resolve_url
+
+    with progress_bar("reading", None) as advance:
+        recording = read_file(file, fmt, advance)
+    with progress_bar("importing", recording.frame_total) as advance:
+        result = import_recording(recording, resolve_url(db), progress=advance)
+    for (old, new), s in zip(result.sessions, recording.sessions, strict=True):
+        name = s.session.get("name")
+        print(f"{new}  {name or '-'}  ({len(s.frames)} frames; was {old[:12]})")
+    print(
+        f"imported {len(result.sessions)} session(s), {result.frames} frame(s)",
+        file=sys.stderr,
+    )
+
+
+@app.command("formats")
+@handle_errors
+def formats_() -> None:
+    """List the recording formats: what export writes and import reads."""
+    for f in formats():
+        can = "/".join(
+            w for w, ok in (("export", f.write), ("import", f.read), ("send", f.send)) if ok
+        )
+        print(f"{f.name:<7} {can:<20} {', '.join(f.suffixes):<24} {f.title}")
+
+
+__all__ = ["export", "formats_", "import_", "progress_bar"]

@@ -1,0 +1,243 @@
+"""Deciding, frame by frame, which fault rule fires — pure, so it is tested without sockets.
+
+The transports ask :meth:`FaultEngine.decide` about each whole JSON-RPC message they are about
+to forward and carry out the :class:`Decision` they get back; the engine never touches a socket
+or a pipe. It keeps just enough protocol state to match what a person means by a rule:
+
+- a response is matched by its *request's* method and name (``error method=tools/call`` means
+  "that call fails"), so the engine remembers in-flight requests per direction — ids of the two
+  directions live in separate spaces and collide (see the wire facts);
+- ``nth``/``times`` count per rule; ``p`` rolls a die seeded per rule (``seed=``), so a failing
+  run replays identically.
+
+Why only JSON-RPC messages and not bytes: every rule names protocol things (methods, tool names,
+requests, responses). Faults on raw bytes (bandwidth) are stream settings the transport applies.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mcp_proxy.faults.rules import Rule, parse_rules_file
+
+__all__ = ["Decision", "FaultEngine", "MessageFacts", "RulesFile", "message_facts"]
+
+_NAME_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+
+@dataclass(frozen=True, slots=True)
+class MessageFacts:
+    """What a rule can match on, read once from a message's bytes."""
+
+    kind: str  # "request", "notification", "response", "other"
+    method: str | None
+    name: str | None
+    id: Any = None
+    message: Any = None  # the parsed message (a dict), when it parsed
+
+    @property
+    def is_request(self) -> bool:
+        return self.kind == "request"
+
+
+def message_facts(raw: bytes) -> MessageFacts:
+    """Kind, method, tool/prompt/resource name and id of one JSON-RPC message; never raises.
+
+    Deeply nested or broken JSON is "other": a rule can still match it by direction alone.
+    """
+    try:
+        msg = json.loads(raw)
+    except (ValueError, RecursionError):
+        return MessageFacts("other", None, None)
+    if not isinstance(msg, dict):
+        return MessageFacts("other", None, None, message=msg)
+    method = msg.get("method")
+    if isinstance(method, str):
+        params = msg.get("params")
+        key = _NAME_METHODS.get(method)
+        name = params.get(key) if key and isinstance(params, dict) else None
+        kind = "request" if "id" in msg else "notification"
+        return MessageFacts(
+            kind, method, name if isinstance(name, str) else None, msg.get("id"), msg
+        )
+    if "result" in msg or "error" in msg:
+        return MessageFacts("response", None, None, msg.get("id"), msg)
+    return MessageFacts("other", None, None, message=msg)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A rule fired on a message: what to do, and the facts that made it fire."""
+
+    rule: Rule
+    facts: MessageFacts
+    direction: str
+    #: For a response: the request it answers (its facts), when the engine saw it.
+    request: MessageFacts | None = None
+
+    @property
+    def action(self) -> str:
+        return self.rule.action
+
+    def finding(self) -> dict[str, Any]:
+        """The ``inject.*`` finding that marks this fault in the recording."""
+        what = self.request.method if self.request else self.facts.method
+        title = f"injected {self.rule.action}" + (f" on {what}" if what else "")
+        return {
+            "code": f"inject.{self.rule.action.replace('-', '_')}",
+            "severity": "info",
+            "title": title,
+            "detail": {
+                "rule": self.rule.describe(),
+                "direction": self.direction,
+                "id": self.facts.id if self.facts.id is not None else None,
+            },
+        }
+
+
+@dataclass
+class _RuleState:
+    seen: int = 0  # messages that passed the static match
+    fired: int = 0
+    rng: random.Random = field(default_factory=random.Random)
+
+
+class FaultEngine:
+    """Matches messages against rules; thread-safe (the stdio relay has one thread per stream).
+
+    ``rules`` can be swapped at run time (:meth:`replace_rules`, or a :class:`RulesFile`
+    ``source`` that is re-read when the file changes); counters restart for new rules only.
+    """
+
+    def __init__(
+        self,
+        rules: Sequence[Rule] = (),
+        *,
+        seed: int | None = None,
+        source: RulesFile | None = None,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._seed = seed
+        self._source = source
+        self._rules: list[Rule] = []
+        self._state: dict[int, _RuleState] = {}
+        #: In-flight requests per the direction they travelled: ``(direction, id) → facts``.
+        self._pending: dict[tuple[str, str], MessageFacts] = {}
+        self.replace_rules([*rules, *(source.rules if source else [])])
+
+    @property
+    def rules(self) -> list[Rule]:
+        return list(self._rules)
+
+    def replace_rules(self, rules: Sequence[Rule]) -> None:
+        with self._lock:
+            old = {id(r): self._state[id(r)] for r in self._rules if id(r) in self._state}
+            self._rules = list(rules)
+            self._state = {}
+            for n, rule in enumerate(self._rules):
+                state = old.get(id(rule)) or _RuleState()
+                if id(rule) not in old:
+                    seed = rule.match.seed if rule.match.seed is not None else self._seed
+                    state.rng = random.Random(None if seed is None else f"{seed}:{n}")
+                self._state[id(rule)] = state
+
+    def decide(self, direction: str, raw: bytes) -> Decision | None:
+        """The first rule that fires on this message (``None``: forward it unchanged)."""
+        if self._source is not None and self._source.changed():
+            self.replace_rules(self._source.rules)
+        facts = message_facts(raw)
+        with self._lock:
+            request = self._track(direction, facts)
+            method = request.method if request else facts.method
+            name = request.name if request else facts.name
+            for rule in self._rules:
+                if not rule.match.selects(direction, method, name):
+                    continue
+                if self._fires(rule):
+                    return Decision(rule, facts, direction, request)
+        return None
+
+    def _track(self, direction: str, facts: MessageFacts) -> MessageFacts | None:
+        """Remember requests; for a response, return (and forget) the request it answers."""
+        if facts.id is None or isinstance(facts.id, dict | list):
+            return None
+        key = json.dumps(facts.id)
+        if facts.kind == "request":
+            self._pending[(direction, key)] = facts
+            return None
+        if facts.kind == "response":
+            other = "c2s" if direction == "s2c" else "s2c"
+            return self._pending.pop((other, key), None)
+        return None
+
+    def _fires(self, rule: Rule) -> bool:
+        state = self._state[id(rule)]
+        state.seen += 1
+        m = rule.match
+        if m.nth is not None and state.seen != m.nth:
+            return False
+        if m.times is not None and state.fired >= m.times:
+            return False
+        if m.p < 1.0 and state.rng.random() >= m.p:
+            return False
+        state.fired += 1
+        return True
+
+
+class RulesFile:
+    """A TOML rules file, re-read when it changes (checked at most every ``interval`` s).
+
+    A file that becomes invalid keeps the last good rules and reports the error once through
+    ``warn`` — a typo while a host is connected must not stop the relay.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        interval: float = 0.25,
+        warn: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = path
+        self.interval = interval
+        self._warn = warn or (lambda _msg: None)
+        self._clock = clock
+        self._stamp = self._stat()
+        self.rules = parse_rules_file(path)  # the first read must succeed: one clear line
+        self._checked = clock()
+        self._last_error: str | None = None
+
+    def _stat(self) -> tuple[int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
+
+    def changed(self) -> bool:
+        """True once after the file changed to a valid set of rules."""
+        now = self._clock()
+        if now - self._checked < self.interval:
+            return False
+        self._checked = now
+        stamp = self._stat()
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        try:
+            self.rules = parse_rules_file(self.path)
+        except Exception as exc:  # any bad edit keeps the last good rules
+            if str(exc) != self._last_error:
+                self._last_error = str(exc)
+                self._warn(f"{exc} (keeping the previous fault rules)")
+            return False
+        self._last_error = None
+        return True

@@ -1,0 +1,302 @@
+"""The fault rule language: what to break, and when.
+
+A rule is one line — an action, then ``key=value`` settings, quoted like a shell word where a
+value has spaces — so it fits on a command line (``--fault 'delay ms=2000 method=tools/call
+name=search'``) and in a TOML file (``[[fault]]`` tables with the same keys plus ``action``).
+
+Why a line and not a nested config: faults are switched on and off while a host is connected,
+often by hand; one readable line per fault, in a file that is re-read when it changes, is the
+form Toxiproxy's users and mitmproxy's scripts have taught people to expect.
+
+Every mistake is one :class:`FaultRuleError` naming where it is (the column in a rule, the rule's
+number in a file) and what would be valid there; never a traceback.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import shlex
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mcp_proxy.errors import UserError
+
+__all__ = [
+    "ACTIONS",
+    "FaultRuleError",
+    "Match",
+    "Rule",
+    "parse_rule",
+    "parse_rules_file",
+    "parse_rules_text",
+]
+
+
+class FaultRuleError(UserError):
+    """A fault rule that cannot be parsed; the message says where and what is allowed."""
+
+    exit_code = 2
+
+
+#: Each action and the settings it takes (besides the match keys), with their defaults;
+#: ``...`` marks a setting that has no default and must be given.
+ACTIONS: dict[str, dict[str, Any]] = {
+    "delay": {"ms": ..., "jitter": 0},
+    "throttle": {"bps": ...},
+    "drop": {},
+    "error": {"code": -32603, "message": "Internal error (injected by mcptape)", "data": None},
+    "tool-error": {"text": "Tool failed (injected by mcptape)"},
+    "http": {"status": ..., "header": [], "body": None},
+    "corrupt": {"mode": "truncate", "at": None},
+    "disconnect": {"mode": ..., "signal": "TERM", "after": 0},
+    "duplicate": {},
+    "reorder": {},
+}
+CORRUPT_MODES = ("truncate", "cut-utf8", "invalid-json")
+DISCONNECT_MODES = ("close-stdin", "kill", "reset", "end-stream")
+DIRECTIONS = {"c2s": "c2s", "s2c": "s2c", "request": "c2s", "response": "s2c"}
+MATCH_KEYS = ("direction", "method", "name", "nth", "times", "p", "seed")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """When a rule fires. Every given condition must hold; none given = every frame."""
+
+    direction: str | None = None  # "c2s" (host → server) or "s2c" (server → host)
+    method: str | None = None  # glob on the JSON-RPC method (a response: its request's method)
+    name: str | None = None  # glob on the tool/prompt name or resource URI
+    nth: int | None = None  # only the nth frame that matches the conditions above (1-based)
+    times: int | None = None  # at most this many firings
+    p: float = 1.0  # probability of firing once everything else matched
+    seed: int | None = None  # seeds ``p`` so that a run is repeatable
+
+    def selects(self, direction: str, method: str | None, name: str | None) -> bool:
+        """The static part of the match (the counting and dice live in the engine)."""
+        if self.direction is not None and direction != self.direction:
+            return False
+        if self.method is not None and not (method and fnmatch.fnmatchcase(method, self.method)):
+            return False
+        return self.name is None or bool(name and fnmatch.fnmatchcase(name, self.name))
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One fault: an action with its settings, and when it fires."""
+
+    action: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    match: Match = field(default_factory=Match)
+    text: str = ""  # the rule as written, for findings and messages
+
+    def describe(self) -> str:
+        return self.text or self.action
+
+
+def _fail(where: str, message: str) -> FaultRuleError:
+    return FaultRuleError(f"{where}: {message}")
+
+
+def _duration_ms(value: Any, where: str) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    m = _DURATION.match(str(value).strip())
+    if not m:
+        raise _fail(where, f"{value!r} is not a duration (use 250, 250ms or 2s)")
+    number = float(m.group(1))
+    return number * 1000 if m.group(2) == "s" else number
+
+
+def _integer(value: Any, where: str, *, minimum: int | None = None) -> int:
+    try:
+        number = int(str(value), 0) if not isinstance(value, int) else value
+    except ValueError:
+        raise _fail(where, f"{value!r} is not an integer") from None
+    if isinstance(number, bool) or (minimum is not None and number < minimum):
+        raise _fail(where, f"{value!r} must be an integer ≥ {minimum}")
+    return number
+
+
+def _choice(value: Any, allowed: Sequence[str], where: str) -> str:
+    if str(value) not in allowed:
+        raise _fail(where, f"{value!r} is not one of {', '.join(allowed)}")
+    return str(value)
+
+
+def _match_value(key: str, value: Any, where: str) -> Any:
+    if key == "direction":
+        return DIRECTIONS[_choice(value, tuple(DIRECTIONS), where)]
+    if key in ("nth", "times"):
+        return _integer(value, where, minimum=1)
+    if key == "seed":
+        return _integer(value, where)
+    if key == "p":
+        try:
+            p = float(value)
+        except (TypeError, ValueError):
+            raise _fail(where, f"{value!r} is not a probability") from None
+        if not 0.0 <= p <= 1.0:
+            raise _fail(where, f"{value!r} is not a probability between 0 and 1")
+        return p
+    return str(value)
+
+
+def _setting(action: str, key: str, value: Any, where: str) -> Any:
+    """Check and normalise one action setting."""
+    if key in ("ms", "jitter"):
+        return _duration_ms(value, where)
+    if key in ("bps", "status", "after") or (key == "at" and value is not None):
+        number = _integer(value, where, minimum=0)
+        if key == "status" and not 100 <= number <= 599:
+            raise _fail(where, f"{value!r} is not an HTTP status (100–599)")
+        return number
+    if key == "code":
+        return _integer(value, where)
+    if key == "data" and isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value  # a plain string is fine as error data
+    if key == "mode":
+        modes = CORRUPT_MODES if action == "corrupt" else DISCONNECT_MODES
+        return _choice(value, modes, where)
+    if key == "header":
+        headers = value if isinstance(value, list) else [value]
+        for h in headers:
+            if ":" not in str(h) or not str(h).split(":", 1)[0].strip():
+                raise _fail(where, f"{h!r} is not a header (use Name:value)")
+        return [str(h) for h in headers]
+    if key == "signal":
+        name = str(value).upper().removeprefix("SIG")
+        if name not in ("TERM", "KILL", "INT", "HUP", "QUIT"):
+            raise _fail(
+                where, f"{value!r} is not a signal mcptape sends (TERM, KILL, INT, HUP, QUIT)"
+            )
+        return name
+    return value
+
+
+def build_rule(action: str, items: Sequence[tuple[str, Any, str]], text: str, where: str) -> Rule:
+    """A rule from its action and ``(key, value, position)`` settings, every value checked."""
+    if action not in ACTIONS:
+        raise _fail(where, f"unknown action {action!r} (one of {', '.join(ACTIONS)})")
+    allowed = ACTIONS[action]
+    settings: dict[str, Any] = {k: v for k, v in allowed.items() if v is not ...}
+    match: dict[str, Any] = {}
+    for key, value, pos in items:
+        if key in MATCH_KEYS:
+            match[key] = _match_value(key, value, pos)
+        elif key in allowed:
+            if key == "header" and "header" in settings and not isinstance(value, list):
+                settings["header"] = [*settings["header"], *_setting(action, key, value, pos)]
+            else:
+                settings[key] = _setting(action, key, value, pos)
+        else:
+            known = ", ".join([*allowed, *MATCH_KEYS])
+            raise _fail(pos, f"{action} does not take {key!r} (it takes: {known})")
+    missing = [k for k, v in allowed.items() if v is ... and k not in settings]
+    if missing:
+        raise _fail(where, f"{action} needs {' and '.join(f'{k}=…' for k in missing)}")
+    return Rule(action, settings, Match(**match), text)
+
+
+def _tokens(text: str, label: str) -> list[tuple[str, int]]:
+    """Split a rule into shell-like words, each with its 1-based column.
+
+    Quotes (single or double) group a value with spaces (``message="tool is down"``); a
+    backslash escapes the next character inside double quotes and outside quotes.
+    """
+    tokens: list[tuple[str, int]] = []
+    word: list[str] = []
+    start = -1
+    quote = ""
+    quote_at = 0
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == quote:
+                quote = ""
+            elif c == "\\" and quote == '"' and i + 1 < len(text):
+                i += 1
+                word.append(text[i])
+            else:
+                word.append(c)
+        elif c.isspace():
+            if start >= 0:
+                tokens.append(("".join(word), start + 1))
+                word, start = [], -1
+        else:
+            start = i if start < 0 else start
+            if c in "'\"":
+                quote, quote_at = c, i
+            elif c == "\\" and i + 1 < len(text):
+                i += 1
+                word.append(text[i])
+            else:
+                word.append(c)
+        i += 1
+    if quote:
+        raise _fail(f"{label} {text!r} column {quote_at + 1}", f"unclosed {quote} quote")
+    if start >= 0:
+        tokens.append(("".join(word), start + 1))
+    return tokens
+
+
+def parse_rule(text: str, *, label: str = "--fault") -> Rule:
+    """One rule from its one-line form: ``ACTION key=value …``."""
+    tokens = _tokens(text, label)
+    if not tokens:
+        raise _fail(label, "empty rule (write an action, e.g. 'delay ms=500')")
+    action, _ = tokens[0]
+    items: list[tuple[str, Any, str]] = []
+    for token, col in tokens[1:]:
+        key, sep, value = token.partition("=")
+        if not sep or not key:
+            raise _fail(f"{label} {text!r} column {col}", f"{token!r} is not key=value")
+        items.append((key.strip().lower(), value, f"{label} {text!r} column {col}"))
+    return build_rule(action.lower(), items, text, f"{label} {text!r} column 1")
+
+
+def parse_rules_text(text: str, *, source: str = "faults.toml") -> list[Rule]:
+    """Rules from a TOML document: ``[[fault]]`` tables with ``action`` and the same keys."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise _fail(source, f"not valid TOML: {exc}") from None
+    unknown = sorted(set(doc) - {"fault", "seed"})
+    if unknown:
+        raise _fail(source, f"unknown top-level key {unknown[0]!r} (use [[fault]] tables)")
+    tables = doc.get("fault", [])
+    if not isinstance(tables, list):
+        raise _fail(source, "'fault' must be an array of tables: write [[fault]]")
+    default_seed = doc.get("seed")
+    rules = []
+    for n, table in enumerate(tables, 1):
+        where = f"{source}: fault #{n}"
+        if not isinstance(table, dict) or "action" not in table:
+            raise _fail(where, 'needs action = "…"')
+        items = [(k.lower(), v, f"{where}, key {k!r}") for k, v in table.items() if k != "action"]
+        if default_seed is not None and "seed" not in table:
+            items.append(("seed", default_seed, f"{source}: seed"))
+        text_form = str(table["action"]) + "".join(
+            f" {k}={shlex.quote(str(v))}" for k, v in table.items() if k != "action"
+        )
+        rules.append(build_rule(str(table["action"]).lower(), items, text_form, where))
+    return rules
+
+
+def parse_rules_file(path: Path) -> list[Rule]:
+    """Rules from a TOML file (one clear line if it cannot be read)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FaultRuleError(f"{path}: cannot read fault rules: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise FaultRuleError(f"{path}: not UTF-8 text") from None
+    return parse_rules_text(text, source=str(path))

@@ -1,0 +1,409 @@
+"""The batch builder: recorder items in, database rows out. Pure — no I/O, no threads, no clock
+beyond the one it is given — so every rule of the recording is tested without sockets or a DB.
+
+What it decides, item by item (see :mod:`mcp_proxy.recorder.contract`):
+
+- stream chunks are cut into line frames (:class:`~mcp_proxy.framing.LineFramer`), each with the
+  time of the read that completed it; runs of chunks are put back in read order first;
+- each frame is redacted (the recording's policy), classified, numbered per session and turned
+  into a :class:`~mcp_proxy.store.rows.FrameRow` whose derived columns the database can hold
+  (an undecodable frame keeps its bytes; a value no column can hold is escaped or cleared, and
+  either case leaves a finding);
+- the handshake tracker turns handshake frames into session columns;
+- losses counted by the runner become gaps, written with the next batch that goes in.
+
+It never raises on any input: a failure while handling one item is counted (its frames as lost)
+and reported through ``warn``, and the builder goes on with the next item.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp_proxy.frames import Channel, Classified, Direction, Frame, Kind, classify, column_id
+from mcp_proxy.framing import LineFramer
+from mcp_proxy.handshake import HandshakeTracker
+from mcp_proxy.recorder.contract import (
+    Chunk,
+    EndOfStream,
+    ExchangeStart,
+    ExchangeUpdate,
+    FindingItem,
+    FrameItem,
+    HttpExchange,
+    Item,
+    SessionStart,
+    SessionUpdate,
+)
+from mcp_proxy.store.rows import Batch, FrameRow, Gap, storable
+
+UNDECODABLE_CODE = "recorder.undecodable"
+ESCAPED_CODE = "recorder.value_escaped"
+INTERNAL_CODE = "recorder.internal_error"
+_HANDSHAKE_KINDS = frozenset((Kind.REQUEST, Kind.RESPONSE, Kind.ERROR))
+_MAX_METHOD = 200
+
+
+@dataclass
+class SessionState:
+    """What the builder knows of one session across batches."""
+
+    id: str
+    next_seq: int = 1
+    #: Frames of this session in the database (or in a batch not yet refused).
+    frame_count: int = 0
+    tracker: HandshakeTracker = field(default_factory=HandshakeTracker)
+    #: Losses not yet written as a ``recorder.gap`` finding.
+    gap: Gap = field(default_factory=Gap)
+    #: Metadata the transport gave the session (grouping rule, redaction…); merged with what the
+    #: handshake tracker learns so that neither overwrites the other in ``sessions.meta``.
+    base_meta: dict[str, Any] = field(default_factory=dict)
+    #: When the session row says it started; moved back if a frame is older (a transport that
+    #: opens its session after the first exchange, e.g. HTTP grouping).
+    started_at: float | None = None
+
+
+@dataclass(slots=True)
+class _Note:
+    """Frames of one batch that share a recorder finding (one finding per code and session)."""
+
+    seqs: list[int] = field(default_factory=list)
+    why: set[str] = field(default_factory=set)
+
+
+class BatchBuilder:
+    """Turns items into :class:`Batch` objects; holds framing and numbering state."""
+
+    def __init__(
+        self,
+        *,
+        redact: Callable[[Frame], Frame] | None = None,
+        warn: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.redact = redact
+        self._warn = warn or (lambda _msg: None)
+        self._clock = clock
+        self.sessions: dict[str, SessionState] = {}
+        self._framers: dict[tuple[str, Direction, Channel], LineFramer] = {}
+        self._run: list[Chunk] = []
+        self._batch = Batch()
+        self._carry: Batch | None = None
+        self._notes: dict[tuple[str, str], _Note] = {}
+        self._warned_internal = False
+        #: Bytes of frames built and chunks held since the last :meth:`take`.
+        self.pending_bytes = 0
+        self.frames_built = 0
+        #: Frames counted as lost (every one of them ends up in a gap), in total and by session.
+        self.frames_lost = 0
+        self.lost_by_session: dict[str, int] = {}
+        self.internal_errors = 0
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            SessionStart: self._on_session,
+            EndOfStream: self._on_eos,
+            FrameItem: self._on_frame,
+            ExchangeStart: self._on_exchange,
+            ExchangeUpdate: self._on_exchange_update,
+            HttpExchange: self._on_http_exchange,
+            SessionUpdate: self._on_session_update,
+            FindingItem: self._on_finding,
+        }
+
+    # ------------------------------------------------------------------ input
+    def feed(self, item: Item) -> None:
+        """Take one item. Never raises."""
+        if type(item) is Chunk:
+            # Chunks wait for the next other item (or take()) so a run can be put in read order.
+            self._run.append(item)
+            self.pending_bytes += len(item.data)
+            return
+        if self._run:
+            self._drain_run()
+        handler = self._handlers.get(type(item))
+        if handler is None:
+            self._internal(item, TypeError(f"not a recorder item: {type(item).__name__}"))
+            return
+        try:
+            handler(item)
+        except Exception as exc:
+            self._internal(item, exc)
+
+    @property
+    def pending_frames(self) -> int:
+        return len(self._batch.frames) + len(self._run)
+
+    def take(self) -> Batch:
+        """Everything built since the last call (after anything carried), as one batch."""
+        if self._run:
+            self._drain_run()
+        batch, self._batch = self._batch, Batch()
+        self.pending_bytes = 0
+        for (sid, code), note in self._notes.items():
+            batch.findings.append(self._note_finding(sid, code, note))
+        self._notes = {}
+        for st in self.sessions.values():
+            if st.gap.lost:
+                batch.gaps[st.id] = st.gap
+                st.gap = Gap()
+        if self._carry is not None:
+            batch = batch.merge_after(self._carry)
+            self._carry = None
+        return batch
+
+    # ------------------------------------------------------------------ what the runner reports
+    def refused(self, batch: Batch, reason: str) -> None:
+        """The database refused ``batch``: count its frames lost, keep everything else."""
+        self.count_lost(batch.frames, reason)
+        rest = batch.without_frames()
+        for sid, gap in rest.gaps.items():
+            st = self.session(sid)
+            st.gap = Gap(
+                gap.lost + st.gap.lost, st.gap.reason or gap.reason, gap.seqs + st.gap.seqs
+            )
+        rest.gaps = {}
+        self._carry = rest if self._carry is None else self._carry.merge_after(rest)
+
+    def count_lost(self, rows: list[FrameRow], reason: str) -> None:
+        """Frame rows that will never be in the database: they become a gap of their session."""
+        for row in rows:
+            st = self.session(row.session_id)
+            st.frame_count -= 1
+            self._add_gap(st, 1, reason, row.seq)
+
+    def count_gap(self, session_id: str, lost: int, reason: str) -> None:
+        """``lost`` frames of a session that never reached the builder (refused, died in a pipe)."""
+        if lost > 0:
+            self._add_gap(self.session(session_id), lost, reason, None)
+
+    def adopt(self, session_id: str, *, last_seq: int, frame_count: int) -> None:
+        """Continue a session another recorder began: numbering goes on after ``last_seq``."""
+        st = self.session(session_id)
+        st.next_seq = max(st.next_seq, last_seq + 1)
+        st.frame_count = max(st.frame_count, frame_count)
+
+    def session(self, sid: str) -> SessionState:
+        st = self.sessions.get(sid)
+        if st is None:
+            st = self.sessions[sid] = SessionState(sid)
+        return st
+
+    def _add_gap(self, st: SessionState, n: int, reason: str, seq: int | None) -> None:
+        self.frames_lost += n
+        self.lost_by_session[st.id] = self.lost_by_session.get(st.id, 0) + n
+        st.gap.lost += n
+        st.gap.reason = st.gap.reason or reason
+        if seq is not None and len(st.gap.seqs) < 1000:
+            st.gap.seqs.append(seq)
+
+    # ------------------------------------------------------------------ handlers
+    def _drain_run(self) -> None:
+        """Cut a run of chunks into frames, in the order they were read.
+
+        Relay threads hand chunks over *after* forwarding them, so a thread preempted between
+        its write and its hand-over can queue a request after the response it caused. Sorting
+        the run (stably) by read time restores the causal order; one stream's chunks come from
+        one thread and are already in order.
+        """
+        run, self._run = self._run, []
+        run.sort(key=_read_time)
+        for chunk in run:
+            try:
+                self._on_chunk(chunk)
+            except Exception as exc:
+                self._internal(chunk, exc)
+
+    def _on_chunk(self, c: Chunk) -> None:
+        key = (c.session_id, c.direction, c.channel)
+        framer = self._framers.get(key)
+        if framer is None:
+            framer = self._framers[key] = LineFramer()
+        for line in framer.feed(c.data):
+            self._add_frame(c.session_id, Frame(c.direction, c.channel, line, c.mono_ns, c.wall))
+
+    def _on_eos(self, e: EndOfStream) -> None:
+        framer = self._framers.pop((e.session_id, e.direction, e.channel), None)
+        rest = framer.flush() if framer is not None else None
+        if rest:
+            frame = Frame(e.direction, e.channel, rest, e.mono_ns, e.wall, complete=False)
+            self._add_frame(e.session_id, frame)
+
+    def _on_frame(self, item: FrameItem) -> None:
+        self._add_frame(item.session_id, item.frame)
+
+    def _on_session(self, item: SessionStart) -> None:
+        row = {k: storable(v) for k, v in item.row.items()}
+        st = self.session(row["id"])
+        st.started_at = row.get("started_at")
+        if isinstance(row.get("meta"), dict):
+            st.base_meta = dict(row["meta"])
+        self._batch.sessions.append(row)
+
+    def _on_session_update(self, item: SessionUpdate) -> None:
+        fields = {k: storable(v) for k, v in item.fields.items()}
+        if isinstance(fields.get("meta"), dict):
+            st = self.session(item.session_id)
+            st.base_meta.update(fields["meta"])
+            fields["meta"] = {**st.base_meta, **st.tracker.meta}
+        self._batch.session_updates.setdefault(item.session_id, {}).update(fields)
+
+    def _on_exchange(self, item: ExchangeStart) -> None:
+        fields = {k: storable(v) for k, v in item.fields.items()}
+        self._batch.exchanges.append((item.local_id, {"session_id": item.session_id, **fields}))
+
+    def _on_exchange_update(self, item: ExchangeUpdate) -> None:
+        fields = {k: storable(v) for k, v in item.fields.items()}
+        self._batch.exchange_updates.append((item.local_id, fields))
+
+    def _on_http_exchange(self, item: HttpExchange) -> None:
+        self._on_exchange(ExchangeStart(item.session_id, item.local_id, item.fields))
+        for frame in item.frames:
+            frame.http_exchange = item.local_id
+            self._add_frame(item.session_id, frame)
+
+    def _on_finding(self, item: FindingItem) -> None:
+        self._batch.findings.append(
+            {
+                "session_id": item.session_id,
+                "source": "recorder",
+                "created_at": self._clock(),
+                **{k: storable(v) for k, v in item.fields.items()},
+            }
+        )
+
+    # ------------------------------------------------------------------ frames
+    def _add_frame(self, sid: str, frame: Frame) -> None:
+        """Redact, classify and number one frame; queue its row and what it tells."""
+        st = self.session(sid)
+        if self.redact is not None:
+            frame = self.redact(frame)
+        raw = frame.raw
+        c: Classified = classify(raw, frame.channel)
+        seq = st.next_seq
+        st.next_seq += 1
+        st.frame_count += 1
+        self.frames_built += 1
+        self.pending_bytes += len(raw)
+        row = FrameRow(
+            sid,
+            seq,
+            frame.wall,
+            frame.mono_ns,
+            frame.direction.value,
+            frame.channel.value,
+            c.kind.value,
+            c.method[:_MAX_METHOD] if c.method else None,
+            column_id(c.msg_id),
+            c.error_code,
+            len(raw),
+            frame.complete,
+            c.partial,
+            raw,
+            frame.http_exchange,
+            frame.sse_id,
+            frame.sse_event,
+            True if frame.extra and frame.extra.get("redacted") else None,
+        )
+        if c.kind is Kind.UNDECODABLE:
+            self._note(sid, UNDECODABLE_CODE, seq, c.problem or "undecodable")
+        row = self._storable_row(row)
+        self._batch.frames.append(row)
+        if c.message is not None and c.kind in _HANDSHAKE_KINDS:
+            self._observe_handshake(st, frame.direction, c)
+        if st.started_at is not None and frame.wall < st.started_at:
+            st.started_at = frame.wall
+            self._batch.session_updates.setdefault(sid, {})["started_at"] = frame.wall
+        self._batch.session_counts[sid] = (st.frame_count, frame.wall)
+
+    def _storable_row(self, row: FrameRow) -> FrameRow:
+        """Derived columns the database could not hold are escaped (text) or cleared (ints)."""
+        changed: dict[str, Any] = {}
+        for name in ("method", "msg_id", "error_code", "sse_id", "sse_event"):
+            value = getattr(row, name)
+            if value is None:
+                continue
+            fixed = storable(value)
+            if fixed != value:
+                if name == "method" and fixed is not None:
+                    fixed = fixed[:_MAX_METHOD]
+                changed[name] = fixed
+        if not changed:
+            return row
+        for name in changed:
+            how = "cleared (out of range)" if changed[name] is None else "escaped"
+            self._note(row.session_id, ESCAPED_CODE, row.seq, f"{name} {how}")
+        return row._replace(**changed)
+
+    def _observe_handshake(self, st: SessionState, direction: Direction, c: Classified) -> None:
+        try:
+            changes = st.tracker.observe(direction, c)
+        except Exception:  # session facts are a bonus; the frame itself is already queued
+            return
+        if not changes:
+            return
+        changes = {k: storable(v) for k, v in changes.items()}
+        if "meta" in changes and st.base_meta:
+            changes["meta"] = {**st.base_meta, **changes["meta"]}
+        self._batch.session_updates.setdefault(st.id, {}).update(changes)
+
+    # ------------------------------------------------------------------ findings of its own
+    def _note(self, sid: str, code: str, seq: int, why: str) -> None:
+        note = self._notes.get((sid, code))
+        if note is None:
+            note = self._notes[(sid, code)] = _Note()
+        if len(note.seqs) < 1000:
+            note.seqs.append(seq)
+        note.why.add(why)
+
+    def _note_finding(self, sid: str, code: str, note: _Note) -> dict[str, Any]:
+        why = "; ".join(sorted(note.why))
+        n = len(note.seqs)
+        if code == UNDECODABLE_CODE:
+            title = f"{n} frame(s) recorded as bytes only: they could not be decoded"
+            detail = (
+                f"The recorder could not decode these frames ({why}). Their exact bytes are in "
+                "the recording; kind, method and id were not derived from them."
+            )
+            severity = "warning"
+        elif code == ESCAPED_CODE:
+            title = f"{n} frame(s) had a value no database column can hold"
+            detail = (
+                f"Derived columns were made storable ({why}): lone surrogates are stored as "
+                "their \\u escape, integers beyond 64 bits as null. The raw bytes are exact."
+            )
+            severity = "info"
+        else:
+            title = f"{n} item(s) the recorder failed to handle"
+            detail = why
+            severity = "error"
+        return {
+            "session_id": sid,
+            "code": code,
+            "severity": severity,
+            "title": title,
+            "detail": detail,
+            "frame_seqs": note.seqs,
+            "source": "recorder",
+            "created_at": self._clock(),
+        }
+
+    def _internal(self, item: Any, exc: BaseException) -> None:
+        """An item the builder failed on: count its frames lost, say so once, go on."""
+        self.internal_errors += 1
+        sid = getattr(item, "session_id", None)
+        reason = f"recorder error {type(exc).__name__}: {str(exc)[:200]}"
+        if isinstance(sid, str):
+            lost = item.data.count(b"\n") if isinstance(item, Chunk) else 1
+            if isinstance(item, HttpExchange):
+                lost = len(item.frames)
+            if isinstance(item, (Chunk, FrameItem, HttpExchange)):
+                self.count_gap(sid, lost, reason)
+        if not self._warned_internal:
+            self._warned_internal = True
+            self._warn(f"recorder error ({reason}); recording goes on")
+
+
+def _read_time(chunk: Chunk) -> int:
+    return chunk.mono_ns

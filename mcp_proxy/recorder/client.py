@@ -1,0 +1,350 @@
+"""The recorder in its own process: the relay never shares a GIL with the database writer.
+
+A relay thread that has just read from a pipe must take the GIL back before it can write the
+bytes on; when a writer thread in the same process is busy classifying and inserting a batch,
+that costs the relay up to a switch interval on every hop (measured: p99 added latency above
+1 ms). So ``mcptape record`` runs the recorder as a child process
+(:mod:`mcp_proxy.recorder.worker`) and hands it what it relayed through a pipe
+(:mod:`mcp_proxy.recorder.wire`):
+
+- :class:`RecorderClient` is a :class:`~mcp_proxy.recorder.contract.Producer`: each call is one
+  record written with one non-blocking ``writev``; when the pipe is full the record goes to an
+  in-memory backlog that a feeder thread writes out, so a relay thread never blocks on the
+  recorder (and records stay in order).
+- The worker runs in its own session: a host that kills our process group (the SDK client does
+  on shutdown) does not kill it. When the relay exits — even by ``kill -9`` — the worker reads
+  EOF, writes everything it was given, and exits. :meth:`RecorderClient.close` waits for that,
+  so when ``mcptape record`` exits its recording is complete.
+- If the worker dies anyway, the client notices at once (a write fails with a closed pipe, or
+  the thread waiting on the child sees it exit), says so on stderr once, and starts a new worker
+  that takes over the sessions (:class:`~mcp_proxy.recorder.contract.Resume`): it counts what
+  the dead one had not written as a gap, from the number of frames handed over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.recorder.contract import (
+    Chunk,
+    FrameItem,
+    HttpExchange,
+    Item,
+    Producer,
+    Resume,
+    SessionStart,
+)
+from mcp_proxy.recorder.wire import (
+    CHAN_CODE,
+    CHUNK_META,
+    DIR_CODE,
+    HEADER,
+    T_CHUNK,
+    T_ITEM,
+    WORKER_MODULE,
+    Bye,
+    Watch,
+)
+
+F_SETPIPE_SZ = 1031  # Linux fcntl: grow the pipe so bursts rarely touch the backlog
+PIPE_SIZE = 1 << 20
+#: How many times a dead worker is replaced before recording stops (the relay goes on).
+MAX_RESTARTS = 3
+
+
+def _say(msg: str) -> None:
+    print(f"mcptape: {msg}", file=sys.stderr, flush=True)
+
+
+def describe_exit(status: int | None) -> str:
+    """``exit status 3`` / ``killed by signal 9 (SIGKILL)`` for a child's return code."""
+    if status is None:
+        return "still running"
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = "?"
+        return f"killed by signal {-status} ({name})"
+    return f"exit status {status}"
+
+
+def _grow_pipe(fd: int) -> None:
+    try:
+        import fcntl  # POSIX only: imported where it is used so Windows can import this module
+    except ImportError:
+        return
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_SIZE)
+
+
+class RecorderClient(Producer):
+    """The relay's side of an out-of-process recorder (the producer API of the contract)."""
+
+    def __init__(
+        self, url: str, *, python: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        super().__init__()
+        self.url = url
+        self.python = python or sys.executable
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._fd = -1
+        self._gen = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._backlog: deque[bytes] = deque()
+        self._backlog_bytes = 0
+        self._feeder: threading.Thread | None = None
+        self._closing = False
+        self._dead = False
+        self._lost_records = 0
+        #: Frames handed over per session, and the sessions' first rows: what a new worker
+        #: needs to take over after a crash.
+        self._sent: dict[str, int] = {}
+        self._rows: dict[str, dict[str, Any]] = {}
+        self._watch: int | None = None
+        self.restarts = 0
+        #: How the last worker that died ended (None while none did).
+        self.worker_death: str | None = None
+        self.max_backlog_bytes = 1 << 30
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        with self._lock:
+            self._spawn_locked()
+        self._feeder = threading.Thread(target=self._feed, name="mcptape-feeder", daemon=True)
+        self._feeder.start()
+
+    def _spawn_locked(self) -> None:
+        env = dict(os.environ) if self.env is None else {**os.environ, **self.env}
+        proc = subprocess.Popen(
+            [self.python, "-m", WORKER_MODULE, self.url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=None,  # the worker's warnings go where ours go (the host's log)
+            start_new_session=True,
+            close_fds=True,
+            env=env,
+        )
+        assert proc.stdin is not None
+        fd = os.dup(proc.stdin.fileno())
+        proc.stdin.close()
+        _grow_pipe(fd)
+        os.set_blocking(fd, False)
+        self.proc, self._fd = proc, fd
+        self._gen += 1
+        watcher = threading.Thread(
+            target=self._watch_worker, args=(proc, self._gen), name="mcptape-watch", daemon=True
+        )
+        watcher.start()
+
+    def _watch_worker(self, proc: subprocess.Popen[bytes], gen: int) -> None:
+        """Notice a worker that exits while the relay still runs (not after :meth:`close`)."""
+        status = proc.wait()
+        with self._lock:
+            if self._closing or gen != self._gen or self._dead:
+                return
+            self._worker_died_locked(describe_exit(status))
+
+    def _worker_died_locked(self, how: str) -> None:
+        """Say so once, drop what was bound for the dead worker, start a new one."""
+        self.worker_death = how
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        self._fd = -1
+        self._backlog.clear()  # partial records; their frames are counted in _sent
+        self._backlog_bytes = 0
+        if self._closing or self.restarts >= MAX_RESTARTS:
+            self._dead = True
+            _say(f"the recorder process died ({how}); recording stopped, traffic is still relayed")
+            self._wake.notify()
+            return
+        if self.restarts == 0:
+            _say(
+                f"the recorder process died ({how}); a new one continues the recording and"
+                " counts what was lost as a recording gap"
+            )
+        self.restarts += 1
+        try:
+            self._spawn_locked()
+        except OSError as exc:
+            self._dead = True
+            _say(f"cannot restart the recorder ({exc}); recording stopped")
+            return
+        resume = Resume(
+            {sid: {"row": row, "sent": self._sent.get(sid, 0)} for sid, row in self._rows.items()},
+            reason=f"the recorder process died ({how})",
+        )
+        first = [self._pack(resume)]
+        if self._watch is not None:
+            first.append(self._pack(Watch(self._watch)))
+        self._backlog.extend(first)
+        self._backlog_bytes += sum(len(b) for b in first)
+        self._wake.notify()
+
+    def close(self, timeout: float | None = 60.0) -> None:
+        """Hand over everything, close the pipe, and wait until the worker has written it."""
+        self.submit(Bye())  # type: ignore[arg-type]
+        with self._lock:
+            self._closing = True
+            self._wake.notify()
+        if self._feeder is not None:
+            self._feeder.join(timeout)
+        with self._lock:
+            with contextlib.suppress(OSError):
+                if self._fd >= 0:
+                    os.close(self._fd)
+            self._fd = -1
+            proc = self.proc
+        if proc is not None:
+            try:
+                status = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                _say("the recorder is still writing; it finishes in the background")
+            else:
+                if status != 0 and not self._dead:
+                    _say(
+                        f"the recorder process ended badly ({describe_exit(status)}); the"
+                        " recording may be incomplete"
+                    )
+        if self._lost_records:
+            _say(
+                f"recording gap: {self._lost_records} record(s) could not be handed to the"
+                " recorder process"
+            )
+
+    # ------------------------------------------------------------------ sending
+    @staticmethod
+    def _pack(item: Any) -> bytes:
+        payload = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+        return HEADER.pack(T_ITEM, len(payload)) + payload
+
+    def _send(self, parts: list[bytes], sid: str | None = None, frames: int = 0) -> None:
+        """Write one record without ever blocking the caller; keep order via the backlog."""
+        with self._lock:
+            if sid is not None and frames:
+                self._sent[sid] = self._sent.get(sid, 0) + frames
+            if self._dead:
+                self._lost_records += 1
+                return
+            if not self._backlog:
+                total = sum(len(p) for p in parts)
+                try:
+                    n = os.writev(self._fd, parts)
+                except BlockingIOError:
+                    n = 0
+                except OSError:
+                    # The worker is gone (EPIPE): this record went down with it (counted above).
+                    self._worker_died_locked("its pipe closed")
+                    return
+                if n == total:
+                    return
+                rest = b"".join(parts)[n:]
+            else:
+                rest = b"".join(parts)
+            if self._backlog_bytes + len(rest) > self.max_backlog_bytes:
+                self._lost_records += 1  # counted and reported; memory stays bounded
+                return
+            self._backlog.append(rest)
+            self._backlog_bytes += len(rest)
+            self._wake.notify()
+
+    def _feed(self) -> None:
+        """The feeder thread: write the backlog out as the pipe drains."""
+        while True:
+            with self._lock:
+                while not self._backlog and not self._closing and not self._dead:
+                    self._wake.wait()
+                if self._dead or (not self._backlog and self._closing):
+                    self._backlog.clear()
+                    return
+                fd = self._fd
+                data = self._backlog[0]
+                try:
+                    n = os.write(fd, data)
+                except BlockingIOError:
+                    n = 0
+                except OSError:
+                    self._worker_died_locked("its pipe closed")
+                    continue
+                if n:
+                    self._backlog_bytes -= n
+                    if n == len(data):
+                        self._backlog.popleft()
+                    else:
+                        self._backlog[0] = data[n:]
+                    continue
+            _wait_writable(fd)
+
+    # ------------------------------------------------------------------ producer API
+    def submit(self, item: Item) -> None:
+        sid: str | None = None
+        frames = 0
+        kind = type(item)
+        if kind is SessionStart:
+            row = item.row  # type: ignore[union-attr]
+            self._rows[row["id"]] = row
+        elif kind is FrameItem:
+            sid, frames = item.session_id, 1  # type: ignore[union-attr]
+        elif kind is HttpExchange:
+            sid, frames = item.session_id, len(item.frames)  # type: ignore[union-attr]
+        elif kind is Chunk:
+            sid, frames = item.session_id, item.data.count(b"\n")  # type: ignore[union-attr]
+        self._send([self._pack(item)], sid, frames)
+
+    def put_chunk(
+        self,
+        session_id: str,
+        direction: Direction,
+        channel: Channel,
+        data: bytes,
+        mono_ns: int | None = None,
+        wall: float | None = None,
+    ) -> None:
+        """The stdio hot path: a hand-packed record, no pickling."""
+        meta = CHUNK_META.pack(
+            session_id.encode("ascii"),
+            DIR_CODE[direction],
+            CHAN_CODE[channel],
+            mono_ns if mono_ns is not None else time.monotonic_ns(),
+            wall if wall is not None else time.time(),
+        )
+        self._send(
+            [HEADER.pack(T_CHUNK, len(meta) + len(data)), meta, data],
+            session_id,
+            data.count(b"\n"),
+        )
+
+    def watch_process(self, pgid: int) -> None:
+        """The server's process group: the worker ends it if this relay dies without closing."""
+        self._watch = pgid
+        self._send([self._pack(Watch(pgid))])
+
+    @property
+    def lost_records(self) -> int:
+        """Records that never reached any worker (all workers dead, or the backlog full)."""
+        return self._lost_records
+
+
+def _wait_writable(fd: int, timeout_ms: int = 100) -> None:
+    """Wait (without the lock) until the pipe has room, or a little while."""
+    poll = getattr(select, "poll", None)
+    if poll is None or fd < 0:  # Windows has no poll() on pipes
+        time.sleep(timeout_ms / 1000)
+        return
+    poller = poll()
+    poller.register(fd, select.POLLOUT)
+    with contextlib.suppress(OSError, ValueError):
+        poller.poll(timeout_ms)

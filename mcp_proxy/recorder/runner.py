@@ -1,0 +1,356 @@
+"""What runs the batch builder: a :class:`BatchRunner` (builder + store + retries + loss
+accounting, single-threaded) and :class:`Recorder`, the in-process sink that drives one from a
+writer thread.
+
+No silent loss: a batch the database refuses for a transient reason (locked past the busy
+timeout, disk full) is retried; what finally cannot be written — or is refused at the door
+because the queue grew past ``max_queued_bytes`` — is counted per session, said on stderr once,
+and recorded as a ``recorder.gap`` finding (and in ``sessions.gap_count``) with the first batch
+the database accepts again. Session rows, updates and findings of a refused batch are carried
+into the next one, so a gap never loses a session or its end.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mcp_proxy.frames import Channel, Direction, Frame
+from mcp_proxy.recorder.builder import BatchBuilder
+from mcp_proxy.recorder.contract import Chunk, FrameItem, Item, Producer, Resume, SessionStart
+
+if TYPE_CHECKING:
+    from mcp_proxy.store.writes import BatchWriter
+
+_RETRY_DELAYS = (0.05, 0.2, 0.8)
+
+
+@dataclass
+class RecorderStats:
+    frames_queued: int = 0
+    frames_written: int = 0
+    frames_lost: int = 0
+    batches: int = 0
+    write_errors: int = 0
+    max_queue: int = 0
+    last_error: str | None = None
+    #: Why frames were lost, for the last line on stderr (first cause wins).
+    loss_reason: str | None = None
+    lost_by_session: dict[str, int] = field(default_factory=dict)
+
+
+def _stderr(msg: str) -> None:
+    print(f"mcptape: {msg}", file=sys.stderr, flush=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class BatchRunner:
+    """Feeds a :class:`BatchBuilder` and writes what it builds; single-threaded."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        redact: Callable[[Frame], Frame] | None = None,
+        warn: Callable[[str], None] | None = None,
+        retry_delays: tuple[float, ...] = _RETRY_DELAYS,
+    ) -> None:
+        self.url = url
+        self._warn = warn or _stderr
+        self.builder = BatchBuilder(redact=redact, warn=self._warn)
+        self.writer: BatchWriter | None = None
+        self.store_error: str | None = None
+        self.stats = RecorderStats()
+        self.retry_delays = retry_delays
+        self._warned_gap = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def open(self) -> bool:
+        """Open (and migrate) the database; on failure warn once and record nothing."""
+        try:
+            from mcp_proxy.store.writes import BatchWriter
+
+            self.writer = BatchWriter.open(self.url)
+        except Exception as exc:  # any failure here must not stop the relay
+            self.store_error = _first_line(exc)
+            self._warn(f"cannot record to the database ({self.store_error}); relaying anyway")
+            return False
+        return True
+
+    def finish(self, *, patience: float = 5.0) -> RecorderStats:
+        """Write the rest; while the database still refuses, keep trying for ``patience`` s."""
+        self.flush()
+        deadline = time.monotonic() + patience
+        while self.writer is not None and self._carrying() and time.monotonic() < deadline:
+            time.sleep(0.2)
+            self.flush()
+        if self.writer is not None:
+            self.writer.close()
+        self._sync_stats()
+        return self.stats
+
+    def _carrying(self) -> bool:
+        b = self.builder
+        return b._carry is not None or any(st.gap.lost for st in b.sessions.values())
+
+    # ------------------------------------------------------------------ input
+    def feed(self, item: Item) -> None:
+        if type(item) is Resume:
+            self._resume(item)
+        else:
+            self.builder.feed(item)
+
+    def _resume(self, item: Resume) -> None:
+        """Take over sessions a recorder process that died had begun, and count what it lost."""
+        for sid, info in item.sessions.items():
+            exists, last, count, gaps = False, 0, 0, 0
+            if self.writer is not None:
+                try:
+                    exists, last, count, gaps = self.writer.session_progress(sid)
+                except Exception as exc:
+                    self._warn(f"cannot read where session {sid[:8]} stopped ({exc})")
+            if not exists and isinstance(info.get("row"), dict):
+                self.builder.feed(SessionStart(dict(info["row"])))
+            self.builder.adopt(sid, last_seq=last, frame_count=count)
+            lost = int(info.get("sent", 0)) - count - gaps
+            self.builder.count_gap(sid, lost, item.reason or "the recorder process died")
+
+    # ------------------------------------------------------------------ output
+    def flush(self) -> None:
+        """Write everything built so far as one batch (retrying transient refusals)."""
+        from mcp_proxy.store.writes import TransientWriteError
+
+        batch = self.builder.take()
+        if batch.empty():
+            return
+        if self.writer is None:
+            reason = f"the database could not be opened ({self.store_error})"
+            self.builder.count_lost(batch.frames, reason)
+            self.builder.take()  # nothing will ever be written: drop the rest
+            self._gap_warning(reason)
+            return
+        for delay in (*self.retry_delays, None):
+            try:
+                lost = self.writer.write(batch)
+            except TransientWriteError as exc:
+                self.stats.write_errors += 1
+                self.stats.last_error = str(exc)
+                if delay is None:
+                    self.builder.refused(batch, str(exc))
+                    self._gap_warning(str(exc))
+                    return
+                time.sleep(delay)
+                continue
+            except Exception as exc:  # a bug in the write path must not stop the recording
+                reason = f"recorder error {type(exc).__name__}: {_first_line(exc)}"
+                self.stats.last_error = reason
+                self.builder.count_lost(batch.frames, reason)
+                self._gap_warning(reason)
+                return
+            self.stats.batches += 1
+            self.stats.frames_written += len(batch.frames) - len(lost)
+            if lost:
+                reason = "the database refused these rows"
+                self.builder.count_lost(lost, reason)
+                self._gap_warning(reason)
+            return
+
+    def _gap_warning(self, reason: str) -> None:
+        if self.stats.loss_reason is None:
+            self.stats.loss_reason = reason
+        if not self._warned_gap:
+            self._warned_gap = True
+            self._warn(f"recording gap: frames could not be written ({reason}); still relaying")
+
+    def _sync_stats(self) -> None:
+        b = self.builder
+        self.stats.frames_lost = b.frames_lost
+        self.stats.lost_by_session = dict(b.lost_by_session)
+        if b.frames_lost and self.stats.loss_reason is None:
+            self.stats.loss_reason = next(
+                (st.gap.reason for st in b.sessions.values() if st.gap.reason), None
+            )
+
+    def summary(self) -> str | None:
+        """The last line to print when something was lost (None when the recording is whole)."""
+        self._sync_stats()
+        if not self.stats.frames_lost:
+            return None
+        why = self.stats.loss_reason or self.stats.last_error or "unknown cause"
+        return (
+            f"recording incomplete: {self.stats.frames_lost} frame(s) were relayed but not"
+            f" recorded ({why})"
+        )
+
+
+class Recorder(Producer):
+    """The in-process sink: producers append to a deque, a writer thread runs the batches.
+
+    Producer calls return at once — the relay never waits on the database. The writer wakes
+    every ``flush_interval`` seconds and writes what was queued in one transaction, so after a
+    ``kill -9`` everything handed over more than about ``flush_interval`` earlier is on disk.
+    :meth:`close` drains everything still queued before it returns.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        flush_interval: float = 0.05,
+        max_batch: int = 2000,
+        max_queued_bytes: int = 1 << 30,
+        warn: Callable[[str], None] | None = None,
+        redact: Callable[[Frame], Frame] | None = None,
+    ) -> None:
+        super().__init__()
+        self.url = url
+        if redact is None:
+            # In-process users (import, replay, tests) follow MCPTAPE_REDACT when it is set.
+            from mcp_proxy.redact import redactor_from_env
+
+            policy = redactor_from_env()
+            if policy is not None and policy.enabled:
+                redact = policy.frame
+        self.redact = redact
+        self.flush_interval = flush_interval
+        self.max_batch = max_batch
+        self.max_queued_bytes = max_queued_bytes
+        self.runner = BatchRunner(url, redact=redact, warn=warn)
+        self.stats = self.runner.stats
+        self._q: deque[Item] = deque()
+        self._queued_bytes = 0
+        self._lock = threading.Lock()  # guards _queued_bytes and the refused-frame counters
+        self._refused: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.ready = threading.Event()  # set once the database is known good (or known bad)
+
+    @property
+    def store_error(self) -> str | None:
+        return self.runner.store_error
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._queued_bytes
+
+    # ------------------------------------------------------------------ producer side
+    def submit(self, item: Item) -> None:
+        self._q.append(item)
+
+    def _admit(self, session_id: str, size: int, frames: int) -> bool:
+        """Count ``size`` bytes in, or refuse them (and count their frames) past the cap."""
+        with self._lock:
+            if self._queued_bytes + size > self.max_queued_bytes:
+                self._refused[session_id] = self._refused.get(session_id, 0) + frames
+                return False
+            self._queued_bytes += size
+        return True
+
+    def put(self, session_id: str, frame: Frame) -> None:
+        """Queue one frame. Never blocks, never raises; refuses (and counts) only past the cap."""
+        if self._admit(session_id, len(frame.raw), 1):
+            self._q.append(FrameItem(session_id, frame))
+
+    def put_chunk(
+        self,
+        session_id: str,
+        direction: Direction,
+        channel: Channel,
+        data: bytes,
+        mono_ns: int | None = None,
+        wall: float | None = None,
+    ) -> None:
+        """Queue bytes read from a stream: one deque append per read, however many lines."""
+        if self._admit(session_id, len(data), data.count(b"\n")):
+            self._q.append(
+                Chunk(
+                    session_id,
+                    direction,
+                    channel,
+                    data,
+                    mono_ns if mono_ns is not None else time.monotonic_ns(),
+                    wall if wall is not None else time.time(),
+                )
+            )
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="mcptape-writer", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout: float | None = 30.0) -> RecorderStats:
+        """Drain everything queued, then stop the writer. Safe to call twice."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                left = len(self._q)
+                self.runner._warn(
+                    f"recording did not finish in {timeout}s; {left} items not written"
+                )
+        return self.stats
+
+    def _run(self) -> None:
+        try:
+            self.runner.open()
+        finally:
+            self.ready.set()
+        while True:
+            stopping = self._stop.is_set()
+            if not self._q and stopping:
+                break
+            if not self._q:
+                self._wake.wait(self.flush_interval)
+                self._wake.clear()
+                if not self._q and not self._refused:
+                    continue
+            self._write_some()
+            if not stopping and len(self._q) < self.max_batch:
+                # Let frames accumulate so each transaction carries many of them.
+                self._wake.wait(self.flush_interval)
+                self._wake.clear()
+        self._take_refused()
+        self.runner.finish()
+
+    def _write_some(self) -> None:
+        """Move up to one batch of items into the builder, then write it."""
+        q = self._q
+        builder = self.runner.builder
+        taken = 0
+        if len(q) > self.stats.max_queue:
+            self.stats.max_queue = len(q)
+        while q and builder.pending_frames < self.max_batch and builder.pending_bytes < (256 << 10):
+            item = q.popleft()
+            taken += _item_bytes(item)
+            self.runner.feed(item)
+        with self._lock:
+            self._queued_bytes -= taken
+        self._take_refused()
+        self.runner.flush()
+
+    def _take_refused(self) -> None:
+        with self._lock:
+            refused, self._refused = self._refused, {}
+        for sid, n in refused.items():
+            reason = "recording fell behind (queue over its memory cap)"
+            self.runner.builder.count_gap(sid, n, reason)
+            self.runner._gap_warning(reason)
+
+
+def _item_bytes(item: Any) -> int:
+    if type(item) is Chunk:
+        return len(item.data)
+    if type(item) is FrameItem:
+        return len(item.frame.raw)
+    return 0

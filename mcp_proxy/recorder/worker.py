@@ -1,0 +1,174 @@
+"""The recorder process: ``python -m mcp_proxy.recorder.worker DATABASE_URL``, fed on stdin.
+
+Single-threaded on purpose: reading the pipe and writing batches take turns, so the two never
+compete for the GIL, and while a batch is written the pipe (then the relay's backlog) holds what
+arrives — compact chunks rather than parsed rows. Records go straight into the
+:class:`~mcp_proxy.recorder.builder.BatchBuilder`; there is no queue in between.
+
+It survives any input: every record is handled under a guard (a failure costs that record's
+frames, counted as a gap, never the process). When the relay vanishes without saying goodbye
+(``kill -9``), the worker ends the server's process group the relay told it about, then writes
+what it was given and exits. Its last line on stderr, if any, says what was not recorded and why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import sys
+import time
+
+from mcp_proxy.recorder.contract import ITEM_TYPES, Chunk
+from mcp_proxy.recorder.runner import BatchRunner
+from mcp_proxy.recorder.wire import (
+    CHANNELS,
+    CHUNK_META,
+    DIRECTIONS,
+    HEADER,
+    T_CHUNK,
+    T_ITEM,
+    Bye,
+    Watch,
+)
+
+#: Seconds a server group gets between SIGTERM and SIGKILL when its relay vanished.
+GROUP_GRACE = 2.0
+
+
+class _Session:
+    """One worker's loop state: the runner, what the relay said about itself, the read buffer."""
+
+    def __init__(self, runner: BatchRunner) -> None:
+        self.runner = runner
+        self.buf = bytearray()
+        self.watch: int | None = None
+        self.bye = False
+        self._warned = False
+
+    def consume(self) -> None:
+        """Handle every complete record in the buffer."""
+        buf = self.buf
+        hsize, msize = HEADER.size, CHUNK_META.size
+        pos, n = 0, len(buf)
+        while n - pos >= hsize:
+            rtype, length = HEADER.unpack_from(buf, pos)
+            end = pos + hsize + length
+            if end > n:
+                break
+            start = pos + hsize
+            try:
+                if rtype == T_CHUNK:
+                    sid, d, c, mono, wall = CHUNK_META.unpack_from(buf, start)
+                    data = bytes(buf[start + msize : end])
+                    self.runner.feed(
+                        Chunk(sid.decode("ascii"), DIRECTIONS[d], CHANNELS[c], data, mono, wall)
+                    )
+                elif rtype == T_ITEM:
+                    self._item(pickle.loads(buf[start:end]))
+            except Exception as exc:
+                self._bad_record(exc)
+            pos = end
+        del buf[:pos]
+
+    def _item(self, obj: object) -> None:
+        kind = type(obj)
+        if kind in ITEM_TYPES:
+            self.runner.feed(obj)  # type: ignore[arg-type]
+        elif kind is Watch:
+            self.watch = obj.pgid  # type: ignore[attr-defined]
+        elif kind is Bye:
+            self.bye = True
+
+    def _bad_record(self, exc: BaseException) -> None:
+        self.runner.builder.internal_errors += 1
+        if not self._warned:
+            self._warned = True
+            self.runner._warn(f"recorder: a record could not be read ({type(exc).__name__})")
+
+
+def end_group(pgid: int, grace: float = GROUP_GRACE) -> None:
+    """SIGTERM the server's process group, then SIGKILL what is left after ``grace`` s."""
+    killpg = getattr(os, "killpg", None)
+    if killpg is None:
+        return
+    try:
+        killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        killpg(pgid, signal.SIGKILL)
+
+
+def serve(url: str, fd: int, *, flush_interval: float = 0.05, max_batch: int = 2000) -> int:
+    """Read records until EOF, write them in batches, drain, exit."""
+    import select
+
+    from mcp_proxy.redact import policy_from_env
+
+    policy = policy_from_env()
+    runner = BatchRunner(url, redact=policy.frame if policy.enabled else None)
+    runner.open()
+    state = _Session(runner)
+    builder = runner.builder
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    os.set_blocking(fd, False)
+    eof = False
+    busy = False
+    try:
+        while not eof:
+            if not busy:
+                # Idle: block until something arrives, then let a batch gather for one flush
+                # interval instead of waking for every record (a wake-up per frame costs the
+                # host and server CPU time on a small machine).
+                poller.poll()
+                time.sleep(flush_interval)
+            got = 0
+            while got < (8 << 20):
+                try:
+                    data = os.read(fd, 1 << 20)
+                except BlockingIOError:
+                    break
+                if not data:
+                    eof = True
+                    break
+                got += len(data)
+                state.buf += data
+                state.consume()
+                if builder.pending_bytes > (1 << 20) or builder.pending_frames >= max_batch:
+                    runner.flush()  # bounded memory while a burst streams in
+            runner.flush()
+            busy = got >= (256 << 10)
+    finally:
+        if not state.bye and state.watch is not None:
+            end_group(state.watch)  # the relay vanished: its server must not outlive it
+        runner.finish()
+    line = runner.summary()
+    if line:
+        print(f"mcptape: {line}", file=sys.stderr, flush=True)
+    return 0
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print("usage: python -m mcp_proxy.recorder.worker DATABASE_URL", file=sys.stderr)
+        return 2
+    # The relay decides when recording ends (by closing the pipe); signals meant for the
+    # server or the relay must not cut the drain short.
+    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            signal.signal(sig, signal.SIG_IGN)
+    return serve(sys.argv[1], sys.stdin.fileno())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

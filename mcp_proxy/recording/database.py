@@ -1,0 +1,269 @@
+"""The database side of recordings: load sessions into the model, import the model back.
+
+Loading resolves session references through the store's read API (id prefix or name) and then
+reads each session's rows in bulk through :mod:`mcp_proxy.store.recordings` in a worker thread,
+so the dashboard's event loop is never blocked by a 50,000-frame export. Importing writes each
+session in one transaction, with new ids, so importing a file twice never collides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mcp_proxy.recording.model import (
+    ANNOTATION_FIELDS,
+    EXCHANGE_FIELDS,
+    FINDING_FIELDS,
+    SESSION_FIELDS,
+    Progress,
+    Recording,
+    SessionRecording,
+    pick,
+)
+
+if TYPE_CHECKING:
+    from mcp_proxy.store.queries import Store
+
+
+# ============================================================================ store → model
+
+
+def read_session(url: str, session_id: str, progress: Progress | None = None) -> SessionRecording:
+    """One session (by exact id) as a :class:`SessionRecording`, read in bulk (sync)."""
+    from mcp_proxy.store.recordings import FRAME_COLUMNS, RecordingStore
+
+    with RecordingStore(url) as rs:
+        rows = rs.session_rows(session_id)
+        numbers = {ex["id"]: n for n, ex in enumerate(rows.exchanges, start=1)}
+        frames: list[dict[str, Any]] = []
+        ex_col = FRAME_COLUMNS.index("http_exchange_id")
+        for page in rs.iter_frames(session_id):
+            for t in page:
+                f = dict(zip(FRAME_COLUMNS, t, strict=True))
+                if t[ex_col] is not None:
+                    f["http_exchange_id"] = numbers.get(t[ex_col])
+                frames.append(f)
+            if progress is not None:
+                progress(len(page))
+    return SessionRecording(
+        session=rows.session,
+        exchanges=[{**ex, "id": numbers[ex["id"]]} for ex in rows.exchanges],
+        frames=frames,
+        findings=rows.findings,
+        annotations=rows.annotations,
+    )
+
+
+async def load_session(
+    store: Store, ref: str, progress: Progress | None = None
+) -> SessionRecording:
+    """One session from the database (resolved by id prefix or name) as a SessionRecording."""
+    row = await store.resolve_session(ref)
+    return await asyncio.to_thread(read_session, store.url, str(row["id"]), progress)
+
+
+async def load_sessions(
+    store: Store, refs: Sequence[str], progress: Progress | None = None
+) -> Recording:
+    """Sessions from the database in the order given (duplicates once)."""
+    out: list[SessionRecording] = []
+    seen: set[str] = set()
+    for ref in refs:
+        row = await store.resolve_session(ref)
+        sid = str(row["id"])
+        if sid not in seen:
+            seen.add(sid)
+            out.append(await asyncio.to_thread(read_session, store.url, sid, progress))
+    return Recording(out, origin="database")
+
+
+async def session_frame_counts(store: Store, refs: Sequence[str]) -> int:
+    """How many frames the referenced sessions hold (for a progress bar's total)."""
+    total = 0
+    for ref in dict.fromkeys(refs):
+        row = await store.resolve_session(ref)
+        total += int(row.get("frame_count") or 0)
+    return total
+
+
+async def export_bytes(store: Store, refs: Sequence[str], fmt: str = "jsonl") -> bytes:
+    """What ``mcptape export`` writes, as bytes: for the dashboard's download buttons."""
+    from mcp_proxy.recording.registry import get_format
+
+    writer = get_format(fmt).need_writer()
+    recording = await load_sessions(store, refs)
+    return b"".join(writer(recording, None))
+
+
+# ============================================================================ model → store
+
+
+@dataclass
+class ImportResult:
+    """What an import created: ``(original id, new id)`` per session, in file order."""
+
+    sessions: list[tuple[str, str]]
+    frames: int
+
+
+def _frame_rows(s: SessionRecording, progress: Progress | None) -> Iterator[tuple[Any, ...]]:
+    """The session's frames as store rows, renumbered 1, 2, … (what a live recording has)."""
+    done = 0
+    for n, f in enumerate(s.frames, start=1):
+        yield (
+            n,
+            float(f["ts"]),
+            int(f.get("mono_ns") or 0),
+            f["direction"],
+            f["channel"],
+            f["kind"],
+            f.get("method"),
+            f.get("msg_id"),
+            f.get("error_code"),
+            len(f["raw"]),
+            bool(f.get("complete", True)),
+            bool(f.get("partial_parse", False)),
+            bytes(f["raw"]),
+            f.get("http_exchange_id"),
+            f.get("sse_id"),
+            f.get("sse_event"),
+        )
+        done += 1
+        if progress is not None and done >= 2000:
+            progress(done)
+            done = 0
+    if progress is not None and done:
+        progress(done)
+
+
+def _session_row(
+    recording: Recording, s: SessionRecording, extra: dict[str, Any] | None
+) -> dict[str, Any]:
+    row = s.session
+    meta = dict(row.get("meta") or {})
+    meta["imported_from"] = {
+        "session_id": s.id,
+        "origin": recording.origin,
+        "format_version": recording.version,
+        **({"status": row["status"]} if row.get("status") == "live" else {}),
+    }
+    if extra:
+        meta.update(extra)
+    out = {k: row.get(k) for k in SESSION_FIELDS if k not in ("id", "frame_count")}
+    out["transport"] = str(row["transport"])
+    # A session exported while still live is imported as ended: nothing will write to the copy.
+    out["status"] = "ended" if row.get("status") in (None, "live") else row["status"]
+    out["gap_count"] = int(row.get("gap_count") or 0)
+    out["meta"] = meta
+    out["pid"] = None
+    if out.get("ended_at") is None and s.frames:
+        out["ended_at"] = float(s.frames[-1]["ts"])
+    return out
+
+
+def import_recording(
+    recording: Recording,
+    db_url: str,
+    *,
+    extra_meta: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> ImportResult:
+    """Load a recording into a database, each session in one transaction with a new id.
+
+    The original id, the file and its format version are kept in ``meta["imported_from"]``.
+    Frames are renumbered 1, 2, … as a live recording numbers them; findings and annotations
+    that point at frames follow the new numbers. Frames were classified when the file was read
+    (by the one classifier every producer uses); their bytes go in exactly as in the file.
+    """
+    from mcp_proxy.store.recordings import RecordingStore
+
+    created: list[tuple[str, str]] = []
+    total = 0
+    with RecordingStore(db_url, write=True) as rs:
+        for s in recording.sessions:
+            seq_map = {int(f["seq"]): n for n, f in enumerate(s.frames, start=1)}
+            exchanges = [{"id": ex["id"], **pick(ex, EXCHANGE_FIELDS)} for ex in s.exchanges]
+            new_id, n = rs.import_session(
+                _session_row(recording, s, extra_meta),
+                exchanges,
+                _frame_rows(s, progress),
+                _findings(s, seq_map),
+                _notes(s, seq_map),
+            )
+            created.append((s.id, new_id))
+            total += n
+    return ImportResult(created, total)
+
+
+def _findings(s: SessionRecording, seq_map: dict[int, int]) -> list[dict[str, Any]]:
+    out = []
+    for fi in s.findings:
+        row = {k: v for k, v in pick(fi, FINDING_FIELDS).items() if v is not None}
+        seqs = row.get("frame_seqs")
+        if isinstance(seqs, list):
+            row["frame_seqs"] = [seq_map.get(q, q) for q in seqs if isinstance(q, int)]
+        row.setdefault("severity", "info")
+        row.setdefault("title", row["code"])
+        row.setdefault("source", "recorder")
+        row.setdefault("created_at", float(s.session.get("started_at") or 0.0))
+        out.append(row)
+    return out
+
+
+def _notes(s: SessionRecording, seq_map: dict[int, int]) -> list[dict[str, Any]]:
+    out = []
+    for an in s.annotations:
+        seq = an.get("frame_seq")
+        out.append(
+            {
+                **pick(an, ANNOTATION_FIELDS),
+                "frame_seq": seq_map.get(seq, seq) if isinstance(seq, int) else None,
+                "created_at": float(an.get("created_at") or s.session["started_at"]),
+            }
+        )
+    return out
+
+
+# ============================================================================ sources
+
+
+def split_source(ref: str) -> tuple[str, str | None] | None:
+    """``(path, session pick)`` when a SOURCE names a recording file; None for a database ref.
+
+    ``recordings/x.jsonl#2`` picks the second session of the file; files win over session names,
+    so ``recordings/x.jsonl`` is never looked up in the database.
+    """
+    if Path(ref).is_file():
+        return ref, None
+    base, _, pick_ = ref.partition("#")
+    if Path(base).is_file() or base.endswith((".jsonl", ".json", ".har")) or os.sep in base:
+        return base, pick_ or None
+    return None
+
+
+async def load_source(ref: str, store_url: str | None) -> tuple[Recording, SessionRecording]:
+    """A SOURCE argument (``FILE``, ``FILE#SESSION`` or a database session) → one session.
+
+    A file is read by whichever registered format recognises it (JSON Lines, HAR, …).
+    """
+    from mcp_proxy.recording.registry import read_recording
+
+    file_ref = await asyncio.to_thread(split_source, ref)
+    if file_ref is not None:
+        rec = await asyncio.to_thread(read_recording, file_ref[0])
+        return rec, rec.one(file_ref[1])
+    from mcp_proxy.store.engine import resolve_url
+    from mcp_proxy.store.queries import Store
+
+    store = await Store.open(resolve_url(store_url))
+    try:
+        rec = await load_sessions(store, [ref])
+    finally:
+        await store.close()
+    rec.origin = f"session {rec.sessions[0].label}"
+    return rec, rec.sessions[0]

@@ -1,0 +1,266 @@
+"""``mcptape db copy SRC DST``: move recordings between stores (SQLite ⇄ PostgreSQL).
+
+What is kept: every session row as it is (its id too — that is what links a replay to its
+original through ``meta.replay_of``), its frames byte for byte with their sequence numbers, its
+HTTP exchanges (with the frames pointing at them: exchange ids are the destination's own and are
+mapped), its findings and its annotations.
+
+Idempotent, per session, each in one transaction of the destination:
+
+- a session the destination lacks is copied whole;
+- a session the destination has with the same traffic (frame count, gap count, status, end) is
+  left alone, except that annotations the source has and the destination lacks are added — so a
+  note written in the team's dashboard survives a second ``db copy`` from a laptop;
+- a session whose traffic differs (copied while it was still recording) has its traffic
+  replaced — frames, exchanges, findings, the session row — and its annotations merged.
+
+Running it twice copies nothing the second time. The destination is created (migrated) if it is
+empty; both sides must be at this mcptape's schema. Tables are read through the models, so the
+copy follows the schema instead of listing columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from mcp_proxy.errors import StoreError, UserError
+from mcp_proxy.store import engine as engine_mod
+from mcp_proxy.store.schema import annotations as annotations_t
+from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
+
+#: Frames read and written per round trip.
+CHUNK = 5000
+#: What decides that a session's traffic is already in the destination.
+TRAFFIC_KEYS = ("frame_count", "gap_count", "status", "ended_at")
+#: An annotation is the same one when all of these agree.
+ANNOTATION_KEYS = ("frame_seq", "tag", "note", "created_at")
+
+
+@dataclass
+class CopyResult:
+    """What one ``db copy`` did (printed by the command, checked by the tests)."""
+
+    copied: int = 0  # sessions new to the destination
+    replaced: int = 0  # sessions whose traffic was replaced
+    unchanged: int = 0  # sessions already there
+    frames: int = 0
+    exchanges: int = 0
+    findings: int = 0
+    annotations: int = 0
+    session_ids: list[str] = field(default_factory=list)
+
+
+def _columns(table: sa.Table, *, without_id: bool) -> list[sa.Column[Any]]:
+    return [c for c in table.columns if not (without_id and c.name == "id")]
+
+
+def _same_database(a: str, b: str) -> bool:
+    ua, ub = sa.engine.make_url(a), sa.engine.make_url(b)
+    if ua.get_backend_name() != ub.get_backend_name():
+        return False
+    if ua.get_backend_name() == "sqlite":
+        pa, pb = engine_mod.sqlite_path(a), engine_mod.sqlite_path(b)
+        return pa is not None and pb is not None and pa.resolve() == pb.resolve()
+    return (ua.host, ua.port, ua.database, ua.query.get("host")) == (
+        ub.host,
+        ub.port,
+        ub.database,
+        ub.query.get("host"),
+    )
+
+
+def copy_store(
+    src_url: str,
+    dst_url: str,
+    *,
+    only: Sequence[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> CopyResult:
+    """Copy every session of ``src_url`` (or the ids in ``only``) into ``dst_url``."""
+    if _same_database(src_url, dst_url):
+        raise UserError("the source and the destination are the same database")
+    if engine_mod.sqlite_path(src_url) is not None:
+        path = engine_mod.sqlite_path(src_url)
+        if path is not None and not path.exists():
+            raise UserError(f"no database at {path}")
+    engine_mod.ensure_schema(src_url)
+    engine_mod.ensure_schema(dst_url)
+    src = engine_mod.sync_engine(src_url)
+    dst = engine_mod.sync_engine(dst_url)
+    result = CopyResult()
+    try:
+        with src.connect() as sconn:
+            ids = _source_ids(sconn, only)
+        existing = _destination_sessions(dst, ids)
+        for i, sid in enumerate(ids, 1):
+            with src.connect() as sconn, sconn.begin():  # one consistent read per session
+                row = sconn.execute(sa.select(sessions).where(sessions.c.id == sid)).one()._asdict()
+                with dst.begin() as dconn:
+                    _copy_session(sconn, dconn, row, existing.get(sid), result)
+            result.session_ids.append(sid)
+            if progress is not None:
+                progress(f"{i}/{len(ids)} {sid[:12]}")
+    except sa.exc.DBAPIError as exc:
+        raise StoreError(engine_mod._short(exc)) from exc
+    finally:
+        src.dispose()
+        dst.dispose()
+    return result
+
+
+def _source_ids(conn: sa.Connection, only: Sequence[str] | None) -> list[str]:
+    stmt = sa.select(sessions.c.id).order_by(sessions.c.started_at, sessions.c.id)
+    ids = [r[0] for r in conn.execute(stmt)]
+    if only is None:
+        return ids
+    have = set(ids)
+    missing = [s for s in only if s not in have]
+    if missing:
+        raise UserError(f"no session {missing[0]!r} in the source database")
+    wanted = set(only)
+    return [s for s in ids if s in wanted]
+
+
+def _destination_sessions(engine: sa.Engine, ids: list[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    cols = [sessions.c.id, *(sessions.c[k] for k in TRAFFIC_KEYS)]
+    with engine.connect() as conn:
+        for i in range(0, len(ids), 500):
+            part = ids[i : i + 500]
+            for r in conn.execute(sa.select(*cols).where(sessions.c.id.in_(part))):
+                out[r[0]] = dict(r._mapping)
+    return out
+
+
+def _copy_session(
+    sconn: sa.Connection,
+    dconn: sa.Connection,
+    row: dict[str, Any],
+    there: dict[str, Any] | None,
+    result: CopyResult,
+) -> None:
+    sid = row["id"]
+    if there is not None and all(there[k] == row[k] for k in TRAFFIC_KEYS):
+        result.unchanged += 1
+        result.annotations += _merge_annotations(sconn, dconn, sid)
+        return
+    if there is None:
+        dconn.execute(sessions.insert(), [row])
+        result.copied += 1
+    else:
+        # Traffic changed (copied while live): replace it; annotations stay and are merged.
+        for table in (frames, findings, http_exchanges):
+            dconn.execute(table.delete().where(table.c.session_id == sid))
+        fields = {k: v for k, v in row.items() if k != "id"}
+        dconn.execute(sessions.update().where(sessions.c.id == sid).values(**fields))
+        result.replaced += 1
+    exchange_map = _copy_exchanges(sconn, dconn, sid)
+    result.exchanges += len(exchange_map)
+    result.frames += _copy_frames(sconn, dconn, sid, exchange_map)
+    result.findings += _copy_plain(sconn, dconn, findings, sid)
+    result.annotations += _merge_annotations(sconn, dconn, sid)
+
+
+def _copy_exchanges(sconn: sa.Connection, dconn: sa.Connection, sid: str) -> dict[int, int]:
+    """Insert the session's exchanges; the source id → the destination's id."""
+    cols = _columns(http_exchanges, without_id=False)
+    src_rows = [
+        r._asdict()
+        for r in sconn.execute(
+            sa.select(*cols).where(http_exchanges.c.session_id == sid).order_by(http_exchanges.c.id)
+        )
+    ]
+    if not src_rows:
+        return {}
+    old_ids = [r.pop("id") for r in src_rows]
+    stmt = http_exchanges.insert().returning(http_exchanges.c.id, sort_by_parameter_order=True)
+    new_ids = [int(r[0]) for r in dconn.execute(stmt, src_rows)]
+    return dict(zip(old_ids, new_ids, strict=True))
+
+
+def _frame_chunks(
+    sconn: sa.Connection, sid: str, names: list[str]
+) -> Iterator[list[tuple[Any, ...]]]:
+    """The session's frames in ``seq`` order, ``CHUNK`` at a time (keyset on seq)."""
+    cols = [frames.c[n] for n in names]
+    after = -1
+    while True:
+        chunk = [
+            tuple(r)
+            for r in sconn.execute(
+                sa.select(*cols)
+                .where(frames.c.session_id == sid, frames.c.seq > after)
+                .order_by(frames.c.seq)
+                .limit(CHUNK)
+            )
+        ]
+        if not chunk:
+            return
+        yield chunk
+        if len(chunk) < CHUNK:
+            return
+        after = chunk[-1][names.index("seq")]
+
+
+def _copy_frames(
+    sconn: sa.Connection, dconn: sa.Connection, sid: str, exchange_map: dict[int, int]
+) -> int:
+    names = [c.name for c in _columns(frames, without_id=True)]
+    xcol = names.index("http_exchange_id")
+    raw = names.index("raw")
+    pg = dconn.dialect.name == "postgresql"
+    n = 0
+    for chunk in _frame_chunks(sconn, sid, names):
+        rows = []
+        for r in chunk:
+            if r[xcol] is not None or isinstance(r[raw], memoryview):
+                r = list(r)  # type: ignore[assignment]
+                if r[xcol] is not None:
+                    r[xcol] = exchange_map.get(r[xcol])  # type: ignore[index]
+                if isinstance(r[raw], memoryview):
+                    r[raw] = bytes(r[raw])  # type: ignore[index]
+                r = tuple(r)
+            rows.append(r)
+        if pg:
+            from mcp_proxy.store import pg as pg_mod
+
+            pg_mod.copy_rows(dconn.connection.driver_connection, "frames", names, rows)
+        else:
+            dconn.execute(frames.insert(), [dict(zip(names, r, strict=True)) for r in rows])
+        n += len(rows)
+    return n
+
+
+def _copy_plain(sconn: sa.Connection, dconn: sa.Connection, table: sa.Table, sid: str) -> int:
+    cols = _columns(table, without_id=True)
+    rows = [
+        r._asdict()
+        for r in sconn.execute(
+            sa.select(*cols).where(table.c.session_id == sid).order_by(table.c.id)
+        )
+    ]
+    if rows:
+        dconn.execute(table.insert(), rows)
+    return len(rows)
+
+
+def _merge_annotations(sconn: sa.Connection, dconn: sa.Connection, sid: str) -> int:
+    """Add the source's annotations the destination lacks; keep the destination's own."""
+    cols = _columns(annotations_t, without_id=True)
+    where = annotations_t.c.session_id == sid
+    order = annotations_t.c.id
+    src_rows = [r._asdict() for r in sconn.execute(sa.select(*cols).where(where).order_by(order))]
+    if not src_rows:
+        return 0
+    have = {
+        tuple(r._mapping[k] for k in ANNOTATION_KEYS)
+        for r in dconn.execute(sa.select(*cols).where(where))
+    }
+    new = [r for r in src_rows if tuple(r[k] for k in ANNOTATION_KEYS) not in have]
+    if new:
+        dconn.execute(annotations_t.insert(), new)
+    return len(new)

@@ -1,0 +1,350 @@
+"""The reads behind the dashboard's pages and ``mcptape tail``: search, paging, counts, windows.
+
+Their shapes follow the pages — a keyset cursor per sort order, counts for exactly the sessions
+on screen, one timeline window, the frames of one exchange in one query — and every path a page
+walks on a large database is served by an index (``tests/dashboard/test_query_plans.py`` checks
+SQLite's plans), so nothing here reads a whole table or a whole session to draw one screen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+
+from mcp_proxy.errors import BadValueError, NotFoundError
+from mcp_proxy.store.base import FRAME_COLUMNS_NO_RAW, StoreBase
+from mcp_proxy.store.filters import (
+    SEVERITIES,
+    SORTS,
+    SUMMARY_CODE,
+    SessionFilter,
+    TimelineFilter,
+    fmt_num,
+    parse_cursor,
+)
+from mcp_proxy.store.schema import annotations as notes_table
+from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
+
+#: Bytes of each frame a timeline row shows (the rest is one click away).
+PREVIEW_BYTES = 400
+#: Frames up to this size travel with timeline rows (for the analysis of the window); larger
+#: ones are read only by the detail pages.
+SMALL_RAW = 64 * 1024
+_ANSWERS = ("request", "response", "error")
+
+
+class PageQueries(StoreBase):
+    """Reads for the dashboard's pages (mixed into :class:`~mcp_proxy.store.queries.Store`)."""
+
+    # ------------------------------------------------------------------ sessions
+    async def search_sessions(self, f: SessionFilter) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of sessions for the filter, and the cursor of the next page (or None)."""
+        c = sessions.c
+        if f.sort not in SORTS:
+            raise BadValueError(f"unknown sort {f.sort!r} (one of {', '.join(SORTS)})")
+        stmt = sa.select(sessions).where(*f.conditions(self.dialect))
+        cursor = parse_cursor(f.cursor)
+        key = c.frame_count if f.sort == "frames" else c.started_at
+        if f.sort == "oldest":
+            order = [key.asc(), c.id.asc()]
+            if cursor:
+                stmt = stmt.where(
+                    sa.or_(key > cursor[0], sa.and_(key == cursor[0], c.id > cursor[1]))
+                )
+        else:
+            order = [key.desc(), c.id.desc()]
+            if cursor:
+                stmt = stmt.where(
+                    sa.or_(key < cursor[0], sa.and_(key == cursor[0], c.id < cursor[1]))
+                )
+        rows = await self._all(stmt.order_by(*order).limit(f.limit + 1))
+        more = len(rows) > f.limit
+        rows = rows[: f.limit]
+        next_cursor = None
+        if more and rows:
+            last = rows[-1]
+            value = last["frame_count"] if f.sort == "frames" else last["started_at"]
+            next_cursor = f"{fmt_num(value)}~{last['id']}"
+        return rows, next_cursor
+
+    async def session_counts(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Exchanges (requests, both directions), findings by severity and tags per session.
+
+        Three grouped queries for the sessions on screen, each answered from an index.
+        """
+        out: dict[str, dict[str, Any]] = {
+            sid: {"exchanges": 0, "findings": dict.fromkeys(SEVERITIES, 0), "tags": []}
+            for sid in ids
+        }
+        if not ids:
+            return out
+        req = await self._all(
+            sa.select(frames.c.session_id, sa.func.count().label("n"))
+            .where(frames.c.session_id.in_(ids), frames.c.kind == "request")
+            .group_by(frames.c.session_id)
+        )
+        for r in req:
+            out[r["session_id"]]["exchanges"] = int(r["n"])
+        fin = await self._all(
+            sa.select(findings.c.session_id, findings.c.severity, sa.func.count().label("n"))
+            .where(findings.c.session_id.in_(ids), findings.c.code != SUMMARY_CODE)
+            .group_by(findings.c.session_id, findings.c.severity)
+        )
+        for r in fin:
+            out[r["session_id"]]["findings"][r["severity"]] = int(r["n"])
+        tags = await self._all(
+            sa.select(notes_table.c.session_id, notes_table.c.tag)
+            .where(notes_table.c.session_id.in_(ids), notes_table.c.tag.is_not(None))
+            .distinct()
+            .order_by(notes_table.c.session_id, notes_table.c.tag)
+        )
+        for r in tags:
+            out[r["session_id"]]["tags"].append(r["tag"])
+        return out
+
+    async def analysis_summaries(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The analyzer's bookkeeping row per session (to tell which stored findings are stale)."""
+        if not ids:
+            return {}
+        rows = await self._all(
+            sa.select(findings)
+            .where(findings.c.session_id.in_(ids), findings.c.code == SUMMARY_CODE)
+            .order_by(findings.c.id)
+        )
+        return {r["session_id"]: r for r in rows}
+
+    async def newer_sessions(self, started_after: float) -> int:
+        return int(
+            await self._scalar(
+                sa.select(sa.func.count())
+                .select_from(sessions)
+                .where(sessions.c.started_at > started_after)
+            )
+            or 0
+        )
+
+    async def sessions_by_id(self, ids: list[str]) -> list[dict[str, Any]]:
+        if not ids:
+            return []
+        return await self._all(sa.select(sessions).where(sessions.c.id.in_(ids)))
+
+    async def all_tags(self) -> list[dict[str, Any]]:
+        return await self._all(
+            sa.select(
+                notes_table.c.tag,
+                sa.func.count(sa.distinct(notes_table.c.session_id)).label("count"),
+            )
+            .where(notes_table.c.tag.is_not(None))
+            .group_by(notes_table.c.tag)
+            .order_by(notes_table.c.tag)
+        )
+
+    async def session_methods(self, session_id: str) -> list[str]:
+        """The methods seen in a session (for the filter menu).
+
+        A skip scan over the ``(session_id, method)`` index — one probe per distinct method —
+        instead of a DISTINCT that reads every frame of a 100,000-frame session.
+        """
+        stmt = sa.text(
+            """
+            WITH RECURSIVE m(method, n) AS (
+                SELECT (SELECT min(method) FROM frames
+                        WHERE session_id = :sid AND method IS NOT NULL), 0
+                UNION ALL
+                SELECT (SELECT min(method) FROM frames
+                        WHERE session_id = :sid AND method > m.method), n + 1
+                FROM m WHERE m.method IS NOT NULL AND n < 500
+            )
+            SELECT method FROM m WHERE method IS NOT NULL
+            """
+        ).bindparams(sid=session_id)
+        return [r["method"] for r in await self._all(stmt)]
+
+    # ------------------------------------------------------------------ timeline
+    async def timeline(
+        self, session_id: str, f: TimelineFilter, *, after: int | None = None
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """One window of a session's frames (without the full raw bytes) and the next cursor."""
+        cols = [
+            *FRAME_COLUMNS_NO_RAW,
+            sa.func.substr(frames.c.raw, 1, PREVIEW_BYTES).label("head"),
+            _small_raw(),
+        ]
+        stmt = (
+            sa.select(*cols)
+            .where(*f.conditions(session_id), frames.c.seq > (f.after if after is None else after))
+            .order_by(frames.c.seq)
+            .limit(f.limit + 1)
+        )
+        rows = await self._all(stmt)
+        more = len(rows) > f.limit
+        rows = rows[: f.limit]
+        return rows, (rows[-1]["seq"] if more and rows else None)
+
+    async def partners(self, session_id: str, page: list[dict[str, Any]]) -> dict[int, dict]:
+        """For each request and response on the page, the frame that answers or asked it.
+
+        The rows carry what the analysis needs (small bodies included), so a page plus its
+        partners can be analysed as a window.
+
+        Looks responses and requests up by id through ``ix_frames_session_msgid``, so a page of
+        a 100,000-frame session costs the same as a page of a small one. With ids reused over a
+        session, the nearest partner in the right direction wins (a request's first answer after
+        it; a response's last request before it).
+        """
+        ids = {f["msg_id"] for f in page if f["msg_id"] is not None and f["kind"] in _ANSWERS}
+        if not ids:
+            return {}
+        rows = await self._all(
+            sa.select(*FRAME_COLUMNS_NO_RAW, _small_raw())
+            .where(
+                frames.c.session_id == session_id,
+                frames.c.msg_id.in_(sorted(ids)),
+                frames.c.kind.in_(_ANSWERS),
+            )
+            # No ORDER BY: sorting by seq would lure SQLite onto the (session_id, seq) index and
+            # through the whole session; the msg_id index finds the few rows, Python orders them.
+            .limit(20_000)
+        )
+        rows.sort(key=lambda r: r["seq"])
+        by_id: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for r in rows:
+            # Key by who sent the request: a c2s request is answered s2c, and vice versa.
+            origin = r["direction"] if r["kind"] == "request" else _flip(r["direction"])
+            by_id.setdefault((origin, r["msg_id"]), []).append(r)
+        out: dict[int, dict[str, Any]] = {}
+        for f in page:
+            if f["msg_id"] is None or f["kind"] not in _ANSWERS:
+                continue
+            match = _partner_of(f, by_id)
+            if match is not None:
+                out[f["seq"]] = match
+        return out
+
+    async def http_exchanges_by_id(self, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+        wanted = sorted(set(ids))
+        if not wanted:
+            return {}
+        rows = await self._all(sa.select(http_exchanges).where(http_exchanges.c.id.in_(wanted)))
+        return {r["id"]: r for r in rows}
+
+    async def http_without_frames(
+        self, session_id: str, since: float | None, before: float | None, *, limit: int = 200
+    ) -> list[dict[str, Any]]:
+        """HTTP exchanges in a time span that carried no frame (a DELETE, a refused GET, a
+        failed POST): the timeline shows them as rows of their own; the others ride on the
+        frames they carried."""
+        h = http_exchanges.c
+        stmt = sa.select(http_exchanges).where(
+            h.session_id == session_id,
+            ~sa.exists().where(frames.c.http_exchange_id == h.id),
+        )
+        if since is not None:
+            stmt = stmt.where(h.started_at >= since)
+        if before is not None:
+            stmt = stmt.where(h.started_at < before)
+        return await self._all(stmt.order_by(h.started_at, h.id).limit(limit))
+
+    async def http_exchange(self, session_id: str, exchange_id: int) -> dict[str, Any]:
+        row = await self._one(
+            sa.select(http_exchanges).where(
+                http_exchanges.c.id == exchange_id, http_exchanges.c.session_id == session_id
+            )
+        )
+        if row is None:
+            raise NotFoundError(f"no HTTP exchange {exchange_id} in this session")
+        return row
+
+    async def frames_of_http_exchange(self, exchange_id: int) -> list[dict[str, Any]]:
+        return await self._all(
+            sa.select(*FRAME_COLUMNS_NO_RAW)
+            .where(frames.c.http_exchange_id == exchange_id)
+            .order_by(frames.c.seq)
+            .limit(1000)
+        )
+
+    async def frames_between(
+        self, session_id: str, first: int, last: int, *, limit: int = 500
+    ) -> list[dict[str, Any]]:
+        """Frames with ``first < seq < last`` (an exchange's notifications), raw included."""
+        return await self._all(
+            sa.select(frames)
+            .where(frames.c.session_id == session_id, frames.c.seq > first, frames.c.seq < last)
+            .order_by(frames.c.seq)
+            .limit(limit)
+        )
+
+    async def frames_by_seq(self, session_id: str, seqs: Iterable[int]) -> list[dict[str, Any]]:
+        """The frames with these numbers, raw included, in order: one query, not one per frame."""
+        wanted = sorted(set(seqs))
+        out: list[dict[str, Any]] = []
+        for i in range(0, len(wanted), 500):  # bounded IN lists (SQLite's variable limit)
+            chunk = wanted[i : i + 500]
+            out += await self._all(
+                sa.select(frames)
+                .where(frames.c.session_id == session_id, frames.c.seq.in_(chunk))
+                .order_by(frames.c.seq)
+            )
+        return out
+
+    async def neighbours(self, session_id: str, seq: int) -> tuple[int | None, int | None]:
+        """The previous and next frame numbers (seq has no gaps in principle, but may)."""
+        in_session = frames.c.session_id == session_id
+        prev = await self._scalar(
+            sa.select(sa.func.max(frames.c.seq)).where(in_session, frames.c.seq < seq)
+        )
+        nxt = await self._scalar(
+            sa.select(sa.func.min(frames.c.seq)).where(in_session, frames.c.seq > seq)
+        )
+        return prev, nxt
+
+    # ------------------------------------------------------------------ tail
+    async def last_frame_id(self, session_id: str | None = None) -> int:
+        """The newest frame's row id (of one session, or of all): where ``tail`` starts."""
+        stmt = sa.select(sa.func.max(frames.c.id))
+        if session_id is not None:
+            stmt = stmt.where(frames.c.session_id == session_id)
+        return int(await self._scalar(stmt) or 0)
+
+    async def frames_after_id(
+        self, after_id: int, session_id: str | None = None, *, limit: int = 2000
+    ) -> list[dict[str, Any]]:
+        """Frames recorded after row ``after_id`` in insertion order, with their session's name."""
+        stmt = (
+            sa.select(frames, sessions.c.name)
+            .join(sessions, sessions.c.id == frames.c.session_id)
+            .where(frames.c.id > after_id)
+        )
+        if session_id is not None:
+            stmt = stmt.where(frames.c.session_id == session_id)
+        return await self._all(stmt.order_by(frames.c.id).limit(limit))
+
+    async def count_frames_after_id(self, after_id: int, session_id: str | None = None) -> int:
+        stmt = sa.select(sa.func.count()).select_from(frames).where(frames.c.id > after_id)
+        if session_id is not None:
+            stmt = stmt.where(frames.c.session_id == session_id)
+        return int(await self._scalar(stmt) or 0)
+
+
+def _partner_of(
+    f: dict[str, Any], by_id: dict[tuple[str, str], list[dict[str, Any]]]
+) -> dict[str, Any] | None:
+    if f["kind"] == "request":
+        chain = by_id.get((f["direction"], f["msg_id"]), [])
+        return next((r for r in chain if r["kind"] != "request" and r["seq"] > f["seq"]), None)
+    chain = by_id.get((_flip(f["direction"]), f["msg_id"]), [])
+    match = None
+    for r in chain:
+        if r["kind"] == "request" and r["seq"] < f["seq"]:
+            match = r
+    return match
+
+
+def _small_raw() -> Any:
+    return sa.case((frames.c.size <= SMALL_RAW, frames.c.raw), else_=sa.null()).label("raw")
+
+
+def _flip(direction: str) -> str:
+    return "s2c" if direction == "c2s" else "c2s"

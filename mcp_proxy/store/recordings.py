@@ -1,0 +1,290 @@
+"""The SQL behind recording files: bulk reads for export, bulk writes for import.
+
+Export and import move whole sessions, tens of thousands of frames at a time, so they do not
+go through the dashboard's async read API (one awaited round trip per page of rows) nor through
+the recorder (built for a live trickle of frames, with classification, numbering and handshake
+tracking that an import already has from the file). This module reads a session's rows in
+pages over one sync connection and writes an imported session in one transaction with
+``executemany`` — the store keeps every SQL statement; callers see plain dicts.
+
+It imports nothing of the project above the store: the recording package converts these rows
+to and from its model.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from mcp_proxy.errors import StoreError
+from mcp_proxy.store import engine as engine_mod
+from mcp_proxy.store import schema
+from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
+
+#: Frame columns read for export and written by import, in row-tuple order.
+FRAME_COLUMNS = (
+    "seq",
+    "ts",
+    "mono_ns",
+    "direction",
+    "channel",
+    "kind",
+    "method",
+    "msg_id",
+    "error_code",
+    "size",
+    "complete",
+    "partial_parse",
+    "raw",
+    "http_exchange_id",
+    "sse_id",
+    "sse_event",
+)
+#: Column limits of the schema that a derived value must fit (the raw bytes always go in whole).
+_METHOD_MAX = 200
+_MSG_ID_MAX = 300
+_SSE_ID_MAX = 200
+_SSE_EVENT_MAX = 100
+_INT64 = (-(2**63), 2**63 - 1)
+PAGE = 10_000
+
+
+def _short(exc: BaseException) -> str:
+    return engine_mod._short(exc)
+
+
+@dataclass
+class SessionRows:
+    """One session as rows: what an export reads and an import writes."""
+
+    session: dict[str, Any]
+    exchanges: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    annotations: list[dict[str, Any]] = field(default_factory=list)
+
+
+class RecordingStore:
+    """A sync handle on one database for export and import (open, use, :meth:`close`)."""
+
+    def __init__(self, url: str, *, write: bool = False) -> None:
+        try:
+            self.engine: Engine = engine_mod.sync_engine(url)
+            if write:
+                engine_mod.ensure_schema(url, self.engine)
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise StoreError(_short(exc)) from exc
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> RecordingStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ reading
+    def _rows(self, stmt: sa.Executable) -> list[dict[str, Any]]:
+        try:
+            with self.engine.connect() as conn:
+                return [dict(r._mapping) for r in conn.execute(stmt)]
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(_short(exc)) from exc
+
+    def session_rows(self, session_id: str) -> SessionRows:
+        """A session's row, exchanges (numbered 1, 2, … in order), findings and annotations."""
+        found = self._rows(sa.select(sessions).where(sessions.c.id == session_id))
+        if not found:
+            raise StoreError(f"session {session_id} disappeared while it was read")
+        exchanges = self._rows(
+            sa.select(http_exchanges)
+            .where(http_exchanges.c.session_id == session_id)
+            .order_by(http_exchanges.c.started_at, http_exchanges.c.id)
+        )
+        recorded = self._rows(
+            sa.select(*[c for c in findings.c if c.name not in ("id", "session_id")])
+            .where(findings.c.session_id == session_id)
+            .order_by(findings.c.id)
+        )
+        notes = self._rows(
+            sa.select(
+                schema.annotations.c.frame_seq,
+                schema.annotations.c.tag,
+                schema.annotations.c.note,
+                schema.annotations.c.created_at,
+                schema.annotations.c.updated_at,
+            )
+            .where(schema.annotations.c.session_id == session_id)
+            .order_by(schema.annotations.c.created_at, schema.annotations.c.id)
+        )
+        return SessionRows(found[0], exchanges, recorded, notes)
+
+    def iter_frames(self, session_id: str, page: int = PAGE) -> Iterator[list[tuple[Any, ...]]]:
+        """A session's frames in seq order, a page of row tuples (:data:`FRAME_COLUMNS`) at a time.
+
+        Keyset pages over the ``(session_id, seq)`` index, so memory stays one page whatever the
+        session's size, and a page costs one statement.
+        """
+        cols = [frames.c[name] for name in FRAME_COLUMNS]
+        stmt = (
+            sa.select(*cols)
+            .where(frames.c.session_id == session_id, frames.c.seq > sa.bindparam("after"))
+            .order_by(frames.c.seq)
+            .limit(page)
+        )
+        after = -(2**62)
+        try:
+            with self.engine.connect() as conn:
+                while True:
+                    rows = [tuple(r) for r in conn.execute(stmt, {"after": after})]
+                    if rows:
+                        yield rows
+                    if len(rows) < page:
+                        return
+                    after = rows[-1][0]
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(_short(exc)) from exc
+
+    # ------------------------------------------------------------------ writing
+    def import_session(
+        self,
+        session: dict[str, Any],
+        exchanges: Sequence[dict[str, Any]],
+        frame_rows: Iterator[tuple[Any, ...]],
+        recorded: Sequence[dict[str, Any]],
+        notes: Sequence[dict[str, Any]],
+    ) -> tuple[str, int]:
+        """Write one session in one transaction; returns its new id and the frames written.
+
+        ``exchanges`` carry their per-session number as ``id``; frame rows (in
+        :data:`FRAME_COLUMNS` order) point at those numbers, which become database ids here.
+        Derived columns are made storable (overlong ids and methods left out, integers beyond
+        64 bits dropped) — the raw bytes, which they are derived from, always go in whole.
+        """
+        new_id = uuid.uuid4().hex
+        row = {k: v for k, v in session.items() if k in sessions.c and k != "id"}
+        row.update(id=new_id, frame_count=0)
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(sessions.insert(), [row])
+                ids = self._insert_exchanges(conn, new_id, exchanges)
+                count, last = self._insert_frames(conn, new_id, frame_rows, ids)
+                conn.execute(
+                    sessions.update()
+                    .where(sessions.c.id == new_id)
+                    .values(frame_count=count, updated_at=row.get("updated_at") or last)
+                )
+                if recorded:
+                    conn.execute(findings.insert(), [{**f, "session_id": new_id} for f in recorded])
+                if notes:
+                    conn.execute(
+                        schema.annotations.insert(), [{**n, "session_id": new_id} for n in notes]
+                    )
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(f"import failed: {_short(exc)}") from exc
+        return new_id, count
+
+    @staticmethod
+    def _insert_exchanges(
+        conn: sa.Connection, session_id: str, exchanges: Sequence[dict[str, Any]]
+    ) -> dict[int, int]:
+        if not exchanges:
+            return {}
+        names = [c.name for c in http_exchanges.c if c.name not in ("id", "session_id")]
+        params = [{"session_id": session_id, **{n: ex.get(n) for n in names}} for ex in exchanges]
+        stmt = http_exchanges.insert().returning(http_exchanges.c.id, sort_by_parameter_order=True)
+        result = conn.execute(stmt, params)
+        return {int(ex["id"]): int(db[0]) for ex, db in zip(exchanges, result, strict=True)}
+
+    def _insert_frames(
+        self,
+        conn: sa.Connection,
+        session_id: str,
+        frame_rows: Iterator[tuple[Any, ...]],
+        exchange_ids: dict[int, int],
+    ) -> tuple[int, float | None]:
+        stmt = sa.insert(frames).values(
+            {"session_id": sa.bindparam("session_id")} | {c: sa.bindparam(c) for c in FRAME_COLUMNS}
+        )
+        compiled = stmt.compile(dialect=self.engine.dialect)
+        positional = bool(compiled.positional)
+        order = tuple(compiled.positiontup or ()) if positional else ()
+        sql = str(compiled)
+        count = 0
+        last: float | None = None
+        page: list[Any] = []
+        for r in frame_rows:
+            fixed = _storable(session_id, r, exchange_ids)
+            page.append(
+                _params(fixed, order) if positional else dict(zip(_COLS, fixed, strict=True))
+            )
+            count += 1
+            last = r[1]
+            if len(page) >= PAGE:
+                conn.exec_driver_sql(sql, page)
+                page = []
+        if page:
+            conn.exec_driver_sql(sql, page)
+        return count, last
+
+
+_COLS = ("session_id", *FRAME_COLUMNS)
+
+
+def _params(row: tuple[Any, ...], order: tuple[str, ...]) -> tuple[Any, ...]:
+    if order == _COLS:
+        return row
+    return tuple(row[_COLS.index(name)] for name in order)
+
+
+def _fits(value: Any, limit: int) -> Any:
+    """A derived text value if the database can hold it, else None (the raw bytes keep it).
+
+    Too long for its column, or a lone surrogate (``"\\ud800"`` in the JSON) that no UTF-8
+    database accepts: either would fail the whole transaction.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > limit:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return value
+
+
+def _storable(session_id: str, r: tuple[Any, ...], exchange_ids: dict[int, int]) -> tuple[Any, ...]:
+    """A frame row with the session key, database exchange id and storable derived values."""
+    (seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete, partial, raw,
+     ex, sse_id, sse_event) = r  # fmt: skip
+    if code is not None and not _INT64[0] <= code <= _INT64[1]:
+        code = None
+    if mono is None or not _INT64[0] <= mono <= _INT64[1]:
+        mono = 0
+    return (
+        session_id,
+        seq,
+        ts,
+        mono,
+        direction,
+        channel,
+        kind,
+        _fits(method, _METHOD_MAX),
+        _fits(msg_id, _MSG_ID_MAX),
+        code,
+        size,
+        complete,
+        partial,
+        raw,
+        exchange_ids.get(ex) if ex is not None else None,
+        _fits(sse_id, _SSE_ID_MAX),
+        _fits(sse_event, _SSE_EVENT_MAX),
+    )

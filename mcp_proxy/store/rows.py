@@ -1,0 +1,151 @@
+"""The rows the recorder hands to the store: one frame-row type and one batch of writes.
+
+This module is the seam between the recorder (which builds rows from bytes) and the store
+(which owns every write statement). It imports nothing heavy — no SQLAlchemy — so that the
+recorder's pure batch builder and its tests stay cheap to import; :mod:`mcp_proxy.store.writes`
+turns a :class:`Batch` into SQL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+class FrameRow(NamedTuple):
+    """One row of ``frames``, in the column order of the INSERT (``FRAME_COLS``)."""
+
+    session_id: str
+    seq: int
+    ts: float
+    mono_ns: int
+    direction: str
+    channel: str
+    kind: str
+    method: str | None
+    msg_id: str | None
+    error_code: int | None
+    size: int
+    complete: bool
+    partial_parse: bool
+    raw: bytes | bytearray
+    http_exchange_id: int | None
+    sse_id: str | None
+    sse_event: str | None
+    redacted: bool | None
+
+
+#: The frame columns the recorder fills, in the order of :class:`FrameRow`.
+FRAME_COLS: tuple[str, ...] = FrameRow._fields
+
+
+@dataclass(slots=True)
+class Gap:
+    """Frames of one session that were relayed but will never be in the database."""
+
+    lost: int = 0
+    reason: str = ""
+    seqs: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Batch:
+    """Everything one transaction writes, in dependency order (sessions → exchanges → frames).
+
+    ``session_counts`` maps a session to ``(frame_count, updated_at)`` after this batch;
+    ``gaps`` are losses to record as a ``recorder.gap`` finding and added to ``gap_count``.
+    """
+
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+    session_updates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    session_counts: dict[str, tuple[int, float]] = field(default_factory=dict)
+    exchanges: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    exchange_updates: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    frames: list[FrameRow] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    gaps: dict[str, Gap] = field(default_factory=dict)
+
+    def empty(self) -> bool:
+        return not (
+            self.sessions
+            or self.session_updates
+            or self.session_counts
+            or self.exchanges
+            or self.exchange_updates
+            or self.frames
+            or self.findings
+            or self.gaps
+        )
+
+    def without_frames(self) -> Batch:
+        """What must still be written after this batch's frames were counted as lost."""
+        return Batch(
+            sessions=self.sessions,
+            session_updates=self.session_updates,
+            exchanges=self.exchanges,
+            exchange_updates=self.exchange_updates,
+            findings=self.findings,
+            gaps=self.gaps,
+        )
+
+    def merge_after(self, earlier: Batch) -> Batch:
+        """``earlier`` (carried from a failed batch) followed by this one, as one batch."""
+        updates = dict(earlier.session_updates)
+        for sid, fields in self.session_updates.items():
+            updates[sid] = {**updates.get(sid, {}), **fields}
+        gaps = dict(earlier.gaps)
+        for sid, g in self.gaps.items():
+            old = gaps.get(sid)
+            gaps[sid] = (
+                g
+                if old is None
+                else Gap(old.lost + g.lost, g.reason or old.reason, old.seqs + g.seqs)
+            )
+        return Batch(
+            sessions=earlier.sessions + self.sessions,
+            session_updates=updates,
+            session_counts={**earlier.session_counts, **self.session_counts},
+            exchanges=earlier.exchanges + self.exchanges,
+            exchange_updates=earlier.exchange_updates + self.exchange_updates,
+            frames=earlier.frames + self.frames,
+            findings=earlier.findings + self.findings,
+            gaps=gaps,
+        )
+
+
+#: The finding code of a recording gap (frames relayed but not recorded).
+GAP_CODE = "recorder.gap"
+
+
+def gap_finding(session_id: str, gap: Gap, now: float) -> dict[str, Any]:
+    """The ``recorder.gap`` finding row for ``gap`` (written with the ``gap_count`` increment)."""
+    return {
+        "session_id": session_id,
+        "code": GAP_CODE,
+        "severity": "error",
+        "title": f"{gap.lost} frame(s) were relayed but not recorded",
+        "detail": f"Recording gap: {gap.reason or 'unknown cause'}. The traffic itself was "
+        "relayed; these frames are missing from the recording.",
+        "frame_seqs": gap.seqs[:1000],
+        "source": "recorder",
+        "created_at": now,
+    }
+
+
+def storable(value: Any) -> Any:
+    """``value`` as a scalar column can hold it: lone surrogates escaped, ints past 64 bits None.
+
+    JSON columns need no help (``json.dumps`` escapes surrogates); text and integer columns do:
+    the driver refuses ``"\\ud800"`` (not encodable as UTF-8) and ``2**64`` (no SQL type).
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if _INT64[0] <= value <= _INT64[1] else None
+    return value
