@@ -46,7 +46,7 @@ def wait_exchanges(fw: Forward, url_part: str, n: int = 1, within: float = 15.0)
             rows = []
         if len(rows) >= n:
             return rows
-        await asyncio.sleep(0.1)
+        time.sleep(0.1)
     raise AssertionError(f"no {n} recorded exchange(s) for {url_part}: {rows}")
 
 
