@@ -234,3 +234,54 @@ async def test_oauth_failures_are_findings(
     oauth_checks({e["id"]: e for e in exchanges}, sink)
     codes = {f.code for f in sink.result()}
     assert "oauth.resource_mismatch" in codes, codes
+
+
+async def test_token_refresh_recorded_in_the_session(
+    tmp_path: Path, confdir: Path, tls_files: TLSFiles
+) -> None:
+    """A token that expires mid-session: the refresh goes into the session it kept alive."""
+    with (
+        start_tls_server(tls_files, "--mode", "stateful", "--oauth", "--token-ttl", "2") as srv,
+        run_forward(tmp_path / "refresh.db", confdir) as fw,
+    ):
+        browser = Browser(fw)
+        provider = OAuthClientProvider(
+            server_url=srv.url,
+            client_metadata=OAuthClientMetadata(
+                client_name="mcptape-test",
+                redirect_uris=["http://127.0.0.1:1/callback"],  # type: ignore[list-item]
+                grant_types=["authorization_code", "refresh_token"],
+                response_types=["code"],
+                token_endpoint_auth_method="client_secret_post",
+            ),
+            storage=MemoryStorage(),
+            redirect_handler=browser.redirect,
+            callback_handler=browser.callback,
+        )
+        inner = httpx2.AsyncHTTPTransport(proxy=fw.url, verify=fw.ssl_context(), trust_env=False)
+        tee = TeeTransport(inner)
+        client = httpx2.AsyncClient(
+            transport=tee, auth=provider, timeout=httpx2.Timeout(30, read=300), trust_env=False
+        )
+        async with client:
+            transport = streamable_http_client(srv.url, http_client=client)
+            async with make_client(transport, mode="legacy") as c:
+                await c.call_tool("echo", {"text": "before"})
+                await asyncio.sleep(3)  # the access token expires
+                after = await c.call_tool("echo", {"text": "after"})
+        assert fw.stop() == 0
+    assert not after.is_error
+    sessions = fw.sessions()
+    assert len(sessions) == 1
+    exchanges = fw.exchanges()
+    tokens = [e for e in exchanges if e["meta"].get("oauth", {}).get("role") == "token_endpoint"]
+    grants = [e["meta"]["request_body"]["text"] for e in tokens]
+    assert any("grant_type=refresh_token" in g for g in grants), grants
+    assert any("grant_type=authorization_code" in g for g in grants), grants
+    assert all(e["session_id"] == sessions[0]["id"] for e in exchanges)
+    secrets = secrets_seen(tee.seen)
+    assert len([s for s in secrets if s.startswith("at-")]) >= 2
+    db = tmp_path / "refresh.db"
+    for path in db.parent.glob(db.name + "*"):
+        data = path.read_bytes()
+        assert not [s for s in secrets if s.encode() in data]
