@@ -38,6 +38,12 @@ class FailOn(StrEnum):
     never = "never"
 
 
+class CheckFormat(StrEnum):
+    text = "text"
+    json = "json"
+    junit = "junit"  # JUnit XML on stdout, for CI (mcp_proxy.recording.junit)
+
+
 class MinSeverity(StrEnum):
     info = "info"
     warning = "warning"
@@ -58,7 +64,9 @@ def check(
         list[str], typer.Argument(help="Session id prefixes or names (latest with that name).")
     ],
     db: DbOption = None,
-    fmt: Annotated[Format, typer.Option("--format", help="text or json.")] = Format.text,
+    fmt: Annotated[
+        CheckFormat, typer.Option("--format", help="text, json or junit (JUnit XML for CI).")
+    ] = CheckFormat.text,
     fail_on: Annotated[
         FailOn,
         typer.Option(help="Exit 5 when a finding is this severe or worse (never: always 0)."),
@@ -72,7 +80,7 @@ def check(
     brief: Annotated[bool, typer.Option("--brief", help="One line per finding.")] = False,
 ) -> None:
     """Print the findings of sessions and exit non-zero by severity (for CI)."""
-    json_errors(fmt)
+    json_errors(Format.json if fmt == CheckFormat.json else Format.text)
     from mcp_proxy.analysis.catalogue import at_least
     from mcp_proxy.analysis.service import session_findings
     from mcp_proxy.render import finding_text, session_line
@@ -93,6 +101,11 @@ def check(
             await store.close()
 
     results = asyncio.run(go())
+    if fmt == CheckFormat.junit:
+        from mcp_proxy.recording.junit import check_junit
+
+        sys.stdout.buffer.write(check_junit(results, fail_on.value))
+        sys.stdout.buffer.flush()
     failing = 0
     failing_sessions = 0
     docs = []
@@ -108,7 +121,9 @@ def check(
         )
         failing += len(bad)
         failing_sessions += bool(bad)
-        if fmt == Format.json:
+        if fmt == CheckFormat.junit:
+            continue
+        if fmt == CheckFormat.json:
             docs.append(
                 {
                     "session": {
@@ -131,7 +146,7 @@ def check(
             f"  {len(rows)} finding(s): {counts['error']} error, {counts['warning']} warning,"
             f" {counts['info']} info"
         )
-    if fmt == Format.json:
+    if fmt == CheckFormat.json:
         print(json.dumps(docs, indent=2, ensure_ascii=False, default=str))
     if failing:
         fail(
