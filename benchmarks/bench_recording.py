@@ -3,9 +3,8 @@
     uv run python benchmarks/bench_recording.py             # 50,000 frames, 3 rounds
     uv run python benchmarks/bench_recording.py 200000 5    # another size, 5 rounds
 
-The session is generated like ``bench_analysis.py``'s (2026-07-28 tools/call traffic with
-progress, logs, errors and stderr) and recorded into a temporary SQLite database through the
-real Recorder. Then, per round, timed separately:
+The session is ``bench_analysis.py``'s (2026-07-28 tools/call traffic with progress, logs,
+errors and stderr), recorded into a temporary SQLite database through the real Recorder. Then, per round, timed separately:
 
 - export: the session read from the database and written as a JSON Lines file (the library
   path ``mcptape export`` runs, start-up excluded), and ``mcptape export`` as a process;
@@ -33,27 +32,29 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_analysis import build
+from bench_analysis import generate
 
 TARGET = 100_000
 
 
 def _export(db_url: str, sid: str, out: Path) -> int:
-    from mcp_proxy.recording.database import load_sessions
+    """What ``mcptape export SESSION -o FILE`` runs, start-up excluded."""
+    from mcp_proxy.recording.database import read_sessions, resolve_sessions
     from mcp_proxy.recording.jsonl import iter_jsonl
     from mcp_proxy.recording.model import write_file
     from mcp_proxy.store.queries import Store
 
-    async def load() -> object:
+    async def resolve() -> list[dict[str, object]]:
         store = await Store.open(db_url)
         try:
-            return await load_sessions(store, [sid])
+            return await resolve_sessions(store, [sid])
         finally:
             await store.close()
 
-    recording = asyncio.run(load())
-    write_file(out, iter_jsonl(recording))  # type: ignore[arg-type]
-    return recording.frame_total  # type: ignore[attr-defined,no-any-return]
+    ids = [str(r["id"]) for r in asyncio.run(resolve())]
+    recording = read_sessions(db_url, ids)
+    write_file(out, iter_jsonl(recording))
+    return recording.frame_total
 
 
 def _import(path: Path, db_url: str) -> int:
@@ -125,11 +126,8 @@ def main() -> None:
         db = Path(tmp) / "bench.db"
         db_url = "sqlite:///" + str(db)
         t = time.perf_counter()
-        wire = build(n)
-        sid = wire.record(db_url, name="bench")
-        print(
-            f"generated and recorded {len(wire.frames)} frames in {time.perf_counter() - t:.1f} s"
-        )
+        sid = generate(db_url, n)
+        print(f"generated and recorded a {n:,}-frame session in {time.perf_counter() - t:.1f} s")
         out = Path(tmp) / "bench.mcptape.jsonl"
         size = 0
         exp, imp, exp_cli, imp_cli, d_out, d_in = [], [], [], [], [], []

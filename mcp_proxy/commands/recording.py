@@ -81,7 +81,7 @@ def export(
     db: DbOption = None,
 ) -> None:
     """Write sessions to a file in a recording format (deterministic bytes), or send them."""
-    from mcp_proxy.recording.database import load_sessions, session_frame_counts
+    from mcp_proxy.recording.database import read_sessions, resolve_sessions
     from mcp_proxy.recording.model import write_file
     from mcp_proxy.recording.registry import output_format
     from mcp_proxy.store.engine import resolve_url
@@ -91,23 +91,19 @@ def export(
     sending = output.startswith(("http://", "https://"))
     writer = chosen.need_writer() if not sending else None
 
-    async def load(advance: Any) -> Any:
-        store = await Store.open(resolve_url(db))
+    url = resolve_url(db)
+
+    async def resolve() -> list[dict[str, Any]]:
+        store = await Store.open(url)
         try:
-            return await load_sessions(store, sessions, advance)
+            return await resolve_sessions(store, sessions)
         finally:
             await store.close()
 
-    async def count() -> int:
-        store = await Store.open(resolve_url(db))
-        try:
-            return await session_frame_counts(store, sessions)
-        finally:
-            await store.close()
-
-    total = asyncio.run(count()) if sys.stderr.isatty() else None
+    rows = asyncio.run(resolve())
+    total = sum(int(r.get("frame_count") or 0) for r in rows)
     with progress_bar("reading", total) as advance:
-        recording = asyncio.run(load(advance))
+        recording = read_sessions(url, [str(r["id"]) for r in rows], advance)
     n = recording.frame_total
     if sending:
         if chosen.send is None:
