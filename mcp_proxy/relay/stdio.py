@@ -127,6 +127,10 @@ class StdioRelay:
         self._forwarded_signal: int | None = None
         self._host_gone = False
         self._stdin_broken = False
+        #: Held by the host→server pump from its write until the chunk is handed to the
+        #: recorder: the session ends only after what was forwarded is recorded (that pump is
+        #: never joined — it may block reading the host for ever).
+        self._handover = threading.Lock()
 
     # ------------------------------------------------------------------ helpers
     def _tee(
@@ -177,14 +181,15 @@ class StdioRelay:
                     chunk = b""
                 if not chunk:
                     break
-                if not broken:
-                    try:
-                        _write_all(server_stdin, chunk)
-                    except OSError:
-                        # The server closed its stdin or died: keep recording what the host says.
-                        broken = True
-                        self._stdin_broken = True
-                self._tee(Direction.C2S, Channel.STDIO, chunk, mono, wall)
+                with self._handover:
+                    if not broken:
+                        try:
+                            _write_all(server_stdin, chunk)
+                        except OSError:
+                            # The server closed its stdin or died: keep recording the host.
+                            broken = True
+                            self._stdin_broken = True
+                    self._tee(Direction.C2S, Channel.STDIO, chunk, mono, wall)
         finally:
             self._eos(Direction.C2S, Channel.STDIO)
             with contextlib.suppress(OSError):
@@ -285,6 +290,8 @@ class StdioRelay:
         t_out.join(5)
         t_err.join(5)
         exit_code, exit_signal = (128 - status, -status) if status < 0 else (status, None)
+        if self._handover.acquire(timeout=2):
+            self._handover.release()
         if self.recorder is not None and self.session_id is not None:
             crashed = exit_code != 0 and self._forwarded_signal is None
             self.recorder.end_session(
