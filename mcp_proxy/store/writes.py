@@ -105,7 +105,7 @@ class SqlAlchemyBackend:
         if self.engine.dialect.name == "postgresql":
             from mcp_proxy.store import pg  # binary COPY: several times executemany's rate
 
-            pg.copy_frames(conn.connection.driver_connection, rows)
+            pg.copy_frames(conn, rows)  # converts driver errors as SQLAlchemy does
             return
         sql, order = _frame_insert(self.engine)
         if self.engine.dialect.name == "sqlite" and any(len(r.raw) > BIG_BLOB for r in rows):
