@@ -326,13 +326,29 @@ def record_stdio(
     every transport, applied in the recorder process to the recorded copy only.
     """
     from mcp_proxy.recorder.client import RecorderClient
-    from mcp_proxy.redact import ENV_REDACT, Redactor, env_allows_redaction
 
-    enabled = env_allows_redaction() if redact is None else redact
-    try:
-        policy = Redactor.from_options(enabled=enabled, headers=redact_headers, paths=redact_paths)
-    except ValueError as exc:
-        raise UserError(f"--redact-path: {exc}") from exc
+    env_value = os.environ.get("MCPTAPE_REDACT", "").strip()
+    if redact is None:
+        if env_value.lower() in ("", "1", "on", "true", "yes"):
+            redact = True
+        else:
+            from mcp_proxy.redact import env_allows_redaction
+
+            redact = env_allows_redaction()
+    if redact and not redact_headers and not redact_paths:
+        # The recorder process builds the policy (the relay compiles no redaction rules): the
+        # default, or the user's own policy from MCPTAPE_REDACT, passed on as it is.
+        policy = env_value if env_value.startswith("{") else "1"
+    else:
+        from mcp_proxy.redact import Redactor
+
+        try:
+            policy = Redactor.from_options(
+                enabled=redact, headers=redact_headers, paths=redact_paths
+            ).to_env()
+        except ValueError as exc:
+            raise UserError(f"--redact-path: {exc}") from exc
+    enabled = redact
     meta = None
     if not enabled:
         meta = {"redaction": "off (--no-redact): credentials are recorded in clear"}
@@ -341,7 +357,7 @@ def record_stdio(
             file=sys.stderr,
             flush=True,
         )
-    recorder = RecorderClient(db_url, env={ENV_REDACT: policy.to_env()})
+    recorder = RecorderClient(db_url, env={"MCPTAPE_REDACT": policy})
     relay = StdioRelay(
         argv, recorder=recorder, name=name, release_stdout_at_eof=True, session_meta=meta
     )
