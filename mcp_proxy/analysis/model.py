@@ -233,6 +233,10 @@ class Exchange:
     chain: int | None = None
     round: int = 0
     last_progress: float | None = None
+    #: Read while pairing (the bodies are parsed then, and released after): the request carried
+    #: the 2026-07-28 envelope; the answer was a result without ``resultType``.
+    enveloped: bool = False
+    untyped_result: bool = False
     # The request and response messages, for the checks; cleared when analyze() returns
     # (request_seq and response_seq point at their frames).
     request: Msg | None = None
