@@ -27,6 +27,9 @@ _UNSAFE.update(
 )
 
 
+# Lone surrogates (JSON's "\ud800" decodes to one) cannot be written to a terminal or a file:
+# shown as their escape.
+_UNSAFE.update({c: f"\\u{c:04x}" for c in range(0xD800, 0xE000)})
 _UNSAFE_RE = re.compile("[" + "".join(re.escape(chr(c)) for c in _UNSAFE) + "]")
 
 

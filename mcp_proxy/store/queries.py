@@ -279,9 +279,23 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
                     )
                 )
                 if rows:
-                    await conn.execute(findings.insert(), rows)
+                    await conn.execute(findings.insert(), [storable(r) for r in rows])
         except sa.exc.DBAPIError as exc:
             raise StoreError(engine_mod._short(exc)) from exc
+
+
+def storable(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with every text value storable as UTF-8.
+
+    Findings quote what was on the wire: a method or message holding a lone surrogate (JSON's
+    ``"\\ud800"`` decodes to one) cannot be encoded for the database, and one such value
+    would lose every finding of the session. It is kept as its escape (``\\ud800``).
+    """
+    out = dict(row)
+    for key, value in row.items():
+        if isinstance(value, str):
+            out[key] = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return out
 
 
 def is_live(session: dict[str, Any], *, now: float | None = None) -> bool:
