@@ -27,7 +27,7 @@ class Format(StrEnum):
     json = "json"
 
 
-def json_errors(fmt: Format) -> None:
+def json_errors(fmt: str) -> None:
     """With --format json, errors also come as one JSON line on stderr (for scripts)."""
     if fmt == Format.json:
         os.environ.setdefault("MCPTAPE_ERROR_FORMAT", "json")
