@@ -194,8 +194,7 @@ def stats(
     """Per-method counts, error rates and latency p50/p95/p99 (one session or across many)."""
     json_errors(fmt)
     since_ts, max_rows = parse_time(since), check_limit(limit)
-    from mcp_proxy.analysis.service import session_analysis
-    from mcp_proxy.analysis.stats import merge_stats, method_stats, sorted_stats
+    from mcp_proxy.analysis.service import sessions_stats
     from mcp_proxy.render import cli_name
 
     async def go() -> tuple[list[dict[str, Any]], Any]:
@@ -209,16 +208,12 @@ def stats(
                         rows.append(s)
             else:
                 rows = await store.list_sessions(name=name, since=since_ts, limit=max_rows)
-            parts = []
-            for s in rows:
-                analysis = await session_analysis(store, s)
-                parts.append(method_stats(analysis.exchanges, by_name=by_name))
-            return rows, merge_stats(parts)
+            # One session analysed at a time, only its per-method numbers kept.
+            return rows, await sessions_stats(store, rows, by_name=by_name)
         finally:
             await store.close()
 
-    rows, merged = asyncio.run(go())
-    table = sorted_stats(merged)
+    rows, table = asyncio.run(go())
     if fmt == Format.json:
         print(
             json.dumps(
