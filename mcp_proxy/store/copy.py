@@ -58,6 +58,28 @@ def _columns(table: sa.Table, *, without_id: bool) -> list[sa.Column[Any]]:
     return [c for c in table.columns if not (without_id and c.name == "id")]
 
 
+def _read(
+    conn: sa.Connection, table: sa.Table, *, without_id: bool, where: Any, order: Any
+) -> list[dict[str, Any]]:
+    """Rows of ``table`` as dicts, ready to insert elsewhere.
+
+    A JSON column reads ``None`` both for SQL NULL and for a stored JSON ``null`` (the recorder
+    writes both: a key left out, a key set to None). They are told apart here and written back
+    as they were: ``sa.null()`` for SQL NULL, ``None`` (JSON ``null``) otherwise.
+    """
+    cols = _columns(table, without_id=without_id)
+    json_cols = [c for c in cols if isinstance(c.type, sa.JSON)]
+    flags = [c.is_(None).label(f"_isnull_{c.name}") for c in json_cols]
+    out = []
+    for r in conn.execute(sa.select(*cols, *flags).where(where).order_by(order)):
+        row = r._asdict()
+        for c in json_cols:
+            if row.pop(f"_isnull_{c.name}"):
+                row[c.name] = sa.null()
+        out.append(row)
+    return out
+
+
 def _same_database(a: str, b: str) -> bool:
     ua, ub = sa.engine.make_url(a), sa.engine.make_url(b)
     if ua.get_backend_name() != ub.get_backend_name():
@@ -98,7 +120,13 @@ def copy_store(
         existing = _destination_sessions(dst, ids)
         for i, sid in enumerate(ids, 1):
             with src.connect() as sconn, sconn.begin():  # one consistent read per session
-                row = sconn.execute(sa.select(sessions).where(sessions.c.id == sid)).one()._asdict()
+                row = _read(
+                    sconn,
+                    sessions,
+                    without_id=False,
+                    where=sessions.c.id == sid,
+                    order=sessions.c.id,
+                )[0]
                 with dst.begin() as dconn:
                     _copy_session(sconn, dconn, row, existing.get(sid), result)
             result.session_ids.append(sid)
@@ -167,13 +195,13 @@ def _copy_session(
 
 def _copy_exchanges(sconn: sa.Connection, dconn: sa.Connection, sid: str) -> dict[int, int]:
     """Insert the session's exchanges; the source id → the destination's id."""
-    cols = _columns(http_exchanges, without_id=False)
-    src_rows = [
-        r._asdict()
-        for r in sconn.execute(
-            sa.select(*cols).where(http_exchanges.c.session_id == sid).order_by(http_exchanges.c.id)
-        )
-    ]
+    src_rows = _read(
+        sconn,
+        http_exchanges,
+        without_id=False,
+        where=http_exchanges.c.session_id == sid,
+        order=http_exchanges.c.id,
+    )
     if not src_rows:
         return {}
     old_ids = [r.pop("id") for r in src_rows]
@@ -228,7 +256,7 @@ def _copy_frames(
         if pg:
             from mcp_proxy.store import pg as pg_mod
 
-            pg_mod.copy_rows(dconn.connection.driver_connection, "frames", names, rows)
+            pg_mod.copy_into(dconn, "frames", names, rows)
         else:
             dconn.execute(frames.insert(), [dict(zip(names, r, strict=True)) for r in rows])
         n += len(rows)
@@ -236,13 +264,7 @@ def _copy_frames(
 
 
 def _copy_plain(sconn: sa.Connection, dconn: sa.Connection, table: sa.Table, sid: str) -> int:
-    cols = _columns(table, without_id=True)
-    rows = [
-        r._asdict()
-        for r in sconn.execute(
-            sa.select(*cols).where(table.c.session_id == sid).order_by(table.c.id)
-        )
-    ]
+    rows = _read(sconn, table, without_id=True, where=table.c.session_id == sid, order=table.c.id)
     if rows:
         dconn.execute(table.insert(), rows)
     return len(rows)

@@ -343,12 +343,17 @@ def start_pg_server() -> PgServer:
 
 
 def wait_until(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is true; an exception (no table yet …) counts as false."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
+    while True:
+        try:
+            if predicate():
+                return True
+        except Exception:
+            pass
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(interval)
-    return bool(predicate())
 
 
 # --------------------------------------------------------------------------- .ci/run
