@@ -72,15 +72,21 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "both_dialects: run the module's db_path/db_url tests on SQLite and on PostgreSQL",
     )
+    config.addinivalue_line(
+        "markers",
+        "sqlite_only: in a both_dialects module, a test of a SQLite mechanism (file locks …)",
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """``pytestmark = pytest.mark.both_dialects`` in a module: its ``db_path``/``db_url`` tests
-    run once per dialect (ids ``sqlite`` and ``postgresql``)."""
+    run once per dialect (ids ``sqlite`` and ``postgresql``); a test marked ``sqlite_only``
+    (it exercises a SQLite mechanism, e.g. a file lock) runs on SQLite alone."""
     if "store_dialect" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
         "both_dialects"
     ):
-        metafunc.parametrize("store_dialect", DIALECTS, indirect=True)
+        only = metafunc.definition.get_closest_marker("sqlite_only")
+        metafunc.parametrize("store_dialect", ["sqlite"] if only else DIALECTS, indirect=True)
 
 
 # --------------------------------------------------------------------------- both dialects

@@ -92,6 +92,23 @@ def rows(db: Path | str, sql: str, *args: Any) -> list[dict[str, Any]]:
         conn.close()
 
 
+def execute(db: Path | str, sql: str, *args: Any) -> None:
+    """Run one statement (``?`` placeholders) and commit, on either dialect."""
+    if _is_pg(db):
+        import psycopg
+
+        assert isinstance(db, str)
+        with psycopg.connect(libpq_conninfo(db), autocommit=True) as conn:
+            conn.execute(sql.replace("%", "%%").replace("?", "%s"), args)  # type: ignore[arg-type]
+        return
+    conn = sqlite3.connect(_sqlite_file(db))
+    try:
+        conn.execute(sql, args)
+        conn.commit()
+    finally:
+        conn.close()
+
+
 def sessions(db: Path | str) -> list[dict[str, Any]]:
     return rows(db, "SELECT * FROM sessions ORDER BY started_at")
 
