@@ -19,7 +19,8 @@ from aiohttp import web
 
 from dashboard import present
 from dashboard.analysis import Analyst
-from dashboard.security import TOKEN_FIELD, is_loopback, new_token, security_middleware
+from dashboard.security import TOKEN_FIELD, new_token, security_middleware
+from mcp_proxy.netutil import is_loopback
 from mcp_proxy.store.queries import Store
 
 HERE = Path(__file__).resolve().parent

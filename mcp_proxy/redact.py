@@ -466,7 +466,7 @@ class Redactor:
     def frame(self, frame: Frame) -> Frame:
         """The frame to record: redacted copy marked ``extra["redacted"]``, or the frame itself.
 
-        Runs in the recorder's writer thread (off the relay path). Never raises: if redaction
+        Runs in the recorder (its own process for ``mcptape record``), off the relay path. Never raises: if redaction
         itself fails, the body is withheld rather than written in clear.
         """
         if not self.enabled or not frame.raw:

@@ -795,6 +795,56 @@ _e(
     reads the result as complete and the operation silently fails.""",
     f"{S26}/basic/patterns/mrtr",
 )
+_e(
+    "oauth.resource_mismatch",
+    E,
+    "Protected-resource metadata names another resource",
+    """The resource server's OAuth protected-resource metadata (RFC 9728) gives a ``resource``
+    that is not the MCP server URL the client connected to. A conforming client must refuse
+    the metadata (the SDKs do: authorization stops before any token is requested), and tokens
+    bound to the named resource would not be accepted here anyway. Usually a server behind a
+    proxy or load balancer configured with its internal URL.""",
+    f"{S25}/basic/authorization",
+)
+_e(
+    "oauth.missing_www_authenticate",
+    W,
+    "401 without WWW-Authenticate",
+    """An MCP endpoint answered 401 without a ``WWW-Authenticate`` header. Servers must say how
+    to authorize there (``Bearer resource_metadata=…``): without it a client can only guess the
+    protected-resource metadata location, and many give up.""",
+    f"{S25}/basic/authorization",
+)
+_e(
+    "oauth.token_error",
+    W,
+    "Token endpoint refused the request",
+    """The authorization server's token endpoint answered with an error (``invalid_grant``,
+    ``invalid_client``, ``invalid_scope``…): an authorization code or refresh token was not
+    exchanged, so the MCP requests that follow go unauthorized. The ``error`` and
+    ``error_description`` of the answer are in the finding.""",
+    "https://www.rfc-editor.org/rfc/rfc6749#section-5.2",
+)
+_e(
+    "oauth.unauthorized_loop",
+    E,
+    "Repeated 401 with a token presented",
+    """The client kept presenting a bearer token that the MCP server refused with 401, several
+    times in a row, with no successful request in between: typically an expired token that is
+    never refreshed, or a token issued for another resource. The host loops or stalls instead
+    of re-authorizing.""",
+    f"{S25}/basic/authorization",
+)
+_e(
+    "forward.upstream_tls",
+    E,
+    "The upstream's TLS handshake failed",
+    """Written by the forward proxy (mitmproxy addon), not the analyzer: mitmproxy could not
+    establish TLS with the MCP server (certificate expired, self-signed or for another host, or
+    signed by a private CA mitmproxy was not told to trust). The host got mitmproxy's error
+    response; the exchange's error says what the handshake reported.""",
+    "https://docs.mitmproxy.org/stable/concepts/certificates/",
+)
 
 #: Every code, in catalogue order.
 CATALOGUE: dict[str, Entry] = {e.code: e for e in _ENTRIES}
@@ -825,16 +875,6 @@ AREAS: dict[str, str] = {
     "pagination": "Lists and pagination",
     "mrtr": "Multi round-trip requests (MRTR)",
 }
-
-
-def entry(code: str) -> Entry:
-    """The catalogue entry for ``code`` (KeyError for an unknown code: a bug in the analyzer)."""
-    return CATALOGUE[code]
-
-
-def severity_of(code: str) -> str:
-    e = CATALOGUE.get(code)
-    return e.severity.value if e else "info"
 
 
 def at_least(severity: str, threshold: str) -> bool:

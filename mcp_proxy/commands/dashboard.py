@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import ipaddress
 import sys
 from typing import Annotated
 
 import typer
 
 from mcp_proxy.cli import app, fail, handle_errors
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+from mcp_proxy.netutil import is_loopback as _is_loopback
 
 
 @app.command()

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from mcp_proxy.cli import app, handle_errors
-from mcp_proxy.recording.registry import formats, names
+from mcp_proxy.recording.registry import declared_names
 
 DbOption = Annotated[
     str | None,
@@ -52,12 +52,9 @@ def progress_bar(label: str, total: int | None) -> Iterator[Callable[[int], None
         yield lambda n: bar.advance(task, n)
 
 
-def _writable_help() -> str:
-    return "; ".join(f"{f.name}: {f.title}" for f in formats() if f.write is not None)
-
-
-def _readable_help() -> str:
-    return ", ".join(names(readable=True))
+def _names_help() -> str:
+    """The format names for ``--help`` (no format module is imported: this runs at every start)."""
+    return ", ".join(declared_names()) + " (`mcptape formats` says what each can do)"
 
 
 @app.command()
@@ -78,7 +75,7 @@ def export(
         str | None,
         typer.Option(
             "--format",
-            help=f"Default: from the output's name, else jsonl. {_writable_help()}.",
+            help=f"Default: from the output's name, else jsonl. One of {_names_help()}.",
         ),
     ] = None,
     db: DbOption = None,
@@ -145,7 +142,7 @@ def import_(
     fmt: Annotated[
         str | None,
         typer.Option(
-            "--format", help=f"Default: recognised from the file. One of {_readable_help()}."
+            "--format", help=f"Default: recognised from the file. One of {_names_help()}."
         ),
     ] = None,
     db: DbOption = None,
@@ -172,6 +169,8 @@ def import_(
 @handle_errors
 def formats_() -> None:
     """List the recording formats: what export writes and import reads."""
+    from mcp_proxy.recording.registry import formats
+
     for f in formats():
         can = "/".join(
             w for w, ok in (("export", f.write), ("import", f.read), ("send", f.send)) if ok

@@ -2,8 +2,8 @@
 
 Loaded in-process by ``mcptape record --forward`` (:mod:`mcp_proxy.forward.runner`) or by a
 user's own mitmproxy (``mitmdump -s addons/mcptape.py --set mcptape_db=…``). It records into the
-same store, through the same recorder contract (:class:`~mcp_proxy.recorder_proc.RecorderClient`),
-with the same session grouping (:class:`~mcp_proxy.relay.http_sessions.SessionRouter`, one per
+same store, through the same recorder contract (:class:`~mcp_proxy.recorder.client.RecorderClient`),
+with the same session grouping (:class:`~mcp_proxy.relay.http.sessions.SessionRouter`, one per
 upstream origin), SSE framing (:class:`~mcp_proxy.framing.SSEParser`) and redaction
 (:class:`~mcp_proxy.redact.Redactor`) as the reverse proxy, so ``show``, ``check``, the
 dashboard, export, diff, replay and mock read forward-proxy sessions unchanged.
@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -51,8 +50,9 @@ from mcp_proxy.forward.recognize import (
 from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.framing import SSEEvent, SSEParser
 from mcp_proxy.headers import mcp_headers
+from mcp_proxy.recorder.contract import Producer
 from mcp_proxy.redact import ENV_REDACT, Redactor
-from mcp_proxy.relay.http_sessions import (
+from mcp_proxy.relay.http.sessions import (
     RULE_CLIENT,
     RULE_LEGACY_SSE,
     RULE_MCP_SESSION,
@@ -62,7 +62,7 @@ from mcp_proxy.relay.http_sessions import (
     body_facts,
     query_session_id,
 )
-from mcp_proxy.relay.http_wire import WireFrame
+from mcp_proxy.relay.http.wire import WireFrame
 
 __all__ = ["McpTape"]
 
@@ -148,14 +148,14 @@ class McpTape:
 
     def __init__(
         self,
-        recorder: Any = None,
+        recorder: Producer | None = None,
         *,
         redactor: Redactor | None = None,
         name: str | None = None,
         idle_cut: float = 300.0,
         record_all: bool = False,
     ) -> None:
-        self.recorder = recorder
+        self.recorder: Any = recorder
         self._owns_recorder = False
         self.redactor = redactor or Redactor()
         self.name = name
@@ -221,12 +221,12 @@ class McpTape:
     def running(self) -> None:
         if self.recorder is not None:
             return
-        from mcp_proxy.recorder_proc import RecorderClient
+        from mcp_proxy.recorder.client import RecorderClient
         from mcp_proxy.store.engine import resolve_url
 
         url = resolve_url(self.db)
-        os.environ[ENV_REDACT] = self.redactor.to_env()
-        recorder = RecorderClient(url)
+        # The worker redacts frame bodies with the policy it is given (never in clear).
+        recorder = RecorderClient(url, env={ENV_REDACT: self.redactor.to_env()})
         recorder.start()
         self.recorder = recorder
         self._owns_recorder = True
@@ -392,15 +392,17 @@ class McpTape:
         view = RequestView(req.method, url, headers, body)
         ekey = endpoint_key(url)
         kind: str | None = None
-        if view.has_mcp_header or ekey in self.mcp_endpoints:
-            kind = KIND_MCP
-        elif body and body.lstrip()[:1] in (b"{", b"[") and view.body_facts().is_jsonrpc:
-            kind = KIND_MCP
         oauth_role = None
-        if kind is None:
+        if body and body.lstrip()[:1] in (b"{", b"[") and view.body_facts().is_jsonrpc:
+            kind = KIND_MCP
+        else:
+            # Before the Mcp-* headers: SDK clients send MCP-Protocol-Version on their OAuth
+            # discovery requests too, and those are part of the dance, not MCP messages.
             oauth_role = self.oauth.kind(view)
             if oauth_role is not None:
                 kind = KIND_OAUTH
+            elif view.has_mcp_header or ekey in self.mcp_endpoints:
+                kind = KIND_MCP
         if (
             kind is None
             and req.method == "GET"
@@ -499,6 +501,10 @@ class McpTape:
         resp = flow.response
         raw = resp.headers.fields
         rec_headers = self.redactor.headers([[k.decode("latin-1"), _text(v)] for k, v in raw])
+        for pair in rec_headers:
+            if pair[0].lower() in ("location", "content-location"):
+                # An authorization redirect carries the code (and state) in its query.
+                pair[1] = self.redactor.url(pair[1])
         ctype = resp.headers.get("content-type", "")
         sse = is_event_stream(ctype)
         router = ex.router

@@ -2,7 +2,7 @@
 
 mitmproxy's own master API runs here (the addons mitmdump loads, without its terminal log and
 flow dumper), on our event loop, with :class:`~mcp_proxy.forward.addon.McpTape` added and a
-:class:`~mcp_proxy.recorder_proc.RecorderClient` shared with it. On start it prints, in a few
+:class:`~mcp_proxy.recorder.client.RecorderClient` shared with it. On start it prints, in a few
 lines, the proxy address, where mitmproxy's CA certificate is and the environment common hosts
 need to use it. Options a user would give ``mitmdump --set`` are read from
 ``config.yaml`` in mitmproxy's configuration directory (``~/.mitmproxy``, or
@@ -116,10 +116,13 @@ async def serve_forward(
     from mitmproxy.master import Master
 
     from mcp_proxy.forward.addon import McpTape
-    from mcp_proxy.recorder_proc import RecorderClient
+    from mcp_proxy.recorder.client import RecorderClient
 
     conf = confdir()
     check_ca(conf)
+    # Lazy upstream connections: the upstream is dialled when the host's request is known, so a
+    # server that is down or fails TLS is an outcome of that (MCP) request — recorded, with the
+    # request — rather than a refused CONNECT no one can attribute. config.yaml may override.
     opts = options.Options(listen_host=host, listen_port=port, confdir=str(conf))
     errors = _Errors()
     mitm_log = logging.getLogger("mitmproxy")
@@ -127,6 +130,7 @@ async def serve_forward(
     master = Master(opts)
     try:
         master.addons.add(*addons.default_addons())
+        opts.update(connection_strategy="lazy")
         _load_config(opts, conf)
         if extra_options:
             opts.update(**extra_options)
@@ -135,8 +139,7 @@ async def serve_forward(
     except OSError as exc:
         raise UserError(f"mitmproxy's CA in {conf} cannot be used: {exc}") from exc
 
-    os.environ[ENV_REDACT] = redactor.to_env()
-    recorder = RecorderClient(db_url)
+    recorder = RecorderClient(db_url, env={ENV_REDACT: redactor.to_env()})
     recorder.start()
     addon = McpTape(
         recorder, redactor=redactor, name=name, idle_cut=idle_cut, record_all=record_all

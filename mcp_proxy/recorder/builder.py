@@ -35,6 +35,7 @@ from mcp_proxy.recorder.contract import (
     FrameItem,
     HttpExchange,
     Item,
+    LostFrames,
     SessionStart,
     SessionUpdate,
 )
@@ -100,6 +101,7 @@ class BatchBuilder:
         #: Frames counted as lost (every one of them ends up in a gap), in total and by session.
         self.frames_lost = 0
         self.lost_by_session: dict[str, int] = {}
+        self.first_loss_reason: str | None = None
         self.internal_errors = 0
         self._handlers: dict[type, Callable[[Any], None]] = {
             SessionStart: self._on_session,
@@ -110,6 +112,7 @@ class BatchBuilder:
             HttpExchange: self._on_http_exchange,
             SessionUpdate: self._on_session_update,
             FindingItem: self._on_finding,
+            LostFrames: self._on_lost,
         }
 
     # ------------------------------------------------------------------ input
@@ -192,6 +195,7 @@ class BatchBuilder:
 
     def _add_gap(self, st: SessionState, n: int, reason: str, seq: int | None) -> None:
         self.frames_lost += n
+        self.first_loss_reason = self.first_loss_reason or reason
         self.lost_by_session[st.id] = self.lost_by_session.get(st.id, 0) + n
         st.gap.lost += n
         st.gap.reason = st.gap.reason or reason
@@ -272,6 +276,10 @@ class BatchBuilder:
                 **{k: storable(v) for k, v in item.fields.items()},
             }
         )
+
+    def _on_lost(self, item: LostFrames) -> None:
+        for sid, n in item.counts.items():
+            self.count_gap(sid, int(n), item.reason)
 
     # ------------------------------------------------------------------ frames
     def _add_frame(self, sid: str, frame: Frame) -> None:

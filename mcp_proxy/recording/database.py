@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mcp_proxy.frames import column_id
 from mcp_proxy.recording.model import (
     ANNOTATION_FIELDS,
     EXCHANGE_FIELDS,
@@ -42,9 +43,13 @@ def read_session(url: str, session_id: str, progress: Progress | None = None) ->
         numbers = {ex["id"]: n for n, ex in enumerate(rows.exchanges, start=1)}
         frames: list[dict[str, Any]] = []
         ex_col = FRAME_COLUMNS.index("http_exchange_id")
+        complete_col = FRAME_COLUMNS.index("complete")
+        partial_col = FRAME_COLUMNS.index("partial_parse")
         for page in rs.iter_frames(session_id):
             for t in page:
                 f = dict(zip(FRAME_COLUMNS, t, strict=True))
+                f["complete"] = bool(t[complete_col])
+                f["partial_parse"] = bool(t[partial_col])
                 if t[ex_col] is not None:
                     f["http_exchange_id"] = numbers.get(t[ex_col])
                 frames.append(f)
@@ -123,7 +128,7 @@ def _frame_rows(s: SessionRecording, progress: Progress | None) -> Iterator[tupl
             f["channel"],
             f["kind"],
             f.get("method"),
-            f.get("msg_id"),
+            column_id(f.get("msg_id")),
             f.get("error_code"),
             len(f["raw"]),
             bool(f.get("complete", True)),

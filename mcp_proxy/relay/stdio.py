@@ -39,7 +39,10 @@ from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.recorder.contract import Producer
 
 READ_SIZE = 1 << 16
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Signals forwarded to the server (SIGHUP does not exist on Windows).
+FORWARDED_SIGNALS = tuple(
+    s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None
+)
 
 
 class CommandNotFound(UserError):

@@ -15,6 +15,7 @@ import contextlib
 import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ import httpx2
 import pytest
 import trustme
 
+from tests.forward.tee import TeeTransport
 from tests.relay.conftest import MCPTAPE, Proxy
 
 HERE = Path(__file__).resolve().parent
@@ -42,8 +44,17 @@ class TLSFiles:
 
 
 @pytest.fixture(scope="session")
-def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
-    d = tmp_path_factory.mktemp("tls")
+def private_dir() -> Iterator[Path]:
+    """A directory of our own: pytest prunes old ``basetemp`` trees, and parallel runs of the
+    suite (same user) can prune a session-scoped one from under us."""
+    with tempfile.TemporaryDirectory(prefix="mcptape-fwd-") as d:
+        yield Path(d)
+
+
+@pytest.fixture(scope="session")
+def tls_files(private_dir: Path) -> TLSFiles:
+    d = private_dir / "tls"
+    d.mkdir()
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1", "localhost")
     ca_pem = d / "test-ca.pem"
@@ -56,9 +67,10 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
 
 
 @pytest.fixture(scope="session")
-def confdir(tmp_path_factory: pytest.TempPathFactory, tls_files: TLSFiles) -> Path:
+def confdir(private_dir: Path, tls_files: TLSFiles) -> Path:
     """mitmproxy's configuration directory: its CA is made on first start."""
-    d = tmp_path_factory.mktemp("mitm")
+    d = private_dir / "mitm"
+    d.mkdir()
     (d / "config.yaml").write_text(f"ssl_verify_upstream_trusted_ca: {tls_files.ca_pem}\n")
     return d
 
@@ -143,6 +155,23 @@ class Forward(Proxy):
         return httpx2.AsyncClient(
             proxy=self.url, verify=self.ssl_context(), timeout=timeout, trust_env=False, **kwargs
         )
+
+    def tee_client(self) -> tuple[httpx2.AsyncClient, TeeTransport]:
+        """A client through the proxy that keeps what it saw (see :mod:`tests.forward.tee`)."""
+        inner = httpx2.AsyncHTTPTransport(
+            proxy=self.url, verify=self.ssl_context(), trust_env=False
+        )
+        tee = TeeTransport(inner)
+        client = httpx2.AsyncClient(
+            transport=tee, timeout=httpx2.Timeout(30.0, read=300.0), trust_env=False
+        )
+        return client, tee
+
+
+def direct_client(tls: TLSFiles) -> httpx2.AsyncClient:
+    """An httpx2 client straight to the test servers (trusting the test CA only)."""
+    ctx = ssl.create_default_context(cafile=str(tls.ca_pem))
+    return httpx2.AsyncClient(verify=ctx, timeout=httpx2.Timeout(30.0, read=300.0), trust_env=False)
 
 
 @contextlib.contextmanager

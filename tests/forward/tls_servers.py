@@ -249,19 +249,21 @@ async def main() -> None:
         as_sock = _bind()
         issuer = f"https://127.0.0.1:{as_sock.getsockname()[1]}"
         provider = Provider(args.token_ttl)
-        routes = create_auth_routes(
-            provider,  # type: ignore[arg-type]
-            issuer_url=issuer,  # type: ignore[arg-type]
-            client_registration_options=ClientRegistrationOptions(
-                enabled=True, valid_scopes=["mcp"], default_scopes=["mcp"]
-            ),
-        )
-        servers.append((Starlette(routes=routes), as_sock))
+        # AuthSettings keeps a path-less issuer as given (a bare AnyHttpUrl would add "/", and
+        # the client compares the issuer exactly): the same value serves both sides.
         auth = AuthSettings(
             issuer_url=issuer,  # type: ignore[arg-type]
             resource_server_url=args.prm_resource or f"{mcp_origin}/mcp",  # type: ignore[arg-type]
             required_scopes=["mcp"],
         )
+        routes = create_auth_routes(
+            provider,  # type: ignore[arg-type]
+            issuer_url=auth.issuer_url,
+            client_registration_options=ClientRegistrationOptions(
+                enabled=True, valid_scopes=["mcp"], default_scopes=["mcp"]
+            ),
+        )
+        servers.append((Starlette(routes=routes), as_sock))
         verifier = Verifier()
         print(f"AS {issuer}", file=sys.stderr, flush=True)
     server = MCPServer(
