@@ -211,7 +211,10 @@ class RecorderClient(Producer):
 
     def close(self, timeout: float | None = 60.0) -> None:
         """Hand over everything, close the pipe, and wait until the worker has written it."""
-        self.submit(Bye())  # type: ignore[arg-type]
+        if self.proc is None:  # never started: nothing to hand over
+            return
+        if not self._dead:
+            self.submit(Bye())  # type: ignore[arg-type]
         with self._lock:
             self._closing = True
             self._wake.notify()

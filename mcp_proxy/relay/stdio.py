@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -75,6 +74,19 @@ def _die_with_parent() -> Callable[[], None] | None:
             os.kill(os.getpid(), signal.SIGKILL)
 
     return preexec
+
+
+def _which(exe: str) -> str | None:
+    """``shutil.which`` without importing shutil (and its archive modules) on POSIX."""
+    if sys.platform == "win32":
+        import shutil
+
+        return shutil.which(exe)
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or os.curdir, exe)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -145,7 +157,7 @@ class StdioRelay:
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         exe = self.argv[0]
-        found = shutil.which(exe) if os.sep not in exe else exe
+        found = _which(exe) if os.sep not in exe else exe
         if found is None:
             raise CommandNotFound(f"command not found: {exe}")
         argv = list(self.argv)
