@@ -150,8 +150,13 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """The real entry point in-process (exit code, stdout, stderr): one import, many calls."""
     from mcp_proxy.cli import main
 
-    with pytest.raises(SystemExit) as done:
-        main(list(args))
+    saved = dict(os.environ)  # (--format json sets MCPTAPE_ERROR_FORMAT for its process)
+    try:
+        with pytest.raises(SystemExit) as done:
+            main(list(args))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     out, err = capsys.readouterr()
     return int(done.value.code or 0), out, err
 
