@@ -195,7 +195,10 @@ def conversation(session: SessionRecording) -> list[Step]:
         opaque = Step(f["direction"], UNPARSABLE, digest, "notification", seqs=[seq])
         opaque.too_deep = True
         items.append((seq, opaque))
-    items.sort(key=lambda t: t[0])
+    # Wire order: when each step's first frame was seen. Sequence numbers are the recorder's
+    # arrival order, which for concurrent HTTP requests need not be the order they were sent.
+    seen_at = {f["seq"]: f.get("ts") or 0.0 for f in session.frames}
+    items.sort(key=lambda t: (seen_at.get(t[0], 0.0), t[0]))
     return [step.clip() for _, step in items]
 
 
