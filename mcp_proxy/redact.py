@@ -476,6 +476,8 @@ class Redactor:
             if frame.channel == Channel.STDERR:
                 new, changed = self._fallback(raw) if self._needs_look(raw) else (raw, False)
             elif frame.channel == Channel.STDIO:
+                if not self._needs_look(raw):  # most frames: decided without a copy
+                    return frame
                 content = strip_line_end(raw)
                 ending = raw[len(content) :]
                 new, changed = self.body(content)

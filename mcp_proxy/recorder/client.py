@@ -269,7 +269,7 @@ class RecorderClient(Producer):
         with self._lock:
             if sid is not None and frames:
                 self._sent[sid] = self._sent.get(sid, 0) + frames
-            if self._dead:
+            if self._dead or self._fd < 0:  # stopped, or handed over after close()
                 self._lost_records += 1
                 return
             if not self._backlog and not self._refused:
