@@ -41,7 +41,7 @@ class FailOn(StrEnum):
 class CheckFormat(StrEnum):
     text = "text"
     json = "json"
-    junit = "junit"  # JUnit XML on stdout, for CI (mcp_proxy.recording.junit)
+    junit = "junit"
 
 
 class MinSeverity(StrEnum):
@@ -65,7 +65,10 @@ def check(
     ],
     db: DbOption = None,
     fmt: Annotated[
-        CheckFormat, typer.Option("--format", help="text, json or junit (JUnit XML for CI).")
+        CheckFormat,
+        typer.Option(
+            "--format", help="text, json, or junit (JUnit XML for CI: one test case per finding)."
+        ),
     ] = CheckFormat.text,
     fail_on: Annotated[
         FailOn,
@@ -80,7 +83,7 @@ def check(
     brief: Annotated[bool, typer.Option("--brief", help="One line per finding.")] = False,
 ) -> None:
     """Print the findings of sessions and exit non-zero by severity (for CI)."""
-    json_errors(Format.json if fmt == CheckFormat.json else Format.text)
+    json_errors(fmt)
     from mcp_proxy.analysis.catalogue import at_least
     from mcp_proxy.analysis.service import session_findings
     from mcp_proxy.render import finding_text, session_line
@@ -101,14 +104,10 @@ def check(
             await store.close()
 
     results = asyncio.run(go())
-    if fmt == CheckFormat.junit:
-        from mcp_proxy.recording.junit import check_junit
-
-        sys.stdout.buffer.write(check_junit(results, fail_on.value))
-        sys.stdout.buffer.flush()
     failing = 0
     failing_sessions = 0
     docs = []
+    cases: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     for s, rows in results:
         shown = [r for r in rows if at_least(str(r.get("severity")), min_severity.value)]
         counts = {"error": 0, "warning": 0, "info": 0}
@@ -122,6 +121,7 @@ def check(
         failing += len(bad)
         failing_sessions += bool(bad)
         if fmt == CheckFormat.junit:
+            cases.append((s, shown))
             continue
         if fmt == CheckFormat.json:
             docs.append(
@@ -148,6 +148,12 @@ def check(
         )
     if fmt == CheckFormat.json:
         print(json.dumps(docs, indent=2, ensure_ascii=False, default=str))
+    if fmt == CheckFormat.junit:
+        from mcp_proxy.recording.junit import check_junit
+
+        sys.stdout.flush()
+        sys.stdout.buffer.write(check_junit(cases, fail_on.value))
+        sys.stdout.buffer.flush()
     if failing:
         fail(
             f"{failing} finding(s) at or above {fail_on.value} in {failing_sessions} session(s)",
@@ -188,8 +194,7 @@ def stats(
     """Per-method counts, error rates and latency p50/p95/p99 (one session or across many)."""
     json_errors(fmt)
     since_ts, max_rows = parse_time(since), check_limit(limit)
-    from mcp_proxy.analysis.service import session_analysis
-    from mcp_proxy.analysis.stats import merge_stats, method_stats, sorted_stats
+    from mcp_proxy.analysis.service import sessions_stats
     from mcp_proxy.render import cli_name
 
     async def go() -> tuple[list[dict[str, Any]], Any]:
@@ -203,16 +208,12 @@ def stats(
                         rows.append(s)
             else:
                 rows = await store.list_sessions(name=name, since=since_ts, limit=max_rows)
-            parts = []
-            for s in rows:
-                analysis = await session_analysis(store, s)
-                parts.append(method_stats(analysis.exchanges, by_name=by_name))
-            return rows, merge_stats(parts)
+            # One session analysed at a time, only its per-method numbers kept.
+            return rows, await sessions_stats(store, rows, by_name=by_name)
         finally:
             await store.close()
 
-    rows, merged = asyncio.run(go())
-    table = sorted_stats(merged)
+    rows, table = asyncio.run(go())
     if fmt == Format.json:
         print(
             json.dumps(

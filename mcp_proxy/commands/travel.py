@@ -31,7 +31,7 @@ class OutFormat(StrEnum):
 class ReplayFormat(StrEnum):
     text = "text"
     json = "json"
-    junit = "junit"  # JUnit XML on stdout, for CI (mcp_proxy.recording.junit)
+    junit = "junit"
 
 
 def _with_config(ignore: list[str] | None, *sources: str) -> list[str]:
@@ -126,7 +126,8 @@ def replay(
         str | None, typer.Option("--name", "-n", help="Name of the new session.")
     ] = None,
     fmt: Annotated[
-        ReplayFormat, typer.Option("--format", help="text, json or junit (JUnit XML for CI).")
+        ReplayFormat,
+        typer.Option("--format", help="text, json, or junit (JUnit XML for CI, on stdout)."),
     ] = ReplayFormat.text,
     db: DbOption = None,
 ) -> None:
@@ -181,13 +182,14 @@ def replay(
             a_label=result.diff.a_label if result.diff else "recorded",
             b_label=result.diff.b_label if result.diff else "replay",
         )
-    if fmt == ReplayFormat.junit:
+    if fmt == ReplayFormat.json:
+        _print_json(result.to_json())
+    elif fmt == ReplayFormat.junit:
         from mcp_proxy.recording.junit import replay_junit
 
-        sys.stdout.buffer.write(replay_junit(result.diff, session.label, result.notes))
+        name = session.session.get("name") or session.id[:8]
+        sys.stdout.buffer.write(replay_junit(result.diff, str(name), result.notes))
         sys.stdout.buffer.flush()
-    elif fmt == ReplayFormat.json:
-        _print_json(result.to_json())
     else:
         if result.diff is not None:
             print(render_text(result.diff))
