@@ -152,13 +152,13 @@ def bench_burst(db: Path, n: int = 100_000) -> dict[str, float]:
     while lines < n + 1:
         lines += os.read(proc.stdout.fileno(), 1 << 20).count(b"\n")
     relayed = time.perf_counter() - t0
-    proc.stdin.close()
-    expected = n + 2
+    expected = n + 2  # the request, the burst and the reply
     while _count(db, name) < expected and time.perf_counter() - t0 < 120:
         time.sleep(0.01)
     recorded = time.perf_counter() - t0
     got = _count(db, name)
     cpu = _cpu_s(worker) - cpu0
+    proc.stdin.close()
     proc.wait()
     print(f"burst   direct: {n} notifications read in {direct:.3f} s ({n / direct:,.0f}/s)")
     print(
