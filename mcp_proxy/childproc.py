@@ -25,6 +25,8 @@ class AnnouncedChild:
         self.find = find
         self.what = what
         self.proc: subprocess.Popen[bytes] | None = None
+        #: The child's environment (None: this process's).
+        self.env: dict[str, str] | None = None
         self.lines: list[str] = []
         self.found: str | None = None
         self._ready = threading.Event()
@@ -38,6 +40,7 @@ class AnnouncedChild:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
+                env=self.env,
             )
         except OSError as exc:
             raise UserError(f"{self.what} could not start: {exc}") from exc

@@ -17,6 +17,7 @@ Everything here is pure: no I/O, no clocks, tested without sockets.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -29,7 +30,6 @@ from mcp_proxy.normalize import (
     DEFAULT_MASKS,
     MAX_DEPTH,
     NEVER_COMPARED,
-    TOO_DEEP,
     Normalizer,
     canonical,
     clip_depth,
@@ -186,14 +186,24 @@ def conversation(session: SessionRecording) -> list[Step]:
                     ),
                 )
             )
+    by_seq_frame = {f["seq"]: f for f in session.frames} if unparsable else {}
     for seq in unparsable:
-        # Too deep for the JSON parser: an opaque step, so the diff still says it was there.
-        items.append((seq, Step("?", "<unparsable>", TOO_DEEP + ">", "notification", seqs=[seq])))
-        items[-1][1].too_deep = True
-    items.sort(key=lambda t: t[0])
+        # Too deep for the JSON parser: an opaque step (a digest of its bytes), so the diff
+        # still says it was there and whether it changed.
+        f = by_seq_frame[seq]
+        digest = {"sha256": hashlib.sha256(bytes(f["raw"] or b"")).hexdigest()[:16]}
+        opaque = Step(f["direction"], UNPARSABLE, digest, "notification", seqs=[seq])
+        opaque.too_deep = True
+        items.append((seq, opaque))
+    # Wire order: when each step's first frame was seen. Sequence numbers are the recorder's
+    # arrival order, which for concurrent HTTP requests need not be the order they were sent.
+    seen_at = {f["seq"]: f.get("ts") or 0.0 for f in session.frames}
+    items.sort(key=lambda t: (seen_at.get(t[0], 0.0), t[0]))
     return [step.clip() for _, step in items]
 
 
+#: The method shown for a frame nested too deep to parse (one opaque step in the diff).
+UNPARSABLE = "<too deep to parse>"
 #: A frame needs at least this many brackets to nest deep enough to defeat the JSON parser
 #: (~1,500 levels); cheaper to count than to parse, so only suspects are parsed twice.
 _SUSPECT_BRACKETS = 1_000
@@ -210,6 +220,10 @@ def parsable_frames(frames: Sequence[dict[str, Any]]) -> tuple[list[dict[str, An
     unparsable: list[int] = []
     for f in frames:
         raw = f.get("raw")
+        if f.get("kind") == "undecodable":  # the recorder already found it too deep to parse
+            out.append(f)
+            unparsable.append(int(f["seq"]))
+            continue
         if (
             isinstance(raw, bytes | bytearray | memoryview)
             and f.get("kind") in ("request", "response", "error", "notification", "batch")
@@ -534,7 +548,12 @@ def diff_sessions(
     )
     for p in result.pairs:
         for side, step in (("a", p.a), ("b", p.b)):
-            if step is not None and step.too_deep:
+            if step is not None and step.method == UNPARSABLE:
+                result.notes.append(
+                    f"{side}: frame #{step.seqs[0]} nests too deep to parse; it is one opaque"
+                    " step, and an answer it carried counts as missing"
+                )
+            elif step is not None and step.too_deep:
                 result.notes.append(
                     f"{side}: {step.title} (frame #{step.seqs[0]}) nests deeper than {MAX_DEPTH}"
                     " levels; compared as an opaque digest below that depth"

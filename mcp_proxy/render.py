@@ -27,6 +27,9 @@ _UNSAFE.update(
 )
 
 
+# Lone surrogates (JSON's "\ud800" decodes to one) cannot be written to a terminal or a file:
+# shown as their escape.
+_UNSAFE.update({c: f"\\u{c:04x}" for c in range(0xD800, 0xE000)})
 _UNSAFE_RE = re.compile("[" + "".join(re.escape(chr(c)) for c in _UNSAFE) + "]")
 
 
@@ -69,7 +72,8 @@ def cli_name() -> str:
 
     After ``uv run mcptape demo`` the command is not on the user's PATH (uv put the project's
     environment on PATH only for that one run), so suggestions say ``uv run mcptape``; a
-    command installed on PATH is just ``mcptape``; otherwise ``python -m mcp_proxy``.
+    command installed on PATH is just ``mcptape``; one run by its path is that path; otherwise
+    ``python -m mcp_proxy``.
     """
     import os
     import shutil
@@ -79,6 +83,9 @@ def cli_name() -> str:
         return "uv run mcptape"
     if shutil.which("mcptape"):
         return "mcptape"
+    invoked = sys.argv[0] if sys.argv else ""
+    if os.path.basename(invoked) == "mcptape" and os.sep in invoked:
+        return invoked  # run by its path (`.venv/bin/mcptape`): that path works again
     return f"{sys.executable} -m mcp_proxy"
 
 

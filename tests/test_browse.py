@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import mcptape_cmd
-from tests.dashboard.test_hardening import C2S, record_raw
+from tests.dashboard.test_hardening import C2S, FUZZ_C2S, FUZZ_S2C, record_raw
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -38,6 +38,7 @@ def hostile_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("browse")
     db = tmp / "rec.db"
     record_raw(db, tmp)
+    record_raw(db, tmp, "fuzz", FUZZ_C2S, FUZZ_S2C)
     long_id = json.dumps("x" * 400)
     script = {
         "capture": str(tmp / "cap2.bin"),
@@ -54,6 +55,27 @@ def hostile_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = subprocess.run(argv, input=req, capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return db
+
+
+def test_every_reading_command_prints_fuzzed_frames(
+    hostile_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Lone surrogates decoded from JSON escapes could not be printed (show -x, text) nor
+    stored in findings (stats, check): a traceback half-way through the output before."""
+    for args in (
+        ["show", "fuzz"],
+        ["show", "fuzz", "--format", "json"],
+        ["show", "fuzz", "-x"],
+        ["show", "fuzz", "-x", "--format", "json"],
+        ["stats", "fuzz"],
+        ["check", "fuzz", "--format", "json"],
+        ["tail", "fuzz", "--from-start", "--exit-on-end"],
+    ):
+        code, out, err = cli(capsys, *args, "--db", str(hostile_db))
+        assert code in (0, 5), (args, err[-1500:])
+        assert "Traceback" not in err and out, args
+    done = run("show", "fuzz", "--db", str(hostile_db))  # to a real pipe, as a user runs it
+    assert done.returncode == 0 and "\\ud800" in done.stdout, done.stderr[-1500:]
 
 
 @pytest.mark.parametrize("fmt", ["text", "json"])
@@ -128,8 +150,13 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """The real entry point in-process (exit code, stdout, stderr): one import, many calls."""
     from mcp_proxy.cli import main
 
-    with pytest.raises(SystemExit) as done:
-        main(list(args))
+    saved = dict(os.environ)  # (--format json sets MCPTAPE_ERROR_FORMAT for its process)
+    try:
+        with pytest.raises(SystemExit) as done:
+            main(list(args))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     out, err = capsys.readouterr()
     return int(done.value.code or 0), out, err
 

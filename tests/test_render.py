@@ -72,3 +72,20 @@ def test_streaming_renderers_equal_the_general_ones(row: tuple) -> None:
     assert frame_json_line(row) == json.dumps(frame_json(f), ensure_ascii=False)
     assert frame_text(row) == frame_block(f)
     assert frame_text(row, body=False) == frame_block(f, body=False)
+
+
+def test_cli_name_is_what_works_where_the_user_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Newcomer: after ``uv run mcptape demo`` a bare ``mcptape`` is not on the user's PATH."""
+    import sys
+
+    from mcp_proxy.render import cli_name
+
+    monkeypatch.setenv("UV", "/usr/bin/uv")
+    assert cli_name() == "uv run mcptape"
+    monkeypatch.delenv("UV")
+    monkeypatch.delenv("UV_RUN_RECURSION_DEPTH", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(sys, "argv", [".venv/bin/mcptape", "demo"])
+    assert cli_name() == ".venv/bin/mcptape"
+    monkeypatch.setattr(sys, "argv", ["-m"])
+    assert cli_name() == f"{sys.executable} -m mcp_proxy"

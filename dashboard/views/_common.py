@@ -17,7 +17,7 @@ from dashboard import analysis as an
 from dashboard import present
 from dashboard.app import JINJA, STREAMS
 from mcp_proxy.analysis.model import Exchange
-from mcp_proxy.errors import BadValueError
+from mcp_proxy.errors import BadValueError, NotFoundError
 from mcp_proxy.render import frame_json, session_json
 from mcp_proxy.store.filters import check_id, parse_time
 
@@ -44,9 +44,10 @@ def wants_json(request: web.Request) -> bool:
 
 
 def path_id(request: web.Request, name: str, what: str) -> int:
-    """A number from the URL path (a frame, an HTTP exchange, an annotation); 404 if absurd."""
-    from mcp_proxy.errors import NotFoundError
+    """A number from the URL path (a frame, an HTTP exchange, an annotation); 404 if absurd.
 
+    The routes accept any digits; a number SQL cannot hold (≥ 2^63) names nothing that exists.
+    """
     try:
         return check_id(request.match_info[name], what)
     except BadValueError as exc:

@@ -852,7 +852,7 @@ if len(CATALOGUE) != len(_ENTRIES):  # pragma: no cover - guards an editing mist
     raise RuntimeError("duplicate finding code in the catalogue")
 
 #: Codes written by other parts of mcptape; the analyzer never produces them.
-FOREIGN_CODES = frozenset({"recorder.gap"})
+FOREIGN_CODES = frozenset({"recorder.gap", "forward.upstream_tls"})
 SUMMARY_CODE = "analysis.summary"
 
 AREAS: dict[str, str] = {

@@ -196,14 +196,6 @@ def _lifecycle(msgs: list[Msg], facts: SessionFacts, sink: FindingSink) -> None:
         )
 
 
-def _release(ex: Exchange) -> None:
-    """Forget the parsed bodies of a checked exchange (parsed again if a later check asks)."""
-    if ex.request is not None:
-        ex.request.release()
-    if ex.response is not None:
-        ex.response.release()
-
-
 # ------------------------------------------------------------------------------ 2026-07-28 shape
 def _modern_shape(pairing: Pairing, facts: SessionFacts, sink: FindingSink) -> None:
     if not facts.modern:
@@ -213,14 +205,10 @@ def _modern_shape(pairing: Pairing, facts: SessionFacts, sink: FindingSink) -> N
     for ex in pairing.exchanges:
         if ex.direction != "c2s" or ex.request is None:
             continue
-        meta = ex.request.meta
-        if META + "protocolVersion" not in meta or META + "clientCapabilities" not in meta:
+        if not ex.enveloped:
             missing.append(ex)
-        resp = ex.response
-        if resp is not None and resp.kind == "response" and resp.result is not None:
-            if "resultType" not in resp.result:
-                no_type.append(ex)
-        _release(ex)
+        if ex.untyped_result:
+            no_type.append(ex)
     if missing:
         sink.add(
             "envelope.missing",

@@ -22,6 +22,7 @@ from mcp_proxy.analysis.model import (
     SessionFacts,
     severity_counts,
 )
+from mcp_proxy.analysis.oauth import oauth_checks
 from mcp_proxy.analysis.taxonomy import classify_error, taxonomy_findings
 from mcp_proxy.analysis.version import ANALYZER_VERSION
 
@@ -153,6 +154,8 @@ def _analyze(
     _forget_notification_bytes(msgs)
     taxonomy_findings(msgs, pairing, facts, http, sink)
     protocol_checks(msgs, pairing, facts, http, sink)
+    if http:
+        oauth_checks(http, sink, _seqs_by_exchange(msgs))
     # Drop the parsed bodies and the messages (exchanges keep their seqs): they are most of the
     # objects made, and freeing them here by reference counting spares the cyclic GC a walk
     # over all of them later.
@@ -173,6 +176,17 @@ def _analyze(
         last_seq=last_seq,
         unattached_logs=pairing.unattached_logs,
     )
+
+
+def _seqs_by_exchange(msgs: list[Msg], cap: int = 4) -> dict[int, list[int]]:
+    """The first frames of each HTTP exchange (what an HTTP-level finding points at)."""
+    out: dict[int, list[int]] = {}
+    for m in msgs:
+        if m.http is not None:
+            seqs = out.setdefault(m.http, [])
+            if len(seqs) < cap and (not seqs or seqs[-1] != m.seq):
+                seqs.append(m.seq)
+    return out
 
 
 #: stderr lines whose bytes the transport findings quote (the tail before a crash).

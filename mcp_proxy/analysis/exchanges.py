@@ -169,6 +169,7 @@ class _Pairing:
             ex.progress_token = _fast_key(tok)
         lvl = meta.get(META + "logLevel")
         ex.log_level = lvl if isinstance(lvl, str) else None
+        ex.enveloped = META + "protocolVersion" in meta and META + "clientCapabilities" in meta
         plist = self.pending.get(key)
         if plist:
             # 2026-07-28 over HTTP: every POST is its own scope and carries its own answer.
@@ -296,7 +297,11 @@ class _Pairing:
             msg = m.error.get("message")
             ex.error_message = msg if isinstance(msg, str) else None
         else:
-            result = m.result or {}
+            result = m.result
+            if result is None:
+                result = {}
+            else:
+                ex.untyped_result = "resultType" not in result
             rt = result.get("resultType")
             ex.result_type = rt if isinstance(rt, str) else None
             if rt == "input_required":

@@ -10,6 +10,7 @@ decide, the session row only fills in what frames cannot say. Pure: rows in, obj
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -65,10 +66,21 @@ def _mapping_row(f: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
+_ALL_COLUMNS = operator.itemgetter(*FRAME_COLUMNS)
+
+
+def _mapping_row_fast(f: Mapping[str, Any]) -> Sequence[Any]:
+    """All columns in one C call (store rows have them all); a partial row the slow way."""
+    try:
+        return _ALL_COLUMNS(f)  # type: ignore[no-any-return]
+    except KeyError:
+        return _mapping_row(f)
+
+
 def _adapter(row: Any) -> Callable[[Any], Sequence[Any]] | None:
     """How to read rows shaped like ``row`` in :data:`FRAME_COLUMNS` order (None: as they are)."""
     if isinstance(row, Mapping):
-        return _mapping_row
+        return _mapping_row_fast
     fields = getattr(row, "_fields", None)
     if fields is None or tuple(fields) == FRAME_COLUMNS:
         return None

@@ -181,6 +181,11 @@ class Outcome(StrEnum):
     PENDING = "pending"
 
     @property
+    def label(self) -> str:
+        """How people read it in a table (``NO RESPONSE`` and ``LOST`` shout: data is missing)."""
+        return _LABELS[self]
+
+    @property
     def answered(self) -> bool:
         """The receiver answered (a result, an error or an MRTR round)."""
         return self in _ANSWERED
@@ -195,6 +200,19 @@ _ANSWERED = frozenset(
     {Outcome.OK, Outcome.TOOL_ERROR, Outcome.INPUT_REQUIRED, Outcome.ERROR, Outcome.HTTP_ERROR}
 )
 _UNANSWERED = frozenset({Outcome.NO_RESPONSE, Outcome.LOST, Outcome.ABORTED})
+_LABELS = {
+    Outcome.OK: "ok",
+    Outcome.TOOL_ERROR: "tool error",
+    Outcome.INPUT_REQUIRED: "input req.",
+    Outcome.ERROR: "error",
+    Outcome.HTTP_ERROR: "HTTP error",
+    Outcome.CANCELLED: "cancelled",
+    Outcome.ABORTED: "aborted",
+    Outcome.LOST: "LOST",
+    Outcome.NO_RESPONSE: "NO RESPONSE",
+    Outcome.CLOSED: "closed",
+    Outcome.PENDING: "pending",
+}
 
 
 @dataclass(slots=True)
@@ -233,6 +251,10 @@ class Exchange:
     chain: int | None = None
     round: int = 0
     last_progress: float | None = None
+    #: Read while pairing (the bodies are parsed then, and released after): the request carried
+    #: the 2026-07-28 envelope; the answer was a result without ``resultType``.
+    enveloped: bool = False
+    untyped_result: bool = False
     # The request and response messages, for the checks; cleared when analyze() returns
     # (request_seq and response_seq point at their frames).
     request: Msg | None = None

@@ -148,20 +148,10 @@ async def load(store: Store, session: dict[str, Any]) -> Decoder:
     no cycles, and a collector walking a growing list of a million of them is most of the time).
     """
     decoder = Decoder()
-    batches = getattr(store, "iter_analysis_frames", None)
     with gc_paused():
-        if batches is not None:
-            # Named rows of the analysis columns only, a batch per query (no dict per row).
-            async for rows in batches(session["id"], batch=LOAD_BATCH):
-                decoder.feed(rows)
-            return decoder
-        batch: list[Any] = []
-        async for row in store.iter_frames(session["id"], batch=LOAD_BATCH):
-            batch.append(row)
-            if len(batch) >= LOAD_BATCH:
-                decoder.feed(batch)
-                batch.clear()
-        decoder.feed(batch)
+        # Named rows of the analysis columns only, a batch per query (no dict per row).
+        async for rows in store.iter_analysis_frames(session["id"], batch=LOAD_BATCH):
+            decoder.feed(rows)
     return decoder
 
 

@@ -28,6 +28,12 @@ class OutFormat(StrEnum):
     json = "json"
 
 
+class ReplayFormat(StrEnum):
+    text = "text"
+    json = "json"
+    junit = "junit"
+
+
 def _with_config(ignore: list[str] | None, *sources: str) -> list[str]:
     """``--ignore`` paths plus those ``mcptape.toml`` beside each recording FILE lists."""
     from mcp_proxy.recording.database import split_source
@@ -119,7 +125,10 @@ def replay(
     name: Annotated[
         str | None, typer.Option("--name", "-n", help="Name of the new session.")
     ] = None,
-    fmt: Annotated[OutFormat, typer.Option("--format", help="text or json.")] = OutFormat.text,
+    fmt: Annotated[
+        ReplayFormat,
+        typer.Option("--format", help="text, json, or junit (JUnit XML for CI, on stdout)."),
+    ] = ReplayFormat.text,
     db: DbOption = None,
 ) -> None:
     """Re-send a recorded conversation to a live server, record it, and diff it (exit 1 if it differs).
@@ -173,8 +182,14 @@ def replay(
             a_label=result.diff.a_label if result.diff else "recorded",
             b_label=result.diff.b_label if result.diff else "replay",
         )
-    if fmt == OutFormat.json:
+    if fmt == ReplayFormat.json:
         _print_json(result.to_json())
+    elif fmt == ReplayFormat.junit:
+        from mcp_proxy.recording.junit import replay_junit
+
+        name = session.session.get("name") or session.id[:8]
+        sys.stdout.buffer.write(replay_junit(result.diff, str(name), result.notes))
+        sys.stdout.buffer.flush()
     else:
         if result.diff is not None:
             print(render_text(result.diff))

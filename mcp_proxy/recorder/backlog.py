@@ -11,7 +11,6 @@ Not thread-safe: the client calls it under its own lock.
 
 from __future__ import annotations
 
-import tempfile
 from collections import deque
 from typing import IO
 
@@ -54,6 +53,8 @@ class Backlog:
         if not force and self._written - self._read + len(data) > self.disk_limit:
             return False
         if self._file is None:
+            import tempfile  # only a burst the recorder cannot follow gets here
+
             self._file = tempfile.TemporaryFile(prefix="mcptape-backlog-")
             self._read = self._written = 0
         self._file.seek(self._written)

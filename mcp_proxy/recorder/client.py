@@ -211,7 +211,10 @@ class RecorderClient(Producer):
 
     def close(self, timeout: float | None = 60.0) -> None:
         """Hand over everything, close the pipe, and wait until the worker has written it."""
-        self.submit(Bye())  # type: ignore[arg-type]
+        if self.proc is None:  # never started: nothing to hand over
+            return
+        if not self._dead:
+            self.submit(Bye())  # type: ignore[arg-type]
         with self._lock:
             self._closing = True
             self._wake.notify()
@@ -269,7 +272,7 @@ class RecorderClient(Producer):
         with self._lock:
             if sid is not None and frames:
                 self._sent[sid] = self._sent.get(sid, 0) + frames
-            if self._dead:
+            if self._dead or self._fd < 0:  # stopped, or handed over after close()
                 self._lost_records += 1
                 return
             if not self._backlog and not self._refused:

@@ -248,7 +248,48 @@ UPGRADES: dict[int, Callable[[Records], Records]] = {1: _v1_to_v2}
 # ============================================================================ reading
 
 
+#: The C scanner behind ``json.loads``, called once per line without the wrapper's overhead.
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+#: What ``bytes.strip()`` removes: a line of only these is blank.
+_BLANK = " \t\r\x0b\x0c"
+#: JSON's own whitespace, allowed around a record.
+_JSON_SPACE = " \t\r"
+
+
 def _lines(data: bytes, origin: str) -> Records:
+    """Each non-blank line's record, with its line number.
+
+    The file is decoded once and each line goes straight to the C scanner: calling
+    ``json.loads`` per line cost as much again as the parsing itself. A file that is not
+    UTF-8 takes the line-by-line path, which names the line.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        yield from _byte_lines(data, origin)
+        return
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if not line.strip(_BLANK):
+            continue
+        body = line.strip(_JSON_SPACE)
+        try:
+            rec, end = _scan(body, 0)
+        except RecursionError:
+            raise RecordingFormatError(
+                f"{origin} line {lineno}: nested too deeply to read (not written by mcptape)"
+            ) from None
+        except (StopIteration, ValueError) as exc:
+            raise RecordingFormatError(
+                _not_json(data, origin, lineno, ValueError(str(exc)))
+            ) from None
+        if end != len(body):
+            raise RecordingFormatError(_not_json(data, origin, lineno, ValueError("extra data")))
+        if type(rec) is not dict:
+            raise RecordingFormatError(f"{origin} line {lineno}: a record must be a JSON object")
+        yield lineno, rec
+
+
+def _byte_lines(data: bytes, origin: str) -> Records:
     for lineno, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue

@@ -49,25 +49,58 @@ S2C = [
 ]
 
 
+#: What a fuzzer sends (issue 10): lone surrogates in ids, methods and messages, integers past
+#: 64 bits, an id of 400 characters, bidi and control characters, a batch, a frame without its
+#: end, CRLF, wrong types, infinities, binary bytes.
+FUZZ_C2S = [
+    b'{"jsonrpc":"2.0","id":"\\ud800","method":"tools/call\\ud800","params":{"name":"\\udfff"}}\n',
+    b'{"jsonrpc":"2.0","id":' + b"9" * 40 + b',"method":"ping"}\n',
+    b'{"jsonrpc":"2.0","id":"' + b"i" * 400 + b'","method":"ping"}\n',
+    b'{"jsonrpc":"2.0","id":7,"method":"x\xe2\x80\xaey\\u0000\\u001b[31m","params":[]}\n',
+    b'{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"a"}}\r\n',
+    b'[{"jsonrpc":"2.0","id":9,"method":"ping"},{"jsonrpc":"2.0","method":"n"}]\n',
+    b'{"jsonrpc":"2.0","id":10,"method":"ping"',
+]
+FUZZ_S2C = [
+    b'{"jsonrpc":"2.0","id":"\\ud800","error":{"code":' + b"9" * 30 + b',"message":"\\ud800"}}\n',
+    b'{"jsonrpc":"2.0","id":' + b"9" * 40 + b',"result":{}}\n',
+    b'{"jsonrpc":"2.0","id":"' + b"i" * 400 + b'","result":{}}\n',
+    b'{"jsonrpc":"2.0","id":7,"error":{"code":-9223372036854775809,"message":"m"}}\n',
+    b'{"jsonrpc":"2.0","id":8,"result":{"content":[],"isError":"yes"}}\n',
+    b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":[1],'
+    b'"progress":1e999}}\n',
+    b'{"jsonrpc":"2.0","id":[1,2],"result":null}\n',
+    b"\x00\x01\x02 binary\n",
+]
+
+
 @dataclass
 class Hostile:
     db: Path
     sid: str  # the raw session
     mrtr: str  # an SDK session with an MRTR chain
     seqs: list[int]
+    fuzz: str  # the fuzzer's frames
+    fuzz_seqs: list[int]
 
 
-def record_raw(db: Path, tmp: Path) -> None:
-    """Host → mcptape record → raw peer; the peer answers with the S2C bytes."""
+def record_raw(
+    db: Path,
+    tmp: Path,
+    name: str = "hostile-frames",
+    c2s: list[bytes] = C2S,
+    s2c: list[bytes] = S2C,
+) -> None:
+    """Host → mcptape record → raw peer; the peer answers with the ``s2c`` bytes."""
     script = {
-        "capture": str(tmp / "capture.bin"),
-        "write": [base64.b64encode(x).decode() for x in S2C],
+        "capture": str(tmp / f"{name}.bin"),
+        "write": [base64.b64encode(x).decode() for x in s2c],
         "delay": 0.05,
     }
-    (tmp / "script.json").write_text(json.dumps(script))
-    argv = [*mcptape_cmd(), "record", "--db", str(db), "--name", "hostile-frames", "--"]
-    argv += [sys.executable, "-m", "tests.helpers.wire", str(tmp / "script.json")]
-    done = subprocess.run(argv, input=b"".join(C2S), capture_output=True, timeout=60)
+    (tmp / f"{name}.json").write_text(json.dumps(script))
+    argv = [*mcptape_cmd(), "record", "--db", str(db), "--name", name, "--"]
+    argv += [sys.executable, "-m", "tests.helpers.wire", str(tmp / f"{name}.json")]
+    done = subprocess.run(argv, input=b"".join(c2s), capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
 
 
@@ -82,18 +115,30 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Hostile:
     tmp = tmp_path_factory.mktemp("hostile")
     db = tmp / "hostile.db"
     record_raw(db, tmp)
+    record_raw(db, tmp, "fuzz", FUZZ_C2S, FUZZ_S2C)
     asyncio.run(record_mrtr(db))
     conn = sqlite3.connect(db)
     ids = {name: sid for sid, name in conn.execute("SELECT id, name FROM sessions")}
-    seqs = [
-        r[0]
-        for r in conn.execute(
-            "SELECT seq FROM frames WHERE session_id = ? ORDER BY seq", (ids["hostile-frames"],)
-        )
-    ]
+    seqs, fuzz_seqs = (
+        [
+            r[0]
+            for r in conn.execute(
+                "SELECT seq FROM frames WHERE session_id = ? ORDER BY seq", (ids[name],)
+            )
+        ]
+        for name in ("hostile-frames", "fuzz")
+    )
     conn.close()
     assert len(seqs) == len(C2S) + len(S2C), seqs
-    return Hostile(db=db, sid=ids["hostile-frames"], mrtr=ids["mrtr"], seqs=seqs)
+    assert len(fuzz_seqs) >= len(FUZZ_S2C) + len(FUZZ_C2S) - 1, fuzz_seqs
+    return Hostile(
+        db=db,
+        sid=ids["hostile-frames"],
+        mrtr=ids["mrtr"],
+        seqs=seqs,
+        fuzz=ids["fuzz"],
+        fuzz_seqs=fuzz_seqs,
+    )
 
 
 @pytest.fixture
@@ -141,6 +186,25 @@ async def test_exchange_session_and_diff_pages_of_deep_frames(client: TestClient
         status, body = await status_of(client, path)
         assert status < 500, (path, status, body[:300])
         assert "Traceback" not in body
+
+
+async def test_every_page_of_fuzzed_frames_answers(client: TestClient, hostile: Hostile):
+    """A fuzzer's frames (lone surrogates, 64-bit overflows, long ids, batches, cut frames):
+    every page and twin answers without a 5xx. Before: the analysis could not store findings
+    quoting a lone surrogate (UnicodeEncodeError) and every page of the session answered 500."""
+    sid = hostile.fuzz
+    paths = [f"/sessions/{sid}", f"/sessions/{sid}/stats", "/stats", "/sessions"]
+    for seq in hostile.fuzz_seqs:
+        paths += [f"/sessions/{sid}/frames/{seq}", f"/sessions/{sid}/exchanges/{seq}"]
+    failures = []
+    for path in paths:
+        for twin in ("", ".json"):
+            status, body = await status_of(client, path + twin)
+            if status >= 500 or status not in (200, 404):
+                failures.append((path + twin, status, body[:200]))
+    assert not failures, failures
+    data = json.loads((await status_of(client, f"/sessions/{sid}.json"))[1])
+    assert data["analysis"]["current"] and data["findings"]  # analysed and stored
 
 
 async def test_huge_numbers_in_urls_are_not_server_errors(client: TestClient, hostile: Hostile):

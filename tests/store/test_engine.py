@@ -108,10 +108,13 @@ def test_a_missing_driver_is_one_line_naming_the_install_command(tmp_path: Path)
     assert out.returncode == 3
     line = one_line(out.stderr)
     assert "psycopg" in line and "pip install 'psycopg[binary]'" in line, line
-    # SQLite needs no driver of its own: the same environment records and reads a file.
+    # SQLite needs no driver of its own: the same environment records into a file.
     db = tmp_path / "x.db"
-    ok = run("sessions", "--db", str(db), env=env)
-    assert ok.returncode == 0, ok.stderr
+    req = b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n'
+    rec = run("record", "--db", str(db), "--", PY, "-m", "mcp_proxy.testing.rawecho", env=env,
+              stdin=req)  # fmt: skip
+    assert rec.returncode == 0 and b'"id":1' in rec.stdout, rec.stderr
+    assert rdb.rows(db, "SELECT frame_count FROM sessions") == [{"frame_count": 2}]
 
 
 def test_an_unreachable_server_is_one_line_and_quick():

@@ -138,3 +138,28 @@ def test_mock_on_a_port_in_use_is_one_line() -> None:
         proc = run_cli("mock", str(RECORDINGS / "basic-legacy.mcptape.jsonl"), "--port", str(port))
     assert proc.returncode == 2
     assert proc.stderr == f"mcptape: cannot serve on 127.0.0.1:{port}: address already in use\n"
+
+
+def test_a_frame_too_deep_to_parse_in_a_file_is_diffed_mocked_and_replayed(
+    tmp_path: Path,
+) -> None:
+    """5,000 levels in a recording file: every command answers, none with a traceback."""
+    deep = _deep_recording(tmp_path, depth=5_000)
+    base = str(RECORDINGS / "basic-legacy.mcptape.jsonl")
+    diff = run_cli("diff", base, str(deep))
+    assert diff.returncode == 1 and diff.stderr == "", diff.stderr
+    assert "nests too deep to parse; it is one opaque step" in diff.stdout
+    assert "+ ← <too deep to parse>" in diff.stdout
+
+    ping = '{"jsonrpc":"2.0","id":4,"method":"ping"}\n'
+    mock = subprocess.run(
+        [*mcptape_cmd(), "mock", str(deep)], input=ping.encode(), capture_output=True, timeout=60
+    )
+    assert mock.returncode == 0 and b"Traceback" not in mock.stderr, mock.stderr.decode()
+    assert json.loads(mock.stdout)["result"] == {}
+
+    replay = run_cli(
+        "replay", str(deep), "--db", str(tmp_path / "r.db"), "--", *server("basic,slow,failing")
+    )
+    assert replay.returncode == 1 and "Traceback" not in replay.stderr, replay.stderr
+    assert "nests too deep to parse" in replay.stdout
