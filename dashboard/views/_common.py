@@ -26,7 +26,17 @@ BadRequest = BadValueError
 
 EXT = r"{ext:(\.json)?}"
 SID = r"{sid:[0-9a-f]{1,32}}"
-KINDS = ("request", "response", "error", "notification", "stderr", "noise", "invalid", "batch")
+KINDS = (
+    "request",
+    "response",
+    "error",
+    "notification",
+    "stderr",
+    "noise",
+    "invalid",
+    "batch",
+    "undecodable",
+)
 #: Frames read around one request on a session too big to analyse whole.
 SPAN_LIMIT = 5000
 SESSION_FILTERS = ("q", "method", "text", "transport", "era", "status", "severity", "tag")

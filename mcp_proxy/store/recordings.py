@@ -146,7 +146,7 @@ class RecordingStore:
         compiled = stmt.compile(dialect=self.engine.dialect)
         sql = str(compiled)
         order = tuple(compiled.positiontup or ()) if compiled.positional else None
-        after = -(2**62)
+        after = -1  # seq starts at 1; must fit a 32-bit INTEGER on PostgreSQL
         try:
             with self.engine.connect() as conn:
                 cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]

@@ -201,11 +201,6 @@ def test_sqlite_to_postgresql_and_back_keeps_everything(
     assert shown[0] == shown[1] and len(shown[0]) == len(before[sid]["frames"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store/recordings.py (iter_frames) binds -(2**62) to frames.seq, an INTEGER column:"
-    " PostgreSQL says 'integer out of range'. One-line fix for its owner: start at -1.",
-)
 def test_export_from_postgresql(source: Path, team: str) -> None:
     ok("db", "copy", str(source), team)
     sid = next(s["id"] for s in rdb.sessions(source) if s["transport"] == "http")
