@@ -121,7 +121,8 @@ async def test_har_download_of_an_http_session(bench_db: tuple[Path, str, int]) 
         assert har["log"]["version"] and har["log"]["entries"]
         html = await (await c.get(f"/sessions/{sid}", headers=AUTH)).text()
         assert f'href="/sessions/{sid}/export.har"' in html
-        assert "/replay" not in html  # HTTP sessions are not replayed from the dashboard
+        # HTTP sessions replay from the dashboard too (against the recorded upstream or a URL)
+        assert f'href="/sessions/{sid}/replay"' in html
 
 
 # ---------------------------------------------------------------------------------- diff

@@ -10,8 +10,8 @@ import select, signal, sys
 sys.modules["fcntl"] = None  # import fcntl now raises ImportError, as on Windows
 del select.poll
 del signal.SIGHUP
-import mcp_proxy.recorder_proc, mcp_proxy.relay.stdio, mcp_proxy.recorder.worker
-from mcp_proxy.recorder_proc import RecorderClient
+import mcp_proxy.recorder.client, mcp_proxy.relay.stdio, mcp_proxy.recorder.worker
+from mcp_proxy.recorder.client import RecorderClient
 from mcp_proxy.recorder import Recorder
 print("ok")
 """

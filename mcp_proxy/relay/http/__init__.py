@@ -21,7 +21,7 @@ at ``http://127.0.0.1:8765/mcp`` instead. What the relay guarantees, and how:
   see the host's ``Host``: the relay refuses (421) one that is not its own address
   (``--allow-host`` adds names); see :class:`~mcp_proxy.relay.http.common.HostCheck`.
 - **Recording is a copy.** Frames and exchanges go to the recorder — a separate process fed
-  through a pipe (:mod:`mcp_proxy.recorder_proc`) — only after the bytes were forwarded; a quick
+  through a pipe (:mod:`mcp_proxy.recorder.client`) — only after the bytes were forwarded; a quick
   exchange is handed over once, complete. Classification, redaction of bodies and database
   writes happen there, never on this event loop.
 

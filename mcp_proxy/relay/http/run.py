@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from mcp_proxy.errors import UserError
-from mcp_proxy.recorder_proc import RecorderClient
+from mcp_proxy.recorder.client import RecorderClient
 from mcp_proxy.redact import ENV_REDACT, Redactor
 from mcp_proxy.relay.http.common import RelayConfig, Target, is_loopback
 from mcp_proxy.relay.http.server import HTTPRelay
@@ -24,7 +24,7 @@ __all__ = ["record_http"]
 
 
 async def _serve(config: RelayConfig, db_url: str) -> int:
-    # The recorder runs in its own process (see mcp_proxy.recorder_proc): the event loop never
+    # The recorder runs in its own process (see mcp_proxy.recorder.client): the event loop never
     # shares a GIL with classification, redaction and database writes. It learns the redaction
     # policy from its environment; bodies are redacted there, before anything is written.
     os.environ[ENV_REDACT] = config.redactor.to_env()

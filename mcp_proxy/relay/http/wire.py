@@ -1,7 +1,7 @@
 """Cheap pickling of frames on their way to the recorder process.
 
 The relay hands every frame to the recorder worker through a pipe as a pickled call
-(:class:`mcp_proxy.recorder_proc.RecorderClient`). A slotted dataclass with enum fields pickles
+(:class:`mcp_proxy.recorder.client.RecorderClient`). A slotted dataclass with enum fields pickles
 through ``copyreg`` (state dicts, enum ``__reduce_ex__``) at several microseconds a frame — on
 the relay's event loop, per SSE event. :class:`WireFrame` reduces to a flat tuple of plain
 values and a module-level constructor, so the same frame costs a fraction of that; the worker
