@@ -9,6 +9,10 @@
 - burst: 100,000 notifications relayed and recorded; frames/s until all are in the database.
 - memory: mcptape's own peak RSS through a 100k-frame session, and the growth while it relays
   and records one 64 MiB message.
+- startup: CPU seconds and RSS that `mcptape record` (relay + recorder process) adds to a
+  one-request session, against the same server run directly.
+- eof: how long after the server's stdout ends (the server crashes) the host sees EOF, direct
+  and through mcptape, idle and right after a 100k-notification burst.
 
 Not a test: these machines are noisy. Numbers are printed, ratios are what to compare.
 """
@@ -140,26 +144,40 @@ def bench_burst(db: Path, n: int = 100_000) -> dict[str, float]:
     assert proc.stdin and proc.stdout
     # wait until the recorder is up, so that start-up (imports, migrations) is not timed
     time.sleep(1.5)
+    worker = _worker_pid(proc.pid)
+    cpu0 = _cpu_s(worker)
     t0 = time.perf_counter()
     os.write(proc.stdin.fileno(), req)
     lines = 0
     while lines < n + 1:
         lines += os.read(proc.stdout.fileno(), 1 << 20).count(b"\n")
     relayed = time.perf_counter() - t0
-    proc.stdin.close()
-    expected = n + 2
+    expected = n + 2  # the request, the burst and the reply
     while _count(db, name) < expected and time.perf_counter() - t0 < 120:
         time.sleep(0.01)
     recorded = time.perf_counter() - t0
     got = _count(db, name)
+    cpu = _cpu_s(worker) - cpu0
+    proc.stdin.close()
     proc.wait()
     print(f"burst   direct: {n} notifications read in {direct:.3f} s ({n / direct:,.0f}/s)")
     print(
         f"burst   proxied: relayed in {relayed:.3f} s ({n / relayed:,.0f}/s); all {got}/{expected}"
         f" frames recorded after {recorded:.3f} s → {expected / recorded:,.0f} frames/s"
-        f"   (target ≥ 50,000/s, zero loss: {'yes' if got == expected else 'NO'})"
+        f"   (target ≥ 150,000/s, zero loss: {'yes' if got == expected else 'NO'})"
     )
-    return {"frames_per_s": expected / recorded, "lost": expected - got}
+    print(f"burst   recorder CPU {cpu / expected * 1e6:.1f} µs per frame   (target ≤ 8 µs)")
+    return {
+        "frames_per_s": expected / recorded,
+        "lost": expected - got,
+        "cpu_us_per_frame": cpu / expected * 1e6,
+    }
+
+
+def _cpu_s(pid: int) -> float:
+    """utime + stime of a running process, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _hwm_kib(pid: int) -> tuple[int, int]:
@@ -176,7 +194,7 @@ def _worker_pid(pid: int) -> int:
     """The recorder process that `mcptape record` started (its child that is not the server)."""
     for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
         cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
-        if b"mcp_proxy.recorder_proc" in cmdline:
+        if b"mcp_proxy.recorder" in cmdline:
             return int(child)
     raise RuntimeError("no recorder process found")
 
@@ -202,9 +220,10 @@ def bench_memory(db: Path) -> dict[str, float]:
     _, whwm = _hwm_kib(worker)
     proc.stdin.close()
     proc.wait()
+    peak_100k = (hwm + whwm) / 1024
     print(
         f"memory  100k-frame session: peak RSS relay {hwm / 1024:.1f} MiB + recorder"
-        f" {whwm / 1024:.1f} MiB = {(hwm + whwm) / 1024:.1f} MiB   (target ≤ 60 MB)"
+        f" {whwm / 1024:.1f} MiB = {peak_100k:.1f} MiB   (target ≤ 60 MiB)"
     )
 
     # 2) one 64 MiB message
@@ -240,15 +259,93 @@ def bench_memory(db: Path) -> dict[str, float]:
         f" {wbase_rss / 1024:.1f} → {whwm / 1024:.1f} MiB; growth {growth / size:.2f}× the message"
         "   (target ≤ 3×)"
     )
-    return {"peak_100k_mib": (hwm + whwm) / 1024, "growth_x": growth / size}
+    return {"peak_100k_mib": peak_100k, "growth_x": growth / size}
+
+
+def _children_cpu(argv: list[str], stdin: bytes) -> float:
+    import resource
+
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = _spawn(argv)
+    proc.communicate(stdin)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+
+
+def bench_startup(db: Path, rounds: int = 5) -> dict[str, float]:
+    req = b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n'
+    direct = [_children_cpu(RAWECHO, req) for _ in range(rounds)]
+    proxied = [_children_cpu(_record_argv(db, RAWECHO, "startup"), req) for _ in range(rounds)]
+    added = statistics.median(proxied) - statistics.median(direct)
+    # idle RSS: relay + recorder once both are up and the session row is written
+    proc = _spawn(_record_argv(db, RAWECHO, "idle"))
+    assert proc.stdin and proc.stdout
+    os.write(proc.stdin.fileno(), req)
+    proc.stdout.readline()
+    _wait_count(db, "idle", 2)
+    rss, _ = _hwm_kib(proc.pid)
+    wrss, _ = _hwm_kib(_worker_pid(proc.pid))
+    proc.stdin.close()
+    proc.wait()
+    print(
+        f"startup CPU added by mcptape (relay + recorder, one request): {added:.3f} s"
+        f" (median of {rounds}; direct {statistics.median(direct):.3f} s)   (target ≤ 0.3 s)"
+    )
+    print(
+        f"startup idle RSS relay {rss / 1024:.1f} MiB + recorder {wrss / 1024:.1f} MiB ="
+        f" {(rss + wrss) / 1024:.1f} MiB   (target ≤ 40 MiB)"
+    )
+    return {"cpu_s": added, "idle_mib": (rss + wrss) / 1024}
+
+
+CRASHER = (
+    "import os,sys\n"
+    "n=int(sys.argv[1]); sys.stdin.buffer.readline()\n"
+    'line=b\'{"jsonrpc":"2.0","method":"notifications/message","params":{}}\\n\'\n'
+    "sys.stdout.buffer.write(line*n); sys.stdout.buffer.flush(); os._exit(1)\n"
+)
+
+
+def _eof_latency(argv: list[str]) -> float:
+    """Seconds between the last byte the server wrote and EOF on the host's side."""
+    proc = _spawn(argv)
+    assert proc.stdin and proc.stdout
+    time.sleep(1.0)  # start-up is not what is measured
+    os.write(proc.stdin.fileno(), b"go\n")
+    fd = proc.stdout.fileno()
+    last = time.perf_counter()
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        now = time.perf_counter()
+        if not chunk:
+            break
+        last = now
+    proc.wait()
+    return now - last
+
+
+def bench_eof(db: Path, rounds: int = 3) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for label, n in (("idle", 1), ("after 100k", 100_000)):
+        server = [PY, "-c", CRASHER, str(n)]
+        d = statistics.median(_eof_latency(server) for _ in range(rounds))
+        p = statistics.median(_eof_latency(_record_argv(db, server, "eof")) for _ in range(rounds))
+        print(
+            f"eof     {label:10s}: host sees EOF {d * 1000:7.1f} ms direct, {p * 1000:7.1f} ms"
+            " through mcptape after the server's stdout ends   (target: same as direct)"
+        )
+        out[label] = p
+    return out
 
 
 def main() -> None:
-    which = sys.argv[1:] or ["rtt", "sdk", "burst", "memory"]
+    which = sys.argv[1:] or ["rtt", "sdk", "burst", "memory", "startup", "eof"]
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
         # Create and migrate the database once, outside any timing.
-        subprocess.run([*MCPTAPE, "sessions", "--db", str(db)], capture_output=True, check=True)
+        from mcp_proxy.store.engine import ensure_schema
+
+        ensure_schema("sqlite:///" + str(db))
         results = {}
         for name in which:
             results[name] = globals()[f"bench_{name}"](db)

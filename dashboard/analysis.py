@@ -1,11 +1,12 @@
-"""How the dashboard uses :mod:`mcp_proxy.analysis`: which frames to analyse, when, and caching.
+"""The dashboard's adapter over :mod:`mcp_proxy.analysis.service`: caching and scheduling only.
 
-The analysis is a pure function over a session's frames. Two ways to feed it, chosen so that a
-page never costs more than a page:
+Every analysis a page shows is :func:`mcp_proxy.analysis.service.session_analysis`, exactly what
+``mcptape check`` and ``mcptape stats`` run; this module only decides *when* (a page never costs
+more than a page) and keeps results for reuse:
 
 - **whole session** (up to :data:`INLINE_LIMIT` frames, cached per session state): exchanges,
-  MRTR chains and findings exactly as ``mcptape check`` sees them; its findings are stored
-  through :mod:`mcp_proxy.analysis.service` so the sessions list can count them;
+  MRTR chains and findings exactly as ``mcptape check`` sees them, findings stored by the
+  service so the sessions list can count them;
 - **window** (one timeline page plus the answers to its requests, or one exchange's span): for
   larger sessions and for live streams. Outcomes, latency and notification grouping of the
   requests on the page are exact; findings come from the stored analysis (``Analyse now``, or
@@ -23,11 +24,11 @@ from typing import Any
 from mcp_proxy.analysis import service
 from mcp_proxy.analysis.catalogue import CATALOGUE, SUMMARY_CODE
 from mcp_proxy.analysis.core import Analysis, analyze
-from mcp_proxy.analysis.model import Exchange
+from mcp_proxy.analysis.model import Exchange, Outcome, finding_record
 from mcp_proxy.analysis.stats import merge_stats, method_stats, sorted_stats
 from mcp_proxy.analysis.taxonomy import NAMES, classify_error
 from mcp_proxy.errors import StoreError
-from mcp_proxy.store.queries import Store, session_status
+from mcp_proxy.store.queries import Store
 
 log = logging.getLogger(__name__)
 
@@ -35,37 +36,26 @@ log = logging.getLogger(__name__)
 INLINE_LIMIT = 20_000
 CACHE_SIZE = 32
 
-#: Outcomes (see :class:`mcp_proxy.analysis.model.Exchange`) and how a badge shows them.
-OUTCOME_STYLE = {
-    "ok": "ok",
-    "input_required": "pending",
-    "pending": "pending",
-    "closed": "pending",
-    "tool_error": "err",
-    "error": "err",
-    "http_error": "err",
-    "cancelled": "err",
-    "aborted": "err",
-    "lost": "err",
-    "no_response": "err",
-}
+
+def _tone(outcome: Outcome) -> str:
+    """How a badge shows an outcome: ``ok``, ``pending`` (not over yet) or ``err``."""
+    if outcome == Outcome.OK:
+        return "ok"
+    if outcome in (Outcome.INPUT_REQUIRED, Outcome.PENDING, Outcome.CLOSED):
+        return "pending"
+    return "err"
+
+
+#: Every :class:`~mcp_proxy.analysis.model.Outcome` and its badge style.
+OUTCOME_STYLE = {o.value: _tone(o) for o in Outcome}
 OUTCOMES = tuple(OUTCOME_STYLE)
 
-
-def session_view(session: dict[str, Any]) -> dict[str, Any]:
-    view = dict(session)
-    view["status"] = session_status(session)
-    return view
+session_view = service.session_view
 
 
 def _key(session: dict[str, Any]) -> tuple[Any, ...]:
-    return (
-        session["id"],
-        session.get("frame_count"),
-        session_status(session),
-        session.get("exit_code"),
-        session.get("exit_signal"),
-    )
+    """Cache key: the session and everything its analysis depends on (the service's rule)."""
+    return (session["id"], *service.fingerprint(session).values())
 
 
 class Analyst:
@@ -100,19 +90,9 @@ class Analyst:
             hit = self._cache.get(key)
             if hit is not None:
                 return hit
-            frames = await self.store.analysis_frames(session["id"])
-            http = await self.store.http_exchanges(session["id"])
-            result = await asyncio.to_thread(
-                analyze, frames, session=session_view(session), http_exchanges=http
+            result = await service.session_analysis(
+                self.store, session, threaded=True, strict=False
             )
-            summary = await self.store.analysis_summary(session["id"])
-            if not service.is_fresh(session, summary):
-                try:
-                    await self.store.replace_analyzer_findings(
-                        session["id"], service.finding_rows(result, session)
-                    )
-                except StoreError as exc:  # a read-only database still gets its pages
-                    log.warning("could not store findings of %s: %s", session["id"], exc)
             self._cache[key] = result
             while len(self._cache) > CACHE_SIZE:
                 self._cache.popitem(last=False)
@@ -129,10 +109,8 @@ class Analyst:
     async def findings(self, session: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
         """The session's findings (recorder and analyzer), and whether they are current."""
         if self.small(session):
-            await self.whole(session)
-        rows = await self.store.session_findings(session["id"])
-        fresh = service.is_fresh(session, await self.store.analysis_summary(session["id"]))
-        return service.sort_rows([service.enrich(r) for r in rows]), fresh
+            await self.whole(session)  # analyses (and stores) once, and caches for the page
+        return await service.findings_view(self.store, session, analyse_if_stale=False)
 
     def schedule(self, sessions: list[dict[str, Any]]) -> None:
         """Analyse these sessions in the background, one at a time, so that a list page shows
@@ -199,11 +177,8 @@ def error_name(code: int | None) -> str:
 
 
 def finding_dict(f: Any) -> dict[str, Any]:
-    out = f.as_dict() if hasattr(f, "as_dict") else dict(f)
-    entry = CATALOGUE.get(str(out.get("code")))
-    out.setdefault("explanation", entry.explanation if entry else "")
-    out.setdefault("spec", entry.spec if entry else "")
-    return out
+    """The one finding shape (:func:`~mcp_proxy.analysis.model.finding_record`)."""
+    return finding_record(f)
 
 
 def stats_of(analyses: list[Analysis]) -> dict[str, Any]:

@@ -19,7 +19,8 @@ from aiohttp import web
 
 from dashboard import present
 from dashboard.analysis import Analyst
-from dashboard.security import TOKEN_FIELD, is_loopback, new_token, security_middleware
+from dashboard.security import TOKEN_FIELD, new_token, security_middleware
+from mcp_proxy.netutil import is_loopback
 from mcp_proxy.store.queries import Store
 
 HERE = Path(__file__).resolve().parent
@@ -170,7 +171,7 @@ def _bound_port(runner: web.AppRunner) -> int | None:
 def render(request: web.Request, template: str, data: dict[str, Any], **view: Any) -> web.Response:
     """The page, or its ``.json`` twin: ``data`` is the twin; ``view`` adds presentation only."""
     if request.match_info.get("ext") == ".json":
-        return web.json_response(data, dumps=present.dumps)
+        return web.Response(body=_utf8(present.dumps(data)), content_type="application/json")
     env = request.app[JINJA]
     html = env.get_template(template).render(
         **data,
@@ -180,7 +181,13 @@ def render(request: web.Request, template: str, data: dict[str, Any], **view: An
         request_path=request.path_qs,
         json_url=_json_twin(request),
     )
-    return web.Response(text=html, content_type="text/html", charset="utf-8")
+    return web.Response(body=_utf8(html), content_type="text/html", charset="utf-8")
+
+
+def _utf8(text: str) -> bytes:
+    """The page as UTF-8; a lone surrogate from a recording (JSON's ``"\\ud800"``) becomes its
+    escape instead of failing the whole page."""
+    return text.encode("utf-8", "backslashreplace")
 
 
 def _json_twin(request: web.Request) -> str:

@@ -68,17 +68,6 @@ def new_token() -> str:
     return secrets.token_urlsafe(24)
 
 
-def is_loopback(host: str) -> bool:
-    """Whether a bind address reaches this machine only (``0.0.0.0``/``::`` do not)."""
-    host = host.strip().strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def cookie_name(port: int) -> str:
     # Cookies ignore ports: two dashboards on one machine must not overwrite each other's.
     return f"mcptape_dashboard_{port}"

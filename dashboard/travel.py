@@ -3,11 +3,13 @@
 - ``GET /sessions/{id}/export.jsonl`` / ``export.har``: what ``mcptape export`` writes, as a
   download (HAR only for HTTP sessions: a stdio session answers 409 with the reason).
 - ``GET /diff?a=ID&b=ID`` (+ ``.json``): two sessions aligned exchange by exchange.
-- ``GET /sessions/{id}/replay`` shows the exact command a replay would run;
-  ``POST /sessions/{id}/replay`` (token in the request *and* ``confirm=yes``) re-runs the
-  recorded host traffic against that command, records it as a new session and redirects to the
-  diff between the original and the replay. Replay starts processes, so it is off (403) when
-  the dashboard is bound beyond loopback.
+- ``GET /sessions/{id}/replay`` shows the exact command a replay would run (stdio) or the URL
+  it would POST to (HTTP: the recorded upstream, editable on the page);
+  ``POST /sessions/{id}/replay`` (token in the request *and* ``confirm=yes``; ``upstream=URL``
+  for HTTP sessions) re-runs the recorded host traffic against that command or server, records
+  it as a new session and redirects to the diff between the original and the replay. Replay
+  starts processes and sends requests from this machine, so it is off (403) when the dashboard
+  is bound beyond loopback.
 """
 
 from __future__ import annotations
@@ -60,6 +62,28 @@ def _error(request: web.Request, status: int, message: str) -> web.Response:
 
 def replay_enabled(app: web.Application) -> bool:
     return bool(app[SETTINGS].get("replay", False))
+
+
+def replay_upstream(session: dict[str, Any]) -> str | None:
+    """The URL an HTTP session was recorded against (the default target of its replay)."""
+    url = session.get("upstream")
+    if session.get("transport") == "stdio" or not isinstance(url, str):
+        return None
+    return url if url.startswith(("http://", "https://")) else None
+
+
+def _check_url(url: str) -> str | None:
+    """Why ``url`` cannot be replayed to (None when it can)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        return f"{url!r} is not a URL."
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{url!r} is not an http(s) URL of an MCP server."
+    return None
 
 
 def replay_argv(session: dict[str, Any]) -> list[str] | None:
@@ -167,35 +191,33 @@ async def replay_confirm(request: web.Request) -> web.Response:
     if not replay_enabled(request.app):
         return _error(request, 403, REPLAY_OFF)
     argv = replay_argv(s)
+    upstream = replay_upstream(s)
     here = os.getcwd()
     recorded_cwd = s.get("cwd")
     data = {
         "session": {"id": s["id"], "name": s.get("name"), "transport": s.get("transport")},
         "command": argv,
+        "upstream": upstream,
+        "http": s.get("transport") != "stdio",
         "shell": shlex.join(argv) if argv else None,
         "cwd": here,
         "recorded_cwd": recorded_cwd,
         "cwd_differs": bool(recorded_cwd) and recorded_cwd != here,
         "recorded_host": s.get("hostname"),
         "host_differs": bool(s.get("hostname")) and s.get("hostname") != socket.gethostname(),
-        "possible": argv is not None,
-        "reason": None if argv else _why_not(s),
+        "possible": argv is not None or s.get("transport") != "stdio",
+        "reason": None if argv or s.get("transport") != "stdio" else _why_not(s),
     }
     return render(request, "replay.html", data)
 
 
 def _why_not(s: dict[str, Any]) -> str:
-    if s.get("transport") != "stdio":
-        return (
-            "Only stdio sessions can be replayed from the dashboard (HTTP replay is not"
-            " available); use `mcptape replay` with a server command."
-        )
     return "This session has no recorded server command to run."
 
 
 async def replay_run(request: web.Request) -> web.Response:
     from mcp_proxy.recording.database import load_session
-    from mcp_proxy.replay import replay_stdio
+    from mcp_proxy.replay import replay_http, replay_stdio
 
     if not replay_enabled(request.app):
         return _error(request, 403, REPLAY_OFF)
@@ -208,9 +230,17 @@ async def replay_run(request: web.Request) -> web.Response:
             "A replay runs the session's recorded command; confirm it on the replay page"
             " (confirm=yes).",
         )
-    argv = replay_argv(s)
-    if argv is None:
-        return _error(request, 409, _why_not(s))
+    runner: Any
+    target: Any
+    if s.get("transport") == "stdio":
+        runner, target = replay_stdio, replay_argv(s)
+        if target is None:
+            return _error(request, 409, _why_not(s))
+    else:
+        runner, target = replay_http, (form.get("upstream") or "").strip() or replay_upstream(s)
+        why = _check_url(target) if target else "Give the URL of the server to replay against."
+        if why:
+            return _error(request, 400, why)
     settings = request.app[SETTINGS]
     if settings.get("replay_busy"):
         return _error(request, 409, "A replay is already running; try again when it ends.")
@@ -219,9 +249,9 @@ async def replay_run(request: web.Request) -> web.Response:
         session = await load_session(request.app[STORE], s["id"])
         work = asyncio.ensure_future(
             asyncio.to_thread(
-                replay_stdio,
+                runner,
                 session,
-                argv,
+                target,
                 settings["db_url"],
                 timeout=settings.get("replay_step_timeout", REPLAY_STEP_TIMEOUT),
                 origin="dashboard",

@@ -181,6 +181,12 @@ def main(argv: list[str] | None = None) -> None:
     import typer.main
 
     click = _click_exceptions()
+    # Whatever a recording holds (a lone surrogate decoded from JSON's "\ud800") is printed as
+    # its escape rather than failing the command half-way through its output.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
 
     _register_commands()
     argv = sys.argv[1:] if argv is None else argv
@@ -197,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         report(exc.format_message(), exc.exit_code)
         sys.exit(exc.exit_code)
-    except click.Abort:
+    except typer.Abort:
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
 

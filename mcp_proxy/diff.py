@@ -17,6 +17,7 @@ Everything here is pure: no I/O, no clocks, tested without sockets.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -24,152 +25,16 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any
 
-from mcp_proxy.recording.model import SessionRecording
-
-#: What always differs between two runs of one conversation, as JSONPaths over a step document
-#: (``{"method", "params", "result", "error", "notifications"}``).
-DEFAULT_IGNORES = ("$.._meta", "$..progressToken")
-#: Values whose presence matters but whose content is opaque per run: compared as "<opaque>".
-DEFAULT_MASKS = ("$..requestState",)
-OPAQUE = "<opaque>"
-
-
-# ============================================================================ JSONPath (subset)
-
-
-class JsonPathError(ValueError):
-    """A ``--ignore`` path this module cannot read; the message says which part."""
-
-
-_TOKEN = re.compile(
-    r"""\.\.(?P<deep>[A-Za-z_$@/][\w$@/.:-]*?|\*)(?=\.|\[|$)
-      | \.(?P<key>[A-Za-z_$@/][\w$@/:-]*|\*)
-      | \[(?P<index>-?\d+|\*)\]
-      | \[['"](?P<qkey>[^'"]*)['"]\]
-      | \.\.\[['"](?P<dqkey>[^'"]*)['"]\]""",
-    re.VERBOSE,
+from mcp_proxy.normalize import (
+    DEFAULT_IGNORES,
+    DEFAULT_MASKS,
+    MAX_DEPTH,
+    NEVER_COMPARED,
+    Normalizer,
+    canonical,
+    clip_depth,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class _Seg:
-    kind: str  # key | index | any | deep
-    value: Any = None
-
-
-def parse_jsonpath(path: str) -> tuple[_Seg, ...]:
-    """Parse the JSONPath subset ``$``, ``.key``, ``['key']``, ``[n]``, ``[*]``, ``.*``, ``..key``.
-
-    Enough to name what to ignore (``$..timestamp``, ``$.result.content[0].text``); filters and
-    slices are refused with a clear message rather than half-supported.
-    """
-    p = path.strip()
-    if not p.startswith("$"):
-        raise JsonPathError(f"JSONPath {path!r} must start with '$'")
-    pos = 1
-    segs: list[_Seg] = []
-    while pos < len(p):
-        m = _TOKEN.match(p, pos)
-        if not m:
-            raise JsonPathError(f"cannot read JSONPath {path!r} at {p[pos:]!r}")
-        pos = m.end()
-        if m.group("deep") is not None:
-            d = m.group("deep")
-            segs.append(_Seg("deep", None if d == "*" else d))
-        elif m.group("dqkey") is not None:
-            segs.append(_Seg("deep", m.group("dqkey")))
-        elif m.group("key") is not None:
-            k = m.group("key")
-            segs.append(_Seg("any") if k == "*" else _Seg("key", k))
-        elif m.group("qkey") is not None:
-            segs.append(_Seg("key", m.group("qkey")))
-        else:
-            i = m.group("index")
-            segs.append(_Seg("any") if i == "*" else _Seg("index", int(i)))
-    if not segs:
-        raise JsonPathError(f"JSONPath {path!r} names the whole document; name a part of it")
-    return tuple(segs)
-
-
-def _apply(doc: Any, segs: Sequence[_Seg], action: str) -> Any:
-    """Return a copy of ``doc`` with what ``segs`` names removed (``drop``) or masked."""
-    if not segs:
-        return doc
-    seg, rest = segs[0], segs[1:]
-    last = not rest
-    if seg.kind == "deep":
-        # ..name: the name at this level, then recurse into every child for deeper matches.
-        out = doc
-        if isinstance(doc, dict):
-            out = {}
-            for k, v in doc.items():
-                if seg.value is None or k == seg.value:
-                    if last:
-                        if action == "mask":
-                            out[k] = OPAQUE
-                        continue
-                    v = _apply(v, rest, action)
-                out[k] = _apply(v, segs, action)
-            return out
-        if isinstance(doc, list):
-            return [_apply(v, segs, action) for v in doc]
-        return doc
-    if isinstance(doc, dict) and seg.kind in ("key", "any"):
-        out = {}
-        for k, v in doc.items():
-            if seg.kind == "any" or k == seg.value:
-                if last:
-                    if action == "mask":
-                        out[k] = OPAQUE
-                    continue
-                out[k] = _apply(v, rest, action)
-            else:
-                out[k] = v
-        return out
-    if isinstance(doc, list) and seg.kind in ("index", "any"):
-        n = len(doc)
-        target = None if seg.kind == "any" else (seg.value % n if n and -n <= seg.value < n else -1)
-        out_list = []
-        for i, v in enumerate(doc):
-            if target is None or i == target:
-                if last:
-                    if action == "mask":
-                        out_list.append(OPAQUE)
-                    continue
-                out_list.append(_apply(v, rest, action))
-            else:
-                out_list.append(v)
-        return out_list
-    return doc
-
-
-@dataclass(frozen=True)
-class Normalizer:
-    """The ignores and masks applied to every step document before comparing."""
-
-    ignores: tuple[tuple[_Seg, ...], ...] = ()
-    masks: tuple[tuple[_Seg, ...], ...] = ()
-
-    @classmethod
-    def build(cls, extra_ignores: Iterable[str] = (), *, defaults: bool = True) -> Normalizer:
-        ignores = [*(DEFAULT_IGNORES if defaults else ()), *extra_ignores]
-        masks = DEFAULT_MASKS if defaults else ()
-        return cls(
-            tuple(parse_jsonpath(p) for p in ignores), tuple(parse_jsonpath(p) for p in masks)
-        )
-
-    def __call__(self, doc: Any) -> Any:
-        for segs in self.masks:
-            doc = _apply(doc, segs, "mask")
-        for segs in self.ignores:
-            doc = _apply(doc, segs, "drop")
-        return doc
-
-
-def canonical(value: Any) -> str:
-    """Key-order-free JSON text: the identity of a value for matching and hashing."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
+from mcp_proxy.recording.model import SessionRecording
 
 # ============================================================================ conversations
 
@@ -199,6 +64,20 @@ class Step:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     #: The recorded response message (for a mock to answer with), None when unanswered.
     response: dict[str, Any] | None = None
+    #: True when a compared value nested beyond :data:`MAX_DEPTH` and was clipped to a digest.
+    too_deep: bool = False
+
+    def clip(self) -> Step:
+        """Clip the compared values to :data:`MAX_DEPTH` (in place); ``events``/``response``
+        keep the recorded messages whole, for a mock to serve them as they were."""
+        clipped = False
+        for name in ("params", "result", "error", "notifications"):
+            value, deep = clip_depth(getattr(self, name))
+            if deep:
+                setattr(self, name, value)
+                clipped = True
+        self.too_deep = self.too_deep or clipped
+        return self
 
     def document(self) -> dict[str, Any]:
         """The JSON the diff compares (before normalisation)."""
@@ -233,7 +112,8 @@ def conversation(session: SessionRecording) -> list[Step]:
     """
     from mcp_proxy.analysis.exchanges import decode, pair, session_facts
 
-    msgs = decode(session.frames)
+    frames, unparsable = parsable_frames(session.frames)
+    msgs = decode(frames)
     http = {ex["id"]: ex for ex in session.exchanges}
     pairing = pair(msgs, session_facts(msgs, session.session, http), http)
     by_seq: dict[int, list[Any]] = {}
@@ -306,8 +186,59 @@ def conversation(session: SessionRecording) -> list[Step]:
                     ),
                 )
             )
-    items.sort(key=lambda t: t[0])
-    return [step for _, step in items]
+    by_seq_frame = {f["seq"]: f for f in session.frames} if unparsable else {}
+    for seq in unparsable:
+        # Too deep for the JSON parser: an opaque step (a digest of its bytes), so the diff
+        # still says it was there and whether it changed.
+        f = by_seq_frame[seq]
+        digest = {"sha256": hashlib.sha256(bytes(f["raw"] or b"")).hexdigest()[:16]}
+        opaque = Step(f["direction"], UNPARSABLE, digest, "notification", seqs=[seq])
+        opaque.too_deep = True
+        items.append((seq, opaque))
+    # Wire order: when each step's first frame was seen. Sequence numbers are the recorder's
+    # arrival order, which for concurrent HTTP requests need not be the order they were sent.
+    seen_at = {f["seq"]: f.get("ts") or 0.0 for f in session.frames}
+    items.sort(key=lambda t: (seen_at.get(t[0], 0.0), t[0]))
+    return [step.clip() for _, step in items]
+
+
+#: The method shown for a frame nested too deep to parse (one opaque step in the diff).
+UNPARSABLE = "<too deep to parse>"
+#: A frame needs at least this many brackets to nest deep enough to defeat the JSON parser
+#: (~1,500 levels); cheaper to count than to parse, so only suspects are parsed twice.
+_SUSPECT_BRACKETS = 1_000
+
+
+def parsable_frames(frames: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:
+    """The frames with those too deep to parse turned opaque (kind ``invalid``, no body).
+
+    A frame nested ~1,500 levels is recorded byte-exact, but ``json.loads`` raises
+    ``RecursionError`` on it, and every reader that parses it would fail the whole command.
+    Returns the frames to analyse and the sequence numbers of those made opaque.
+    """
+    out: list[dict[str, Any]] = []
+    unparsable: list[int] = []
+    for f in frames:
+        raw = f.get("raw")
+        if f.get("kind") == "undecodable":  # the recorder already found it too deep to parse
+            out.append(f)
+            unparsable.append(int(f["seq"]))
+            continue
+        if (
+            isinstance(raw, bytes | bytearray | memoryview)
+            and f.get("kind") in ("request", "response", "error", "notification", "batch")
+            and bytes(raw).count(b"[") + bytes(raw).count(b"{") >= _SUSPECT_BRACKETS
+        ):
+            try:
+                json.loads(bytes(raw))
+            except RecursionError:
+                out.append({**f, "kind": "invalid", "raw": b"", "method": None, "msg_id": None})
+                unparsable.append(int(f["seq"]))
+                continue
+            except ValueError:
+                pass
+        out.append(f)
+    return out, unparsable
 
 
 # ============================================================================ comparing
@@ -443,6 +374,8 @@ class DiffResult:
     pairs: list[Pair]
     ignores: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Whether the default ignores and masks applied (what the header lists).
+    defaults: bool = True
 
     @property
     def equal(self) -> bool:
@@ -462,6 +395,8 @@ class DiffResult:
             "b": self.b_label,
             "counts": self.counts(),
             "ignores": self.ignores,
+            "masked": list(DEFAULT_MASKS) if self.defaults else [],
+            "never_compared": list(NEVER_COMPARED),
             "notes": self.notes,
             "exchanges": [p.to_json() for p in self.pairs],
         }
@@ -552,7 +487,11 @@ def diff_steps(
         pairs.append(Pair("changed" if changes else "same", a[i], b[j], changes))
     pairs = _rejoin_moved(pairs, norm)
     return DiffResult(
-        a_label, b_label, pairs, ignores=[*(DEFAULT_IGNORES if defaults else ()), *extra]
+        a_label,
+        b_label,
+        pairs,
+        ignores=[*(DEFAULT_IGNORES if defaults else ()), *extra],
+        defaults=defaults,
     )
 
 
@@ -607,6 +546,18 @@ def diff_sessions(
         a_label=a_label or a.label,
         b_label=b_label or b.label,
     )
+    for p in result.pairs:
+        for side, step in (("a", p.a), ("b", p.b)):
+            if step is not None and step.method == UNPARSABLE:
+                result.notes.append(
+                    f"{side}: frame #{step.seqs[0]} nests too deep to parse; it is one opaque"
+                    " step, and an answer it carried counts as missing"
+                )
+            elif step is not None and step.too_deep:
+                result.notes.append(
+                    f"{side}: {step.title} (frame #{step.seqs[0]}) nests deeper than {MAX_DEPTH}"
+                    " levels; compared as an opaque digest below that depth"
+                )
     ea, eb = a.session.get("era"), b.session.get("era")
     if ea and eb and ea != eb:
         result.notes.append(
@@ -628,6 +579,9 @@ def render_text(result: DiffResult, *, context: bool = False, max_changes: int =
     from mcp_proxy.render import safe
 
     lines = [f"--- a: {safe(result.a_label)}", f"+++ b: {safe(result.b_label)}"]
+    ignored = [*NEVER_COMPARED, *result.ignores]
+    masked = f"; opaque: {', '.join(DEFAULT_MASKS)}" if result.defaults else ""
+    lines.append(f"ignored: {safe(', '.join(ignored))}{masked}")
     for note in result.notes:
         lines.append(f"note: {note}")
     for n, p in enumerate(result.pairs, start=1):

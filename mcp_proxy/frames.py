@@ -238,7 +238,9 @@ def _classify(raw: bytes | bytearray | memoryview, channel: Channel | str) -> Cl
     # that json would sniff as UTF-16/32 (NULs, BOMs) take the strict path instead.
     if head[:1] in _JSON_START and b"\x00" not in head:
         try:
-            return classify_message(json.loads(data))
+            # What json.loads(bytes) does for UTF-8, minus its encoding sniffing (a leading
+            # "{" or "[" without NULs is UTF-8 to it).
+            return classify_message(json.loads(data.decode("utf-8", "surrogatepass")))
         except UnicodeDecodeError:
             return Classified(Kind.NOISE, problem="not valid UTF-8")
         except ValueError:

@@ -172,25 +172,21 @@ class SSEParser:
         retry: int | None = None
         saw_field = False
         for line in raw.splitlines():
-            if not line:
-                continue
-            if line.startswith(b":"):
-                continue
+            if not line or line.startswith(b":"):
+                continue  # blank, or a comment line
             saw_field = True
             name, sep, value = line.partition(b":")
             if sep and value.startswith(b" "):
                 value = value[1:]
-            if name == b"data":
-                data_lines.append(value)
-            elif name == b"event":
-                event = value.decode("utf-8", "replace")
-            elif name == b"id":
-                ev_id = value.decode("utf-8", "replace")
-            elif name == b"retry":
-                try:
-                    retry = int(value)
-                except ValueError:
-                    retry = None
+            match name:
+                case b"data":
+                    data_lines.append(value)
+                case b"event":
+                    event = value.decode("utf-8", "replace")
+                case b"id":
+                    ev_id = value.decode("utf-8", "replace")
+                case b"retry":
+                    retry = _int_or_none(value)
         return SSEEvent(
             raw=raw,
             data=b"\n".join(data_lines),
@@ -199,3 +195,10 @@ class SSEParser:
             retry=retry,
             comment_only=not saw_field,
         )
+
+
+def _int_or_none(value: bytes) -> int | None:
+    try:
+        return int(value)
+    except ValueError:
+        return None

@@ -15,7 +15,6 @@ from typing import Any
 from mcp_proxy.frames import Classified, Direction, Kind
 
 MODERN_VERSIONS = frozenset({"2026-07-28"})
-HANDSHAKE_VERSIONS = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
 META_PREFIX = "io.modelcontextprotocol/"
 ERA_INITIALIZE = "initialize"
 ERA_MODERN = "2026-07-28"
@@ -57,70 +56,9 @@ class HandshakeTracker:
             return None
         changes: dict[str, Any] = {}
         if direction == Direction.C2S and c.kind == Kind.REQUEST:
-            raw_params = msg.get("params")
-            params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
-            if c.method in ("initialize", "server/discover") and c.msg_id is not None:
-                self._pending[c.msg_id] = c.method
-            if c.method == "initialize":
-                name, version = _impl(params.get("clientInfo"))
-                changes.update(client_name=name, client_version=version)
-                self._meta_dirty = True
-                self.meta["initialize_request"] = {
-                    "protocolVersion": params.get("protocolVersion"),
-                    "capabilities": params.get("capabilities"),
-                    "clientInfo": params.get("clientInfo"),
-                }
-            meta = params.get("_meta")
-            if not self._envelope_seen and isinstance(meta, dict):
-                version = meta.get(META_PREFIX + "protocolVersion")
-                if isinstance(version, str):
-                    self._envelope_seen = True
-                    envelope = {k: v for k, v in meta.items() if k.startswith(META_PREFIX)}
-                    self._meta_dirty = True
-                    self.meta["envelope"] = envelope
-                    name, cver = _impl(meta.get(META_PREFIX + "clientInfo"))
-                    changes.update(
-                        protocol_version=version,
-                        era=era_of(version),
-                        client_name=name,
-                        client_version=cver,
-                    )
+            self._request(c, msg, changes)
         elif direction == Direction.S2C and c.kind in (Kind.RESPONSE, Kind.ERROR):
-            method = self._pending.pop(c.msg_id or "", None)
-            result = msg.get("result")
-            if method == "initialize" and isinstance(result, dict):
-                version = result.get("protocolVersion")
-                name, sver = _impl(result.get("serverInfo"))
-                changes.update(
-                    protocol_version=version if isinstance(version, str) else None,
-                    era=ERA_INITIALIZE,
-                    server_name=name,
-                    server_version=sver,
-                )
-                self._meta_dirty = True
-                self.meta["initialize_result"] = {
-                    "protocolVersion": version,
-                    "capabilities": result.get("capabilities"),
-                    "serverInfo": result.get("serverInfo"),
-                    "instructions": result.get("instructions"),
-                }
-            elif method == "server/discover":
-                if isinstance(result, dict):
-                    self._meta_dirty = True
-                    self.meta["discover"] = {k: v for k, v in result.items() if k != "_meta"}
-                    rmeta = result.get("_meta")
-                    if isinstance(rmeta, dict):
-                        name, sver = _impl(rmeta.get(META_PREFIX + "serverInfo"))
-                        changes.update(server_name=name, server_version=sver)
-                else:
-                    self._meta_dirty = True
-                    self.meta["discover"] = {"error": msg.get("error")}
-            elif isinstance(result, dict) and "server_name" not in self.facts:
-                rmeta = result.get("_meta")
-                if isinstance(rmeta, dict):
-                    name, sver = _impl(rmeta.get(META_PREFIX + "serverInfo"))
-                    if name:
-                        changes.update(server_name=name, server_version=sver)
+            self._response(c, msg, changes)
         # Keep only what is new or different.
         new = {k: v for k, v in changes.items() if v is not None and self.facts.get(k) != v}
         self.facts.update(new)
@@ -128,3 +66,71 @@ class HandshakeTracker:
             new["meta"] = dict(self.meta)
             self._meta_dirty = False
         return new or None
+
+    def _request(self, c: Classified, msg: dict[str, Any], changes: dict[str, Any]) -> None:
+        raw_params = msg.get("params")
+        params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
+        if c.method in ("initialize", "server/discover") and c.msg_id is not None:
+            self._pending[c.msg_id] = c.method
+        if c.method == "initialize":
+            name, version = _impl(params.get("clientInfo"))
+            changes.update(client_name=name, client_version=version)
+            self._meta_dirty = True
+            self.meta["initialize_request"] = {
+                "protocolVersion": params.get("protocolVersion"),
+                "capabilities": params.get("capabilities"),
+                "clientInfo": params.get("clientInfo"),
+            }
+        meta = params.get("_meta")
+        if self._envelope_seen or not isinstance(meta, dict):
+            return
+        version = meta.get(META_PREFIX + "protocolVersion")
+        if not isinstance(version, str):
+            return
+        self._envelope_seen = True
+        self._meta_dirty = True
+        self.meta["envelope"] = {k: v for k, v in meta.items() if k.startswith(META_PREFIX)}
+        name, cver = _impl(meta.get(META_PREFIX + "clientInfo"))
+        changes.update(
+            protocol_version=version, era=era_of(version), client_name=name, client_version=cver
+        )
+
+    def _response(self, c: Classified, msg: dict[str, Any], changes: dict[str, Any]) -> None:
+        method = self._pending.pop(c.msg_id or "", None)
+        result = msg.get("result")
+        if method == "initialize" and isinstance(result, dict):
+            version = result.get("protocolVersion")
+            name, sver = _impl(result.get("serverInfo"))
+            changes.update(
+                protocol_version=version if isinstance(version, str) else None,
+                era=ERA_INITIALIZE,
+                server_name=name,
+                server_version=sver,
+            )
+            self._meta_dirty = True
+            self.meta["initialize_result"] = {
+                "protocolVersion": version,
+                "capabilities": result.get("capabilities"),
+                "serverInfo": result.get("serverInfo"),
+                "instructions": result.get("instructions"),
+            }
+        elif method == "server/discover":
+            self._meta_dirty = True
+            if not isinstance(result, dict):
+                self.meta["discover"] = {"error": msg.get("error")}
+                return
+            self.meta["discover"] = {k: v for k, v in result.items() if k != "_meta"}
+            self._server_from_meta(result, changes)
+        elif isinstance(result, dict) and "server_name" not in self.facts:
+            self._server_from_meta(result, changes, only_named=True)
+
+    @staticmethod
+    def _server_from_meta(
+        result: dict[str, Any], changes: dict[str, Any], *, only_named: bool = False
+    ) -> None:
+        rmeta = result.get("_meta")
+        if not isinstance(rmeta, dict):
+            return
+        name, sver = _impl(rmeta.get(META_PREFIX + "serverInfo"))
+        if name or not only_named:
+            changes.update(server_name=name, server_version=sver)

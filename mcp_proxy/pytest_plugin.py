@@ -25,11 +25,8 @@ that has mcptape installed.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,47 +148,31 @@ def mcptape_mock(request: pytest.FixtureRequest) -> Iterator[MockHandle]:
     forward = {"command": kwargs.get("command"), "upstream": kwargs.get("upstream")}
     if mode != "none" and not (forward["command"] or forward["upstream"]):
         mode = "none" if path.exists() else mode
-    ignore = tuple(kwargs.get("ignore", ()))
+    ignore = tuple(kwargs.get("ignore", ()))  # the mock reads mcptape.toml beside the file itself
     if not kwargs.get("http"):
         yield MockHandle(path, mode, command=mock_argv(path, mode=mode, ignore=ignore, **forward))
         return
     argv = mock_argv(path, mode=mode, port=0, ignore=ignore, **forward)
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    from mcp_proxy.childproc import AnnouncedChild
+    from mcp_proxy.errors import UserError
+
+    child = AnnouncedChild(argv, _announced_url, "mcptape mock")
     handle = MockHandle(path, mode)
-    ready = threading.Event()
-
-    def drain() -> None:
-        assert proc.stderr is not None
-        for raw in iter(proc.stderr.readline, b""):
-            line = raw.decode("utf-8", "replace").rstrip()
-            handle.stderr_lines.append(line)
-            if not ready.is_set() and " at http://" in line:
-                handle.url = line.rsplit(" at ", 1)[1].strip()
-                ready.set()
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
+    handle.stderr_lines = child.lines
     try:
-        deadline = time.monotonic() + MOCK_START_TIMEOUT
-        while not ready.wait(0.05):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                reader.join(1)
-                why = "\n".join(handle.stderr_lines[-5:])
-                pytest.fail(f"mcptape mock did not start: {why}", pytrace=False)
+        handle.url = child.start(MOCK_START_TIMEOUT)
+    except UserError as exc:
+        why = "\n".join(child.lines[-5:]) or str(exc)
+        pytest.fail(f"mcptape mock did not start: {why}", pytrace=False)
+    try:
         yield handle
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-        reader.join(5)
-        if proc.stderr is not None:
-            proc.stderr.close()
+        child.stop(grace=10.0)
+
+
+def _announced_url(line: str) -> str | None:
+    """The URL on ``mcptape mock: serving FILE at URL``."""
+    return line.rsplit(" at ", 1)[1].strip() if " at http://" in line else None
 
 
 @pytest.hookimpl(wrapper=True)
@@ -264,7 +245,9 @@ def _run_replay(
             result = replay_stdio(
                 session, list(command or []), db_url, timeout=timeout, origin=str(path)
             )
-    ignore = list(kwargs.get("ignore", ()))
+    from mcp_proxy.replay.config import ignores_for
+
+    ignore = [*kwargs.get("ignore", ()), *ignores_for(path)]
     if ignore and result.replayed is not None:
         result.diff = diff_sessions(session, result.replayed, ignores=ignore)
     return result

@@ -169,6 +169,9 @@ _PREFILTER_WORDS = (
     b"code=",
 )
 _PREFILTER = re.compile(b"|".join(re.escape(w) for w in _PREFILTER_WORDS))
+_PREFILTER_I = re.compile(b"|".join(re.escape(w) for w in _PREFILTER_WORDS), re.IGNORECASE)
+#: Bodies above this size are prefiltered without a lowered copy.
+_BIG = 1 << 20
 
 # Byte-level fallback for bodies that are not parseable JSON.
 _FALLBACK_JSON = re.compile(
@@ -343,7 +346,11 @@ class Redactor:
 
     # ---------------------------------------------------------------- bodies
     def _needs_look(self, raw: bytes) -> bool:
-        if _PREFILTER.search(raw.lower()) is not None:
+        if len(raw) > _BIG:
+            # A huge body is not lowered (a copy of its size): search it case-insensitively.
+            if _PREFILTER_I.search(raw) is not None:
+                return True
+        elif _PREFILTER.search(raw.lower()) is not None:
             return True
         if self._always_parse:
             return True
@@ -466,7 +473,7 @@ class Redactor:
     def frame(self, frame: Frame) -> Frame:
         """The frame to record: redacted copy marked ``extra["redacted"]``, or the frame itself.
 
-        Runs in the recorder's writer thread (off the relay path). Never raises: if redaction
+        Runs in the recorder (its own process for ``mcptape record``), off the relay path. Never raises: if redaction
         itself fails, the body is withheld rather than written in clear.
         """
         if not self.enabled or not frame.raw:
@@ -476,6 +483,8 @@ class Redactor:
             if frame.channel == Channel.STDERR:
                 new, changed = self._fallback(raw) if self._needs_look(raw) else (raw, False)
             elif frame.channel == Channel.STDIO:
+                if not self._needs_look(raw):  # most frames: decided without a copy
+                    return frame
                 content = strip_line_end(raw)
                 ending = raw[len(content) :]
                 new, changed = self.body(content)

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from typing import Any
 
 from mcp_proxy.frames import parse_json, strip_line_end, text_or_none
 from mcp_proxy.store.queries import duration, session_status
+from mcp_proxy.store.stream import SHOW_COLUMNS
 
 ARROWS = {"c2s": "→", "s2c": "←"}
 #: Control characters that could rewrite the terminal (escape sequences, bidi overrides).
@@ -23,6 +25,12 @@ _UNSAFE.update(
         for c in (0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069)
     }
 )
+
+
+# Lone surrogates (JSON's "\ud800" decodes to one) cannot be written to a terminal or a file:
+# shown as their escape.
+_UNSAFE.update({c: f"\\u{c:04x}" for c in range(0xD800, 0xE000)})
+_UNSAFE_RE = re.compile("[" + "".join(re.escape(chr(c)) for c in _UNSAFE) + "]")
 
 
 def parse_json_safely(raw: bytes | bytearray) -> Any:
@@ -64,7 +72,8 @@ def cli_name() -> str:
 
     After ``uv run mcptape demo`` the command is not on the user's PATH (uv put the project's
     environment on PATH only for that one run), so suggestions say ``uv run mcptape``; a
-    command installed on PATH is just ``mcptape``; otherwise ``python -m mcp_proxy``.
+    command installed on PATH is just ``mcptape``; one run by its path is that path; otherwise
+    ``python -m mcp_proxy``.
     """
     import os
     import shutil
@@ -74,12 +83,16 @@ def cli_name() -> str:
         return "uv run mcptape"
     if shutil.which("mcptape"):
         return "mcptape"
+    invoked = sys.argv[0] if sys.argv else ""
+    if os.path.basename(invoked) == "mcptape" and os.sep in invoked:
+        return invoked  # run by its path (`.venv/bin/mcptape`): that path works again
     return f"{sys.executable} -m mcp_proxy"
 
 
 def safe(text: str) -> str:
     """Neutralise terminal escapes and bidi overrides a server may have sent."""
-    return text.translate(_UNSAFE)
+    # (A scan in C first: most text has nothing to replace, and translate is per character.)
+    return text.translate(_UNSAFE) if _UNSAFE_RE.search(text) else text
 
 
 def clock(ts: float | None) -> str:
@@ -282,3 +295,147 @@ def exchange_text(ex: Any) -> str:
         f"{frames:14} {arrow} {safe(label)[:40]:40} {outcome:14} {latency:>11}  id={ex.msg_id}"
         + ("  " + "  ".join(extras) if extras else "")
     )
+
+
+# ---------------------------------------------------------------------------------- streaming
+# `show` prints every frame of sessions of a million frames: the functions below take the
+# tuples of mcp_proxy.store.stream.SHOW_COLUMNS and produce exactly what frame_json (as JSON
+# text) and frame_block produce for the same row, without building dictionaries or running the
+# pure-Python indenting JSON encoder (tests/test_render.py holds them equal).
+
+_encode_str = json.encoder.encode_basestring  # type: ignore[attr-defined]  # C, ensure_ascii=False
+_LINE_BREAKS_RE = re.compile("[\x85\u2028\u2029]")
+_SPECIAL_RE = re.compile(_UNSAFE_RE.pattern[:-1] + "\x85\u2028\u2029]")
+_clock_cache: dict[int, str] = {}
+
+
+def _clock_fast(ts: float) -> str:
+    second = int(ts)
+    base = _clock_cache.get(second)
+    if base is None:
+        if len(_clock_cache) > 4096:
+            _clock_cache.clear()
+        base = _clock_cache[second] = time.strftime("%H:%M:%S", time.localtime(ts))
+    return f"{base}.{int((ts % 1) * 1000):03d}"
+
+
+def _json_value(value: Any) -> str:
+    if isinstance(value, str):
+        return _encode_str(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _id_text(msg_id: str | None) -> str:
+    if not msg_id:
+        return "null"
+    if msg_id.isdigit() and msg_id.isascii() and (msg_id[0] != "0" or msg_id == "0"):
+        return msg_id  # the common case: a small integer id, stored as its JSON text
+    return _json_value(json_id(msg_id))
+
+
+def frame_json_line(row: tuple[Any, ...]) -> str:
+    """``json.dumps(frame_json(f), ensure_ascii=False)`` for a row of ``SHOW_COLUMNS``."""
+    (seq, ts, direction, channel, kind, method, msg_id, error_code, size, complete, hx, sse_id,
+     sse_event, raw) = row  # fmt: skip
+    parts = [
+        f'{{"seq": {seq}, "ts": {float(ts)!r}, "direction": {_encode_str(direction)}, '
+        f'"channel": {_encode_str(channel)}, "kind": {_encode_str(kind)}, "method": '
+        f"{_encode_str(method) if method is not None else 'null'}, "
+        f'"id": {_id_text(msg_id)}, "size": {size}, '
+        f'"complete": {"true" if complete or complete is None else "false"}'
+    ]
+    if error_code is not None:
+        parts.append(f', "error_code": {error_code}')
+    if hx is not None:
+        parts.append(f', "http_exchange_id": {hx}')
+    if sse_id is not None or sse_event is not None:
+        parts.append(f', "sse": {{"id": {_json_value(sse_id)}, "event": {_json_value(sse_event)}}}')
+    data = bytes(raw or b"")
+    try:
+        parts.append(f', "text": {_encode_str(data.decode("utf-8"))}}}')
+    except UnicodeDecodeError:
+        parts.append(f', "base64": "{base64.b64encode(data).decode("ascii")}"}}')
+    return "".join(parts)
+
+
+def _scalar(value: Any) -> str:
+    if type(value) is str:
+        return _encode_str(value)
+    if type(value) is int:
+        return int.__repr__(value)
+    return json.dumps(value)  # floats (NaN, Infinity as json writes them), true/false/null
+
+
+def _pretty(value: Any, pad: str, out: list[str]) -> None:
+    """``json.dumps(value, indent=2, ensure_ascii=False)``, each line after the first prefixed
+    with ``pad`` (the block's indent), appended to ``out``.
+
+    Scalars are written inline by their container (most values are scalars): one call per
+    object or array instead of one per value.
+    """
+    t = type(value)
+    if t is not dict and t is not list:
+        out.append(_scalar(value))
+        return
+    if not value:
+        out.append("{}" if t is dict else "[]")
+        return
+    inner = pad + "  "
+    sep = ("{\n" if t is dict else "[\n") + inner
+    nxt = ",\n" + inner
+    items = value.items() if t is dict else ((None, v) for v in value)
+    for key, item in items:
+        label = sep if key is None else f"{sep}{_encode_str(key)}: "
+        sep = nxt
+        kind = type(item)
+        if kind is str:
+            out.append(label + _encode_str(item))
+        elif (kind is dict or kind is list) and item:
+            out.append(label)
+            _pretty(item, inner, out)
+        else:
+            out.append(label + _scalar(item))
+    out.append("\n" + pad + ("}" if t is dict else "]"))
+
+
+def frame_text(row: tuple[Any, ...], *, body: bool = True) -> str:
+    """``frame_block(f, body=body)`` for a row of ``SHOW_COLUMNS``."""
+    (seq, ts, direction, channel, kind, method, msg_id, error_code, size, complete, _hx, _sid,
+     _sev, raw) = row  # fmt: skip
+    label = "stderr" if channel == "stderr" else kind
+    head = f"#{seq:<5} {_clock_fast(ts)} {ARROWS.get(direction, '?')} {label:12}"
+    if method:
+        head += " " + safe(method)
+    if msg_id is not None:
+        head += f" id={safe(msg_id)}"
+    if error_code is not None:
+        head += f" code={error_code}"
+    head += f" ({human_size(int(size))})"
+    if not (complete or complete is None):
+        head += " [cut short]"
+    if not body:
+        return head
+    data = bytes(raw or b"")
+    if channel == "stderr" or kind in ("noise", "stderr") or len(data) > 20_000:
+        # Rare shapes (and frames that may be cut at 20,000 characters): the general path.
+        f = dict(zip(SHOW_COLUMNS, row, strict=True))
+        return frame_block(f, body=True)
+    try:  # (parse_json without its checks: small, and not noise)
+        msg = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        msg = None
+    if msg is None or not isinstance(msg, (dict, list)):
+        return frame_block(dict(zip(SHOW_COLUMNS, row, strict=True)), body=True)
+    out: list[str] = []
+    try:
+        _pretty(msg, "    ", out)
+    except RecursionError:
+        return frame_block(dict(zip(SHOW_COLUMNS, row, strict=True)), body=True)
+    text = "".join(out)
+    if len(text) > 20_000:  # cut at 20,000 characters: the general path
+        return frame_block(dict(zip(SHOW_COLUMNS, row, strict=True)), body=True)
+    if _SPECIAL_RE.search(text):  # rare: one scan for both kinds of special characters
+        if _LINE_BREAKS_RE.search(text):  # str.splitlines() breaks there: the general path
+            return frame_block(dict(zip(SHOW_COLUMNS, row, strict=True)), body=True)
+        text = safe(text)
+    return f"{head}\n    {text}"

@@ -1,6 +1,8 @@
 """Fixtures shared by every test package: databases (SQLite and PostgreSQL) and the mcptape command.
 
-``db_path`` / ``db_url``: a SQLite file (not created yet) — what most tests have always used.
+``db_path`` / ``db_url``: a SQLite file (not created yet) — what most tests have always used. A
+module marked ``pytestmark = pytest.mark.both_dialects`` gets them once per dialect: for
+PostgreSQL ``db_path`` is then the URL (a ``str``) of a fresh database.
 
 ``any_db`` / ``any_db_url`` (and ``module_any_db_url``): the same test once per dialect, ids
 ``sqlite`` and ``postgresql``. ``any_db`` is a ``Path`` for SQLite and a URL string for
@@ -21,10 +23,11 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.helpers.db import ENV_DIALECTS, PgServer, start_pg_server
+from tests.helpers.db import ENV_DIALECTS, PgServer, start_pg_server, url_of
 
 BIN = Path(sys.executable).parent
 
@@ -38,13 +41,52 @@ def mcptape_cmd() -> list[str]:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "rec.db"
+def store_dialect(request: pytest.FixtureRequest) -> str:
+    """``sqlite`` unless the module is marked ``both_dialects`` (then once per dialect)."""
+    return str(getattr(request, "param", "sqlite"))
 
 
 @pytest.fixture
-def db_url(db_path: Path) -> str:
-    return "sqlite:///" + str(db_path)
+def db_path(store_dialect: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A SQLite file (not created yet); in a ``both_dialects`` module, for the PostgreSQL half,
+    the URL (a ``str``) of a fresh database migrated to head — pass ``str(db_path)`` to
+    ``--db`` and ``db_path`` itself to ``tests.helpers.db``, and it works for both."""
+    if store_dialect == "sqlite":
+        yield tmp_path / "rec.db"
+        return
+    server: PgServer = request.getfixturevalue("pg_server")
+    url = server.create_database()
+    try:
+        yield url
+    finally:
+        server.drop_database(url)
+
+
+@pytest.fixture
+def db_url(db_path: Path | str) -> str:
+    return url_of(db_path)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "both_dialects: run the module's db_path/db_url tests on SQLite and on PostgreSQL",
+    )
+    config.addinivalue_line(
+        "markers",
+        "sqlite_only: in a both_dialects module, a test of a SQLite mechanism (file locks …)",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``pytestmark = pytest.mark.both_dialects`` in a module: its ``db_path``/``db_url`` tests
+    run once per dialect (ids ``sqlite`` and ``postgresql``); a test marked ``sqlite_only``
+    (it exercises a SQLite mechanism, e.g. a file lock) runs on SQLite alone."""
+    if "store_dialect" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+        "both_dialects"
+    ):
+        only = metafunc.definition.get_closest_marker("sqlite_only")
+        metafunc.parametrize("store_dialect", ["sqlite"] if only else DIALECTS, indirect=True)
 
 
 # --------------------------------------------------------------------------- both dialects
@@ -110,6 +152,22 @@ def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | st
 def any_db_url(any_db: Path | str) -> str:
     """:func:`any_db` as a SQLAlchemy URL, whatever the dialect."""
     return any_db if isinstance(any_db, str) else "sqlite:///" + str(any_db)
+
+
+@pytest.fixture(scope="session", params=DIALECTS)
+def session_any_db_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """One database per dialect for the whole run (a package's shared recordings)."""
+    if request.param == "sqlite":
+        yield "sqlite:///" + str(tmp_path_factory.mktemp("db") / "rec.db")
+        return
+    server: PgServer = request.getfixturevalue("pg_server")
+    url = server.create_database()
+    try:
+        yield url
+    finally:
+        server.drop_database(url)
 
 
 @pytest.fixture(scope="module", params=DIALECTS)

@@ -14,7 +14,10 @@ from tests.helpers import db as rdb
 
 @pytest.mark.timeout(120)
 def test_demo_records_both_eras_into_the_default_database(tmp_path: Path) -> None:
+    # As after the README's `uv run mcptape demo`: uv's variables set, mcptape on PATH only
+    # for that run. Every "Next:" line must then say `uv run mcptape`.
     env = {k: v for k, v in os.environ.items() if k != "MCPTAPE_DB"}
+    env["UV"] = env.get("UV", "uv")
     env["XDG_DATA_HOME"] = str(tmp_path / "data")
     env["HOME"] = str(tmp_path / "home")
     proc = subprocess.run([*mcptape_cmd(), "demo"], capture_output=True, env=env, timeout=110)
@@ -40,5 +43,28 @@ def test_demo_records_both_eras_into_the_default_database(tmp_path: Path) -> Non
         assert "notifications/message" in methods
         assert s["status"] == "ended" and s["gap_count"] == 0
     # what it prints: the sessions, their frames, and what to try next (no browser without a tty)
-    assert "tools/call" in out and "Next:" in out and "mcptape dashboard" in out
+    assert "tools/call" in out and "Next:" in out
+    next_lines = out.split("Next:", 1)[1].strip().splitlines()
+    commands = [line.split("#")[0].strip() for line in next_lines if "#" in line]
+    assert len(commands) >= 10 and all(c.startswith("uv run mcptape ") for c in commands)
+    assert "uv tool install ." in out  # how to get a plain `mcptape` once
+    assert out.rstrip().splitlines()[-1].strip().startswith("uv run mcptape dashboard")
     assert "Traceback" not in proc.stderr.decode()
+    # The printed commands work where the user is (here: uv's `mcptape` is the venv's).
+    shown = commands[1].split()  # uv run mcptape show demo
+    assert shown[:4] == ["uv", "run", "mcptape", "show"]
+    ran = subprocess.run(
+        [*mcptape_cmd(), *shown[3:], "--no-body"], capture_output=True, env=env, timeout=60
+    )
+    assert ran.returncode == 0 and b"tools/call" in ran.stdout, ran.stderr
+
+
+def test_next_steps_name_the_command_as_the_user_runs_it() -> None:
+    from mcp_proxy.demo import next_steps
+
+    plain = next_steps("mcptape")
+    assert all(line.strip().startswith("mcptape ") for line in plain)
+    assert not any("uv tool install" in line for line in plain)
+    via_uv = next_steps("uv run mcptape")
+    assert via_uv[0].strip().startswith("uv run mcptape sessions")
+    assert "uv tool install ." in via_uv[-1]

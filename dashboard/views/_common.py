@@ -17,7 +17,7 @@ from dashboard import analysis as an
 from dashboard import present
 from dashboard.app import JINJA, STREAMS
 from mcp_proxy.analysis.model import Exchange
-from mcp_proxy.errors import BadValueError
+from mcp_proxy.errors import BadValueError, NotFoundError
 from mcp_proxy.render import frame_json, session_json
 from mcp_proxy.store.filters import check_id, parse_time
 
@@ -26,7 +26,17 @@ BadRequest = BadValueError
 
 EXT = r"{ext:(\.json)?}"
 SID = r"{sid:[0-9a-f]{1,32}}"
-KINDS = ("request", "response", "error", "notification", "stderr", "noise", "invalid", "batch")
+KINDS = (
+    "request",
+    "response",
+    "error",
+    "notification",
+    "stderr",
+    "noise",
+    "invalid",
+    "batch",
+    "undecodable",
+)
 #: Frames read around one request on a session too big to analyse whole.
 SPAN_LIMIT = 5000
 SESSION_FILTERS = ("q", "method", "text", "transport", "era", "status", "severity", "tag")
@@ -44,9 +54,10 @@ def wants_json(request: web.Request) -> bool:
 
 
 def path_id(request: web.Request, name: str, what: str) -> int:
-    """A number from the URL path (a frame, an HTTP exchange, an annotation); 404 if absurd."""
-    from mcp_proxy.errors import NotFoundError
+    """A number from the URL path (a frame, an HTTP exchange, an annotation); 404 if absurd.
 
+    The routes accept any digits; a number SQL cannot hold (≥ 2^63) names nothing that exists.
+    """
     try:
         return check_id(request.match_info[name], what)
     except BadValueError as exc:

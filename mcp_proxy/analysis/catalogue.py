@@ -852,7 +852,7 @@ if len(CATALOGUE) != len(_ENTRIES):  # pragma: no cover - guards an editing mist
     raise RuntimeError("duplicate finding code in the catalogue")
 
 #: Codes written by other parts of mcptape; the analyzer never produces them.
-FOREIGN_CODES = frozenset({"recorder.gap"})
+FOREIGN_CODES = frozenset({"recorder.gap", "forward.upstream_tls"})
 SUMMARY_CODE = "analysis.summary"
 
 AREAS: dict[str, str] = {
@@ -875,16 +875,6 @@ AREAS: dict[str, str] = {
     "pagination": "Lists and pagination",
     "mrtr": "Multi round-trip requests (MRTR)",
 }
-
-
-def entry(code: str) -> Entry:
-    """The catalogue entry for ``code`` (KeyError for an unknown code: a bug in the analyzer)."""
-    return CATALOGUE[code]
-
-
-def severity_of(code: str) -> str:
-    e = CATALOGUE.get(code)
-    return e.severity.value if e else "info"
 
 
 def at_least(severity: str, threshold: str) -> bool:

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mcp_proxy.analysis.exchanges import REORDER_WINDOW_NS, Pairing, header
+from mcp_proxy.analysis.exchanges import REORDER_WINDOW_NS, Pairing
+from mcp_proxy.analysis.facts import header
 from mcp_proxy.analysis.model import (
     ERA_INITIALIZE,
     KNOWN_VERSIONS,
@@ -24,6 +25,7 @@ from mcp_proxy.analysis.model import (
     SessionFacts,
 )
 from mcp_proxy.analysis.routing import invalid_x_mcp_header, routing_problems
+from mcp_proxy.protocol import version_at_least
 
 #: Client method → the server capability path that must be declared for it.
 SERVER_FEATURES: dict[str, tuple[str, ...]] = {
@@ -203,13 +205,10 @@ def _modern_shape(pairing: Pairing, facts: SessionFacts, sink: FindingSink) -> N
     for ex in pairing.exchanges:
         if ex.direction != "c2s" or ex.request is None:
             continue
-        meta = ex.request.meta
-        if META + "protocolVersion" not in meta or META + "clientCapabilities" not in meta:
+        if not ex.enveloped:
             missing.append(ex)
-        resp = ex.response
-        if resp is not None and resp.kind == "response" and resp.result is not None:
-            if "resultType" not in resp.result:
-                no_type.append(ex)
+        if ex.untyped_result:
+            no_type.append(ex)
     if missing:
         sink.add(
             "envelope.missing",
@@ -229,6 +228,28 @@ def _modern_shape(pairing: Pairing, facts: SessionFacts, sink: FindingSink) -> N
 
 
 # ------------------------------------------------------------------------------ capabilities
+def _input_requests_lacking(ex: Exchange, client_missing: dict[tuple[str, str], list[int]]) -> None:
+    """MRTR input requests are server→client requests in disguise: each needs the client
+    capability its standalone request would, declared in the retried request's envelope."""
+    resp = ex.response
+    reqs = resp.result.get("inputRequests") if resp is not None and resp.result else None
+    if resp is None or not isinstance(reqs, dict):
+        return
+    caps = ex.request.meta.get(META + "clientCapabilities") if ex.request else None
+    for key, ir in reqs.items():
+        if not isinstance(ir, dict):
+            continue
+        ir_method = str(ir.get("method") or "")
+        ir_params = ir.get("params")
+        lack = client_feature_missing(
+            ir_method, ir_params if isinstance(ir_params, dict) else {}, caps
+        )
+        if lack:
+            client_missing.setdefault((f"{ir_method} (inputRequests.{key})", lack), []).extend(
+                [ex.request_seq, resp.seq]
+            )
+
+
 def _capabilities(
     msgs: list[Msg], pairing: Pairing, facts: SessionFacts, sink: FindingSink
 ) -> None:
@@ -240,29 +261,8 @@ def _capabilities(
             need = SERVER_FEATURES.get(ex.method)
             if need is not None and server_caps is not None and not _has(server_caps, need):
                 unadvertised.setdefault(ex.method, []).append(ex)
-            # MRTR input requests are server→client requests in disguise.
-            resp = ex.response
-            if (
-                facts.modern
-                and ex.result_type == "input_required"
-                and resp is not None
-                and resp.result
-            ):
-                reqs = resp.result.get("inputRequests")
-                caps = ex.request.meta.get(META + "clientCapabilities") if ex.request else None
-                if isinstance(reqs, dict):
-                    for key, ir in reqs.items():
-                        if not isinstance(ir, dict):
-                            continue
-                        ir_method = str(ir.get("method") or "")
-                        ir_params = ir.get("params")
-                        lack = client_feature_missing(
-                            ir_method, ir_params if isinstance(ir_params, dict) else {}, caps
-                        )
-                        if lack:
-                            client_missing.setdefault(
-                                (f"{ir_method} (inputRequests.{key})", lack), []
-                            ).extend([ex.request_seq, resp.seq])
+            if facts.modern and ex.result_type == "input_required":
+                _input_requests_lacking(ex, client_missing)
         elif ex.request is not None and facts.era == ERA_INITIALIZE:
             lack = client_feature_missing(ex.method, ex.request.params, facts.client_caps)
             if lack:
@@ -452,11 +452,7 @@ def _http_headers(
                 row = http.get(m.http)
                 init_started = (row or {}).get("started_at")
                 break
-    needs_version = (
-        facts.era == ERA_INITIALIZE
-        and facts.version in KNOWN_VERSIONS
-        and KNOWN_VERSIONS.index(facts.version or "") >= KNOWN_VERSIONS.index("2025-06-18")
-    )
+    needs_version = facts.era == ERA_INITIALIZE and version_at_least(facts.version, "2025-06-18")
     missing_sid: list[int] = []
     missing_pv: list[int] = []
     for row in sorted(http.values(), key=lambda r: (r.get("started_at") or 0, r.get("id") or 0)):
@@ -485,6 +481,7 @@ def _http_headers(
                 if isinstance(name, str) and name in schemas and schemas[name][0] < body.seq:
                     schema = schemas[name][1]
             problems = routing_problems(hdrs, body.body, input_schema=schema)
+            body.release()
             if problems:
                 sink.add(
                     "http.routing_header_mismatch",

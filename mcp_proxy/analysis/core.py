@@ -11,15 +11,18 @@ from typing import Any
 
 from mcp_proxy.analysis.catalogue import CATALOGUE, SEVERITY_RANK, Severity
 from mcp_proxy.analysis.checks import protocol_checks
-from mcp_proxy.analysis.exchanges import decode, pair, session_facts
+from mcp_proxy.analysis.exchanges import pair
+from mcp_proxy.analysis.facts import Decoder, session_facts
 from mcp_proxy.analysis.model import (
     Chain,
     Exchange,
     Finding,
     FindingSink,
+    Msg,
     SessionFacts,
     severity_counts,
 )
+from mcp_proxy.analysis.oauth import oauth_checks
 from mcp_proxy.analysis.taxonomy import classify_error, taxonomy_findings
 from mcp_proxy.analysis.version import ANALYZER_VERSION
 
@@ -81,7 +84,7 @@ class Analysis:
 
 
 def analyze(
-    frames: Iterable[Any],
+    frames: Iterable[Any] | Decoder,
     *,
     session: Mapping[str, Any] | None = None,
     http_exchanges: Sequence[Mapping[str, Any]] = (),
@@ -89,11 +92,25 @@ def analyze(
     """Analyse one session: pair exchanges, name every error, run the protocol checks.
 
     ``frames`` must be one session's frame rows in ``seq`` order (with ``raw`` for body-level
-    checks); ``session`` is its sessions row (how it ended) and ``http_exchanges`` its
-    http_exchanges rows (statuses and headers), both optional.
+    checks), or a :class:`~mcp_proxy.analysis.facts.Decoder` already fed with them (the service
+    streams rows from the store into one, batch by batch); ``session`` is its sessions row (how
+    it ended) and ``http_exchanges`` its http_exchanges rows (statuses and headers), both
+    optional.
     """
     with _gc_paused():
-        return _analyze(frames, session, http_exchanges)
+        decoder: Decoder
+        if isinstance(frames, Decoder):
+            decoder = frames
+        else:
+            decoder = Decoder()
+            decoder.feed(frames)
+        return _analyze(decoder, session, http_exchanges)
+
+
+def gc_paused() -> contextlib.AbstractContextManager[None]:
+    """Pause the cyclic GC (counted, thread-safe) while building many objects that make no
+    cycles, e.g. while a :class:`~mcp_proxy.analysis.facts.Decoder` is fed from the store."""
+    return _gc_paused()
 
 
 _gc_lock = threading.Lock()
@@ -125,23 +142,28 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _analyze(
-    frames: Iterable[Any],
+    decoder: Decoder,
     session: Mapping[str, Any] | None,
     http_exchanges: Sequence[Mapping[str, Any]],
 ) -> Analysis:
-    rows = frames if isinstance(frames, list) else list(frames)
-    msgs = decode(rows)
+    msgs = decoder.msgs
     http = {int(r["id"]): r for r in http_exchanges if r.get("id") is not None}
     facts = session_facts(msgs, session, http)
     sink = FindingSink()
     pairing = pair(msgs, facts, http, sink)
+    _forget_notification_bytes(msgs)
     taxonomy_findings(msgs, pairing, facts, http, sink)
     protocol_checks(msgs, pairing, facts, http, sink)
+    if http:
+        oauth_checks(http, sink, _seqs_by_exchange(msgs))
     # Drop the parsed bodies and the messages (exchanges keep their seqs): they are most of the
     # objects made, and freeing them here by reference counting spares the cyclic GC a walk
     # over all of them later.
+    last_seq = msgs[-1].seq if msgs else 0
+    decoder.msgs = []
     for m in msgs:
         m.release()
+    del msgs
     for ex in pairing.exchanges:
         ex.request = ex.response = None
     return Analysis(
@@ -150,7 +172,39 @@ def _analyze(
         exchanges=pairing.exchanges,
         chains=pairing.chains,
         findings=sink.result(),
-        frame_count=len(rows),
-        last_seq=msgs[-1].seq if msgs else 0,
+        frame_count=decoder.frames,
+        last_seq=last_seq,
         unattached_logs=pairing.unattached_logs,
     )
+
+
+def _seqs_by_exchange(msgs: list[Msg], cap: int = 4) -> dict[int, list[int]]:
+    """The first frames of each HTTP exchange (what an HTTP-level finding points at)."""
+    out: dict[int, list[int]] = {}
+    for m in msgs:
+        if m.http is not None:
+            seqs = out.setdefault(m.http, [])
+            if len(seqs) < cap and (not seqs or seqs[-1] != m.seq):
+                seqs.append(m.seq)
+    return out
+
+
+#: stderr lines whose bytes the transport findings quote (the tail before a crash).
+STDERR_TAIL = 8
+
+
+def _forget_notification_bytes(msgs: list[Msg]) -> None:
+    """Free the bytes no check reads after pairing: notifications (pairing has read their
+    tokens, request ids and levels; later checks look at method, size and channel only) and
+    stderr lines but the last few. On a burst of logs that is most of the session's memory."""
+    stderr_kept = 0
+    for m in reversed(msgs):
+        kind = m.kind
+        if kind == "notification" and m.raw is not None:
+            m.raw = None
+            m._body = None
+        elif kind == "stderr":
+            if stderr_kept < STDERR_TAIL:
+                stderr_kept += 1
+            else:
+                m.raw = None

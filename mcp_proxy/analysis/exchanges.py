@@ -19,12 +19,11 @@ place that knows them. Pure: rows in, objects out.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from mcp_proxy.analysis.facts import FRAME_COLUMNS, decode, header, session_facts
 from mcp_proxy.analysis.model import (
-    _UNPARSED,
     ERA_INITIALIZE,
     META,
     Chain,
@@ -34,157 +33,22 @@ from mcp_proxy.analysis.model import (
     Outcome,
     SessionFacts,
 )
-from mcp_proxy.frames import classify_message, id_key
+from mcp_proxy.frames import id_key
+from mcp_proxy.protocol import LOG_LEVELS, NAME_PARAM
 
-#: The columns :func:`decode` reads, in the order ``Store.analysis_frames`` returns them.
-FRAME_COLUMNS = (
-    "seq",
-    "ts",
-    "mono_ns",
-    "direction",
-    "channel",
-    "kind",
-    "method",
-    "msg_id",
-    "error_code",
-    "size",
-    "complete",
-    "partial_parse",
-    "raw",
-    "http_exchange_id",
-    "sse_event",
-)
+#: Re-exported: :mod:`mcp_proxy.diff` pairs sessions with the same functions.
+__all__ = ["FRAME_COLUMNS", "Pairing", "decode", "header", "pair", "session_facts"]
 
 #: A response slower than this is reported as ``exchange.slow`` (info).
 SLOW_MS = 10_000.0
 
-LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 _LEVEL_RANK = {name: i for i, name in enumerate(LOG_LEVELS)}
-
-#: Methods whose ``params`` name the thing acted on (shown next to the method, mirrored into the
-#: ``Mcp-Name`` header on 2026-07-28 HTTP).
-NAME_PARAM = {
-    "tools/call": "name",
-    "prompts/get": "name",
-    "resources/read": "uri",
-    "resources/subscribe": "uri",
-    "resources/unsubscribe": "uri",
-}
 
 _ABORTED = frozenset({"host_aborted", "client_aborted", "client_disconnected", "host_disconnected"})
 
 
 def _other(direction: str) -> str:
     return "s2c" if direction == "c2s" else "c2s"
-
-
-# ---------------------------------------------------------------------------------- decoding
-def decode(frames: Iterable[Any]) -> list[Msg]:
-    """Turn frame rows into :class:`Msg` objects, in order.
-
-    Rows are mappings (``Store.frames``) or named rows/tuples with ``_fields``
-    (``Store.analysis_frames``, which skips the per-row dict for speed). Bodies are parsed
-    lazily; a batch frame is kept and followed by one message per element (same ``seq``), so that
-    pairing sees every request and response it carried. Rows without ``raw`` still pair; only
-    body-level checks go quiet.
-    """
-    rows = frames if isinstance(frames, list) else list(frames)
-    if not rows:
-        return []
-    if isinstance(rows[0], Mapping):
-        get_rows: Iterable[tuple[Any, ...]] = (
-            (
-                f["seq"],
-                f["ts"],
-                f["mono_ns"],
-                f["direction"],
-                f["channel"],
-                f["kind"],
-                f.get("method"),
-                f.get("msg_id"),
-                f.get("error_code"),
-                f.get("size"),
-                f.get("complete", True),
-                f.get("partial_parse"),
-                f.get("raw"),
-                f.get("http_exchange_id"),
-                f.get("sse_event"),
-            )
-            for f in rows
-        )
-    else:
-        fields = list(rows[0]._fields)
-        idx = [fields.index(c) if c in fields else -1 for c in FRAME_COLUMNS]
-        if idx == list(range(len(FRAME_COLUMNS))):
-            get_rows = rows
-        else:
-            get_rows = (tuple(r[i] if i >= 0 else None for i in idx) for r in rows)
-    out: list[Msg] = []
-    append = out.append
-    for (
-        seq,
-        ts,
-        mono,
-        direction,
-        channel,
-        kind,
-        method,
-        msg_id,
-        code,
-        size,
-        complete,
-        partial,
-        raw,
-        http,
-        event,
-    ) in get_rows:
-        if raw is not None and type(raw) is not bytes:
-            raw = bytes(raw)
-        m = Msg(
-            seq,
-            ts,
-            mono,
-            direction,
-            channel,
-            kind,
-            method,
-            msg_id,
-            code,
-            size or 0,
-            complete is None or bool(complete),
-            bool(partial),
-            http,
-            raw,
-            _UNPARSED,
-            event,
-        )
-        append(m)
-        if kind == "batch":
-            body = m.body
-            if isinstance(body, list):
-                for element in body:
-                    c = classify_message(element)
-                    append(
-                        Msg(
-                            seq,
-                            ts,
-                            mono,
-                            direction,
-                            channel,
-                            c.kind.value,
-                            c.method,
-                            c.msg_id,
-                            c.error_code,
-                            0,
-                            True,
-                            False,
-                            http,
-                            None,
-                            element,
-                            event,
-                        )
-                    )
-    return out
 
 
 # ---------------------------------------------------------------------------------- order
@@ -203,140 +67,6 @@ def _fast_key(value: Any) -> str | None:
     if type(value) is int:
         return str(value)
     return id_key(value)
-
-
-# ---------------------------------------------------------------------------------- facts
-def header_pairs(headers: Any) -> list[tuple[str, str]]:
-    """``[[name, value], …]`` as ``(lower-case name, value)``, skipping malformed items."""
-    out: list[tuple[str, str]] = []
-    if isinstance(headers, (str, bytes)):
-        # A raw SQL read of the JSON column (the store's API decodes it; be lenient anyway).
-        try:
-            headers = json.loads(headers)
-        except ValueError:
-            return out
-    if not isinstance(headers, (list, tuple)):
-        return out
-    for item in headers:
-        if isinstance(item, (list, tuple)) and len(item) >= 2:
-            out.append((str(item[0]).lower(), str(item[1])))
-    return out
-
-
-def header(headers: Any, name: str) -> str | None:
-    """The first value of header ``name`` (case-insensitive) from ``[[name, value], …]``."""
-    if not headers:
-        return None
-    lname = name.lower()
-    for k, v in header_pairs(headers):
-        if k == lname:
-            return v
-    return None
-
-
-def session_facts(
-    msgs: list[Msg],
-    session: Mapping[str, Any] | None = None,
-    http: Mapping[int, Mapping[str, Any]] | None = None,
-) -> SessionFacts:
-    """Establish era, negotiated version, capabilities and end state from the frames.
-
-    The frames decide (they are the source of truth); the session row only fills in what frames
-    cannot say (how the process ended) or what they do not show (a session with no handshake).
-    A successful ``initialize`` makes the initialize era even after a ``server/discover`` probe
-    failed (the auto client's fallback); otherwise requests carrying the 2026-07-28 envelope
-    make the modern era.
-    """
-    s = session or {}
-    facts = SessionFacts(
-        status=str(s.get("status") or "ended"),
-        exit_code=s.get("exit_code"),
-        exit_signal=s.get("exit_signal"),
-        transport=str(s.get("transport") or "stdio"),
-    )
-    init_id: str | None = None
-    discover_ids: set[str] = set()
-    envelope_version: str | None = None
-    init_version: str | None = None
-    discover_caps: dict[str, Any] | None = None
-    discover_seq: int | None = None
-    init_http: int | None = None
-    saw_http = False
-    for m in msgs:
-        if m.channel in ("http", "sse"):
-            saw_http = True
-            if m.event == "endpoint":
-                facts.legacy_sse = True
-        kind = m.kind
-        if m.direction == "c2s":
-            if kind == "request":
-                if m.method == "initialize" and facts.initialize_seq is None:
-                    facts.initialize_seq = m.seq
-                    init_id = m.msg_id
-                    p = m.params
-                    caps = p.get("capabilities")
-                    facts.client_caps = caps if isinstance(caps, dict) else {}
-                    rv = p.get("protocolVersion")
-                    facts.requested_version = rv if isinstance(rv, str) else None
-                elif m.method == "server/discover" and m.msg_id is not None:
-                    discover_ids.add(m.msg_id)
-                if facts.first_envelope_seq is None:
-                    meta = m.meta
-                    v = meta.get(META + "protocolVersion")
-                    if isinstance(v, str):
-                        facts.first_envelope_seq = m.seq
-                        envelope_version = v
-            elif (
-                kind == "notification"
-                and m.method == "notifications/initialized"
-                and facts.initialized_seq is None
-            ):
-                facts.initialized_seq = m.seq
-        elif kind in ("response", "error") and m.msg_id is not None:
-            if m.msg_id == init_id and facts.initialize_result_seq is None:
-                if kind == "response" and m.result is not None:
-                    facts.initialize_result_seq = m.seq
-                    r = m.result
-                    v = r.get("protocolVersion")
-                    init_version = v if isinstance(v, str) else None
-                    caps = r.get("capabilities")
-                    facts.server_caps = caps if isinstance(caps, dict) else {}
-                    facts.server_caps_seq = m.seq
-                    init_http = m.http
-                else:
-                    facts.initialize_failed = True
-            elif m.msg_id in discover_ids and kind == "response" and m.result is not None:
-                caps = m.result.get("capabilities")
-                if isinstance(caps, dict):
-                    discover_caps = caps
-                    discover_seq = m.seq
-    if facts.initialize_result_seq is not None:
-        facts.era = ERA_INITIALIZE
-        facts.version = init_version
-    elif envelope_version is not None:
-        facts.era = "2026-07-28"
-        facts.version = envelope_version
-        facts.server_caps = discover_caps
-        facts.server_caps_seq = discover_seq
-    else:
-        facts.era = s.get("era")
-        facts.version = s.get("protocol_version")
-    if msgs:
-        facts.first_ts = msgs[0].ts
-        facts.last_ts = msgs[-1].ts
-    if saw_http and facts.transport == "stdio":
-        facts.transport = "http"
-    if facts.transport != "stdio" and not facts.live:
-        facts.open_ended = not any(
-            str(r.get("method") or "").upper() == "DELETE" for r in (http or {}).values()
-        )
-    if facts.transport == "sse":
-        facts.legacy_sse = True
-    if init_http is not None and http:
-        row = http.get(init_http)
-        if row is not None:
-            facts.session_id_header = header(row.get("response_headers"), "mcp-session-id")
-    return facts
 
 
 # ---------------------------------------------------------------------------------- pairing
@@ -439,6 +169,7 @@ class _Pairing:
             ex.progress_token = _fast_key(tok)
         lvl = meta.get(META + "logLevel")
         ex.log_level = lvl if isinstance(lvl, str) else None
+        ex.enveloped = META + "protocolVersion" in meta and META + "clientCapabilities" in meta
         plist = self.pending.get(key)
         if plist:
             # 2026-07-28 over HTTP: every POST is its own scope and carries its own answer.
@@ -566,7 +297,11 @@ class _Pairing:
             msg = m.error.get("message")
             ex.error_message = msg if isinstance(msg, str) else None
         else:
-            result = m.result or {}
+            result = m.result
+            if result is None:
+                result = {}
+            else:
+                ex.untyped_result = "resultType" not in result
             rt = result.get("resultType")
             ex.result_type = rt if isinstance(rt, str) else None
             if rt == "input_required":
@@ -1045,17 +780,24 @@ def pair(
     http: Mapping[int, Mapping[str, Any]] | None = None,
     sink: FindingSink | None = None,
 ) -> Pairing:
-    """Pair requests and responses, attach notifications, chain MRTR rounds."""
+    """Pair requests and responses, attach notifications, chain MRTR rounds.
+
+    A message's parsed body is released once it has been handled (the checks that need it
+    later parse it again from its bytes): holding every parsed body until the end made the
+    analysis of a million frames grow by over a kilobyte per frame.
+    """
     p = _Pairing(facts, http or {}, sink or FindingSink())
     p.msgs = msgs
     deferred = p.deferred
     for i, m in enumerate(msgs):
         p.i = i
         p.dispatch(m)
+        m.release()
         if deferred:
             later = deferred.pop(i, None)
             if later:
                 for d in later:
                     p.dispatch(d)
+                    d.release()
     p.finish()
     return Pairing(p)

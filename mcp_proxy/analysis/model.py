@@ -8,17 +8,33 @@ can be thrown away and recomputed at any time.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from mcp_proxy.analysis.catalogue import CATALOGUE, SEVERITY_RANK, Severity
+from mcp_proxy.analysis.version import ANALYZER_VERSION
+from mcp_proxy.protocol import ERA_INITIALIZE, ERA_MODERN, KNOWN_VERSIONS
+from mcp_proxy.protocol import META_PREFIX as META
 
-ERA_INITIALIZE = "initialize"
-ERA_MODERN = "2026-07-28"
-META = "io.modelcontextprotocol/"
-KNOWN_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
+__all__ = [
+    "ERA_INITIALIZE",
+    "ERA_MODERN",
+    "JSONRPC_KINDS",
+    "KNOWN_VERSIONS",
+    "META",
+    "Chain",
+    "Exchange",
+    "Finding",
+    "FindingSink",
+    "Msg",
+    "Outcome",
+    "SessionFacts",
+    "finding_order",
+    "finding_record",
+    "severity_counts",
+]
 
 #: Kinds whose bytes are parsed (everything else — noise, stderr, empty — has no JSON body).
 JSONRPC_KINDS = frozenset({"request", "response", "error", "notification", "batch", "invalid"})
@@ -165,6 +181,11 @@ class Outcome(StrEnum):
     PENDING = "pending"
 
     @property
+    def label(self) -> str:
+        """How people read it in a table (``NO RESPONSE`` and ``LOST`` shout: data is missing)."""
+        return _LABELS[self]
+
+    @property
     def answered(self) -> bool:
         """The receiver answered (a result, an error or an MRTR round)."""
         return self in _ANSWERED
@@ -179,6 +200,19 @@ _ANSWERED = frozenset(
     {Outcome.OK, Outcome.TOOL_ERROR, Outcome.INPUT_REQUIRED, Outcome.ERROR, Outcome.HTTP_ERROR}
 )
 _UNANSWERED = frozenset({Outcome.NO_RESPONSE, Outcome.LOST, Outcome.ABORTED})
+_LABELS = {
+    Outcome.OK: "ok",
+    Outcome.TOOL_ERROR: "tool error",
+    Outcome.INPUT_REQUIRED: "input req.",
+    Outcome.ERROR: "error",
+    Outcome.HTTP_ERROR: "HTTP error",
+    Outcome.CANCELLED: "cancelled",
+    Outcome.ABORTED: "aborted",
+    Outcome.LOST: "LOST",
+    Outcome.NO_RESPONSE: "NO RESPONSE",
+    Outcome.CLOSED: "closed",
+    Outcome.PENDING: "pending",
+}
 
 
 @dataclass(slots=True)
@@ -217,6 +251,10 @@ class Exchange:
     chain: int | None = None
     round: int = 0
     last_progress: float | None = None
+    #: Read while pairing (the bodies are parsed then, and released after): the request carried
+    #: the 2026-07-28 envelope; the answer was a result without ``resultType``.
+    enveloped: bool = False
+    untyped_result: bool = False
     # The request and response messages, for the checks; cleared when analyze() returns
     # (request_seq and response_seq point at their frames).
     request: Msg | None = None
@@ -301,16 +339,78 @@ class Finding:
         return CATALOGUE[self.code].severity.value
 
     def as_dict(self) -> dict[str, Any]:
-        e = CATALOGUE[self.code]
-        return {
-            "code": self.code,
-            "severity": e.severity.value,
-            "title": self.title,
-            "detail": self.detail,
-            "frame_seqs": self.frame_seqs,
-            "exchange": self.exchange,
-            "spec": e.spec,
+        """The one finding shape (:func:`finding_record`)."""
+        return finding_record(self)
+
+
+#: The keys of a finding record, in the order JSON output shows them.
+FINDING_KEYS = (
+    "code",
+    "severity",
+    "title",
+    "detail",
+    "frame_seqs",
+    "exchange",
+    "source",
+    "analyzer_version",
+    "area",
+    "spec",
+    "explanation",
+)
+
+
+def finding_record(f: Finding | Mapping[str, Any]) -> dict[str, Any]:
+    """The one shape of a finding for every reader: CLI text and JSON, dashboard, diff, CI.
+
+    Takes a fresh :class:`Finding` or a stored ``findings`` row (recorder or analyzer) and
+    returns :data:`FINDING_KEYS` (plus the row's ``id`` when stored): severity, area,
+    reference and explanation come from the catalogue, except that a stored row keeps the
+    severity it was written with.
+    """
+    if isinstance(f, Finding):
+        code = f.code
+        out: dict[str, Any] = {
+            "code": code,
+            "severity": f.severity,
+            "title": f.title,
+            "detail": f.detail,
+            "frame_seqs": list(f.frame_seqs),
+            "exchange": f.exchange,
+            "source": "analyzer",
+            "analyzer_version": ANALYZER_VERSION,
         }
+    else:
+        code = str(f.get("code") or "")
+        entry = CATALOGUE.get(code)
+        out = {
+            "code": code,
+            "severity": str(f.get("severity") or (entry.severity.value if entry else "info")),
+            "title": f.get("title") or "",
+            "detail": f.get("detail") or "",
+            "frame_seqs": list(f.get("frame_seqs") or []),
+            "exchange": f.get("exchange"),
+            "source": f.get("source"),
+            "analyzer_version": f.get("analyzer_version"),
+        }
+        if f.get("id") is not None:
+            out["id"] = f.get("id")
+    entry = CATALOGUE.get(code)
+    out["area"] = entry.area if entry else code.split(".", 1)[0]
+    out["spec"] = entry.spec if entry else ""
+    out["explanation"] = entry.explanation if entry else ""
+    return out
+
+
+def finding_order(f: Finding | Mapping[str, Any]) -> tuple[int, int, str, int]:
+    """The one order of findings: worst first, then by the first frame that proves it."""
+    if isinstance(f, Finding):
+        severity, seqs, code, ident = f.severity, f.frame_seqs, f.code, 0
+    else:
+        severity = str(f.get("severity"))
+        seqs = f.get("frame_seqs") or []
+        code, ident = str(f.get("code") or ""), int(f.get("id") or 0)
+    first = int(seqs[0]) if seqs else 0
+    return (-SEVERITY_RANK.get(severity, -1), first, code, ident)
 
 
 #: Individual findings kept per code; beyond that they are folded into one "… and N more".
@@ -372,13 +472,8 @@ class FindingSink:
                     sorted(self._overflow.get(code, [])),
                 )
             )
-        out.sort(key=_finding_order)
+        out.sort(key=finding_order)
         return out
-
-
-def _finding_order(f: Finding) -> tuple[int, int, str]:
-    first = f.frame_seqs[0] if f.frame_seqs else 0
-    return (-SEVERITY_RANK[CATALOGUE[f.code].severity.value], first, f.code)
 
 
 @dataclass(slots=True)

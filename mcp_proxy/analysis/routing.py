@@ -15,12 +15,13 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from mcp_proxy.analysis.exchanges import header_pairs
+from mcp_proxy.analysis.facts import header_pairs
 from mcp_proxy.headers import decode_header_value
+from mcp_proxy.protocol import H_PARAM_PREFIX, ROUTING_HEADERS
 
 X_MCP_HEADER = "x-mcp-header"
-PARAM_PREFIX = "mcp-param-"
-ROUTING = ("mcp-protocol-version", "mcp-method", "mcp-name")
+PARAM_PREFIX = H_PARAM_PREFIX.lower()
+ROUTING = tuple(h.lower() for h in ROUTING_HEADERS)
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _PRIMITIVE = frozenset({"string", "integer", "boolean"})
 _SINGLE = frozenset(

@@ -1,34 +1,71 @@
-"""Load a session, analyse it, keep its findings: the thin I/O layer around :func:`analyze`.
+"""The analysis service: load a session, analyse it, keep its findings — for every caller.
 
-Findings are derived data, stored so that reading them is one indexed query even for a
-100,000-frame session. Next to a session's analyzer findings sits one ``analysis.summary`` row
-whose ``detail`` records what they were computed from (analyzer version, the session's frame
-count and status). They are recomputed — transparently, on the next read — when any of those
-changed: a new analyzer version, new frames, or the session ending.
+The CLI (``check``, ``stats``, ``show``), the dashboard and scripts all call this module, so a
+session is analysed one way whoever asks. Findings are derived data, stored so that reading them
+is one indexed query even for a huge session. Next to a session's analyzer findings sits one
+``analysis.summary`` row whose ``detail`` records what they were computed from (analyzer version,
+the session's frame count and how it ended). They are recomputed — transparently, on the next
+read — when any of those changed: a new analyzer version, new frames, or the session ending.
 
-Other parts of mcptape call:
+Entry points:
 
-- :func:`session_findings` — findings of a session (recorder + analyzer), fresh;
-- :func:`session_analysis` — the full :class:`~mcp_proxy.analysis.Analysis` (exchanges,
-  chains, findings, facts), computed now; stores its findings on the way;
+- :func:`session_findings` — a session's findings (recorder + analyzer) in the one finding shape
+  (:func:`~mcp_proxy.analysis.model.finding_record`), recomputed first only when stale: what
+  ``mcptape check`` prints;
+- :func:`findings_view` — the same plus whether they are current, without analysing a session
+  the caller considers too big (the dashboard);
+- :func:`session_analysis` — the full :class:`~mcp_proxy.analysis.Analysis` (exchanges, chains,
+  findings, facts), computed now; stores its findings when the stored ones are stale;
+- :func:`sessions_stats` — per-method numbers over one or many sessions: what ``mcptape stats``
+  prints;
 - :func:`refresh` — force a recomputation.
+
+The analysis itself is CPU work; ``threaded=True`` runs it in a worker thread so that an event
+loop serving pages keeps answering meanwhile.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
-from mcp_proxy.analysis.catalogue import CATALOGUE, SUMMARY_CODE
-from mcp_proxy.analysis.core import Analysis, analyze
+from mcp_proxy.analysis.catalogue import SUMMARY_CODE
+from mcp_proxy.analysis.core import Analysis, analyze, gc_paused
+from mcp_proxy.analysis.facts import Decoder
+from mcp_proxy.analysis.model import finding_order, finding_record
+from mcp_proxy.analysis.stats import MethodStats, merge_stats, method_stats, sorted_stats
 from mcp_proxy.analysis.version import ANALYZER_VERSION
+from mcp_proxy.errors import StoreError
 from mcp_proxy.store.queries import Store, session_status
 
+log = logging.getLogger(__name__)
 
-def _status(session: dict[str, Any]) -> str:
-    """live | ended | crashed | abandoned (a 'live' row whose recorder is gone)."""
-    return session_status(session)
+__all__ = [
+    "enrich",
+    "finding_rows",
+    "findings_view",
+    "fingerprint",
+    "is_fresh",
+    "load",
+    "refresh",
+    "session_analysis",
+    "session_findings",
+    "session_view",
+    "sessions_stats",
+    "sort_rows",
+]
+
+
+def session_view(session: dict[str, Any]) -> dict[str, Any]:
+    """The session row as the analysis reads it: ``status`` resolved (``abandoned`` when the
+    recorder of a ``live`` row is gone)."""
+    view = dict(session)
+    view["status"] = session_status(session)
+    return view
 
 
 def fingerprint(session: dict[str, Any]) -> dict[str, Any]:
@@ -36,7 +73,7 @@ def fingerprint(session: dict[str, Any]) -> dict[str, Any]:
     return {
         "analyzer_version": ANALYZER_VERSION,
         "frames": int(session.get("frame_count") or 0),
-        "status": _status(session),
+        "status": session_status(session),
         "exit_code": session.get("exit_code"),
         "exit_signal": session.get("exit_signal"),
     }
@@ -79,14 +116,6 @@ def finding_rows(
         for f in analysis.findings
     ]
     counts = analysis.counts()
-    summary = {
-        "fingerprint": fingerprint(session),
-        "exchanges": len(analysis.exchanges),
-        "chains": len(analysis.chains),
-        "counts": counts,
-        "era": analysis.facts.era,
-        "protocol_version": analysis.facts.version,
-    }
     rows.append(
         {
             "session_id": sid,
@@ -96,7 +125,8 @@ def finding_rows(
                 f"analysed {analysis.frame_count} frames, {len(analysis.exchanges)} exchanges:"
                 f" {counts['error']} errors, {counts['warning']} warnings, {counts['info']} info"
             ),
-            "detail": json.dumps(summary, sort_keys=True),
+            # Only what readers use: the fingerprint that says whether these rows are current.
+            "detail": json.dumps({"fingerprint": fingerprint(session)}, sort_keys=True),
             "frame_seqs": [],
             "source": "analyzer",
             "analyzer_version": ANALYZER_VERSION,
@@ -106,29 +136,74 @@ def finding_rows(
     return rows
 
 
-async def session_analysis(store: Store, session: dict[str, Any], *, save: bool = True) -> Analysis:
+#: Frames read from the store per query while streaming a session into the analysis.
+LOAD_BATCH = 20_000
+
+
+async def load(store: Store, session: dict[str, Any]) -> Decoder:
+    """Stream a session's frames from the store into a :class:`Decoder`, batch by batch.
+
+    Rows are turned into messages as they arrive and then dropped, so a session is never held
+    twice in memory (rows and messages); the cyclic GC is paused meanwhile (the messages make
+    no cycles, and a collector walking a growing list of a million of them is most of the time).
+    """
+    decoder = Decoder()
+    with gc_paused():
+        # Named rows of the analysis columns only, a batch per query (no dict per row).
+        async for rows in store.iter_analysis_frames(session["id"], batch=LOAD_BATCH):
+            decoder.feed(rows)
+    return decoder
+
+
+async def _store_findings(
+    store: Store, session: dict[str, Any], analysis: Analysis, *, strict: bool
+) -> None:
+    """Replace the stored analyzer findings; a read-only database is tolerated unless strict."""
+    try:
+        await store.replace_analyzer_findings(session["id"], finding_rows(analysis, session))
+    except StoreError as exc:
+        if strict:
+            raise
+        log.warning("could not store findings of %s: %s", session["id"], exc)
+
+
+async def session_analysis(
+    store: Store,
+    session: dict[str, Any],
+    *,
+    save: bool = True,
+    threaded: bool = False,
+    strict: bool = True,
+) -> Analysis:
     """Analyse a session now (exchanges are not stored; they are cheap to recompute).
 
     With ``save`` the findings are stored when the stored ones are stale, so that the next
-    :func:`session_findings` is a plain read.
+    :func:`session_findings` is a plain read; ``strict=False`` lets a read-only database still
+    answer (the dashboard). ``threaded`` runs the CPU part in a worker thread.
     """
-    frames = await store.analysis_frames(session["id"])
+    decoder = await load(store, session)
     http = await store.http_exchanges(session["id"])
-    view = dict(session)
-    view["status"] = _status(session)
-    analysis = analyze(frames, session=view, http_exchanges=http)
-    if save:
-        summary = await store.analysis_summary(session["id"])
-        if not is_fresh(session, summary):
-            await store.replace_analyzer_findings(session["id"], finding_rows(analysis, session))
+    view = session_view(session)
+    if threaded:
+        analysis = await asyncio.to_thread(analyze, decoder, session=view, http_exchanges=http)
+    else:
+        analysis = analyze(decoder, session=view, http_exchanges=http)
+    del decoder
+    if save and not is_fresh(session, await store.analysis_summary(session["id"])):
+        await _store_findings(store, session, analysis, strict=strict)
     return analysis
 
 
-async def refresh(store: Store, session: dict[str, Any]) -> Analysis:
+async def refresh(store: Store, session: dict[str, Any], *, threaded: bool = False) -> Analysis:
     """Recompute and store a session's findings whatever the stored state."""
-    analysis = await session_analysis(store, session, save=False)
-    await store.replace_analyzer_findings(session["id"], finding_rows(analysis, session))
+    analysis = await session_analysis(store, session, save=False, threaded=threaded)
+    await _store_findings(store, session, analysis, strict=True)
     return analysis
+
+
+async def _stored(store: Store, session: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = await store.session_findings(session["id"])
+    return sort_rows([finding_record(r) for r in rows])
 
 
 async def session_findings(
@@ -136,33 +211,54 @@ async def session_findings(
 ) -> list[dict[str, Any]]:
     """A session's findings (recorder and analyzer), recomputed first only when stale.
 
-    Rows are the ``findings`` table's columns plus ``spec`` and ``explanation`` from the
-    catalogue, worst first, then in frame order.
+    Records in the one finding shape (:func:`~mcp_proxy.analysis.model.finding_record`), in
+    the one order (worst first, then by frame).
     """
     summary = await store.analysis_summary(session["id"])
     if recompute or not is_fresh(session, summary):
         await refresh(store, session)
-    rows = await store.session_findings(session["id"])
-    return sort_rows([enrich(r) for r in rows])
+    return await _stored(store, session)
+
+
+async def findings_view(
+    store: Store, session: dict[str, Any], *, analyse_if_stale: bool = True
+) -> tuple[list[dict[str, Any]], bool]:
+    """A session's findings and whether they are current.
+
+    With ``analyse_if_stale`` (the caller's choice, e.g. "small enough to analyse inline"), stale
+    findings are recomputed first in a worker thread; a read-only database still gets the stored
+    rows.
+    """
+    summary = await store.analysis_summary(session["id"])
+    fresh = is_fresh(session, summary)
+    if not fresh and analyse_if_stale:
+        analysis = await session_analysis(store, session, save=False, threaded=True)
+        await _store_findings(store, session, analysis, strict=False)
+        fresh = is_fresh(session, await store.analysis_summary(session["id"]))
+    return await _stored(store, session), fresh
+
+
+async def sessions_stats(
+    store: Store, sessions: Iterable[dict[str, Any]], *, by_name: bool = False
+) -> list[MethodStats]:
+    """Per-method numbers over these sessions, busiest host methods first (``mcptape stats``).
+
+    Each session is analysed once (storing its findings when stale, as any read does) and only
+    its per-method numbers are kept, so many sessions cost the memory of one.
+    """
+    parts = []
+    for s in sessions:
+        analysis = await session_analysis(store, s)
+        parts.append(method_stats(analysis.exchanges, by_name=by_name))
+        del analysis
+    return sorted_stats(merge_stats(parts))
 
 
 def enrich(row: dict[str, Any]) -> dict[str, Any]:
-    out = dict(row)
-    entry = CATALOGUE.get(str(row.get("code")))
-    out["spec"] = entry.spec if entry else ""
-    out["explanation"] = entry.explanation if entry else ""
-    return out
+    """A stored row in the one finding shape (kept for callers of the old name)."""
+    return finding_record(row)
 
 
 def sort_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rank = {"error": 0, "warning": 1, "info": 2}
-
-    def key(r: dict[str, Any]) -> tuple[int, int, int]:
-        seqs = r.get("frame_seqs") or [0]
-        return (
-            rank.get(str(r.get("severity")), 3),
-            int(seqs[0]) if seqs else 0,
-            int(r.get("id") or 0),
-        )
-
-    return sorted(rows, key=key)
+    """Findings in the one order (worst first, then by frame)."""
+    return sorted(rows, key=finding_order)

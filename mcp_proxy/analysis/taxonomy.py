@@ -20,8 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_proxy.analysis.exchanges import Pairing, header
+from mcp_proxy.analysis.exchanges import Pairing
+from mcp_proxy.analysis.facts import header
 from mcp_proxy.analysis.model import ERA_MODERN, Exchange, FindingSink, Msg, SessionFacts
+from mcp_proxy.protocol import ERROR_NAMES, MODERN_ERROR_STATUS
 
 # --------------------------------------------------------------------------------- JSON-RPC
 
@@ -35,32 +37,8 @@ class ErrorClass:
     meaning: str  # what it means here, one sentence (era-aware)
 
 
-NAMES: dict[int, str] = {
-    -32700: "Parse error",
-    -32600: "Invalid request",
-    -32601: "Method not found",
-    -32602: "Invalid params",
-    -32603: "Internal error",
-    -32020: "Header mismatch",
-    -32021: "Missing required client capability",
-    -32022: "Unsupported protocol version",
-    -32042: "URL elicitation required",
-    -32800: "Request cancelled",
-    -32000: "Server error",
-    -32001: "Server error",
-    -32002: "Resource not found (up to 2025-06-18)",
-}
-
-#: 2026-07-28 Streamable HTTP: the status a JSON-RPC error must come with (others: 200).
-MODERN_ERROR_STATUS: dict[int, int] = {
-    -32700: 400,
-    -32600: 400,
-    -32602: 400,
-    -32020: 400,
-    -32021: 400,
-    -32022: 400,
-    -32601: 404,
-}
+#: Short names of the JSON-RPC and MCP error codes (the protocol module holds the table).
+NAMES: dict[int, str] = dict(ERROR_NAMES)
 
 _UNKNOWN_TOOL = re.compile(
     r"(unknown|no such|invalid|missing|unrecognized)\s+tool|tool\b.*\b(not found|does not exist"

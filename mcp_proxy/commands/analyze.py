@@ -38,6 +38,12 @@ class FailOn(StrEnum):
     never = "never"
 
 
+class CheckFormat(StrEnum):
+    text = "text"
+    json = "json"
+    junit = "junit"
+
+
 class MinSeverity(StrEnum):
     info = "info"
     warning = "warning"
@@ -58,7 +64,12 @@ def check(
         list[str], typer.Argument(help="Session id prefixes or names (latest with that name).")
     ],
     db: DbOption = None,
-    fmt: Annotated[Format, typer.Option("--format", help="text or json.")] = Format.text,
+    fmt: Annotated[
+        CheckFormat,
+        typer.Option(
+            "--format", help="text, json, or junit (JUnit XML for CI: one test case per finding)."
+        ),
+    ] = CheckFormat.text,
     fail_on: Annotated[
         FailOn,
         typer.Option(help="Exit 5 when a finding is this severe or worse (never: always 0)."),
@@ -96,6 +107,7 @@ def check(
     failing = 0
     failing_sessions = 0
     docs = []
+    cases: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     for s, rows in results:
         shown = [r for r in rows if at_least(str(r.get("severity")), min_severity.value)]
         counts = {"error": 0, "warning": 0, "info": 0}
@@ -108,7 +120,10 @@ def check(
         )
         failing += len(bad)
         failing_sessions += bool(bad)
-        if fmt == Format.json:
+        if fmt == CheckFormat.junit:
+            cases.append((s, shown))
+            continue
+        if fmt == CheckFormat.json:
             docs.append(
                 {
                     "session": {
@@ -131,8 +146,14 @@ def check(
             f"  {len(rows)} finding(s): {counts['error']} error, {counts['warning']} warning,"
             f" {counts['info']} info"
         )
-    if fmt == Format.json:
+    if fmt == CheckFormat.json:
         print(json.dumps(docs, indent=2, ensure_ascii=False, default=str))
+    if fmt == CheckFormat.junit:
+        from mcp_proxy.recording.junit import check_junit
+
+        sys.stdout.flush()
+        sys.stdout.buffer.write(check_junit(cases, fail_on.value))
+        sys.stdout.buffer.flush()
     if failing:
         fail(
             f"{failing} finding(s) at or above {fail_on.value} in {failing_sessions} session(s)",
@@ -173,8 +194,7 @@ def stats(
     """Per-method counts, error rates and latency p50/p95/p99 (one session or across many)."""
     json_errors(fmt)
     since_ts, max_rows = parse_time(since), check_limit(limit)
-    from mcp_proxy.analysis.service import session_analysis
-    from mcp_proxy.analysis.stats import merge_stats, method_stats, sorted_stats
+    from mcp_proxy.analysis.service import sessions_stats
     from mcp_proxy.render import cli_name
 
     async def go() -> tuple[list[dict[str, Any]], Any]:
@@ -188,16 +208,12 @@ def stats(
                         rows.append(s)
             else:
                 rows = await store.list_sessions(name=name, since=since_ts, limit=max_rows)
-            parts = []
-            for s in rows:
-                analysis = await session_analysis(store, s)
-                parts.append(method_stats(analysis.exchanges, by_name=by_name))
-            return rows, merge_stats(parts)
+            # One session analysed at a time, only its per-method numbers kept.
+            return rows, await sessions_stats(store, rows, by_name=by_name)
         finally:
             await store.close()
 
-    rows, merged = asyncio.run(go())
-    table = sorted_stats(merged)
+    rows, table = asyncio.run(go())
     if fmt == Format.json:
         print(
             json.dumps(

@@ -27,7 +27,7 @@ class Format(StrEnum):
     json = "json"
 
 
-def json_errors(fmt: Format) -> None:
+def json_errors(fmt: str) -> None:
     """With --format json, errors also come as one JSON line on stderr (for scripts)."""
     if fmt == Format.json:
         os.environ.setdefault("MCPTAPE_ERROR_FORMAT", "json")
@@ -42,7 +42,27 @@ async def open_store(db: str | None) -> Store:
     from mcp_proxy.store.engine import resolve_url
     from mcp_proxy.store.queries import Store
 
-    return await Store.open(resolve_url(db), create=False)
+    url = resolve_url(db)
+    require_database(url)
+    return await Store.open(url, create=False)
+
+
+def require_database(url: str) -> None:
+    """Raise NotFoundError (exit 4) when ``url`` names a SQLite file that does not exist.
+
+    The message says how to get one from where the user is (``uv run mcptape demo`` after
+    ``uv run``, ``mcptape demo`` when installed).
+    """
+    from mcp_proxy.errors import NotFoundError
+    from mcp_proxy.render import cli_name
+    from mcp_proxy.store.queries import missing_database
+
+    missing = missing_database(url)
+    if missing is not None:
+        raise NotFoundError(
+            f"no database at {missing} (record a session first — try: {cli_name()} demo —"
+            " or check --db / MCPTAPE_DB)"
+        )
 
 
 def parse_time(value: str | None) -> float | None:

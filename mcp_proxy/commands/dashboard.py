@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import ipaddress
 import sys
 from typing import Annotated
 
 import typer
 
 from mcp_proxy.cli import app, fail, handle_errors
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+from mcp_proxy.netutil import is_loopback as _is_loopback
 
 
 @app.command()
@@ -47,10 +38,8 @@ def dashboard(
     import asyncio
 
     from dashboard.app import serve
-    from mcp_proxy.errors import NotFoundError
-    from mcp_proxy.render import cli_name
+    from mcp_proxy.commands.common import require_database
     from mcp_proxy.store.engine import ensure_schema, resolve_url
-    from mcp_proxy.store.queries import missing_database
 
     if not _is_loopback(host):
         if not allow_remote:
@@ -66,12 +55,7 @@ def dashboard(
     if not 0 <= port <= 65535:
         fail(f"--port {port} is not a port number")
     url = resolve_url(db)
-    missing = missing_database(url)
-    if missing is not None:  # the dashboard only reads: it never creates a database
-        raise NotFoundError(
-            f"no database at {missing} (record a session first — try: {cli_name()} demo —"
-            " or check --db / MCPTAPE_DB)"
-        )
+    require_database(url)  # the dashboard only reads: it never creates a database
     ensure_schema(url)  # a clear database error before the server starts, not on first page
     extra = frozenset() if _is_loopback(host) else frozenset({host.lower()})
 

@@ -104,6 +104,9 @@ def upgrade(db: DbOption = None) -> None:
         raise
     except Exception as exc:  # alembic's errors and the driver's: one line
         raise StoreError(f"cannot migrate the database: {engine_mod._short(exc)}") from exc
+    if before == st.head:  # someone else upgraded it while we waited for the lock
+        print(f"{st.url}: already at schema {st.head}")
+        return
     print(f"{st.url}: schema {before or 'empty'} → {st.head}")
 
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from mcp_proxy.cli import app, handle_errors
+from mcp_proxy.cli import app, fail, handle_errors
 
 
 @app.command()
@@ -35,6 +35,8 @@ def demo(
     from mcp_proxy.render import cli_name
     from mcp_proxy.store.engine import resolve_url
 
+    if not 0 <= port <= 65535:  # before recording anything, not after
+        fail(f"--port {port} is not a port number")
     url = resolve_url(db)
     ids = run_demo(url)
     if no_browser or not sys.stdout.isatty():
@@ -66,5 +68,7 @@ def open_dashboard(db_url: str, session_id: str, *, port: int = 0) -> None:
 
     try:
         asyncio.run(serve(db_url, port=port, announce=announce))
+    except OSError as exc:  # the port is taken: the recording is done, say so in one line
+        fail(f"cannot serve the dashboard on 127.0.0.1:{port}: {exc.strerror or exc}")
     except KeyboardInterrupt:
         pass

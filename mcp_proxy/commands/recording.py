@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from mcp_proxy.cli import app, handle_errors
-from mcp_proxy.recording.registry import formats, names
+from mcp_proxy.recording.registry import declared_names
 
 DbOption = Annotated[
     str | None,
@@ -52,12 +52,9 @@ def progress_bar(label: str, total: int | None) -> Iterator[Callable[[int], None
         yield lambda n: bar.advance(task, n)
 
 
-def _writable_help() -> str:
-    return "; ".join(f"{f.name}: {f.title}" for f in formats() if f.write is not None)
-
-
-def _readable_help() -> str:
-    return ", ".join(names(readable=True))
+def _names_help() -> str:
+    """The format names for ``--help`` (no format module is imported: this runs at every start)."""
+    return ", ".join(declared_names()) + " (`mcptape formats` says what each can do)"
 
 
 @app.command()
@@ -78,13 +75,13 @@ def export(
         str | None,
         typer.Option(
             "--format",
-            help=f"Default: from the output's name, else jsonl. {_writable_help()}.",
+            help=f"Default: from the output's name, else jsonl. One of {_names_help()}.",
         ),
     ] = None,
     db: DbOption = None,
 ) -> None:
     """Write sessions to a file in a recording format (deterministic bytes), or send them."""
-    from mcp_proxy.recording.database import load_sessions, session_frame_counts
+    from mcp_proxy.recording.database import read_sessions, resolve_sessions
     from mcp_proxy.recording.model import write_file
     from mcp_proxy.recording.registry import output_format
     from mcp_proxy.store.engine import resolve_url
@@ -94,23 +91,19 @@ def export(
     sending = output.startswith(("http://", "https://"))
     writer = chosen.need_writer() if not sending else None
 
-    async def load(advance: Any) -> Any:
-        store = await Store.open(resolve_url(db))
+    url = resolve_url(db)
+
+    async def resolve() -> list[dict[str, Any]]:
+        store = await Store.open(url)
         try:
-            return await load_sessions(store, sessions, advance)
+            return await resolve_sessions(store, sessions)
         finally:
             await store.close()
 
-    async def count() -> int:
-        store = await Store.open(resolve_url(db))
-        try:
-            return await session_frame_counts(store, sessions)
-        finally:
-            await store.close()
-
-    total = asyncio.run(count()) if sys.stderr.isatty() else None
+    rows = asyncio.run(resolve())
+    total = sum(int(r.get("frame_count") or 0) for r in rows)
     with progress_bar("reading", total) as advance:
-        recording = asyncio.run(load(advance))
+        recording = read_sessions(url, [str(r["id"]) for r in rows], advance)
     n = recording.frame_total
     if sending:
         if chosen.send is None:
@@ -145,7 +138,7 @@ def import_(
     fmt: Annotated[
         str | None,
         typer.Option(
-            "--format", help=f"Default: recognised from the file. One of {_readable_help()}."
+            "--format", help=f"Default: recognised from the file. One of {_names_help()}."
         ),
     ] = None,
     db: DbOption = None,
@@ -172,6 +165,8 @@ def import_(
 @handle_errors
 def formats_() -> None:
     """List the recording formats: what export writes and import reads."""
+    from mcp_proxy.recording.registry import formats
+
     for f in formats():
         can = "/".join(
             w for w, ok in (("export", f.write), ("import", f.read), ("send", f.send)) if ok

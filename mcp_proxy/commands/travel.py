@@ -28,6 +28,26 @@ class OutFormat(StrEnum):
     json = "json"
 
 
+class ReplayFormat(StrEnum):
+    text = "text"
+    json = "json"
+    junit = "junit"
+
+
+def _with_config(ignore: list[str] | None, *sources: str) -> list[str]:
+    """``--ignore`` paths plus those ``mcptape.toml`` beside each recording FILE lists."""
+    from mcp_proxy.recording.database import split_source
+    from mcp_proxy.replay.config import ignores_for
+
+    out = list(ignore or [])
+    for source in sources:
+        ref = split_source(source)
+        for path in ignores_for(ref[0]) if ref else []:
+            if path not in out:
+                out.append(path)
+    return out
+
+
 def _print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
 
@@ -55,9 +75,11 @@ def diff(
 ) -> None:
     """Compare two conversations exchange by exchange; exit 0 when equal, 1 when different.
 
-    Ids, timestamps, session ids, progress tokens, MRTR requestState and _meta are ignored.
+    Ids, timestamps, session ids, progress tokens, MRTR requestState and _meta are ignored,
+    and so are the paths a mcptape.toml beside a recording file lists ([diff] ignore = [...]).
     """
-    from mcp_proxy.diff import JsonPathError, diff_sessions, render_text
+    from mcp_proxy.diff import diff_sessions, render_text
+    from mcp_proxy.normalize import JsonPathError
     from mcp_proxy.recording.database import load_source
 
     async def go() -> Any:
@@ -66,6 +88,7 @@ def diff(
         return sa_, sb_
 
     sa_, sb_ = asyncio.run(go())
+    ignore = _with_config(ignore, a, b)
     try:
         result = diff_sessions(sa_, sb_, ignores=ignore or [], a_label=a, b_label=b)
     except JsonPathError as exc:
@@ -102,7 +125,10 @@ def replay(
     name: Annotated[
         str | None, typer.Option("--name", "-n", help="Name of the new session.")
     ] = None,
-    fmt: Annotated[OutFormat, typer.Option("--format", help="text or json.")] = OutFormat.text,
+    fmt: Annotated[
+        ReplayFormat,
+        typer.Option("--format", help="text, json, or junit (JUnit XML for CI, on stdout)."),
+    ] = ReplayFormat.text,
     db: DbOption = None,
 ) -> None:
     """Re-send a recorded conversation to a live server, record it, and diff it (exit 1 if it differs).
@@ -110,12 +136,14 @@ def replay(
     stdio:  mcptape replay recordings/basic.mcptape.jsonl -- python -m my_server
     HTTP:   mcptape replay recordings/http.mcptape.jsonl --upstream http://127.0.0.1:8000/mcp
     """
-    from mcp_proxy.diff import JsonPathError, Normalizer, diff_sessions, render_text
+    from mcp_proxy.diff import diff_sessions, render_text
+    from mcp_proxy.normalize import JsonPathError, Normalizer
     from mcp_proxy.recording.database import load_source
     from mcp_proxy.store.engine import resolve_url
 
     if bool(upstream) == bool(command):
         fail("give the server as -- COMMAND… or as --upstream URL (one of them)")
+    ignore = _with_config(ignore, source)
     try:
         Normalizer.build(ignore or [])
     except JsonPathError as exc:
@@ -154,13 +182,21 @@ def replay(
             a_label=result.diff.a_label if result.diff else "recorded",
             b_label=result.diff.b_label if result.diff else "replay",
         )
-    if fmt == OutFormat.json:
+    if fmt == ReplayFormat.json:
         _print_json(result.to_json())
+    elif fmt == ReplayFormat.junit:
+        from mcp_proxy.recording.junit import replay_junit
+
+        name = session.session.get("name") or session.id[:8]
+        sys.stdout.buffer.write(replay_junit(result.diff, str(name), result.notes))
+        sys.stdout.buffer.flush()
     else:
         if result.diff is not None:
             print(render_text(result.diff))
         for note in result.notes:
             print(f"problem: {note}")
+        for field in result.redacted:
+            print(f"not reproduced: {field}")
         print(f"replay recorded as session {result.session_id}", file=sys.stderr)
     raise typer.Exit(0 if result.equal else 1)
 
@@ -209,11 +245,14 @@ def mock(
     mcptape mock recordings/basic.mcptape.jsonl                  # a host launches this
     mcptape mock recordings/basic.mcptape.jsonl --port 8765      # http://127.0.0.1:8765/mcp
     """
-    from mcp_proxy.diff import JsonPathError, Normalizer
     from mcp_proxy.mock import MockOptions, run_mock
+    from mcp_proxy.mock.serve import check_port
+    from mcp_proxy.normalize import JsonPathError, Normalizer
 
+    check_port(port)
     if command and upstream:
         fail("give either -- COMMAND… or --upstream URL, not both")
+    ignore = _with_config(ignore, source)
     try:
         Normalizer.build(ignore or [])
     except JsonPathError as exc:

@@ -3,7 +3,7 @@
 Loaded in-process by ``mcptape record --forward`` (:mod:`mcp_proxy.forward.runner`) or by a
 user's own mitmproxy (``mitmdump -s addons/mcptape.py --set mcptape_db=…``). It records into the
 same store, through the same recorder contract (:class:`~mcp_proxy.recorder.client.RecorderClient`),
-with the same session grouping (:class:`~mcp_proxy.relay.http_sessions.SessionRouter`, one per
+with the same session grouping (:class:`~mcp_proxy.relay.http.sessions.SessionRouter`, one per
 upstream origin), SSE framing (:class:`~mcp_proxy.framing.SSEParser`) and redaction
 (:class:`~mcp_proxy.redact.Redactor`) as the reverse proxy, so ``show``, ``check``, the
 dashboard, export, diff, replay and mock read forward-proxy sessions unchanged.
@@ -52,7 +52,7 @@ from mcp_proxy.framing import SSEEvent, SSEParser
 from mcp_proxy.headers import mcp_headers
 from mcp_proxy.recorder.contract import Producer
 from mcp_proxy.redact import ENV_REDACT, Redactor
-from mcp_proxy.relay.http_sessions import (
+from mcp_proxy.relay.http.sessions import (
     RULE_CLIENT,
     RULE_LEGACY_SSE,
     RULE_MCP_SESSION,
@@ -62,7 +62,7 @@ from mcp_proxy.relay.http_sessions import (
     body_facts,
     query_session_id,
 )
-from mcp_proxy.relay.http_wire import WireFrame
+from mcp_proxy.relay.http.wire import WireFrame
 
 __all__ = ["McpTape"]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urljoin, urlsplit
 
-from mcp_proxy.relay.http_sessions import BodyFacts, body_facts
+from mcp_proxy.relay.http.sessions import BodyFacts, body_facts
 
 __all__ = [
     "WELL_KNOWN_AS",

@@ -35,6 +35,7 @@ from mcp_proxy.recorder.contract import (
     FrameItem,
     HttpExchange,
     Item,
+    LostFrames,
     SessionStart,
     SessionUpdate,
 )
@@ -45,6 +46,7 @@ ESCAPED_CODE = "recorder.value_escaped"
 INTERNAL_CODE = "recorder.internal_error"
 _HANDSHAKE_KINDS = frozenset((Kind.REQUEST, Kind.RESPONSE, Kind.ERROR))
 _MAX_METHOD = 200
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 @dataclass
@@ -100,6 +102,7 @@ class BatchBuilder:
         #: Frames counted as lost (every one of them ends up in a gap), in total and by session.
         self.frames_lost = 0
         self.lost_by_session: dict[str, int] = {}
+        self.first_loss_reason: str | None = None
         self.internal_errors = 0
         self._handlers: dict[type, Callable[[Any], None]] = {
             SessionStart: self._on_session,
@@ -110,6 +113,7 @@ class BatchBuilder:
             HttpExchange: self._on_http_exchange,
             SessionUpdate: self._on_session_update,
             FindingItem: self._on_finding,
+            LostFrames: self._on_lost,
         }
 
     # ------------------------------------------------------------------ input
@@ -192,6 +196,7 @@ class BatchBuilder:
 
     def _add_gap(self, st: SessionState, n: int, reason: str, seq: int | None) -> None:
         self.frames_lost += n
+        self.first_loss_reason = self.first_loss_reason or reason
         self.lost_by_session[st.id] = self.lost_by_session.get(st.id, 0) + n
         st.gap.lost += n
         st.gap.reason = st.gap.reason or reason
@@ -273,6 +278,10 @@ class BatchBuilder:
             }
         )
 
+    def _on_lost(self, item: LostFrames) -> None:
+        for sid, n in item.counts.items():
+            self.count_gap(sid, int(n), item.reason)
+
     # ------------------------------------------------------------------ frames
     def _add_frame(self, sid: str, frame: Frame) -> None:
         """Redact, classify and number one frame; queue its row and what it tells."""
@@ -319,6 +328,15 @@ class BatchBuilder:
 
     def _storable_row(self, row: FrameRow) -> FrameRow:
         """Derived columns the database could not hold are escaped (text) or cleared (ints)."""
+        m, i, e = row.method, row.msg_id, row.error_code
+        if (
+            (m is None or m.isascii())
+            and (i is None or i.isascii())
+            and (e is None or _INT64_MIN <= e <= _INT64_MAX)
+            and row.sse_id is None
+            and row.sse_event is None
+        ):
+            return row  # the common case, decided in a few hundred nanoseconds
         changed: dict[str, Any] = {}
         for name in ("method", "msg_id", "error_code", "sse_id", "sse_event"):
             value = getattr(row, name)

@@ -32,18 +32,20 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from typing import Any
 
 from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.recorder.backlog import Backlog
 from mcp_proxy.recorder.contract import (
     Chunk,
     FrameItem,
     HttpExchange,
     Item,
+    LostFrames,
     Producer,
     Resume,
     SessionStart,
+    SessionUpdate,
 )
 from mcp_proxy.recorder.wire import (
     CHAN_CODE,
@@ -93,7 +95,13 @@ class RecorderClient(Producer):
     """The relay's side of an out-of-process recorder (the producer API of the contract)."""
 
     def __init__(
-        self, url: str, *, python: str | None = None, env: dict[str, str] | None = None
+        self,
+        url: str,
+        *,
+        python: str | None = None,
+        env: dict[str, str] | None = None,
+        backlog_memory: int = 16 << 20,
+        backlog_disk: int = 1 << 30,
     ) -> None:
         super().__init__()
         self.url = url
@@ -104,8 +112,10 @@ class RecorderClient(Producer):
         self._gen = 0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._backlog: deque[bytes] = deque()
-        self._backlog_bytes = 0
+        self._backlog = Backlog(memory_limit=backlog_memory, disk_limit=backlog_disk)
+        #: Frames refused because the backlog was full, by session: told to the recorder as a
+        #: gap (a :class:`LostFrames` item) as soon as there is room again.
+        self._refused: dict[str, int] = {}
         self._feeder: threading.Thread | None = None
         self._closing = False
         self._dead = False
@@ -114,11 +124,11 @@ class RecorderClient(Producer):
         #: needs to take over after a crash.
         self._sent: dict[str, int] = {}
         self._rows: dict[str, dict[str, Any]] = {}
+        self._ends: dict[str, dict[str, Any]] = {}
         self._watch: int | None = None
         self.restarts = 0
         #: How the last worker that died ended (None while none did).
         self.worker_death: str | None = None
-        self.max_backlog_bytes = 1 << 30
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -165,7 +175,6 @@ class RecorderClient(Producer):
             os.close(self._fd)
         self._fd = -1
         self._backlog.clear()  # partial records; their frames are counted in _sent
-        self._backlog_bytes = 0
         if self._closing or self.restarts >= MAX_RESTARTS:
             self._dead = True
             _say(f"the recorder process died ({how}); recording stopped, traffic is still relayed")
@@ -183,20 +192,29 @@ class RecorderClient(Producer):
             self._dead = True
             _say(f"cannot restart the recorder ({exc}); recording stopped")
             return
-        resume = Resume(
-            {sid: {"row": row, "sent": self._sent.get(sid, 0)} for sid, row in self._rows.items()},
-            reason=f"the recorder process died ({how})",
-        )
-        first = [self._pack(resume)]
+        first = [self._pack(self._resume(how))]
         if self._watch is not None:
             first.append(self._pack(Watch(self._watch)))
-        self._backlog.extend(first)
-        self._backlog_bytes += sum(len(b) for b in first)
+        for record in first:
+            self._backlog.append(record, force=True)
         self._wake.notify()
+
+    def _resume(self, how: str) -> Resume:
+        """What a new worker needs to take over: each session's row, count and end, if any."""
+        return Resume(
+            {
+                sid: {"row": row, "sent": self._sent.get(sid, 0), "end": self._ends.get(sid)}
+                for sid, row in self._rows.items()
+            },
+            reason=f"the recorder process died ({how})",
+        )
 
     def close(self, timeout: float | None = 60.0) -> None:
         """Hand over everything, close the pipe, and wait until the worker has written it."""
-        self.submit(Bye())  # type: ignore[arg-type]
+        if self.proc is None:  # never started: nothing to hand over
+            return
+        if not self._dead:
+            self.submit(Bye())  # type: ignore[arg-type]
         with self._lock:
             self._closing = True
             self._wake.notify()
@@ -215,15 +233,33 @@ class RecorderClient(Producer):
                 _say("the recorder is still writing; it finishes in the background")
             else:
                 if status != 0 and not self._dead:
-                    _say(
-                        f"the recorder process ended badly ({describe_exit(status)}); the"
-                        " recording may be incomplete"
-                    )
+                    self._recover(describe_exit(status), timeout)
         if self._lost_records:
             _say(
                 f"recording gap: {self._lost_records} record(s) could not be handed to the"
                 " recorder process"
             )
+
+    def _recover(self, how: str, timeout: float | None) -> None:
+        """The worker died while finishing: a new one records the loss and the sessions' end."""
+        _say(
+            f"the recorder process died ({how}) while finishing; a new one records what was"
+            " lost as a recording gap"
+        )
+        try:
+            with self._lock:
+                self._spawn_locked()
+                fd = self._fd
+            os.set_blocking(fd, True)
+            data = self._pack(self._resume(how)) + self._pack(Bye())
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.close(fd)
+            assert self.proc is not None
+            self.proc.wait(timeout)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            _say(f"cannot record the loss ({exc}); the session may stay 'live'")
 
     # ------------------------------------------------------------------ sending
     @staticmethod
@@ -236,10 +272,10 @@ class RecorderClient(Producer):
         with self._lock:
             if sid is not None and frames:
                 self._sent[sid] = self._sent.get(sid, 0) + frames
-            if self._dead:
+            if self._dead or self._fd < 0:  # stopped, or handed over after close()
                 self._lost_records += 1
                 return
-            if not self._backlog:
+            if not self._backlog and not self._refused:
                 total = sum(len(p) for p in parts)
                 try:
                     n = os.writev(self._fd, parts)
@@ -254,12 +290,24 @@ class RecorderClient(Producer):
                 rest = b"".join(parts)[n:]
             else:
                 rest = b"".join(parts)
-            if self._backlog_bytes + len(rest) > self.max_backlog_bytes:
-                self._lost_records += 1  # counted and reported; memory stays bounded
-                return
-            self._backlog.append(rest)
-            self._backlog_bytes += len(rest)
-            self._wake.notify()
+            self._queue_locked(rest, sid, frames)
+
+    def _queue_locked(self, record: bytes, sid: str | None, frames: int) -> None:
+        """Into the backlog (memory, then a spill file); past its disk limit, count the loss."""
+        if self._refused:
+            self._backlog.append(self._pack(self._lost_item()), force=True)
+            self._refused = {}
+        if not self._backlog.append(record, force=sid is None):
+            self._lost_records += 1  # counted, reported; memory and disk stay bounded
+            if sid is not None and frames:
+                self._refused[sid] = self._refused.get(sid, 0) + frames
+            return
+        self._wake.notify()
+
+    def _lost_item(self) -> LostFrames:
+        return LostFrames(
+            dict(self._refused), "the relay's backlog for the recorder was full (disk limit)"
+        )
 
     def _feed(self) -> None:
         """The feeder thread: write the backlog out as the pipe drains."""
@@ -271,7 +319,7 @@ class RecorderClient(Producer):
                     self._backlog.clear()
                     return
                 fd = self._fd
-                data = self._backlog[0]
+                data = self._backlog.peek()
                 try:
                     n = os.write(fd, data)
                 except BlockingIOError:
@@ -280,11 +328,7 @@ class RecorderClient(Producer):
                     self._worker_died_locked("its pipe closed")
                     continue
                 if n:
-                    self._backlog_bytes -= n
-                    if n == len(data):
-                        self._backlog.popleft()
-                    else:
-                        self._backlog[0] = data[n:]
+                    self._backlog.consume(n)
                     continue
             _wait_writable(fd)
 
@@ -302,6 +346,8 @@ class RecorderClient(Producer):
             sid, frames = item.session_id, len(item.frames)  # type: ignore[union-attr]
         elif kind is Chunk:
             sid, frames = item.session_id, item.data.count(b"\n")  # type: ignore[union-attr]
+        elif kind is SessionUpdate and "status" in item.fields:  # type: ignore[union-attr]
+            self._ends[item.session_id] = item.fields  # type: ignore[union-attr]
         self._send([self._pack(item)], sid, frames)
 
     def put_chunk(
@@ -331,6 +377,11 @@ class RecorderClient(Producer):
         """The server's process group: the worker ends it if this relay dies without closing."""
         self._watch = pgid
         self._send([self._pack(Watch(pgid))])
+
+    @property
+    def stopped(self) -> bool:
+        """True once recording has stopped for good (every replacement worker died too)."""
+        return self._dead
 
     @property
     def lost_records(self) -> int:

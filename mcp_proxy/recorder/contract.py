@@ -17,6 +17,7 @@ item                      meaning
 :class:`HttpExchange`     a finished exchange and its frames in one item
 :class:`SessionUpdate`    more columns of a session (end, exit status, metadata)
 :class:`FindingItem`      a fact the producer knows (a transport failure, a refused request)
+:class:`LostFrames`       frames the producer relayed but could not hand over (counted gaps)
 :class:`Resume`           a restarted recorder process takes over sessions already begun
 ========================  ====================================================================
 
@@ -102,6 +103,14 @@ class FindingItem:
 
 
 @dataclass(slots=True)
+class LostFrames:
+    """Frames a producer relayed but could not hand over (``{sid: count}``), and why."""
+
+    counts: dict[str, int]
+    reason: str
+
+
+@dataclass(slots=True)
 class Resume:
     """Sessions a previous recorder process had begun: ``{sid: {"row": …, "sent": n}}``.
 
@@ -124,6 +133,7 @@ Item = (
     | HttpExchange
     | SessionUpdate
     | FindingItem
+    | LostFrames
     | Resume
 )
 
@@ -232,6 +242,7 @@ for _cls in (
     HttpExchange,
     SessionUpdate,
     FindingItem,
+    LostFrames,
     Resume,
 ):
     _cls.__reduce__ = _reduce  # type: ignore[method-assign,assignment]
@@ -248,6 +259,7 @@ ITEM_TYPES: frozenset[type] = frozenset(
         HttpExchange,
         SessionUpdate,
         FindingItem,
+        LostFrames,
         Resume,
     )
 )

@@ -22,10 +22,18 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.recorder.builder import BatchBuilder
-from mcp_proxy.recorder.contract import Chunk, FrameItem, Item, Producer, Resume, SessionStart
+from mcp_proxy.recorder.contract import (
+    Chunk,
+    FrameItem,
+    Item,
+    Producer,
+    Resume,
+    SessionStart,
+    SessionUpdate,
+)
 
 if TYPE_CHECKING:
-    from mcp_proxy.store.writes import BatchWriter
+    from mcp_proxy.store.writer import BatchWriter
 
 _RETRY_DELAYS = (0.05, 0.2, 0.8)
 
@@ -77,7 +85,7 @@ class BatchRunner:
     def open(self) -> bool:
         """Open (and migrate) the database; on failure warn once and record nothing."""
         try:
-            from mcp_proxy.store.writes import BatchWriter
+            from mcp_proxy.store.writer import BatchWriter
 
             self.writer = BatchWriter.open(self.url)
         except Exception as exc:  # any failure here must not stop the relay
@@ -91,7 +99,7 @@ class BatchRunner:
         self.flush()
         deadline = time.monotonic() + patience
         while self.writer is not None and self._carrying() and time.monotonic() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.5)
             self.flush()
         if self.writer is not None:
             self.writer.close()
@@ -123,11 +131,13 @@ class BatchRunner:
             self.builder.adopt(sid, last_seq=last, frame_count=count)
             lost = int(info.get("sent", 0)) - count - gaps
             self.builder.count_gap(sid, lost, item.reason or "the recorder process died")
+            if isinstance(info.get("end"), dict):
+                self.builder.feed(SessionUpdate(sid, dict(info["end"])))
 
     # ------------------------------------------------------------------ output
     def flush(self) -> None:
         """Write everything built so far as one batch (retrying transient refusals)."""
-        from mcp_proxy.store.writes import TransientWriteError
+        from mcp_proxy.store.writer import TransientWriteError
 
         batch = self.builder.take()
         if batch.empty():
@@ -176,9 +186,7 @@ class BatchRunner:
         self.stats.frames_lost = b.frames_lost
         self.stats.lost_by_session = dict(b.lost_by_session)
         if b.frames_lost and self.stats.loss_reason is None:
-            self.stats.loss_reason = next(
-                (st.gap.reason for st in b.sessions.values() if st.gap.reason), None
-            )
+            self.stats.loss_reason = b.first_loss_reason
 
     def summary(self) -> str | None:
         """The last line to print when something was lost (None when the recording is whole)."""

@@ -35,6 +35,9 @@ from mcp_proxy.recorder.wire import (
 
 #: Seconds a server group gets between SIGTERM and SIGKILL when its relay vanished.
 GROUP_GRACE = 2.0
+#: Seconds the worker keeps retrying at the end while the database refuses writes (full disk,
+#: a lock): what it owes the database (gaps, the session's end) is written once it can be.
+FINISH_PATIENCE = 120.0
 
 
 class _Session:
@@ -151,7 +154,7 @@ def serve(url: str, fd: int, *, flush_interval: float = 0.05, max_batch: int = 2
     finally:
         if not state.bye and state.watch is not None:
             end_group(state.watch)  # the relay vanished: its server must not outlive it
-        runner.finish()
+        runner.finish(patience=FINISH_PATIENCE)
     line = runner.summary()
     if line:
         print(f"mcptape: {line}", file=sys.stderr, flush=True)

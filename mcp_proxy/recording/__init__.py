@@ -10,7 +10,8 @@
 - :mod:`~mcp_proxy.recording.registry` — the list every command and page takes formats from.
 
 Names are imported lazily (``from mcp_proxy.recording import load_source`` loads the database
-side only then), so importing the model costs neither SQLAlchemy nor protobuf.
+side only then): the CLI imports the registry at every start, so importing this package costs
+nothing, and nothing here ever costs SQLAlchemy or protobuf before it is used.
 """
 
 from __future__ import annotations
@@ -18,20 +19,17 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from mcp_proxy.recording.model import (
-    ANNOTATION_FIELDS,
-    EXCHANGE_FIELDS,
-    FINDING_FIELDS,
-    SESSION_FIELDS,
-    Recording,
-    RecordingFormatError,
-    SessionRecording,
-    frame_messages,
-    raw_fields,
-    write_file,
-)
-
 _LAZY = {
+    "ANNOTATION_FIELDS": "model",
+    "EXCHANGE_FIELDS": "model",
+    "FINDING_FIELDS": "model",
+    "SESSION_FIELDS": "model",
+    "Recording": "model",
+    "RecordingFormatError": "model",
+    "SessionRecording": "model",
+    "frame_messages": "model",
+    "raw_fields": "model",
+    "write_file": "model",
     "FORMAT_NAME": "jsonl",
     "FORMAT_VERSION": "jsonl",
     "UPGRADES": "jsonl",
@@ -63,16 +61,4 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 
-__all__ = [
-    "ANNOTATION_FIELDS",
-    "EXCHANGE_FIELDS",
-    "FINDING_FIELDS",
-    "SESSION_FIELDS",
-    "Recording",
-    "RecordingFormatError",
-    "SessionRecording",
-    "frame_messages",
-    "raw_fields",
-    "write_file",
-    *_LAZY,
-]
+__all__ = list(_LAZY)

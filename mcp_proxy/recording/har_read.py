@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from mcp_proxy.frames import Channel, Direction, Kind
+from mcp_proxy.frames import Channel, Direction, Kind, classify
 from mcp_proxy.framing import SSEParser
 from mcp_proxy.handshake import HandshakeTracker
 from mcp_proxy.recording.model import (
@@ -31,7 +31,6 @@ from mcp_proxy.recording.model import (
     Recording,
     RecordingFormatError,
     SessionRecording,
-    safe_classify,
 )
 
 _JSONRPC = frozenset({Kind.REQUEST, Kind.RESPONSE, Kind.ERROR, Kind.NOTIFICATION, Kind.BATCH})
@@ -158,7 +157,7 @@ def _sse_from_devtools(items: Any) -> list[tuple[float | None, bytes, str | None
 
 
 def _looks_like_mcp(body: bytes) -> bool:
-    return bool(body) and safe_classify(body, Channel.HTTP.value).kind in _JSONRPC
+    return bool(body) and classify(body, Channel.HTTP.value).kind in _JSONRPC
 
 
 def _entry(raw: Any) -> _Entry | None:
@@ -265,7 +264,7 @@ class _Builder:
         facts: dict[str, Any] = {}
         frames = []
         for seq, (t, _, _, row) in enumerate(timed, start=1):
-            c = safe_classify(row["raw"], row["channel"])
+            c = classify(row["raw"], row["channel"])
             row.update(
                 seq=seq,
                 ts=t,

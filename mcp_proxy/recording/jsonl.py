@@ -19,10 +19,11 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Iterator
+from json.encoder import encode_basestring as _quote
 from typing import Any
 
 from mcp_proxy import __version__
-from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.frames import FULL_PARSE_LIMIT, Channel, Direction, Kind, classify
 from mcp_proxy.recording.model import (
     ANNOTATION_FIELDS,
     EXCHANGE_FIELDS,
@@ -34,7 +35,6 @@ from mcp_proxy.recording.model import (
     SessionRecording,
     pick,
     raw_fields,
-    safe_classify,
 )
 
 FORMAT_NAME = "mcptape-recording"
@@ -87,32 +87,42 @@ _OPTIONAL = (
     ("sse_id", "sse_id"),
     ("sse_event", "sse_event"),
 )
+_KEYS = {name: f',"{name}":' for _, name in _OPTIONAL}
+
+
+def _json(value: Any) -> str:
+    """One JSON value as compact text: strings through the C encoder directly."""
+    if type(value) is str:
+        return _quote(value)
+    return _encode(value)
 
 
 def _frame_line(prefix: str, f: dict[str, Any]) -> bytes:
     """:func:`frame_record` as a line, without building the dict (the export's hot loop).
 
-    Produces exactly the bytes ``_dump(frame_record(...))`` would: a test keeps them equal.
+    Produces exactly the bytes ``_dump(frame_record(...))`` would (a test keeps them equal):
+    the same key order, and strings through the same C encoder ``json.dumps`` uses.
     """
+    ts = f["ts"]
     parts = [
         prefix,
         str(f["seq"]),
         ',"ts":',
-        float.__repr__(float(f["ts"])) if isinstance(f["ts"], float) else _encode(f["ts"]),
+        float.__repr__(ts) if type(ts) is float else _encode(ts),
         ',"mono_ns":',
         str(f["mono_ns"]),
         ',"dir":',
-        _encode(f["direction"]),
+        _json(f["direction"]),
         ',"channel":',
-        _encode(f["channel"]),
+        _json(f["channel"]),
         ',"kind":',
-        _encode(f.get("kind")),
+        _json(f.get("kind")),
     ]
     for key, name in _OPTIONAL:
         value = f.get(key)
         if value is not None:
-            parts.append(f',"{name}":')
-            parts.append(_encode(value))
+            parts.append(_KEYS[name])
+            parts.append(_json(value))
     if not f.get("complete", True):
         parts.append(',"complete":false')
     raw = f["raw"]
@@ -124,7 +134,7 @@ def _frame_line(prefix: str, f: dict[str, Any]) -> bytes:
         parts.append('"}\n')
     else:
         parts.append(',"text":')
-        parts.append(_encode(text))
+        parts.append(_quote(text))
         parts.append("}\n")
     return "".join(parts).encode("utf-8")
 
@@ -238,7 +248,48 @@ UPGRADES: dict[int, Callable[[Records], Records]] = {1: _v1_to_v2}
 # ============================================================================ reading
 
 
+#: The C scanner behind ``json.loads``, called once per line without the wrapper's overhead.
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+#: What ``bytes.strip()`` removes: a line of only these is blank.
+_BLANK = " \t\r\x0b\x0c"
+#: JSON's own whitespace, allowed around a record.
+_JSON_SPACE = " \t\r"
+
+
 def _lines(data: bytes, origin: str) -> Records:
+    """Each non-blank line's record, with its line number.
+
+    The file is decoded once and each line goes straight to the C scanner: calling
+    ``json.loads`` per line cost as much again as the parsing itself. A file that is not
+    UTF-8 takes the line-by-line path, which names the line.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        yield from _byte_lines(data, origin)
+        return
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if not line.strip(_BLANK):
+            continue
+        body = line.strip(_JSON_SPACE)
+        try:
+            rec, end = _scan(body, 0)
+        except RecursionError:
+            raise RecordingFormatError(
+                f"{origin} line {lineno}: nested too deeply to read (not written by mcptape)"
+            ) from None
+        except (StopIteration, ValueError) as exc:
+            raise RecordingFormatError(
+                _not_json(data, origin, lineno, ValueError(str(exc)))
+            ) from None
+        if end != len(body):
+            raise RecordingFormatError(_not_json(data, origin, lineno, ValueError("extra data")))
+        if type(rec) is not dict:
+            raise RecordingFormatError(f"{origin} line {lineno}: a record must be a JSON object")
+        yield lineno, rec
+
+
+def _byte_lines(data: bytes, origin: str) -> Records:
     for lineno, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
@@ -305,12 +356,58 @@ def _frame_raw(rec: dict[str, Any], where: str) -> bytes:
     raise RecordingFormatError(f"{where}: a frame needs 'text' or 'base64'")
 
 
-def frame_from_record(rec: dict[str, Any], where: str) -> dict[str, Any]:
-    """A file's frame record → a frame row (validated; kind, method and id recomputed)."""
+_KINDS = frozenset(k.value for k in Kind)
+_NEED_METHOD = frozenset((Kind.REQUEST.value, Kind.NOTIFICATION.value))
+_NEED_ID = frozenset((Kind.REQUEST.value, Kind.RESPONSE.value, Kind.ERROR.value))
+#: The ``frames.method`` column's length: a method this long may have been cut to fit.
+_METHOD_COLUMN = 200
+
+
+def _recorded_class(rec: dict[str, Any], raw: bytes) -> tuple[Any, ...] | None:
+    """The record's own kind, method, id and error code, when they can stand for a reclassify.
+
+    Only for files this very mcptape wrote (the reader checks the generator): their fields came
+    from the classifier that would run now, so parsing every frame a second time would only
+    repeat it — that second parse was half of an import's time. Anything odd (a missing or
+    unknown kind, a wrong type, a frame too big to have been parsed in full) is reclassified.
+    """
+    kind = rec.get("kind")
+    if kind not in _KINDS or len(raw) > FULL_PARSE_LIMIT:
+        return None
+    method = rec.get("method")
+    msg_id = rec.get("id")
+    code = rec.get("error_code")
+    if (
+        (method is not None and type(method) is not str)
+        or (msg_id is not None and type(msg_id) is not str)
+        or (code is not None and type(code) is not int)
+    ):
+        return None
+    # A message kind without the field it is defined by: the database could not hold the value
+    # (too long, a lone surrogate), so the export left it out. Recompute it from the bytes.
+    if (method is None and kind in _NEED_METHOD) or (msg_id is None and kind in _NEED_ID):
+        return None
+    # A value the database may have altered to hold it (an escaped surrogate, a method cut to
+    # its column, an id's short stand-in): the bytes say what it really was.
+    if (method is not None and ("\\" in method or len(method) >= _METHOD_COLUMN)) or (
+        msg_id is not None and ("\\" in msg_id or "…#" in msg_id)
+    ):
+        return None
+    return kind, method, msg_id, code, False
+
+
+def frame_from_record(rec: dict[str, Any], where: str, trusted: bool = False) -> dict[str, Any]:
+    """A file's frame record → a frame row (validated; kind, method and id recomputed).
+
+    With ``trusted`` (the file was written by this mcptape), the record's own kind, method, id
+    and error code are kept when well-formed instead of being recomputed from the bytes.
+    """
     seq = rec.get("seq")
     if type(seq) is not int:
         _need(rec, "seq", int, where)
-    ts = _need(rec, "ts", (int, float), where)
+    ts = rec.get("ts")
+    if type(ts) is not float:
+        ts = _need(rec, "ts", (int, float), where)
     mono = rec.get("mono_ns", 0)
     if type(mono) is not int:
         raise RecordingFormatError(f"{where}: field 'mono_ns' must be an integer")
@@ -321,7 +418,10 @@ def frame_from_record(rec: dict[str, Any], where: str) -> dict[str, Any]:
     if channel not in _CHANNELS:
         raise RecordingFormatError(f"{where}: unknown channel {channel!r}")
     raw = _frame_raw(rec, where)
-    c = safe_classify(raw, channel)
+    known = _recorded_class(rec, raw) if trusted else None
+    if known is None:
+        c = classify(raw, channel)
+        known = (c.kind.value, c.method, c.msg_id, c.error_code, c.partial)
     exchange = rec.get("exchange")
     if exchange is not None and type(exchange) is not int:
         raise RecordingFormatError(f"{where}: 'exchange' must be an integer")
@@ -331,13 +431,13 @@ def frame_from_record(rec: dict[str, Any], where: str) -> dict[str, Any]:
         "mono_ns": mono,
         "direction": direction,
         "channel": channel,
-        "kind": c.kind.value,
-        "method": c.method,
-        "msg_id": c.msg_id,
-        "error_code": c.error_code,
+        "kind": known[0],
+        "method": known[1],
+        "msg_id": known[2],
+        "error_code": known[3],
         "size": len(raw),
-        "complete": bool(rec.get("complete", True)),
-        "partial_parse": c.partial,
+        "complete": rec.get("complete", True) is not False,
+        "partial_parse": known[4],
         "raw": raw,
         "http_exchange_id": exchange,
         "sse_id": rec.get("sse_id"),
@@ -345,8 +445,8 @@ def frame_from_record(rec: dict[str, Any], where: str) -> dict[str, Any]:
     }
 
 
-def _header(stream: Records, origin: str) -> int:
-    """Read and check the header line; returns the file's format version."""
+def _header(stream: Records, origin: str) -> tuple[int, dict[str, Any]]:
+    """Read and check the header line; returns the file's format version and the header."""
     try:
         _, header = next(stream)
     except StopIteration:
@@ -367,14 +467,15 @@ def _header(stream: Records, origin: str) -> int:
             f"{origin} is format version {version}, newer than this mcptape reads"
             f" (up to {FORMAT_VERSION}); upgrade mcptape"
         )
-    return version
+    return version, header
 
 
 class _Reader:
     """Builds the model from validated records, one record at a time."""
 
-    def __init__(self, origin: str, progress: Progress | None) -> None:
+    def __init__(self, origin: str, progress: Progress | None, trusted: bool) -> None:
         self.origin = origin
+        self.trusted = trusted
         self.progress = progress
         self.sessions: dict[str, SessionRecording] = {}
         self.order: list[SessionRecording] = []
@@ -425,7 +526,7 @@ class _Reader:
             self.counts["annotations"] += 1
 
     def frame(self, owner: SessionRecording, rec: dict[str, Any], where: str) -> None:
-        frame = frame_from_record(rec, where)
+        frame = frame_from_record(rec, where, self.trusted)
         if owner.frames and frame["seq"] <= owner.frames[-1]["seq"]:
             raise RecordingFormatError(f"{where}: frame seq {frame['seq']} is out of order")
         ex = frame["http_exchange_id"]
@@ -459,7 +560,11 @@ _OWNED = frozenset(("http_exchange", "frame", "finding", "annotation"))
 
 
 def loads_recording(
-    data: bytes, origin: str = "recording", progress: Progress | None = None
+    data: bytes,
+    origin: str = "recording",
+    progress: Progress | None = None,
+    *,
+    reclassify: bool = False,
 ) -> Recording:
     """Parse, upgrade and validate a recording file's bytes (pure).
 
@@ -470,11 +575,16 @@ def loads_recording(
     if not data.strip():
         raise RecordingFormatError(f"{origin} is empty")
     stream = _lines(data, origin)
-    version = _header(stream, origin)
+    version, header = _header(stream, origin)
     records: Records = stream
     for v in range(version, FORMAT_VERSION):
         records = UPGRADES[v](records)
-    reader = _Reader(origin, progress)
+    trusted = (
+        not reclassify
+        and version == FORMAT_VERSION
+        and header.get("generator") == f"mcptape {__version__}"
+    )
+    reader = _Reader(origin, progress, trusted)
     end: dict[str, Any] | None = None
     last_line = 1
     for lineno, rec in records:

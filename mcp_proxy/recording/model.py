@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_proxy.errors import NotFoundError, UserError
-from mcp_proxy.frames import Classified, Kind, classify, parse_json, text_or_none
+from mcp_proxy.frames import parse_json, text_or_none
 
 #: Session columns carried by recordings, in file order. ``pid`` is left out: it means nothing
 #: elsewhere.
@@ -169,32 +169,11 @@ def raw_fields(raw: bytes) -> dict[str, str]:
     return {"base64": base64.b64encode(raw).decode("ascii")}
 
 
-def safe_classify(raw: bytes, channel: str) -> Classified:
-    """:func:`mcp_proxy.frames.classify` that survives any bytes.
-
-    A frame nested deeper than Python's JSON parser can recurse (about 1,000 levels) is
-    recordable, so recording files hold them; reading such a file must not crash ``import``,
-    ``diff``, ``mock`` or ``replay``. Such a frame is kept, byte for byte, as ``invalid``.
-    """
-    try:
-        return classify(raw, channel)
-    except RecursionError:
-        return Classified(Kind.INVALID, problem="nested too deeply to parse")
-
-
-def parse_message(raw: bytes) -> Any:
-    """A frame's parsed JSON, or None when it is not JSON or is nested too deeply to parse."""
-    try:
-        return parse_json(raw)
-    except RecursionError:
-        return None
-
-
 def frame_messages(s: SessionRecording) -> Iterator[tuple[dict[str, Any], Any]]:
     """Each JSON-RPC frame with its parsed message (noise, stderr and empty frames left out)."""
     for f in s.frames:
         if f["kind"] in MESSAGE_KINDS:
-            msg = parse_message(bytes(f["raw"]))
+            msg = parse_json(bytes(f["raw"]))
             if msg is not None:
                 yield f, msg
 
@@ -227,3 +206,20 @@ def read_bytes(path: str | os.PathLike[str], what: str = "recording file") -> by
         raise UserError(f"{path} is a directory, not a {what}") from exc
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def analyse(s: SessionRecording) -> Any:
+    """The analysis of a session (exchanges, findings), for formats that report on it.
+
+    A frame nested deeper than the analysis can parse must not turn an export into a
+    traceback: that is one clear line naming the session.
+    """
+    from mcp_proxy.analysis import analyze
+
+    try:
+        return analyze(s.frames, session=s.session, http_exchanges=s.exchanges)
+    except RecursionError:
+        raise UserError(
+            f"session {s.label} holds a frame nested too deeply for the analysis;"
+            " export it as jsonl (byte for byte) instead"
+        ) from None

@@ -15,16 +15,19 @@ import importlib
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mcp_proxy.errors import UserError
-from mcp_proxy.recording.model import Progress, Recording, RecordingFormatError, read_bytes
+
+if TYPE_CHECKING:
+    from mcp_proxy.recording.model import Progress, Recording
 
 #: Writes a recording: returns the bytes as chunks (a generator may stream them).
-Writer = Callable[[Recording, Progress | None], Iterable[bytes]]
+type Writer = Callable[[Recording, Progress | None], Iterable[bytes]]
 #: Reads a file's bytes (with the file's name for messages) into a recording.
-Reader = Callable[[bytes, str, Progress | None], Recording]
+type Reader = Callable[[bytes, str, Progress | None], Recording]
 #: Sends a recording somewhere that is not a file (a URL); returns a one-line summary.
-Sender = Callable[[Recording, str, Progress | None], str]
+type Sender = Callable[[Recording, str, Progress | None], str]
 
 
 @dataclass(frozen=True)
@@ -56,12 +59,20 @@ class Format:
         return self.read
 
 
-#: The modules that define a ``FORMAT``, in the order formats are listed.
+#: The modules that define a ``FORMAT``, in the order formats are listed. A format's name is its
+#: module's name, so that the CLI can list the names without importing any format.
 _MODULES = (
     "mcp_proxy.recording.jsonl",
     "mcp_proxy.recording.har",
+    "mcp_proxy.recording.otlp",
+    "mcp_proxy.recording.junit",
 )
 _loaded: dict[str, Format] | None = None
+
+
+def declared_names() -> list[str]:
+    """The formats' names, without importing them (for ``--help`` texts, read at every start)."""
+    return [m.rsplit(".", 1)[1] for m in _MODULES]
 
 
 def formats() -> list[Format]:
@@ -108,6 +119,8 @@ def read_file(
     path: str | os.PathLike[str], fmt: str | None = None, progress: Progress | None = None
 ) -> Recording:
     """Read a recording file in the given format, or in the one it is recognised as."""
+    from mcp_proxy.recording.model import read_bytes
+
     data = read_bytes(path)
     if fmt is not None:
         chosen = get_format(fmt)
@@ -136,9 +149,9 @@ def output_format(output: str, fmt: str | None) -> Format:
 __all__ = [
     "Format",
     "Reader",
-    "RecordingFormatError",
     "Sender",
     "Writer",
+    "declared_names",
     "detect",
     "formats",
     "get_format",

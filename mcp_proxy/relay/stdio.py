@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -39,7 +38,10 @@ from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.recorder.contract import Producer
 
 READ_SIZE = 1 << 16
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Signals forwarded to the server (SIGHUP does not exist on Windows).
+FORWARDED_SIGNALS = tuple(
+    s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None
+)
 
 
 class CommandNotFound(UserError):
@@ -72,6 +74,19 @@ def _die_with_parent() -> Callable[[], None] | None:
             os.kill(os.getpid(), signal.SIGKILL)
 
     return preexec
+
+
+def _which(exe: str) -> str | None:
+    """``shutil.which`` without importing shutil (and its archive modules) on POSIX."""
+    if sys.platform == "win32":
+        import shutil
+
+        return shutil.which(exe)
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or os.curdir, exe)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -124,6 +139,10 @@ class StdioRelay:
         self._forwarded_signal: int | None = None
         self._host_gone = False
         self._stdin_broken = False
+        #: Held by the host→server pump from its write until the chunk is handed to the
+        #: recorder: the session ends only after what was forwarded is recorded (that pump is
+        #: never joined — it may block reading the host for ever).
+        self._handover = threading.Lock()
 
     # ------------------------------------------------------------------ helpers
     def _tee(
@@ -138,7 +157,7 @@ class StdioRelay:
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         exe = self.argv[0]
-        found = shutil.which(exe) if os.sep not in exe else exe
+        found = _which(exe) if os.sep not in exe else exe
         if found is None:
             raise CommandNotFound(f"command not found: {exe}")
         argv = list(self.argv)
@@ -174,14 +193,15 @@ class StdioRelay:
                     chunk = b""
                 if not chunk:
                     break
-                if not broken:
-                    try:
-                        _write_all(server_stdin, chunk)
-                    except OSError:
-                        # The server closed its stdin or died: keep recording what the host says.
-                        broken = True
-                        self._stdin_broken = True
-                self._tee(Direction.C2S, Channel.STDIO, chunk, mono, wall)
+                with self._handover:
+                    if not broken:
+                        try:
+                            _write_all(server_stdin, chunk)
+                        except OSError:
+                            # The server closed its stdin or died: keep recording the host.
+                            broken = True
+                            self._stdin_broken = True
+                    self._tee(Direction.C2S, Channel.STDIO, chunk, mono, wall)
         finally:
             self._eos(Direction.C2S, Channel.STDIO)
             with contextlib.suppress(OSError):
@@ -282,6 +302,8 @@ class StdioRelay:
         t_out.join(5)
         t_err.join(5)
         exit_code, exit_signal = (128 - status, -status) if status < 0 else (status, None)
+        if self._handover.acquire(timeout=2):
+            self._handover.release()
         if self.recorder is not None and self.session_id is not None:
             crashed = exit_code != 0 and self._forwarded_signal is None
             self.recorder.end_session(
@@ -316,13 +338,29 @@ def record_stdio(
     every transport, applied in the recorder process to the recorded copy only.
     """
     from mcp_proxy.recorder.client import RecorderClient
-    from mcp_proxy.redact import ENV_REDACT, Redactor, env_allows_redaction
 
-    enabled = env_allows_redaction() if redact is None else redact
-    try:
-        policy = Redactor.from_options(enabled=enabled, headers=redact_headers, paths=redact_paths)
-    except ValueError as exc:
-        raise UserError(f"--redact-path: {exc}") from exc
+    env_value = os.environ.get("MCPTAPE_REDACT", "").strip()
+    if redact is None:
+        if env_value.lower() in ("", "1", "on", "true", "yes"):
+            redact = True
+        else:
+            from mcp_proxy.redact import env_allows_redaction
+
+            redact = env_allows_redaction()
+    if redact and not redact_headers and not redact_paths:
+        # The recorder process builds the policy (the relay compiles no redaction rules): the
+        # default, or the user's own policy from MCPTAPE_REDACT, passed on as it is.
+        policy = env_value if env_value.startswith("{") else "1"
+    else:
+        from mcp_proxy.redact import Redactor
+
+        try:
+            policy = Redactor.from_options(
+                enabled=redact, headers=redact_headers, paths=redact_paths
+            ).to_env()
+        except ValueError as exc:
+            raise UserError(f"--redact-path: {exc}") from exc
+    enabled = redact
     meta = None
     if not enabled:
         meta = {"redaction": "off (--no-redact): credentials are recorded in clear"}
@@ -331,7 +369,7 @@ def record_stdio(
             file=sys.stderr,
             flush=True,
         )
-    recorder = RecorderClient(db_url, env={ENV_REDACT: policy.to_env()})
+    recorder = RecorderClient(db_url, env={"MCPTAPE_REDACT": policy})
     relay = StdioRelay(
         argv, recorder=recorder, name=name, release_stdout_at_eof=True, session_meta=meta
     )

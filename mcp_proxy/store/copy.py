@@ -5,7 +5,8 @@ original through ``meta.replay_of``), its frames byte for byte with their sequen
 HTTP exchanges (with the frames pointing at them: exchange ids are the destination's own and are
 mapped), its findings and its annotations.
 
-Idempotent, per session, each in one transaction of the destination:
+Idempotent, per session (a session is written whole in one transaction of the destination; small
+sessions share one, a big one has its own):
 
 - a session the destination lacks is copied whole;
 - a session the destination has with the same traffic (frame count, gap count, status, end) is
@@ -34,6 +35,9 @@ from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
 
 #: Frames read and written per round trip.
 CHUNK = 5000
+#: Small sessions share a destination transaction up to about this many frames: a commit per
+#: session would cost 10,000 commits (each a disk flush on a durable server) for 10,000 sessions.
+GROUP_FRAMES = 20_000
 #: What decides that a session's traffic is already in the destination.
 TRAFFIC_KEYS = ("frame_count", "gap_count", "status", "ended_at")
 #: An annotation is the same one when all of these agree.
@@ -56,6 +60,28 @@ class CopyResult:
 
 def _columns(table: sa.Table, *, without_id: bool) -> list[sa.Column[Any]]:
     return [c for c in table.columns if not (without_id and c.name == "id")]
+
+
+def _read(
+    conn: sa.Connection, table: sa.Table, *, without_id: bool, where: Any, order: Any
+) -> list[dict[str, Any]]:
+    """Rows of ``table`` as dicts, ready to insert elsewhere.
+
+    A JSON column reads ``None`` both for SQL NULL and for a stored JSON ``null`` (the recorder
+    writes both: a key left out, a key set to None). They are told apart here and written back
+    as they were: ``sa.null()`` for SQL NULL, ``None`` (JSON ``null``) otherwise.
+    """
+    cols = _columns(table, without_id=without_id)
+    json_cols = [c for c in cols if isinstance(c.type, sa.JSON)]
+    flags = [c.is_(None).label(f"_isnull_{c.name}") for c in json_cols]
+    out = []
+    for r in conn.execute(sa.select(*cols, *flags).where(where).order_by(order)):
+        row = r._asdict()
+        for c in json_cols:
+            if row.pop(f"_isnull_{c.name}"):
+                row[c.name] = sa.null()
+        out.append(row)
+    return out
 
 
 def _same_database(a: str, b: str) -> bool:
@@ -93,17 +119,30 @@ def copy_store(
     dst = engine_mod.sync_engine(dst_url)
     result = CopyResult()
     try:
-        with src.connect() as sconn:
-            ids = _source_ids(sconn, only)
-        existing = _destination_sessions(dst, ids)
-        for i, sid in enumerate(ids, 1):
-            with src.connect() as sconn, sconn.begin():  # one consistent read per session
-                row = sconn.execute(sa.select(sessions).where(sessions.c.id == sid)).one()._asdict()
-                with dst.begin() as dconn:
-                    _copy_session(sconn, dconn, row, existing.get(sid), result)
-            result.session_ids.append(sid)
-            if progress is not None:
-                progress(f"{i}/{len(ids)} {sid[:12]}")
+        with src.connect() as sconn, dst.connect() as dconn:
+            with sconn.begin():
+                ids = _source_ids(sconn, only)
+            existing = _destination_sessions(dst, ids)
+            group = 0  # frames written in the open destination transaction
+            dtrans = dconn.begin()
+            for i, sid in enumerate(ids, 1):
+                with sconn.begin():  # one consistent read per session
+                    rows = _read(
+                        sconn,
+                        sessions,
+                        without_id=False,
+                        where=sessions.c.id == sid,
+                        order=sessions.c.id,
+                    )
+                    group += _copy_session(sconn, dconn, rows[0], existing.get(sid), result) + 1
+                if group >= GROUP_FRAMES:
+                    dtrans.commit()
+                    dtrans = dconn.begin()
+                    group = 0
+                result.session_ids.append(sid)
+                if progress is not None:
+                    progress(f"{i}/{len(ids)} {sid[:12]}")
+            dtrans.commit()
     except sa.exc.DBAPIError as exc:
         raise StoreError(engine_mod._short(exc)) from exc
     finally:
@@ -142,12 +181,13 @@ def _copy_session(
     row: dict[str, Any],
     there: dict[str, Any] | None,
     result: CopyResult,
-) -> None:
+) -> int:
+    """Copy one session; returns the number of frames written."""
     sid = row["id"]
     if there is not None and all(there[k] == row[k] for k in TRAFFIC_KEYS):
         result.unchanged += 1
         result.annotations += _merge_annotations(sconn, dconn, sid)
-        return
+        return 0
     if there is None:
         dconn.execute(sessions.insert(), [row])
         result.copied += 1
@@ -160,20 +200,22 @@ def _copy_session(
         result.replaced += 1
     exchange_map = _copy_exchanges(sconn, dconn, sid)
     result.exchanges += len(exchange_map)
-    result.frames += _copy_frames(sconn, dconn, sid, exchange_map)
+    written = _copy_frames(sconn, dconn, sid, exchange_map)
+    result.frames += written
     result.findings += _copy_plain(sconn, dconn, findings, sid)
     result.annotations += _merge_annotations(sconn, dconn, sid)
+    return written
 
 
 def _copy_exchanges(sconn: sa.Connection, dconn: sa.Connection, sid: str) -> dict[int, int]:
     """Insert the session's exchanges; the source id → the destination's id."""
-    cols = _columns(http_exchanges, without_id=False)
-    src_rows = [
-        r._asdict()
-        for r in sconn.execute(
-            sa.select(*cols).where(http_exchanges.c.session_id == sid).order_by(http_exchanges.c.id)
-        )
-    ]
+    src_rows = _read(
+        sconn,
+        http_exchanges,
+        without_id=False,
+        where=http_exchanges.c.session_id == sid,
+        order=http_exchanges.c.id,
+    )
     if not src_rows:
         return {}
     old_ids = [r.pop("id") for r in src_rows]
@@ -228,7 +270,7 @@ def _copy_frames(
         if pg:
             from mcp_proxy.store import pg as pg_mod
 
-            pg_mod.copy_rows(dconn.connection.driver_connection, "frames", names, rows)
+            pg_mod.copy_into(dconn, "frames", names, rows)
         else:
             dconn.execute(frames.insert(), [dict(zip(names, r, strict=True)) for r in rows])
         n += len(rows)
@@ -236,13 +278,7 @@ def _copy_frames(
 
 
 def _copy_plain(sconn: sa.Connection, dconn: sa.Connection, table: sa.Table, sid: str) -> int:
-    cols = _columns(table, without_id=True)
-    rows = [
-        r._asdict()
-        for r in sconn.execute(
-            sa.select(*cols).where(table.c.session_id == sid).order_by(table.c.id)
-        )
-    ]
+    rows = _read(sconn, table, without_id=True, where=table.c.session_id == sid, order=table.c.id)
     if rows:
         dconn.execute(table.insert(), rows)
     return len(rows)

@@ -13,9 +13,9 @@ database and table, not guessed from the models: whatever a migration makes a co
 follows.
 
 Used by the recorder's writer (:func:`copy_frames`, called from ``store.writes`` inside the
-batch's transaction) and by ``mcptape db copy`` (:func:`copy_rows`). Works on the psycopg 3
+batch's transaction) and by ``mcptape db copy`` (:func:`copy_into`). Works on the psycopg 3
 connection under a SQLAlchemy connection (``conn.connection.driver_connection``); it joins the
-transaction that connection is in, so a batch stays atomic.
+transaction that connection is in, so a batch stays atomic, and its errors are SQLAlchemy's.
 """
 
 from __future__ import annotations
@@ -92,12 +92,44 @@ def copy_rows(
     return n
 
 
+def copy_into(conn: Any, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
+    """:func:`copy_rows` on a SQLAlchemy connection, failing the way SQLAlchemy fails.
+
+    The COPY runs on the driver's connection, below SQLAlchemy, so a driver error would escape
+    its translation: callers that tell a lost connection (``sa.exc.OperationalError``: retry)
+    from a bad row (``sa.exc.DataError``/``IntegrityError``: write row by row) would see a raw
+    ``psycopg`` exception instead. This converts it as SQLAlchemy does for its own statements,
+    and invalidates the connection when the server is gone, so the pool reconnects.
+    """
+    import psycopg
+    import sqlalchemy as sa
+
+    try:
+        return copy_rows(conn.connection.driver_connection, table, columns, rows)
+    except psycopg.Error as exc:
+        gone = bool(conn.dialect.is_disconnect(exc, conn.connection.dbapi_connection, None))
+        if gone:
+            conn.invalidate(exc)
+        raise sa.exc.DBAPIError.instance(
+            f"COPY {table}",
+            None,
+            exc,
+            psycopg.Error,
+            connection_invalidated=gone,
+            dialect=conn.dialect,
+        ) from exc
+
+
 def copy_frames(
-    dbapi_conn: Any, rows: Sequence[Sequence[Any]], columns: Sequence[str] | None = None
+    conn: Any, rows: Sequence[Sequence[Any]], columns: Sequence[str] | None = None
 ) -> int:
-    """The recorder's frame rows (tuples in ``store.writes.FRAME_COLS`` order) into ``frames``."""
+    """The recorder's frame rows (``FrameRow`` tuples, ``FRAME_COLS`` order) into ``frames``.
+
+    ``conn`` is the SQLAlchemy connection of the batch's transaction (``BatchWriter`` calls this
+    from ``_insert_frames`` when the dialect is PostgreSQL).
+    """
     if columns is None:
-        from mcp_proxy.store.writes import FRAME_COLS
+        from mcp_proxy.store.rows import FRAME_COLS
 
         columns = FRAME_COLS
-    return copy_rows(dbapi_conn, "frames", columns, rows)
+    return copy_into(conn, "frames", columns, rows)

@@ -39,6 +39,26 @@ def missing_database(url: str) -> Path | None:
     return path
 
 
+#: What the analysis reads of a frame, in the order its decoder unpacks (analysis.facts).
+ANALYSIS_COLUMNS = [
+    frames.c.seq,
+    frames.c.ts,
+    frames.c.mono_ns,
+    frames.c.direction,
+    frames.c.channel,
+    frames.c.kind,
+    frames.c.method,
+    frames.c.msg_id,
+    frames.c.error_code,
+    frames.c.size,
+    frames.c.complete,
+    frames.c.partial_parse,
+    frames.c.raw,
+    frames.c.http_exchange_id,
+    frames.c.sse_event,
+]
+
+
 class Store(PageQueries, AnnotationQueries, StoreBase):
     """One database: open with :meth:`open`, close with :meth:`close` (or ``async with``).
 
@@ -214,30 +234,38 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
         dicts costs more than the query. Leaves out what analysis never looks at (row ids, SSE
         ids) so that a 100,000-frame session loads in one round trip.
         """
-        cols = [
-            frames.c.seq,
-            frames.c.ts,
-            frames.c.mono_ns,
-            frames.c.direction,
-            frames.c.channel,
-            frames.c.kind,
-            frames.c.method,
-            frames.c.msg_id,
-            frames.c.error_code,
-            frames.c.size,
-            frames.c.complete,
-            frames.c.partial_parse,
-            frames.c.raw,
-            frames.c.http_exchange_id,
-            frames.c.sse_event,
-        ]
-        stmt = sa.select(*cols).where(frames.c.session_id == session_id).order_by(frames.c.seq)
-        try:
-            async with self.engine.connect() as conn:
-                result = await conn.execute(stmt)
-                return list(result.fetchall())
-        except sa.exc.DBAPIError as exc:
-            raise StoreError(engine_mod._short(exc)) from exc
+        out: list[Any] = []
+        async for rows in self.iter_analysis_frames(session_id, batch=None):
+            out += rows
+        return out
+
+    async def iter_analysis_frames(
+        self, session_id: str, *, batch: int | None = 20_000
+    ) -> AsyncIterator[list[Any]]:
+        """A session's frames for the analysis, ``batch`` named rows at a time (keyset on seq).
+
+        The analysis decodes each batch and drops it, so a 1,000,000-frame session is never
+        held as rows (``mcp_proxy.analysis.service.load``). Columns: :data:`ANALYSIS_COLUMNS`.
+        """
+        after = 0
+        while True:
+            stmt = (
+                sa.select(*ANALYSIS_COLUMNS)
+                .where(frames.c.session_id == session_id, frames.c.seq > after)
+                .order_by(frames.c.seq)
+            )
+            if batch is not None:
+                stmt = stmt.limit(batch)
+            try:
+                async with self.engine.connect() as conn:
+                    rows = list((await conn.execute(stmt)).fetchall())
+            except sa.exc.DBAPIError as exc:
+                raise StoreError(engine_mod._short(exc)) from exc
+            if rows:
+                yield rows
+            if batch is None or len(rows) < batch:
+                return
+            after = rows[-1][0]
 
     async def analysis_summary(self, session_id: str) -> dict[str, Any] | None:
         """The analyzer's ``analysis.summary`` row for a session (None: never analysed)."""
@@ -279,9 +307,23 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
                     )
                 )
                 if rows:
-                    await conn.execute(findings.insert(), rows)
+                    await conn.execute(findings.insert(), [storable(r) for r in rows])
         except sa.exc.DBAPIError as exc:
             raise StoreError(engine_mod._short(exc)) from exc
+
+
+def storable(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with every text value storable as UTF-8.
+
+    Findings quote what was on the wire: a method or message holding a lone surrogate (JSON's
+    ``"\\ud800"`` decodes to one) cannot be encoded for the database, and one such value
+    would lose every finding of the session. It is kept as its escape (``\\ud800``).
+    """
+    out = dict(row)
+    for key, value in row.items():
+        if isinstance(value, str):
+            out[key] = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return out
 
 
 def is_live(session: dict[str, Any], *, now: float | None = None) -> bool:

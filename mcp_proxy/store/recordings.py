@@ -24,6 +24,7 @@ from sqlalchemy.engine import Engine
 from mcp_proxy.errors import StoreError
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store import schema
+from mcp_proxy.store.rows import storable
 from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
 
 #: Frame columns read for export and written by import, in row-tuple order.
@@ -50,8 +51,9 @@ _METHOD_MAX = 200
 _MSG_ID_MAX = 300
 _SSE_ID_MAX = 200
 _SSE_EVENT_MAX = 100
-_INT64 = (-(2**63), 2**63 - 1)
 PAGE = 10_000
+#: SQLite page cache for an import's connection, in KiB.
+BULK_CACHE_KIB = 64 * 1024
 
 
 def _short(exc: BaseException) -> str:
@@ -130,26 +132,37 @@ class RecordingStore:
         """A session's frames in seq order, a page of row tuples (:data:`FRAME_COLUMNS`) at a time.
 
         Keyset pages over the ``(session_id, seq)`` index, so memory stays one page whatever the
-        session's size, and a page costs one statement.
+        session's size, and a page costs one statement. Rows come from the DBAPI cursor as they
+        are (SQLAlchemy's per-row result objects were most of an export's read time): booleans
+        may be 0/1 on SQLite; the caller makes them booleans.
         """
         cols = [frames.c[name] for name in FRAME_COLUMNS]
         stmt = (
             sa.select(*cols)
-            .where(frames.c.session_id == session_id, frames.c.seq > sa.bindparam("after"))
+            .where(frames.c.session_id == sa.bindparam("sid"), frames.c.seq > sa.bindparam("after"))
             .order_by(frames.c.seq)
             .limit(page)
         )
-        after = -(2**62)
+        compiled = stmt.compile(dialect=self.engine.dialect)
+        sql = str(compiled)
+        order = tuple(compiled.positiontup or ()) if compiled.positional else None
+        after = -1  # seq starts at 1; must fit a 32-bit INTEGER on PostgreSQL
         try:
             with self.engine.connect() as conn:
-                while True:
-                    rows = [tuple(r) for r in conn.execute(stmt, {"after": after})]
-                    if rows:
-                        yield rows
-                    if len(rows) < page:
-                        return
-                    after = rows[-1][0]
-        except sa.exc.DBAPIError as exc:
+                cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+                try:
+                    while True:
+                        values = compiled.construct_params({"sid": session_id, "after": after})
+                        cursor.execute(sql, tuple(values[k] for k in order) if order else values)
+                        rows = [tuple(r) for r in cursor.fetchall()]
+                        if rows:
+                            yield rows
+                        if len(rows) < page:
+                            return
+                        after = rows[-1][0]
+                finally:
+                    cursor.close()
+        except (sa.exc.DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
             raise StoreError(_short(exc)) from exc
 
     # ------------------------------------------------------------------ writing
@@ -165,14 +178,20 @@ class RecordingStore:
 
         ``exchanges`` carry their per-session number as ``id``; frame rows (in
         :data:`FRAME_COLUMNS` order) point at those numbers, which become database ids here.
-        Derived columns are made storable (overlong ids and methods left out, integers beyond
-        64 bits dropped) — the raw bytes, which they are derived from, always go in whole.
+        Derived columns are made storable as the recorder makes them (:func:`storable`: lone
+        surrogates escaped, integers beyond 64 bits dropped; text cut to its column; an id the
+        caller did not shorten with :func:`mcp_proxy.frames.column_id` left out) — the raw bytes,
+        which they are derived from, always go in whole.
         """
         new_id = uuid.uuid4().hex
         row = {k: v for k, v in session.items() if k in sessions.c and k != "id"}
         row.update(id=new_id, frame_count=0)
         try:
             with self.engine.begin() as conn:
+                if self.engine.dialect.name == "sqlite":
+                    # Five indexes on frames: with SQLite's default 2 MiB page cache a large
+                    # import spends its time re-reading index pages. This connection only.
+                    conn.exec_driver_sql(f"PRAGMA cache_size = -{BULK_CACHE_KIB}")
                 conn.execute(sessions.insert(), [row])
                 ids = self._insert_exchanges(conn, new_id, exchanges)
                 count, last = self._insert_frames(conn, new_id, frame_rows, ids)
@@ -245,30 +264,19 @@ def _params(row: tuple[Any, ...], order: tuple[str, ...]) -> tuple[Any, ...]:
 
 
 def _fits(value: Any, limit: int) -> Any:
-    """A derived text value if the database can hold it, else None (the raw bytes keep it).
-
-    Too long for its column, or a lone surrogate (``"\\ud800"`` in the JSON) that no UTF-8
-    database accepts: either would fail the whole transaction.
-    """
+    """A derived text value as its column holds it: escaped if need be, cut to the column."""
     if value is None:
         return None
-    if not isinstance(value, str) or len(value) > limit:
-        return None
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return None
-    return value
+    fixed = storable(value)
+    return fixed[:limit] if isinstance(fixed, str) else fixed
 
 
 def _storable(session_id: str, r: tuple[Any, ...], exchange_ids: dict[int, int]) -> tuple[Any, ...]:
     """A frame row with the session key, database exchange id and storable derived values."""
     (seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete, partial, raw,
      ex, sse_id, sse_event) = r  # fmt: skip
-    if code is not None and not _INT64[0] <= code <= _INT64[1]:
-        code = None
-    if mono is None or not _INT64[0] <= mono <= _INT64[1]:
-        mono = 0
+    code = storable(code) if code is not None else None
+    mono = storable(mono) or 0
     return (
         session_id,
         seq,
@@ -278,7 +286,7 @@ def _storable(session_id: str, r: tuple[Any, ...], exchange_ids: dict[int, int])
         channel,
         kind,
         _fits(method, _METHOD_MAX),
-        _fits(msg_id, _MSG_ID_MAX),
+        msg_id if msg_id is None or len(msg_id) <= _MSG_ID_MAX else None,
         code,
         size,
         complete,

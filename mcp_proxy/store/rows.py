@@ -13,6 +13,33 @@ from typing import Any, NamedTuple
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
+#: The alembic revision the tables correspond to (re-exported by ``store.schema``; a test checks
+#: it is the migrations' head). Here so the recorder can check it without importing SQLAlchemy.
+SCHEMA_HEAD = "0003"
+
+#: Columns the recorder writes, per table (``id`` of exchanges/findings is the database's); a test
+#: checks them against ``store.schema``. JSON columns are stored as ``json.dumps`` text.
+SESSION_COLUMNS: tuple[str, ...] = (
+    "id", "name", "transport", "status", "started_at", "ended_at", "updated_at", "command",
+    "cwd", "upstream", "pid", "hostname", "exit_code", "exit_signal", "era", "protocol_version",
+    "client_name", "client_version", "server_name", "server_version", "meta", "frame_count",
+    "gap_count", "recorder_version",
+)  # fmt: skip
+EXCHANGE_COLUMNS: tuple[str, ...] = (
+    "session_id", "method", "url", "status", "request_headers", "response_headers",
+    "started_at", "first_byte_at", "ended_at", "outcome", "error", "request_size",
+    "response_size", "meta",
+)  # fmt: skip
+FINDING_COLUMNS: tuple[str, ...] = (
+    "session_id", "code", "severity", "title", "detail", "frame_seqs", "source",
+    "analyzer_version", "created_at",
+)  # fmt: skip
+JSON_COLUMNS = {
+    "sessions": frozenset({"command", "meta"}),
+    "http_exchanges": frozenset({"request_headers", "response_headers", "meta"}),
+    "findings": frozenset({"frame_seqs"}),
+}
+
 
 class FrameRow(NamedTuple):
     """One row of ``frames``, in the column order of the INSERT (``FRAME_COLS``)."""

@@ -7,10 +7,11 @@ database and these tables agree. Portable types only (SQLite by default, Postgre
 
 import sqlalchemy as sa
 
-metadata = sa.MetaData()
+# The alembic revision these tables correspond to (a test checks it is the migrations' head);
+# defined in ``store.rows``, which imports no SQLAlchemy, so the recorder can check it cheaply.
+from mcp_proxy.store.rows import SCHEMA_HEAD as SCHEMA_HEAD
 
-#: The alembic revision these tables correspond to. A test checks it is the migrations' head.
-SCHEMA_HEAD = "0003"
+metadata = sa.MetaData()
 
 # SQLite only gives AUTOINCREMENT-like rowids to INTEGER PRIMARY KEY; PostgreSQL wants BIGINT.
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")

@@ -966,3 +966,59 @@ def _(t: bool) -> Wire:
 @case("mrtr.in_initialize_era")
 def _(t: bool) -> Wire:
     return mrtr([({}, ASK), (ANSWER, DONE)], era="initialize" if t else "modern")
+
+
+# ------------------------------------------------------------------------------ OAuth
+MCP_URL = "https://mcp.example.com/mcp"
+
+
+def _oauth_row(w: Wire, method: str, url: str, status: int, **kw: Any) -> int:
+    hid = w.exchange(
+        method,
+        url=url,
+        status=status,
+        request_headers=kw.get("req", [["host", "mcp.example.com"]]),
+        response_headers=kw.get("resp", [["content-type", "application/json"]]),
+    )
+    w.http_exchanges[-1]["meta"] = kw.get("meta")
+    return hid
+
+
+@case("oauth.missing_www_authenticate")
+def _(t: bool) -> Wire:
+    w = Wire(transport="http")
+    resp = [] if t else [["www-authenticate", 'Bearer resource_metadata="x"']]
+    _oauth_row(w, "POST", MCP_URL, 401, resp=resp)
+    return w.end()
+
+
+@case("oauth.token_error")
+def _(t: bool) -> Wire:
+    w = Wire(transport="http")
+    body = {"text": '{"error":"invalid_grant"}' if t else '{"access_token":"[REDACTED]"}'}
+    meta = {"oauth": {"role": "token_endpoint"}, "response_body": body}
+    _oauth_row(w, "POST", "https://as.example.com/token", 400 if t else 200, meta=meta)
+    return w.end()
+
+
+@case("oauth.unauthorized_loop")
+def _(t: bool) -> Wire:
+    w = Wire(transport="http")
+    bearer = [["authorization", "Bearer [REDACTED]"]]
+    challenge = [["www-authenticate", 'Bearer error="invalid_token"']]
+    for i in range(3):
+        if i == 2 and not t:
+            _oauth_row(w, "POST", MCP_URL, 200)
+        _oauth_row(w, "POST", MCP_URL, 401, req=bearer, resp=challenge)
+    return w.end()
+
+
+@case("oauth.resource_mismatch")
+def _(t: bool) -> Wire:
+    w = Wire(transport="http")
+    resource = "https://internal:8080/mcp" if t else MCP_URL
+    meta = {"oauth": {"role": "protected_resource_metadata", "resource": resource}}
+    prm = "https://mcp.example.com/.well-known/oauth-protected-resource/mcp"
+    _oauth_row(w, "GET", prm, 200, meta=meta)
+    _oauth_row(w, "POST", MCP_URL, 200)
+    return w.end()

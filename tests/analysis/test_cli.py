@@ -107,3 +107,23 @@ def test_show_exchanges_and_findings(recorded: Path) -> None:
 
     frames = run(recorded, "show", "clean", "--no-body")
     assert frames.returncode == 0 and "#1 " in frames.stdout and "Findings (1):" in frames.stdout
+
+
+def test_check_junit_for_ci(recorded: Path) -> None:
+    """``check --format junit``: one test case per finding, failed at ``--fail-on`` or worse;
+    the exit code is the same as in the other formats."""
+    import xml.etree.ElementTree as ET
+
+    done = run(recorded, "check", "clean", "crashed", "--format", "junit")
+    assert done.returncode == 5, done.stderr
+    root = ET.fromstring(done.stdout)
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert [s.get("name", "").split()[1] for s in suites] == ["clean", "crashed"]
+    clean, crashed = suites
+    assert clean.get("failures") == "0" and len(clean.findall("testcase")) == 1
+    failed = [c for c in crashed.findall("testcase") if c.find("failure") is not None]
+    assert len(failed) == 2 and int(crashed.get("failures") or 0) == 2
+    assert {c.find("failure").get("type") for c in failed} >= {"transport.server_crashed"}  # type: ignore[union-attr]
+    never = run(recorded, "check", "crashed", "--format", "junit", "--fail-on", "never")
+    assert never.returncode == 0 and 'failures="0"' in never.stdout

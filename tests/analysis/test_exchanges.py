@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mcp_proxy.analysis.exchanges import decode
+from mcp_proxy.analysis.facts import decode
 from mcp_proxy.testing.factories import Wire, envelope
 from tests.analysis.cases import ANSWER, ASK, DONE, http_init, mrtr
 

@@ -170,3 +170,13 @@ def test_error_rate_counts_errors_among_answered_requests() -> None:
     [st] = [s for s in method_stats(a.exchanges).values() if s.method == "tools/call"]
     assert (st.count, st.errors, st.unanswered) == (3, 1, 1)
     assert st.error_rate == 0.5
+
+
+def test_one_list_of_outcomes() -> None:
+    """Every outcome the analysis can give has a label and a badge style (CLI and dashboard)."""
+    from dashboard.analysis import OUTCOME_STYLE
+    from mcp_proxy.analysis.model import Outcome
+
+    assert set(OUTCOME_STYLE) == {o.value for o in Outcome}
+    assert all(o.label for o in Outcome)
+    assert Outcome("no_response").unanswered and Outcome("error").answered

@@ -171,7 +171,8 @@ async def test_http_session_length_is_its_traffic_not_the_relay_lifetime(db_path
     assert a.facts.last_ts is not None and a.facts.first_ts is not None
     active = a.facts.last_ts - a.facts.first_ts
     assert active < 1.5, active
-    if s.get("ended_at"):
-        assert s["ended_at"] - s["started_at"] >= 2.0  # what the relay wrote: its own lifetime
+    # The relay now dates such a session at its last exchange too; the analysis does not
+    # depend on it either way.
+    assert s["ended_at"] is None or s["ended_at"] - a.facts.last_ts < 1.5
     doc = a.as_dict()
     assert doc["open_ended"] is True and doc["active_s"] == pytest.approx(active, abs=1e-3)

@@ -65,13 +65,13 @@ def test_loopback_rule(host: str, loopback: bool):
     assert _is_loopback(host) is loopback
 
 
-def test_port_in_use_is_one_line(tmp_path: Path):
+def test_port_in_use_is_one_line(recordings: Recordings):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
         r = subprocess.run(
-            [*mcptape_cmd(), "dashboard", "--db", str(tmp_path / "x.db"), "--port", str(port)],
+            [*mcptape_cmd(), "dashboard", "--db", str(recordings.db), "--port", str(port)],
             capture_output=True,
             text=True,
             timeout=30,

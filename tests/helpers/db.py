@@ -66,13 +66,19 @@ def libpq_conninfo(url: str) -> str:
 
 
 def rows(db: Path | str, sql: str, *args: Any) -> list[dict[str, Any]]:
-    """Rows of ``sql`` (``?`` placeholders) as dicts; ``bytes`` for blobs on both dialects."""
+    """Rows of ``sql`` (``?`` placeholders) as dicts, the same on both dialects: ``bytes`` for
+    blobs, JSON columns as their text (booleans are ``0``/``1`` on SQLite, ``False``/``True`` on
+    PostgreSQL — equal either way)."""
     if _is_pg(db):
         import psycopg
         from psycopg.rows import dict_row
+        from psycopg.types.string import TextLoader
 
         assert isinstance(db, str)
         with psycopg.connect(libpq_conninfo(db), row_factory=dict_row, autocommit=True) as conn:
+            # JSON as text, as sqlite3 returns it: tests read either dialect the same way.
+            conn.adapters.register_loader("json", TextLoader)
+            conn.adapters.register_loader("jsonb", TextLoader)
             cur = conn.execute(sql.replace("%", "%%").replace("?", "%s"), args)  # type: ignore[arg-type]
             out = [dict(r) for r in cur.fetchall()] if cur.description else []
         return [
@@ -82,6 +88,23 @@ def rows(db: Path | str, sql: str, *args: Any) -> list[dict[str, Any]]:
     conn.row_factory = sqlite3.Row
     try:
         return [dict(r) for r in conn.execute(sql, args)]
+    finally:
+        conn.close()
+
+
+def execute(db: Path | str, sql: str, *args: Any) -> None:
+    """Run one statement (``?`` placeholders) and commit, on either dialect."""
+    if _is_pg(db):
+        import psycopg
+
+        assert isinstance(db, str)
+        with psycopg.connect(libpq_conninfo(db), autocommit=True) as conn:
+            conn.execute(sql.replace("%", "%%").replace("?", "%s"), args)  # type: ignore[arg-type]
+        return
+    conn = sqlite3.connect(_sqlite_file(db))
+    try:
+        conn.execute(sql, args)
+        conn.commit()
     finally:
         conn.close()
 
@@ -343,12 +366,17 @@ def start_pg_server() -> PgServer:
 
 
 def wait_until(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is true; an exception (no table yet …) counts as false."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
+    while True:
+        try:
+            if predicate():
+                return True
+        except Exception:
+            pass
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(interval)
-    return bool(predicate())
 
 
 # --------------------------------------------------------------------------- .ci/run

@@ -16,7 +16,8 @@ def jsonl_with_frames(source: Path, extra: list[dict[str, Any]]) -> bytes:
     """``source`` with frames appended to its (only) session, counts kept consistent.
 
     Each extra frame is ``{"dir": …, "text": …}`` (or ``base64``); seq, ts and the session id
-    are filled in after the file's last frame.
+    are filled in after the file's last frame. No ``kind``: like a hand-made record, the frame
+    is classified from its bytes on import.
     """
     recs = [json.loads(line) for line in source.read_bytes().splitlines() if line.strip()]
     frames = [r for r in recs if r.get("type") == "frame"]
@@ -33,7 +34,6 @@ def jsonl_with_frames(source: Path, extra: list[dict[str, Any]]) -> bytes:
                 "mono_ns": last["mono_ns"] + i,
                 "dir": f.get("dir", "c2s"),
                 "channel": f.get("channel", "stdio"),
-                "kind": "request",
                 **{k: v for k, v in f.items() if k in ("text", "base64")},
             }
         )

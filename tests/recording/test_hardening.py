@@ -85,7 +85,7 @@ def test_a_deeply_nested_frame_imports_and_diffs_byte_exact(tmp_path: Path) -> N
     assert "Traceback" not in proc.stderr
     rows = db_frames(db)
     assert rows[-1]["raw"] == (DEEP + "\n").encode()
-    assert rows[-1]["kind"] == "invalid"
+    assert rows[-1]["kind"] == "undecodable"
     diff = run_cli("diff", str(src), proc.stdout.split()[0], "--db", str(db))
     assert diff.returncode == 0, diff.stdout + diff.stderr[-2000:]
     back = tmp_path / "back.jsonl"
@@ -125,9 +125,11 @@ def test_values_the_database_cannot_hold_do_not_cost_the_frame(tmp_path: Path) -
     rows = db_frames(db)
     assert len(rows) == 34 + len(hostile)
     tail = rows[-len(hostile) :]
-    assert tail[0]["raw"] == hostile[0]["text"].encode() and tail[0]["msg_id"] is None
+    assert tail[0]["raw"] == hostile[0]["text"].encode()
+    assert tail[0]["msg_id"] == '"\\ud800"' and tail[0]["method"] == "x\\udfff"  # escaped
     assert tail[1]["error_code"] is None and str(BIG).encode() in tail[1]["raw"]
-    assert tail[2]["msg_id"] is None and tail[2]["method"] == "long"
+    assert tail[2]["method"] == "long" and len(tail[2]["msg_id"]) <= 300
+    assert json.loads(tail[2]["msg_id"]).startswith("i" * 50)  # a valid stand-in, not cut JSON
     assert tail[3]["raw"] == b"\xff\xfe not utf-8\n"
     back = tmp_path / "back.jsonl"
     sid = proc.stdout.split()[0]

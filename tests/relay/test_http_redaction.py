@@ -100,8 +100,10 @@ def test_secrets_never_reach_the_database(proxy: Any, fake_upstream: FakeUpstrea
         for name, secret in SECRETS.items():
             assert secret.encode() not in blob, name
     # The wire was not changed: the upstream got every secret as sent.
-    rpc_req = next(r for r in fake_upstream.seen if r["raw_path"].startswith("/rpc"))
-    assert SECRETS["url"] in rpc_req["raw_path"]
+    # (The fake upstream is shared by the whole run: this test's request is the one with the
+    # secret in its URL.)
+    rpc_req = next(r for r in fake_upstream.seen if SECRETS["url"] in r["raw_path"])
+    assert rpc_req["raw_path"].startswith("/rpc")
     assert ["Authorization", f"Bearer {SECRETS['auth']}"] in rpc_req["raw_headers"]
     assert SECRETS["password"].encode() in rpc_req["body"]
     token_req = next(r for r in fake_upstream.seen if r["raw_path"] == "/token")

@@ -18,7 +18,7 @@ import pytest
 from mcp_proxy.testing.client import CallbackRecorder, make_client, run_scripted_session, tool_text
 from tests.relay.conftest import Proxy, Upstream, local_url, start_upstream
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(180)  # the first test starts three SDK servers
 
 
 async def scripted(url: str, mode: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_proxy.recorder import Recorder
-from mcp_proxy.relay.http_sessions import (
+from mcp_proxy.relay.http.sessions import (
     RULE_CLIENT,
     RULE_MCP_SESSION,
     SessionRouter,

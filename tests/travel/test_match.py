@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_proxy.diff import JsonPathError, Normalizer, Step, diff_steps, parse_jsonpath
+from mcp_proxy.diff import Step, diff_steps
 from mcp_proxy.mock import METHOD_NOT_FOUND, MISS_CODE, Entry, Miss, MockIndex
+from mcp_proxy.normalize import JsonPathError, Normalizer, parse_jsonpath
 from mcp_proxy.recording.registry import read_recording
 from tests.travel.conftest import RECORDINGS
 

@@ -189,8 +189,8 @@ class SessionEntry:
     last_wall: float = 0.0
     #: Exchanges of this session streaming a response right now.
     streams: int = 0
-    #: Streaming exchanges not handed to the recorder yet, oldest first (they go first).
-    pending_streams: list[Any] = field(default_factory=list)
+    #: Exchanges placed here but not handed to the recorder yet, oldest first (they go first).
+    held: list[Any] = field(default_factory=list)
     ended: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
 

@@ -86,6 +86,11 @@ class UpstreamResponse:
             return None
         return int(value)
 
+    def has_buffered_body(self) -> bool:
+        """Body bytes (or its end) already received and waiting to be read."""
+        content = self.content
+        return bool(content._buffer) or content.is_eof()  # aiohttp StreamReader internals
+
     @property
     def closed(self) -> bool:
         return self._done

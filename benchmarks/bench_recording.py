@@ -1,0 +1,167 @@
+"""Benchmark of recording files: ``export`` and ``import`` of a 50,000-frame session.
+
+    uv run python benchmarks/bench_recording.py             # 50,000 frames, 3 rounds
+    uv run python benchmarks/bench_recording.py 200000 5    # another size, 5 rounds
+
+The session is ``bench_analysis.py``'s (2026-07-28 tools/call traffic with progress, logs,
+errors and stderr), recorded into a temporary SQLite database through the real Recorder. Then, per round, timed separately:
+
+- export: the session read from the database and written as a JSON Lines file (the library
+  path ``mcptape export`` runs, start-up excluded), and ``mcptape export`` as a process;
+- import: that file parsed, validated, classified and written as a new session (the library
+  path of ``mcptape import``), and ``mcptape import`` as a process;
+- direct: the floor on this machine — sqlite3 alone selecting the same rows and writing their
+  bytes to a file, and inserting the same rows into the same schema (its five frame indexes
+  included) in one transaction.
+
+Target (issue 10/12): export and import ≥ 100,000 frames/s. Not a test: these machines are
+noisy; the figures printed are min / median / max over the rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_analysis import generate
+
+TARGET = 100_000
+
+
+def _export(db_url: str, sid: str, out: Path) -> int:
+    """What ``mcptape export SESSION -o FILE`` runs, start-up excluded."""
+    from mcp_proxy.recording.database import read_sessions, resolve_sessions
+    from mcp_proxy.recording.jsonl import iter_jsonl
+    from mcp_proxy.recording.model import write_file
+    from mcp_proxy.store.queries import Store
+
+    async def resolve() -> list[dict[str, object]]:
+        store = await Store.open(db_url)
+        try:
+            return await resolve_sessions(store, [sid])
+        finally:
+            await store.close()
+
+    ids = [str(r["id"]) for r in asyncio.run(resolve())]
+    recording = read_sessions(db_url, ids)
+    write_file(out, iter_jsonl(recording))
+    return recording.frame_total
+
+
+def _import(path: Path, db_url: str) -> int:
+    from mcp_proxy.recording.database import import_recording
+    from mcp_proxy.recording.registry import read_recording
+
+    return import_recording(read_recording(path), db_url).frames
+
+
+def _direct(db: Path, sid: str, out: Path, into_url: str) -> tuple[float, float, int]:
+    """sqlite3 alone: the same frames selected and written out, then inserted into the same
+    schema (its indexes included) of a fresh database, in one transaction."""
+    from mcp_proxy.store.recordings import RecordingStore
+
+    RecordingStore(into_url, write=True).close()  # the migrated schema, not timed
+    cols = (
+        "session_id, seq, ts, mono_ns, direction, channel, kind, method, msg_id, error_code,"
+        " size, complete, partial_parse, raw, http_exchange_id, sse_id, sse_event"
+    )
+    con = sqlite3.connect(db)
+    t0 = time.perf_counter()
+    rows = con.execute(
+        f"SELECT {cols} FROM frames WHERE session_id = ? ORDER BY seq", (sid,)
+    ).fetchall()
+    with open(out, "wb") as fh:
+        for r in rows:
+            fh.write(r[13])
+            fh.write(b"\n")
+    t1 = time.perf_counter()
+    con.close()
+    target = sqlite3.connect(into_url.removeprefix("sqlite:///"))
+    target.execute("PRAGMA journal_mode=WAL")
+    target.execute("PRAGMA synchronous=NORMAL")
+    with target:
+        target.execute(
+            "INSERT INTO sessions (id, transport, status, started_at, frame_count, gap_count)"
+            " VALUES (?, 'stdio', 'ended', 0, 0, 0)",
+            (sid,),
+        )
+    t2 = time.perf_counter()
+    with target:
+        target.executemany(f"INSERT INTO frames ({cols}) VALUES ({', '.join('?' * 17)})", rows)
+    t3 = time.perf_counter()
+    target.close()
+    return t1 - t0, t3 - t2, len(rows)
+
+
+def _cli(*args: str) -> float:
+    exe = Path(sys.executable).parent / "mcptape"
+    t0 = time.perf_counter()
+    subprocess.run([str(exe), *args], check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def _line(
+    label: str, rates: list[float], unit: str = "frames/s", target: float | None = None
+) -> str:
+    lo, med, hi = min(rates), statistics.median(rates), max(rates)
+    verdict = ""
+    if target is not None:
+        verdict = f"   target ≥ {target:,.0f}: {'met' if med >= target else 'MISSED'}"
+    return f"{label:<34} {lo:>10,.0f} {med:>10,.0f} {hi:>10,.0f} {unit}{verdict}"
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "bench.db"
+        db_url = "sqlite:///" + str(db)
+        t = time.perf_counter()
+        sid = generate(db_url, n)
+        print(f"generated and recorded a {n:,}-frame session in {time.perf_counter() - t:.1f} s")
+        out = Path(tmp) / "bench.mcptape.jsonl"
+        size = 0
+        exp, imp, exp_cli, imp_cli, d_out, d_in = [], [], [], [], [], []
+        _export(db_url, sid, out)  # warm up: module imports and the schema check, not timed
+        for i in range(rounds):
+            t0 = time.perf_counter()
+            frames = _export(db_url, sid, out)
+            exp.append(frames / (time.perf_counter() - t0))
+            size = out.stat().st_size
+            target_url = "sqlite:///" + str(Path(tmp) / f"imp{i}.db")
+            _import(out, target_url)  # schema created; the timed import is the second one
+            t0 = time.perf_counter()
+            _import(out, target_url)
+            imp.append(frames / (time.perf_counter() - t0))
+            cli_out = Path(tmp) / "cli.jsonl"
+            exp_cli.append(frames / _cli("export", sid, "-o", str(cli_out), "--db", str(db)))
+            imp_cli.append(frames / _cli("import", str(cli_out), "--db", target_url))
+            direct_url = "sqlite:///" + str(Path(tmp) / f"direct{i}.db")
+            sel, ins, rows = _direct(db, sid, Path(tmp) / "direct.bin", direct_url)
+            d_out.append(rows / sel)
+            d_in.append(rows / ins)
+            os.unlink(cli_out)
+        print(f"{frames:,} frames, file {size / 1e6:.1f} MB; {rounds} rounds: min / median / max")
+        print(_line("export (library)", exp, target=TARGET))
+        print(_line("import (library)", imp, target=TARGET))
+        print(_line("mcptape export (process, wall)", exp_cli))
+        print(_line("mcptape import (process, wall)", imp_cli))
+        print(_line("direct: sqlite3 select + write", d_out))
+        print(_line("direct: sqlite3 insert, same schema", d_in))
+        print(
+            f"ratio export/direct {statistics.median(exp) / statistics.median(d_out):.2f},"
+            f" import/direct {statistics.median(imp) / statistics.median(d_in):.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""The viewers on a big session: ``show`` (JSON and text) to a pipe, ``check`` and ``stats``.
+
+    uv run python benchmarks/bench_viewers.py                 # 1,000,000 frames
+    uv run python benchmarks/bench_viewers.py --frames 200000 # quicker
+
+A session of small frames (a modern-era conversation: tools/call with a progress notification
+and a result, ~90-byte frames like the performance issue's) is written straight into a migrated
+SQLite file, then each command runs as a user runs it — the real ``mcptape`` console script in
+a subprocess whose stdout is a pipe read and thrown away — and reports wall time, frames/s and
+peak RSS (of the command, from ``getrusage`` of the children).
+
+Targets (issue 12): ``show --format json`` ≥ 200,000 frames/s, ``show`` text ≥ 100,000
+frames/s, streaming with bounded memory; ``check`` and ``stats`` ≤ 3 s and ≤ 200 MB RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+BIN = Path(sys.executable).parent / "mcptape"
+
+
+def generate(db: Path, frames: int) -> str:
+    """A migrated database with one ended stdio session of ``frames`` frames; its id."""
+    from mcp_proxy.store.engine import ensure_schema
+
+    url = "sqlite:///" + str(db)
+    ensure_schema(url)
+    sid = uuid.uuid4().hex
+    t0 = time.time() - frames / 1000
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "INSERT INTO sessions (id, name, transport, status, started_at, ended_at, era,"
+        " protocol_version, frame_count, gap_count) VALUES (?,?,?,?,?,?,?,?,?,0)",
+        (sid, "big", "stdio", "ended", t0, t0 + frames / 1000, "2026-07-28", "2026-07-28", frames),
+    )
+
+    def rows():
+        seq = 0
+        i = 0
+        while seq < frames:
+            i += 1
+            mid = str(i)
+            req = (
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": i,
+                        "method": "tools/call",
+                        "params": {"name": "echo", "arguments": {"text": "hi"}},
+                    },
+                    separators=(",", ":"),
+                ).encode()
+                + b"\n"
+            )
+            note = (
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/progress",
+                        "params": {"progressToken": i, "progress": 1},
+                    },
+                    separators=(",", ":"),
+                ).encode()
+                + b"\n"
+            )
+            res = (
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": i,
+                        "result": {"content": [{"type": "text", "text": "hi"}]},
+                    },
+                    separators=(",", ":"),
+                ).encode()
+                + b"\n"
+            )
+            for direction, kind, method, msg_id, raw in (
+                ("c2s", "request", "tools/call", mid, req),
+                ("s2c", "notification", "notifications/progress", None, note),
+                ("s2c", "response", None, mid, res),
+            ):
+                seq += 1
+                if seq > frames:
+                    return
+                ts = t0 + seq / 1000
+                yield (
+                    sid,
+                    seq,
+                    ts,
+                    int(ts * 1e9),
+                    direction,
+                    "stdio",
+                    kind,
+                    method,
+                    msg_id,
+                    None,
+                    len(raw),
+                    1,
+                    0,
+                    raw,
+                )
+
+    conn.executemany(
+        "INSERT INTO frames (session_id, seq, ts, mono_ns, direction, channel, kind, method,"
+        " msg_id, error_code, size, complete, partial_parse, raw)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        rows(),
+    )
+    conn.commit()
+    conn.close()
+    return sid
+
+
+def run(args: list[str]) -> tuple[float, int, int]:
+    """Wall seconds, stdout bytes and the command's own peak RSS (KiB) of ``mcptape ARGS``."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([str(BIN), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    total = 0
+    while chunk := proc.stdout.read(1 << 20):
+        total += len(chunk)
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage (peak RSS)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - start
+    if proc.returncode not in (0, 5):
+        raise SystemExit(
+            f"mcptape {' '.join(args)} failed ({proc.returncode}): {err.decode()[-500:]}"
+        )
+    return wall, total, usage.ru_maxrss
+
+
+def _small(wall: float, rss_kib: int) -> bool:
+    return wall <= 3 and rss_kib * 1024 <= 200e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--frames", type=int, default=1_000_000)
+    parser.add_argument("--db", help="reuse this database (generated when missing)")
+    opts = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(opts.db) if opts.db else Path(tmp) / "viewers.db"
+        t = time.perf_counter()
+        if db.exists():
+            sid = sqlite3.connect(db).execute("SELECT id FROM sessions LIMIT 1").fetchone()[0]
+        else:
+            sid = generate(db, opts.frames)
+            print(f"generated {opts.frames:,} frames in {time.perf_counter() - t:.1f} s")
+        n = (
+            sqlite3.connect(db)
+            .execute("SELECT count(*) FROM frames WHERE session_id = ?", (sid,))
+            .fetchone()[0]
+        )
+        print(f"session {sid[:12]}: {n:,} frames  ({os.cpu_count()} CPUs)")
+        print(
+            f"{'command':38} {'wall s':>7} {'frames/s':>10} {'MiB out':>8} {'RSS MiB':>8}"
+            f" {'target':>22}  met"
+        )
+        # check first: it stores the findings that show (text) prints at the end, as a user's
+        # second look at a session finds them.
+        cases = [
+            (["check", sid, "--fail-on", "never"], "≤ 3 s, ≤ 200 MB", _small),
+            (["stats", sid], "≤ 3 s, ≤ 200 MB", _small),
+            (["show", sid, "--format", "json"], "≥ 200,000/s", lambda w, r: n / w >= 200_000),
+            (["show", sid], "≥ 100,000/s", lambda w, r: n / w >= 100_000),
+            (["show", sid, "--no-findings"], "≥ 100,000/s", lambda w, r: n / w >= 100_000),
+        ]
+        for args, target, ok in cases:
+            wall, out, rss = run([*args, "--db", str(db)])
+            label = " ".join(a if a != sid else "BIG" for a in args)
+            print(
+                f"{label:38} {wall:7.2f} {n / wall:10,.0f} {out / 2**20:8.1f} {rss / 1024:8.0f}"
+                f" {target:>22}  {'yes' if ok(wall, rss) else 'NO'}"
+            )
+
+
+if __name__ == "__main__":
+    main()

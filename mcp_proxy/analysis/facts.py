@@ -1,0 +1,304 @@
+"""Frame rows → messages, and what the whole session establishes (era, version, capabilities).
+
+The first two steps of the analysis, before pairing (:mod:`mcp_proxy.analysis.exchanges`):
+:func:`decode` turns stored frame rows into :class:`~mcp_proxy.analysis.model.Msg` objects
+(bodies parsed lazily, batch elements unrolled) and :func:`session_facts` reads the handshake
+from them. The era decision is the recorder's (:func:`mcp_proxy.handshake.era_of`): the frames
+decide, the session row only fills in what frames cannot say. Pure: rows in, objects out.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from mcp_proxy.analysis.model import _UNPARSED, ERA_INITIALIZE, META, Msg, SessionFacts
+from mcp_proxy.frames import classify_message
+from mcp_proxy.handshake import era_of
+
+#: The columns :func:`decode` reads, in the order ``Store.analysis_frames`` returns them.
+FRAME_COLUMNS = (
+    "seq",
+    "ts",
+    "mono_ns",
+    "direction",
+    "channel",
+    "kind",
+    "method",
+    "msg_id",
+    "error_code",
+    "size",
+    "complete",
+    "partial_parse",
+    "raw",
+    "http_exchange_id",
+    "sse_event",
+)
+
+
+# ---------------------------------------------------------------------------------- decoding
+def decode(frames: Iterable[Any]) -> list[Msg]:
+    """Turn frame rows into :class:`Msg` objects, in order (see :class:`Decoder`)."""
+    decoder = Decoder()
+    decoder.feed(frames)
+    return decoder.msgs
+
+
+def _mapping_row(f: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (
+        f["seq"],
+        f["ts"],
+        f["mono_ns"],
+        f["direction"],
+        f["channel"],
+        f["kind"],
+        f.get("method"),
+        f.get("msg_id"),
+        f.get("error_code"),
+        f.get("size"),
+        f.get("complete", True),
+        f.get("partial_parse"),
+        f.get("raw"),
+        f.get("http_exchange_id"),
+        f.get("sse_event"),
+    )
+
+
+_ALL_COLUMNS = operator.itemgetter(*FRAME_COLUMNS)
+
+
+def _mapping_row_fast(f: Mapping[str, Any]) -> Sequence[Any]:
+    """All columns in one C call (store rows have them all); a partial row the slow way."""
+    try:
+        return _ALL_COLUMNS(f)  # type: ignore[no-any-return]
+    except KeyError:
+        return _mapping_row(f)
+
+
+def _adapter(row: Any) -> Callable[[Any], Sequence[Any]] | None:
+    """How to read rows shaped like ``row`` in :data:`FRAME_COLUMNS` order (None: as they are)."""
+    if isinstance(row, Mapping):
+        return _mapping_row_fast
+    fields = getattr(row, "_fields", None)
+    if fields is None or tuple(fields) == FRAME_COLUMNS:
+        return None
+    idx = [list(fields).index(c) if c in fields else -1 for c in FRAME_COLUMNS]
+    return lambda r: tuple(r[i] if i >= 0 else None for i in idx)
+
+
+class Decoder:
+    """Frame rows → :class:`Msg` objects, fed batch by batch so that a session is never held
+    twice (rows and messages) in memory.
+
+    Rows are mappings (``Store.frames``, ``Store.iter_frames``) or named rows/tuples with
+    ``_fields`` (``Store.analysis_frames``). Bodies are parsed lazily; a batch frame is kept and
+    followed by one message per element (same ``seq``), so that pairing sees every request and
+    response it carried. Rows without ``raw`` still pair; only body-level checks go quiet.
+
+    The few distinct strings of a session (directions, channels, kinds, methods, SSE event
+    names) are shared: the database driver makes a new string for every value of every row,
+    and at a million frames those copies alone cost hundreds of megabytes.
+    """
+
+    __slots__ = ("_shared", "frames", "msgs")
+
+    def __init__(self) -> None:
+        self.msgs: list[Msg] = []
+        self.frames = 0
+        self._shared: dict[str, str] = {}
+
+    def feed(self, rows: Iterable[Any]) -> None:
+        """Decode these rows (the next ones of the session, in seq order)."""
+        it = iter(rows)
+        first = next(it, None)
+        if first is None:
+            return
+        adapt = _adapter(first)
+        add = self._add
+        add(adapt(first) if adapt is not None else first)
+        if adapt is None:
+            for row in it:
+                add(row)
+        else:
+            for row in it:
+                add(adapt(row))
+
+    def _add(self, row: Sequence[Any]) -> None:
+        (seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete, partial,
+         raw, http, event) = row  # fmt: skip
+        shared = self._shared
+        direction = shared.setdefault(direction, direction)
+        channel = shared.setdefault(channel, channel)
+        kind = shared.setdefault(kind, kind)
+        if method is not None:
+            method = shared.setdefault(method, method)
+        if event is not None:
+            event = shared.setdefault(event, event)
+        if raw is not None and type(raw) is not bytes:
+            raw = bytes(raw)
+        self.frames += 1
+        m = Msg(seq, ts, mono, direction, channel, kind, method, msg_id, code, size or 0,
+                complete is None or bool(complete), bool(partial), http, raw, _UNPARSED,
+                event)  # fmt: skip
+        self.msgs.append(m)
+        if kind == "batch":
+            self._unroll(m)
+
+    def _unroll(self, m: Msg) -> None:
+        body = m.body
+        if not isinstance(body, list):
+            return
+        for element in body:
+            c = classify_message(element)
+            self.msgs.append(
+                Msg(m.seq, m.ts, m.mono_ns, m.direction, m.channel, c.kind.value, c.method,
+                    c.msg_id, c.error_code, 0, True, False, m.http, None, element, m.event)
+            )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------- facts
+def header_pairs(headers: Any) -> list[tuple[str, str]]:
+    """``[[name, value], …]`` as ``(lower-case name, value)``, skipping malformed items."""
+    out: list[tuple[str, str]] = []
+    if isinstance(headers, (str, bytes)):
+        # A raw SQL read of the JSON column (the store's API decodes it; be lenient anyway).
+        try:
+            headers = json.loads(headers)
+        except ValueError:
+            return out
+    if not isinstance(headers, (list, tuple)):
+        return out
+    for item in headers:
+        if isinstance(item, (list, tuple)) and len(item) >= 2:
+            out.append((str(item[0]).lower(), str(item[1])))
+    return out
+
+
+def header(headers: Any, name: str) -> str | None:
+    """The first value of header ``name`` (case-insensitive) from ``[[name, value], …]``."""
+    if not headers:
+        return None
+    lname = name.lower()
+    for k, v in header_pairs(headers):
+        if k == lname:
+            return v
+    return None
+
+
+def session_facts(
+    msgs: list[Msg],
+    session: Mapping[str, Any] | None = None,
+    http: Mapping[int, Mapping[str, Any]] | None = None,
+) -> SessionFacts:
+    """Establish era, negotiated version, capabilities and end state from the frames.
+
+    The frames decide (they are the source of truth); the session row only fills in what frames
+    cannot say (how the process ended) or what they do not show (a session with no handshake).
+    A successful ``initialize`` makes the initialize era even after a ``server/discover`` probe
+    failed (the auto client's fallback); otherwise requests carrying the 2026-07-28 envelope
+    make the modern era.
+    """
+    s = session or {}
+    facts = SessionFacts(
+        status=str(s.get("status") or "ended"),
+        exit_code=s.get("exit_code"),
+        exit_signal=s.get("exit_signal"),
+        transport=str(s.get("transport") or "stdio"),
+    )
+    init_id: str | None = None
+    discover_ids: set[str] = set()
+    envelope_version: str | None = None
+    init_version: str | None = None
+    discover_caps: dict[str, Any] | None = None
+    discover_seq: int | None = None
+    init_http: int | None = None
+    saw_http = False
+    for m in msgs:
+        if m.channel in ("http", "sse"):
+            saw_http = True
+            if m.event == "endpoint":
+                facts.legacy_sse = True
+        kind = m.kind
+        if m.direction == "c2s":
+            if kind == "request":
+                if m.method == "initialize" and facts.initialize_seq is None:
+                    facts.initialize_seq = m.seq
+                    init_id = m.msg_id
+                    p = m.params
+                    caps = p.get("capabilities")
+                    facts.client_caps = caps if isinstance(caps, dict) else {}
+                    rv = p.get("protocolVersion")
+                    facts.requested_version = rv if isinstance(rv, str) else None
+                elif m.method == "server/discover" and m.msg_id is not None:
+                    discover_ids.add(m.msg_id)
+                if facts.first_envelope_seq is None:
+                    meta = m.meta
+                    v = meta.get(META + "protocolVersion")
+                    if isinstance(v, str):
+                        facts.first_envelope_seq = m.seq
+                        envelope_version = v
+            elif (
+                kind == "notification"
+                and m.method == "notifications/initialized"
+                and facts.initialized_seq is None
+            ):
+                facts.initialized_seq = m.seq
+        elif kind in ("response", "error") and m.msg_id is not None:
+            if m.msg_id == init_id and facts.initialize_result_seq is None:
+                if kind == "response" and m.result is not None:
+                    facts.initialize_result_seq = m.seq
+                    r = m.result
+                    v = r.get("protocolVersion")
+                    init_version = v if isinstance(v, str) else None
+                    caps = r.get("capabilities")
+                    facts.server_caps = caps if isinstance(caps, dict) else {}
+                    facts.server_caps_seq = m.seq
+                    init_http = m.http
+                else:
+                    facts.initialize_failed = True
+            elif m.msg_id in discover_ids and kind == "response" and m.result is not None:
+                caps = m.result.get("capabilities")
+                if isinstance(caps, dict):
+                    discover_caps = caps
+                    discover_seq = m.seq
+    if facts.initialize_result_seq is not None:
+        facts.era = ERA_INITIALIZE
+        facts.version = init_version
+    elif envelope_version is not None:
+        facts.era = era_of(envelope_version)
+        facts.version = envelope_version
+        facts.server_caps = discover_caps
+        facts.server_caps_seq = discover_seq
+    else:
+        facts.era = s.get("era")
+        facts.version = s.get("protocol_version")
+    if msgs:
+        facts.first_ts = msgs[0].ts
+        facts.last_ts = msgs[-1].ts
+    if saw_http and facts.transport == "stdio":
+        facts.transport = "http"
+    if facts.transport != "stdio" and not facts.live:
+        facts.open_ended = _grouping(s).get("open_ended") is True or not any(
+            str(r.get("method") or "").upper() == "DELETE" for r in (http or {}).values()
+        )
+    if facts.transport == "sse":
+        facts.legacy_sse = True
+    if init_http is not None and http:
+        row = http.get(init_http)
+        if row is not None:
+            facts.session_id_header = header(row.get("response_headers"), "mcp-session-id")
+    return facts
+
+
+def _grouping(session: Mapping[str, Any]) -> dict[str, Any]:
+    """The HTTP relay's grouping notes in the session's ``meta`` (how and why it ended)."""
+    meta = session.get("meta")
+    if isinstance(meta, (str, bytes)):
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            return {}
+    grouping = meta.get("grouping") if isinstance(meta, dict) else None
+    return grouping if isinstance(grouping, dict) else {}

@@ -1,0 +1,190 @@
+"""``mcptape mock``: load the recording, serve it over stdio or HTTP, write new episodes back.
+
+Record modes as VCR has them: ``none`` (serve only; the CI default), ``once`` (record
+everything when the file does not exist yet, else serve only), ``new_episodes`` (serve what
+matches, forward misses to the real server and add them to the file), ``all`` (forward
+everything and rewrite the file). Forwarding goes to ``-- COMMAND`` or ``--upstream URL``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mcp_proxy.errors import UserError
+from mcp_proxy.framing import LineFramer
+from mcp_proxy.mock.http import encode, serve_http
+from mcp_proxy.mock.index import MockIndex
+from mcp_proxy.mock.session import MockSession
+from mcp_proxy.mock.upstream import Upstream, make_upstream
+from mcp_proxy.normalize import safe_loads
+from mcp_proxy.recording.model import Recording, SessionRecording
+
+RECORD_MODES = ("none", "once", "new_episodes", "all")
+
+
+async def serve_stdio(session: MockSession, *, stdin_fd: int = 0, stdout_fd: int = 1) -> None:
+    """Serve one client over stdio until it closes its end (EOF)."""
+    loop = asyncio.get_running_loop()
+    lock = asyncio.Lock()
+
+    async def send(msg: dict[str, Any]) -> None:
+        data = encode(msg) + b"\n"
+        async with lock:
+            await loop.run_in_executor(None, _write_all, stdout_fd, data)
+
+    framer = LineFramer()
+    while chunk := await loop.run_in_executor(None, _read, stdin_fd):
+        for line in framer.feed(chunk):
+            msg = safe_loads(line)  # not JSON, or too deep to parse: ignored, as the SDK does
+            if msg is None:
+                continue
+            task = asyncio.create_task(session.on_client_message(msg, send))
+            session.tasks.add(task)
+            task.add_done_callback(session.tasks.discard)
+    if session.tasks:
+        await asyncio.wait(session.tasks, timeout=session.ask_timeout + 5)
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, 1 << 16)
+    except OSError:
+        return b""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BrokenPipeError:
+            return
+        view = view[n:]
+
+
+@dataclass
+class MockOptions:
+    """What ``mcptape mock`` was asked for."""
+
+    source: str
+    port: int | None = None
+    host: str = "127.0.0.1"
+    mode: str = "none"
+    command: list[str] | None = None
+    upstream: str | None = None
+    ignores: Sequence[str] = ()
+    repeat_last: bool = True
+    timeout: float = 30.0
+    db: str | None = None
+
+
+def check_port(port: int | None) -> None:
+    """A port is 0 (any) to 65535; anything else is a usage error, not a traceback."""
+    if port is not None and not 0 <= port <= 65535:
+        raise UserError(f"--port {port}: not a TCP port (0-65535; 0 picks a free one)")
+
+
+def _load_for_mock(opts: MockOptions) -> tuple[list[SessionRecording], Path | None]:
+    """The sessions to serve, and the file to write new episodes to (recording modes)."""
+    from mcp_proxy.recording.database import load_source, split_source
+    from mcp_proxy.recording.registry import read_recording
+
+    file_ref = split_source(opts.source)
+    path = Path(file_ref[0]) if file_ref else None
+    if opts.mode != "none" and path is None:
+        raise UserError(f"record mode {opts.mode!r} needs a recording FILE to write, not a session")
+    if opts.mode != "none" and not (opts.command or opts.upstream):
+        raise UserError(
+            f"record mode {opts.mode!r} forwards to a real server: give -- COMMAND… or --upstream URL"
+        )
+    if path is not None and opts.mode in ("once", "all") and not path.exists():
+        return [], path
+    if opts.mode == "all":
+        return [], path
+    if path is not None and file_ref is not None and file_ref[1] is None:
+        return read_recording(path).sessions, path
+    _, one = asyncio.run(load_source(opts.source, opts.db))
+    return [one], path
+
+
+def _say(message: str) -> None:
+    print(f"mcptape mock: {message}", file=sys.stderr, flush=True)
+
+
+def run_mock(opts: MockOptions, *, ready: Callable[[str], None] | None = None) -> int:
+    """``mcptape mock``: serve until the client leaves (stdio) or a signal arrives (HTTP)."""
+    if opts.mode not in RECORD_MODES:
+        raise UserError(f"unknown record mode {opts.mode!r} (one of {', '.join(RECORD_MODES)})")
+    check_port(opts.port)
+    sessions, path = _load_for_mock(opts)
+    mode = opts.mode
+    if mode == "once" and sessions:
+        mode = "none"  # the cassette exists: serve it, never touch it
+    forwarding = mode in ("once", "new_episodes", "all")
+    upstreams: list[Upstream] = []
+    probe = MockIndex(sessions, ignores=opts.ignores)
+    if probe.redacted:
+        shown = ", ".join(sorted(set(probe.redacted))[:10])
+        _say(
+            f"{len(probe.redacted)} recorded request field(s) were redacted and match any value: {shown}"
+        )
+
+    def new_session() -> MockSession:
+        up = make_upstream(opts.command, opts.upstream, opts.timeout) if forwarding else None
+        if up is not None:
+            upstreams.append(up)
+        index = MockIndex(sessions, ignores=opts.ignores, repeat_last=opts.repeat_last)
+        return MockSession(index, mode=mode, upstream=up, ask_timeout=opts.timeout)
+
+    async def main() -> list[MockSession]:
+        try:
+            if opts.port is None:
+                s = new_session()
+                await serve_stdio(s)
+                return [s]
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, stop.set)
+            return await serve_http(
+                new_session, host=opts.host, port=opts.port, ready=ready, stop=stop
+            )
+        finally:
+            for up in upstreams:
+                with contextlib.suppress(Exception):
+                    await up.close()
+
+    served = asyncio.run(main())
+    if forwarding and path is not None:
+        _write_episodes(path, sessions if mode == "new_episodes" else [], upstreams)
+    misses = sum(s.misses for s in served)
+    if misses:
+        _say(f"{misses} request(s) had no recorded answer")
+    return 0
+
+
+def _write_episodes(path: Path, keep: list[SessionRecording], upstreams: list[Upstream]) -> None:
+    """Append (``new_episodes``) or write (``once``/``all``) what was forwarded."""
+    from mcp_proxy.recording.jsonl import dumps_jsonl
+    from mcp_proxy.recording.model import write_file
+
+    new = [
+        up.captured.session(f"{path.stem} (recorded by mock)")
+        for up in upstreams
+        if up.captured.frames
+    ]
+    if new:
+        write_file(path, [dumps_jsonl(Recording([*keep, *new], origin=str(path)))])
+        _say(f"wrote {len(new)} new session(s) to {path}")
+
+
+__all__ = ["RECORD_MODES", "MockOptions", "check_port", "run_mock", "serve_stdio"]

@@ -1,0 +1,234 @@
+"""Shared pieces of the HTTP relay: limits, the configuration, the upstream target, Host rules.
+
+Pure and cheap: no I/O here, so every other module of the relay (and its unit tests) can use
+them without starting anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import socket
+import zlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from yarl import URL
+
+from mcp_proxy.errors import UserError
+from mcp_proxy.frames import Frame
+from mcp_proxy.headers import HOP_BY_HOP
+from mcp_proxy.redact import Redactor
+
+if TYPE_CHECKING:
+    from mcp_proxy.relay.http.upstream import UpstreamResponse
+
+#: Request bodies up to this size (with a Content-Length) are read whole before forwarding —
+#: one write upstream; larger or chunked bodies stream through.
+SMALL_BODY = 1 << 20
+#: Response bodies with a Content-Length up to this size are read whole and sent in one write.
+SMALL_RESPONSE = 256 * 1024
+#: The most bytes of one body kept for the recording (the relay forwards everything).
+MAX_RECORDED_BODY = 64 << 20
+#: Non-MCP bodies (OAuth, discovery documents) are kept in exchange meta up to this size.
+META_BODY_LIMIT = 64 << 10
+#: How long the rest of an event stream is read after the host left with its response.
+TAIL_READ = 1.0
+#: Seconds in-flight exchanges get to finish when the relay stops.
+SHUTDOWN_GRACE = 2.0
+#: How much of a GET event-stream is held back looking for a legacy ``endpoint`` event.
+ENDPOINT_HOLD_LIMIT = 64 << 10
+
+HOP_BY_HOP_B = frozenset(h.encode() for h in HOP_BY_HOP)
+#: Response headers not forwarded. ``Content-Length`` is forwarded as the upstream sent it
+#: (name, casing, place): the relay never re-frames a body it relays.
+RESPONSE_DROP = HOP_BY_HOP
+MCP_SESSION_ID = "Mcp-Session-Id"
+
+
+TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)
+
+
+def quickack_socket(resp: UpstreamResponse) -> socket.socket | None:
+    """The upstream socket, if acknowledging at once can be asked for (Linux)."""
+    return resp.sock if TCP_QUICKACK is not None else None
+
+
+def quickack(sock: socket.socket | None) -> None:
+    """Acknowledge what the upstream sent now, not after the 40 ms delayed-ACK timer.
+
+    An upstream with Nagle's algorithm on holds each small write (an SSE event) until its
+    previous segment is acknowledged. On a fresh connection Linux acknowledges at once; on a
+    reused keep-alive connection it delays, so a pooled relay would add 40 ms per event that the
+    host, talking directly, would not see. The flag is one-shot, hence set after every read.
+    """
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, TCP_QUICKACK, 1)  # type: ignore[arg-type]
+
+
+def jsonrpc_error_body(message: str, data: dict[str, Any]) -> bytes:
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": -32603, "message": message, "data": data}},
+        separators=(",", ":"),
+    ).encode()
+
+
+def decode_header(value: bytes) -> str:
+    """Header bytes as text for the recording (never fails; non-UTF-8 bytes escaped)."""
+    if value.isascii():
+        return value.decode("ascii")
+    return value.decode("utf-8", "backslashreplace")
+
+
+@dataclass
+class RelayConfig:
+    upstream: str
+    host: str = "127.0.0.1"
+    port: int = 8765
+    name: str | None = None
+    idle_cut: float = 300.0
+    connect_timeout: float = 10.0
+    #: Seconds to wait for the upstream's response headers; None waits for ever (the host's own
+    #: timeout then decides). Long tool calls in JSON-response mode hold the headers back.
+    response_timeout: float | None = None
+    redactor: Redactor = field(default_factory=Redactor)
+    #: Extra ``Host`` names (``--allow-host``) accepted besides the relay's own address;
+    #: ``*`` accepts any (DNS-rebinding protection off).
+    allow_hosts: tuple[str, ...] = ()
+
+
+class HostCheck:
+    """Which ``Host`` values the relay answers: DNS-rebinding protection, as MCP servers have.
+
+    A web page on ``evil.example`` whose name the attacker re-points at 127.0.0.1 can make a
+    browser talk to the relay; the browser then sends ``Host: evil.example``. The upstream's own
+    protection would refuse that, but the relay rewrites ``Host`` to the upstream's, so the
+    relay has to refuse it itself (421, as the SDK servers do). Accepted: the listen address
+    itself; for a loopback listener any loopback name (``localhost``, ``127.x.x.x``, ``[::1]``);
+    for a wildcard listener (``0.0.0.0``, ``::``) any IP literal, ``localhost`` and this
+    machine's name (an IP literal cannot be rebound); plus every ``--allow-host`` name (with a
+    port, ``name:port`` must match exactly). Ports are not compared otherwise — the SDK's
+    defaults (``127.0.0.1:*``) do the same. A request without ``Host`` (HTTP/1.0) is answered:
+    browsers always send one.
+    """
+
+    __slots__ = ("_any", "_hosts", "_ip_literals", "_loopback", "_netlocs")
+
+    def __init__(self, listen_host: str, allow: tuple[str, ...] = ()) -> None:
+        listen = listen_host.strip("[]").lower()
+        self._any = "*" in allow
+        self._hosts: set[str] = {listen}
+        self._netlocs: set[str] = set()
+        self._loopback = is_loopback(listen)
+        self._ip_literals = listen in ("", "0.0.0.0", "::")
+        if self._loopback:
+            self._hosts.update({"localhost", "127.0.0.1", "::1"})
+        if self._ip_literals:
+            self._hosts.update({"localhost", socket.gethostname().lower()})
+        for name in allow:
+            name = name.strip().lower()
+            if not name or name == "*":
+                continue
+            host, port = split_host(name)
+            if port is None:
+                self._hosts.add(host)
+            else:
+                self._netlocs.add(f"{host}:{port}")
+
+    def allows(self, value: str | None) -> bool:
+        if value is None or self._any:
+            return True
+        host, port = split_host(value.strip().lower())
+        if host in self._hosts or (port is not None and f"{host}:{port}" in self._netlocs):
+            return True
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return self._ip_literals or (self._loopback and ip.is_loopback)
+
+
+def split_host(value: str) -> tuple[str, str | None]:
+    """``host[:port]`` (IPv6 in brackets) → (host without brackets, port or None)."""
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        return host, rest[1:] if rest.startswith(":") and rest[1:] else None
+    if value.count(":") == 1:
+        host, _, port = value.partition(":")
+        return host, port or None
+    return value, None
+
+
+class Target:
+    """The upstream origin, parsed once."""
+
+    def __init__(self, upstream: str) -> None:
+        try:
+            url = URL(upstream)
+        except (ValueError, TypeError) as exc:
+            raise UserError(f"not a URL: {upstream}") from exc
+        if url.scheme not in ("http", "https") or not url.host:
+            raise UserError(f"--upstream must be an http:// or https:// URL, got {upstream!r}")
+        self.url = url
+        self.scheme = url.scheme
+        host = url.raw_host or ""
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        self.host_header = host if url.is_default_port() else f"{host}:{url.port}"
+        self.host_header_b = self.host_header.encode("idna" if not host.isascii() else "ascii")
+        self.origin = f"{url.scheme}://{self.host_header}"
+        self.path = url.raw_path or "/"
+        self.path_qs = url.raw_path_qs or "/"
+
+
+_REASONS: dict[int, str] = {}
+
+
+def default_reason(status: int) -> str:
+    reason = _REASONS.get(status)
+    if reason is None:
+        from http import HTTPStatus
+
+        try:
+            reason = HTTPStatus(status).phrase
+        except ValueError:
+            reason = ""
+        _REASONS[status] = reason
+    return reason
+
+
+def decompress(body: bytes, encoding: str) -> bytes | None:
+    try:
+        if encoding in ("gzip", "x-gzip"):
+            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+        if encoding == "deflate":
+            try:
+                return zlib.decompress(body)
+            except zlib.error:
+                return zlib.decompress(body, -zlib.MAX_WBITS)
+    except zlib.error:
+        return None
+    return None
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class RecorderLike(Protocol):
+    """What the relay needs of a recorder (``RecorderClient``, or a fake in unit tests)."""
+
+    def new_session(self, *, transport: str, **fields: Any) -> str: ...
+    def put(self, session_id: str, frame: Frame) -> None: ...
+    def new_exchange(self, session_id: str, **fields: Any) -> int: ...
+    def update_exchange(self, local_id: int, **fields: Any) -> None: ...
+    def record_exchange(self, session_id: str, *, frames: list[Frame], **fields: Any) -> int: ...
+    def update_session(self, session_id: str, **fields: Any) -> None: ...
+    def end_session(self, session_id: str, **fields: Any) -> None: ...

@@ -1,0 +1,315 @@
+"""The relay's core: its state, and describing an exchange's request for the recording.
+
+:class:`RelayCore` holds what every path of the relay shares (configuration, upstream target,
+session router, recorder, pool) and the request side of the recording: redaction, client
+identity, the request frame, streamed request bodies. The response paths
+(:mod:`~mcp_proxy.relay.http.response`) and the server lifecycle and request handler
+(:mod:`~mcp_proxy.relay.http.server`) build on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.headers import mcp_headers
+from mcp_proxy.relay.http.common import (
+    MAX_RECORDED_BODY,
+    META_BODY_LIMIT,
+    HostCheck,
+    RecorderLike,
+    RelayConfig,
+    Target,
+    jsonrpc_error_body,
+)
+from mcp_proxy.relay.http.exchange import REGISTER_AFTER, Exchange
+from mcp_proxy.relay.http.sessions import (
+    RULE_CLIENT,
+    RULE_MCP_SESSION,
+    BodyFacts,
+    SessionRouter,
+    body_facts,
+)
+from mcp_proxy.relay.http.upstream import (
+    UpstreamConnectError,
+    UpstreamPool,
+)
+from mcp_proxy.relay.http.wire import WireFrame
+
+__all__ = ["RelayCore"]
+
+
+class RelayCore:
+    """State shared by every path of the relay, and the request side of the recording."""
+
+    def __init__(
+        self,
+        config: RelayConfig,
+        recorder: RecorderLike | None,
+        *,
+        pool: UpstreamPool | None = None,
+    ) -> None:
+        self.config = config
+        self.target = Target(config.upstream)
+        self.recorder = recorder
+        self.redactor = config.redactor
+        base_meta: dict[str, Any] = {"relay": {"upstream": self.target.origin}}
+        if not self.redactor.enabled:
+            base_meta["redaction"] = "off (--no-redact): credentials are recorded in clear"
+        self.router = SessionRouter(
+            recorder,
+            name=config.name,
+            upstream=config.upstream,
+            idle_cut=config.idle_cut,
+            base_meta=base_meta,
+        )
+        #: Paths whose bodies are JSON-RPC: the upstream's MCP path and legacy message paths.
+        self.mcp_paths: set[str] = {self.target.path}
+        self.local_origin = ""
+        self.stats_exchanges = 0
+        self.host_check = HostCheck(config.host, config.allow_hosts)
+        #: The upstream connection pool (a fake one in unit tests; made at start otherwise).
+        self._pool: UpstreamPool | None = pool
+        self._runner: web.ServerRunner | None = None
+        self._server: web.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        #: Tasks reading the rest of event streams the host left (see _read_rest).
+        self._tails: set[asyncio.Task[None]] = set()
+        self._stopping = False
+
+    # ------------------------------------------------------------------ helpers
+    def _synthetic(
+        self, ex: Exchange | None, status: int, kind: str, message: str, **data: Any
+    ) -> web.Response:
+        body = jsonrpc_error_body(f"mcptape: {message}", {"mcptape": kind, **data})
+        headers = {"Content-Type": "application/json", "X-Mcptape-Error": kind}
+        if ex is not None:
+            ex.late.clear()  # what the upstream said (if anything) is not what the host got
+            ex.meta["synthesized"] = {"by": "mcptape", "status": status, "kind": kind}
+            ex.response_size = len(body)
+            ex.update(
+                status=status,
+                first_byte_at=time.time(),
+                response_headers=[[k, v] for k, v in headers.items()]
+                + [["Content-Length", str(len(body))]],
+            )
+        return web.Response(status=status, body=body, headers=headers)
+
+    def _is_mcp_path(self, path: str) -> bool:
+        return path in self.mcp_paths
+
+    def _describe(self, ex: Exchange) -> None:
+        """Describe a request for the recording, once, just after it was sent upstream.
+
+        Redacted headers and URL, metadata, the session it belongs to (client identity from the
+        body when nothing else names it), its body frame — and whether it is registered with the
+        recorder at once (its session has a stream open that may answer it) or in a moment.
+        """
+        pre = ex.pre
+        if pre is None:
+            return
+        ex.pre = None
+        request, rec_headers, has_mcp, raw_path, body = pre
+        redactor = self.redactor
+        meta = ex.meta
+        meta["local_url"] = redactor.url(self.local_origin + raw_path)
+        meta["http_version"] = f"{request.version.major}.{request.version.minor}"
+        transport = request.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        if peer:
+            meta["peer"] = f"{peer[0]}:{peer[1]}"
+        red_headers = redactor.headers(rec_headers)
+        if has_mcp:
+            meta["mcp_headers"] = mcp_headers(red_headers)
+        fields = ex.fields
+        fields["url"] = redactor.url(self.target.origin + raw_path)
+        fields["request_headers"] = red_headers
+        if body:
+            facts = body_facts(body)
+            ex.facts = facts
+            if facts.is_jsonrpc:
+                ex.is_mcp = True
+            self._client_fallback(ex, facts, ex.authorization)
+            if ex.is_mcp:
+                ex.frame(
+                    WireFrame(
+                        Direction.C2S,
+                        Channel.HTTP,
+                        body,
+                        ex.mono0,
+                        ex.wall0,
+                        True,
+                        extra={"content_type": ex.req_ctype},
+                    )
+                )
+            else:
+                meta["request_body"] = self._meta_body(body, ex.req_ctype)
+        if not ex.attached:
+            # Wait only where the response names the session: ``initialize`` (its
+            # Mcp-Session-Id), a GET that may open a legacy SSE stream (its endpoint event),
+            # and a streamed body (its head is read once it has gone out).
+            method = fields["method"]
+            if ex.facts is not None and ex.facts.is_initialize:
+                pass
+            elif method == "GET" and "text/event-stream" in request.headers.get("Accept", ""):
+                pass
+            elif ex.body_streaming:
+                pass
+            elif ex.fallback is not None:
+                key, rule, grouping = ex.fallback
+                ex.attach(self.router.get(key, rule, grouping=grouping))
+            else:
+                ex.attach_fallback()
+        if ex.finished:
+            return
+        if ex.local_id is None and ex.timer is None:
+            # Held: a quick exchange is handed over once, complete. Frames another exchange of
+            # the session records meanwhile (a GET stream's events) flush it first, so the
+            # request stays ahead of what answers it (see Exchange._flush_held).
+            ex.timer = asyncio.get_running_loop().call_later(REGISTER_AFTER, ex.register)
+
+    def _abort_outcome(self) -> str:
+        return "relay_shutdown" if self._stopping else "host_aborted"
+
+    def _abort_error(self) -> str:
+        return "the relay was stopped" if self._stopping else "host closed the connection"
+
+    @staticmethod
+    def _describe_failure(exc: BaseException) -> tuple[int, str, str]:
+        if isinstance(exc, UpstreamConnectError):
+            return 502, "upstream-unreachable", f"cannot connect to the upstream ({exc})"
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            if isinstance(exc.os_error, TimeoutError) or "timeout" in str(exc).lower():
+                return 504, "upstream-timeout", f"connecting to the upstream timed out ({exc})"
+            return 502, "upstream-unreachable", f"cannot connect to the upstream ({exc})"
+        if isinstance(exc, aiohttp.ConnectionTimeoutError | aiohttp.ServerTimeoutError):
+            return 504, "upstream-timeout", f"the upstream timed out ({exc})"
+        if isinstance(exc, aiohttp.ServerDisconnectedError):
+            return (
+                502,
+                "upstream-disconnected",
+                "the upstream closed the connection before answering (the request was not "
+                "re-sent: it may or may not have run)",
+            )
+        if isinstance(exc, ValueError):
+            return 400, "unrelayable-request", f"the request cannot be relayed as sent ({exc})"
+        return 502, "upstream-error", f"the upstream request failed ({exc!r})"
+
+    def _client_fallback(self, ex: Exchange, facts: BodyFacts, authorization: str | None) -> None:
+        if facts.client_name is not None:
+            key = self.router.client_key(facts.client_name, facts.client_version, authorization)
+            client = {"name": facts.client_name, "version": facts.client_version}
+            ex.fallback = (key, RULE_CLIENT, {"client": client})
+
+    async def _stream_body(self, request: web.BaseRequest, ex: Exchange) -> AsyncIterator[bytes]:
+        """Stream the host's body upstream, keeping a copy (up to the cap) for the recording.
+
+        The frame is handed to the recorder as soon as the last chunk has gone out.
+        """
+        parts = ex.body_parts
+        assert parts is not None
+        kept = 0
+        async for chunk in request.content.iter_any():
+            ex.request_size += len(chunk)
+            yield chunk
+            if kept < MAX_RECORDED_BODY:
+                piece = chunk[: MAX_RECORDED_BODY - kept]
+                parts.append(piece)
+                kept += len(piece)
+        self._finish_request_body(ex, complete=True)
+
+    async def _drain_request(self, request: web.BaseRequest, ex: Exchange) -> None:
+        """Read what the host still sends (up to the cap, briefly) so its frame is recorded."""
+        parts = ex.body_parts
+        if parts is None or ex.body_done or request.content.at_eof():
+            return
+        kept = sum(len(p) for p in parts)
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(5):
+                async for chunk in request.content.iter_any():
+                    ex.request_size += len(chunk)
+                    if kept < MAX_RECORDED_BODY:
+                        piece = chunk[: MAX_RECORDED_BODY - kept]
+                        parts.append(piece)
+                        kept += len(piece)
+
+    async def _settle_request_body(self, request: web.BaseRequest, ex: Exchange) -> None:
+        """The upstream answered before taking the whole body (a 413): record what it took.
+
+        The frame holds the bytes that were forwarded, marked incomplete; the rest of the
+        host's body never reached the upstream and is left to the HTTP server to discard.
+        """
+        if ex.body_streaming and not ex.body_done:
+            ex.meta["request_body_not_taken"] = True
+            self._finish_request_body(ex, complete=False)
+
+    def _facts_from_stream(self, ex: Exchange) -> None:
+        """Client identity from the head of a streamed body (bounded look, body may be partial)."""
+        if ex.facts is not None or not ex.body_parts:
+            return
+        head = b"".join(ex.body_parts[:64])[: 64 * 1024]
+        facts = body_facts(head, partial=True)
+        ex.facts = facts
+        if facts.is_jsonrpc:
+            ex.is_mcp = True
+        self._client_fallback(ex, facts, None)
+
+    def _finish_request_body(self, ex: Exchange, complete: bool | None = None) -> None:
+        """Record a streamed request body (once): after it went out, or when it was given up."""
+        if ex.body_parts is None or ex.body_done:
+            return
+        ex.body_done = True
+        self._facts_from_stream(ex)
+        raw = b"".join(ex.body_parts)
+        ex.body_parts = []
+        if not raw:
+            return
+        truncated = ex.request_size > len(raw)
+        if truncated:
+            ex.meta["request_body_recorded"] = len(raw)
+        ex.meta["request_body_streamed"] = True
+        if ex.is_mcp or raw[:1] in (b"{", b"["):
+            ex.frame(
+                WireFrame(
+                    Direction.C2S,
+                    Channel.HTTP,
+                    raw,
+                    ex.mono0,
+                    ex.wall0,
+                    bool(complete) and not truncated,
+                    extra={"content_type": ex.req_ctype},
+                )
+            )
+        else:
+            ex.meta["request_body"] = self._meta_body(raw, ex.req_ctype)
+
+    def _meta_body(self, raw: bytes, ctype: str | None) -> dict[str, Any]:
+        """A non-MCP body for the exchange's metadata: redacted, capped, text when it is text."""
+        head = raw[:META_BODY_LIMIT]
+        red, changed = self.redactor.body(head, ctype)
+        out: dict[str, Any] = {"size": len(raw), "content_type": ctype}
+        try:
+            out["text"] = red.decode("utf-8")
+        except UnicodeDecodeError:
+            out["text"] = None
+            out["binary"] = True
+        if len(raw) > META_BODY_LIMIT:
+            out["truncated"] = True
+        if changed:
+            out["redacted"] = True
+        return out
+
+    # ------------------------------------------------------------------ the response
+
+    def _after(self, ex: Exchange, method: str, status: int, path: str) -> None:
+        """Session bookkeeping once an exchange completed (DELETE ends a session)."""
+        if method == "DELETE" and 200 <= status < 300 and ex.entry is not None:
+            if ex.entry.rule == RULE_MCP_SESSION:
+                self.router.end(ex.entry.key, reason="DELETE")

@@ -1,0 +1,571 @@
+"""Response paths: the upstream's answer back to the host — small, streamed, or event stream.
+
+One entry (:meth:`ResponseSide._respond`) reads the upstream's head once
+(:meth:`~ResponseSide._response_head`: status and headers forwarded as the upstream sent them,
+the session a response names, the recording's view), then takes one of two paths:
+
+- :meth:`~ResponseSide._respond_small` — a body with a ``Content-Length`` up to
+  ``SMALL_RESPONSE``: read whole, one write, recorded with the end of the exchange;
+- :meth:`~ResponseSide._respond_stream` — anything else, forwarded chunk by chunk as it
+  arrives: :meth:`~ResponseSide._sse_chunk` for event streams (parsed for the recording, a
+  legacy ``endpoint`` event held back and rewritten) and :meth:`~ResponseSide._plain_chunk`
+  for other bodies.
+
+Every byte for the host goes through :meth:`~ResponseSide._deliver` — the one seam where a
+fault-injection layer can delay, cut or alter what the host gets (the request's seam is
+``UpstreamPool.request``).
+
+aiohttp internals relied on (aiohttp is pinned in ``pyproject.toml``): ``StreamResponse.
+_prepare_headers`` (overridden so the relay adds no ``Server``/``Date``/``Content-Type`` of its
+own) and ``StreamResponse._headers`` (extended with the upstream's headers in order, so names,
+casing and order — ``Content-Length`` included — are the upstream's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.framing import SSEEvent, SSEParser
+from mcp_proxy.relay.http.common import (
+    ENDPOINT_HOLD_LIMIT,
+    MAX_RECORDED_BODY,
+    RESPONSE_DROP,
+    SMALL_RESPONSE,
+    TAIL_READ,
+    decode_header,
+    decompress,
+    default_reason,
+    quickack,
+    quickack_socket,
+)
+from mcp_proxy.relay.http.core import RelayCore
+from mcp_proxy.relay.http.exchange import Exchange
+from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE, RULE_MCP_SESSION, body_facts
+from mcp_proxy.relay.http.upstream import UpstreamResponse
+from mcp_proxy.relay.http.wire import WireFrame
+
+__all__ = ["RelayResponse", "ResponseSide"]
+
+
+class RelayResponse(web.StreamResponse):
+    """A StreamResponse that adds no headers of its own (no Server, Date or Content-Type).
+
+    Its head is held back and goes out with the first body bytes (one ``send``, one wake-up of
+    the host instead of two) unless the relay flushes it at once because the upstream has not
+    sent body bytes yet (an event stream that stays quiet must still show its head).
+    """
+
+    __slots__ = ("_keep",)
+    _send_headers_immediately = False
+
+    def __init__(self, *, status: int, reason: str | None, keep: frozenset[str]) -> None:
+        super().__init__(status=status, reason=reason)
+        self._keep = keep
+
+    def flush_head(self) -> None:
+        """Send the held-back head now (aiohttp: ``StreamWriter.send_headers``)."""
+        writer = self._payload_writer
+        if writer is not None:
+            writer.send_headers()
+
+    async def _prepare_headers(self) -> None:
+        await super()._prepare_headers()
+        headers = self._headers
+        for name in ("Server", "Date", "Content-Type"):
+            if name.lower() not in self._keep and name in headers:
+                del headers[name]
+
+
+@dataclass(slots=True)
+class ResponseHead:
+    """The upstream's response head, as the paths need it."""
+
+    status: int
+    sresp: RelayResponse
+    ctype: str
+    encoding: str
+    is_sse: bool
+    no_body: bool
+    small: bool
+    qsock: socket.socket | None
+
+
+@dataclass(slots=True)
+class StreamState:
+    """A streamed response in progress (what the chunk handlers share)."""
+
+    head: ResponseHead
+    method: str
+    is_mcp: bool
+    parser: SSEParser | None
+    #: A legacy GET stream's first bytes, held back looking for the ``endpoint`` event.
+    hold: list[bytes] | None
+    held_size: int = 0
+    #: A plain streamed body's bytes kept for the recording (up to the cap).
+    parts: list[bytes] = field(default_factory=list)
+    kept: int = 0
+    #: Events parsed from the chunk being written (recorded once the write is done).
+    unsent: list[SSEEvent] | None = None
+    #: The chunk being written carries the JSON-RPC response of this POST.
+    answering: bool = False
+
+
+class ResponseSide(RelayCore):
+    """The response paths (see the module docstring)."""
+
+    async def _deliver(
+        self, sresp: RelayResponse, data: bytes, ex: Exchange, *, last: bool = False
+    ) -> None:
+        """Write bytes to the host (the response-side seam: every byte for the host passes).
+
+        ``last``: the upstream's body has ended with these bytes — they go out with the end of
+        the response (the chunked terminator) in the same write.
+        """
+        if last:
+            await sresp.write_eof(data)
+        else:
+            await sresp.write(data)
+        ex.response_size += len(data)
+
+    async def _respond(
+        self,
+        request: web.BaseRequest,
+        ex: Exchange,
+        resp: UpstreamResponse,
+        method: str,
+        path: str,
+    ) -> web.StreamResponse:
+        head = self._response_head(ex, resp, method)
+        if head.small:
+            return await self._respond_small(request, ex, resp, head, method, path)
+        return await self._respond_stream(request, ex, resp, head, method, path)
+
+    def _response_head(self, ex: Exchange, resp: UpstreamResponse, method: str) -> ResponseHead:
+        """Status and headers for the host (the upstream's, in order), and for the recording."""
+        first_byte = time.time()
+        self._describe(ex)
+        qsock = quickack_socket(resp)
+        quickack(qsock)
+        if ex.body_streaming and not ex.body_done:
+            self._facts_from_stream(ex)
+        status = resp.status
+        resp_headers_rec: list[list[str]] = []
+        out_headers: CIMultiDict[str] = CIMultiDict()
+        new_session: str | None = None
+        conn_tokens: list[str] = []
+        keep: set[str] = set()
+        for kb, vb in resp.raw_headers:
+            name = kb.decode("latin-1")
+            value = decode_header(vb) if not vb.isascii() else vb.decode("ascii")
+            resp_headers_rec.append([name, value])
+            low = name.lower()
+            if low in RESPONSE_DROP:
+                if low == "connection":
+                    conn_tokens.append(value)
+                continue
+            if low == "mcp-session-id":
+                new_session = value
+            keep.add(low)
+            out_headers.add(name, value if vb.isascii() else vb.decode("utf-8", "surrogateescape"))
+        for token in ",".join(conn_tokens).split(","):
+            token = token.strip()
+            if token and token in out_headers:
+                del out_headers[token]
+                keep.discard(token.lower())
+        ctype = resp.headers.get("Content-Type", "")
+        is_sse = ctype.lower().startswith("text/event-stream")
+        if is_sse:
+            ex.is_mcp = True
+        self._place_by_response(ex, new_session, is_sse and method == "GET")
+        length = resp.content_length
+        no_body = method == "HEAD" or status in (204, 304) or 100 <= status < 200
+        small = not is_sse and not no_body and length is not None and length <= SMALL_RESPONSE
+        row = {
+            "status": status,
+            "response_headers": self.redactor.headers(resp_headers_rec),
+            "first_byte_at": first_byte,
+        }
+        if small:
+            ex.later(**row)  # recorded with the end of the exchange, a moment from now
+        else:
+            ex.update(**row)
+            ex.hold_stream()
+        if resp.reason and resp.reason != default_reason(status):
+            ex.meta["reason"] = resp.reason
+        encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+        if encoding and encoding != "identity":
+            ex.meta["content_encoding"] = encoding
+        sresp = RelayResponse(status=status, reason=resp.reason, keep=frozenset(keep))
+        sresp._headers.extend(out_headers)  # Content-Length included, as the upstream sent it
+        return ResponseHead(status, sresp, ctype, encoding, is_sse, no_body, small, qsock)
+
+    def _place_by_response(self, ex: Exchange, new_session: str | None, sse_get: bool) -> None:
+        """Sessions decided by the response: ``initialize`` → its ``Mcp-Session-Id``."""
+        if ex.attached:
+            return
+        if new_session:
+            ex.attach(
+                self.router.get(
+                    self.router.mcp_key(new_session),
+                    RULE_MCP_SESSION,
+                    grouping={"mcp_session_id": new_session, "opened_by": "initialize"},
+                )
+            )
+        elif not sse_get:
+            ex.attach_fallback()
+
+    async def _respond_small(
+        self,
+        request: web.BaseRequest,
+        ex: Exchange,
+        resp: UpstreamResponse,
+        head: ResponseHead,
+        method: str,
+        path: str,
+    ) -> web.StreamResponse:
+        """A small body with a length: read whole, one write."""
+        sresp = head.sresp
+        try:
+            body = await resp.read()
+        except asyncio.CancelledError:
+            self._finish_request_body(ex)
+            ex.finish(self._abort_outcome(), self._abort_error())
+            raise
+        except (aiohttp.ClientError, OSError) as exc:
+            self._finish_request_body(ex)
+            r = self._synthetic(
+                ex,
+                502,
+                "upstream-reset",
+                f"the upstream failed while sending the response body ({exc!r})",
+                upstream_status=head.status,
+            )
+            ex.finish("upstream_error", f"response body cut short: {exc!r}")
+            return r
+        try:
+            await sresp.prepare(request)
+            await self._deliver(sresp, body, ex, last=True)  # head + body: one write
+        except asyncio.CancelledError:
+            self._finish_request_body(ex)
+            ex.finish(self._abort_outcome(), self._abort_error())
+            raise
+        except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
+            self._finish_request_body(ex)
+            self._record_body(ex, body, head.ctype, head.encoding, ex.is_mcp, complete=True)
+            ex.response_size = len(body)
+            ex.finish("host_aborted", f"host went away while receiving: {exc!r}")
+            return sresp
+        # Request before response in the recording, even when the upstream answered (413)
+        # before taking the whole body: what the host still sends is read and recorded.
+        await self._settle_request_body(request, ex)
+        self._record_body(ex, body, head.ctype, head.encoding, ex.is_mcp, complete=True)
+        self._after(ex, method, head.status, path)
+        ex.finish("complete")
+        return sresp
+
+    async def _respond_stream(
+        self,
+        request: web.BaseRequest,
+        ex: Exchange,
+        resp: UpstreamResponse,
+        head: ResponseHead,
+        method: str,
+        path: str,
+    ) -> web.StreamResponse:
+        """Forward the body chunk by chunk as it arrives (event streams and large bodies)."""
+        sresp = head.sresp
+        st = StreamState(
+            head,
+            method,
+            ex.is_mcp,
+            SSEParser() if head.is_sse else None,
+            [] if (head.is_sse and method == "GET" and not ex.attached) else None,
+        )
+        outcome = "complete"
+        error: str | None = None
+        try:
+            await sresp.prepare(request)
+            if not head.no_body and not resp.has_buffered_body():
+                sresp.flush_head()  # nothing to send with it yet: the host gets the head now
+            if not head.no_body:
+                await self._pump(ex, resp, st)
+            self._finish_request_body(ex)
+            await sresp.write_eof()
+        except asyncio.CancelledError:
+            self._stream_cancelled(ex, resp, st)
+            raise
+        except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
+            # Writing to the host failed: the host went away (complete if it had its answer).
+            if st.unsent:
+                self._sse_events(ex, st.unsent, st.is_mcp)  # sent upstream, not got by the host
+            if ex.responded:
+                outcome, error = "complete", None
+                ex.meta["host_closed_after_response"] = True
+            else:
+                outcome, error = "host_aborted", f"host went away: {exc!r}"
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            # Reading from the upstream failed mid-body: cut the host's connection too, so it
+            # sees a broken response exactly as it would have directly (never a clean end).
+            outcome, error = "upstream_error", f"upstream failed mid-response: {exc!r}"
+            if request.transport is not None:
+                request.transport.close()
+        complete = outcome == "complete"
+        if complete:
+            await self._settle_request_body(request, ex)
+        self._finish_request_body(ex)
+        self._close_stream(ex, st, complete=complete)
+        if complete:
+            self._after(ex, method, head.status, path)
+        ex.finish(outcome, error)
+        return sresp
+
+    async def _pump(self, ex: Exchange, resp: UpstreamResponse, st: StreamState) -> None:
+        """Upstream body → host, chunk by chunk, until the upstream ends it."""
+        qsock = st.head.qsock
+        handle = self._sse_chunk if st.parser is not None else self._plain_chunk
+        content = resp.content
+        async for chunk in content.iter_any():
+            quickack(qsock)
+            await handle(ex, st, chunk, content.at_eof())
+        if st.hold:
+            out = b"".join(st.hold)
+            st.hold = None
+            await self._deliver(st.head.sresp, out, ex)
+
+    async def _plain_chunk(self, ex: Exchange, st: StreamState, chunk: bytes, last: bool) -> None:
+        await self._deliver(st.head.sresp, chunk, ex, last=last)
+        if st.kept < MAX_RECORDED_BODY:
+            piece = chunk[: MAX_RECORDED_BODY - st.kept]
+            st.parts.append(piece)
+            st.kept += len(piece)
+
+    async def _sse_chunk(self, ex: Exchange, st: StreamState, chunk: bytes, last: bool) -> None:
+        assert st.parser is not None
+        events = st.parser.feed(chunk)
+        st.answering = False
+        if events:
+            # Parsed (not recorded) before the write: the host may close the moment it has
+            # the response, and that close must not read as a cancellation.
+            st.unsent = events
+            if not ex.responded and st.method == "POST":
+                st.answering = self._has_response(events)
+        if st.hold is not None:
+            st.hold.append(chunk)
+            st.held_size += len(chunk)
+            first = next((e for e in events if not e.comment_only), None)
+            if first is None and st.held_size < ENDPOINT_HOLD_LIMIT:
+                st.unsent = None
+                self._sse_events(ex, events, st.is_mcp)
+                return
+            out = b"".join(st.hold)
+            st.hold = None
+            if first is not None:
+                out = self._maybe_rewrite_endpoint(ex, first, out)
+            await self._deliver(st.head.sresp, out, ex, last=last)
+        else:
+            await self._deliver(st.head.sresp, chunk, ex, last=last)
+        if st.answering:
+            ex.responded = True
+        st.unsent = None
+        self._sse_events(ex, events, st.is_mcp)
+
+    def _stream_cancelled(self, ex: Exchange, resp: UpstreamResponse, st: StreamState) -> None:
+        """The host closed (or the relay stops) while the stream was being relayed."""
+        if st.unsent:
+            # Cancelled while the chunk was being written: it was handed to the host's
+            # connection, so it is recorded (and counts as delivered).
+            self._sse_events(ex, st.unsent, st.is_mcp)
+            ex.responded = ex.responded or st.answering
+        if ex.responded and not self._stopping and st.parser is not None:
+            # The SDK closes a POST's event stream as soon as it has the response: the
+            # exchange completed; only the HTTP stream was left before its end. The rest of
+            # the upstream's stream is read (and recorded) aside, so that its connection can
+            # serve the next request instead of being torn down and reopened.
+            ex.meta["host_closed_after_response"] = True
+            self._finish_request_body(ex)
+            ex.finish("complete")
+            ex.handed_off = True
+            task = asyncio.create_task(self._read_rest(ex, resp, st.parser, st.is_mcp))
+            self._tails.add(task)
+            task.add_done_callback(self._tails.discard)
+            return
+        self._close_stream(ex, st, complete=False)
+        self._finish_request_body(ex)
+        ex.finish(self._abort_outcome(), self._abort_error())
+
+    async def _read_rest(
+        self, ex: Exchange, resp: UpstreamResponse, parser: SSEParser, is_mcp: bool
+    ) -> None:
+        """After the host left with its response: read the upstream stream to its end (briefly).
+
+        The upstream's last events are recorded (what it sent, though the host no longer got
+        them), and the connection goes back to the pool when the stream ends in time.
+        """
+        after = 0
+        try:
+            async with asyncio.timeout(TAIL_READ):
+                async for chunk in resp.content.iter_any():
+                    events = parser.feed(chunk)
+                    after += sum(1 for e in events if not e.comment_only)
+                    self._sse_events(ex, events, is_mcp)
+            rest = parser.flush()
+            if rest is not None:
+                self._sse_events(ex, [rest], is_mcp, complete=False)
+            resp.release()
+        except asyncio.CancelledError:
+            resp.close()
+            raise
+        except Exception:  # timed out, or the upstream broke: the connection is not reused
+            resp.close()
+        if after:
+            ex.update(meta={**ex.meta, "events_after_host_closed": after})
+
+    def _close_stream(self, ex: Exchange, st: StreamState, *, complete: bool) -> None:
+        """The stream ended (or was cut): record what is still held back."""
+        parser, parts, is_mcp = st.parser, st.parts, st.is_mcp
+        ctype, encoding = st.head.ctype, st.head.encoding
+        if parser is not None:
+            rest = parser.flush()
+            if rest is not None:
+                self._sse_events(ex, [rest], is_mcp, complete=False)
+            return
+        if parts:
+            body = b"".join(parts)
+            parts.clear()
+            truncated = ex.response_size > len(body)
+            if truncated:
+                ex.meta["response_body_recorded"] = len(body)
+            self._record_body(
+                ex, body, ctype, encoding, is_mcp, complete=complete and not truncated
+            )
+
+    def _record_body(
+        self, ex: Exchange, body: bytes, ctype: str, encoding: str, is_mcp: bool, complete: bool
+    ) -> None:
+        if not body:
+            return
+        if encoding and encoding != "identity":
+            decoded = decompress(body, encoding)
+            if decoded is None:
+                ex.meta["response_body"] = {
+                    "size": len(body),
+                    "content_type": ctype,
+                    "note": f"{encoding}-encoded body not decoded for the recording",
+                }
+                return
+            body = decoded
+        jsonish = ctype.lower().startswith("application/json") or body.lstrip()[:1] in (b"{", b"[")
+        if jsonish and (is_mcp or body_facts(body).is_jsonrpc):
+            # A JSON body of an MCP exchange is a frame even when it is not valid JSON-RPC
+            # (the analysis classifies it); plain-text bodies ("Accepted", error text) are not
+            # messages and stay with the exchange.
+            ex.frame(
+                WireFrame(
+                    Direction.S2C,
+                    Channel.HTTP,
+                    body,
+                    time.monotonic_ns(),
+                    time.time(),
+                    complete,
+                    extra={"content_type": ctype},
+                )
+            )
+        else:
+            ex.meta["response_body"] = self._meta_body(body, ctype)
+
+    def _sse_events(
+        self, ex: Exchange, events: list[SSEEvent] | None, is_mcp: bool, complete: bool = True
+    ) -> None:
+        if not events:
+            return
+        mono = time.monotonic_ns()
+        wall = time.time()
+        for ev in events:
+            if ev.comment_only:
+                ex.sse_comments += 1
+                continue
+            if not ex.attached and ev.event == "endpoint":
+                self._attach_legacy(ex, ev)
+            ex.frame(
+                WireFrame(
+                    Direction.S2C,
+                    Channel.SSE,
+                    ev.data,
+                    mono,
+                    wall,
+                    complete,
+                    sse_id=ev.id,
+                    sse_event=ev.event,
+                )
+            )
+        if not ex.attached:
+            ex.attach_fallback()
+        if not ex.streaming:
+            ex.hold_stream()
+
+    @staticmethod
+    def _has_response(events: list[SSEEvent]) -> bool:
+        """Whether a JSON-RPC response is among these events (a cheap look at each head)."""
+        for ev in events:
+            head = ev.data[:160]
+            if b'"method"' not in head and (b'"result"' in head or b'"error"' in head):
+                return True
+        return False
+
+    def _attach_legacy(self, ex: Exchange, ev: SSEEvent) -> None:
+        data = ev.data.decode("utf-8", "replace").strip()
+        parts = urlsplit(data)
+        sid = None
+        for key in ("session_id", "sessionId"):
+            values = parse_qs(parts.query).get(key)
+            if values:
+                sid = values[0]
+                break
+        if parts.path:
+            self.mcp_paths.add(parts.path)
+        if sid:
+            ex.attach(
+                self.router.get(
+                    self.router.sse_key(sid),
+                    RULE_LEGACY_SSE,
+                    transport="sse",
+                    grouping={"sse_session_id": sid},
+                )
+            )
+
+    def _maybe_rewrite_endpoint(self, ex: Exchange, ev: SSEEvent, out: bytes) -> bytes:
+        """Point a legacy ``endpoint`` event at the relay when it names the upstream origin."""
+        if ev.event != "endpoint":
+            return out
+        data = ev.data.decode("utf-8", "replace").strip()
+        note: dict[str, Any] = {"upstream_sent": data, "host_got": data, "rewritten": False}
+        parts = urlsplit(data)
+        if parts.scheme and parts.netloc:
+            up = urlsplit(self.target.origin)
+            if parts.scheme == up.scheme and parts.netloc.lower() == up.netloc.lower():
+                new = self.local_origin + (parts.path or "/")
+                if parts.query:
+                    new += "?" + parts.query
+                if parts.fragment:
+                    new += "#" + parts.fragment
+                replaced = out.replace(ev.data, new.encode(), 1)
+                if replaced != out:
+                    note.update(host_got=new, rewritten=True)
+                    out = replaced
+            else:
+                note["warning"] = (
+                    "the endpoint names another origin; the host will post there directly and "
+                    "those messages are not recorded"
+                )
+        ex.meta["endpoint"] = note
+        return out

@@ -1,0 +1,81 @@
+"""One session's frames as a stream of plain tuples, for the commands that print them all.
+
+``mcptape show`` on a 1,000,000-frame session must print 200,000 frames a second to a pipe
+with bounded memory. Row dictionaries from the async API cost more than printing the frame, so
+this reader is synchronous, fetches in batches and yields tuples in the fixed order of
+:data:`SHOW_COLUMNS`: for SQLite straight from the standard library's driver, elsewhere
+through SQLAlchemy with a server-side cursor.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import sqlalchemy as sa
+
+from mcp_proxy.errors import StoreError
+from mcp_proxy.store import engine as engine_mod
+from mcp_proxy.store.schema import frames
+
+#: The columns a printed frame needs, in the order the tuples carry them.
+SHOW_COLUMNS = (
+    "seq",
+    "ts",
+    "direction",
+    "channel",
+    "kind",
+    "method",
+    "msg_id",
+    "error_code",
+    "size",
+    "complete",
+    "http_exchange_id",
+    "sse_id",
+    "sse_event",
+    "raw",
+)
+BATCH = 5000
+
+
+def stream_frames(url: str, session_id: str, *, batch: int = BATCH) -> Iterator[tuple[Any, ...]]:
+    """The session's frames in order, as tuples of :data:`SHOW_COLUMNS` (memory: one batch)."""
+    path = engine_mod.sqlite_path(url)
+    if path is not None:
+        yield from _sqlite_rows(str(path), session_id, batch)
+        return
+    engine = engine_mod.sync_engine(url)
+    stmt = (
+        sa.select(*(frames.c[name] for name in SHOW_COLUMNS))
+        .where(frames.c.session_id == session_id)
+        .order_by(frames.c.seq)
+    )
+    try:
+        with engine.connect() as conn:
+            result = conn.execution_options(stream_results=True, yield_per=batch).execute(stmt)
+            for part in result.partitions():
+                yield from (tuple(row) for row in part)
+    except sa.exc.DBAPIError as exc:
+        raise StoreError(engine_mod._short(exc)) from exc
+    finally:
+        engine.dispose()
+
+
+def _sqlite_rows(path: str, session_id: str, batch: int) -> Iterator[tuple[Any, ...]]:
+    try:
+        conn = sqlite3.connect(path, timeout=engine_mod.BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as exc:
+        raise StoreError(str(exc)) from exc
+    try:
+        conn.execute("PRAGMA query_only = 1")
+        cur = conn.execute(
+            f"SELECT {', '.join(SHOW_COLUMNS)} FROM frames WHERE session_id = ? ORDER BY seq",
+            (session_id,),
+        )
+        while rows := cur.fetchmany(batch):
+            yield from rows
+    except sqlite3.Error as exc:
+        raise StoreError(str(exc)) from exc
+    finally:
+        conn.close()

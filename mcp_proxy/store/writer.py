@@ -1,0 +1,425 @@
+"""The recorder's writes: how a :class:`~mcp_proxy.store.rows.Batch` goes into a database.
+
+:class:`BatchWriter` owns the rules; a *backend* owns the statements:
+
+- one transaction per batch (sessions → exchanges → frames → updates → findings → gaps);
+- a batch refused for a *transient* reason (locked past the busy timeout, disk full, I/O)
+  raises :class:`TransientWriteError` — the runner retries or counts the loss;
+- a batch refused because of *one row* (a value the driver cannot bind, a constraint) is
+  written again row by row, so a bad row never costs its neighbours: a frame row that still
+  fails is written with its derived columns cleared (the exact bytes always go in), and only a
+  row that cannot be written even then is returned as lost.
+
+Backends: :class:`SqliteBackend` (plain :mod:`sqlite3`, SQL written out ahead of time — the
+recorder process of ``mcptape record`` never imports SQLAlchemy, which was most of its start-up
+cost) and ``store.writes.SqlAlchemyBackend`` (any database SQLAlchemy speaks, e.g. PostgreSQL;
+also used once to create or migrate a SQLite file). This module imports no SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any, Protocol
+
+from mcp_proxy.store.rows import (
+    EXCHANGE_COLUMNS,
+    FINDING_COLUMNS,
+    FRAME_COLS,
+    JSON_COLUMNS,
+    SCHEMA_HEAD,
+    SESSION_COLUMNS,
+    Batch,
+    FrameRow,
+    Gap,
+    gap_finding,
+    storable,
+)
+
+#: Frames larger than this are written to SQLite through incremental blob I/O.
+BIG_BLOB = 4 << 20
+_KNOWN = {
+    "sessions": frozenset(SESSION_COLUMNS),
+    "http_exchanges": frozenset(EXCHANGE_COLUMNS),
+    "findings": frozenset(FINDING_COLUMNS),
+}
+
+
+class TransientWriteError(Exception):
+    """The database refused the whole batch for a reason that may pass (lock, full disk)."""
+
+
+def known_columns(table: str, row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` without keys that are not columns of ``table`` (a producer's extra field)."""
+    cols = _KNOWN[table]
+    return row if cols.issuperset(row) else {k: v for k, v in row.items() if k in cols}
+
+
+class Backend(Protocol):
+    """The statements of one database; every method runs inside :meth:`transaction`."""
+
+    def transaction(self) -> contextlib.AbstractContextManager[Any]: ...
+    def is_transient(self, exc: BaseException) -> bool: ...
+    def insert_sessions(self, conn: Any, rows: list[dict[str, Any]]) -> None: ...
+    def insert_exchanges(self, conn: Any, rows: list[dict[str, Any]]) -> list[int]: ...
+    def update_exchange(self, conn: Any, db_id: int, fields: dict[str, Any]) -> None: ...
+    def insert_frames(self, conn: Any, rows: list[FrameRow]) -> None: ...
+    def update_session(self, conn: Any, sid: str, fields: dict[str, Any]) -> None: ...
+    def insert_findings(self, conn: Any, rows: list[dict[str, Any]]) -> None: ...
+    def add_gap(self, conn: Any, sid: str, lost: int) -> None: ...
+    def session_progress(self, sid: str) -> tuple[bool, int, int, int]: ...
+    def close(self) -> None: ...
+
+
+class BatchWriter:
+    """Writes :class:`Batch` objects through a backend; remembers HTTP exchange ids.
+
+    ``exchange_ids`` maps the producers' local exchange ids to database ids, filled only after
+    a commit (a rolled-back batch must not leave ids pointing at nothing).
+    """
+
+    def __init__(self, backend: Backend, *, clock: Callable[[], float] = time.time) -> None:
+        self.backend = backend
+        self.exchange_ids: dict[int, int] = {}
+        self._clock = clock
+
+    @classmethod
+    def open(cls, url: str) -> BatchWriter:
+        """A writer for ``url``: plain sqlite3 for a migrated SQLite file, SQLAlchemy otherwise."""
+        path = sqlite_file(url)
+        if path is None or not _at_head(path):
+            from mcp_proxy.store import writes  # SQLAlchemy: other databases, or migrate first
+
+            if path is None:
+                return cls(writes.SqlAlchemyBackend.open(url))
+            writes.open_for_writing(url).dispose()
+        return cls(SqliteBackend(path))
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def session_progress(self, session_id: str) -> tuple[bool, int, int, int]:
+        """``(exists, last seq, frames stored, gap_count)`` — where a new recorder picks up."""
+        return self.backend.session_progress(session_id)
+
+    # ------------------------------------------------------------------ the fast path
+    def write(self, batch: Batch) -> list[FrameRow]:
+        """Write ``batch``; returns the frame rows that could not be written at all.
+
+        Raises :class:`TransientWriteError` when the database refused the whole batch for a
+        reason that may pass; nothing of the batch is then in the database.
+        """
+        try:
+            new_ids = self._apply(batch)
+        except Exception as exc:
+            if self.backend.is_transient(exc):
+                raise TransientWriteError(_one_line(exc)) from exc
+            return self._write_row_by_row(batch)
+        self.exchange_ids.update(new_ids)
+        return []
+
+    def _apply(self, batch: Batch) -> dict[int, int]:
+        b = self.backend
+        with b.transaction() as conn:
+            if batch.sessions:
+                b.insert_sessions(conn, [known_columns("sessions", r) for r in batch.sessions])
+            new_ids = self._exchanges(conn, batch.exchanges, batch.exchange_updates)
+            if batch.frames:
+                b.insert_frames(conn, self._map_exchanges(batch.frames, new_ids))
+            for sid, (count, last) in batch.session_counts.items():
+                b.update_session(conn, sid, {"frame_count": count, "updated_at": last})
+            for sid, fields in batch.session_updates.items():
+                if fields:
+                    b.update_session(conn, sid, known_columns("sessions", fields))
+            if batch.findings:
+                b.insert_findings(conn, [known_columns("findings", f) for f in batch.findings])
+            for sid, gap in batch.gaps.items():
+                self._gap(conn, sid, gap)
+        return new_ids
+
+    def _gap(self, conn: Any, sid: str, gap: Gap) -> None:
+        self.backend.insert_findings(conn, [gap_finding(sid, gap, self._clock())])
+        self.backend.add_gap(conn, sid, gap.lost)
+
+    def _map_exchanges(self, rows: list[FrameRow], new_ids: dict[int, int]) -> list[FrameRow]:
+        """Local exchange ids → database ids (None when the exchange never made it in)."""
+        if all(r.http_exchange_id is None for r in rows):
+            return rows
+        known = self.exchange_ids
+        return [
+            r
+            if r.http_exchange_id is None
+            else r._replace(
+                http_exchange_id=new_ids.get(r.http_exchange_id) or known.get(r.http_exchange_id)
+            )
+            for r in rows
+        ]
+
+    def _exchanges(
+        self,
+        conn: Any,
+        new: list[tuple[int, dict[str, Any]]],
+        updates: list[tuple[int, dict[str, Any]]],
+    ) -> dict[int, int]:
+        """Insert new exchanges (with the updates of this batch folded in), then the rest.
+
+        An HTTP relay queues one insert and two or three updates per exchange, most of them in
+        the same batch: folding them keeps it to one statement per exchange.
+        """
+        rows: dict[int, dict[str, Any]] = {}
+        for local, row in new:
+            rows[local] = dict.fromkeys(EXCHANGE_COLUMNS) | known_columns("http_exchanges", row)
+        later: dict[int, dict[str, Any]] = {}
+        for local, fields in updates:
+            target = rows.get(local)
+            if target is not None:
+                target.update(known_columns("http_exchanges", fields))
+            else:
+                later.setdefault(local, {}).update(known_columns("http_exchanges", fields))
+        new_ids: dict[int, int] = {}
+        if rows:
+            locals_ = list(rows)
+            ids = self.backend.insert_exchanges(conn, [rows[k] for k in locals_])
+            new_ids = dict(zip(locals_, ids, strict=True))
+        for local, fields in later.items():
+            db_id = new_ids.get(local) or self.exchange_ids.get(local)
+            if db_id is not None and fields:
+                self.backend.update_exchange(conn, db_id, fields)
+        return new_ids
+
+    # ------------------------------------------------------------------ the slow, safe path
+    def _write_row_by_row(self, batch: Batch) -> list[FrameRow]:
+        """Each row in its own transaction: one row the database refuses costs only itself.
+
+        Rows are retried once with their scalar values made storable; a frame is retried a
+        last time with every derived column cleared, so its bytes go in whatever they say.
+        """
+        b = self.backend
+        for row in batch.sessions:
+            self._each(lambda c, r: b.insert_sessions(c, [r]), known_columns("sessions", row))
+        fresh = {local for local, _ in batch.exchanges}
+        for local, fields in batch.exchanges:
+            folded = [(x, f) for x, f in batch.exchange_updates if x == local]
+            self._each(partial(self._op_new_exchange, local, folded), fields)
+        for local, fields in batch.exchange_updates:
+            if local not in fresh:
+                self._each(partial(self._op_exchange_update, local), fields)
+        lost = [r for r in self._map_exchanges(batch.frames, {}) if not self._one_frame(r)]
+        for sid, (count, last) in batch.session_counts.items():
+            counts = {"frame_count": count, "updated_at": last}
+            self._each(partial(self._op_session, sid), counts)
+        for sid, fields in batch.session_updates.items():
+            self._each(partial(self._op_session, sid), fields)
+        for finding in batch.findings:
+            self._each(lambda c, r: b.insert_findings(c, [r]), finding)
+        for sid, gap in batch.gaps.items():
+            self._each(partial(self._op_gap, sid, gap), {})
+        return lost
+
+    def _op_new_exchange(
+        self, local: int, updates: list[tuple[int, dict[str, Any]]], conn: Any, row: dict[str, Any]
+    ) -> None:
+        self.exchange_ids.update(self._exchanges(conn, [(local, row)], updates))
+
+    def _op_exchange_update(self, local: int, conn: Any, fields: dict[str, Any]) -> None:
+        self._exchanges(conn, [], [(local, fields)])
+
+    def _op_session(self, sid: str, conn: Any, fields: dict[str, Any]) -> None:
+        self.backend.update_session(conn, sid, known_columns("sessions", fields))
+
+    def _op_gap(self, sid: str, gap: Gap, conn: Any, _row: dict[str, Any]) -> None:
+        self._gap(conn, sid, gap)
+
+    def _each(self, op: Callable[[Any, dict[str, Any]], Any], row: dict[str, Any]) -> bool:
+        """``op(conn, row)`` in its own transaction; if refused, once more with storable values."""
+        for attempt in (row, {k: storable(v) for k, v in row.items()}):
+            try:
+                with self.backend.transaction() as conn:
+                    op(conn, attempt)
+                return True
+            except Exception as exc:
+                if self.backend.is_transient(exc):
+                    raise TransientWriteError(_one_line(exc)) from exc
+        return False
+
+    def _one_frame(self, row: FrameRow) -> bool:
+        derived = ("method", "msg_id", "error_code", "sse_id", "sse_event")
+        fixed = row._replace(**{k: storable(getattr(row, k)) for k in derived})
+        bare = row._replace(method=None, msg_id=None, error_code=None, sse_id=None, sse_event=None)
+        for attempt in (row, fixed, bare):
+            try:
+                with self.backend.transaction() as conn:
+                    self.backend.insert_frames(conn, [attempt])
+                return True
+            except Exception as exc:
+                if self.backend.is_transient(exc):
+                    raise TransientWriteError(_one_line(exc)) from exc
+        return False
+
+
+def _one_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None)
+    text = str(orig or exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# ---------------------------------------------------------------------------------- SQLite
+def sqlite_file(url: str) -> str | None:
+    """The file of a plain ``sqlite:///PATH`` URL, or None (other databases, memory, options)."""
+    for prefix in ("sqlite:///", "sqlite+pysqlite:///"):
+        if url.startswith(prefix):
+            path = url[len(prefix) :]
+            if path and path != ":memory:" and "?" not in path:
+                return path
+    return None
+
+
+def _at_head(path: str) -> bool:
+    """True when the file exists and its schema is current (no migration needed)."""
+    if not os.path.exists(path):
+        return False
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+    return row is not None and row[0] == SCHEMA_HEAD
+
+
+_FRAME_INSERT = (
+    f"INSERT INTO frames ({', '.join(FRAME_COLS)}) VALUES ({', '.join('?' * len(FRAME_COLS))})"
+)
+
+
+class SqliteBackend:
+    """Plain :mod:`sqlite3`: the statements written out, one connection, explicit transactions.
+
+    JSON columns hold ``json.dumps`` text and ``None`` as ``'null'`` — what SQLAlchemy's JSON
+    type writes — so readers cannot tell which backend wrote a row.
+    """
+
+    def __init__(self, path: str) -> None:
+        from mcp_proxy.store.engine import BUSY_TIMEOUT_MS
+
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        for pragma in (
+            f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}",
+            "PRAGMA journal_mode=WAL",
+            "PRAGMA synchronous=NORMAL",
+            "PRAGMA foreign_keys=ON",
+        ):
+            self.conn.execute(pragma)
+        self._sql: dict[tuple[str, tuple[str, ...]], str] = {}
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.OperationalError)
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self.conn.close()
+
+    @staticmethod
+    def _values(table: str, row: dict[str, Any]) -> tuple[tuple[str, ...], list[Any]]:
+        js = JSON_COLUMNS[table]
+        keys = tuple(row)
+        return keys, [json.dumps(row[k]) if k in js else row[k] for k in keys]
+
+    def _insert_sql(self, table: str, keys: tuple[str, ...]) -> str:
+        sql = self._sql.get((table, keys))
+        if sql is None:
+            sql = f"INSERT INTO {table} ({', '.join(keys)}) VALUES ({', '.join('?' * len(keys))})"
+            self._sql[(table, keys)] = sql
+        return sql
+
+    def _insert_dicts(
+        self, conn: sqlite3.Connection, table: str, rows: list[dict[str, Any]]
+    ) -> list[int]:
+        ids = []
+        for row in rows:
+            keys, values = self._values(table, row)
+            cur = conn.execute(self._insert_sql(table, keys), values)
+            ids.append(int(cur.lastrowid or 0))
+        return ids
+
+    def _update(
+        self, conn: sqlite3.Connection, table: str, key: tuple[str, Any], fields: dict[str, Any]
+    ) -> None:
+        keys, values = self._values(table, fields)
+        sets = ", ".join(f"{k} = ?" for k in keys)
+        conn.execute(f"UPDATE {table} SET {sets} WHERE {key[0]} = ?", [*values, key[1]])
+
+    def insert_sessions(self, conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
+        self._insert_dicts(conn, "sessions", rows)
+
+    def insert_exchanges(self, conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> list[int]:
+        return self._insert_dicts(conn, "http_exchanges", rows)
+
+    def update_exchange(self, conn: sqlite3.Connection, db_id: int, fields: dict[str, Any]) -> None:
+        self._update(conn, "http_exchanges", ("id", db_id), fields)
+
+    def insert_findings(self, conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
+        self._insert_dicts(conn, "findings", rows)
+
+    def update_session(self, conn: sqlite3.Connection, sid: str, fields: dict[str, Any]) -> None:
+        self._update(conn, "sessions", ("id", sid), fields)
+
+    def add_gap(self, conn: sqlite3.Connection, sid: str, lost: int) -> None:
+        conn.execute("UPDATE sessions SET gap_count = gap_count + ? WHERE id = ?", (lost, sid))
+
+    def insert_frames(self, conn: sqlite3.Connection, rows: list[FrameRow]) -> None:
+        big = [r for r in rows if len(r.raw) > BIG_BLOB]
+        if big:
+            rows = [r for r in rows if len(r.raw) <= BIG_BLOB]
+            for r in big:
+                SqliteBackend._insert_big(conn, r)
+        if rows:
+            conn.executemany(_FRAME_INSERT, rows)
+
+    @staticmethod
+    def _insert_big(conn: sqlite3.Connection, row: FrameRow) -> None:
+        """Write one huge frame without SQLite holding extra copies of it.
+
+        Binding a 64 MiB blob makes sqlite3 copy it and SQLite build a record of it: two more
+        copies. Inserting a ``zeroblob`` of the right size and then writing the bytes through
+        the blob handle keeps memory at the one copy the recorder already holds.
+        """
+        cur = conn.execute(_FRAME_INSERT, row._replace(raw=b""))
+        rowid = cur.lastrowid
+        conn.execute("UPDATE frames SET raw = zeroblob(?) WHERE rowid = ?", (len(row.raw), rowid))
+        view = memoryview(row.raw)
+        with conn.blobopen("frames", "raw", rowid or 0) as blob:
+            for i in range(0, len(view), 1 << 20):
+                blob.write(view[i : i + (1 << 20)])
+
+    def session_progress(self, sid: str) -> tuple[bool, int, int, int]:
+        conn = self.conn
+        row = conn.execute("SELECT gap_count FROM sessions WHERE id = ?", (sid,)).fetchone()
+        last, count = conn.execute(
+            "SELECT MAX(seq), COUNT(*) FROM frames WHERE session_id = ?", (sid,)
+        ).fetchone()
+        return row is not None, int(last or 0), int(count or 0), int(row[0] or 0) if row else 0

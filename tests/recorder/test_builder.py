@@ -1,0 +1,164 @@
+"""The batch builder, pure: items in, rows out — no sockets, no database, no threads."""
+
+from __future__ import annotations
+
+import json
+
+from mcp_proxy.frames import Channel, Direction, Frame
+from mcp_proxy.recorder.builder import BatchBuilder
+from mcp_proxy.recorder.contract import (
+    Chunk,
+    EndOfStream,
+    ExchangeUpdate,
+    FindingItem,
+    FrameItem,
+    HttpExchange,
+    SessionStart,
+    SessionUpdate,
+)
+from mcp_proxy.redact import Redactor
+
+C2S, S2C, STDIO = Direction.C2S, Direction.S2C, Channel.STDIO
+SID = "a" * 32
+
+
+def _builder(**kw: object) -> BatchBuilder:
+    b = BatchBuilder(clock=lambda: 1000.0, **kw)  # type: ignore[arg-type]
+    b.feed(SessionStart({"id": SID, "transport": "stdio", "started_at": 0.5}))
+    return b
+
+
+def test_chunks_become_numbered_line_frames_in_read_order() -> None:
+    b = _builder()
+    b.feed(Chunk(SID, S2C, STDIO, b'{"jsonrpc":"2.0","id":1,"result":{}}\n', 200, 2.0))
+    b.feed(Chunk(SID, C2S, STDIO, b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n{"jsonr', 100, 1.0))
+    b.feed(Chunk(SID, C2S, STDIO, b'pc":"2.0","method":"n"}\ntail', 300, 3.0))
+    b.feed(EndOfStream(SID, C2S, STDIO, 400, 4.0))
+    batch = b.take()
+    got = [(r.seq, r.direction, r.kind, r.msg_id, r.ts, r.complete) for r in batch.frames]
+    assert got == [
+        (1, "c2s", "request", "1", 1.0, True),
+        (2, "s2c", "response", "1", 2.0, True),
+        (3, "c2s", "notification", None, 3.0, True),
+        (4, "c2s", "noise", None, 4.0, False),
+    ]
+    assert batch.sessions[0]["id"] == SID
+    assert batch.session_counts[SID] == (4, 4.0)
+    assert b.take().empty()
+
+
+def test_an_undecodable_frame_keeps_its_bytes_and_leaves_one_finding() -> None:
+    b = _builder()
+    deep = b'{"a":' * 5000 + b"1" + b"}" * 5000 + b"\n"
+    b.feed(Chunk(SID, C2S, STDIO, deep + deep, 1, 1.0))
+    batch = b.take()
+    assert [r.kind for r in batch.frames] == ["undecodable", "undecodable"]
+    assert [r.raw for r in batch.frames] == [deep, deep]
+    (finding,) = batch.findings
+    assert finding["code"] == "recorder.undecodable" and finding["frame_seqs"] == [1, 2]
+
+
+def test_a_deep_http_body_is_recorded_too() -> None:
+    """The HTTP relay's half of defect 1: a deep response body through record_exchange."""
+    b = _builder()
+    body = b"[" * 3000 + b"]" * 3000
+    frame = Frame(S2C, Channel.HTTP, body, 5, 5.0)
+    b.feed(HttpExchange(SID, 1, {"method": "POST", "url": "/mcp", "started_at": 5.0}, [frame]))
+    b.feed(ExchangeUpdate(1, {"status": 200}))
+    batch = b.take()
+    assert [(r.kind, r.http_exchange_id) for r in batch.frames] == [("undecodable", 1)]
+    assert batch.exchanges[0][0] == 1 and batch.exchange_updates == [(1, {"status": 200})]
+
+
+def test_values_no_column_holds_are_escaped_or_cleared_with_a_finding() -> None:
+    b = _builder()
+    b.feed(
+        FrameItem(
+            SID,
+            Frame(C2S, STDIO, b'{"jsonrpc":"2.0","id":"\\ud800","method":"m\\udc00"}\n', 1, 1.0),
+        )
+    )
+    b.feed(
+        FrameItem(
+            SID,
+            Frame(
+                S2C,
+                STDIO,
+                b'{"jsonrpc":"2.0","id":1,"error":{"code":%d,"message":""}}\n' % 2**80,
+                2,
+                2.0,
+            ),
+        )
+    )
+    batch = b.take()
+    first, second = batch.frames
+    assert first.msg_id == '"\\ud800"' and first.method == "m\\udc00"
+    first.method.encode()  # storable
+    assert (second.kind, second.error_code) == ("error", None)
+    (finding,) = batch.findings
+    assert finding["code"] == "recorder.value_escaped" and finding["frame_seqs"] == [1, 2]
+    assert "error_code cleared" in finding["detail"] and "method escaped" in finding["detail"]
+
+
+def test_a_long_id_is_one_valid_json_stand_in() -> None:
+    b = _builder()
+    long_id = "é" * 500
+    for d in (C2S, S2C):
+        msg = {"jsonrpc": "2.0", "id": long_id}
+        msg.update({"method": "x"} if d is C2S else {"result": {}})
+        b.feed(FrameItem(SID, Frame(d, STDIO, json.dumps(msg).encode() + b"\n", 1, 1.0)))
+    req, resp = b.take().frames
+    assert req.msg_id == resp.msg_id and req.msg_id is not None
+    assert len(req.msg_id) <= 300 and json.loads(req.msg_id).startswith("é" * 50)
+
+
+def test_refused_batches_become_gaps_and_keep_their_sessions_and_ends() -> None:
+    b = _builder()
+    b.feed(Chunk(SID, C2S, STDIO, b"{}\n{}\n", 1, 1.0))
+    b.feed(SessionUpdate(SID, {"status": "ended"}))
+    batch = b.take()
+    b.refused(batch, "disk full")
+    retry = b.take()
+    assert retry.frames == [] and retry.sessions == batch.sessions
+    assert retry.session_updates[SID]["status"] == "ended"
+    assert retry.gaps[SID].lost == 2 and retry.gaps[SID].seqs == [1, 2]
+    assert retry.gaps[SID].reason == "disk full"
+    b.refused(retry, "still full")  # refused again: the same gap, not a second one
+    again = b.take()
+    assert again.gaps[SID].lost == 2 and b.frames_lost == 2
+    b.feed(Chunk(SID, C2S, STDIO, b"{}\n", 3, 3.0))
+    assert [r.seq for r in b.take().frames] == [3]  # numbering goes on past the gap
+
+
+def test_a_resumed_session_numbers_on_and_counts_what_was_lost() -> None:
+    b = BatchBuilder()
+    b.adopt(SID, last_seq=40, frame_count=38)
+    b.count_gap(SID, 5, "the recorder process died")
+    b.feed(Chunk(SID, C2S, STDIO, b"{}\n", 1, 1.0))
+    batch = b.take()
+    assert [r.seq for r in batch.frames] == [41]
+    assert batch.session_counts[SID][0] == 39 and batch.gaps[SID].lost == 5
+
+
+def test_redaction_marks_the_rows_it_changed() -> None:
+    b = _builder(redact=Redactor().frame)
+    b.feed(Chunk(SID, C2S, STDIO, b'{"password":"hunter2"}\n{"x":1}\n', 1, 1.0))
+    rows = b.take().frames
+    assert [r.redacted for r in rows] == [True, None]
+    assert b"hunter2" not in rows[0].raw and rows[0].raw.endswith(b"\n")
+
+
+def test_nothing_an_item_does_can_raise() -> None:
+    warnings: list[str] = []
+    b = BatchBuilder(warn=warnings.append)
+    b.feed("not an item")  # type: ignore[arg-type]
+    b.feed(FindingItem(SID, {"code": "x", "title": "\ud800"}))
+    bad = Frame(C2S, STDIO, b"{}\n", 1, 1.0)
+    bad.direction = None  # type: ignore[assignment]  # a producer bug
+    b.feed(FrameItem(SID, bad))
+    b.feed(Chunk(SID, C2S, STDIO, b"{}\n", 2, 2.0))
+    batch = b.take()
+    assert [r.seq for r in batch.frames] == [2]  # the item after the bad one still goes in
+    assert batch.findings[0]["title"] == "\\ud800"
+    assert b.internal_errors == 2 and len(warnings) == 1
+    assert batch.gaps[SID].lost == 1  # the broken frame is counted, not silently dropped

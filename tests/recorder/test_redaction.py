@@ -1,0 +1,88 @@
+"""Redaction is on by default for stdio too, through the real relay (issue 10, "Redaction on by
+default, for every transport"): a password never reaches the database file or its WAL, the
+server still gets the original bytes, and the opt-outs work and are visible.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import db as rdb
+from tests.recorder.util import ECHO, record, session
+
+SECRET_LINES = [
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"login",'
+    b'"arguments":{"user":"ann","password":"hunter2"}}}\n',
+    b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x","arguments":'
+    b'{"pass":"p-hunter2","passwd":"w-hunter2","credentials":"c-hunter2","auth":"a-hunter2",'
+    b'"secret":"s-hunter2","client_secret":"cs-hunter2","private_key":"pk-hunter2",'
+    b'"access_token":"at-hunter2","refresh_token":"rt-hunter2"}}}\n',
+    b'{"jsonrpc":"2.0","id":3,"method":"ping"}\n',
+]
+PAYLOAD = b"".join(SECRET_LINES)
+
+
+def _files(db: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
+
+
+def _run(db: Path, name: str, **kw: object) -> tuple[bytes, str]:
+    proc = record(db, ECHO, name=name, **kw)  # type: ignore[arg-type]
+    out, err = proc.communicate(PAYLOAD, timeout=60)
+    assert proc.returncode == 0, err
+    return out, err.decode()
+
+
+@pytest.fixture(scope="module")
+def redacted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    db = tmp_path_factory.mktemp("red") / "rec.db"
+    out, _ = _run(db, "default")
+    return db, out
+
+
+def test_a_stdio_password_never_reaches_the_database_or_its_wal(
+    redacted: tuple[Path, bytes],
+) -> None:
+    db, out = redacted
+    assert out == PAYLOAD  # the server got (and echoed) the original bytes
+    assert b"hunter2" not in _files(db)
+    s = session(db, "default")
+    frames = rdb.frames(db, s["id"])
+    assert len(frames) == 6
+    marked = [(f["direction"], f["redacted"]) for f in frames]
+    assert marked.count(("c2s", 1)) == 2 and marked.count(("s2c", 1)) == 2
+    assert [f["redacted"] for f in frames if b'"ping"' in f["raw"]] == [None, None]
+    args = json.loads(frames[0]["raw"])["params"]["arguments"]
+    assert args == {"user": "ann", "password": "[REDACTED]"}  # what is not secret stays
+
+
+def test_every_listed_field_name_is_redacted(redacted: tuple[Path, bytes]) -> None:
+    db, _ = redacted
+    s = session(db, "default")
+    second = next(f for f in rdb.frames(db, s["id"]) if b'"id":2' in f["raw"])
+    args = json.loads(second["raw"])["params"]["arguments"]
+    assert set(args.values()) == {"[REDACTED]"}
+    assert len(args) == 9
+
+
+@pytest.mark.parametrize(
+    ("how", "kw"),
+    [
+        ("flag", {"options": ("--no-redact",)}),
+        ("env", {"env": {"MCPTAPE_REDACT": "0"}}),
+    ],
+)
+def test_opting_out_records_in_clear_and_says_so(
+    tmp_path: Path, how: str, kw: dict[str, object]
+) -> None:
+    db = tmp_path / "rec.db"
+    out, err = _run(db, how, **kw)
+    assert out == PAYLOAD
+    assert b"hunter2" in _files(db)
+    assert "redaction is OFF" in err
+    s = session(db, how)
+    assert "off" in json.loads(s["meta"])["redaction"]
+    assert all(f["redacted"] is None for f in rdb.frames(db, s["id"]))

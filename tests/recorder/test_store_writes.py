@@ -1,0 +1,110 @@
+"""The recorder's writes against real SQLite files, both backends (no relay)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcp_proxy.store import schema
+from mcp_proxy.store.rows import (
+    EXCHANGE_COLUMNS,
+    FINDING_COLUMNS,
+    FRAME_COLS,
+    JSON_COLUMNS,
+    SCHEMA_HEAD,
+    SESSION_COLUMNS,
+    Batch,
+    FrameRow,
+)
+from mcp_proxy.store.writer import BatchWriter, SqliteBackend
+from mcp_proxy.store.writes import SqlAlchemyBackend, open_for_writing
+
+
+def test_the_column_lists_are_the_schema() -> None:
+    def cols(table: object) -> tuple[str, ...]:
+        return tuple(c.name for c in table.columns if c.name != "id")  # type: ignore[attr-defined]
+
+    assert SESSION_COLUMNS == (*("id",), *cols(schema.sessions))
+    assert cols(schema.http_exchanges) == EXCHANGE_COLUMNS
+    assert cols(schema.findings) == FINDING_COLUMNS
+    assert cols(schema.frames) == FRAME_COLS
+    for name, js in JSON_COLUMNS.items():
+        table = schema.metadata.tables[name]
+        assert js == {c.name for c in table.columns if c.type.__class__.__name__ == "JSON"}
+    assert schema.SCHEMA_HEAD == SCHEMA_HEAD
+
+
+def _batch(sid: str) -> Batch:
+    row = FrameRow(sid, 1, 1.0, 1, "c2s", "http", "request", "m", "1", None, 2, True, False,
+                   b"{}", 7, None, None, None)  # fmt: skip
+    bad = row._replace(seq=2, method="\ud800")  # the driver cannot bind this one
+    return Batch(
+        sessions=[
+            {
+                "id": sid,
+                "transport": "http",
+                "status": "live",
+                "started_at": 1.0,
+                "meta": {"a": 1},
+                "command": None,
+                "not_a_column": 1,
+            }
+        ],
+        exchanges=[(7, {"session_id": sid, "method": "POST", "url": "/", "started_at": 1.0})],
+        exchange_updates=[(7, {"status": 200, "response_headers": [["a", "b"]]})],
+        frames=[row, bad],
+        session_counts={sid: (2, 2.0)},
+        findings=[
+            {
+                "session_id": sid,
+                "code": "c",
+                "severity": "info",
+                "title": "t",
+                "source": "recorder",
+                "created_at": 1.0,
+                "frame_seqs": [1],
+            }
+        ],
+    )
+
+
+@pytest.mark.parametrize("backend", ["sqlite3", "sqlalchemy"])
+def test_both_backends_write_the_same_rows_and_a_bad_row_costs_only_itself(
+    tmp_path: Path, backend: str
+) -> None:
+    db = tmp_path / "w.db"
+    url = "sqlite:///" + str(db)
+    engine = open_for_writing(url)
+    writer = BatchWriter(
+        SqliteBackend(str(db)) if backend == "sqlite3" else SqlAlchemyBackend(engine)
+    )
+    lost = writer.write(_batch("s" * 32))
+    writer.close()
+    engine.dispose()
+    assert lost == []
+    con = sqlite3.connect(db)
+    s = con.execute("SELECT meta, command, frame_count FROM sessions").fetchone()
+    assert (json.loads(s[0]), s[1], s[2]) == ({"a": 1}, "null", 2)  # JSON as SQLAlchemy writes it
+    ex = con.execute("SELECT id, status, response_headers, meta FROM http_exchanges").fetchone()
+    assert (ex[1], json.loads(ex[2]), ex[3]) == (200, [["a", "b"]], "null")
+    frames = con.execute("SELECT seq, method, http_exchange_id FROM frames ORDER BY seq").fetchall()
+    assert frames == [(1, "m", ex[0]), (2, "\\ud800", ex[0])]  # escaped on the row-by-row retry
+    assert con.execute("SELECT frame_seqs FROM findings").fetchone() == ("[1]",)
+
+
+def test_the_recorder_process_writes_sqlite_without_importing_sqlalchemy(tmp_path: Path) -> None:
+    import subprocess
+
+    db = tmp_path / "w.db"
+    open_for_writing("sqlite:///" + str(db)).dispose()
+    code = (
+        "import sys; from mcp_proxy.store.writer import BatchWriter; "
+        f"w = BatchWriter.open('sqlite:///{db}'); w.close(); "
+        "print('sqlalchemy' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert done.stdout == b"False\n", done.stderr.decode()

@@ -1,0 +1,183 @@
+"""OpenTelemetry export: OTLP/JSON checked against the OTLP protobuf schema by the official
+package, and OTLP/HTTP sending checked against a real receiver on 127.0.0.1."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from google.protobuf.json_format import ParseDict
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from mcp_proxy.recording.otlp import iter_otlp_json
+from mcp_proxy.recording.registry import read_recording
+from tests.recording.conftest import GOLDEN, RECORDINGS, jsonl_with_frames, run_cli
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT = "00f067aa0ba902b7"
+TRACED_CALL = (
+    '{"jsonrpc":"2.0","id":77,"method":"tools/call","params":{"name":"echo","arguments":'
+    '{"text":"t"},"_meta":{"traceparent":"00-' + TRACE + "-" + PARENT + '-01"}}}\n'
+)
+ERROR_ANSWER = '{"jsonrpc":"2.0","id":77,"error":{"code":-32602,"message":"Unknown tool: echo"}}\n'
+
+
+def _as_proto(line: bytes) -> ExportTraceServiceRequest:
+    """Parse one OTLP/JSON line with the official protobuf classes (unknown fields rejected).
+
+    OTLP/JSON differs from plain proto3 JSON only in writing trace and span ids as hex; they are
+    turned back into proto3's base64 first, exactly as an OTLP/JSON receiver does.
+    """
+    doc = json.loads(line)
+
+    def unhex(node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in ("traceId", "spanId", "parentSpanId"):
+                    node[k] = base64.b64encode(bytes.fromhex(v)).decode()
+                else:
+                    unhex(v)
+        elif isinstance(node, list):
+            for item in node:
+                unhex(item)
+
+    unhex(doc)
+    return ParseDict(doc, ExportTraceServiceRequest(), ignore_unknown_fields=False)
+
+
+def _spans(req: ExportTraceServiceRequest) -> list[Span]:
+    return [sp for rs in req.resource_spans for ss in rs.scope_spans for sp in ss.spans]
+
+
+def _attrs(span: Span) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in span.attributes:
+        which = kv.value.WhichOneof("value")
+        out[kv.key] = getattr(kv.value, which) if which else None
+    return out
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real stdio recording plus a tools/call that carries a W3C traceparent and fails."""
+    path = tmp_path_factory.mktemp("otlp") / "traced.mcptape.jsonl"
+    path.write_bytes(
+        jsonl_with_frames(
+            RECORDINGS / "basic-legacy.mcptape.jsonl",
+            [{"text": TRACED_CALL}, {"dir": "s2c", "text": ERROR_ANSWER}],
+        )
+    )
+    return path
+
+
+def test_otlp_json_is_valid_otlp_and_follows_the_mcp_conventions(traced: Path) -> None:
+    rec = read_recording(traced)
+    (line,) = list(iter_otlp_json(rec))
+    assert line == b"".join(iter_otlp_json(rec))  # deterministic
+    req = _as_proto(line)
+    spans = _spans(req)
+    session = rec.one()
+    root = next(s for s in spans if s.name == "mcp session")
+    calls = [s for s in spans if s is not root]
+    assert len(calls) == 14  # 13 recorded exchanges + the traced one
+    for sp in calls:
+        assert len(sp.trace_id) == 16 and len(sp.span_id) == 8
+        assert sp.kind == Span.SPAN_KIND_CLIENT and sp.end_time_unix_nano >= sp.start_time_unix_nano
+        a = _attrs(sp)
+        assert a["mcp.session.id"] == session.id
+        assert a["mcp.protocol.version"] == "2025-11-25"
+        assert a["network.transport"] == "pipe"
+        assert sp.name.startswith(a["mcp.method.name"])
+    echo = next(s for s in calls if _attrs(s).get("jsonrpc.request.id") == "3")
+    assert echo.name == "tools/call echo"
+    assert _attrs(echo)["gen_ai.tool.name"] == "echo"
+    assert _attrs(echo)["gen_ai.operation.name"] == "execute_tool"
+    assert echo.trace_id == root.trace_id and echo.parent_span_id == root.span_id
+    assert echo.status.code == Status.STATUS_CODE_UNSET
+    tool_error = next(s for s in calls if _attrs(s).get("gen_ai.tool.name") == "fail")
+    assert _attrs(tool_error)["error.type"] == "tool_error"
+    assert tool_error.status.code == Status.STATUS_CODE_ERROR
+    # The request with a traceparent joins the caller's trace, under the caller's span.
+    joined = next(s for s in calls if _attrs(s).get("jsonrpc.request.id") == "77")
+    assert joined.trace_id.hex() == TRACE and joined.parent_span_id.hex() == PARENT
+    assert [link.span_id for link in joined.links] == [root.span_id]
+    assert _attrs(joined)["error.type"] == "-32602"
+    assert _attrs(joined)["rpc.response.status_code"] == "-32602"
+    assert joined.status.code == Status.STATUS_CODE_ERROR
+    assert joined.status.message == "Unknown tool: echo"
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    """A minimal OTLP/HTTP traces receiver: decodes the protobuf body, answers as OTLP does."""
+
+    received: ClassVar[list[tuple[str, str, ExportTraceServiceRequest]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.headers.get("Content-Encoding") == "gzip":
+            import gzip
+
+            body = gzip.decompress(body)
+        msg = ExportTraceServiceRequest.FromString(body)
+        self.received.append((self.path, str(self.headers.get("Content-Type")), msg))
+        out = ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver() -> Iterator[str]:
+    _Receiver.received = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_export_sends_spans_to_an_otlp_http_endpoint_and_writes_otlp_json(
+    tmp_path: Path, receiver: str
+) -> None:
+    db = str(tmp_path / "x.db")
+    imported = run_cli("import", str(GOLDEN / "v2-http.jsonl"), "--db", db)
+    assert imported.returncode == 0, imported.stderr
+    sid = imported.stdout.split()[0]
+    sent = run_cli("export", sid, "--format", "otlp", "-o", receiver, "--db", db)
+    assert sent.returncode == 0, sent.stderr
+    assert "sent 2 span(s)" in sent.stderr
+    ((path, ctype, msg),) = _Receiver.received
+    assert path == "/v1/traces" and ctype == "application/x-protobuf"
+    spans = _spans(msg)
+    call = next(s for s in spans if s.name != "mcp session")
+    a = _attrs(call)
+    assert call.name == "tools/call echo" and a["network.transport"] == "tcp"
+    assert a["server.address"] == "127.0.0.1" and a["server.port"] == 8000
+    out = tmp_path / "spans.otlp.json"
+    written = run_cli("export", sid, "-o", str(out), "--db", db)
+    assert written.returncode == 0 and "(otlp)" in written.stderr
+    again = _spans(_as_proto(out.read_bytes()))
+    assert [(s.name, s.span_id) for s in again] == [(s.name, s.span_id) for s in spans]
+    refused = run_cli(
+        "export", sid, "--format", "otlp", "-o", "http://127.0.0.1:9/v1/traces", "--db", db
+    )
+    assert refused.returncode == 2 and "did not accept" in refused.stderr
+    assert "Traceback" not in refused.stderr

@@ -1,0 +1,67 @@
+"""A fake upstream for unit tests of the HTTP relay: the real pool, without a socket.
+
+:class:`FakeUpstreamPool` is :class:`~mcp_proxy.relay.http.upstream.UpstreamPool` with only the
+connection replaced: each request is written to a :class:`ScriptedTransport` that records the
+bytes and answers with the next scripted response, fed to aiohttp's real ``ResponseHandler``
+(llhttp). Everything above the socket — request writing, response parsing, keep-alive reuse,
+release/close — is the production code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+from aiohttp.client_proto import ResponseHandler
+
+from mcp_proxy.relay.http.upstream import UpstreamPool
+
+
+class ScriptedTransport(asyncio.Transport):
+    """Records what the relay writes; answers each complete request with scripted bytes."""
+
+    def __init__(self, pool: FakeUpstreamPool, proto: ResponseHandler) -> None:
+        super().__init__()
+        self.pool = pool
+        self.proto = proto
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.pool.written.append(bytes(data))
+        if self.pool.responses:
+            answer = self.pool.responses.popleft()
+            asyncio.get_running_loop().call_soon(self.proto.data_received, answer)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            asyncio.get_running_loop().call_soon(self.proto.connection_lost, None)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class FakeUpstreamPool(UpstreamPool):
+    """An upstream pool whose connections answer from a script (one response per request)."""
+
+    def __init__(self, *responses: bytes) -> None:
+        super().__init__("upstream.test", 80, tls=False)
+        self.responses: deque[bytes] = deque(responses)
+        self.written: list[bytes] = []
+        self.connections = 0
+
+    async def _connect(self) -> ResponseHandler:
+        proto = ResponseHandler(asyncio.get_running_loop())
+        proto.connection_made(ScriptedTransport(self, proto))
+        self.connections += 1
+        return proto

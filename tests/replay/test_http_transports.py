@@ -1,0 +1,128 @@
+"""Replay and mock for every HTTP flavour mcptape records (issue 16), each from a real recording.
+
+For each flavour — Streamable HTTP stateful, stateless and JSON-response, each in both eras
+(the SDK client's ``legacy`` handshake mode and ``auto``, which settles on 2026-07-28), and the
+legacy HTTP+SSE transport — an SDK client runs the scripted session through the real relay
+(``mcptape record --upstream URL --port 0``), the session is exported, and then, all through
+the ``mcptape`` command line:
+
+1. ``replay FILE --upstream URL`` against the same server: no differences, exit 0;
+2. ``replay`` against the changed server (``echo`` shouts): exit 1, the echo result named;
+3. ``mock FILE --port 0``: an SDK client gets the same answers as from the real server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mcp_proxy.childproc import AnnouncedChild
+from mcp_proxy.testing.client import (
+    SCRIPTED_PRESETS,
+    CallbackRecorder,
+    make_client,
+    run_scripted_session,
+)
+from mcp_proxy.testing.process import READY_PREFIX, server_argv
+from tests.conftest import mcptape_cmd
+from tests.travel.conftest import PY, run_cli
+
+pytestmark = pytest.mark.timeout(240)
+
+#: flavour → (server transport, server flags, SDK client mode)
+FLAVOURS: dict[str, tuple[str, list[str], str]] = {
+    "stateful-initialize": ("http", [], "legacy"),
+    "stateful-2026": ("http", [], "auto"),
+    "stateless-initialize": ("http", ["--stateless"], "legacy"),
+    "stateless-2026": ("http", ["--stateless"], "auto"),
+    "json-initialize": ("http", ["--json-response"], "legacy"),
+    "json-2026": ("http", ["--json-response"], "auto"),
+    "legacy-sse": ("sse", [], "legacy"),
+}
+
+
+def _ready(prefix: str) -> object:
+    def find(line: str) -> str | None:
+        return line[len(prefix) :].split()[0] if line.startswith(prefix) else None
+
+    return find
+
+
+@contextlib.contextmanager
+def announced(argv: list[str], prefix: str, what: str) -> Iterator[str]:
+    """Run ``argv`` until the block ends (stopped by pid); yield the word after ``prefix``."""
+    child = AnnouncedChild(argv, _ready(prefix), what)  # type: ignore[arg-type]
+    try:
+        yield child.start(60.0)
+    finally:
+        child.stop()
+
+
+def _server(transport: str, flags: list[str], changed: bool = False) -> list[str]:
+    if changed:
+        presets = "basic_changed,slow,failing"
+        base = [PY, "-m", "mcp_proxy.testing.presets_changed", "--preset", presets]
+        base += ["--transport", transport, "--port", "0", "--name", "mcptape-test"]
+    else:
+        base = server_argv(SCRIPTED_PRESETS, transport, name="mcptape-test")  # type: ignore[arg-type]
+        base += ["--port", "0"]
+    return [*base, *flags]
+
+
+def _mock_url(url: str, transport: str) -> str:
+    return url.rsplit("/", 1)[0] + "/sse" if transport == "sse" else url
+
+
+async def _scripted(url: str, mode: str) -> dict[str, object]:
+    rec = CallbackRecorder()
+    async with make_client(url, mode=mode, recorder=rec) as client:
+        return await run_scripted_session(client, rec)
+
+
+@pytest.mark.parametrize("flavour", list(FLAVOURS))
+async def test_replay_and_mock(flavour: str, tmp_path: Path) -> None:
+    transport, flags, mode = FLAVOURS[flavour]
+    db = tmp_path / "rec.db"
+    file = tmp_path / f"{flavour}.mcptape.jsonl"
+    with announced(_server(transport, flags), READY_PREFIX + " ", "server") as url:
+        relay = [*mcptape_cmd(), "record", "--upstream", url, "--port", "0", "--db", str(db)]
+        with announced([*relay, "--name", flavour], "mcptape: relaying ", "relay") as local:
+            direct = await _scripted(_mock_url(local, transport), mode)
+        out = run_cli("export", flavour, "--db", str(db), "-o", str(file))
+        assert out.returncode == 0, out.stderr
+        same = run_cli("replay", str(file), "--db", str(db), "--upstream", url)
+        assert same.returncode == 0, same.stdout + same.stderr
+        assert "no differences" in same.stdout
+
+    with announced(_server(transport, flags, changed=True), READY_PREFIX + " ", "server") as url:
+        changed = run_cli(
+            "replay", str(file), "--db", str(db), "--upstream", url, "--format", "json"
+        )
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    report = json.loads(changed.stdout)
+    differing = [e for e in report["diff"]["exchanges"] if e["status"] != "same"]
+    # The changed echo tool is a new function: its tools/list entry may differ too.
+    assert {e["title"] for e in differing} <= {"→ tools/call echo", "→ tools/list"}, differing
+    echo = next(e for e in differing if e["title"] == "→ tools/call echo")
+    assert {
+        "path": "$.result.content[0].text",
+        "kind": "changed",
+        "a": "hello, wire",
+        "b": "HELLO, WIRE",
+    } in echo["changes"]
+
+    mock = [*mcptape_cmd(), "mock", str(file), "--port", "0"]
+    child = AnnouncedChild(
+        mock,
+        lambda line: line.rsplit(" at ", 1)[1] if " at http://" in line else None,
+        "mock",
+    )
+    try:
+        mocked = await _scripted(_mock_url(child.start(60.0), transport), mode)
+    finally:
+        child.stop()
+    assert mocked == direct

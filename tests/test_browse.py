@@ -1,0 +1,198 @@
+"""The reading commands as a user runs them, on recordings made through the real relay.
+
+Issue 10: what was recorded is always printable (items 3, 12), bad numbers and times are one
+line and exit 2 (item 13), a missing database is an error and is never created (item 14), and
+``--help`` reads like every other click CLI (the newcomer's first minutes).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import mcptape_cmd
+from tests.dashboard.test_hardening import C2S, FUZZ_C2S, FUZZ_S2C, record_raw
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*mcptape_cmd(), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture(scope="module")
+def hostile_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 1,200-level-deep exchange and invalid UTF-8, plus a request id of 400 characters."""
+    tmp = tmp_path_factory.mktemp("browse")
+    db = tmp / "rec.db"
+    record_raw(db, tmp)
+    record_raw(db, tmp, "fuzz", FUZZ_C2S, FUZZ_S2C)
+    long_id = json.dumps("x" * 400)
+    script = {
+        "capture": str(tmp / "cap2.bin"),
+        "write": [
+            base64.b64encode(
+                ('{"jsonrpc":"2.0","id":' + long_id + ',"result":{}}\n').encode()
+            ).decode()
+        ],
+    }
+    (tmp / "long.json").write_text(json.dumps(script))
+    req = ('{"jsonrpc":"2.0","id":' + long_id + ',"method":"ping"}\n').encode()
+    argv = [*mcptape_cmd(), "record", "--db", str(db), "--name", "long-id", "--"]
+    argv += [sys.executable, "-m", "tests.helpers.wire", str(tmp / "long.json")]
+    done = subprocess.run(argv, input=req, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return db
+
+
+def test_every_reading_command_prints_fuzzed_frames(
+    hostile_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Lone surrogates decoded from JSON escapes could not be printed (show -x, text) nor
+    stored in findings (stats, check): a traceback half-way through the output before."""
+    for args in (
+        ["show", "fuzz"],
+        ["show", "fuzz", "--format", "json"],
+        ["show", "fuzz", "-x"],
+        ["show", "fuzz", "-x", "--format", "json"],
+        ["stats", "fuzz"],
+        ["check", "fuzz", "--format", "json"],
+        ["tail", "fuzz", "--from-start", "--exit-on-end"],
+    ):
+        code, out, err = cli(capsys, *args, "--db", str(hostile_db))
+        assert code in (0, 5), (args, err[-1500:])
+        assert "Traceback" not in err and out, args
+    done = run("show", "fuzz", "--db", str(hostile_db))  # to a real pipe, as a user runs it
+    assert done.returncode == 0 and "\\ud800" in done.stdout, done.stderr[-1500:]
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_show_prints_deep_and_undecodable_frames(hostile_db: Path, fmt: str) -> None:
+    """Item 12: ``show`` (text) died of RecursionError on a frame nested 1,200 levels deep."""
+    done = run("show", "hostile-frames", "--db", str(hostile_db), "--format", fmt)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert "Traceback" not in done.stderr
+    if fmt == "json":
+        frames = [json.loads(line) for line in done.stdout.splitlines()]
+        assert len(frames) == 5
+        assert frames[0]["text"] == C2S[0].decode()  # the exact text, deep as it came
+        assert any("base64" in f for f in frames)
+    else:
+        assert "[[[[[[[[" in done.stdout
+
+
+def test_show_json_with_a_long_id(hostile_db: Path) -> None:
+    """Item 3 (viewer side): an id the store cut short was invalid JSON and crashed the JSON
+    output; whatever is stored, every frame prints."""
+    done = run("show", "long-id", "--db", str(hostile_db), "--format", "json")
+    assert done.returncode == 0, done.stderr[-1500:]
+    frames = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [f["kind"] for f in frames][:2] == ["request", "response"]
+    assert all(isinstance(f["id"], str) and "x" * 100 in f["id"] for f in frames[:2])
+
+
+BAD_VALUES = [
+    (["--limit", str(2**64)], "--limit"),
+    (["--limit", "-5"], "--limit"),
+    (["--since", "1e999"], "out of range"),
+    (["--since", "nan"], "out of range"),
+    (["--since=-1e999"], "out of range"),
+    (["--since", "yesterday-ish"], "cannot read time"),
+]
+
+
+def test_bad_numbers_and_times_are_one_line_and_exit_2(
+    hostile_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Item 13: tracebacks (``--limit 1e23``, ``--limit 2**64``) or silent acceptance before."""
+    done = run("sessions", "--db", str(hostile_db), "--limit", str(2**64))  # as a user runs it
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("mcptape: --limit must be between 0 (all) and")
+    for args, message in BAD_VALUES:
+        for command in ("sessions", "stats") if args[0] == "--limit" else ("sessions",):
+            code, out, err = cli(capsys, command, "--db", str(hostile_db), *args)
+            assert code == 2, (command, args, out, err)
+            assert err.startswith("mcptape: ") and err.count("\n") == 1, err
+            assert message in err and "Traceback" not in err
+
+
+READING = [["sessions"], ["show", "x"], ["tail", "x"], ["check", "x"], ["stats"], ["dashboard"]]
+
+
+def test_reading_commands_never_create_a_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Item 14: ``sessions --db /typo/x.db`` created the folder and an empty database."""
+    db = tmp_path / "typo" / "x.db"
+    done = run("sessions", "--db", str(db))  # as a user runs it
+    assert done.returncode == 4 and done.stderr.startswith("mcptape: no database at "), done
+    for command in READING:
+        code, _, err = cli(capsys, *command, "--db", str(db))
+        assert code == 4, (command, err)
+        assert err.startswith("mcptape: no database at ") and str(db) in err
+        assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "typo").exists()
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The real entry point in-process (exit code, stdout, stderr): one import, many calls."""
+    from mcp_proxy.cli import main
+
+    saved = dict(os.environ)  # (--format json sets MCPTAPE_ERROR_FORMAT for its process)
+    try:
+        with pytest.raises(SystemExit) as done:
+            main(list(args))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    out, err = capsys.readouterr()
+    return int(done.value.code or 0), out, err
+
+
+def test_help_uses_click_metavars_not_python_types(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Newcomer: ``--help`` showed ``<bool>``, ``<str>`` and ``<list[str]>``."""
+    import typer.main
+
+    from mcp_proxy.cli import _register_commands, app
+
+    monkeypatch.setenv("COLUMNS", "120")
+    _register_commands()
+    names = sorted(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    assert {"sessions", "show", "check", "record", "dashboard"} <= set(names), names
+    for name in [None, *names]:
+        code, out, _ = cli(capsys, *([name] if name else []), "--help")
+        assert code == 0, name
+        for tag in ("<bool>", "<str>", "<int>", "<list[", "<float>", "<text|"):
+            assert tag not in out, (name, tag, out)
+    _, show, _ = cli(capsys, "show", "--help")
+    assert "Usage: mcptape show [OPTIONS] SESSION" in show
+    assert "[text|json]" in show and "TEXT" in show
+
+
+def test_parser_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    for args, text in (
+        (["sessions", "--bogus"], "No such option: --bogus"),
+        (["show"], "Missing argument 'SESSION'"),
+        (["check", "x", "--fail-on", "sometimes"], "'sometimes' is not one of"),
+        (["sessions", "--limit", "1e23"], "Invalid value for '--limit'"),
+        (["tail", "--interval", "0"], "--interval must be between 0 and 3600 seconds"),
+        (["tail", "--interval", "nan"], "--interval must be between 0 and 3600 seconds"),
+    ):
+        code, _, err = cli(capsys, *args)
+        assert code == 2, (args, err)
+        assert err.startswith("mcptape: ") and err.count("\n") == 1, err
+        assert text in err

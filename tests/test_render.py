@@ -1,0 +1,91 @@
+"""The streaming renderers of ``show`` print exactly what the general ones print.
+
+``frame_json_line`` and ``frame_text`` exist for speed (a million frames to a pipe); every
+shape of frame — JSON of every type, ids of every kind, stderr, noise, invalid UTF-8, control
+and bidi characters, line separators, deep nesting, cut frames, SSE and HTTP fields — must come
+out byte for byte as ``frame_json``/``frame_block`` render it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mcp_proxy.render import frame_block, frame_json, frame_json_line, frame_text
+from mcp_proxy.store.stream import SHOW_COLUMNS
+
+BODIES = [
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}\n',
+    b'{"jsonrpc":"2.0","id":"a\\u00e9","result":{"x":[1,2.5,true,false,null,{},[]],"y":""}}\n',
+    b'{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"\\u001b[31mred'
+    b' \xe2\x80\xae evil \\u2028 sep \xe2\x80\xa8 raw"}}\n',
+    b'{"jsonrpc":"2.0","id":3,"error":{"code":-32602,"message":"bad","data":1e400}}\n',
+    b'{"a":' + b"[" * 1200 + b"]" * 1200 + b"}\n",
+    b"\xff\xfe not utf-8\n",
+    b"plain noise line\r\n",
+    b"[]\n",
+    b"5\n",
+    b'{"k":"' + b"v" * 25_000 + b'"}\n',
+    b'{"k":"' + b"\\n" * 12_000 + b'"}\n',
+]
+
+
+def rows() -> list[tuple]:
+    out = []
+    seq = 0
+    for raw in BODIES:
+        for kind, channel, method, msg_id, extra in (
+            ("request", "stdio", "tools/call", "1", {}),
+            ("response", "sse", None, '"x\\u00e9"', {"sse_id": "7", "sse_event": "message"}),
+            ("error", "http", None, "007", {"error_code": -32602, "http_exchange_id": 9}),
+            ("notification", "stdio", "a\u202eb", None, {"complete": 0}),
+            ("noise", "stdio", None, None, {}),
+            ("stderr", "stderr", None, None, {}),
+            ("response", "stdio", None, '"' + "x" * 299, {}),  # an id cut short
+        ):
+            seq += 1
+            f = {
+                "seq": seq,
+                "ts": 1796058497.331512 + seq,
+                "direction": "c2s" if seq % 2 else "s2c",
+                "channel": channel,
+                "kind": kind,
+                "method": method,
+                "msg_id": msg_id,
+                "error_code": None,
+                "size": len(raw),
+                "complete": 1,
+                "http_exchange_id": None,
+                "sse_id": None,
+                "sse_event": None,
+                "raw": raw,
+                **extra,
+            }
+            out.append(tuple(f[c] for c in SHOW_COLUMNS))
+    return out
+
+
+@pytest.mark.parametrize("row", rows(), ids=lambda r: f"{r[0]}-{r[4]}")
+def test_streaming_renderers_equal_the_general_ones(row: tuple) -> None:
+    f = dict(zip(SHOW_COLUMNS, row, strict=True))
+    assert frame_json_line(row) == json.dumps(frame_json(f), ensure_ascii=False)
+    assert frame_text(row) == frame_block(f)
+    assert frame_text(row, body=False) == frame_block(f, body=False)
+
+
+def test_cli_name_is_what_works_where_the_user_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Newcomer: after ``uv run mcptape demo`` a bare ``mcptape`` is not on the user's PATH."""
+    import sys
+
+    from mcp_proxy.render import cli_name
+
+    monkeypatch.setenv("UV", "/usr/bin/uv")
+    assert cli_name() == "uv run mcptape"
+    monkeypatch.delenv("UV")
+    monkeypatch.delenv("UV_RUN_RECURSION_DEPTH", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(sys, "argv", [".venv/bin/mcptape", "demo"])
+    assert cli_name() == ".venv/bin/mcptape"
+    monkeypatch.setattr(sys, "argv", ["-m"])
+    assert cli_name() == f"{sys.executable} -m mcp_proxy"
