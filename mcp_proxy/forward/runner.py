@@ -217,7 +217,7 @@ def record_forward(
             flush=True,
         )
     logging.getLogger("mitmproxy").setLevel(logging.WARNING)
-    from mcp_proxy.relay.http import _loop_factory
+    from mcp_proxy.relay.http.run import _loop_factory
 
     try:
         return asyncio.run(
