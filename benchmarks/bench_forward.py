@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,6 +136,8 @@ def plain_mitmdump(conf: Path, ca: Path) -> Iterator[str]:
         m = re.search(r"listening at [\d.*]+:(\d+)", line)
         if m:
             port = m.group(1)
+    # Keep reading its log: a full pipe would stall mitmdump.
+    threading.Thread(target=lambda: proc.stdout and proc.stdout.read(), daemon=True).start()
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

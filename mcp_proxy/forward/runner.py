@@ -217,6 +217,8 @@ def record_forward(
             flush=True,
         )
     logging.getLogger("mitmproxy").setLevel(logging.WARNING)
+    from mcp_proxy.relay.http.run import _loop_factory
+
     try:
         return asyncio.run(
             serve_forward(
@@ -226,7 +228,8 @@ def record_forward(
                 name=name,
                 redactor=redactor,
                 idle_cut=idle_cut,
-            )
+            ),
+            loop_factory=_loop_factory(),
         )
     except KeyboardInterrupt:
         return 130
