@@ -67,7 +67,7 @@ def relay_once(tmp: Path, c2s: bytes, s2c: bytes) -> tuple[Path, str, list[str]]
 
 
 @settings(
-    max_examples=3,
+    max_examples=2,
     deadline=None,
     derandomize=True,
     database=None,
