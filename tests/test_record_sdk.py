@@ -18,7 +18,7 @@ from mcp_proxy.testing.client import (
 from tests.helpers import db as rdb
 from tests.helpers.proxy import proxied
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.both_dialects]
 
 
 def _session(db: Path, name: str) -> dict:

@@ -18,6 +18,8 @@ import pytest
 from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
 
+pytestmark = pytest.mark.both_dialects
+
 PY = sys.executable
 
 
@@ -296,6 +298,7 @@ def test_kill_9_keeps_everything_relayed_a_second_earlier(db_path: Path) -> None
     assert sum(f["direction"] == "s2c" and f["channel"] == "stdio" for f in frames) == n
 
 
+@pytest.mark.sqlite_only
 def test_recording_gap_is_counted_and_recorded_not_silent(db_path: Path) -> None:
     """The database refuses writes for a while: traffic flows, the gap becomes a finding."""
     import sqlite3
@@ -399,6 +402,7 @@ def test_64_mib_message_is_relayed_and_recorded_whole(db_path: Path) -> None:
     assert raw == out
 
 
+@pytest.mark.sqlite_only
 def test_a_gap_at_the_start_never_loses_the_session_row(db_path: Path) -> None:
     """The database is locked before the recorder writes anything: the session still lands."""
     import sqlite3

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.recorder import Recorder
 from tests.helpers import db as rdb
+
+pytestmark = pytest.mark.both_dialects
 
 
 def test_chunks_become_frames_in_read_order_across_streams(db_path: Path, db_url: str) -> None:

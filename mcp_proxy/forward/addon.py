@@ -222,15 +222,13 @@ class McpTape:
         if self.recorder is not None:
             return
         from mcp_proxy.recorder.client import RecorderClient
-        from mcp_proxy.store.engine import resolve_url
 
-        url = resolve_url(self.db)
         # The worker redacts frame bodies with the policy it is given (never in clear).
-        recorder = RecorderClient(url, env={ENV_REDACT: self.redactor.to_env()})
+        recorder = RecorderClient.for_db(self.db, env={ENV_REDACT: self.redactor.to_env()})
         recorder.start()
         self.recorder = recorder
         self._owns_recorder = True
-        log.info("mcptape: recording MCP traffic into %s", url)
+        log.info("mcptape: recording MCP traffic into %s", recorder.url)
 
     def done(self) -> None:
         self.close()

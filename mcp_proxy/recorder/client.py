@@ -130,6 +130,16 @@ class RecorderClient(Producer):
         #: How the last worker that died ended (None while none did).
         self.worker_death: str | None = None
 
+    @classmethod
+    def for_db(cls, db: str | None, **options: Any) -> RecorderClient:
+        """A client recording into ``db`` — a path, a URL, or None for ``MCPTAPE_DB`` / the
+        default location — resolved as every command resolves ``--db``. Producers that take the
+        user's setting themselves (the mitmproxy addon's ``mcptape_db`` option) use this, so
+        where recordings go stays the store's rule, not a copy of it."""
+        from mcp_proxy.store.engine import resolve_url
+
+        return cls(resolve_url(db), **options)
+
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         with self._lock:

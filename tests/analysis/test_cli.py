@@ -12,6 +12,8 @@ from mcp_proxy.testing.factories import Wire
 from tests.analysis.cases import CASES
 from tests.conftest import mcptape_cmd
 
+pytestmark = pytest.mark.both_dialects
+
 
 def run(
     db: Path, *args: str, env: dict[str, str] | None = None

@@ -27,7 +27,7 @@ from mcp_proxy.testing.process import start_http_server
 from tests.analysis.test_real_sessions import analysed
 from tests.conftest import mcptape_cmd
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.both_dialects]
 
 
 @contextlib.contextmanager

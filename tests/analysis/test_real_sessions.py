@@ -25,7 +25,7 @@ from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
 from tests.helpers.proxy import proxied
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.both_dialects]
 
 PRESETS = "basic,slow,failing,sampling,elicitation,mrtr"
 
