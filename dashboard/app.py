@@ -20,6 +20,7 @@ from aiohttp import web
 from dashboard import present
 from dashboard.analysis import Analyst
 from dashboard.security import TOKEN_FIELD, new_token, security_middleware
+from mcp_proxy import render as render_text
 from mcp_proxy.netutil import is_loopback
 from mcp_proxy.store.queries import Store
 
@@ -51,8 +52,8 @@ def make_env() -> jinja2.Environment:
         plain=present.plain,
         ms=present.ms,
         msv=present.ms_value,
-        clock=present.clock,
-        when=present.when,
+        clock=render_text.clock,
+        when=render_text.when,
         dur=present.duration,
         size=present.human_size,
     )

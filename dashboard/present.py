@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import math
-import time
 import unicodedata
 from collections.abc import Iterable
 from typing import Any
@@ -254,18 +253,6 @@ def ms(seconds: float | None) -> str:
     if v < 10_000:
         return f"{v:.0f} ms"
     return f"{seconds:.1f} s"
-
-
-def clock(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
-
-
-def when(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def duration(seconds: float | None) -> str:

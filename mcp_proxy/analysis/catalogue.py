@@ -80,6 +80,35 @@ _e(
     may be an artefact of the missing frames.""",
     "",
 )
+_e(
+    "recorder.undecodable",
+    W,
+    "Frames recorded as bytes only",
+    """Written by the recorder, not the analyzer: these frames could not be decoded (nested too
+    deep for the JSON parser, or otherwise beyond what the classifier can read). Their exact
+    bytes are in the recording and were relayed unchanged; kind, method and id were not derived
+    from them, so pairing and the checks skip them.""",
+    "",
+)
+_e(
+    "recorder.value_escaped",
+    I,
+    "A derived value was made storable",
+    """Written by the recorder: a value read from a frame (an id, a method, an error code) could
+    not be held by its database column as it was — a lone UTF-16 surrogate is stored as its
+    \\u escape, an integer beyond 64 bits as null, an id over 300 characters as a digest. Only
+    the derived column changed; the frame's raw bytes are exact.""",
+    "",
+)
+_e(
+    "recorder.internal_error",
+    E,
+    "The recorder failed to handle an item",
+    """Written by the recorder: an item handed over by the relay raised an error while it was
+    turned into rows (a bug in mcptape). The recorder went on with the next item; what that
+    item carried may be missing from the recording. Please report it with the detail.""",
+    "",
+)
 
 # ------------------------------------------------------------------------------ JSON-RPC errors
 _e(
@@ -852,7 +881,15 @@ if len(CATALOGUE) != len(_ENTRIES):  # pragma: no cover - guards an editing mist
     raise RuntimeError("duplicate finding code in the catalogue")
 
 #: Codes written by other parts of mcptape; the analyzer never produces them.
-FOREIGN_CODES = frozenset({"recorder.gap", "forward.upstream_tls"})
+FOREIGN_CODES = frozenset(
+    {
+        "recorder.gap",
+        "recorder.undecodable",
+        "recorder.value_escaped",
+        "recorder.internal_error",
+        "forward.upstream_tls",
+    }
+)
 SUMMARY_CODE = "analysis.summary"
 
 AREAS: dict[str, str] = {

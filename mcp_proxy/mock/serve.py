@@ -25,6 +25,7 @@ from mcp_proxy.mock.index import MockIndex
 from mcp_proxy.mock.session import MockSession
 from mcp_proxy.mock.upstream import Upstream, make_upstream
 from mcp_proxy.normalize import safe_loads
+from mcp_proxy.osutil import write_all
 from mcp_proxy.recording.model import Recording, SessionRecording
 
 RECORD_MODES = ("none", "once", "new_episodes", "all")
@@ -38,7 +39,7 @@ async def serve_stdio(session: MockSession, *, stdin_fd: int = 0, stdout_fd: int
     async def send(msg: dict[str, Any]) -> None:
         data = encode(msg) + b"\n"
         async with lock:
-            await loop.run_in_executor(None, _write_all, stdout_fd, data)
+            await loop.run_in_executor(None, _write_quietly, stdout_fd, data)
 
     framer = LineFramer()
     while chunk := await loop.run_in_executor(None, _read, stdin_fd):
@@ -60,14 +61,9 @@ def _read(fd: int) -> bytes:
         return b""
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            n = os.write(fd, view)
-        except BrokenPipeError:
-            return
-        view = view[n:]
+def _write_quietly(fd: int, data: bytes) -> None:
+    """The host went away: nothing to answer, and no traceback either."""
+    write_all(fd, data, quiet_on_epipe=True)
 
 
 @dataclass

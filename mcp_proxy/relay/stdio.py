@@ -35,6 +35,7 @@ from typing import Any
 
 from mcp_proxy.errors import UserError
 from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.osutil import write_all
 from mcp_proxy.recorder.contract import Producer
 
 READ_SIZE = 1 << 16
@@ -87,13 +88,6 @@ def _which(exe: str) -> str | None:
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
     return None
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
 
 
 @dataclass
@@ -196,7 +190,7 @@ class StdioRelay:
                 with self._handover:
                     if not broken:
                         try:
-                            _write_all(server_stdin, chunk)
+                            write_all(server_stdin, chunk)
                         except OSError:
                             # The server closed its stdin or died: keep recording the host.
                             broken = True
@@ -218,7 +212,7 @@ class StdioRelay:
                 break
             if not self._host_gone:
                 try:
-                    _write_all(self.stdout_fd, chunk)
+                    write_all(self.stdout_fd, chunk)
                 except OSError:
                     # The host went away; keep draining the server so the recording is whole.
                     self._host_gone = True
@@ -249,7 +243,7 @@ class StdioRelay:
                 break
             if tee:
                 try:
-                    _write_all(self.stderr_fd, chunk)
+                    write_all(self.stderr_fd, chunk)
                 except OSError:
                     tee = False
             self._tee(Direction.S2C, Channel.STDERR, chunk, mono, wall)

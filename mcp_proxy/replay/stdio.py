@@ -13,15 +13,10 @@ import time
 from typing import Any
 
 from mcp_proxy.errors import UserError
+from mcp_proxy.osutil import write_all
 from mcp_proxy.recording.model import SessionRecording
 from mcp_proxy.replay.drive import DEFAULT_TIMEOUT, Live, ReplayResult, drive, linked_result
 from mcp_proxy.replay.plan import outstanding_requests, plan, recorded_states
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def replay_stdio(
@@ -81,10 +76,14 @@ def replay_stdio(
             time.sleep(0.01)
         if "error" in outcome:
             raise outcome["error"]
+
+        def send(data: bytes) -> None:
+            write_all(c2s_w, data)
+
         drive(
             actions,
             expected,
-            lambda data: _write_all(c2s_w, data),
+            send,
             live,
             states=dict(recorded_states(session)),
             timeout=timeout,

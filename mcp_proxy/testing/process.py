@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import IO, Literal
 
+from mcp_proxy.osutil import stop_process
+
 __all__ = [
     "READY_PREFIX",
     "ServerStartError",
@@ -75,18 +77,6 @@ def server_argv(
         argv += ["--state-key", state_key]
     argv += list(extra_args)
     return argv
-
-
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> int | None:
-    """Terminate ``proc`` by its pid (SIGTERM, then SIGKILL after ``timeout``) and reap it."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout)
-    return proc.returncode
 
 
 @contextmanager

@@ -75,9 +75,12 @@ async def test_host_sigterm_after_unanswered_roots_list_is_not_a_crash(db_path: 
     assert "transport.exit_with_pending" not in codes, codes["transport.exit_with_pending"].title
     assert "transport.server_crashed" not in codes
     roots = next(e for e in a.exchanges if e.method == "roots/list")
-    assert roots.direction == "s2c" and roots.outcome == "no_response"
-    no_resp = codes["exchange.no_response"]
-    assert no_resp.severity == "warning" and no_resp.frame_seqs == [roots.request_seq]
+    # The SDK client may still answer the pending roots/list with an error as it closes; when
+    # that answer reached the relay before the server went, it is recorded (and is the truth).
+    assert roots.direction == "s2c" and roots.outcome in ("no_response", "error")
+    if roots.outcome == "no_response":
+        no_resp = codes["exchange.no_response"]
+        assert no_resp.severity == "warning" and no_resp.frame_seqs == [roots.request_seq]
     assert not [f for f in a.findings if f.severity == "error"], [f.code for f in a.findings]
 
 
@@ -109,7 +112,7 @@ async def test_crash_with_server_request_pending_blames_only_host_requests(db_pa
     lost = codes["transport.exit_with_pending"]
     assert "roots/list" not in lost.title and "tools/call roots" in lost.title, lost.title
     roots = next(e for e in a.exchanges if e.method == "roots/list")
-    assert roots.outcome == "no_response"
+    assert roots.outcome in ("no_response", "error")  # the client may answer it as it closes
 
 
 async def _call_ignoring_errors(client: object, tool: str) -> None:

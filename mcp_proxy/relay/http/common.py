@@ -19,6 +19,7 @@ from yarl import URL
 from mcp_proxy.errors import UserError
 from mcp_proxy.frames import Frame
 from mcp_proxy.headers import HOP_BY_HOP
+from mcp_proxy.netutil import is_loopback
 from mcp_proxy.redact import Redactor
 
 if TYPE_CHECKING:
@@ -211,15 +212,6 @@ def decompress(body: bytes, encoding: str) -> bytes | None:
     except zlib.error:
         return None
     return None
-
-
-def is_loopback(host: str) -> bool:
-    if host in ("localhost",):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class RecorderLike(Protocol):
