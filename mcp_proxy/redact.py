@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
+from mcp_proxy.errors import UserError
 from mcp_proxy.frames import Channel, Frame, strip_line_end
 
 __all__ = [
@@ -566,3 +567,26 @@ def redactor_from_env(environ: dict[str, str] | None = None) -> Redactor | None:
     except (ValueError, TypeError, AttributeError):
         # A garbled policy must not turn redaction off: fall back to the defaults.
         return Redactor()
+
+
+def redactor_for_recording(
+    enabled: bool, headers: Sequence[str] = (), paths: Sequence[str] = ()
+) -> Redactor:
+    """The policy a recording command was given (``--no-redact``, ``--redact-header``,
+    ``--redact-path``): a bad path is one clear line, and switching redaction off says so loudly
+    on stderr, once, for every transport."""
+    import sys
+
+    try:
+        redactor = Redactor.from_options(enabled=enabled, headers=headers, paths=paths)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    if not enabled:
+        print(
+            "mcptape: WARNING: redaction is OFF (--no-redact). Authorization headers, cookies, "
+            "API keys, OAuth tokens and secrets will be written to the database IN CLEAR TEXT. "
+            "Use this only for local debugging, and delete the recording afterwards.",
+            file=sys.stderr,
+            flush=True,
+        )
+    return redactor

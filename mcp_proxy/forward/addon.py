@@ -52,6 +52,7 @@ from mcp_proxy.framing import SSEEvent, SSEParser
 from mcp_proxy.headers import mcp_headers
 from mcp_proxy.recorder.contract import Producer
 from mcp_proxy.redact import ENV_REDACT, Redactor
+from mcp_proxy.relay.http.common import default_reason, meta_body
 from mcp_proxy.relay.http.sessions import (
     RULE_CLIENT,
     RULE_LEGACY_SSE,
@@ -71,7 +72,6 @@ log = logging.getLogger("mcptape.forward")
 #: The most bytes of one body kept for the recording (everything is forwarded).
 MAX_RECORDED_BODY = 64 << 20
 #: Non-MCP bodies (OAuth, discovery documents) are kept in exchange meta up to this size.
-META_BODY_LIMIT = 64 << 10
 #: Responses with a Content-Length above this (or none, when not JSON) are streamed, not
 #: buffered by mitmproxy.
 STREAM_ABOVE = 1 << 20
@@ -457,7 +457,7 @@ class McpTape:
                     ),
                 )
             else:
-                meta["request_body"] = self._meta_body(body, ctype)
+                meta["request_body"] = meta_body(self.redactor, body, ctype)
         # Where it belongs, when the request says so.
         router = ex.router
         sid = view.header("mcp-session-id")
@@ -526,7 +526,7 @@ class McpTape:
             "response_headers": rec_headers,
             "first_byte_at": resp.timestamp_start or time.time(),
         }
-        if resp.reason and resp.reason != _default_reason(resp.status_code):
+        if resp.reason and resp.reason != default_reason(resp.status_code):
             ex.meta["reason"] = resp.reason
         encoding = resp.headers.get("content-encoding", "").strip().lower()
         if encoding and encoding != "identity":
@@ -770,23 +770,7 @@ class McpTape:
                 ),
             )
         else:
-            ex.meta["response_body"] = self._meta_body(body, ctype)
-
-    def _meta_body(self, raw: bytes, ctype: str | None) -> dict[str, Any]:
-        """A non-MCP body for the exchange's metadata: redacted, capped, text when it is text."""
-        head = raw[:META_BODY_LIMIT]
-        red, changed = self.redactor.body(head, ctype)
-        out: dict[str, Any] = {"size": len(raw), "content_type": ctype}
-        try:
-            out["text"] = red.decode("utf-8")
-        except UnicodeDecodeError:
-            out["text"] = None
-            out["binary"] = True
-        if len(raw) > META_BODY_LIMIT:
-            out["truncated"] = True
-        if changed:
-            out["redacted"] = True
-        return out
+            ex.meta["response_body"] = meta_body(self.redactor, body, ctype)
 
 
 def _decode(body: bytes, encoding: str) -> bytes | None:
@@ -797,22 +781,6 @@ def _decode(body: bytes, encoding: str) -> bytes | None:
     except Exception:
         return None
     return out if isinstance(out, bytes) else None
-
-
-_REASONS: dict[int, str] = {}
-
-
-def _default_reason(status: int) -> str:
-    reason = _REASONS.get(status)
-    if reason is None:
-        from http import HTTPStatus
-
-        try:
-            reason = HTTPStatus(status).phrase
-        except ValueError:
-            reason = ""
-        _REASONS[status] = reason
-    return reason
 
 
 # body_facts is re-exported for the OAuth linker and tests (one parser of request bodies).

@@ -18,7 +18,7 @@ refresh, in the middle of one), and on origins the MCP session never touches. So
   that never succeeded (token endpoint error, 401 loop) is recorded too.
 
 Secrets: every OAuth body is kept only as redacted exchange metadata (``meta.request_body`` /
-``meta.response_body``, see :meth:`McpTape._meta_body`), never as a frame; the Authorization and
+``meta.response_body``, see :func:`mcp_proxy.relay.http.common.meta_body`), never as a frame; the Authorization and
 cookie headers are redacted like everywhere else.
 """
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_proxy.errors import UserError
-from mcp_proxy.redact import ENV_REDACT, Redactor
+from mcp_proxy.redact import ENV_REDACT, Redactor, redactor_for_recording
 
 __all__ = ["ENV_CONFDIR", "ca_cert_path", "environment_lines", "record_forward"]
 
@@ -205,19 +205,9 @@ def record_forward(
     from mcp_proxy.forward import require_mitmproxy
 
     require_mitmproxy()
-    try:
-        redactor = Redactor.from_options(enabled=redact, headers=redact_headers, paths=redact_paths)
-    except ValueError as exc:
-        raise UserError(str(exc)) from exc
-    if not redact:
-        print(
-            "mcptape: WARNING: redaction is OFF (--no-redact). Authorization headers, cookies, "
-            "API keys, OAuth tokens and secrets will be written to the database IN CLEAR TEXT.",
-            file=sys.stderr,
-            flush=True,
-        )
+    redactor = redactor_for_recording(redact, redact_headers, redact_paths)
     logging.getLogger("mitmproxy").setLevel(logging.WARNING)
-    from mcp_proxy.relay.http.run import _loop_factory
+    from mcp_proxy.relay.http.run import loop_factory
 
     try:
         return asyncio.run(
@@ -229,7 +219,7 @@ def record_forward(
                 redactor=redactor,
                 idle_cut=idle_cut,
             ),
-            loop_factory=_loop_factory(),
+            loop_factory=loop_factory(),
         )
     except KeyboardInterrupt:
         return 130

@@ -346,23 +346,12 @@ def record_stdio(
         # default, or the user's own policy from MCPTAPE_REDACT, passed on as it is.
         policy = env_value if env_value.startswith("{") else "1"
     else:
-        from mcp_proxy.redact import Redactor
+        from mcp_proxy.redact import redactor_for_recording  # warns once when it is off
 
-        try:
-            policy = Redactor.from_options(
-                enabled=redact, headers=redact_headers, paths=redact_paths
-            ).to_env()
-        except ValueError as exc:
-            raise UserError(f"--redact-path: {exc}") from exc
-    enabled = redact
+        policy = redactor_for_recording(redact, redact_headers, redact_paths).to_env()
     meta = None
-    if not enabled:
+    if not redact:
         meta = {"redaction": "off (--no-redact): credentials are recorded in clear"}
-        print(
-            "mcptape: WARNING: redaction is OFF: credentials in messages are recorded in clear",
-            file=sys.stderr,
-            flush=True,
-        )
     recorder = RecorderClient(db_url, env={"MCPTAPE_REDACT": policy})
     relay = StdioRelay(
         argv, recorder=recorder, name=name, release_stdout_at_eof=True, session_meta=meta

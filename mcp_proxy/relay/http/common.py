@@ -184,6 +184,26 @@ class Target:
         self.path_qs = url.raw_path_qs or "/"
 
 
+def meta_body(redactor: Redactor, raw: bytes, ctype: str | None) -> dict[str, Any]:
+    """A non-MCP body for an exchange's metadata: redacted, capped, text when it is text.
+
+    Shared by the reverse relay and the forward proxy, so both record OAuth and other plain
+    HTTP bodies the same way."""
+    head = raw[:META_BODY_LIMIT]
+    red, changed = redactor.body(head, ctype)
+    out: dict[str, Any] = {"size": len(raw), "content_type": ctype}
+    try:
+        out["text"] = red.decode("utf-8")
+    except UnicodeDecodeError:
+        out["text"] = None
+        out["binary"] = True
+    if len(raw) > META_BODY_LIMIT:
+        out["truncated"] = True
+    if changed:
+        out["redacted"] = True
+    return out
+
+
 _REASONS: dict[int, str] = {}
 
 

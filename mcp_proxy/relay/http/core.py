@@ -22,13 +22,13 @@ from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.headers import mcp_headers
 from mcp_proxy.relay.http.common import (
     MAX_RECORDED_BODY,
-    META_BODY_LIMIT,
     HostCheck,
     RecorderLike,
     RelayConfig,
     Target,
     jsonrpc_error_body,
 )
+from mcp_proxy.relay.http.common import meta_body as summarize_body
 from mcp_proxy.relay.http.exchange import REGISTER_AFTER, Exchange
 from mcp_proxy.relay.http.sessions import (
     RULE_CLIENT,
@@ -150,7 +150,7 @@ class RelayCore:
                     )
                 )
             else:
-                meta["request_body"] = self._meta_body(body, ex.req_ctype)
+                meta["request_body"] = self.meta_body(body, ex.req_ctype)
         if not ex.attached:
             # Wait only where the response names the session: ``initialize`` (its
             # Mcp-Session-Id), a GET that may open a legacy SSE stream (its endpoint event),
@@ -288,23 +288,10 @@ class RelayCore:
                 )
             )
         else:
-            ex.meta["request_body"] = self._meta_body(raw, ex.req_ctype)
+            ex.meta["request_body"] = self.meta_body(raw, ex.req_ctype)
 
-    def _meta_body(self, raw: bytes, ctype: str | None) -> dict[str, Any]:
-        """A non-MCP body for the exchange's metadata: redacted, capped, text when it is text."""
-        head = raw[:META_BODY_LIMIT]
-        red, changed = self.redactor.body(head, ctype)
-        out: dict[str, Any] = {"size": len(raw), "content_type": ctype}
-        try:
-            out["text"] = red.decode("utf-8")
-        except UnicodeDecodeError:
-            out["text"] = None
-            out["binary"] = True
-        if len(raw) > META_BODY_LIMIT:
-            out["truncated"] = True
-        if changed:
-            out["redacted"] = True
-        return out
+    def meta_body(self, raw: bytes, ctype: str | None) -> dict[str, Any]:
+        return summarize_body(self.redactor, raw, ctype)
 
     # ------------------------------------------------------------------ the response
 

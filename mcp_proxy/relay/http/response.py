@@ -481,7 +481,7 @@ class ResponseSide(RelayCore):
                 )
             )
         else:
-            ex.meta["response_body"] = self._meta_body(body, ctype)
+            ex.meta["response_body"] = self.meta_body(body, ctype)
 
     def _sse_events(
         self, ex: Exchange, events: list[SSEEvent] | None, is_mcp: bool, complete: bool = True
