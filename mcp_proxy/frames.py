@@ -28,6 +28,9 @@ class Channel(StrEnum):
     STDERR = "stderr"  # a line the server wrote on stderr
     HTTP = "http"  # a JSON-RPC message in an HTTP request or JSON response body
     SSE = "sse"  # one SSE event's data
+    #: Bytes mcptape itself put on the wire in a peer's place (fault injection, docs/faults.md):
+    #: the frame the receiver really got, beside the frame the sender really sent.
+    INJECT = "inject"
 
 
 class Kind(StrEnum):
