@@ -300,7 +300,10 @@ def mock(
         typer.Option("--record-mode", help="none (serve only), once, new_episodes or all."),
     ] = RecordMode.none,
     upstream: Annotated[
-        str | None, typer.Option("--upstream", help="Real Streamable HTTP server for misses.")
+        str | None,
+        typer.Option(
+            "--upstream", help="Real HTTP server for misses (a path ending in /sse: legacy)."
+        ),
     ] = None,
     ignore: IgnoreOption = None,
     no_repeat: Annotated[
@@ -310,12 +313,28 @@ def mock(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait for a client or upstream answer.")
     ] = 30.0,
+    fault: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fault",
+            help="A fault rule, e.g. 'error code=-32000 method=tools/call name=search' or"
+            " 'http status=429 header=Retry-After:1' (repeatable; see docs/faults.md).",
+        ),
+    ] = None,
+    faults_file: Annotated[
+        str | None,
+        typer.Option("--faults", help="A TOML file of fault rules, re-read when it changes."),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Seed for rules with p= (repeatable runs).")
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Stand in for a server, answering from a recording (stdio, or HTTP with --port).
 
     mcptape mock recordings/basic.mcptape.jsonl                  # a host launches this
     mcptape mock recordings/basic.mcptape.jsonl --port 8765      # http://127.0.0.1:8765/mcp
+    mcptape mock recordings/basic.mcptape.jsonl --fault 'delay ms=2000 name=slow'
     """
     from mcp_proxy.mock import MockOptions, run_mock
     from mcp_proxy.mock.serve import check_port
@@ -346,6 +365,9 @@ def mock(
                 repeat_last=not no_repeat,
                 timeout=timeout,
                 db=db,
+                faults=list(fault or []),
+                faults_file=faults_file,
+                seed=seed,
             ),
             ready=announce,
         )
