@@ -139,8 +139,15 @@ class MockFaults:
             return Verdict(consumed=True, status=status, headers=headers, body=body)
         if action == "disconnect":
             mode = str(s["mode"])
+            if mode == "end-stream" and decision.direction == "c2s":
+                # The request is served; the stream that carries its answer ends early.
+                return Verdict(disconnect=mode, after=int(s.get("after") or 0))
             if mode == "kill":
-                os.kill(os.getpid(), getattr(signal, f"SIG{s.get('signal') or 'TERM'}"))
+                # Die of the signal as a server does: the mock's own graceful SIGTERM/SIGINT
+                # handling (finish, write the file) is exactly what a crash does not do.
+                signum = getattr(signal, f"SIG{s.get('signal') or 'TERM'}")
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
             return Verdict(consumed=True, disconnect=mode, after=int(s.get("after") or 0))
         if action == "drop":
             return Verdict(payloads=[], consumed=True, decision=decision)

@@ -187,6 +187,8 @@ class HttpMock:
         headers = {"Mcp-Session-Id": new_sid} if new_sid else {}
         if verdict is not None and verdict.consumed:
             return await self.injected(request, verdict, headers, mock.ask_timeout)
+        if verdict is not None and verdict.disconnect == "end-stream":
+            return await self.answer(request, mock, msg, headers, end_after=verdict.after)
         if (
             not isinstance(msg, dict)
             or not isinstance(msg.get("method"), str)
@@ -197,7 +199,12 @@ class HttpMock:
         return await self.answer(request, mock, msg, headers)
 
     async def answer(
-        self, request: web.Request, mock: MockSession, msg: dict[str, Any], headers: dict[str, str]
+        self,
+        request: web.Request,
+        mock: MockSession,
+        msg: dict[str, Any],
+        headers: dict[str, str],
+        end_after: int | None = None,
     ) -> web.StreamResponse:
         out: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
@@ -224,18 +231,19 @@ class HttpMock:
         if verdict.status is not None:  # the response had not started: a status instead
             await drain()
             return web.Response(status=verdict.status, headers=verdict.headers, body=verdict.body)
-        if verdict.disconnect:
+        limit = verdict.after if verdict.disconnect == "end-stream" else end_after
+        if verdict.disconnect and limit is None:
             await drain()
             return self.cut(request, verdict.disconnect)
-        payloads = verdict.sends(raw)
+        payloads = [raw] if limit is not None else verdict.sends(raw)
         is_response = "method" not in first and first.get("id") == msg.get("id")
-        if is_response and len(payloads) == 1 and not (gate and gate.held):
+        if is_response and len(payloads) == 1 and limit is None and not (gate and gate.held):
             await task
             return web.Response(body=payloads[0], headers=headers, content_type="application/json")
         resp = web.StreamResponse(status=200, headers={**headers, **SSE_HEADERS})
         await resp.prepare(request)
         stream = self.state.new_stream()
-        await self._stream_out(request, resp, stream, out, payloads, gate)
+        await self._stream_out(request, resp, stream, out, payloads, gate, limit)
         await task
         if is_response and not payloads and gate is not None:
             # The response was dropped: the client waits, as for a server that never answers.
@@ -253,6 +261,7 @@ class HttpMock:
         out: asyncio.Queue[dict[str, Any] | None],
         payloads: list[bytes],
         gate: Gate | None,
+        limit: int | None = None,
     ) -> None:
         """Write the exchange's frames as SSE events, through the fault gate when there is one.
 
@@ -260,7 +269,7 @@ class HttpMock:
         client is gone or a fault ended the stream early.
         """
         ended = False  # the client's stream is over (a fault ended it, or the client left)
-        limit: int | None = None  # end-stream: events still to write before ending
+        # ``limit``: with end-stream, the events still to write before the stream ends.
         try:
             while True:
                 for data in payloads:

@@ -44,8 +44,14 @@ async def serve_stdio(
     lock = asyncio.Lock()
     gate = faults.gate() if faults else None
     out_open = True
+    frames_left: int | None = None  # end-stream: frames still to send before the output ends
 
     async def write(data: bytes) -> None:
+        nonlocal frames_left
+        if frames_left is not None:
+            if frames_left <= 0:
+                close_output()
+            frames_left -= 1
         if out_open:
             async with lock:
                 await loop.run_in_executor(None, _write_quietly, stdout_fd, data)
@@ -65,12 +71,15 @@ async def serve_stdio(
                 await write(payload + b"\n")
 
     async def send(msg: dict[str, Any]) -> None:
+        nonlocal frames_left
         data = encode(msg)
         if gate is None:
             await write(data + b"\n")
             return
         verdict = await gate.out(data)
-        if verdict.disconnect:
+        if verdict.disconnect == "end-stream":
+            frames_left = verdict.after
+        elif verdict.disconnect:
             close_output()
             return
         for payload in verdict.sends(data):
@@ -83,9 +92,12 @@ async def serve_stdio(
         task.add_done_callback(session.tasks.discard)
 
     async def handle(line: bytes) -> None:
+        nonlocal frames_left
         if faults is not None:
             verdict = await faults.inbound(line)
-            if verdict is not None and verdict.disconnect:
+            if verdict is not None and verdict.disconnect == "end-stream" and not verdict.consumed:
+                frames_left = verdict.after  # over stdio the one stream is the whole output
+            elif verdict is not None and verdict.disconnect:
                 close_output()
                 return
             if verdict is not None and verdict.consumed:

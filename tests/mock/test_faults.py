@@ -9,15 +9,22 @@ error, the ``isError`` result, the timeout, the closed connection — must be th
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from mcp import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
+from mcp_proxy.childproc import AnnouncedChild
 from mcp_proxy.testing.client import make_client, tool_text
+from mcp_proxy.testing.process import start_http_server
+from tests.conftest import mcptape_cmd
 from tests.travel.conftest import PY, RECORDINGS, child_env, server
 
 pytestmark = pytest.mark.timeout(240)
@@ -102,3 +109,102 @@ async def test_stdio_faults_look_like_a_real_failing_server() -> None:
         faulty = await outcome(lambda: mock.call_tool("slow", {"steps": 3, "delay": 0.05}))
         genuine = await outcome(lambda: real.call_tool("crash", {}))
         assert faulty == genuine and faulty[0] == "MCPError", (faulty, genuine)
+
+
+HTTP_RULES = [
+    "http status=429 header=Retry-After:7 body='slow down' name=add",
+    "error code=-32000 message='deliberate protocol error' name=echo",
+    "disconnect mode=end-stream after=2 name=slow",
+    "disconnect mode=reset direction=s2c name=log nth=1",
+    "disconnect mode=kill direction=s2c name=log",  # counts only what the reset rule left
+]
+
+
+@contextlib.contextmanager
+def faulty_http(*rules: str) -> Iterator[str]:
+    argv = [*mcptape_cmd(), "mock", BASIC, "--port", "0"]
+    for rule in rules:
+        argv += ["--fault", rule]
+    child = AnnouncedChild(
+        argv, lambda line: line.rsplit(" at ", 1)[1] if " at http://" in line else None, "mock"
+    )
+    try:
+        yield child.start(60.0)
+    finally:
+        child.stop()
+
+
+def post(url: str, msg: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+    try:
+        conn.request(
+            "POST",
+            parts.path,
+            body=json.dumps(msg).encode(),
+            headers={
+                "Accept": "application/json, text/event-stream",
+                "Content-Type": "application/json",
+            },
+        )
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
+async def in_session(url: str, call: Callable[[Any], Awaitable[Any]]) -> tuple[str, Any]:
+    """One client session over HTTP running ``call``: what the client observed, including an
+    error the SDK's transport raises as the session ends (a connection that died)."""
+    try:
+        async with make_client(url, mode="legacy") as client:
+            return await outcome(lambda: call(client))
+    except Exception as exc:
+        return "transport", sorted({type(leaf).__name__ for leaf in _leaves(exc)})
+
+
+async def test_http_faults_look_like_a_real_failing_server() -> None:
+    with (
+        faulty_http(*HTTP_RULES) as url,
+        start_http_server("basic,slow,failing,crash", name="mcptape-test") as (real_url, _),
+    ):
+        # The wire: a 429 with its Retry-After and body, as a rate-limiting server sends it.
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+        status, headers, body = post(url, {**call, "params": {"name": "add", "arguments": {}}})
+        assert (status, headers.get("retry-after"), body) == (429, "7", b"slow down")
+
+        faulty = await in_session(url, lambda c: c.call_tool("echo", {"text": "hello, wire"}))
+        genuine = await in_session(real_url, lambda c: c.call_tool("protocol_error", {}))
+        assert faulty == genuine == ("MCPError", (-32000, "deliberate protocol error"))
+
+        # end-stream: the SSE stream breaks after two events; the SDK client resumes it with
+        # Last-Event-ID and gets the result, as from a server with an event store.
+        slow = {"steps": 3, "delay": 0.01}
+        kind, done = await in_session(url, lambda c: c.call_tool("slow", slow))
+        assert kind == "ok" and tool_text(done) == "done after 3 steps", (kind, done)
+
+        # http 429 through the SDK client.
+        limited = await in_session(url, lambda c: c.call_tool("add", {"a": 2, "b": 3}))
+        assert limited[0] != "ok", limited
+
+        # reset: the connection dies after the stream began with a log message; the server is
+        # still there, so the SDK client resumes the stream and gets its answer.
+        log = {"message": "scripted log", "level": "warning"}
+        kind, logged = await in_session(url, lambda c: c.call_tool("log", log, READ_TIMEOUT * 5))
+        assert kind == "ok" and tool_text(logged) == "logged at warning", (kind, logged)
+
+        # kill: the server dies mid-call, after its log message — as a server process that
+        # crashes after its progress and log.
+        faulty = await in_session(url, lambda c: c.call_tool("log", log, READ_TIMEOUT * 5))
+        genuine = await in_session(real_url, lambda c: c.call_tool("crash", {}, READ_TIMEOUT * 5))
+        # The same error; the mock's events carry ids (it keeps them, as a server with an event
+        # store), so the SDK client first tries to resume — the test server's carry none.
+        assert faulty[0] == genuine[0] == "MCPError", (faulty, genuine)
+        assert faulty[1][0] == genuine[1][0] and faulty[1][1].startswith("SSE stream ended")
+        assert genuine[1][1].startswith("SSE stream ended"), genuine
