@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_proxy.errors import UserError
-from mcp_proxy.faults import Decision, FaultEngine, RulesFile, parse_rule
+from mcp_proxy.faults import Decision, FaultEngine, Rule, RulesFile, parse_rule
 from mcp_proxy.faults.actions import corrupt, error_response, tool_error_response
 from mcp_proxy.faults.engine import MessageFacts
 
@@ -94,10 +94,26 @@ def _status(settings: Any) -> tuple[int, dict[str, str], bytes]:
 class MockFaults:
     """The rules of one mock process (one engine: ``nth``/``times`` count across sessions)."""
 
-    def __init__(self, engine: FaultEngine, *, http: bool) -> None:
+    def __init__(
+        self,
+        engine: FaultEngine,
+        *,
+        http: bool,
+        fixed: Sequence[Rule] = (),
+        source: RulesFile | None = None,
+    ) -> None:
         self.engine = engine
         self.http = http
         self.fired: list[Decision] = []
+        # The command line's rules stay when the rules file changes (the engine's own
+        # ``source`` would replace them with the file's), so the file is watched here.
+        self._fixed = list(fixed)
+        self._source = source
+
+    def _decide(self, direction: str, raw: bytes) -> Decision | None:
+        if self._source is not None and self._source.changed():
+            self.engine.replace_rules([*self._fixed, *self._source.rules])
+        return self.engine.decide(direction, raw)
 
     @classmethod
     def build(
@@ -120,7 +136,8 @@ class MockFaults:
                     raise UserError(
                         f"fault {rule.describe()!r}: an HTTP status needs the HTTP mock (--port)"
                     )
-        return cls(FaultEngine(parsed, seed=seed, source=source), http=http)
+        engine = FaultEngine([*parsed, *(source.rules if source else [])], seed=seed)
+        return cls(engine, http=http, fixed=parsed, source=source)
 
     async def _common(self, decision: Decision, raw: bytes) -> Verdict | None:
         """delay/throttle (then go on), http, disconnect, drop; None: action-specific."""
@@ -155,7 +172,7 @@ class MockFaults:
 
     async def inbound(self, raw: bytes) -> Verdict | None:
         """A client message the mock is about to handle (None: handle it as it is)."""
-        decision = self.engine.decide("c2s", raw)
+        decision = self._decide("c2s", raw)
         if decision is None:
             return None
         self.fired.append(decision)
@@ -178,7 +195,7 @@ class MockFaults:
 
     async def outbound(self, raw: bytes) -> Verdict | None:
         """A message the mock is about to send (None: send it as it is)."""
-        decision = self.engine.decide("s2c", raw)
+        decision = self._decide("s2c", raw)
         if decision is None:
             return None
         self.fired.append(decision)

@@ -9,11 +9,13 @@ error, the ``isError`` result, the timeout, the closed connection — must be th
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.client
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -114,15 +116,17 @@ async def test_stdio_faults_look_like_a_real_failing_server() -> None:
 HTTP_RULES = [
     "http status=429 header=Retry-After:7 body='slow down' name=add",
     "error code=-32000 message='deliberate protocol error' name=echo",
-    "disconnect mode=end-stream after=2 name=slow",
+    "disconnect mode=end-stream after=2 name=slow times=1",
     "disconnect mode=reset direction=s2c name=log nth=1",
     "disconnect mode=kill direction=s2c name=log",  # counts only what the reset rule left
 ]
 
 
 @contextlib.contextmanager
-def faulty_http(*rules: str) -> Iterator[str]:
+def faulty_http(*rules: str, faults_file: Path | None = None) -> Iterator[str]:
     argv = [*mcptape_cmd(), "mock", BASIC, "--port", "0"]
+    if faults_file is not None:
+        argv += ["--faults", str(faults_file)]
     for rule in rules:
         argv += ["--fault", rule]
     child = AnnouncedChild(
@@ -169,9 +173,36 @@ async def in_session(url: str, call: Callable[[Any], Awaitable[Any]]) -> tuple[s
         return "transport", sorted({type(leaf).__name__ for leaf in _leaves(exc)})
 
 
-async def test_http_faults_look_like_a_real_failing_server() -> None:
+REORDER = """
+[[fault]]
+action = "reorder"
+direction = "s2c"
+method = "notifications/progress"
+nth = 1
+
+[[fault]]
+action = "duplicate"
+direction = "s2c"
+method = "notifications/message"
+nth = 3
+"""
+
+
+def sse_methods(body: bytes) -> list[str]:
+    """The method (or "response") of each SSE event of a POST's answer."""
+    out = []
+    for line in body.replace(b"\r\n", b"\n").split(b"\n"):
+        if line.startswith(b"data: "):
+            msg = json.loads(line[6:])
+            out.append(msg.get("method", "response").rsplit("/", 1)[-1])
+    return out
+
+
+async def test_http_faults_look_like_a_real_failing_server(tmp_path: Path) -> None:
+    rules_file = tmp_path / "faults.toml"
+    rules_file.write_text("# no faults yet\n")
     with (
-        faulty_http(*HTTP_RULES) as url,
+        faulty_http(*HTTP_RULES, faults_file=rules_file) as url,
         start_http_server("basic,slow,failing,crash", name="mcptape-test") as (real_url, _),
     ):
         # The wire: a 429 with its Retry-After and body, as a rate-limiting server sends it.
@@ -198,6 +229,25 @@ async def test_http_faults_look_like_a_real_failing_server() -> None:
         log = {"message": "scripted log", "level": "warning"}
         kind, logged = await in_session(url, lambda c: c.call_tool("log", log, READ_TIMEOUT * 5))
         assert kind == "ok" and tool_text(logged) == "logged at warning", (kind, logged)
+
+        # The rules file is re-read when it changes: now the first progress notification is
+        # overtaken by the log after it, and the third log is sent twice.
+        rules_file.write_text(REORDER)
+        await asyncio.sleep(0.5)
+        slow_call = {**call, "params": {"name": "slow", "arguments": slow}}
+        slow_call["params"]["_meta"] = {"progressToken": "p"}
+        status, _, body = post(url, slow_call)
+        assert status == 200
+        assert sse_methods(body) == [
+            "message",
+            "progress",
+            "progress",
+            "message",
+            "progress",
+            "message",
+            "message",
+            "response",
+        ]
 
         # kill: the server dies mid-call, after its log message — as a server process that
         # crashes after its progress and log.
