@@ -193,8 +193,9 @@ def replay(
     all:    mcptape replay recordings/ --format junit -- python -m my_server
 
     A directory replays every *.mcptape.jsonl in it (each session of each file), keeps going
-    after a difference, and exits 1 if any differed; a [replay."GLOB"] table in the
-    mcptape.toml beside the recordings names another server for the files it matches.
+    after a difference, and exits 1 if any differed; a replay."GLOB" table (command = ... or
+    upstream = ...) in the mcptape.toml beside the recordings names another server for the
+    files it matches.
     """
     from mcp_proxy.normalize import JsonPathError, Normalizer
 
