@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,6 +67,7 @@ class Rig:
         )
         self.proxy = LiveClient(params)
         self.direct = LiveClient(faulty_params())
+        self.baseline: dict[str, int] = {}
 
     def set_rules(self, *rules: dict[str, Any]) -> None:
         """New rules; the relay picks them up at the next message (re-read at most every
@@ -73,6 +75,15 @@ class Rig:
         self.rules.write_text(toml(*rules))
         time.sleep(0.3)
         self.proxy.run(lambda c: c.send_ping())
+        time.sleep(0.1)  # what earlier tests caused is written by now (counted by `recorded`)
+        self.baseline = (
+            {
+                str(r["code"]): int(r["n"])
+                for r in rdb.rows(self.db, "SELECT code, COUNT(*) AS n FROM findings GROUP BY code")
+            }
+            if self.db.exists()
+            else {}
+        )
 
     def session_id(self) -> str:
         rows = [s for s in rdb.sessions(self.db) if s["name"] == "shared"]
@@ -97,9 +108,10 @@ def timed(client: LiveClient, name: str, args: dict[str, Any]) -> tuple[Any, flo
     return result, time.monotonic() - began
 
 
-def recorded(db: Path, sid: str, code: str, *, count: int = 1) -> tuple[list[dict], list[dict]]:
-    """The session's frames and its ``code`` findings, once ``count`` of them are written."""
+def recorded(rig: Rig, code: str) -> tuple[list[dict], list[dict]]:
+    """The session's frames and its ``code`` findings, once this test's one is written."""
     found: list[dict] = []
+    db, sid, count = rig.db, rig.session_id(), rig.baseline.get(code, 0) + 1
 
     def ready() -> bool:
         found[:] = rdb.rows(
@@ -140,7 +152,7 @@ def test_delay_holds_the_answer_like_a_slow_server(rig: Rig) -> None:
     direct, direct_took = timed(rig.direct, "misbehave", {"kind": "late", "ms": 400})
     assert through == direct == ("result", False, "hello")
     assert took >= 0.4 and direct_took >= 0.4
-    frames, findings = recorded(rig.db, rig.session_id(), "inject.delay")
+    frames, findings = recorded(rig, "inject.delay")
     detail = json.loads(findings[-1]["detail"])
     assert detail["direction"] == "s2c" and 399 <= detail["delay_ms"] <= 401
     assert findings[-1]["severity"] == "info"
@@ -155,7 +167,7 @@ def test_throttle_slows_the_bytes_not_the_content(rig: Rig) -> None:
     direct = call(rig.direct, "echo", {"text": text})
     assert through == direct == ("result", False, text)
     assert took >= 0.45  # ≥ 2000 bytes (text + structured copy) at 4000 B/s
-    _, findings = recorded(rig.db, rig.session_id(), "inject.throttle")
+    _, findings = recorded(rig, "inject.throttle")
     assert json.loads(findings[-1]["detail"])["bps"] == 4000
 
 
@@ -165,7 +177,7 @@ def test_drop_request_is_a_server_that_never_answers(rig: Rig) -> None:
     direct = call(rig.direct, "misbehave", {"kind": "silent"}, TIMEOUT)
     assert through == direct
     assert through[:3] == ("raised", "MCPError", -32001)  # "timed out"
-    frames, _ = recorded(rig.db, rig.session_id(), "inject.drop")
+    frames, _ = recorded(rig, "inject.drop")
     rid = last_call_id(frames, "echo")
     assert by_id(frames, rid, channel="stdio", direction="c2s")  # the host sent it
     assert not by_id(frames, rid, channel="stdio", direction="s2c")  # the server never saw it
@@ -176,7 +188,7 @@ def test_drop_response_is_recorded_but_never_delivered(rig: Rig) -> None:
     through = call(rig.proxy, "echo", {"text": "answered, not delivered"}, TIMEOUT)
     direct = call(rig.direct, "misbehave", {"kind": "silent"}, TIMEOUT)
     assert through == direct
-    frames, _ = recorded(rig.db, rig.session_id(), "inject.drop", count=2)
+    frames, _ = recorded(rig, "inject.drop")
     rid = last_call_id(frames, "echo")
     sent = by_id(frames, rid, channel="stdio", direction="s2c")
     assert len(sent) == 1 and b"answered, not delivered" in sent[0]["raw"]
@@ -190,7 +202,7 @@ def test_error_answers_the_request_in_the_servers_place(rig: Rig) -> None:
     through = call(rig.proxy, "echo", {"text": "x"})
     direct = call(rig.direct, "protocol_error", {"code": -32001, "message": "down"})
     assert through == direct == ("raised", "MCPError", -32001, "down")
-    frames, _ = recorded(rig.db, rig.session_id(), "inject.error")
+    frames, _ = recorded(rig, "inject.error")
     rid = last_call_id(frames, "echo")
     injected = by_id(frames, rid, channel="inject", direction="s2c")
     assert len(injected) == 1 and injected[0]["kind"] == "error"
@@ -204,7 +216,7 @@ def test_error_replaces_the_servers_response(rig: Rig) -> None:
     through = call(rig.proxy, "add", {"a": 1, "b": 2})
     direct = call(rig.direct, "protocol_error", {"code": -32002, "message": "gone"})
     assert through == direct == ("raised", "MCPError", -32002, "gone")
-    frames, _ = recorded(rig.db, rig.session_id(), "inject.error", count=2)
+    frames, _ = recorded(rig, "inject.error")
     rid = last_call_id(frames, "add")
     real = by_id(frames, rid, channel="stdio", direction="s2c")
     fake = by_id(frames, rid, channel="inject", direction="s2c")
@@ -217,7 +229,7 @@ def test_tool_error_is_an_is_error_result(rig: Rig) -> None:
     through = call(rig.proxy, "echo", {"text": "fine"})
     direct = call(rig.direct, "fail", {"message": "boom"})
     assert through == direct == ("result", True, text)
-    frames, _ = recorded(rig.db, rig.session_id(), "inject.tool_error")
+    frames, _ = recorded(rig, "inject.tool_error")
     rid = last_call_id(frames, "echo")
     assert json.loads(by_id(frames, rid, channel="inject", direction="s2c")[0]["raw"])["result"][
         "isError"
@@ -233,7 +245,7 @@ def test_corrupt_response_is_unreadable_like_a_broken_server(rig: Rig, mode: str
     assert through[:3] == ("raised", "MCPError", -32001)
     # and the connection goes on, for both
     assert call(rig.proxy, "add", {"a": 1, "b": 1}) == call(rig.direct, "add", {"a": 1, "b": 1})
-    frames, _ = recorded(rig.db, rig.session_id(), "inject.corrupt")
+    frames, _ = recorded(rig, "inject.corrupt")
     rid = last_call_id(frames, "echo")
     real = by_id(frames, rid, channel="stdio", direction="s2c")
     assert real and real[0]["kind"] == "response"
@@ -247,7 +259,7 @@ def test_duplicate_response_is_harmless_like_a_server_answering_twice(rig: Rig) 
     direct = call(rig.direct, "misbehave", {"kind": "duplicate"})
     assert through == direct == ("result", False, "hello")
     assert call(rig.proxy, "add", {"a": 2, "b": 2}) == call(rig.direct, "add", {"a": 2, "b": 2})
-    frames, _ = recorded(rig.db, rig.session_id(), "inject.duplicate")
+    frames, _ = recorded(rig, "inject.duplicate")
     rid = last_call_id(frames, "echo")
     real = by_id(frames, rid, channel="stdio", direction="s2c")
     copy = by_id(frames, rid, channel="inject", direction="s2c")
@@ -272,7 +284,7 @@ def test_reorder_swaps_two_answers(rig: Rig) -> None:
         return list(await asyncio.gather(first, second))
 
     assert through == rig.direct.run(two_direct)
-    frames, _ = recorded(rig.db, rig.session_id(), "inject.reorder")
+    frames, _ = recorded(rig, "inject.reorder")
     rid = last_call_id(frames, "echo")
     late = by_id(frames, rid, channel="inject", direction="s2c")
     add_id = last_call_id(frames, "add")
@@ -287,3 +299,43 @@ def test_no_rule_no_finding_and_the_relay_stays_exact(rig: Rig) -> None:
     time.sleep(0.5)
     after = len(rdb.rows(rig.db, "SELECT id FROM findings WHERE code LIKE 'inject.%'"))
     assert after == before
+
+
+def test_check_reports_the_hosts_reaction_or_ignores_the_faults(rig: Rig) -> None:
+    rig.set_rules({"action": "drop", "direction": "c2s", "name": "lookup"})
+    call(rig.proxy, "lookup", {"key": "a"}, TIMEOUT)  # the SDK cancels a timed-out request
+    call(rig.proxy, "echo", {"text": "next"})
+    recorded(rig, "inject.drop")
+
+    def check(*args: str) -> list[dict[str, Any]]:
+        done = subprocess.run(
+            [
+                *mcptape_cmd(),
+                "check",
+                "shared",
+                "--db",
+                str(rig.db),
+                "--format",
+                "json",
+                "--fail-on",
+                "never",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)[0]["findings"]
+
+    reported = check()
+    lookup = [f for f in reported if f["code"] == "inject.reaction" and "lookup" in f["title"]]
+    assert lookup and "cancelled the request" in lookup[-1]["title"], lookup
+    assert any(f["code"] == "inject.drop" for f in reported)
+    ignored = check("--injected", "ignore")
+    assert not [f for f in ignored if f["code"].startswith("inject.")]
+    frames = rdb.frames(rig.db, rig.session_id())
+    rid = last_call_id(frames, "lookup")
+    touched = {f["seq"] for f in frames if f["msg_id"] == str(rid) or f["channel"] == "inject"}
+    for f in ignored:
+        assert not f["frame_seqs"] or not set(f["frame_seqs"]) <= touched, f
