@@ -31,13 +31,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.errors import UserError
 from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.osutil import write_all
 from mcp_proxy.recorder.contract import Producer
-from mcp_proxy.relay.stdio_faults import FaultDecider, FaultPumps
+
+if TYPE_CHECKING:  # imported when rules exist: the plain relay's start-up stays as it was
+    from mcp_proxy.relay.stdio_faults import FaultDecider, FaultPumps
 
 READ_SIZE = 1 << 16
 #: Signals forwarded to the server (SIGHUP does not exist on Windows).
@@ -305,6 +307,8 @@ class StdioRelay:
                 daemon=True,
             )
         else:
+            from mcp_proxy.relay.stdio_faults import FaultPumps
+
             pumps = self._fault_pumps = FaultPumps(self, self.faults, stdin_fd)
             t_in = threading.Thread(
                 target=self._faulted_host_to_server, args=(pumps,), name="c2s", daemon=True
