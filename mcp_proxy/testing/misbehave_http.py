@@ -25,6 +25,7 @@ message passes through untouched):
 ``duplicate``      the response event sent twice
 ``reorder``        the response event sent before the event that preceded it
 ``drop-event``     the response event left out, the stream otherwise intact
+``cut-stream``     the connection closed abruptly just before the response event
 =================  ==============================================================================
 """
 
@@ -68,6 +69,12 @@ def _event(ev: SSEEvent, data: bytes) -> bytes:
     if ev.event is not None:
         out += b"event: " + ev.event.encode() + b"\n"
     return out + b"".join(b"data: " + line + b"\n" for line in data.split(b"\n")) + b"\n"
+
+
+def _modern(msg: dict[str, Any]) -> bool:
+    """A 2026-07-28 request (its ``_meta`` names the protocol version)."""
+    meta = (msg.get("params") or {}).get("_meta") or {}
+    return meta.get("io.modelcontextprotocol/protocolVersion") == "2026-07-28"
 
 
 def _is_response(ev: SSEEvent) -> bool:
@@ -157,7 +164,9 @@ class MisbehavingServer:
             return web.json_response({"jsonrpc": "2.0", "id": msg.get("id"), "error": error})
         if behaviour == "tool-error":
             content = [{"type": "text", "text": q.get("text", "tool failed")}]
-            result = {"content": content, "isError": True}
+            result: dict[str, Any] = {"content": content, "isError": True}
+            if _modern(msg):
+                result["resultType"] = "complete"  # 2026-07-28 results say what they are
             return web.json_response({"jsonrpc": "2.0", "id": msg.get("id"), "result": result})
         if behaviour == "hang":
             await asyncio.Future()
@@ -191,13 +200,18 @@ class MisbehavingServer:
             for k, v in out_headers:
                 sresp.headers.add(k, v)
             await sresp.prepare(request)
-            await self._stream(up, sresp, behaviour, request.query.get("mode", "truncate"))
+            await self._stream(up, sresp, behaviour, request)
             await sresp.write_eof()
             return sresp
 
     async def _stream(
-        self, up: aiohttp.ClientResponse, sresp: web.StreamResponse, behaviour: Any, mode: str
+        self,
+        up: aiohttp.ClientResponse,
+        sresp: web.StreamResponse,
+        behaviour: Any,
+        request: web.BaseRequest,
     ) -> None:
+        mode = request.query.get("mode", "truncate")
         parser = SSEParser()
         previous: SSEEvent | None = None  # reorder: the event before the response, held
         async for chunk in up.content.iter_any():
@@ -211,6 +225,10 @@ class MisbehavingServer:
                     await sresp.write(ev.raw)
                     continue
                 if behaviour == "end-stream":
+                    return
+                if behaviour == "cut-stream":
+                    if request.transport is not None:
+                        request.transport.abort()
                     return
                 if behaviour == "drop-event":
                     continue

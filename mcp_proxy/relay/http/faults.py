@@ -164,7 +164,11 @@ class _Faults:
         self.flush()
 
     def inject(self, direction: Direction, raw: bytes, *, sse: SSEEvent | None = None) -> None:
-        """Bytes mcptape put on the wire in a peer's place: an ``inject`` frame."""
+        """Bytes mcptape put on the wire in a peer's place: an ``inject`` frame.
+
+        Like an ``sse`` frame, an injected event is recorded as its data, its type and id in
+        their own columns (``sse``: the event it stands in for).
+        """
         self.ex.frame(
             WireFrame(
                 direction,
@@ -518,7 +522,7 @@ async def _respond_sse(
                 await _send(relay, ex, st, rest.raw)
             for ev in st.held:
                 await _send(relay, ex, st, ev.raw)
-                f.inject(Direction.S2C, ev.raw, sse=ev)
+                f.inject(Direction.S2C, ev.data, sse=ev)
             st.held = []
         relay._finish_request_body(ex)
         await sresp.write_eof()
@@ -592,18 +596,19 @@ async def _event(
         f.fired(decision)
         return True
     elif action in ("error", "tool-error"):
-        out = _event_bytes(ev, _answer_body(decision))
+        answer = _answer_body(decision)
+        out = _event_bytes(ev, answer)
         f.fired(decision)
-        f.inject(Direction.S2C, out, sse=ev)
+        f.inject(Direction.S2C, answer, sse=ev)
     elif action == "corrupt":
         data = corrupt(ev.data, str(s.get("mode", "truncate")), s.get("at"))
         out = _event_bytes(ev, data)
         f.fired(decision)
-        f.inject(Direction.S2C, out, sse=ev)
+        f.inject(Direction.S2C, data, sse=ev)
     elif action == "duplicate":
         f.fired(decision)
         await _deliver_event(relay, ex, f, st, ev, ev.raw)
-        f.inject(Direction.S2C, ev.raw, sse=ev)
+        f.inject(Direction.S2C, ev.data, sse=ev)
     elif action == "reorder":
         f.fired(decision)
         st.held.append(ev)
@@ -612,6 +617,10 @@ async def _event(
         mode = s.get("mode")
         if mode == "end-stream":
             after = int(s.get("after") or 0)
+            if st.end_after is not None and after > 0:
+                # The stream is already ending: a later firing changes nothing (no finding).
+                await _deliver_event(relay, ex, f, st, ev, out)
+                return True
             f.fired(decision, mode=mode, after=after)
             if after <= 0:
                 return False
@@ -641,4 +650,4 @@ async def _deliver_event(
         if _is_response(held):
             st.responded = True
         await _send(relay, ex, st, held.raw)
-        f.inject(Direction.S2C, held.raw, sse=held)
+        f.inject(Direction.S2C, held.data, sse=held)
