@@ -137,8 +137,8 @@ class Rig:
 
 
 @contextlib.contextmanager
-def rig(tmp: Path, *upstream_args: str) -> Iterator[Rig]:
-    with start_upstream("--transport", "http", *upstream_args) as up:
+def rig(tmp: Path, *upstream_args: str, transport: str = "http") -> Iterator[Rig]:
+    with start_upstream("--transport", transport, *upstream_args) as up:
         bad = MisbehavingServer(up.url).start()
         try:
             with run_relay(up.url, tmp / "rec.db", tmp / "faults.toml") as relay:

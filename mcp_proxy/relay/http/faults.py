@@ -210,8 +210,10 @@ async def handle(
             await asyncio.sleep(_throttle_s(decision.rule.settings, len(body or b"")))
         elif action == "drop":
             return await _drop_request(relay, request, ex, f, decision, legacy)
-        elif action in _ANSWERS and not legacy:
+        elif action == "http" or (action in _ANSWERS and not legacy):
             return _answer_request(relay, ex, f, decision)
+        elif action in _ANSWERS and _legacy_stream(relay, ex) is not None:
+            return await _answer_on_stream(relay, ex, f, decision)
         elif action == "corrupt":
             assert body is not None
             s = decision.rule.settings
@@ -324,6 +326,15 @@ async def _drop_request(
         except asyncio.CancelledError:
             ex.finish(relay._abort_outcome(), relay._abort_error())
             raise
+    return _accepted(relay, ex, legacy)
+
+
+def _accepted(relay: HTTPRelay, ex: Exchange, legacy: bool) -> web.StreamResponse:
+    """``202`` as the server says it: empty (Streamable HTTP) or ``Accepted`` (legacy SSE).
+
+    Not a JSON-RPC message, so (as for the server's own ``Accepted``) it is kept in the
+    exchange's meta rather than as a frame.
+    """
     body = b"Accepted" if legacy else b""
     headers = {"Content-Type": "text/plain; charset=utf-8"} if legacy else {}
     ex.update(
@@ -334,9 +345,44 @@ async def _drop_request(
     )
     ex.response_size = len(body)
     if body:
-        f.inject(Direction.S2C, body)
+        ex.meta["response_body"] = relay.meta_body(body, headers["Content-Type"])
     ex.finish("complete")
     return web.Response(status=202, body=body, headers=headers)
+
+
+def _legacy_streams(relay: HTTPRelay) -> dict[str, tuple[Exchange, _Stream, _Faults]]:
+    """Open legacy HTTP+SSE GET streams under faults, by session key (answers ride them)."""
+    streams: dict[str, tuple[Exchange, _Stream, _Faults]] | None = relay.__dict__.get(
+        "_fault_streams"
+    )
+    if streams is None:
+        streams = relay.__dict__["_fault_streams"] = {}
+    return streams
+
+
+def _legacy_stream(relay: HTTPRelay, ex: Exchange) -> tuple[Exchange, _Stream, _Faults] | None:
+    if ex.entry is None or ex.entry.rule != RULE_LEGACY_SSE:
+        return None
+    return _legacy_streams(relay).get(ex.entry.key)
+
+
+async def _answer_on_stream(
+    relay: HTTPRelay, ex: Exchange, f: _Faults, decision: Decision
+) -> web.StreamResponse:
+    """Legacy HTTP+SSE: the POST is acknowledged ``202 Accepted`` and the answer goes out on
+    the session's GET stream — where a legacy server sends every answer; the server never sees
+    the request."""
+    found = _legacy_stream(relay, ex)
+    assert found is not None
+    gex, st, gf = found
+    answer = _answer_body(decision)
+    ev = SSEEvent(raw=b"", data=answer, event="message")
+    f.fired(decision, on="the legacy GET stream")
+    f.place()
+    r = _accepted(relay, ex, True)
+    await _send(relay, gex, st, _event_bytes(ev, answer))
+    gf.inject(Direction.S2C, answer, sse=ev)
+    return r
 
 
 def _answer_request(
@@ -473,6 +519,7 @@ class _Stream:
     held: list[SSEEvent] = field(default_factory=list)  # reorder: sent after the next event
     end_after: int | None = None  # end-stream: events still to deliver before the end
     responded: bool = False
+    key: str | None = None  # a legacy GET stream: its session (answers are injected into it)
 
 
 def _event_bytes(ev: SSEEvent, data: bytes) -> bytes:
@@ -498,8 +545,25 @@ async def _respond_sse(
     f: _Faults,
 ) -> web.StreamResponse:
     """An event stream, event by event: each is decided, then delivered (or not)."""
+    st = _Stream(head.sresp)
+    try:
+        return await _pump_events(relay, request, ex, resp, head, method, path, f, st)
+    finally:
+        _forget(relay, st)
+
+
+async def _pump_events(
+    relay: HTTPRelay,
+    request: web.BaseRequest,
+    ex: Exchange,
+    resp: UpstreamResponse,
+    head: ResponseHead,
+    method: str,
+    path: str,
+    f: _Faults,
+    st: _Stream,
+) -> web.StreamResponse:
     sresp = head.sresp
-    st = _Stream(sresp)
     parser = SSEParser()
     outcome, error = "complete", None
     try:
@@ -552,6 +616,13 @@ async def _respond_sse(
     return sresp
 
 
+def _forget(relay: HTTPRelay, st: _Stream) -> None:
+    if st.key is not None:
+        streams = _legacy_streams(relay)
+        if streams.get(st.key, (None, None))[1] is st:
+            del streams[st.key]
+
+
 async def _send(relay: HTTPRelay, ex: Exchange, st: _Stream, raw: bytes) -> None:
     if st.bps:
         await asyncio.sleep(len(raw) / st.bps)
@@ -573,6 +644,9 @@ async def _event(
             plain = relay._maybe_rewrite_endpoint(ex, ev, plain)
         relay._sse_events(ex, [ev], True)
         await _send(relay, ex, st, plain)
+        if ev.event == "endpoint" and ex.entry is not None and ex.entry.rule == RULE_LEGACY_SSE:
+            st.key = ex.entry.key
+            _legacy_streams(relay)[st.key] = (ex, st, f)
         return True
     decision = f.engine.decide("s2c", ev.data)
     relay._sse_events(ex, [ev], True)  # what the server sent, on its usual channel
