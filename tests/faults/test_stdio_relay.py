@@ -147,3 +147,43 @@ def test_a_bad_edit_keeps_the_last_good_rules_and_warns_once(rig: Rig) -> None:
     rig.set_rules("")  # faults off while connected
     [back] = rig.send("gone")
     assert rig.answers(1) == [back]
+
+
+ASKING_SERVER = (
+    "import sys\n"
+    'sys.stdout.write(\'{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage"}\\n\')\n'
+    "sys.stdout.flush()\n"
+    "got = sys.stdin.readline()\n"
+    "sys.stdout.write(got)  # show the host what the server was answered\n"
+    "sys.stdout.flush()\n"
+)
+
+
+def test_an_error_answers_a_servers_request_in_the_hosts_place(tmp_path: Path) -> None:
+    from mcp_proxy.faults import parse_rule
+
+    recorder = Recorder(f"sqlite:///{tmp_path / 'ask.sqlite'}")
+    recorder.start()
+    host_r, to_relay = os.pipe()
+    from_relay, host_w = os.pipe()
+    rule = "error code=-1 message=no direction=s2c method=sampling/createMessage"
+    relay = StdioRelay(
+        [sys.executable, "-c", ASKING_SERVER],
+        recorder=recorder,
+        stdin_fd=host_r,
+        stdout_fd=host_w,
+        faults=FaultEngine([parse_rule(rule)]),
+    )
+    result: list[object] = []
+    thread = threading.Thread(target=lambda: result.append(relay.run()), daemon=True)
+    thread.start()
+    got = b""
+    while not got.endswith(b"\n"):
+        got += os.read(from_relay, 4096)
+    os.close(to_relay)
+    thread.join(10)
+    recorder.close()
+    for fd in (host_r, from_relay, host_w):
+        os.close(fd)
+    # the host never saw the request; the server got the error, with its own id
+    assert json.loads(got) == {"jsonrpc": "2.0", "id": "s1", "error": {"code": -1, "message": "no"}}
