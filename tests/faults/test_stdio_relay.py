@@ -187,3 +187,12 @@ def test_an_error_answers_a_servers_request_in_the_hosts_place(tmp_path: Path) -
         os.close(fd)
     # the host never saw the request; the server got the error, with its own id
     assert json.loads(got) == {"jsonrpc": "2.0", "id": "s1", "error": {"code": -1, "message": "no"}}
+
+
+def test_delaying_a_burst_keeps_order_and_takes_no_thread_per_frame(rig: Rig) -> None:
+    rig.set_rules('[[fault]]\naction = "delay"\nms = 600\nmethod = "many"\ndirection = "c2s"\n')
+    before = threading.active_count()
+    ids = rig.send(*["many"] * 300)
+    time.sleep(0.2)  # all read and scheduled, none delivered yet
+    assert threading.active_count() <= before + 2  # one delivery thread, not 300 timers
+    assert rig.answers(300) == ids
