@@ -333,7 +333,10 @@ class FaultPumps:
             return False
         self._record(direction, line, mono, wall)  # the frame never arrives
         if mode == "kill":
-            signum = int(getattr(signal, "SIG" + str(d.settings.get("signal", "TERM"))))
+            # (Windows has no SIGKILL, SIGHUP or SIGQUIT: TERM, which terminates there, stands in)
+            signum = int(
+                getattr(signal, "SIG" + str(d.settings.get("signal", "TERM")), signal.SIGTERM)
+            )
             self._finding(d, signal=signal.Signals(signum).name)
             proc = self.relay.proc
             if proc is not None and proc.poll() is None:
