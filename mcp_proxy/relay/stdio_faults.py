@@ -229,6 +229,8 @@ class FaultPumps:
             self._pass(direction, line, mono, wall)
             return
         handler = getattr(self, "_do_" + decision.action.replace("-", "_"), None)
+        if handler is None:  # e.g. an ``http`` rule edited into a rules file while running
+            self._warn(f"{decision.rule.describe()!r} cannot be carried out on stdio; ignored")
         if handler is None or not handler(decision, direction, line, mono, wall):
             self._pass(direction, line, mono, wall)
 

@@ -144,6 +144,11 @@ def test_a_bad_edit_keeps_the_last_good_rules_and_warns_once(rig: Rig) -> None:
     rig.send("gone")
     assert rig.quiet()  # still dropped: the last good rules hold
     assert len(rig.warnings) == 1 and "drop does not take 'ms'" in rig.warnings[0]
+    rig.set_rules('[[fault]]\naction = "http"\nstatus = 503\n')  # HTTP only: said, ignored
+    [passed] = rig.send("gone")
+    assert rig.answers(1) == [passed]
+    said = os.read(rig.err_r, 4096).decode()
+    assert said == "mcptape: 'http status=503' cannot be carried out on stdio; ignored\n"
     rig.set_rules("")  # faults off while connected
     [back] = rig.send("gone")
     assert rig.answers(1) == [back]
