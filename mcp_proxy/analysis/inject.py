@@ -6,7 +6,8 @@ rule, written by the relay) and frames on the ``inject`` channel. Two questions 
 
 - **report** (the default): what did the host do after each fault that denied it an answer
   (drop, corrupt, error, tool-error, http)? It *retried* (sent the same request again: same
-  method and params), *cancelled* (``notifications/cancelled`` for the request), *moved on*
+  method and params), *cancelled* (``notifications/cancelled`` for the request), *started over*
+  (``initialize`` next, as after a 404 for an expired session), *moved on*
   (other requests), or went *silent* (nothing more on the connection: the hang a host without a
   timeout shows a real failing server). One ``inject.reaction`` (info) or ``inject.host_silent``
   (warning) each. After a delay, throttle, duplicate or reorder the answer still came; only a
@@ -180,14 +181,20 @@ def _reaction(inj: Injection, frames: Sequence[Mapping[str, Any]]) -> tuple[str,
                 return "inject.reaction", "cancelled the request", [inj.fault_seq, f["seq"]]
     if inj.code not in _DENYING:
         return "", "", []  # the answer still came: no reaction to report but a cancel
-    for f in later:
-        if (
-            f.get("kind") == "request"
-            and f.get("method") == inj.method
-            and _params(f) == inj.params
-        ):
-            return "inject.reaction", "retried the request", [inj.fault_seq, f["seq"]]
     requests = [f for f in later if f.get("kind") == "request"]
+    retry = next(
+        (f for f in requests if f.get("method") == inj.method and _params(f) == inj.params),
+        None,
+    )
+    if requests and requests[0].get("method") in ("initialize", "server/discover"):
+        # what a client must do after a 404 for its session (an expired session)
+        what = f"started over ({requests[0].get('method')})"
+        seqs = [inj.fault_seq, requests[0]["seq"]]
+        if retry is not None:
+            return "inject.reaction", what + " and retried the request", [*seqs, retry["seq"]]
+        return "inject.reaction", what, seqs
+    if retry is not None:
+        return "inject.reaction", "retried the request", [inj.fault_seq, retry["seq"]]
     if requests:
         return "inject.reaction", "moved on to other requests", [inj.fault_seq, requests[0]["seq"]]
     return "inject.host_silent", "sent nothing more", [inj.fault_seq]

@@ -103,3 +103,11 @@ def test_a_retry_is_the_same_request_and_a_delay_reports_only_a_cancel() -> None
     frames = [first, frame(2, "c2s", cancel), answer(3, 1)]
     [late] = reactions([fault("inject.delay", "c2s", 1)], frames)
     assert "cancelled" in late["title"]
+
+
+def test_starting_over_is_told_apart() -> None:
+    init = {"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": {}}
+    frames = [call(1, 1, "a"), frame(2, "c2s", init), call(3, 10, "a")]
+    [r] = reactions([fault("inject.http", "c2s", 1)], frames)
+    assert "started over (initialize) and retried the request" in r["title"]
+    assert r["frame_seqs"] == [1, 2, 3]
