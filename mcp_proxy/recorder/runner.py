@@ -33,6 +33,7 @@ from mcp_proxy.recorder.contract import (
 )
 
 if TYPE_CHECKING:
+    from mcp_proxy.redact import Redactor
     from mcp_proxy.store.writer import BatchWriter
 
 _RETRY_DELAYS = (0.05, 0.2, 0.8)
@@ -68,7 +69,7 @@ class BatchRunner:
         self,
         url: str,
         *,
-        redact: Callable[[Frame], Frame] | None = None,
+        redact: Callable[[Frame], Frame] | Redactor | None = None,
         warn: Callable[[str], None] | None = None,
         retry_delays: tuple[float, ...] = _RETRY_DELAYS,
     ) -> None:
@@ -217,7 +218,7 @@ class Recorder(Producer):
         max_batch: int = 2000,
         max_queued_bytes: int = 1 << 30,
         warn: Callable[[str], None] | None = None,
-        redact: Callable[[Frame], Frame] | None = None,
+        redact: Callable[[Frame], Frame] | Redactor | None = None,
     ) -> None:
         super().__init__()
         self.url = url
@@ -227,7 +228,7 @@ class Recorder(Producer):
 
             policy = redactor_from_env()
             if policy is not None and policy.enabled:
-                redact = policy.frame
+                redact = policy
         self.redact = redact
         self.flush_interval = flush_interval
         self.max_batch = max_batch

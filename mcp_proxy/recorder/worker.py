@@ -118,7 +118,7 @@ def serve(url: str, fd: int, *, flush_interval: float = 0.05, max_batch: int = 2
     from mcp_proxy.redact import policy_from_env
 
     policy = policy_from_env()
-    runner = BatchRunner(url, redact=policy.frame if policy.enabled else None)
+    runner = BatchRunner(url, redact=policy if policy.enabled else None)
     runner.open()
     state = _Session(runner)
     builder = runner.builder
