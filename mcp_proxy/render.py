@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from mcp_proxy.frames import parse_json, strip_line_end, text_or_none
+from mcp_proxy.store.columns import FRAME_COLUMNS
 from mcp_proxy.store.queries import duration, session_status
-from mcp_proxy.store.stream import SHOW_COLUMNS
 
 ARROWS = {"c2s": "→", "s2c": "←"}
 #: Control characters that could rewrite the terminal (escape sequences, bidi overrides).
@@ -299,7 +299,7 @@ def exchange_text(ex: Any) -> str:
 
 # ---------------------------------------------------------------------------------- streaming
 # `show` prints every frame of sessions of a million frames: the functions below take the
-# tuples of mcp_proxy.store.stream.SHOW_COLUMNS and produce exactly what frame_json (as JSON
+# tuples of mcp_proxy.store.columns.FRAME_COLUMNS and produce exactly what frame_json (as JSON
 # text) and frame_block produce for the same row, without building dictionaries or running the
 # pure-Python indenting JSON encoder (tests/test_render.py holds them equal).
 
@@ -334,9 +334,9 @@ def _id_text(msg_id: str | None) -> str:
 
 
 def frame_json_line(row: tuple[Any, ...]) -> str:
-    """``json.dumps(frame_json(f), ensure_ascii=False)`` for a row of ``SHOW_COLUMNS``."""
-    (seq, ts, direction, channel, kind, method, msg_id, error_code, size, complete, hx, sse_id,
-     sse_event, raw) = row  # fmt: skip
+    """``json.dumps(frame_json(f), ensure_ascii=False)`` for a row of ``FRAME_COLUMNS``."""
+    (seq, ts, _mono, direction, channel, kind, method, msg_id, error_code, size, complete, _partial,
+     raw, hx, sse_id, sse_event) = row  # fmt: skip
     parts = [
         f'{{"seq": {seq}, "ts": {float(ts)!r}, "direction": {_encode_str(direction)}, '
         f'"channel": {_encode_str(channel)}, "kind": {_encode_str(kind)}, "method": '
@@ -399,9 +399,9 @@ def _pretty(value: Any, pad: str, out: list[str]) -> None:
 
 
 def frame_text(row: tuple[Any, ...], *, body: bool = True) -> str:
-    """``frame_block(f, body=body)`` for a row of ``SHOW_COLUMNS``."""
-    (seq, ts, direction, channel, kind, method, msg_id, error_code, size, complete, _hx, _sid,
-     _sev, raw) = row  # fmt: skip
+    """``frame_block(f, body=body)`` for a row of ``FRAME_COLUMNS``."""
+    (seq, ts, _mono, direction, channel, kind, method, msg_id, error_code, size, complete, _partial,
+     raw, _hx, _sid, _sev) = row  # fmt: skip
     label = "stderr" if channel == "stderr" else kind
     head = f"#{seq:<5} {_clock_fast(ts)} {ARROWS.get(direction, '?')} {label:12}"
     if method:
@@ -418,24 +418,24 @@ def frame_text(row: tuple[Any, ...], *, body: bool = True) -> str:
     data = bytes(raw or b"")
     if channel == "stderr" or kind in ("noise", "stderr") or len(data) > 20_000:
         # Rare shapes (and frames that may be cut at 20,000 characters): the general path.
-        f = dict(zip(SHOW_COLUMNS, row, strict=True))
+        f = dict(zip(FRAME_COLUMNS, row, strict=True))
         return frame_block(f, body=True)
     try:  # (parse_json without its checks: small, and not noise)
         msg = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError):
         msg = None
     if msg is None or not isinstance(msg, (dict, list)):
-        return frame_block(dict(zip(SHOW_COLUMNS, row, strict=True)), body=True)
+        return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
     out: list[str] = []
     try:
         _pretty(msg, "    ", out)
     except RecursionError:
-        return frame_block(dict(zip(SHOW_COLUMNS, row, strict=True)), body=True)
+        return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
     text = "".join(out)
     if len(text) > 20_000:  # cut at 20,000 characters: the general path
-        return frame_block(dict(zip(SHOW_COLUMNS, row, strict=True)), body=True)
+        return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
     if _SPECIAL_RE.search(text):  # rare: one scan for both kinds of special characters
         if _LINE_BREAKS_RE.search(text):  # str.splitlines() breaks there: the general path
-            return frame_block(dict(zip(SHOW_COLUMNS, row, strict=True)), body=True)
+            return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
         text = safe(text)
     return f"{head}\n    {text}"

@@ -100,6 +100,13 @@ class _Pairing:
         self.msgs: list[Msg] = []
         self.i = 0
         self.deferred: dict[int, list[Msg]] = {}
+        # The requests ahead of the current message, by (direction, id) and by (direction,
+        # progress token): an out-of-order answer or progress finds its request in one lookup
+        # instead of a scan of the window per message (a session whose server reports progress
+        # on tokens nobody offered scanned ~100 frames per notification).
+        self._ahead_hi = 0
+        self._ahead_ids: dict[tuple[str, str], list[int]] = {}
+        self._ahead_tokens: dict[tuple[str, str], list[int]] = {}
 
     # ------------------------------------------------------------------ order repair
     def _defer_until(self, m: Msg, match: Any) -> bool:
@@ -115,6 +122,52 @@ class _Pairing:
                 self.deferred.setdefault(k, []).append(m)
                 return True
         return False
+
+    def _index_ahead(self) -> None:
+        """Index the requests of the lookahead window not indexed yet (each message once)."""
+        msgs = self.msgs
+        end = min(len(msgs), self.i + 1 + REORDER_LOOKAHEAD)
+        ids, tokens = self._ahead_ids, self._ahead_tokens
+        if len(ids) + len(tokens) > 4 * REORDER_LOOKAHEAD:  # forget the requests left behind
+            i = self.i
+            for table in (ids, tokens):
+                for key in [key for key, ks in table.items() if ks[-1] <= i]:
+                    del table[key]
+        for k in range(max(self._ahead_hi, self.i + 1), end):
+            x = msgs[k]
+            if x.kind != "request":
+                continue
+            if x.msg_id is not None:
+                ids.setdefault((x.direction, x.msg_id), []).append(k)
+            tok = _fast_key(x.meta.get("progressToken"))
+            if tok is not None:
+                tokens.setdefault((x.direction, tok), []).append(k)
+        self._ahead_hi = max(self._ahead_hi, end)
+
+    def _defer_to_request(self, m: Msg, table: dict[tuple[str, str], list[int]], key: str) -> bool:
+        """:meth:`_defer_until` for "the other side's request with this id/token": the same
+        answer (the first such request within the window, none past a message beyond it)."""
+        self._index_ahead()
+        other = _other(m.direction)
+        ks = table.get((other, key))
+        if not ks:
+            return False
+        i = self.i
+        while ks and ks[0] <= i:
+            ks.pop(0)
+        if not ks:
+            del table[(other, key)]
+            return False
+        k = ks[0]
+        if k > i + REORDER_LOOKAHEAD:
+            return False
+        msgs = self.msgs
+        limit = m.mono_ns + REORDER_WINDOW_NS
+        for j in range(i + 1, k + 1):
+            if msgs[j].mono_ns > limit:
+                return False
+        self.deferred.setdefault(k, []).append(m)
+        return True
 
     def dispatch(self, m: Msg) -> None:
         kind = m.kind
@@ -242,9 +295,7 @@ class _Pairing:
                 ex = plist.pop(0)
             if not plist:
                 del self.pending[key]
-        if ex is None and self._defer_until(
-            m, lambda x: x.kind == "request" and x.msg_id == m.msg_id
-        ):
+        if ex is None and self._defer_to_request(m, self._ahead_ids, m.msg_id):
             return
         if ex is None:
             prev = self.done.get(key)
@@ -441,10 +492,7 @@ class _Pairing:
                     )
                 ex.last_progress = float(value)
             return
-        if self._defer_until(
-            m,
-            lambda x: x.kind == "request" and _fast_key(x.meta.get("progressToken")) == tkey[1],
-        ):
+        if self._defer_to_request(m, self._ahead_tokens, tkey[1]):
             return
         done = self.done_tokens.get(tkey)
         if done is not None:

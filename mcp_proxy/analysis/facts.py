@@ -17,25 +17,9 @@ from typing import Any
 from mcp_proxy.analysis.model import _UNPARSED, ERA_INITIALIZE, META, Msg, SessionFacts
 from mcp_proxy.frames import classify_message
 from mcp_proxy.handshake import era_of
+from mcp_proxy.store.columns import FRAME_COLUMNS
 
-#: The columns :func:`decode` reads, in the order ``Store.analysis_frames`` returns them.
-FRAME_COLUMNS = (
-    "seq",
-    "ts",
-    "mono_ns",
-    "direction",
-    "channel",
-    "kind",
-    "method",
-    "msg_id",
-    "error_code",
-    "size",
-    "complete",
-    "partial_parse",
-    "raw",
-    "http_exchange_id",
-    "sse_event",
-)
+__all__ = ["FRAME_COLUMNS", "Decoder", "decode", "header", "session_facts"]
 
 
 # ---------------------------------------------------------------------------------- decoding
@@ -62,6 +46,7 @@ def _mapping_row(f: Mapping[str, Any]) -> tuple[Any, ...]:
         f.get("partial_parse"),
         f.get("raw"),
         f.get("http_exchange_id"),
+        f.get("sse_id"),
         f.get("sse_event"),
     )
 
@@ -93,7 +78,8 @@ class Decoder:
     twice (rows and messages) in memory.
 
     Rows are mappings (``Store.frames``, ``Store.iter_frames``) or named rows/tuples with
-    ``_fields`` (``Store.analysis_frames``). Bodies are parsed lazily; a batch frame is kept and
+    ``_fields`` (``Store.analysis_frames``; the store's one list,
+    :data:`~mcp_proxy.store.columns.FRAME_COLUMNS`). Bodies are parsed lazily; a batch frame is kept and
     followed by one message per element (same ``seq``), so that pairing sees every request and
     response it carried. Rows without ``raw`` still pair; only body-level checks go quiet.
 
@@ -127,7 +113,7 @@ class Decoder:
 
     def _add(self, row: Sequence[Any]) -> None:
         (seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete, partial,
-         raw, http, event) = row  # fmt: skip
+         raw, http, _sse_id, event) = row  # fmt: skip
         shared = self._shared
         direction = shared.setdefault(direction, direction)
         channel = shared.setdefault(channel, channel)

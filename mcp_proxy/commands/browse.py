@@ -142,12 +142,13 @@ def _print_frames(url: str, sid: str, fmt: Format, *, body: bool, no_stderr: boo
     """Every frame of a session, streamed: one batch of rows and one write per 5,000 frames
     (a 1,000,000-frame session prints at 100,000+ frames/s with bounded memory)."""
     from mcp_proxy.render import frame_json_line, frame_text
+    from mcp_proxy.store.columns import CHANNEL
     from mcp_proxy.store.stream import stream_frames
 
     out = sys.stdout
     lines: list[str] = []
     for row in stream_frames(url, sid):
-        if no_stderr and row[3] == "stderr":  # the channel column
+        if no_stderr and row[CHANNEL] == "stderr":
             continue
         lines.append(frame_json_line(row) if fmt == Format.json else frame_text(row, body=body))
         if len(lines) >= 5000:

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 def read_session(url: str, session_id: str, progress: Progress | None = None) -> SessionRecording:
     """One session (by exact id) as a :class:`SessionRecording`, read in bulk (sync)."""
-    from mcp_proxy.store.recordings import FRAME_COLUMNS, RecordingStore
+    from mcp_proxy.store.columns import FRAME_COLUMNS
+    from mcp_proxy.store.recordings import RecordingStore
 
     with RecordingStore(url) as rs:
         rows = rs.session_rows(session_id)

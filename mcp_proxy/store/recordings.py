@@ -24,28 +24,12 @@ from sqlalchemy.engine import Engine
 from mcp_proxy.errors import StoreError
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store import schema
+from mcp_proxy.store.columns import FRAME_COLUMNS
 from mcp_proxy.store.rows import storable
 from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
 
-#: Frame columns read for export and written by import, in row-tuple order.
-FRAME_COLUMNS = (
-    "seq",
-    "ts",
-    "mono_ns",
-    "direction",
-    "channel",
-    "kind",
-    "method",
-    "msg_id",
-    "error_code",
-    "size",
-    "complete",
-    "partial_parse",
-    "raw",
-    "http_exchange_id",
-    "sse_id",
-    "sse_event",
-)
+__all__ = ["FRAME_COLUMNS", "RecordingStore", "SessionRows"]
+
 #: Column limits of the schema that a derived value must fit (the raw bytes always go in whole).
 _METHOD_MAX = 200
 _MSG_ID_MAX = 300
