@@ -17,6 +17,11 @@ from mcp_proxy.store.columns import FRAME_COLUMNS
 from mcp_proxy.store.queries import duration, session_status
 
 ARROWS = {"c2s": "→", "s2c": "←"}
+#: The ``inject`` channel: bytes mcptape put on the wire in a peer's place (fault injection).
+INJECT = "inject"
+#: How the text views mark an injected frame (beside its arrow: the receiver got it, the peer
+#: never sent it).
+INJECTED_MARK = "[INJECTED by mcptape]"
 #: Control characters that could rewrite the terminal (escape sequences, bidi overrides).
 _UNSAFE = {c: f"\\u{c:04x}" for c in [*range(0, 9), *range(11, 32), 127]}
 _UNSAFE.update(
@@ -165,6 +170,8 @@ def frame_json(f: dict[str, Any]) -> dict[str, Any]:
         out["http_exchange_id"] = f["http_exchange_id"]
     if f.get("sse_id") is not None or f.get("sse_event") is not None:
         out["sse"] = {"id": f.get("sse_id"), "event": f.get("sse_event")}
+    if f["channel"] == INJECT:
+        out["injected"] = True
     if text is not None:
         out["text"] = text
     else:
@@ -181,6 +188,8 @@ def frame_header(f: dict[str, Any], session_name: str | None = None) -> str:
     if session_name:
         bits.append(f"[{safe(session_name)}]")
     bits.append(arrow)
+    if f["channel"] == INJECT:
+        bits.append(INJECTED_MARK)
     bits.append(f"{label:12}")
     if f.get("method"):
         bits.append(safe(f["method"]))
@@ -297,6 +306,16 @@ def exchange_text(ex: Any) -> str:
     )
 
 
+def injected_text(item: Any) -> str:
+    """An injected frame among the exchanges of ``show -x``: its own line, marked, so a
+    rehearsal's fake answer is never read as the server's."""
+    arrow = "→" if item.direction == "c2s" else "←"
+    label = item.method or item.kind
+    return f"{'#' + str(item.seq):14} {arrow} {INJECTED_MARK} {safe(label)[:40]}" + (
+        f"  id={safe(item.msg_id)}" if item.msg_id is not None else ""
+    )
+
+
 # ---------------------------------------------------------------------------------- streaming
 # `show` prints every frame of sessions of a million frames: the functions below take the
 # tuples of mcp_proxy.store.columns.FRAME_COLUMNS and produce exactly what frame_json (as JSON
@@ -350,6 +369,8 @@ def frame_json_line(row: tuple[Any, ...]) -> str:
         parts.append(f', "http_exchange_id": {hx}')
     if sse_id is not None or sse_event is not None:
         parts.append(f', "sse": {{"id": {_json_value(sse_id)}, "event": {_json_value(sse_event)}}}')
+    if channel == INJECT:
+        parts.append(', "injected": true')
     data = bytes(raw or b"")
     try:
         parts.append(f', "text": {_encode_str(data.decode("utf-8"))}}}')
@@ -404,6 +425,10 @@ def frame_text(row: tuple[Any, ...], *, body: bool = True) -> str:
      raw, _hx, _sid, _sev) = row  # fmt: skip
     label = "stderr" if channel == "stderr" else kind
     head = f"#{seq:<5} {_clock_fast(ts)} {ARROWS.get(direction, '?')} {label:12}"
+    if channel == INJECT:
+        head = (
+            f"#{seq:<5} {_clock_fast(ts)} {ARROWS.get(direction, '?')} {INJECTED_MARK} {label:12}"
+        )
     if method:
         head += " " + safe(method)
     if msg_id is not None:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from mcp_proxy.analysis.model import _UNPARSED, ERA_INITIALIZE, META, Msg, SessionFacts
-from mcp_proxy.frames import classify_message
+from mcp_proxy.frames import Channel, classify_message
 from mcp_proxy.handshake import era_of
 from mcp_proxy.store.columns import FRAME_COLUMNS
 
-__all__ = ["FRAME_COLUMNS", "Decoder", "decode", "header", "session_facts"]
+__all__ = ["FRAME_COLUMNS", "Decoder", "Injected", "decode", "header", "session_facts"]
 
 
 # ---------------------------------------------------------------------------------- decoding
@@ -73,6 +73,31 @@ def _adapter(row: Any) -> Callable[[Any], Sequence[Any]] | None:
     return lambda r: tuple(r[i] if i >= 0 else None for i in idx)
 
 
+INJECT = Channel.INJECT.value
+
+
+class Injected(NamedTuple):
+    """A frame mcptape injected (``Channel.INJECT``): what the exchange views show of it."""
+
+    seq: int
+    ts: float
+    direction: str
+    kind: str
+    method: str | None
+    msg_id: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "injected": True,
+            "seq": self.seq,
+            "ts": self.ts,
+            "direction": self.direction,
+            "kind": self.kind,
+            "method": self.method,
+            "msg_id": self.msg_id,
+        }
+
+
 class Decoder:
     """Frame rows → :class:`Msg` objects, fed batch by batch so that a session is never held
     twice (rows and messages) in memory.
@@ -88,11 +113,13 @@ class Decoder:
     and at a million frames those copies alone cost hundreds of megabytes.
     """
 
-    __slots__ = ("_shared", "frames", "msgs")
+    __slots__ = ("_shared", "frames", "injected", "msgs")
 
     def __init__(self) -> None:
         self.msgs: list[Msg] = []
         self.frames = 0
+        #: Frames on the ``inject`` channel, set aside (see :class:`Injected`).
+        self.injected: list[Injected] = []
         self._shared: dict[str, str] = {}
 
     def feed(self, rows: Iterable[Any]) -> None:
@@ -125,6 +152,11 @@ class Decoder:
         if raw is not None and type(raw) is not bytes:
             raw = bytes(raw)
         self.frames += 1
+        if channel == INJECT:
+            # Bytes mcptape put on the wire in a peer's place (fault injection): not the
+            # peer's messages, so neither paired nor checked; kept aside for the views.
+            self.injected.append(Injected(seq, ts, direction, kind, method, msg_id))
+            return
         m = Msg(seq, ts, mono, direction, channel, kind, method, msg_id, code, size or 0,
                 complete is None or bool(complete), bool(partial), http, raw, _UNPARSED,
                 event)  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -93,7 +94,7 @@ def show(
 
     async def go() -> None:
         from mcp_proxy.analysis.service import session_analysis, session_findings
-        from mcp_proxy.render import exchange_text, finding_text
+        from mcp_proxy.render import exchange_text, finding_text, injected_text
 
         store = await open_store(db)
         try:
@@ -102,11 +103,13 @@ def show(
                 out.write(_session_head(s))
             if exchanges:
                 analysis = await session_analysis(store, s)
-                for ex in analysis.exchanges:
+                for item in _in_order(analysis.exchanges, analysis.injected):
                     if fmt == Format.json:
-                        out.write(json.dumps(ex.as_dict(), ensure_ascii=False) + "\n")
+                        out.write(json.dumps(item.as_dict(), ensure_ascii=False) + "\n")
+                    elif isinstance(item, tuple):  # a frame mcptape injected
+                        out.write(injected_text(item) + "\n")
                     else:
-                        out.write(exchange_text(ex) + "\n")
+                        out.write(exchange_text(item) + "\n")
             else:
                 _print_frames(store.url, s["id"], fmt, body=not no_body, no_stderr=no_stderr)
             if fmt == Format.text and not no_findings:
@@ -118,6 +121,17 @@ def show(
             await store.close()
 
     asyncio.run(go())
+
+
+def _in_order(exchanges: list[Any], injected: list[Any]) -> Iterator[Any]:
+    """Exchanges with the frames mcptape injected between them, by frame number."""
+    k = 0
+    for ex in exchanges:
+        while k < len(injected) and injected[k].seq < ex.request_seq:
+            yield injected[k]
+            k += 1
+        yield ex
+    yield from injected[k:]
 
 
 def _session_head(s: dict[str, Any]) -> str:
