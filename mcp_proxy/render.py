@@ -352,30 +352,58 @@ def _id_text(msg_id: str | None) -> str:
     return _json_value(json_id(msg_id))
 
 
+#: ``"direction": …, "channel": …, "kind": …, "method": …, `` per combination: a session has
+#: a few dozen, and encoding four strings per frame was a third of a JSON line's cost.
+_MIDDLES: dict[tuple[Any, ...], str] = {}
+
+
+def _middle(key: tuple[Any, ...]) -> str:
+    direction, channel, kind, method = key
+    text = (
+        f'"direction": {_encode_str(direction)}, "channel": {_encode_str(channel)}, '
+        f'"kind": {_encode_str(kind)}, "method": '
+        f"{_encode_str(method) if method is not None else 'null'}, "
+    )
+    if len(_MIDDLES) < 4096:
+        _MIDDLES[key] = text
+    return text
+
+
 def frame_json_line(row: tuple[Any, ...]) -> str:
     """``json.dumps(frame_json(f), ensure_ascii=False)`` for a row of ``FRAME_COLUMNS``."""
     (seq, ts, _mono, direction, channel, kind, method, msg_id, error_code, size, complete, _partial,
      raw, hx, sse_id, sse_event) = row  # fmt: skip
-    parts = [
-        f'{{"seq": {seq}, "ts": {float(ts)!r}, "direction": {_encode_str(direction)}, '
-        f'"channel": {_encode_str(channel)}, "kind": {_encode_str(kind)}, "method": '
-        f"{_encode_str(method) if method is not None else 'null'}, "
-        f'"id": {_id_text(msg_id)}, "size": {size}, '
-        f'"complete": {"true" if complete or complete is None else "false"}'
-    ]
+    key = (direction, channel, kind, method)
+    middle = _MIDDLES.get(key) or _middle(key)
+    if msg_id is None:
+        ident = "null"
+    elif msg_id.isdigit() and msg_id.isascii() and (msg_id[0] != "0" or msg_id == "0"):
+        ident = msg_id  # the common case: a small integer id, stored as its JSON text
+    else:
+        ident = _id_text(msg_id)
+    head = (
+        f'{{"seq": {seq}, "ts": {ts if type(ts) is float else float(ts)!r}, {middle}"id": {ident},'
+        f' "size": {size}, "complete": {"true" if complete or complete is None else "false"}'
+    )
+    if error_code is not None or hx is not None or sse_id is not None or sse_event is not None:
+        head += _extras(error_code, hx, sse_id, sse_event)
+    if channel == INJECT:
+        head += ', "injected": true'
+    data = raw if type(raw) is bytes else bytes(raw or b"")
+    try:
+        return f'{head}, "text": {_encode_str(data.decode("utf-8"))}}}'
+    except UnicodeDecodeError:
+        return f'{head}, "base64": "{base64.b64encode(data).decode("ascii")}"}}'
+
+
+def _extras(error_code: Any, hx: Any, sse_id: Any, sse_event: Any) -> str:
+    parts = []
     if error_code is not None:
         parts.append(f', "error_code": {error_code}')
     if hx is not None:
         parts.append(f', "http_exchange_id": {hx}')
     if sse_id is not None or sse_event is not None:
         parts.append(f', "sse": {{"id": {_json_value(sse_id)}, "event": {_json_value(sse_event)}}}')
-    if channel == INJECT:
-        parts.append(', "injected": true')
-    data = bytes(raw or b"")
-    try:
-        parts.append(f', "text": {_encode_str(data.decode("utf-8"))}}}')
-    except UnicodeDecodeError:
-        parts.append(f', "base64": "{base64.b64encode(data).decode("ascii")}"}}')
     return "".join(parts)
 
 
