@@ -98,6 +98,9 @@ class RelayConfig:
     #: Extra ``Host`` names (``--allow-host``) accepted besides the relay's own address;
     #: ``*`` accepts any (DNS-rebinding protection off).
     allow_hosts: tuple[str, ...] = ()
+    #: Fault rules (a ``mcp_proxy.faults.FaultEngine``) carried out by relay/http/faults.py;
+    #: None (no rules) keeps the relay's own path untouched.
+    faults: Any = None
 
 
 class HostCheck:

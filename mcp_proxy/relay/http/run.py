@@ -112,8 +112,12 @@ def record_http(
     connect_timeout: float = 10.0,
     response_timeout: float | None = None,
     allow_hosts: list[str] | tuple[str, ...] = (),
+    faults: Any = None,
 ) -> int:
-    """``mcptape record --upstream URL``: relay and record until SIGINT/SIGTERM; exit status."""
+    """``mcptape record --upstream URL``: relay and record until SIGINT/SIGTERM; exit status.
+
+    ``faults``: a ``FaultEngine`` whose rules the relay carries out (None: no fault injection).
+    """
     redactor = redactor_for_recording(redact, redact_headers, redact_paths)
     config = RelayConfig(
         upstream=upstream,
@@ -125,6 +129,7 @@ def record_http(
         response_timeout=response_timeout if response_timeout else None,
         redactor=redactor,
         allow_hosts=tuple(allow_hosts),
+        faults=faults,
     )
     Target(upstream)  # validate before anything starts
     # Relay latency matters more than the writer thread's throughput (see relay/stdio.py).

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from mcp_proxy.errors import UserError
 from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.relay.http import faults as http_faults
 from mcp_proxy.relay.http.common import SHUTDOWN_GRACE, SMALL_BODY, decode_header
 from mcp_proxy.relay.http.exchange import Exchange
 from mcp_proxy.relay.http.forward import RequestHead, build_request_head
@@ -70,6 +71,10 @@ class HTTPRelay(ResponseSide):
             max_line_size=64 * 1024,
             max_field_size=64 * 1024,
             access_log=None,
+            # SO_KEEPALIVE costs a setsockopt per accepted connection (a new one per call for
+            # initialize-era SDK clients, which close each POST's stream) and, with Linux's
+            # two-hour default, detects nothing a host would notice.
+            tcp_keepalive=False,
         )
         # In-flight exchanges (open event streams) get a short grace period at shutdown, then
         # are cancelled and recorded as relay_shutdown: Ctrl-C must not wait a minute.
@@ -170,6 +175,8 @@ class HTTPRelay(ResponseSide):
                 data = self._stream_body(request, ex)
         ex.pre = (request, rh.rec_headers, rh.has_mcp, raw_path, body)
         asyncio.get_running_loop().call_soon(self._describe, ex)
+        if self.config.faults is not None:  # fault rules: their own path (relay/http/faults.py)
+            return await http_faults.handle(self, request, ex, rh, data, body, method, path)
         resp = await self._forward(request, ex, rh, data)
         if not isinstance(resp, UpstreamResponse):
             return resp  # the relay answered (upstream unreachable, timed out…)
@@ -257,6 +264,10 @@ class HTTPRelay(ResponseSide):
         timeout = self.config.response_timeout
         head_only = request.method == "HEAD"
         try:
+            if timeout is None:  # the default: no timeout object per request
+                return await self._pool.request(
+                    rh.head, data, head_only=head_only, chunked=rh.chunked
+                )
             async with asyncio.timeout(timeout):
                 return await self._pool.request(
                     rh.head, data, head_only=head_only, chunked=rh.chunked
