@@ -56,8 +56,13 @@ def both(
     return relayed, direct, mark
 
 
-def the_call(frames: list[dict[str, Any]]) -> dict[str, Any]:
-    return next(f for f in frames if f["direction"] == "c2s" and f["method"] == "tools/call")
+def the_call(frames: list[dict[str, Any]], marker: str = "") -> dict[str, Any]:
+    """The test's ``tools/call`` frame (the one carrying ``marker``, when given)."""
+    return next(
+        f
+        for f in frames
+        if f["direction"] == "c2s" and f["method"] == "tools/call" and marker.encode() in f["raw"]
+    )
 
 
 def injected(frames: list[dict[str, Any]], direction: str) -> list[dict[str, Any]]:
@@ -118,7 +123,7 @@ def test_answer_in_the_servers_place(
     assert relayed[0] == ("result" if behaviour == "tool-error" else "error")
     assert g.up.count(f"COUNT {t}") == 0  # neither server ran the tool
     frames, findings, exchanges = g.relay.wait_recorded(mark, code)
-    call_frame = the_call(frames)  # what the host really sent, on its usual channel
+    call_frame = the_call(frames, t)  # what the host really sent, on its usual channel
     assert call_frame["channel"] == "http" and t.encode() in call_frame["raw"]
     ex = next(e for e in exchanges if e["id"] == call_frame["http_exchange_id"])
     assert ex["meta"]["injected"][0]["rule"].split()[0] == rule.split()[0]
@@ -172,7 +177,7 @@ def test_corrupt_request(g: Rig) -> None:
     assert out[0] == "error" and out[2] == -32700  # the SDK server's parse error
     assert g.up.count(f"COUNT {t}") == 0
     frames, _findings, exchanges = g.relay.wait_recorded(mark, "inject.corrupt")
-    real = the_call(frames)
+    real = the_call(frames, t)
     (inj,) = injected(frames, "c2s")
     assert inj["raw"] == real["raw"].replace(b"{", b"{,", 1)
     ex = next(e for e in exchanges if e["id"] == real["http_exchange_id"])
@@ -303,7 +308,7 @@ def test_duplicate_request(g: Rig) -> None:
     assert g.up.count(f"COUNT {t}") == 2
     frames, _findings, _ = g.relay.wait_recorded(mark, "inject.duplicate")
     (inj,) = injected(frames, "c2s")
-    assert inj["raw"] == the_call(frames)["raw"]
+    assert inj["raw"] == the_call(frames, t)["raw"]
 
 
 def test_reorder_events(g: Rig) -> None:
