@@ -1,7 +1,8 @@
 """Recordings leaving the dashboard and coming back: export downloads, the diff page, replay.
 
-- ``GET /sessions/{id}/export.jsonl`` / ``export.har``: what ``mcptape export`` writes, as a
-  download (HAR only for HTTP sessions: a stdio session answers 409 with the reason).
+- ``GET /sessions/{id}/export.{format}``: what ``mcptape export --format`` writes, as a
+  download, for every writable format of the registry (``mcptape formats``); a format that
+  cannot hold the session's transport (HAR and a stdio session) answers 409 with the reason.
 - ``GET /diff?a=ID&b=ID`` (+ ``.json``): two sessions aligned exchange by exchange.
 - ``GET /sessions/{id}/replay`` shows the exact command a replay would run (stdio) or the URL
   it would POST to (HTTP: the recorded upstream, editable on the page);
@@ -27,6 +28,7 @@ from dashboard import present
 from dashboard.app import JINJA, QUERIES, SETTINGS, STORE, render
 from dashboard.views._common import BadRequest
 from mcp_proxy.errors import UserError
+from mcp_proxy.recording.registry import Format, downloads, get_format
 from mcp_proxy.store.filters import SessionFilter
 
 SID = r"{sid:[0-9a-f]{1,32}}"
@@ -40,12 +42,11 @@ REPLAY_OFF = (
     " processes on this machine. Run `mcptape replay` locally, or serve the dashboard on"
     " 127.0.0.1."
 )
-EXPORT_TYPES = {"jsonl": "application/x-ndjson", "har": "application/json"}
 
 
 def add_routes(app: web.Application) -> None:
     r = app.router
-    r.add_get(f"/sessions/{SID}/export.{{fmt:jsonl|har}}", export_download)
+    r.add_get(f"/sessions/{SID}/export.{{fmt:[a-z0-9]+}}", export_download)
     r.add_get("/diff" + EXT, diff_page)
     r.add_get(f"/sessions/{SID}/replay" + EXT, replay_confirm)
     r.add_post(f"/sessions/{SID}/replay" + EXT, replay_run)
@@ -99,32 +100,54 @@ def replay_argv(session: dict[str, Any]) -> list[str] | None:
 # ---------------------------------------------------------------------------------- export
 
 
-def _filename(s: dict[str, Any], fmt: str) -> str:
+def _filename(s: dict[str, Any], fmt: Format) -> str:
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", str(s.get("name") or "")).strip("-.")[:40]
     stem = f"{name}-{s['id'][:8]}" if name else str(s["id"][:12])
-    return f"mcptape-{stem}.{fmt}"
+    return f"mcptape-{stem}{fmt.suffixes[0]}"
+
+
+def _refusal(fmt: Format, transport: str | None) -> str:
+    return (
+        f"{fmt.short} holds {' and '.join(t.upper() for t in fmt.transports)} traffic;"
+        f" this session was recorded over {transport}. Download it as JSON Lines instead."
+    )
+
+
+def export_links(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """One download per writable format (the registry decides), disabled where it cannot apply."""
+    out = []
+    for fmt in downloads():
+        ok = fmt.holds(s.get("transport"))
+        out.append(
+            {
+                "name": fmt.name,
+                "label": fmt.short,
+                "title": fmt.title if ok else _refusal(fmt, s.get("transport")),
+                "href": f"/sessions/{s['id']}/export.{fmt.name}" if ok else None,
+            }
+        )
+    return out
 
 
 async def export_download(request: web.Request) -> web.Response:
     from mcp_proxy.recording.database import export_bytes
 
     s = await request.app[QUERIES].session(request.match_info["sid"])
-    fmt = request.match_info["fmt"]
-    if fmt == "har" and s.get("transport") == "stdio":
-        return _error(
-            request,
-            409,
-            "HAR holds HTTP traffic; this session was recorded over stdio."
-            " Download it as JSON Lines instead.",
-        )
     try:
-        body = await export_bytes(request.app[STORE], [s["id"]], fmt)
+        fmt = get_format(request.match_info["fmt"])
+        fmt.need_writer()
+    except UserError as exc:
+        return _error(request, 404, str(exc))
+    if not fmt.holds(s.get("transport")):
+        return _error(request, 409, _refusal(fmt, s.get("transport")))
+    try:
+        body = await export_bytes(request.app[STORE], [s["id"]], fmt.name)
     except UserError as exc:
         return _error(request, 409, str(exc))
     return web.Response(
         body=body,
         headers={
-            "Content-Type": EXPORT_TYPES[fmt] + "; charset=utf-8",
+            "Content-Type": fmt.media_type + "; charset=utf-8",
             "Content-Disposition": f'attachment; filename="{_filename(s, fmt)}"',
         },
     )

@@ -53,6 +53,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
+        "mcptape_faults(*rules, faults_file=None): the fault rules the mcptape_faults fixture"
+        " puts between the test's client and its server (docs/faults.md)",
+    )
+    config.addinivalue_line(
+        "markers",
         "mcptape_recording(path, *, http=False, command=None, upstream=None, ignore=()):"
         " the recording the mcptape_mock fixture serves (command/upstream: the real server that"
         " recording modes forward to)",
@@ -251,3 +256,50 @@ def _run_replay(
     if ignore and result.replayed is not None:
         result.diff = diff_sessions(session, result.replayed, ignores=ignore)
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Faults: run the server under test behind `mcptape record --fault …`
+
+
+@dataclass
+class FaultRun:
+    """Launch a stdio server through ``mcptape record`` with fault rules, recording to ``db``.
+
+    ``rules`` come from the ``mcptape_faults`` marker; each call may add more. The recording
+    (the frames both peers really sent, the injected bytes, the ``inject.*`` findings) is in
+    ``db`` for ``mcptape check --db …`` or ``show``.
+    """
+
+    db: Path
+    rules: list[str] = field(default_factory=list)
+    faults_file: Path | None = None
+
+    def command(self, server: list[str], *rules: str, name: str = "faults") -> list[str]:
+        """The command line a host launches instead of ``server``."""
+        argv = [sys.executable, "-m", "mcp_proxy", "record", "--db", str(self.db), "--name", name]
+        for rule in [*self.rules, *rules]:
+            argv += ["--fault", rule]
+        if self.faults_file is not None:
+            argv += ["--faults", str(self.faults_file)]
+        return [*argv, "--", *server]
+
+    def stdio_params(self, params: Any, *rules: str, name: str = "faults") -> Any:
+        """A copy of ``mcp.StdioServerParameters`` that launches the server under the faults."""
+        argv = self.command([params.command, *params.args], *rules, name=name)
+        return params.model_copy(update={"command": argv[0], "args": argv[1:]})
+
+
+@pytest.fixture
+def mcptape_faults(request: pytest.FixtureRequest, tmp_path: Path) -> FaultRun:
+    """Run the server under test behind fault rules (``@pytest.mark.mcptape_faults(...)``)."""
+    marker = request.node.get_closest_marker("mcptape_faults")
+    rules = [str(r) for r in marker.args] if marker else []
+    faults_file = marker.kwargs.get("faults_file") if marker else None
+    if faults_file is not None:
+        faults_file = _resolve(faults_file, request.node)
+    if rules or faults_file is not None:
+        from mcp_proxy.faults.load import load_engine
+
+        load_engine(rules, faults_file, transport="stdio")  # a bad rule fails here, in one line
+    return FaultRun(tmp_path / "mcptape-faults.sqlite", rules, faults_file)

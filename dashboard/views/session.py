@@ -10,6 +10,7 @@ from aiohttp import web
 from dashboard import analysis as an
 from dashboard import present
 from dashboard.app import ANALYST, JINJA, QUERIES, SETTINGS, STORE, render
+from dashboard.travel import export_links
 from dashboard.views._common import (
     KINDS,
     back,
@@ -231,6 +232,7 @@ async def session_page(request: web.Request) -> web.Response:
         live_url=url(f"/sessions/{sid}/live", params),
         replay_on=bool(request.app[SETTINGS].get("replay")),
         recent=await _recent_others(request, sid),
+        exports=export_links(s),
     )
 
 

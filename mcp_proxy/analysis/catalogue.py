@@ -875,6 +875,92 @@ _e(
     "https://docs.mitmproxy.org/stable/concepts/certificates/",
 )
 
+# ------------------------------------------------------------------------------ injected faults
+# Written by the relays (``mcptape record --fault``) and the mock, never by the analyzer: each
+# marks a fault mcptape caused on purpose (docs/faults.md), never a failure of the server.
+_INJECT_WHAT = {
+    "delay": (
+        "A frame was delayed on purpose",
+        """A fault rule held this frame for the time in the finding's detail before passing it
+        on (``delay ms=… jitter=…``). The peer saw a slow server (or a slow host); the frame
+        itself is unchanged.""",
+    ),
+    "throttle": (
+        "A frame was throttled on purpose",
+        """A fault rule wrote this frame at a limited rate (``throttle bps=…``), the way a slow
+        link would. The bytes are unchanged; only their pace was.""",
+    ),
+    "drop": (
+        "A frame was dropped on purpose",
+        """A fault rule kept this frame from its receiver (``drop``): a request the server never
+        saw, or a response or notification the host never got. The recording keeps the frame
+        the sender really sent; nothing was delivered in its place.""",
+    ),
+    "error": (
+        "A JSON-RPC error was injected",
+        """A fault rule answered in a peer's place with a JSON-RPC error (``error code=…
+        message=…``): a request answered without reaching the server, or a response replaced.
+        The injected error is on the ``inject`` channel beside the frame the sender really
+        sent.""",
+    ),
+    "tool_error": (
+        "A failing tool result was injected",
+        """A fault rule answered a ``tools/call`` with an ``isError: true`` result in the
+        server's place (``tool-error text=…``). The injected result is on the ``inject``
+        channel.""",
+    ),
+    "http": (
+        "An HTTP error status was injected",
+        """A fault rule answered an HTTP request with a status and headers in the server's place
+        (``http status=429 header=Retry-After:2``, a 404 for an expired session, a 401 with
+        ``WWW-Authenticate``, a 503). The server never saw the request.""",
+    ),
+    "corrupt": (
+        "A frame was corrupted on purpose",
+        """A fault rule delivered this frame broken (``corrupt mode=truncate|cut-utf8|
+        invalid-json``). The frame the sender really sent and the broken bytes the receiver got
+        are both recorded (the latter on the ``inject`` channel).""",
+    ),
+    "disconnect": (
+        "The connection was cut on purpose",
+        """A fault rule ended the connection at this frame: the server was killed with a signal
+        or its stdio was closed (stdio), or the HTTP connection was reset or an SSE stream ended
+        (HTTP). What follows — the server's exit, the host's lost connection — is mcptape's
+        doing, not a crash.""",
+    ),
+    "duplicate": (
+        "A frame was delivered twice on purpose",
+        """A fault rule delivered this frame a second time (``duplicate``); the copy is on the
+        ``inject`` channel.""",
+    ),
+    "reorder": (
+        "A frame was delivered out of order on purpose",
+        """A fault rule held this frame and delivered it after the next frame in its direction
+        (``reorder``); the late delivery is on the ``inject`` channel.""",
+    ),
+}
+for _action, (_title, _text) in _INJECT_WHAT.items():
+    _e(f"inject.{_action}", I, _title, _text, "")
+_e(
+    "inject.reaction",
+    I,
+    "How the host reacted to an injected fault",
+    """Reported by ``mcptape check`` (not stored): what the host did after a fault mcptape
+    injected — retried the request, cancelled it (``notifications/cancelled``), or moved on to
+    other requests. Which of them is right depends on the fault; the point is to see it.""",
+    "",
+)
+_e(
+    "inject.host_silent",
+    W,
+    "The host sent nothing after an injected fault",
+    """Reported by ``mcptape check`` (not stored): after a fault mcptape injected on a request
+    (a dropped or corrupted answer, a delay), the host sent nothing more on the connection — no
+    retry, no cancellation, no other request. A host without a timeout hangs here for ever when
+    a real server fails the same way.""",
+    "",
+)
+
 #: Every code, in catalogue order.
 CATALOGUE: dict[str, Entry] = {e.code: e for e in _ENTRIES}
 if len(CATALOGUE) != len(_ENTRIES):  # pragma: no cover - guards an editing mistake
@@ -889,6 +975,7 @@ FOREIGN_CODES = frozenset(
         "recorder.internal_error",
         "forward.upstream_tls",
     }
+    | {e.code for e in _ENTRIES if e.area == "inject"}
 )
 SUMMARY_CODE = "analysis.summary"
 
@@ -911,6 +998,7 @@ AREAS: dict[str, str] = {
     "list": "Lists and pagination",
     "pagination": "Lists and pagination",
     "mrtr": "Multi round-trip requests (MRTR)",
+    "inject": "Injected faults (docs/faults.md)",
 }
 
 

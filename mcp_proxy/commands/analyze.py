@@ -44,6 +44,11 @@ class CheckFormat(StrEnum):
     junit = "junit"
 
 
+class Injected(StrEnum):
+    report = "report"
+    ignore = "ignore"
+
+
 class MinSeverity(StrEnum):
     info = "info"
     warning = "warning"
@@ -81,6 +86,14 @@ def check(
         bool, typer.Option("--recompute", help="Re-analyse even if stored findings are current.")
     ] = False,
     brief: Annotated[bool, typer.Option("--brief", help="One line per finding.")] = False,
+    injected: Annotated[
+        Injected,
+        typer.Option(
+            "--injected",
+            help="Sessions recorded with --fault: report how the host reacted to each injected"
+            " fault (retried, cancelled, silent), or ignore the faults and what they caused.",
+        ),
+    ] = Injected.report,
 ) -> None:
     """Print the findings of sessions and exit non-zero by severity (for CI)."""
     json_errors(fmt)
@@ -98,7 +111,13 @@ def check(
                 if s["id"] in seen:
                     continue
                 seen.add(s["id"])
-                out.append((s, await session_findings(store, s, recompute=recompute)))
+                rows = await session_findings(store, s, recompute=recompute)
+                if any(str(r.get("code", "")).startswith("inject.") for r in rows):
+                    from mcp_proxy.analysis.inject import session_frames, with_injected
+
+                    frames = await session_frames(store, s["id"])
+                    rows = with_injected(rows, frames, injected.value)
+                out.append((s, rows))
             return out
         finally:
             await store.close()

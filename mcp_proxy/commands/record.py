@@ -85,6 +85,21 @@ def record(
             " turns DNS-rebinding protection off). Default: only the listen address.",
         ),
     ] = None,
+    fault: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fault",
+            help="Break the wire on purpose: one rule, e.g. 'delay ms=2000 method=tools/call'"
+            " (repeatable; docs/faults.md).",
+        ),
+    ] = None,
+    faults_file: Annotated[
+        str | None,
+        typer.Option(
+            "--faults",
+            help="A TOML file of fault rules, re-read when it changes (docs/faults.md).",
+        ),
+    ] = None,
 ) -> None:
     """Run a server through mcptape and record every frame.
 
@@ -95,6 +110,13 @@ def record(
     from mcp_proxy.store.engine import resolve_url
 
     url = resolve_url(db)
+    engine = None
+    if fault or faults_file is not None:
+        if forward:
+            fail("--fault/--faults work with -- COMMAND or --upstream, not --forward")
+        from mcp_proxy.faults.load import load_engine
+
+        engine = load_engine(fault or [], faults_file, transport="http" if upstream else "stdio")
     if forward:
         if command or upstream:
             fail("--forward records what hosts send through it: give no --upstream or COMMAND")
@@ -131,6 +153,7 @@ def record(
                 connect_timeout=connect_timeout,
                 response_timeout=response_timeout or None,
                 allow_hosts=allow_host or [],
+                # TODO(faults-http): pass faults=engine once record_http takes it (issue #15).
             )
         )
     if not command:
@@ -145,5 +168,6 @@ def record(
             redact=False if no_redact else None,
             redact_headers=redact_header or [],
             redact_paths=redact_path or [],
+            faults=engine,
         )
     )

@@ -10,7 +10,14 @@ docs/faults.md for the language and recipes.
 """
 
 from mcp_proxy.faults.engine import Decision, FaultEngine, MessageFacts, RulesFile, message_facts
-from mcp_proxy.faults.rules import FaultRuleError, Match, Rule, parse_rule, parse_rules_file
+from mcp_proxy.faults.rules import (
+    FaultRuleError,
+    Match,
+    Rule,
+    parse_rule,
+    parse_rules_file,
+    unsupported,
+)
 
 __all__ = [
     "Decision",
@@ -23,4 +30,5 @@ __all__ = [
     "message_facts",
     "parse_rule",
     "parse_rules_file",
+    "unsupported",
 ]

@@ -20,7 +20,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,10 +81,47 @@ class Decision:
     direction: str
     #: For a response: the request it answers (its facts), when the engine saw it.
     request: MessageFacts | None = None
+    #: A seeded die in [0, 1) rolled for this firing (the jitter of a delay), so a run with a
+    #: seed delays every frame by the same amount again.
+    roll: float = 0.5
 
     @property
     def action(self) -> str:
         return self.rule.action
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        return self.rule.settings
+
+    def delay_seconds(self) -> float:
+        """``delay``: how long to hold the frame — ``ms`` ± ``jitter`` (uniform), never < 0."""
+        ms = float(self.settings.get("ms") or 0.0)
+        jitter = float(self.settings.get("jitter") or 0.0)
+        return max(0.0, ms + (2.0 * self.roll - 1.0) * jitter) / 1000.0
+
+    def replacement(self, raw: bytes) -> bytes | None:
+        """``error``/``tool-error``: the bytes sent in a peer's place, or None (nothing to send).
+
+        For a request they answer it (and travel back to its sender, which never reaches the
+        other peer); for a response they replace it (same id, same direction). A notification
+        or a line that is not JSON-RPC has nothing to answer: None.
+        """
+        from mcp_proxy.faults.actions import error_response, split_line_end, tool_error_response
+
+        if self.facts.kind not in ("request", "response") or self.facts.id is None:
+            return None
+        end = split_line_end(raw)[1] or b"\n"
+        s = self.settings
+        if self.action == "tool-error":
+            return tool_error_response(self.request or self.facts, str(s.get("text")), end=end)
+        code = int(s.get("code", -32603))
+        return error_response(self.facts, code, str(s.get("message")), s.get("data"), end=end)
+
+    def corrupted(self, raw: bytes) -> bytes:
+        """``corrupt``: ``raw`` broken the way the rule says (line end kept)."""
+        from mcp_proxy.faults.actions import corrupt
+
+        return corrupt(raw, str(self.settings.get("mode", "truncate")), self.settings.get("at"))
 
     def finding(self) -> dict[str, Any]:
         """The ``inject.*`` finding that marks this fault in the recording."""
@@ -161,7 +198,10 @@ class FaultEngine:
                 if not rule.match.selects(direction, method, name):
                     continue
                 if self._fires(rule):
-                    return Decision(rule, facts, direction, request)
+                    roll = (
+                        self._state[id(rule)].rng.random() if rule.settings.get("jitter") else 0.5
+                    )
+                    return Decision(rule, facts, direction, request, roll)
         return None
 
     def _track(self, direction: str, facts: MessageFacts) -> MessageFacts | None:

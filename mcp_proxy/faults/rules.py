@@ -34,6 +34,7 @@ __all__ = [
     "parse_rule",
     "parse_rules_file",
     "parse_rules_text",
+    "unsupported",
 ]
 
 
@@ -55,7 +56,7 @@ ACTIONS: dict[str, dict[str, Any]] = {
     "corrupt": {"mode": "truncate", "at": None},
     "disconnect": {"mode": ..., "signal": "TERM", "after": 0},
     "duplicate": {},
-    "reorder": {},
+    "reorder": {"wait": 1000},
 }
 CORRUPT_MODES = ("truncate", "cut-utf8", "invalid-json")
 DISCONNECT_MODES = ("close-stdin", "kill", "reset", "end-stream")
@@ -148,7 +149,7 @@ def _match_value(key: str, value: Any, where: str) -> Any:
 
 def _setting(action: str, key: str, value: Any, where: str) -> Any:
     """Check and normalise one action setting."""
-    if key in ("ms", "jitter"):
+    if key in ("ms", "jitter", "wait"):
         return _duration_ms(value, where)
     if key in ("bps", "status", "after") or (key == "at" and value is not None):
         number = _integer(value, where, minimum=0)
@@ -300,3 +301,28 @@ def parse_rules_file(path: Path) -> list[Rule]:
     except UnicodeDecodeError:
         raise FaultRuleError(f"{path}: not UTF-8 text") from None
     return parse_rules_text(text, source=str(path))
+
+
+#: What each transport cannot do: ``(action, mode or None) → why``.
+_TRANSPORT_ONLY: dict[tuple[str, str | None], str] = {
+    ("http", None): "http (a status with headers) needs an HTTP transport",
+    ("disconnect", "reset"): "disconnect mode=reset resets an HTTP connection",
+    ("disconnect", "end-stream"): "disconnect mode=end-stream ends an HTTP SSE stream",
+    ("disconnect", "close-stdin"): "disconnect mode=close-stdin closes a stdio server's stdin",
+}
+_HTTP_ONLY = {("http", None), ("disconnect", "reset"), ("disconnect", "end-stream")}
+
+
+def unsupported(rule: Rule, transport: str) -> str | None:
+    """Why ``rule`` cannot be carried out on ``transport`` ("stdio" or "http"), or None.
+
+    The CLI refuses such a rule at start (one clear line); a transport that meets one in a
+    re-read rules file forwards the message unchanged.
+    """
+    key = (rule.action, rule.settings.get("mode") if rule.action == "disconnect" else None)
+    if key not in _TRANSPORT_ONLY:
+        return None
+    http_only = key in _HTTP_ONLY
+    if (transport == "stdio") == http_only:
+        return f"{rule.describe()!r}: {_TRANSPORT_ONLY[key]}, not {transport}"
+    return None

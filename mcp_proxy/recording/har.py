@@ -303,6 +303,7 @@ def _format() -> Any:
         write=write_har,
         read=loads_har,
         sniff=sniff,
+        transports=("http", "sse"),
     )
 
 

@@ -628,6 +628,7 @@ def _format() -> Any:
         write=iter_jsonl,
         read=read_jsonl,
         sniff=sniff,
+        label="JSON Lines",
     )
 
 

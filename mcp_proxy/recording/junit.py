@@ -270,6 +270,7 @@ def _format() -> Any:
         suffixes=(".junit.xml", ".xml"),
         media_type="application/xml",
         write=recording_junit,
+        label="JUnit",
     )
 
 

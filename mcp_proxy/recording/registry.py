@@ -46,6 +46,18 @@ class Format:
     sniff: Callable[[bytes], bool] | None = None
     #: For formats that can also be sent (``export -o http://…``).
     send: Sender | None = None
+    #: A short name for buttons (the dashboard's download links); the name in capitals if empty.
+    label: str = ""
+    #: The session transports the format can hold (HAR: HTTP only); empty means every one.
+    transports: tuple[str, ...] = ()
+
+    @property
+    def short(self) -> str:
+        return self.label or self.name.upper()
+
+    def holds(self, transport: str | None) -> bool:
+        """Whether a session recorded over ``transport`` can be written in this format."""
+        return not self.transports or transport in self.transports
 
     def need_writer(self) -> Writer:
         if self.write is None:
@@ -93,6 +105,11 @@ def names(*, writable: bool = False, readable: bool = False) -> list[str]:
         for f in formats()
         if (not writable or f.write is not None) and (not readable or f.read is not None)
     ]
+
+
+def downloads() -> list[Format]:
+    """The formats a recording can be written in: the dashboard offers each as a download."""
+    return [f for f in formats() if f.write is not None]
 
 
 def get_format(name: str) -> Format:
@@ -153,6 +170,7 @@ __all__ = [
     "Writer",
     "declared_names",
     "detect",
+    "downloads",
     "formats",
     "get_format",
     "names",

@@ -31,12 +31,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.errors import UserError
 from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.osutil import write_all
 from mcp_proxy.recorder.contract import Producer
+
+if TYPE_CHECKING:  # imported when rules exist: the plain relay's start-up stays as it was
+    from mcp_proxy.relay.stdio_faults import FaultDecider, FaultPumps
 
 READ_SIZE = 1 << 16
 #: Signals forwarded to the server (SIGHUP does not exist on Windows).
@@ -114,6 +117,7 @@ class StdioRelay:
         on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
         release_stdout_at_eof: bool = False,
         session_meta: dict[str, Any] | None = None,
+        faults: FaultDecider | None = None,
     ) -> None:
         if not argv:
             raise UserError("no server command given (usage: mcptape record -- COMMAND [ARGS…])")
@@ -128,6 +132,10 @@ class StdioRelay:
         #: then (not when we exit, after the recorder drained). For ``mcptape record``'s fd 1.
         self.release_stdout_at_eof = release_stdout_at_eof
         self.session_meta = session_meta
+        #: A fault engine (``mcp_proxy.faults.FaultEngine``): with one, the frame-aware pumps
+        #: of :mod:`~mcp_proxy.relay.stdio_faults` replace the raw ones (docs/faults.md).
+        self.faults = faults
+        self._fault_pumps: FaultPumps | None = None
         self.session_id: str | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self._forwarded_signal: int | None = None
@@ -221,6 +229,19 @@ class StdioRelay:
             self._release_stdout()
         self._eos(Direction.S2C, Channel.STDIO)
 
+    def _faulted_host_to_server(self, pumps: FaultPumps) -> None:
+        try:
+            pumps.pump(Direction.C2S, self.stdin_fd)
+        finally:
+            self._eos(Direction.C2S, Channel.STDIO)
+            pumps.close_server_stdin()
+
+    def _faulted_server_to_host(self, pumps: FaultPumps, server_stdout: int) -> None:
+        pumps.pump(Direction.S2C, server_stdout)
+        if self.release_stdout_at_eof:
+            self._release_stdout()
+        self._eos(Direction.S2C, Channel.STDIO)
+
     def _release_stdout(self) -> None:
         """The server's stdout ended: end the host's now (the fd number stays valid)."""
         try:
@@ -275,12 +296,29 @@ class StdioRelay:
         # Detach the fds from the Popen file objects: the pumps own them now.
         stdin_fd = os.dup(proc.stdin.fileno())
         proc.stdin.close()
-        t_in = threading.Thread(
-            target=self._pump_host_to_server, args=(stdin_fd,), name="c2s", daemon=True
-        )
-        t_out = threading.Thread(
-            target=self._pump_server_to_host, args=(proc.stdout.fileno(),), name="s2c", daemon=True
-        )
+        if self.faults is None:  # the raw pumps: bytes in, bytes out, nothing looked at
+            t_in = threading.Thread(
+                target=self._pump_host_to_server, args=(stdin_fd,), name="c2s", daemon=True
+            )
+            t_out = threading.Thread(
+                target=self._pump_server_to_host,
+                args=(proc.stdout.fileno(),),
+                name="s2c",
+                daemon=True,
+            )
+        else:
+            from mcp_proxy.relay.stdio_faults import FaultPumps
+
+            pumps = self._fault_pumps = FaultPumps(self, self.faults, stdin_fd)
+            t_in = threading.Thread(
+                target=self._faulted_host_to_server, args=(pumps,), name="c2s", daemon=True
+            )
+            t_out = threading.Thread(
+                target=self._faulted_server_to_host,
+                args=(pumps, proc.stdout.fileno()),
+                name="s2c",
+                daemon=True,
+            )
         t_err = threading.Thread(
             target=self._pump_stderr, args=(proc.stderr.fileno(),), name="stderr", daemon=True
         )
@@ -299,7 +337,9 @@ class StdioRelay:
         if self._handover.acquire(timeout=2):
             self._handover.release()
         if self.recorder is not None and self.session_id is not None:
-            crashed = exit_code != 0 and self._forwarded_signal is None
+            # A signal we forwarded, or one a fault rule sent, is no crash of the server's own.
+            injected = self._fault_pumps is not None and self._fault_pumps.killed_with is not None
+            crashed = exit_code != 0 and self._forwarded_signal is None and not injected
             self.recorder.end_session(
                 self.session_id,
                 status="crashed" if crashed else "ended",
@@ -323,8 +363,12 @@ def record_stdio(
     redact: bool | None = None,
     redact_headers: list[str] | tuple[str, ...] = (),
     redact_paths: list[str] | tuple[str, ...] = (),
+    faults: FaultDecider | None = None,
 ) -> int:
     """``mcptape record -- COMMAND``: relay and record; returns the exit status to use.
+
+    ``faults`` (a :class:`mcp_proxy.faults.FaultEngine`, or None for none) makes the relay
+    break the wire on purpose, as docs/faults.md describes; without it nothing changes.
 
     The recorder runs in a child process (:mod:`mcp_proxy.recorder.worker`) so that the relay
     threads never wait for the GIL while a batch is being written. Redaction is on unless
@@ -354,7 +398,12 @@ def record_stdio(
         meta = {"redaction": "off (--no-redact): credentials are recorded in clear"}
     recorder = RecorderClient(db_url, env={"MCPTAPE_REDACT": policy})
     relay = StdioRelay(
-        argv, recorder=recorder, name=name, release_stdout_at_eof=True, session_meta=meta
+        argv,
+        recorder=recorder,
+        name=name,
+        release_stdout_at_eof=True,
+        session_meta=meta,
+        faults=faults,
     )
     # Spawn (and fail on a missing command) before starting the recorder process.
     proc = relay._spawn()

@@ -1,0 +1,245 @@
+"""Injected faults in a recording: how the host reacted, and what to set aside when ignoring them.
+
+A session recorded with ``mcptape record --fault …`` holds ``inject.*`` findings (one per fired
+rule, written by the relay) and frames on the ``inject`` channel. Two questions follow, and
+``mcptape check --injected report|ignore`` asks one of them:
+
+- **report** (the default): what did the host do after each fault? It *retried* (sent the same
+  method — and tool/prompt/resource — again), *cancelled* (``notifications/cancelled`` for the
+  request), *moved on* (other requests), or went *silent* (nothing more on the connection: the
+  hang a host without a timeout shows a real failing server). One ``inject.reaction`` (info) or
+  ``inject.host_silent`` (warning) per fault on a request or its answer.
+- **ignore**: the recording without the rehearsal: ``inject.*`` findings dropped, and so is any
+  analyzer finding whose frames all belong to a request a fault touched (an unanswered request
+  whose answer mcptape dropped is no fault of the server's).
+
+Pure functions over frame rows and finding records, plus one loader for the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_proxy.analysis.model import finding_record
+from mcp_proxy.frames import id_key
+from mcp_proxy.store.queries import Store
+
+__all__ = [
+    "Injection",
+    "injections",
+    "reactions",
+    "session_frames",
+    "set_aside",
+    "with_injected",
+]
+
+#: Actions that end the connection: the host cannot react on it any more.
+_ENDS_CONNECTION = ("inject.disconnect",)
+_REAL = ("stdio", "http", "sse")  # channels a peer really sent on (not inject, not stderr)
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    """One fired fault rule, tied to the request it was about (when it was about one)."""
+
+    code: str
+    title: str
+    direction: str
+    msg_id: str | None  # the request's id, as the ``msg_id`` column holds it
+    request_seq: int | None  # the host's request (c2s) that the fault concerned
+    fault_seq: int | None  # the frame the fault fired on
+    method: str | None
+    name: str | None
+
+
+def _detail(finding: Mapping[str, Any]) -> dict[str, Any]:
+    detail = finding.get("detail")
+    if isinstance(detail, dict):
+        return detail
+    try:
+        out = json.loads(detail or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return out if isinstance(out, dict) else {}
+
+
+def _message(frame: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        msg = json.loads(bytes(frame.get("raw") or b"{}"))
+    except (TypeError, ValueError, RecursionError):
+        return {}
+    return msg if isinstance(msg, dict) else {}
+
+
+def _name(frame: Mapping[str, Any]) -> str | None:
+    params = _message(frame).get("params")
+    if not isinstance(params, dict):
+        return None
+    value = params.get("uri" if frame.get("method") == "resources/read" else "name")
+    return value if isinstance(value, str) else None
+
+
+def _real(frame: Mapping[str, Any]) -> bool:
+    return frame.get("channel") in _REAL
+
+
+def injections(
+    findings: Iterable[Mapping[str, Any]], frames: Sequence[Mapping[str, Any]]
+) -> list[Injection]:
+    """The fired rules of a session, each located in its frames (in frame order)."""
+    out = []
+    for f in findings:
+        code = str(f.get("code") or "")
+        if not code.startswith("inject.") or code in ("inject.reaction", "inject.host_silent"):
+            continue
+        detail = _detail(f)
+        direction = str(detail.get("direction") or "")
+        raw_id = detail.get("id")
+        key = id_key(raw_id) if raw_id is not None else None
+        request = _request(frames, key) if key is not None else None
+        fault = None
+        if request is not None:
+            fault = request if direction == "c2s" else _answer(frames, request)
+        out.append(
+            Injection(
+                code,
+                str(f.get("title") or code),
+                direction,
+                key,
+                request["seq"] if request is not None else None,
+                fault["seq"] if fault is not None else None,
+                request.get("method") if request is not None else None,
+                _name(request) if request is not None else None,
+            )
+        )
+    return sorted(out, key=lambda i: i.fault_seq or 0)
+
+
+def _request(frames: Sequence[Mapping[str, Any]], key: str) -> Mapping[str, Any] | None:
+    """The last host request with this id (ids may be reused after their answer)."""
+    found = None
+    for frame in frames:
+        if (
+            _real(frame)
+            and frame.get("msg_id") == key
+            and frame.get("direction") == "c2s"
+            and frame.get("kind") == "request"
+        ):
+            found = frame
+    return found
+
+
+def _answer(frames: Sequence[Mapping[str, Any]], request: Mapping[str, Any]) -> Any:
+    for frame in frames:
+        if (
+            frame["seq"] > request["seq"]
+            and _real(frame)
+            and frame.get("direction") == "s2c"
+            and frame.get("msg_id") == request.get("msg_id")
+            and frame.get("kind") in ("response", "error")
+        ):
+            return frame
+    return None
+
+
+def _reaction(inj: Injection, frames: Sequence[Mapping[str, Any]]) -> tuple[str, str, list[int]]:
+    """``(code, what the host did, the frames that show it)`` after one fault."""
+    assert inj.request_seq is not None and inj.fault_seq is not None
+    later = [
+        f
+        for f in frames
+        if f["seq"] > inj.fault_seq
+        and _real(f)
+        and f.get("direction") == "c2s"
+        and f.get("kind") in ("request", "notification")
+    ]
+    for f in later:
+        if f.get("method") == "notifications/cancelled":
+            params = _message(f).get("params")
+            rid = params.get("requestId") if isinstance(params, dict) else None
+            if rid is not None and id_key(rid) == inj.msg_id:
+                return "inject.reaction", "cancelled the request", [inj.fault_seq, f["seq"]]
+    for f in later:
+        if f.get("kind") == "request" and f.get("method") == inj.method and _name(f) == inj.name:
+            return "inject.reaction", "retried the request", [inj.fault_seq, f["seq"]]
+    requests = [f for f in later if f.get("kind") == "request"]
+    if requests:
+        return "inject.reaction", "moved on to other requests", [inj.fault_seq, requests[0]["seq"]]
+    return "inject.host_silent", "sent nothing more", [inj.fault_seq]
+
+
+def reactions(
+    findings: Iterable[Mapping[str, Any]], frames: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """One finding record per fault on a request (or its answer): how the host reacted."""
+    out = []
+    for inj in injections(findings, frames):
+        if inj.request_seq is None or inj.fault_seq is None or inj.code in _ENDS_CONNECTION:
+            continue
+        code, what, seqs = _reaction(inj, frames)
+        call = inj.method or "request"
+        if inj.name:
+            call += f" {inj.name}"
+        out.append(
+            {
+                "code": code,
+                "severity": "warning" if code == "inject.host_silent" else "info",
+                "title": f"after {inj.title}: the host {what} ({call})",
+                "detail": json.dumps(
+                    {"fault": inj.code, "reaction": what, "id": inj.msg_id}, sort_keys=True
+                ),
+                "frame_seqs": seqs,
+                "source": "inject",
+            }
+        )
+    return out
+
+
+def _touched(injs: Iterable[Injection], frames: Sequence[Mapping[str, Any]]) -> set[int]:
+    """Frames of the requests a fault touched: the request, its answers, inject frames."""
+    keys = {i.msg_id for i in injs if i.msg_id is not None}
+    return {
+        int(f["seq"])
+        for f in frames
+        if f.get("channel") == "inject" or (f.get("msg_id") in keys and f.get("channel") in _REAL)
+    }
+
+
+def set_aside(
+    findings: Sequence[Mapping[str, Any]], frames: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """``findings`` without the injected faults: no ``inject.*`` finding, and no finding whose
+    frames all belong to a request a fault touched (or are inject frames)."""
+    touched = _touched(injections(findings, frames), frames)
+    out = []
+    for f in findings:
+        if str(f.get("code") or "").startswith("inject."):
+            continue
+        seqs = [int(s) for s in f.get("frame_seqs") or []]
+        if seqs and all(s in touched for s in seqs):
+            continue
+        out.append(dict(f))
+    return out
+
+
+def with_injected(
+    findings: Sequence[Mapping[str, Any]], frames: Sequence[Mapping[str, Any]], mode: str
+) -> list[dict[str, Any]]:
+    """``check --injected MODE``: ``report`` adds the host's reactions, ``ignore`` sets the
+    faults aside. A session without injected faults is returned as it is."""
+    if not any(str(f.get("code") or "").startswith("inject.") for f in findings):
+        return [dict(f) for f in findings]
+    if mode == "ignore":
+        return set_aside(findings, frames)
+    return [dict(f) for f in findings] + [finding_record(r) for r in reactions(findings, frames)]
+
+
+async def session_frames(store: Store, session_id: str) -> list[dict[str, Any]]:
+    """A session's frames as dicts (the analysis columns), for :func:`with_injected`."""
+    out: list[dict[str, Any]] = []
+    async for rows in store.iter_analysis_frames(session_id):
+        out += [dict(row._mapping) for row in rows]
+    return out

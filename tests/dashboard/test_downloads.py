@@ -1,0 +1,105 @@
+"""The session page offers one download per writable format of the registry, and each works.
+
+The links come from ``mcp_proxy.recording.registry`` (``mcptape formats``), not from a list the
+dashboard keeps: a format added to the registry appears here without a dashboard change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sqlite3
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from dashboard.app import create_app
+from mcp_proxy.recording.registry import downloads
+from mcp_proxy.testing.client import make_client
+from tests.dashboard.conftest import AUTH, TOKEN, get_html, recorded_params
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _check_body(name: str, body: bytes) -> None:
+    """The download is the format it says it is (parsed, not just non-empty)."""
+    if name == "jsonl":
+        lines = [json.loads(line) for line in body.splitlines()]
+        assert lines[-1]["type"] == "end" and any(r.get("type") == "frame" for r in lines)
+    elif name == "har":
+        assert json.loads(body)["log"]["entries"]
+    elif name == "otlp":
+        spans = [
+            span
+            for line in body.splitlines()
+            for rs in json.loads(line)["resourceSpans"]
+            for ss in rs["scopeSpans"]
+            for span in ss["spans"]
+        ]
+        assert spans
+    elif name == "junit":
+        assert list(ElementTree.fromstring(body).iter("testcase"))
+    else:  # a new format: at least not empty
+        assert body
+
+
+@pytest.fixture(scope="module")
+def stdio_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("downloads") / "d.db"
+
+    async def go() -> None:
+        async with make_client(recorded_params(db, "dl", "basic"), mode="legacy") as client:
+            await client.call_tool("echo", {"text": "hello"})
+
+    asyncio.run(go())
+    return db
+
+
+async def test_every_registry_format_is_a_working_download(
+    stdio_db: Path, bench_db: tuple[Path, str, int]
+) -> None:
+    formats = downloads()
+    assert {"jsonl", "har", "otlp", "junit"} <= {f.name for f in formats}
+    conn = sqlite3.connect(bench_db[0])
+    (http,) = conn.execute(
+        "SELECT s.id FROM sessions s WHERE s.transport = 'http' AND s.id != ?"
+        " AND EXISTS (SELECT 1 FROM http_exchanges h WHERE h.session_id = s.id)"
+        " ORDER BY s.frame_count LIMIT 1",
+        (bench_db[1],),
+    ).fetchone()
+    conn.close()
+    app = create_app("sqlite:///" + str(bench_db[0]), token=TOKEN)
+    async with TestClient(TestServer(app, host="127.0.0.1")) as c:
+        html = await get_html(c, f"/sessions/{http}")
+        for fmt in formats:
+            href = f"/sessions/{http}/export.{fmt.name}"
+            assert f'id="export-{fmt.name}" href="{href}"' in html, fmt.name
+            r = await c.get(href, headers=AUTH)
+            body = await r.read()
+            assert r.status == 200, (fmt.name, body[:300])
+            assert r.headers["Content-Type"].startswith(fmt.media_type)
+            disposition = r.headers["Content-Disposition"]
+            assert disposition.startswith("attachment;")
+            assert disposition.endswith(f'{fmt.suffixes[0]}"'), disposition
+            _check_body(fmt.name, body)
+        r = await c.get(f"/sessions/{http}/export.nosuchformat", headers=AUTH)
+        assert r.status == 404 and "nosuchformat" in await r.text()
+
+    (sid,) = sqlite3.connect(stdio_db).execute("SELECT id FROM sessions").fetchone()
+    app = create_app("sqlite:///" + str(stdio_db), token=TOKEN)
+    async with TestClient(TestServer(app, host="127.0.0.1")) as c:
+        html = await get_html(c, f"/sessions/{sid}")
+        for fmt in formats:
+            r = await c.get(f"/sessions/{sid}/export.{fmt.name}", headers=AUTH)
+            body = await r.read()
+            if fmt.holds("stdio"):
+                assert r.status == 200, (fmt.name, body[:300])
+                _check_body(fmt.name, body)
+                assert f'href="/sessions/{sid}/export.{fmt.name}"' in html
+            else:  # HAR: refused with the reason, and a disabled button on the page
+                assert r.status == 409 and b"stdio" in body
+                assert "Content-Disposition" not in r.headers
+                assert re.search(rf'<button[^>]*id="export-{fmt.name}"[^>]*disabled', html)
