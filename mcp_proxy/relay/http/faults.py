@@ -21,15 +21,19 @@ Where each message is decided:
   connection reset;
 - each **SSE event** (``s2c``; Streamable HTTP responses, GET streams and legacy HTTP+SSE
   streams alike): delayed, dropped, replaced, corrupted (the event stays an event; its data
-  breaks), sent twice, swapped with the next event, the rest of the stream throttled, the
-  connection reset, or the stream ended cleanly (``disconnect mode=end-stream after=N``: N
-  more events reach the host, then the stream ends as if the server had closed it).
+  breaks), sent twice, held and sent after the next event (``reorder``; alone after
+  ``wait`` when no event follows), the rest of the stream throttled, the connection reset, or
+  the stream ended cleanly (``disconnect mode=end-stream after=N``: once the host has had N
+  events on the stream, counted from its start, it ends as if the server had closed it — the
+  event the rule fired on goes out only if it is within the N).
 
 What is recorded: the message the peer really sent, on its usual channel (``http``/``sse``), as
 always; every byte mcptape put on the wire in a peer's place as a frame on the ``inject``
 channel, in the direction it travelled; and one ``inject.<action>`` finding per fired rule.
 A dropped message has no inject frame, only the finding. The exchange's ``meta.injected`` lists
 the rules that fired on it.
+
+Delays use :meth:`Decision.delay_seconds` (a seeded jitter repeats with its seed).
 
 Limits (said, not hidden): an ``http`` rule can change the status only before the response
 head went out — on a request, or on a JSON response; on an SSE event the head is gone, so the
@@ -43,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -70,16 +73,6 @@ __all__ = ["handle", "injected_status"]
 
 #: Answers in the server's place, by action.
 _ANSWERS = ("error", "tool-error", "http")
-_RNG = random.Random()
-
-
-def _delay_s(settings: Any) -> float:
-    """A delay rule's pause in seconds: ``ms`` ± ``jitter`` (never negative)."""
-    ms = float(settings.get("ms", 0) or 0)
-    jitter = float(settings.get("jitter", 0) or 0)
-    if jitter:
-        ms += _RNG.uniform(-jitter, jitter)
-    return max(ms, 0.0) / 1000.0
 
 
 def _throttle_s(settings: Any, size: int) -> float:
@@ -204,7 +197,7 @@ async def handle(
         legacy = ex.entry is not None and ex.entry.rule == RULE_LEGACY_SSE
         if action == "delay":
             f.fired(decision)
-            await asyncio.sleep(_delay_s(decision.rule.settings))
+            await asyncio.sleep(decision.delay_seconds())
         elif action == "throttle":
             f.fired(decision)
             await asyncio.sleep(_throttle_s(decision.rule.settings, len(body or b"")))
@@ -451,7 +444,7 @@ async def _respond_json(
         s = decision.rule.settings
         if action == "delay":
             f.fired(decision)
-            await asyncio.sleep(_delay_s(s))
+            await asyncio.sleep(decision.delay_seconds())
         elif action == "throttle":
             f.fired(decision)
             await asyncio.sleep(_throttle_s(s, len(body)))
@@ -518,6 +511,8 @@ class _Stream:
     bps: int = 0  # a throttle rule fired: the rest of the stream at this rate
     held: list[SSEEvent] = field(default_factory=list)  # reorder: sent after the next event
     end_after: int | None = None  # end-stream: events still to deliver before the end
+    delivered: int = 0  # events (not comments) the host got on this stream
+    timer: asyncio.TimerHandle | None = None  # reorder: sends what is held after ``wait``
     responded: bool = False
     key: str | None = None  # a legacy GET stream: its session (answers are injected into it)
 
@@ -549,6 +544,8 @@ async def _respond_sse(
     try:
         return await _pump_events(relay, request, ex, resp, head, method, path, f, st)
     finally:
+        if st.timer is not None:
+            st.timer.cancel()
         _forget(relay, st)
 
 
@@ -584,10 +581,7 @@ async def _pump_events(
             if rest is not None:
                 relay._sse_events(ex, [rest], True, complete=False)
                 await _send(relay, ex, st, rest.raw)
-            for ev in st.held:
-                await _send(relay, ex, st, ev.raw)
-                f.inject(Direction.S2C, ev.data, sse=ev)
-            st.held = []
+            await _flush_held(relay, ex, f, st)
         relay._finish_request_body(ex)
         await sresp.write_eof()
     except asyncio.CancelledError:
@@ -643,6 +637,8 @@ async def _event(
         if ev.event == "endpoint":
             plain = relay._maybe_rewrite_endpoint(ex, ev, plain)
         relay._sse_events(ex, [ev], True)
+        if not ev.comment_only:
+            st.delivered += 1
         await _send(relay, ex, st, plain)
         if ev.event == "endpoint" and ex.entry is not None and ex.entry.rule == RULE_LEGACY_SSE:
             st.key = ex.entry.key
@@ -662,7 +658,7 @@ async def _event(
     out = ev.raw
     if action == "delay":
         f.fired(decision)
-        await asyncio.sleep(_delay_s(s))
+        await asyncio.sleep(decision.delay_seconds())
     elif action == "throttle":
         f.fired(decision, bps=s.get("bps"))
         st.bps = int(s.get("bps") or 0)
@@ -686,19 +682,26 @@ async def _event(
     elif action == "reorder":
         f.fired(decision)
         st.held.append(ev)
+        if st.timer is None:  # no next event within ``wait``: it goes out alone
+            wait = float(s.get("wait") or 1000) / 1000.0
+            st.timer = asyncio.get_running_loop().call_later(
+                wait, lambda: _spawn(relay, _flush_held(relay, ex, f, st))
+            )
         return True
     elif action == "disconnect":
         mode = s.get("mode")
         if mode == "end-stream":
+            # ``after=N``: the stream ends once the host has had N events on it (counted from
+            # its start); the event the rule fired on goes out only if it is within the N.
             after = int(s.get("after") or 0)
-            if st.end_after is not None and after > 0:
+            if st.end_after is not None:
                 # The stream is already ending: a later firing changes nothing (no finding).
                 await _deliver_event(relay, ex, f, st, ev, out)
                 return True
             f.fired(decision, mode=mode, after=after)
-            if after <= 0:
+            if after - st.delivered <= 0:
                 return False
-            st.end_after = after - 1
+            st.end_after = after - st.delivered - 1
         else:
             f.fired(decision, mode=mode, http="connection reset")
             _reset(relay, request, ex, f, "mid-stream")
@@ -718,10 +721,36 @@ async def _deliver_event(
         return
     if _is_response(ev):
         st.responded = True
+    st.delivered += 1
     await _send(relay, ex, st, out)
-    while st.held:  # reorder: what was held goes right after the event it was swapped with
+    await _flush_held(relay, ex, f, st)
+
+
+async def _flush_held(relay: HTTPRelay, ex: Exchange, f: _Faults, st: _Stream) -> None:
+    """Reorder: what was held goes out now (after the event it was swapped with, or alone
+    once ``wait`` passed); on the inject channel, where the host got it."""
+    if st.timer is not None:
+        st.timer.cancel()
+        st.timer = None
+    while st.held:
         held = st.held.pop(0)
         if _is_response(held):
             st.responded = True
+        st.delivered += 1
         await _send(relay, ex, st, held.raw)
         f.inject(Direction.S2C, held.data, sse=held)
+
+
+def _spawn(relay: HTTPRelay, coro: Any) -> None:
+    """Run ``coro`` as a task the relay waits for at shutdown; a write that fails (the host
+    left) ends it quietly."""
+
+    async def guarded() -> None:
+        try:
+            await coro
+        except (ConnectionError, aiohttp.ClientConnectionResetError, RuntimeError):
+            pass
+
+    task = asyncio.ensure_future(guarded())
+    relay._tails.add(task)  # type: ignore[arg-type]
+    task.add_done_callback(relay._tails.discard)  # type: ignore[arg-type]
