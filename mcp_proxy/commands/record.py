@@ -153,7 +153,7 @@ def record(
                 connect_timeout=connect_timeout,
                 response_timeout=response_timeout or None,
                 allow_hosts=allow_host or [],
-                # TODO(faults-http): pass faults=engine once record_http takes it (issue #15).
+                faults=engine,
             )
         )
     if not command:
