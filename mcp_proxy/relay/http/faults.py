@@ -49,12 +49,11 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 from aiohttp import web
 
-from mcp_proxy.faults.actions import corrupt, error_response, tool_error_response
 from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.framing import SSEEvent, SSEParser
 from mcp_proxy.relay.http.common import quickack
@@ -63,7 +62,6 @@ from mcp_proxy.relay.http.upstream import UpstreamResponse
 from mcp_proxy.relay.http.wire import WireFrame
 
 if TYPE_CHECKING:
-    from mcp_proxy.faults.engine import Decision, FaultEngine
     from mcp_proxy.relay.http.exchange import Exchange
     from mcp_proxy.relay.http.forward import RequestHead
     from mcp_proxy.relay.http.response import ResponseHead
@@ -107,15 +105,38 @@ def injected_status(settings: Any) -> tuple[int, list[tuple[str, str]], bytes]:
     return status, headers, body
 
 
-def _answer_body(decision: Decision) -> bytes:
-    """The JSON-RPC message an ``error``/``tool-error`` rule answers with (no line end)."""
-    request = decision.request or decision.facts
-    s = decision.rule.settings
-    if decision.action == "tool-error":
-        return tool_error_response(request, str(s.get("text")), end=b"")
-    return error_response(
-        request, int(s.get("code", -32603)), str(s.get("message")), s.get("data"), end=b""
-    )
+class Decision(Protocol):
+    """What this module needs of ``mcp_proxy.faults.engine.Decision``.
+
+    Relays do not import the faults package (tests/test_layers.py): the engine is handed in
+    through ``RelayConfig.faults`` and its decisions carry what a transport needs.
+    """
+
+    @property
+    def rule(self) -> Any: ...
+    @property
+    def facts(self) -> Any: ...
+    @property
+    def direction(self) -> str: ...
+    @property
+    def action(self) -> str: ...
+    def finding(self) -> dict[str, Any]: ...
+    def replacement(self, raw: bytes) -> bytes | None: ...
+    def corrupted(self, raw: bytes) -> bytes: ...
+    def delay_seconds(self) -> float: ...
+
+
+class FaultEngine(Protocol):
+    """What this module needs of ``mcp_proxy.faults.engine.FaultEngine``."""
+
+    def decide(self, direction: str, raw: bytes) -> Decision | None: ...
+
+
+def _answer_body(decision: Decision) -> bytes | None:
+    """The JSON-RPC message an ``error``/``tool-error`` rule answers with (no line end), or
+    None when there is nothing to answer (a notification)."""
+    answer = decision.replacement(b"")
+    return answer.rstrip(b"\r\n") if answer is not None else None
 
 
 @dataclass
@@ -203,14 +224,15 @@ async def handle(
             await asyncio.sleep(_throttle_s(decision.rule.settings, len(body or b"")))
         elif action == "drop":
             return await _drop_request(relay, request, ex, f, decision, legacy)
+        elif action in _ANSWERS and action != "http" and _answer_body(decision) is None:
+            f.fired(decision, applied=False, why="a notification: nothing to answer")
         elif action == "http" or (action in _ANSWERS and not legacy):
             return _answer_request(relay, ex, f, decision)
         elif action in _ANSWERS and _legacy_stream(relay, ex) is not None:
             return await _answer_on_stream(relay, ex, f, decision)
         elif action == "corrupt":
             assert body is not None
-            s = decision.rule.settings
-            data = corrupt(body, str(s.get("mode", "truncate")), s.get("at"))
+            data = decision.corrupted(body)
             f.fired(decision)
             f.inject(Direction.C2S, data)
             rh = _with_length(rh, len(body), len(data))
@@ -368,7 +390,7 @@ async def _answer_on_stream(
     found = _legacy_stream(relay, ex)
     assert found is not None
     gex, st, gf = found
-    answer = _answer_body(decision)
+    answer = _answer_body(decision) or b""
     ev = SSEEvent(raw=b"", data=answer, event="message")
     f.fired(decision, on="the legacy GET stream")
     f.place()
@@ -385,7 +407,7 @@ def _answer_request(
     if decision.action == "http":
         status, headers, body = injected_status(decision.rule.settings)
     else:
-        status, body = 200, _answer_body(decision)
+        status, body = 200, _answer_body(decision) or b""
         headers = [("Content-Type", "application/json")]
     f.fired(decision, status=status)
     f.place()
@@ -473,10 +495,14 @@ async def _respond_json(
             ex.finish("complete")
             return r
         elif action in ("error", "tool-error"):
-            out = _answer_body(decision)
-            f.fired(decision)
+            answer = _answer_body(decision)
+            if answer is None:
+                f.fired(decision, applied=False, why="not a response: nothing to replace")
+            else:
+                out = answer
+                f.fired(decision)
         elif action == "corrupt":
-            out = corrupt(body, str(s.get("mode", "truncate")), s.get("at"))
+            out = decision.corrupted(body)
             f.fired(decision)
         elif action == "disconnect":
             f.fired(decision, mode=s.get("mode"), http="connection reset")
@@ -667,11 +693,14 @@ async def _event(
         return True
     elif action in ("error", "tool-error"):
         answer = _answer_body(decision)
-        out = _event_bytes(ev, answer)
-        f.fired(decision)
-        f.inject(Direction.S2C, answer, sse=ev)
+        if answer is None:
+            f.fired(decision, applied=False, why="a notification: nothing to replace")
+        else:
+            out = _event_bytes(ev, answer)
+            f.fired(decision)
+            f.inject(Direction.S2C, answer, sse=ev)
     elif action == "corrupt":
-        data = corrupt(ev.data, str(s.get("mode", "truncate")), s.get("at"))
+        data = decision.corrupted(ev.data)
         out = _event_bytes(ev, data)
         f.fired(decision)
         f.inject(Direction.S2C, data, sse=ev)
