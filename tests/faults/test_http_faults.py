@@ -389,3 +389,20 @@ def test_no_rule_no_trace(g: Rig) -> None:
     assert not g.relay.query(
         "SELECT * FROM findings WHERE id > ? AND code LIKE 'inject.%'", mark[1]
     )
+
+
+def test_host_leaving_during_an_injected_delay_is_recorded(g: Rig) -> None:
+    """The host gives up while a delay rule holds its call: the exchange is still recorded,
+    ended ``host_aborted`` (it used to stay open in the recording, without an outcome)."""
+    t = tag()
+    g.relay.set_rules(rules_toml("delay ms=5000 direction=c2s method=tools/call"))
+    mark = g.relay.mark()
+    out = anyio.run(
+        lambda: call(g.relay.url, mode="auto", tool="count", args={"tag": t}, within=0.5)
+    )
+    g.relay.set_rules("")
+    assert out == ("timeout",)
+    frames, _, exchanges = g.relay.wait_recorded(mark, "inject.delay")
+    ex = next(e for e in exchanges if e["id"] == the_call(frames, t)["http_exchange_id"])
+    assert ex["outcome"] == "host_aborted"
+    assert g.up.count(f"COUNT {t}") == 0  # it never left the relay

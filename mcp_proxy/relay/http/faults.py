@@ -211,6 +211,30 @@ async def handle(
     """Forward one exchange with the fault rules applied (the relay's path when rules exist)."""
     engine: FaultEngine = relay.config.faults
     f = _Faults(relay, ex, engine)
+    try:
+        return await _handle(relay, request, ex, rh, data, body, method, path, f)
+    except asyncio.CancelledError:
+        # The host left (or the relay stops) while a fault held the exchange — a delay, a
+        # withheld answer: the exchange is still recorded, as the relay's own paths do.
+        if not ex.finished:
+            relay._finish_request_body(ex)
+            ex.finish(relay._abort_outcome(), relay._abort_error())
+        f.place()
+        raise
+
+
+async def _handle(
+    relay: HTTPRelay,
+    request: web.BaseRequest,
+    ex: Exchange,
+    rh: RequestHead,
+    data: Any,
+    body: bytes | None,
+    method: str,
+    path: str,
+    f: _Faults,
+) -> web.StreamResponse:
+    engine = f.engine
     decision = engine.decide("c2s", body) if body else None
     duplicate = False
     if decision is not None:
@@ -395,7 +419,10 @@ async def _answer_on_stream(
     f.fired(decision, on="the legacy GET stream")
     f.place()
     r = _accepted(relay, ex, True)
-    await _send(relay, gex, st, _event_bytes(ev, answer))
+    try:
+        await _send(relay, gex, st, _event_bytes(ev, answer))
+    except (ConnectionError, aiohttp.ClientConnectionResetError):
+        return r  # the GET stream is gone: the host hears nothing more, as from the server
     gf.inject(Direction.S2C, answer, sse=ev)
     return r
 
