@@ -61,7 +61,10 @@ def the_call(frames: list[dict[str, Any]], marker: str = "") -> dict[str, Any]:
     return next(
         f
         for f in frames
-        if f["direction"] == "c2s" and f["method"] == "tools/call" and marker.encode() in f["raw"]
+        if f["direction"] == "c2s"
+        and f["method"] == "tools/call"
+        and f["channel"] != "inject"
+        and marker.encode() in f["raw"]
     )
 
 
@@ -406,3 +409,38 @@ def test_host_leaving_during_an_injected_delay_is_recorded(g: Rig) -> None:
     ex = next(e for e in exchanges if e["id"] == the_call(frames, t)["http_exchange_id"])
     assert ex["outcome"] == "host_aborted"
     assert g.up.count(f"COUNT {t}") == 0  # it never left the relay
+
+
+def test_reorder_requests(g: Rig) -> None:
+    """A call held by ``reorder`` reaches the server after the call the host sent next."""
+    from mcp_proxy.testing.client import make_client, tool_text
+
+    first, second = tag(), tag()
+    g.relay.set_rules(
+        rules_toml("reorder direction=c2s method=tools/call name=count nth=1 wait=5000")
+    )
+    mark = g.relay.mark()
+
+    async def two() -> dict[str, str]:
+        got: dict[str, str] = {}
+        with anyio.fail_after(40):
+            async with make_client(g.relay.url, mode="auto") as client:
+
+                async def one(t: str) -> None:
+                    got[t] = tool_text(await client.call_tool("count", {"tag": t}))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(one, first)
+                    await anyio.sleep(0.3)
+                    tg.start_soon(one, second)
+        return got
+
+    got = anyio.run(two)
+    g.relay.set_rules("")
+    assert got == {first: first, second: second}
+    lines = list(g.up.lines)
+    assert lines.index(f"COUNT {second}") < lines.index(f"COUNT {first}")
+    frames, _, _ = g.relay.wait_recorded(mark, "inject.reorder")
+    (inj,) = injected(frames, "c2s")
+    assert inj["raw"] == the_call(frames, first)["raw"]
+    assert inj["id"] > the_call(frames, second)["id"]

@@ -14,7 +14,8 @@ Where each message is decided:
   request is left unanswered; a notification or response is acknowledged ``202`` as a server
   that lost it would), answered in the server's place (a JSON-RPC error, an ``isError`` tool
   result, or an HTTP status with headers — the server never sees the request), corrupted on
-  its way to the server, sent twice, or its connection reset;
+  its way to the server, sent twice, held until the next host request has gone upstream
+  (``reorder``, at most ``wait``), or its connection reset;
 - a **JSON response body** (``s2c``) before the host gets it: delayed, held back for ever
   (dropped), replaced by an error or a status, corrupted (``Content-Length`` follows the new
   body: the HTTP message stays well-formed, the JSON-RPC message inside is what breaks), or the
@@ -37,9 +38,8 @@ Delays use :meth:`Decision.delay_seconds` (a seeded jitter repeats with its seed
 
 Limits (said, not hidden): an ``http`` rule can change the status only before the response
 head went out — on a request, or on a JSON response; on an SSE event the head is gone, so the
-connection is reset instead (and the finding says so). ``reorder`` works on SSE events (on a
-request or a JSON body there is no second message in the same exchange to swap with; the rule
-is noted as not applicable). ``disconnect`` modes that name a process (``close-stdin``,
+connection is reset instead (and the finding says so). ``reorder`` on a JSON response body has
+no second message in its exchange to swap with: it is noted as not applied. ``disconnect`` modes that name a process (``close-stdin``,
 ``kill``) reset the connection over HTTP.
 """
 
@@ -266,8 +266,28 @@ async def _handle(
         elif action == "duplicate":
             duplicate = True
             f.fired(decision)
-        else:  # reorder on a request, or an answer on a legacy POST: nothing to do here
+        elif action == "reorder":
+            # Held until the next message from a host has gone upstream (or ``wait`` passed).
+            f.fired(decision)
+            turn = asyncio.Event()
+            _held_requests(relay).append(turn)
+            wait = float(decision.rule.settings.get("wait") or 1000) / 1000.0
+            try:
+                await asyncio.wait_for(turn.wait(), wait)
+            except TimeoutError:
+                pass
+            finally:
+                if turn in _held_requests(relay):
+                    _held_requests(relay).remove(turn)
+            f.inject(Direction.C2S, body or b"")  # where it really went: after the next one
+        else:  # an answer on a legacy POST whose GET stream is gone: nothing to do here
             f.fired(decision, applied=False, why=f"{action} does not apply to this HTTP request")
+    held = relay.__dict__.get("_fault_held")
+    if held and (decision is None or decision.action != "reorder"):
+        # This request overtakes the held ones: they go once it has been written upstream.
+        waiting = list(held)
+        held.clear()
+        asyncio.get_running_loop().call_soon(_release, waiting)
     resp = await relay._forward(request, ex, rh, data)
     if not isinstance(resp, UpstreamResponse):
         f.place()
@@ -387,6 +407,19 @@ def _accepted(relay: HTTPRelay, ex: Exchange, legacy: bool) -> web.StreamRespons
         ex.meta["response_body"] = relay.meta_body(body, headers["Content-Type"])
     ex.finish("complete")
     return web.Response(status=202, body=body, headers=headers)
+
+
+def _release(waiting: list[asyncio.Event]) -> None:
+    for turn in waiting:
+        turn.set()
+
+
+def _held_requests(relay: HTTPRelay) -> list[asyncio.Event]:
+    """Requests a ``reorder`` rule holds until the next request has gone upstream."""
+    held: list[asyncio.Event] | None = relay.__dict__.get("_fault_held")
+    if held is None:
+        held = relay.__dict__["_fault_held"] = []
+    return held
 
 
 def _legacy_streams(relay: HTTPRelay) -> dict[str, tuple[Exchange, _Stream, _Faults]]:
