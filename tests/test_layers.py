@@ -37,6 +37,8 @@ RECORDER_CONTRACT = (
     "mcp_proxy.redact",
     "mcp_proxy.handshake",
 )
+#: The fault engine (pure: rules, decisions, the bytes a fault sends) that relays carry out.
+FAULTS = ("mcp_proxy.faults",)
 CLI = ("mcp_proxy.cli", "mcp_proxy.commands", "mcp_proxy.entry", "mcp_proxy.__main__")
 
 
@@ -55,10 +57,11 @@ class Rule:
 RULES = (
     Rule("core imports nothing of the project", CORE, only=CORE),
     Rule(
-        "relays import only the core and the recorder contract",
+        "relays import only the core, the recorder contract and the fault engine",
         ("mcp_proxy.relay", "mcp_proxy.forward", "addons"),
-        only=(*CORE, *RECORDER_CONTRACT, "mcp_proxy.relay", "mcp_proxy.forward"),
+        only=(*CORE, *RECORDER_CONTRACT, *FAULTS, "mcp_proxy.relay", "mcp_proxy.forward"),
     ),
+    Rule("the fault engine imports only the core", FAULTS, only=(*CORE, *FAULTS)),
     Rule(
         "the store imports no relay, recorder, analysis or CLI",
         ("mcp_proxy.store",),
@@ -218,6 +221,8 @@ def test_the_checker_catches_a_deliberate_violation(tmp_path: Path) -> None:
     _write(tmp_path, "mcp_proxy/frames.py", "from mcp_proxy.store import queries\n")
     _write(tmp_path, "mcp_proxy/relay/__init__.py", "")
     _write(tmp_path, "mcp_proxy/relay/stdio.py", "from mcp_proxy.analysis import core\n")
+    _write(tmp_path, "mcp_proxy/faults/__init__.py", "")
+    _write(tmp_path, "mcp_proxy/faults/engine.py", "from mcp_proxy.relay import stdio\n")
     _write(tmp_path, "mcp_proxy/store/__init__.py", "")
     _write(tmp_path, "mcp_proxy/store/queries.py", "from ..recorder import Recorder\n")
     _write(tmp_path, "mcp_proxy/analysis/__init__.py", "")
@@ -232,7 +237,8 @@ def test_the_checker_catches_a_deliberate_violation(tmp_path: Path) -> None:
     cmd = "(nothing outside commands/ and cli.py imports typer or a command module)"
     dash = "(nothing in mcp_proxy/ but the CLI imports the dashboard)"
     core = "(core imports nothing of the project)"
-    relay = "(relays import only the core and the recorder contract)"
+    relay = "(relays import only the core, the recorder contract and the fault engine)"
+    faults = "(the fault engine imports only the core)"
     store = "(the store imports no relay, recorder, analysis or CLI)"
     assert violations(tmp_path) == [
         f"dashboard.app imports mcp_proxy.commands {cmd}",
@@ -243,6 +249,8 @@ def test_the_checker_catches_a_deliberate_violation(tmp_path: Path) -> None:
         f"mcp_proxy.demo imports typer {cmd}",
         f"mcp_proxy.demo imports dashboard {dash}",
         f"mcp_proxy.demo imports dashboard.app {dash}",
+        f"mcp_proxy.faults.engine imports mcp_proxy.relay {faults}",
+        f"mcp_proxy.faults.engine imports mcp_proxy.relay.stdio {faults}",
         f"mcp_proxy.frames imports mcp_proxy.store {core}",
         f"mcp_proxy.frames imports mcp_proxy.store.queries {core}",
         f"mcp_proxy.relay.stdio imports mcp_proxy.analysis {relay}",
