@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from mcp_proxy.faults import parse_rule
 from mcp_proxy.framing import SSEEvent, SSEParser
-from mcp_proxy.relay.http.faults import _event_bytes, _with_length, injected_status
+from mcp_proxy.relay.http.fault_core import _event_bytes
+from mcp_proxy.relay.http.faults import _with_length, injected_status
 from mcp_proxy.relay.http.forward import build_request_head
 
 
