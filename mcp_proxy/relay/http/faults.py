@@ -16,7 +16,8 @@ Where each message is decided:
   result, or an HTTP status with headers — the server never sees the request), corrupted on
   its way to the server, sent twice, held until the next host request has gone upstream
   (``reorder``, at most ``wait``), or its connection reset;
-- a **JSON response body** (``s2c``) before the host gets it: delayed, held back for ever
+- a **JSON response body** (``s2c``; one with a ``Content-Length`` up to ``SMALL_RESPONSE`` —
+  larger or chunked bodies stream through undecided) before the host gets it: delayed, held back for ever
   (dropped), replaced by an error or a status, corrupted (``Content-Length`` follows the new
   body: the HTTP message stays well-formed, the JSON-RPC message inside is what breaks), or the
   connection reset;
