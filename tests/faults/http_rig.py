@@ -207,3 +207,32 @@ def rules_toml(*rules: str) -> str:
             key, _, value = word.partition("=")
             out.append(f"{key} = {json.dumps(value)}")
     return "\n".join(out) + "\n"
+
+
+def both(
+    g: Rig,
+    rule: str,
+    behaviour: str,
+    params: dict[str, str] | None = None,
+    **kw: Any,
+) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, int, int]]:
+    """The call through the relay under ``rule``, and directly against the misbehaving server
+    (at the same time: two independent clients, half the wait).
+
+    Returns both outcomes and the recording mark taken before the relayed call.
+    """
+    g.relay.set_rules(rules_toml(rule))
+    mark = g.relay.mark()
+    out: dict[str, tuple[Any, ...]] = {}
+
+    async def one(key: str, url: str) -> None:
+        out[key] = await call(url, **kw)
+
+    async def pair() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, "relayed", g.relay.url)
+            tg.start_soon(one, "direct", g.bad.url(behaviour, **(params or {})))
+
+    anyio.run(pair)
+    g.relay.set_rules("")
+    return out["relayed"], out["direct"], mark

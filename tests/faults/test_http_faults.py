@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.faults.http_rig import Rig, call, rig, rules_toml
+from tests.faults.http_rig import Rig, both, call, rig, rules_toml
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,25 +35,6 @@ MODES = ["legacy", "auto"]
 def g(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     with rig(tmp_path_factory.mktemp("fhttp")) as r:
         yield r
-
-
-def both(
-    g: Rig,
-    rule: str,
-    behaviour: str,
-    params: dict[str, str] | None = None,
-    **kw: Any,
-) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, int, int]]:
-    """The call through the relay under ``rule``, and directly against the misbehaving server.
-
-    Returns both outcomes and the recording mark taken before the relayed call.
-    """
-    g.relay.set_rules(rules_toml(rule))
-    mark = g.relay.mark()
-    relayed = anyio.run(lambda: call(g.relay.url, **kw))
-    direct = anyio.run(lambda: call(g.bad.url(behaviour, **(params or {})), **kw))
-    g.relay.set_rules("")
-    return relayed, direct, mark
 
 
 def the_call(frames: list[dict[str, Any]], marker: str = "") -> dict[str, Any]:

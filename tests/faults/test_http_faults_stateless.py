@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-import anyio
 import pytest
 
-from tests.faults.http_rig import Rig, call, rig, rules_toml
+from tests.faults.http_rig import Rig, both, rig
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -41,11 +40,7 @@ CASES = [
 def test_stateless_json(
     g: Rig, rule: str, behaviour: str, params: dict[str, str], code: str
 ) -> None:
-    g.relay.set_rules(rules_toml(rule))
-    mark = g.relay.mark()
-    relayed = anyio.run(lambda: call(g.relay.url, mode="legacy", within=1.0))
-    g.relay.set_rules("")
-    direct = anyio.run(lambda: call(g.bad.url(behaviour, **params), mode="legacy", within=1.0))
+    relayed, direct, mark = both(g, rule, behaviour, params, mode="legacy", within=1.0)
     assert relayed == direct
     frames, findings, exchanges = g.relay.wait_recorded(mark, code)
     call_frame = next(f for f in frames if f["method"] == "tools/call")
