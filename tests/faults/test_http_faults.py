@@ -425,3 +425,27 @@ def test_reorder_requests(g: Rig) -> None:
     (inj,) = injected(frames, "c2s")
     assert inj["raw"] == the_call(frames, first)["raw"]
     assert inj["id"] > the_call(frames, second)["id"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_status_on_the_answer(g: Rig, mode: str) -> None:
+    """``http`` on the server's answer: the server ran the call; the host gets the status
+    (a JSON answer, 2026-07-28) — or, once an event stream's head is out (initialize era), the
+    connection is cut, which is all a server can still do then."""
+    t = tag()
+    behaviour, params = ("status", {"status": "503"}) if mode == "auto" else ("cut-stream", {})
+    relayed, direct, mark = both(
+        g, "http status=503 direction=s2c method=tools/call", behaviour, params, mode=mode,
+        tool="count", args={"tag": t},
+    )  # fmt: skip
+    assert relayed == direct
+    frames, _findings, exchanges = g.relay.wait_recorded(mark, "inject.http")
+    call_frame = the_call(frames, t)
+    ex = next(e for e in exchanges if e["id"] == call_frame["http_exchange_id"])
+    answer = [f for f in frames if f["direction"] == "s2c" and t.encode() in f["raw"]]
+    assert answer and answer[0]["channel"] in ("http", "sse")  # what the server really said
+    note = ex["meta"]["injected"][0]
+    if mode == "auto":
+        assert ex["status"] == 503 and note["upstream_status"] == 200
+    else:
+        assert ex["outcome"] == "injected_reset" and note["applied"] is False
