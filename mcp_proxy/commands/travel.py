@@ -8,6 +8,7 @@ an exit code. Exit codes beyond the common ones (see :mod:`mcp_proxy.cli`): ``di
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 from enum import StrEnum
@@ -136,7 +137,6 @@ def replay(
     stdio:  mcptape replay recordings/basic.mcptape.jsonl -- python -m my_server
     HTTP:   mcptape replay recordings/http.mcptape.jsonl --upstream http://127.0.0.1:8000/mcp
     """
-    from mcp_proxy.diff import diff_sessions, render_text
     from mcp_proxy.normalize import JsonPathError, Normalizer
     from mcp_proxy.recording.database import load_source
     from mcp_proxy.store.engine import resolve_url
@@ -148,12 +148,39 @@ def replay(
         Normalizer.build(ignore or [])
     except JsonPathError as exc:
         fail(str(exc))
-    recording, session = asyncio.run(load_source(source, db))
+    from mcp_proxy.commands.recording import progress_bar
+
+    with progress_bar("reading", None) as advance:
+        recording, session = asyncio.run(load_source(source, db, advance))
     url = resolve_url(db)
+    with _busy(f"replaying {len(session.frames)} recorded frame(s)"):
+        result = _replay(recording, session, command, upstream, url, timeout, pacing, name)
+    _report_replay(result, session, ignore, fmt)
+
+
+def _busy(label: str) -> contextlib.AbstractContextManager[Any]:
+    """A spinner with the elapsed time on stderr while a long step runs (terminals only)."""
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    from rich.console import Console
+
+    return Console(stderr=True).status(label)
+
+
+def _replay(
+    recording: Any,
+    session: Any,
+    command: list[str] | None,
+    upstream: str | None,
+    url: str,
+    timeout: float,
+    pacing: Pacing,
+    name: str | None,
+) -> Any:
     if upstream:
         from mcp_proxy.replay import replay_http
 
-        result = replay_http(
+        return replay_http(
             session,
             upstream,
             url,
@@ -162,18 +189,22 @@ def replay(
             name=name,
             origin=recording.origin,
         )
-    else:
-        from mcp_proxy.replay import replay_stdio
+    from mcp_proxy.replay import replay_stdio
 
-        result = replay_stdio(
-            session,
-            list(command or []),
-            url,
-            timeout=timeout,
-            pacing=pacing.value,
-            name=name,
-            origin=recording.origin,
-        )
+    return replay_stdio(
+        session,
+        list(command or []),
+        url,
+        timeout=timeout,
+        pacing=pacing.value,
+        name=name,
+        origin=recording.origin,
+    )
+
+
+def _report_replay(result: Any, session: Any, ignore: list[str] | None, fmt: ReplayFormat) -> None:
+    from mcp_proxy.diff import diff_sessions, render_text
+
     if ignore and result.replayed is not None:
         result.diff = diff_sessions(
             session,
