@@ -8,6 +8,7 @@ an exit code. Exit codes beyond the common ones (see :mod:`mcp_proxy.cli`): ``di
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 from enum import StrEnum
@@ -106,6 +107,15 @@ class Pacing(StrEnum):
     recorded = "recorded"
 
 
+def _busy(label: str) -> contextlib.AbstractContextManager[Any]:
+    """A spinner with the elapsed time on stderr while a long step runs (terminals only)."""
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    from rich.console import Console
+
+    return Console(stderr=True).status(label)
+
+
 def _replay_one(
     source: str,
     command: list[str] | None,
@@ -115,20 +125,23 @@ def _replay_one(
     **kw: Any,
 ) -> tuple[Any, Any]:
     """Replay one recorded session; ``(the session, the ReplayResult)``."""
+    from mcp_proxy.commands.recording import progress_bar
     from mcp_proxy.diff import diff_sessions
     from mcp_proxy.recording.database import load_source
     from mcp_proxy.store.engine import resolve_url
 
-    recording, session = asyncio.run(load_source(source, db))
+    with progress_bar("reading", None) as advance:
+        recording, session = asyncio.run(load_source(source, db, advance))
     url = resolve_url(db)
-    if upstream:
-        from mcp_proxy.replay import replay_http
+    with _busy(f"replaying {len(session.frames)} recorded frame(s)"):
+        if upstream:
+            from mcp_proxy.replay import replay_http
 
-        result = replay_http(session, upstream, url, origin=recording.origin, **kw)
-    else:
-        from mcp_proxy.replay import replay_stdio
+            result = replay_http(session, upstream, url, origin=recording.origin, **kw)
+        else:
+            from mcp_proxy.replay import replay_stdio
 
-        result = replay_stdio(session, list(command or []), url, origin=recording.origin, **kw)
+            result = replay_stdio(session, list(command or []), url, origin=recording.origin, **kw)
     if ignore and result.replayed is not None:
         result.diff = diff_sessions(
             session,

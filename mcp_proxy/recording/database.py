@@ -318,23 +318,26 @@ def split_source(ref: str) -> tuple[str, str | None] | None:
     return None
 
 
-async def load_source(ref: str, store_url: str | None) -> tuple[Recording, SessionRecording]:
+async def load_source(
+    ref: str, store_url: str | None, progress: Progress | None = None
+) -> tuple[Recording, SessionRecording]:
     """A SOURCE argument (``FILE``, ``FILE#SESSION`` or a database session) → one session.
 
-    A file is read by whichever registered format recognises it (JSON Lines, HAR, …).
+    A file is read by whichever registered format recognises it (JSON Lines, HAR, …);
+    ``progress`` is told of the frames read as they are (a terminal's progress bar).
     """
-    from mcp_proxy.recording.registry import read_recording
+    from mcp_proxy.recording.registry import read_file
 
     file_ref = await asyncio.to_thread(split_source, ref)
     if file_ref is not None:
-        rec = await asyncio.to_thread(read_recording, file_ref[0])
+        rec = await asyncio.to_thread(read_file, file_ref[0], None, progress)
         return rec, rec.one(file_ref[1])
     from mcp_proxy.store.engine import resolve_url
     from mcp_proxy.store.queries import Store
 
     store = await Store.open(resolve_url(store_url))
     try:
-        rec = await load_sessions(store, [ref])
+        rec = await load_sessions(store, [ref], progress)
     finally:
         await store.close()
     rec.origin = f"session {rec.sessions[0].label}"

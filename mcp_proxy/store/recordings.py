@@ -223,11 +223,15 @@ class RecordingStore:
         count = 0
         last: float | None = None
         page: list[Any] = []
+        as_is = positional and order == _COLS  # SQLite: the tuple is the parameter list
         for r in frame_rows:
             fixed = _storable(session_id, r, exchange_ids)
-            page.append(
-                _params(fixed, order) if positional else dict(zip(_COLS, fixed, strict=True))
-            )
+            if as_is:
+                page.append(fixed)
+            else:
+                page.append(
+                    _params(fixed, order) if positional else dict(zip(_COLS, fixed, strict=True))
+                )
             count += 1
             last = r[1]
             if len(page) >= PAGE:
@@ -249,10 +253,15 @@ def _params(row: tuple[Any, ...], order: tuple[str, ...]) -> tuple[Any, ...]:
     return tuple(row[_COLS.index(name)] for name in order)
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+
+
 def _fits(value: Any, limit: int) -> Any:
     """A derived text value as its column holds it: escaped if need be, cut to the column."""
     if value is None:
         return None
+    if type(value) is str and value.isascii() and len(value) <= limit:
+        return value  # the common case, decided without encoding it
     fixed = storable(value)
     return fixed[:limit] if isinstance(fixed, str) else fixed
 
@@ -262,8 +271,10 @@ def _storable(session_id: str, r: tuple[Any, ...], exchange_ids: dict[int, int])
     (seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete, partial, raw,
      ex, sse_id, sse_event) = r[:16]  # fmt: skip
     redacted = r[16] if len(r) > 16 else None
-    code = storable(code) if code is not None else None
-    mono = storable(mono) or 0
+    if code is not None and not (type(code) is int and _INT64[0] <= code <= _INT64[1]):
+        code = storable(code)
+    if not (type(mono) is int and _INT64[0] <= mono <= _INT64[1]):
+        mono = storable(mono) or 0
     return (
         session_id,
         seq,
