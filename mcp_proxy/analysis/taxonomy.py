@@ -265,7 +265,11 @@ _HTTP_SIMPLE: dict[int, str] = {
 #: Exchange outcomes (HTTP relay) where the answer did not come whole from the server.
 RELAY_FAILURES = frozenset({"upstream_error", "timeout", "relay_error"})
 #: Outcomes that say nothing bad about the upstream.
-_QUIET = frozenset({"complete", "host_aborted", "relay_shutdown", "client_disconnected"})
+#: Outcomes that are no fault of the server: finished, the host left, the relay stopped, or
+#: mcptape itself reset the host's connection on a fault rule (docs/faults.md).
+_QUIET = frozenset(
+    {"complete", "host_aborted", "relay_shutdown", "client_disconnected", "injected_reset"}
+)
 #: Statuses that describe the transport, whatever the body says.
 _TRANSPORT_STATUSES = frozenset({401, 403, 405, 406, 409, 413, 415, 421, 429})
 

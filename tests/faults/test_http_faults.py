@@ -16,6 +16,7 @@ stateful SDK server answers calls with an event stream); ``auto`` settles on 202
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.conftest import mcptape_cmd
 from tests.faults.http_rig import Rig, both, call, rig, rules_toml
 
 pytestmark = pytest.mark.timeout(120)
@@ -175,9 +177,24 @@ def test_reset_before_the_response(g: Rig, mode: str) -> None:
     assert relayed == direct
     assert relayed[1] == "RemoteProtocolError"
     frames, _findings, exchanges = g.relay.wait_recorded(mark, "inject.disconnect")
-    ex = next(e for e in exchanges if e["id"] == the_call(frames)["http_exchange_id"])
+    request = the_call(frames)
+    ex = next(e for e in exchanges if e["id"] == request["http_exchange_id"])
     assert ex["outcome"] == "injected_reset"
     assert not injected(frames, "s2c")
+    # The analysis does not blame the server for mcptape's reset (no http.upstream_error).
+    sid = request["session_id"]
+    out = subprocess.run(
+        [*mcptape_cmd(), "check", "--db", str(g.relay.db), sid, "--format", "json",
+         "--fail-on", "never", "--recompute"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    blamed = [
+        f
+        for f in json.loads(out.stdout)[0]["findings"]
+        if f["code"] == "http.upstream_error" and request["seq"] in (f.get("frame_seqs") or [])
+    ]
+    assert not blamed, blamed
 
 
 def test_reset_mid_stream(g: Rig) -> None:
