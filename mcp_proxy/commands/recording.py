@@ -142,16 +142,30 @@ def import_(
         ),
     ] = None,
     db: DbOption = None,
+    no_redact: Annotated[
+        bool,
+        typer.Option(
+            "--no-redact",
+            help="Import credentials in clear (local debugging only; says so loudly)."
+            " MCPTAPE_REDACT=0 does the same.",
+        ),
+    ] = False,
 ) -> None:
-    """Load a recording file into the database (each session gets a new id)."""
-    from mcp_proxy.recording.database import import_recording
+    """Load a recording file into the database (each session gets a new id), redacted as
+    ``record`` redacts."""
+    from mcp_proxy.recording.database import import_recording, import_redactor
     from mcp_proxy.recording.registry import read_file
     from mcp_proxy.store.engine import resolve_url
 
     with progress_bar("reading", None) as advance:
         recording = read_file(file, fmt, advance)
     with progress_bar("importing", recording.frame_total) as advance:
-        result = import_recording(recording, resolve_url(db), progress=advance)
+        result = import_recording(
+            recording,
+            resolve_url(db),
+            progress=advance,
+            redactor=import_redactor(False) if no_redact else None,
+        )
     for (old, new), s in zip(result.sessions, recording.sessions, strict=True):
         name = s.session.get("name")
         print(f"{new}  {name or '-'}  ({len(s.frames)} frames; was {old[:12]})")

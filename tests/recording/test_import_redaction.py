@@ -65,3 +65,15 @@ def test_import_opt_out_by_environment_is_loud(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "redaction is OFF" in done.stderr
     assert any(SECRET.encode() in bytes(r["raw"]) for r in db_frames(db))
+
+
+def test_import_no_redact_flag_is_loud(tmp_path: Path) -> None:
+    src = _file(tmp_path)
+    db = tmp_path / "rec.db"
+    env = {k: v for k, v in os.environ.items() if k != "MCPTAPE_REDACT"}
+    done = run_cli("import", str(src), "--db", str(db), "--no-redact", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "redaction is OFF" in done.stderr
+    rows = db_frames(db)
+    assert any(SECRET.encode() in bytes(r["raw"]) for r in rows)
+    assert all(not r["redacted"] for r in rows)
