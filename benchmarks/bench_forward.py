@@ -8,7 +8,14 @@ Measures, each through the forward proxy and direct, in the same run:
 1. Official SDK client ↔ SDK server over Streamable HTTP behind TLS (a test-made CA), N
    sequential ``tools/call`` echo, both eras (``legacy`` = 2025-11-25 handshake, ``auto`` =
    2026-07-28): time per call and the ratio forward/direct. Target ≤ 1.5: TLS is terminated
-   twice (host↔mitmproxy, mitmproxy↔server) and mitmproxy is pure Python.
+   twice (host↔mitmproxy, mitmproxy↔server) and mitmproxy is pure Python. Four legs: direct,
+   plain ``mitmdump`` (mitmproxy's own cost), ``mitmdump -s addons/mcptape.py`` and
+   ``mcptape record --forward``; for each, the CPU time per call of the client (this process),
+   the server and the proxy (with its recorder worker), read from ``/proc`` — a figure that
+   survives a busy machine, where wall time does not. In the legacy era the SDK client closes
+   each POST's event stream as soon as the response event is in, before the stream's end, so
+   its HTTP client drops the connection: every call is a new TCP+TLS connection (direct: one
+   handshake; forwarded: CONNECT and two handshakes, and mitmproxy's per-connection work).
 2. SSE: the server writes events stamped with ``time.monotonic_ns()`` (one clock for every
    process on the machine), the client notes each arrival; p50/p99 of the difference, direct
    and forward, and the added p50. Target ≤ 2 ms added.
@@ -22,9 +29,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
-import re
+import resource
+import socket
 import sqlite3
 import ssl
 import statistics
@@ -35,7 +44,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -46,6 +54,25 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from mcp_proxy.testing.client import make_client  # noqa: E402
 from tests.forward.conftest import TLSFiles, run_forward, start_tls_server  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ms(pid: int) -> float:
+    """CPU milliseconds (user + system) of a process and all its descendants, from /proc."""
+    total = 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total = (int(fields[11]) + int(fields[12])) * 1000 / TICK
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return total
+    return total + sum(cpu_ms(int(c)) for c in children)
+
+
+def self_cpu_ms() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return (r.ru_utime + r.ru_stime) * 1000
 
 
 def make_tls(d: Path) -> TLSFiles:
@@ -65,18 +92,40 @@ def client_for(cafile: Path, proxy: str | None) -> httpx2.AsyncClient:
     )
 
 
-async def calls(url: str, cafile: Path, proxy: str | None, mode: str, n: int) -> float:
-    """Seconds per call for ``n`` sequential echo calls (after a short warm-up)."""
+@dataclasses.dataclass
+class Leg:
+    """One leg's figures, per call: wall seconds and CPU milliseconds of each process."""
+
+    wall: float
+    client: float
+    server: float
+    proxy: float
+
+    @property
+    def cpu(self) -> float:
+        return self.client + self.server + self.proxy
+
+
+async def calls(
+    url: str, cafile: Path, proxy: str | None, mode: str, n: int, pids: tuple[int, int | None]
+) -> Leg:
+    """Figures per call for ``n`` sequential echo calls (after a short warm-up)."""
+    server_pid, proxy_pid = pids
     async with client_for(cafile, proxy) as hc:
         async with make_client(
             streamable_http_client(url, http_client=hc), mode=mode, log_level=None
         ) as c:
             for _ in range(20):
                 await c.call_tool("echo", {"text": "warm"})
+            c0, s0 = self_cpu_ms(), cpu_ms(server_pid)
+            p0 = cpu_ms(proxy_pid) if proxy_pid else 0.0
             t0 = time.perf_counter()
             for i in range(n):
                 await c.call_tool("echo", {"text": f"call {i}"})
-            return (time.perf_counter() - t0) / n
+            wall = (time.perf_counter() - t0) / n
+            c1, s1 = self_cpu_ms(), cpu_ms(server_pid)
+            p1 = cpu_ms(proxy_pid) if proxy_pid else 0.0
+    return Leg(wall, (c1 - c0) / n, (s1 - s0) / n, (p1 - p0) / n)
 
 
 async def sse_delays(origin: str, cafile: Path, proxy: str | None, n: int) -> list[float]:
@@ -106,15 +155,23 @@ async def sse_delays(origin: str, cafile: Path, proxy: str | None, n: int) -> li
 
 
 @contextlib.contextmanager
-def plain_mitmdump(conf: Path, ca: Path) -> Iterator[str]:
-    """mitmproxy alone (no addon), same options: what mitmproxy itself costs."""
+def mitmdump(conf: Path, ca: Path, *extra: str) -> Iterator[tuple[str, int]]:
+    """A real ``mitmdump`` with the same options as ``record --forward`` (plus ``extra``): alone
+    it is what mitmproxy itself costs; with ``-s addons/mcptape.py`` a user's own mitmproxy.
+
+    Its terminal log is at ``warn``: at ``info`` it prints two lines per connection (in the
+    legacy era, per call), a cost ``record --forward`` does not have. That also hides the
+    "listening at" line, so the port is chosen here."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     proc = subprocess.Popen(
         [
             str(Path(sys.executable).with_name("mitmdump")),
             "--listen-host",
             "127.0.0.1",
             "--listen-port",
-            "0",
+            str(port),
             "--set",
             f"confdir={conf}",
             "--set",
@@ -123,23 +180,27 @@ def plain_mitmdump(conf: Path, ca: Path) -> Iterator[str]:
             "flow_detail=0",
             "--set",
             "connection_strategy=lazy",
+            "--set",
+            "termlog_verbosity=warn",
+            *extra,
         ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
-    assert proc.stdout is not None
-    port = None
-    deadline = time.monotonic() + 60
-    while port is None and time.monotonic() < deadline:
-        line = proc.stdout.readline().decode("utf-8", "replace")
-        m = re.search(r"listening at [\d.*]+:(\d+)", line)
-        if m:
-            port = m.group(1)
     # Keep reading its log: a full pipe would stall mitmdump.
     threading.Thread(target=lambda: proc.stdout and proc.stdout.read(), daemon=True).start()
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("mitmdump did not start") from None
+            time.sleep(0.1)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", proc.pid
     finally:
         proc.terminate()
         proc.wait(10)
@@ -150,12 +211,27 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(len(xs) * p))]
 
 
+def recorded_calls(db: Path) -> tuple[int, int]:
+    """tools/call requests recorded, and recorder gaps, in a recording."""
+    con = sqlite3.connect(db)
+    try:
+        recorded = con.execute(
+            "SELECT count(*) FROM frames WHERE direction='c2s' AND method='tools/call'"
+        ).fetchone()[0]
+        gaps = con.execute("SELECT count(*) FROM findings WHERE code='recorder.gap'").fetchone()[0]
+    finally:
+        con.close()
+    return int(recorded), int(gaps)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--events", type=int, default=200)
     args = ap.parse_args()
     print(f"uptime: {os.popen('uptime').read().strip()}")
+    modes = ("legacy", "auto")
+    legs: dict[str, dict[str, Leg]] = {m: {} for m in modes}
     with tempfile.TemporaryDirectory(prefix="mcptape-bench-fwd-") as tmp:
         d = Path(tmp)
         tls = make_tls(d)
@@ -163,47 +239,69 @@ def main() -> int:
         conf.mkdir()
         (conf / "config.yaml").write_text(f"ssl_verify_upstream_trusted_ca: {tls.ca_pem}\n")
         db = d / "bench.db"
+        addon_db = d / "addon.db"
+        addon = ("-s", str(ROOT / "addons" / "mcptape.py"), "--set", f"mcptape_db={addon_db}")
         with start_tls_server(tls, "--mode", "stateful") as srv, run_forward(db, conf) as fw:
             origin = srv.url.rsplit("/", 1)[0]
-            results: dict[str, Any] = {}
-            plain: dict[str, float] = {}
-            with plain_mitmdump(conf, tls.ca_pem) as mitm:
-                for mode in ("legacy", "auto"):
-                    plain[mode] = asyncio.run(calls(srv.url, fw.ca_cert, mitm, mode, args.calls))
-            for mode in ("legacy", "auto"):
-                direct = asyncio.run(calls(srv.url, tls.ca_pem, None, mode, args.calls))
-                forward = asyncio.run(calls(srv.url, fw.ca_cert, fw.url, mode, args.calls))
-                results[mode] = (direct, forward)
+            spid = srv.proc.pid
+            with (
+                mitmdump(conf, tls.ca_pem) as (plain, ppid),
+                mitmdump(conf, tls.ca_pem, *addon) as (
+                    with_addon,
+                    apid,
+                ),
+            ):
+                for mode in modes:
+                    run = legs[mode]
+                    run["direct"] = asyncio.run(
+                        calls(srv.url, tls.ca_pem, None, mode, args.calls, (spid, None))
+                    )
+                    run["mitmdump"] = asyncio.run(
+                        calls(srv.url, fw.ca_cert, plain, mode, args.calls, (spid, ppid))
+                    )
+                    run["mitmdump+addon"] = asyncio.run(
+                        calls(srv.url, fw.ca_cert, with_addon, mode, args.calls, (spid, apid))
+                    )
+                    run["record --forward"] = asyncio.run(
+                        calls(srv.url, fw.ca_cert, fw.url, mode, args.calls, (spid, fw.proc.pid))
+                    )
             d_sse = asyncio.run(sse_delays(origin, tls.ca_pem, None, args.events))
             f_sse = asyncio.run(sse_delays(origin, fw.ca_cert, fw.url, args.events))
             assert fw.stop() == 0
-        con = sqlite3.connect(db)
-        recorded = con.execute(
-            "SELECT count(*) FROM frames WHERE direction='c2s' AND method='tools/call'"
-        ).fetchone()[0]
-        gaps = con.execute("SELECT count(*) FROM findings WHERE code='recorder.gap'").fetchone()[0]
-        con.close()
+        recorded, gaps = recorded_calls(db)
+        addon_recorded, addon_gaps = recorded_calls(addon_db)
     print(
-        f"\n{'SDK tools/call over HTTPS':<34}{'direct':>10}{'forward':>10}{'ratio':>8}"
-        f"{'mitmdump alone':>16}"
+        f"\n{'SDK tools/call over HTTPS':<28}{'wall/call':>10}{'ratio':>7}"
+        f"{'CPU ms/call: client':>21}{'server':>8}{'proxy':>8}{'total':>8}{'ratio':>7}"
     )
     ok = True
-    for mode, (direct, forward) in results.items():
-        ratio = forward / direct
-        ok = ok and ratio <= 1.5
-        print(
-            f"  {mode:<32}{direct * 1e3:>8.2f}ms{forward * 1e3:>8.2f}ms{ratio:>8.2f}"
-            f"{plain[mode] * 1e3:>9.2f}ms ({plain[mode] / direct:.2f})"
-            f"  (target <= 1.5: {'met' if ratio <= 1.5 else 'NOT met'})"
-        )
+    for mode in modes:
+        base = legs[mode]["direct"]
+        print(f"  {mode}")
+        for name, leg in legs[mode].items():
+            ratio = leg.wall / base.wall
+            line = (
+                f"    {name:<24}{leg.wall * 1e3:>8.2f}ms{ratio:>7.2f}{leg.client:>21.2f}"
+                f"{leg.server:>8.2f}{leg.proxy:>8.2f}{leg.cpu:>8.2f}{leg.cpu / base.cpu:>7.2f}"
+            )
+            if name == "record --forward":
+                ok = ok and ratio <= 1.5
+                line += f"  (target <= 1.5: {'met' if ratio <= 1.5 else 'NOT met'})"
+            print(line)
     added = statistics.median(f_sse) - statistics.median(d_sse)
     print(f"\n{'SSE event latency':<34}{'p50':>10}{'p99':>10}")
     print(f"  {'direct':<32}{pct(d_sse, 0.5):>8.2f}ms{pct(d_sse, 0.99):>8.2f}ms")
     print(f"  {'forward':<32}{pct(f_sse, 0.5):>8.2f}ms{pct(f_sse, 0.99):>8.2f}ms")
     print(f"  added p50: {added:.2f} ms (target <= 2 ms: {'met' if added <= 2 else 'NOT met'})")
     expected = 2 * (args.calls + 20)
-    print(f"\nrecorded tools/call requests: {recorded} of {expected}; recorder gaps: {gaps}")
-    return 0 if ok and added <= 2 and recorded >= expected and not gaps else 1
+    # The SSE leg's POST through record --forward carries a tools/call body too.
+    print(
+        f"\nrecorded tools/call requests: record --forward {recorded} of {expected + 1} "
+        f"(recorder gaps: {gaps}); mitmdump -s addons/mcptape.py {addon_recorded} of {expected} "
+        f"(gaps: {addon_gaps})"
+    )
+    complete = recorded >= expected + 1 and addon_recorded >= expected and not gaps + addon_gaps
+    return 0 if ok and added <= 2 and complete else 1
 
 
 if __name__ == "__main__":

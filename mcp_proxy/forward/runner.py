@@ -87,6 +87,36 @@ def _load_config(opts: Any, conf: Path) -> None:
             raise UserError(f"mitmproxy configuration {path}: {exc}") from exc
 
 
+#: The mitmproxy addons ``record --forward`` loads: what a recording forward proxy needs (the
+#: proxy server, layer choice, TLS, DNS, HTTP/2 cleartext refusal), access control (proxy
+#: authentication, the block of non-local clients, upstream credentials), ``scripts`` and
+#: ``save_stream_file`` from config.yaml. The rest of mitmdump's set is left out: the
+#: traffic-changing ones (map/modify/anticache/sticky*/playback — a recording proxy passes the
+#: bytes as they are) and the interactive ones (browser, cut, export, comments, command history,
+#: onboarding). mitmproxy calls every addon on every event of every flow, so each one left out
+#: is work saved per request (measured: about a fifth of the proxy's CPU per call). A user who
+#: wants those features runs ``mitmdump -s addons/mcptape.py``.
+ADDONS = (
+    "Core",
+    "Block",
+    "ProxyAuth",
+    "Proxyserver",
+    "ScriptLoader",
+    "DnsResolver",
+    "NextLayer",
+    "DisableH2C",
+    "Save",
+    "TlsConfig",
+    "UpstreamAuth",
+)
+
+
+def _addons() -> list[Any]:
+    from mitmproxy import addons
+
+    return [a for a in addons.default_addons() if type(a).__name__ in ADDONS]
+
+
 class _Errors(logging.Handler):
     """Collects mitmproxy's error log records during start-up (a port in use, a bad option)."""
 
@@ -128,7 +158,7 @@ async def serve_forward(
     stop: asyncio.Event | None = None,
 ) -> int:
     """Run the proxy until ``stop`` (or SIGINT/SIGTERM); returns the exit status."""
-    from mitmproxy import addons, exceptions, options
+    from mitmproxy import exceptions, options
     from mitmproxy.master import Master
 
     from mcp_proxy.forward.addon import McpTape
@@ -146,9 +176,16 @@ async def serve_forward(
     mitm_log.addHandler(errors)
     master = Master(opts)
     try:
-        master.addons.add(*addons.default_addons())
+        master.addons.add(*_addons())
         opts.update(connection_strategy="lazy")
         _load_config(opts, conf)
+        if opts.deferred:
+            names = ", ".join(sorted(opts.deferred))
+            raise UserError(
+                f"mitmproxy configuration {conf / 'config.yaml'}: option(s) {names} unknown "
+                "to record --forward (it loads no traffic-changing addons); use "
+                "mitmdump -s addons/mcptape.py for those"
+            )
         if extra_options:
             opts.update(**extra_options)
     except exceptions.OptionsError as exc:

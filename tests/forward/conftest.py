@@ -84,7 +84,7 @@ class TLSServer:
 
 
 @contextlib.contextmanager
-def start_tls_server(tls: TLSFiles, *args: str, timeout: float = 30.0) -> Iterator[TLSServer]:
+def start_tls_server(tls: TLSFiles, *args: str, timeout: float = 90.0) -> Iterator[TLSServer]:
     proc = subprocess.Popen(
         [sys.executable, str(SERVERS), "--cert", str(tls.chain), "--key", str(tls.key), *args],
         stdin=subprocess.DEVNULL,
@@ -122,19 +122,19 @@ def start_tls_server(tls: TLSFiles, *args: str, timeout: float = 30.0) -> Iterat
         t.join(2)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tls_stateful(tls_files: TLSFiles) -> Iterator[TLSServer]:
     with start_tls_server(tls_files, "--mode", "stateful") as s:
         yield s
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tls_stateless(tls_files: TLSFiles) -> Iterator[TLSServer]:
     with start_tls_server(tls_files, "--mode", "stateless") as s:
         yield s
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tls_sse(tls_files: TLSFiles) -> Iterator[TLSServer]:
     with start_tls_server(tls_files, "--mode", "sse") as s:
         yield s
@@ -223,3 +223,37 @@ def run_forward(
         if proc.poll() is None:
             fw.stop()
         t.join(5)
+
+
+@pytest.fixture(scope="session")
+def shared_fw(private_dir: Path, confdir: Path) -> Iterator[Forward]:
+    """One proxy for every test that looks only at its own exchanges (by URL or origin) and
+    needs no session to end: a proxy start (mitmproxy import, CA, recorder worker) is seconds
+    on a busy machine."""
+    with run_forward(private_dir / "shared.db", confdir) as proxy:
+        yield proxy
+
+
+def wait_exchanges(fw: Forward, url_part: str, n: int = 1, within: float = 60.0) -> list[Any]:
+    """The recorded exchanges whose URL contains ``url_part`` once ``n`` of them have ended
+    (the recorder writes asynchronously; the proxy keeps running)."""
+    deadline = time.monotonic() + within
+    rows: list[Any] = []
+    while time.monotonic() < deadline:
+        try:
+            rows = [e for e in fw.exchanges() if url_part in e["url"] and e["ended_at"] is not None]
+        except Exception:  # the database may not exist yet
+            rows = []
+        if len(rows) >= n:
+            return rows
+        time.sleep(0.1)
+    raise AssertionError(f"no {n} recorded exchange(s) for {url_part}: {rows}")
+
+
+def frames_of(fw: Forward, exchange_id: int) -> list[dict[str, Any]]:
+    return [
+        dict(r)
+        for r in fw.query(
+            "SELECT * FROM frames WHERE http_exchange_id = ? ORDER BY seq", exchange_id
+        )
+    ]

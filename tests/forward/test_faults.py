@@ -1,7 +1,7 @@
 """Bad input and faults through the forward proxy: what the host sees and what is recorded.
 
-One real proxy for the module (a fresh database); each case looks only at its own exchanges
-(by URL) once the recorder has written them.
+One real proxy shared with the other modules that filter by URL (``shared_fw``); each case
+looks only at its own exchanges once the recorder has written them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import trustme
 
-from tests.forward.conftest import Forward, TLSServer, run_forward
+from tests.forward.conftest import Forward, TLSServer, frames_of, wait_exchanges
 from tests.relay.conftest import MCPTAPE
 
 pytestmark = pytest.mark.timeout(120)
@@ -30,33 +30,9 @@ HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text
 
 
 @pytest.fixture(scope="module")
-def fw(private_dir: Path, confdir: Path) -> Iterator[Forward]:
-    with run_forward(private_dir / "faults.db", confdir) as proxy:
-        yield proxy
-
-
-def wait_exchanges(fw: Forward, url_part: str, n: int = 1, within: float = 15.0) -> list[Any]:
-    """The recorded exchanges whose URL contains ``url_part`` once ``n`` of them have ended."""
-    deadline = time.monotonic() + within
-    rows: list[Any] = []
-    while time.monotonic() < deadline:
-        try:
-            rows = [e for e in fw.exchanges() if url_part in e["url"] and e["ended_at"] is not None]
-        except Exception:  # the database may not exist yet
-            rows = []
-        if len(rows) >= n:
-            return rows
-        time.sleep(0.1)
-    raise AssertionError(f"no {n} recorded exchange(s) for {url_part}: {rows}")
-
-
-def frames_of(fw: Forward, exchange_id: int) -> list[dict[str, Any]]:
-    return [
-        dict(r)
-        for r in fw.query(
-            "SELECT * FROM frames WHERE http_exchange_id = ? ORDER BY seq", exchange_id
-        )
-    ]
+def fw(shared_fw: Forward) -> Forward:
+    """The session's shared proxy: each case looks only at its own exchanges (by URL)."""
+    return shared_fw
 
 
 async def test_large_response_passes_whole(fw: Forward, tls_stateful: TLSServer) -> None:
@@ -256,6 +232,26 @@ def test_unusable_ca_is_one_clear_line(tmp_path: Path) -> None:
         env={"MCPTAPE_MITMPROXY_CONFDIR": str(notdir)},
     )
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_option_of_an_addon_not_loaded_is_one_clear_line(tmp_path: Path) -> None:
+    """record --forward loads no traffic-changing addon: their options in config.yaml are
+    refused in one line (mitmproxy would otherwise defer and silently ignore them)."""
+    conf = tmp_path / "mitm"
+    conf.mkdir()
+    (conf / "config.yaml").write_text("modify_headers: ['/~q/X-Added/1']\n")
+    r = run_cli(
+        "--forward",
+        "--port",
+        "0",
+        "--db",
+        str(tmp_path / "x.db"),
+        env={"MCPTAPE_MITMPROXY_CONFDIR": str(conf)},
+    )
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "modify_headers" in lines[0], r.stderr
+    assert "mitmdump -s addons/mcptape.py" in lines[0]
 
 
 def test_mitmproxy_missing_is_one_clear_line(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -237,13 +238,14 @@ async def test_oauth_failures_are_findings(
 
 
 async def test_token_refresh_recorded_in_the_session(
-    tmp_path: Path, confdir: Path, tls_files: TLSFiles
+    shared_fw: Forward, tls_files: TLSFiles
 ) -> None:
-    """A token that expires mid-session: the refresh goes into the session it kept alive."""
-    with (
-        start_tls_server(tls_files, "--mode", "stateful", "--oauth", "--token-ttl", "2") as srv,
-        run_forward(tmp_path / "refresh.db", confdir) as fw,
-    ):
+    """A token that expires mid-session: the refresh goes into the session it kept alive.
+
+    On the shared proxy: this test's servers are on origins of their own, and only the
+    exchanges and sessions of those origins are looked at."""
+    fw = shared_fw
+    with start_tls_server(tls_files, "--mode", "stateful", "--oauth", "--token-ttl", "2") as srv:
         browser = Browser(fw)
         provider = OAuthClientProvider(
             server_url=srv.url,
@@ -269,11 +271,15 @@ async def test_token_refresh_recorded_in_the_session(
                 await c.call_tool("echo", {"text": "before"})
                 await asyncio.sleep(3)  # the access token expires
                 after = await c.call_tool("echo", {"text": "after"})
-        assert fw.stop() == 0
     assert not after.is_error
-    sessions = fw.sessions()
+    mcp_origin = srv.url.rsplit("/", 1)[0]
+    assert srv.issuer is not None
+    origins = (mcp_origin + "/", srv.issuer + "/")
+    # The browser's redirect went through the proxy but is not the client's (not in tee.seen).
+    sessions, exchanges = await asyncio.to_thread(
+        settled, fw, mcp_origin, origins, len(tee.seen) + 1
+    )
     assert len(sessions) == 1
-    exchanges = fw.exchanges()
     tokens = [e for e in exchanges if e["meta"].get("oauth", {}).get("role") == "token_endpoint"]
     grants = [e["meta"]["request_body"]["text"] for e in tokens]
     assert any("grant_type=refresh_token" in g for g in grants), grants
@@ -281,7 +287,28 @@ async def test_token_refresh_recorded_in_the_session(
     assert all(e["session_id"] == sessions[0]["id"] for e in exchanges)
     secrets = secrets_seen(tee.seen)
     assert len([s for s in secrets if s.startswith("at-")]) >= 2
-    db = tmp_path / "refresh.db"
-    for path in db.parent.glob(db.name + "*"):
+    for path in fw.db.parent.glob(fw.db.name + "*"):
         data = path.read_bytes()
         assert not [s for s in secrets if s.encode() in data]
+
+
+def settled(
+    fw: Forward, upstream: str, origins: tuple[str, ...], n: int, within: float = 60.0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The sessions of ``upstream`` and the exchanges on ``origins`` once the session has
+    ended (the client's DELETE) and ``n`` exchanges have been written — the shared proxy keeps
+    running, so nothing is drained by a stop."""
+    deadline = time.monotonic() + within
+    sessions: list[dict[str, Any]] = []
+    exchanges: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        sessions = [
+            s for s in fw.sessions() if s["meta"].get("relay", {}).get("upstream") == upstream
+        ]
+        exchanges = [
+            e for e in fw.exchanges() if e["url"].startswith(origins) and e["ended_at"] is not None
+        ]
+        if sessions and all(s["status"] == "ended" for s in sessions) and len(exchanges) >= n:
+            return sessions, exchanges
+        time.sleep(0.1)
+    raise AssertionError(f"not settled: {sessions} {len(exchanges)} of {n} exchanges")

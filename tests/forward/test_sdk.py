@@ -28,12 +28,16 @@ from tests.forward.conftest import (
     TLSFiles,
     TLSServer,
     direct_client,
+    frames_of,
     run_forward,
+    wait_exchanges,
 )
 from tests.forward.tee import TeeTransport
 from tests.relay.test_http_sdk import check_recording
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(
+    240
+)  # a hang guard: the heaviest case takes ~85 s on a busy machine
 
 
 async def scripted(client: httpx2.AsyncClient, url: str, mode: str) -> dict[str, Any]:
@@ -180,30 +184,31 @@ async def test_legacy_sse_transport(tmp_path: Path, confdir: Path, tls_sse: TLSS
 
 
 async def test_sse_events_reach_the_client_one_by_one(
-    tmp_path: Path, confdir: Path, tls_stateful: TLSServer
+    shared_fw: Forward, tls_stateful: TLSServer
 ) -> None:
-    """Each event arrives as the upstream writes it (not when the stream ends), and is recorded."""
+    """Each event arrives as the upstream writes it (not when the stream ends), and is recorded.
+
+    On the shared proxy: only this test's exchange (its URL) is looked at."""
+    fw = shared_fw
     origin = tls_stateful.url.rsplit("/", 1)[0]
     gap = 0.3
-    with run_forward(tmp_path / "rec.db", confdir) as fw:
-        client, tee = fw.tee_client()
-        arrivals: list[tuple[int, dict[str, Any]]] = []
-        async with client:
-            body = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t"}}'
-            async with client.stream(
-                "POST",
-                f"{origin}/timed?n=4&gap={gap}",
-                content=body,
-                headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
-            ) as resp:
-                buf = b""
-                async for chunk in resp.aiter_raw():
-                    buf += chunk
-                    while b"\n\n" in buf:
-                        event, buf = buf.split(b"\n\n", 1)
-                        data = next(ln[6:] for ln in event.split(b"\n") if ln.startswith(b"data: "))
-                        arrivals.append((time.monotonic_ns(), json.loads(data)))
-        assert fw.stop() == 0
+    client, tee = fw.tee_client()
+    arrivals: list[tuple[int, dict[str, Any]]] = []
+    async with client:
+        body = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t"}}'
+        async with client.stream(
+            "POST",
+            f"{origin}/timed?n=4&gap={gap}&by=sdk-test",
+            content=body,
+            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+        ) as resp:
+            buf = b""
+            async for chunk in resp.aiter_raw():
+                buf += chunk
+                while b"\n\n" in buf:
+                    event, buf = buf.split(b"\n\n", 1)
+                    data = next(ln[6:] for ln in event.split(b"\n") if ln.startswith(b"data: "))
+                    arrivals.append((time.monotonic_ns(), json.loads(data)))
     notes = [(t, m) for t, m in arrivals if m.get("method") == "notifications/message"]
     assert len(notes) == 4
     for i, (t, m) in enumerate(notes):
@@ -211,7 +216,7 @@ async def test_sse_events_reach_the_client_one_by_one(
         delay_ms = (t - written) / 1e6
         # Well before the next event is even written: the proxy did not hold the stream.
         assert delay_ms < gap * 1000 / 2, (i, delay_ms)
-    frames = fw.frames()
-    sse = [f for f in frames if f["channel"] == "sse"]
+    (ex,) = wait_exchanges(fw, "/timed?n=4&gap=0.3&by=sdk-test")
+    sse = [f for f in frames_of(fw, ex["id"]) if f["channel"] == "sse"]
     assert [bytes(f["raw"]) for f in sse] == tee.seen[0].messages()
     assert [f["sse_id"] for f in sse][:4] == ["0", "1", "2", "3"]
