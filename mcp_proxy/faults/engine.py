@@ -167,6 +167,8 @@ class FaultEngine:
         self._state: dict[int, _RuleState] = {}
         #: In-flight requests per the direction they travelled: ``(direction, id) → facts``.
         self._pending: dict[tuple[str, str], MessageFacts] = {}
+        #: The rules given directly (``--fault``): they stay when the file's rules change.
+        self._fixed: list[Rule] = list(rules)
         self.replace_rules([*rules, *(source.rules if source else [])])
 
     @property
@@ -188,7 +190,7 @@ class FaultEngine:
     def decide(self, direction: str, raw: bytes) -> Decision | None:
         """The first rule that fires on this message (``None``: forward it unchanged)."""
         if self._source is not None and self._source.changed():
-            self.replace_rules(self._source.rules)
+            self.replace_rules([*self._fixed, *self._source.rules])
         facts = message_facts(raw)
         with self._lock:
             request = self._track(direction, facts)

@@ -33,9 +33,13 @@ from mcp_proxy.recorder.contract import (
 )
 
 if TYPE_CHECKING:
+    from mcp_proxy.redact import Redactor
     from mcp_proxy.store.writer import BatchWriter
 
 _RETRY_DELAYS = (0.05, 0.2, 0.8)
+#: Seconds between attempts to open a database that could not be opened (a PostgreSQL not up
+#: yet when recording starts): the first retry soon, then less and less often.
+_OPEN_DELAYS = (0.5, 1.0, 2.0, 5.0)
 
 
 @dataclass
@@ -68,7 +72,7 @@ class BatchRunner:
         self,
         url: str,
         *,
-        redact: Callable[[Frame], Frame] | None = None,
+        redact: Callable[[Frame], Frame] | Redactor | None = None,
         warn: Callable[[str], None] | None = None,
         retry_delays: tuple[float, ...] = _RETRY_DELAYS,
     ) -> None:
@@ -80,22 +84,49 @@ class BatchRunner:
         self.stats = RecorderStats()
         self.retry_delays = retry_delays
         self._warned_gap = False
+        self._open_failures = 0
+        self._next_open = 0.0
 
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> bool:
-        """Open (and migrate) the database; on failure warn once and record nothing."""
+        """Open (and migrate) the database; on failure warn once and try again later.
+
+        A database that cannot be opened yet (PostgreSQL still starting, a server restarting)
+        is tried again from :meth:`flush`, less and less often (:data:`_OPEN_DELAYS`); what is
+        relayed meanwhile is counted as lost and recorded as a ``recorder.gap`` finding, with
+        the session row, once the database answers.
+        """
         try:
             from mcp_proxy.store.writer import BatchWriter
 
             self.writer = BatchWriter.open(self.url)
         except Exception as exc:  # any failure here must not stop the relay
             self.store_error = _first_line(exc)
-            self._warn(f"cannot record to the database ({self.store_error}); relaying anyway")
+            if not self._open_failures:
+                self._warn(
+                    f"cannot record to the database ({self.store_error}); relaying anyway,"
+                    " and trying again"
+                )
+            delay = _OPEN_DELAYS[min(self._open_failures, len(_OPEN_DELAYS) - 1)]
+            self._open_failures += 1
+            self._next_open = time.monotonic() + delay
             return False
+        if self._open_failures:
+            lost = self.builder.frames_lost
+            self._warn(
+                f"the database answers now; recording resumed ({lost} frame(s) before it did"
+                " are recorded as a gap)"
+            )
         return True
 
     def finish(self, *, patience: float = 5.0) -> RecorderStats:
-        """Write the rest; while the database still refuses, keep trying for ``patience`` s."""
+        """Write the rest; while the database still refuses, keep trying for ``patience`` s.
+
+        A database that was never opened gets one more attempt, not ``patience``: a wrong URL
+        must not hold up the end of every recording.
+        """
+        if self.writer is None:
+            self._next_open = 0.0
         self.flush()
         deadline = time.monotonic() + patience
         while self.writer is not None and self._carrying() and time.monotonic() < deadline:
@@ -109,6 +140,10 @@ class BatchRunner:
     def _carrying(self) -> bool:
         b = self.builder
         return b._carry is not None or any(st.gap.lost for st in b.sessions.values())
+
+    def owes(self) -> bool:
+        """True while rows wait for the database (refused, or it could not be opened yet)."""
+        return self._carrying()
 
     # ------------------------------------------------------------------ input
     def feed(self, item: Item) -> None:
@@ -142,10 +177,13 @@ class BatchRunner:
         batch = self.builder.take()
         if batch.empty():
             return
+        if self.writer is None and time.monotonic() >= self._next_open:
+            self.open()
         if self.writer is None:
+            # Frames are counted lost; sessions, updates, findings and the gap wait for the
+            # database (bounded: a few rows per session, not the traffic).
             reason = f"the database could not be opened ({self.store_error})"
-            self.builder.count_lost(batch.frames, reason)
-            self.builder.take()  # nothing will ever be written: drop the rest
+            self.builder.refused(batch, reason)
             self._gap_warning(reason)
             return
         for delay in (*self.retry_delays, None):
@@ -217,7 +255,7 @@ class Recorder(Producer):
         max_batch: int = 2000,
         max_queued_bytes: int = 1 << 30,
         warn: Callable[[str], None] | None = None,
-        redact: Callable[[Frame], Frame] | None = None,
+        redact: Callable[[Frame], Frame] | Redactor | None = None,
     ) -> None:
         super().__init__()
         self.url = url
@@ -227,7 +265,7 @@ class Recorder(Producer):
 
             policy = redactor_from_env()
             if policy is not None and policy.enabled:
-                redact = policy.frame
+                redact = policy
         self.redact = redact
         self.flush_interval = flush_interval
         self.max_batch = max_batch

@@ -38,6 +38,8 @@ GROUP_GRACE = 2.0
 #: Seconds the worker keeps retrying at the end while the database refuses writes (full disk,
 #: a lock): what it owes the database (gaps, the session's end) is written once it can be.
 FINISH_PATIENCE = 120.0
+#: Milliseconds an idle worker sleeps at most while the database owes it rows.
+OWING_WAKE_MS = 500
 
 
 class _Session:
@@ -118,7 +120,7 @@ def serve(url: str, fd: int, *, flush_interval: float = 0.05, max_batch: int = 2
     from mcp_proxy.redact import policy_from_env
 
     policy = policy_from_env()
-    runner = BatchRunner(url, redact=policy.frame if policy.enabled else None)
+    runner = BatchRunner(url, redact=policy if policy.enabled else None)
     runner.open()
     state = _Session(runner)
     builder = runner.builder
@@ -132,8 +134,10 @@ def serve(url: str, fd: int, *, flush_interval: float = 0.05, max_batch: int = 2
             if not busy:
                 # Idle: block until something arrives, then let a batch gather for one flush
                 # interval instead of waking for every record (a wake-up per frame costs the
-                # host and server CPU time on a small machine).
-                poller.poll()
+                # host and server CPU time on a small machine). While the database still owes
+                # rows (it could not be opened, or refused a batch), wake now and then to try
+                # again without waiting for traffic.
+                poller.poll(OWING_WAKE_MS if runner.owes() else None)
                 time.sleep(flush_interval)
             got = 0
             while got < (8 << 20):

@@ -25,6 +25,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
+from itertools import chain
 from typing import Any, Protocol
 
 from mcp_proxy.store.rows import (
@@ -294,9 +295,22 @@ def _at_head(path: str) -> bool:
     return row is not None and row[0] == SCHEMA_HEAD
 
 
-_FRAME_INSERT = (
-    f"INSERT INTO frames ({', '.join(FRAME_COLS)}) VALUES ({', '.join('?' * len(FRAME_COLS))})"
-)
+_FRAME_VALUES = f"({', '.join('?' * len(FRAME_COLS))})"
+_FRAME_INSERT = f"INSERT INTO frames ({', '.join(FRAME_COLS)}) VALUES {_FRAME_VALUES}"
+#: Frames per multi-row ``INSERT … VALUES (…), (…), …``. ``executemany`` pays sqlite3's
+#: per-row statement cycle (bind, step, reset) in Python's driver; one statement of many rows
+#: pays it once: measured on the frames table (five indexes), ~2× fewer CPU µs per row at any
+#: size from 50 to 1,000 rows. 200 keeps the SQL text small (its compiled form is cached).
+MULTI_ROWS = 200
+
+
+def _multi_rows(conn: sqlite3.Connection) -> int:
+    """How many frame rows one statement may bind here (old SQLite allows 999 variables)."""
+    try:
+        limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    except (AttributeError, sqlite3.Error):  # Python < 3.11: assume the old default
+        limit = 999
+    return max(1, min(MULTI_ROWS, limit // len(FRAME_COLS)))
 
 
 class SqliteBackend:
@@ -318,6 +332,10 @@ class SqliteBackend:
         ):
             self.conn.execute(pragma)
         self._sql: dict[tuple[str, tuple[str, ...]], str] = {}
+        self._multi = _multi_rows(self.conn)
+        self._multi_sql = f"INSERT INTO frames ({', '.join(FRAME_COLS)}) VALUES " + ", ".join(
+            [_FRAME_VALUES] * self._multi
+        )
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -397,8 +415,14 @@ class SqliteBackend:
             rows = [r for r in rows if len(r.raw) <= BIG_BLOB]
             for r in big:
                 SqliteBackend._insert_big(conn, r)
-        if rows:
-            conn.executemany(_FRAME_INSERT, rows)
+        m = self._multi
+        full = len(rows) - len(rows) % m if m > 1 else 0
+        if full:
+            sql, flat = self._multi_sql, chain.from_iterable
+            for i in range(0, full, m):
+                conn.execute(sql, list(flat(rows[i : i + m])))
+        if full < len(rows):
+            conn.executemany(_FRAME_INSERT, rows[full:])
 
     @staticmethod
     def _insert_big(conn: sqlite3.Connection, row: FrameRow) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.faults.http_rig import Rig, call, rig, rules_toml
+from tests.faults.http_rig import Rig, both, call, rig, rules_toml
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -37,27 +37,16 @@ def g(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         yield r
 
 
-def both(
-    g: Rig,
-    rule: str,
-    behaviour: str,
-    params: dict[str, str] | None = None,
-    **kw: Any,
-) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, int, int]]:
-    """The call through the relay under ``rule``, and directly against the misbehaving server.
-
-    Returns both outcomes and the recording mark taken before the relayed call.
-    """
-    g.relay.set_rules(rules_toml(rule))
-    mark = g.relay.mark()
-    relayed = anyio.run(lambda: call(g.relay.url, **kw))
-    direct = anyio.run(lambda: call(g.bad.url(behaviour, **(params or {})), **kw))
-    g.relay.set_rules("")
-    return relayed, direct, mark
-
-
-def the_call(frames: list[dict[str, Any]]) -> dict[str, Any]:
-    return next(f for f in frames if f["direction"] == "c2s" and f["method"] == "tools/call")
+def the_call(frames: list[dict[str, Any]], marker: str = "") -> dict[str, Any]:
+    """The test's ``tools/call`` frame (the one carrying ``marker``, when given)."""
+    return next(
+        f
+        for f in frames
+        if f["direction"] == "c2s"
+        and f["method"] == "tools/call"
+        and f["channel"] != "inject"
+        and marker.encode() in f["raw"]
+    )
 
 
 def injected(frames: list[dict[str, Any]], direction: str) -> list[dict[str, Any]]:
@@ -118,7 +107,7 @@ def test_answer_in_the_servers_place(
     assert relayed[0] == ("result" if behaviour == "tool-error" else "error")
     assert g.up.count(f"COUNT {t}") == 0  # neither server ran the tool
     frames, findings, exchanges = g.relay.wait_recorded(mark, code)
-    call_frame = the_call(frames)  # what the host really sent, on its usual channel
+    call_frame = the_call(frames, t)  # what the host really sent, on its usual channel
     assert call_frame["channel"] == "http" and t.encode() in call_frame["raw"]
     ex = next(e for e in exchanges if e["id"] == call_frame["http_exchange_id"])
     assert ex["meta"]["injected"][0]["rule"].split()[0] == rule.split()[0]
@@ -172,7 +161,7 @@ def test_corrupt_request(g: Rig) -> None:
     assert out[0] == "error" and out[2] == -32700  # the SDK server's parse error
     assert g.up.count(f"COUNT {t}") == 0
     frames, _findings, exchanges = g.relay.wait_recorded(mark, "inject.corrupt")
-    real = the_call(frames)
+    real = the_call(frames, t)
     (inj,) = injected(frames, "c2s")
     assert inj["raw"] == real["raw"].replace(b"{", b"{,", 1)
     ex = next(e for e in exchanges if e["id"] == real["http_exchange_id"])
@@ -268,7 +257,11 @@ def test_drop_response(g: Rig, mode: str) -> None:
     assert relayed == direct
     # The server ran it through the relay (and, for an event stream, behind the misbehaving
     # server, which drops only the event; a JSON answer is withheld before the server runs).
-    assert g.up.count(f"COUNT {t}") == (2 if mode == "legacy" else 1)
+    expected = 2 if mode == "legacy" else 1
+    deadline = time.monotonic() + 5  # the server's stderr is read by a thread: a moment late
+    while g.up.count(f"COUNT {t}") < expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert g.up.count(f"COUNT {t}") == expected
     frames, _findings, _ = g.relay.wait_recorded(mark, "inject.drop")
     call_id = json.loads(the_call(frames)["raw"])["id"]
     answer = [f for f in frames if f["direction"] == "s2c" and f["msg_id"] == str(call_id)]
@@ -303,7 +296,7 @@ def test_duplicate_request(g: Rig) -> None:
     assert g.up.count(f"COUNT {t}") == 2
     frames, _findings, _ = g.relay.wait_recorded(mark, "inject.duplicate")
     (inj,) = injected(frames, "c2s")
-    assert inj["raw"] == the_call(frames)["raw"]
+    assert inj["raw"] == the_call(frames, t)["raw"]
 
 
 def test_reorder_events(g: Rig) -> None:
@@ -384,3 +377,79 @@ def test_no_rule_no_trace(g: Rig) -> None:
     assert not g.relay.query(
         "SELECT * FROM findings WHERE id > ? AND code LIKE 'inject.%'", mark[1]
     )
+
+
+def test_host_leaving_during_an_injected_delay_is_recorded(g: Rig) -> None:
+    """The host gives up while a delay rule holds its call: the exchange is still recorded,
+    ended ``host_aborted`` (it used to stay open in the recording, without an outcome)."""
+    t = tag()
+    g.relay.set_rules(rules_toml("delay ms=5000 direction=c2s method=tools/call"))
+    mark = g.relay.mark()
+    out = anyio.run(
+        lambda: call(g.relay.url, mode="auto", tool="count", args={"tag": t}, within=0.5)
+    )
+    g.relay.set_rules("")
+    assert out == ("timeout",)
+    frames, _, exchanges = g.relay.wait_recorded(mark, "inject.delay")
+    ex = next(e for e in exchanges if e["id"] == the_call(frames, t)["http_exchange_id"])
+    assert ex["outcome"] == "host_aborted"
+    assert g.up.count(f"COUNT {t}") == 0  # it never left the relay
+
+
+def test_reorder_requests(g: Rig) -> None:
+    """A call held by ``reorder`` reaches the server after the call the host sent next."""
+    from mcp_proxy.testing.client import make_client, tool_text
+
+    first, second = tag(), tag()
+    g.relay.set_rules(
+        rules_toml("reorder direction=c2s method=tools/call name=count nth=1 wait=5000")
+    )
+    mark = g.relay.mark()
+
+    async def two() -> dict[str, str]:
+        got: dict[str, str] = {}
+        with anyio.fail_after(40):
+            async with make_client(g.relay.url, mode="auto") as client:
+
+                async def one(t: str) -> None:
+                    got[t] = tool_text(await client.call_tool("count", {"tag": t}))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(one, first)
+                    await anyio.sleep(0.3)
+                    tg.start_soon(one, second)
+        return got
+
+    got = anyio.run(two)
+    g.relay.set_rules("")
+    assert got == {first: first, second: second}
+    lines = list(g.up.lines)
+    assert lines.index(f"COUNT {second}") < lines.index(f"COUNT {first}")
+    frames, _, _ = g.relay.wait_recorded(mark, "inject.reorder")
+    (inj,) = injected(frames, "c2s")
+    assert inj["raw"] == the_call(frames, first)["raw"]
+    assert inj["id"] > the_call(frames, second)["id"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_status_on_the_answer(g: Rig, mode: str) -> None:
+    """``http`` on the server's answer: the server ran the call; the host gets the status
+    (a JSON answer, 2026-07-28) — or, once an event stream's head is out (initialize era), the
+    connection is cut, which is all a server can still do then."""
+    t = tag()
+    behaviour, params = ("status", {"status": "503"}) if mode == "auto" else ("cut-stream", {})
+    relayed, direct, mark = both(
+        g, "http status=503 direction=s2c method=tools/call", behaviour, params, mode=mode,
+        tool="count", args={"tag": t},
+    )  # fmt: skip
+    assert relayed == direct
+    frames, _findings, exchanges = g.relay.wait_recorded(mark, "inject.http")
+    call_frame = the_call(frames, t)
+    ex = next(e for e in exchanges if e["id"] == call_frame["http_exchange_id"])
+    answer = [f for f in frames if f["direction"] == "s2c" and t.encode() in f["raw"]]
+    assert answer and answer[0]["channel"] in ("http", "sse")  # what the server really said
+    note = ex["meta"]["injected"][0]
+    if mode == "auto":
+        assert ex["status"] == 503 and note["upstream_status"] == 200
+    else:
+        assert ex["outcome"] == "injected_reset" and note["applied"] is False

@@ -90,3 +90,16 @@ def test_duplicate_event(g: Rig) -> None:
     assert out == ("result", False, "héllo")
     frames, _, _ = g.relay.wait_recorded(mark, "inject.duplicate")
     assert len([f for f in frames if f["channel"] == "inject"]) == 1
+
+
+def test_reorder_with_nothing_after_waits(g: Rig) -> None:
+    """A held answer with no event after it on the GET stream goes out alone after ``wait``."""
+    import time
+
+    t0 = time.monotonic()
+    out, mark = run(g, "reorder wait=400 direction=s2c method=tools/call")
+    assert out == ("result", False, "héllo")
+    assert time.monotonic() - t0 >= 0.4
+    frames, _, _ = g.relay.wait_recorded(mark, "inject.reorder")
+    (inj,) = [f for f in frames if f["channel"] == "inject"]
+    assert inj["kind"] == "response" and b"h\xc3\xa9llo" in inj["raw"]

@@ -162,3 +162,99 @@ def test_nothing_an_item_does_can_raise() -> None:
     assert batch.findings[0]["title"] == "\\ud800"
     assert b.internal_errors == 2 and len(warnings) == 1
     assert batch.gaps[SID].lost == 1  # the broken frame is counted, not silently dropped
+
+
+# --------------------------------------------------------------------------------------------
+# The read-at-a-time path (a Redactor lets the builder skip clean reads) must give the rows of
+# the frame-at-a-time path (a bare callable: every line redacted and classified on its own).
+MIXED = [
+    b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+    b'"clientInfo":{"name":"c","version":"1"},"capabilities":{}}}\n',
+    b'{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","serverInfo":'
+    b'{"name":"s","version":"2"},"capabilities":{}}}\n',
+    b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":1}}\n',
+    b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"arguments":{"password":"pw1"}}}\n',
+    b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"_meta":{"progressToken":3}}}\n',
+    b'{"jsonrpc":"2.0","id":4,"error":{"code":%d,"message":"big"}}\n' % (2**70),
+    b'{"jsonrpc":"2.0","id":5,"method":"tools/\\udfff"}\n',
+    b'{"jsonrpc":"2.0","id":"\\ud800","result":{}}\n',
+    b'{"jsonrpc":"2.0","id":6,"method":"x","params":{"\\u0070assword":"pw2"}}\n',
+    b'{"jsonrpc":"2.0","id":7,"result":{"api_key":"k-1"}}\n',
+    b'{"jsonrpc":"2.0","id":%s,"method":"ping"}\n' % json.dumps("i" * 400).encode(),
+    b'{"jsonrpc":"2.0","method":"%s"}\n' % (b"m" * 300),
+    b"plain noise with token=abc\n",
+    b"\xff\xfe not utf-8\n",
+    b"\n",
+    b"[" * 3000 + b"]" * 3000 + b"\n",
+    b'{"jsonrpc":"2.0","id":8,"result":{"text":"%s"}}\n' % (b"x" * 5000),
+]
+
+
+def _rows_of(chunks: list[bytes], redact: object) -> tuple[list[object], object, object]:
+    b = _builder(redact=redact)
+    for i, data in enumerate(chunks):
+        direction = C2S if i % 3 == 0 else S2C
+        b.feed(Chunk(SID, direction, STDIO, data, 100 + i, 1.0 + i))
+    b.feed(EndOfStream(SID, C2S, STDIO, 10_000, 99.0))
+    b.feed(EndOfStream(SID, S2C, STDIO, 10_001, 99.5))
+    batch = b.take()
+    return list(batch.frames), batch.session_updates, batch.findings
+
+
+def _chop(data: bytes, seed: int) -> list[bytes]:
+    import random
+
+    rnd = random.Random(seed)
+    out, i = [], 0
+    while i < len(data):
+        n = rnd.choice([1, 7, 40, 300, 4096, 70_000])
+        out.append(data[i : i + n])
+        i += n
+    return out
+
+
+def test_reads_skipped_by_the_prefilter_give_the_rows_of_frame_by_frame_redaction() -> None:
+    policy = Redactor()
+    data = b"".join(MIXED * 40)
+    for seed in range(4):
+        chunks = _chop(data, seed)
+        fast = _rows_of(chunks, policy)
+        slow = _rows_of(chunks, policy.frame)
+        assert fast == slow
+        assert b"pw1" not in b"".join(bytes(r.raw) for r in fast[0])  # type: ignore[attr-defined]
+    off = Redactor(enabled=False)
+    chunks = _chop(data, 9)
+    assert _rows_of(chunks, off) == _rows_of(chunks, None)
+
+
+def test_a_secret_split_across_two_reads_is_redacted() -> None:
+    """The second read alone holds no prefilter word; the line it completes does."""
+    b = _builder(redact=Redactor())
+    b.feed(Chunk(SID, C2S, STDIO, b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"pass', 1, 1.0))
+    b.feed(
+        Chunk(
+            SID, C2S, STDIO, b'word":"hunter2"}}\n{"jsonrpc":"2.0","id":2,"method":"y"}\n', 2, 2.0
+        )
+    )
+    rows = b.take().frames
+    assert [r.seq for r in rows] == [1, 2]
+    assert b"hunter2" not in rows[0].raw and rows[0].redacted is True
+    assert rows[1].raw == b'{"jsonrpc":"2.0","id":2,"method":"y"}\n' and rows[1].redacted is None
+
+
+def test_an_integer_past_64_bits_split_across_reads_stays_exact() -> None:
+    """A digit run cut by a read boundary is checked on the whole line (orjson would float it)."""
+    b = _builder()
+    b.feed(Chunk(SID, S2C, STDIO, b'{"jsonrpc":"2.0","id":1,"error":{"code":1180591620', 1, 1.0))
+    b.feed(
+        Chunk(
+            SID,
+            S2C,
+            STDIO,
+            b'717411303424,"message":"m"}}\n{"jsonrpc":"2.0","id":2,"result":{}}\n',
+            2,
+            2.0,
+        )
+    )
+    rows = b.take().frames
+    assert [(r.kind, r.error_code) for r in rows] == [("error", None), ("response", None)]

@@ -21,6 +21,9 @@ SECRET_LINES = [
     b'"secret":"s-hunter2","client_secret":"cs-hunter2","private_key":"pk-hunter2",'
     b'"access_token":"at-hunter2","refresh_token":"rt-hunter2"}}}\n',
     b'{"jsonrpc":"2.0","id":3,"method":"ping"}\n',
+    # A key spelt with a JSON escape is "password" once parsed: no prefilter word sees it.
+    b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"x","arguments":'
+    b'{"\\u0070assword":"e-hunter2"}}}\n',
 ]
 PAYLOAD = b"".join(SECRET_LINES)
 
@@ -51,12 +54,20 @@ def test_a_stdio_password_never_reaches_the_database_or_its_wal(
     assert b"hunter2" not in _files(db)
     s = session(db, "default")
     frames = rdb.frames(db, s["id"])
-    assert len(frames) == 6
+    assert len(frames) == 8
     marked = [(f["direction"], f["redacted"]) for f in frames]
-    assert marked.count(("c2s", 1)) == 2 and marked.count(("s2c", 1)) == 2
+    assert marked.count(("c2s", 1)) == 3 and marked.count(("s2c", 1)) == 3
     assert [f["redacted"] for f in frames if b'"ping"' in f["raw"]] == [None, None]
     args = json.loads(frames[0]["raw"])["params"]["arguments"]
     assert args == {"user": "ann", "password": "[REDACTED]"}  # what is not secret stays
+
+
+def test_a_key_spelt_with_escapes_is_redacted(redacted: tuple[Path, bytes]) -> None:
+    db, _ = redacted
+    s = session(db, "default")
+    escaped = [f for f in rdb.frames(db, s["id"]) if b'"id":4' in f["raw"]]
+    assert len(escaped) == 2 and all(f["redacted"] == 1 for f in escaped)
+    assert json.loads(escaped[0]["raw"])["params"]["arguments"] == {"password": "[REDACTED]"}
 
 
 def test_every_listed_field_name_is_redacted(redacted: tuple[Path, bytes]) -> None:

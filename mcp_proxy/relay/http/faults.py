@@ -14,16 +14,20 @@ Where each message is decided:
   request is left unanswered; a notification or response is acknowledged ``202`` as a server
   that lost it would), answered in the server's place (a JSON-RPC error, an ``isError`` tool
   result, or an HTTP status with headers — the server never sees the request), corrupted on
-  its way to the server, sent twice, or its connection reset;
-- a **JSON response body** (``s2c``) before the host gets it: delayed, held back for ever
+  its way to the server, sent twice, held until the next host request has gone upstream
+  (``reorder``, at most ``wait``), or its connection reset;
+- a **JSON response body** (``s2c``; one with a ``Content-Length`` up to ``SMALL_RESPONSE`` —
+  larger or chunked bodies stream through undecided) before the host gets it: delayed, held back for ever
   (dropped), replaced by an error or a status, corrupted (``Content-Length`` follows the new
   body: the HTTP message stays well-formed, the JSON-RPC message inside is what breaks), or the
   connection reset;
 - each **SSE event** (``s2c``; Streamable HTTP responses, GET streams and legacy HTTP+SSE
   streams alike): delayed, dropped, replaced, corrupted (the event stays an event; its data
-  breaks), sent twice, swapped with the next event, the rest of the stream throttled, the
-  connection reset, or the stream ended cleanly (``disconnect mode=end-stream after=N``: N
-  more events reach the host, then the stream ends as if the server had closed it).
+  breaks), sent twice, held and sent after the next event (``reorder``; alone after
+  ``wait`` when no event follows), the rest of the stream throttled, the connection reset, or
+  the stream ended cleanly (``disconnect mode=end-stream after=N``: once the host has had N
+  events on the stream, counted from its start, it ends as if the server had closed it — the
+  event the rule fired on goes out only if it is within the N).
 
 What is recorded: the message the peer really sent, on its usual channel (``http``/``sse``), as
 always; every byte mcptape put on the wire in a peer's place as a frame on the ``inject``
@@ -31,36 +35,44 @@ channel, in the direction it travelled; and one ``inject.<action>`` finding per 
 A dropped message has no inject frame, only the finding. The exchange's ``meta.injected`` lists
 the rules that fired on it.
 
+Delays use :meth:`Decision.delay_seconds` (a seeded jitter repeats with its seed).
+
+Modules: this one (the entry, requests and JSON bodies), ``fault_events`` (event streams, and
+the legacy GET streams injected answers ride), ``fault_core`` (what both share).
+
 Limits (said, not hidden): an ``http`` rule can change the status only before the response
 head went out — on a request, or on a JSON response; on an SSE event the head is gone, so the
-connection is reset instead (and the finding says so). ``reorder`` works on SSE events (on a
-request or a JSON body there is no second message in the same exchange to swap with; the rule
-is noted as not applicable). ``disconnect`` modes that name a process (``close-stdin``,
+connection is reset instead (and the finding says so). ``reorder`` on a JSON response body has
+no second message in its exchange to swap with: it is noted as not applied. ``disconnect`` modes that name a process (``close-stdin``,
 ``kill``) reset the connection over HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import random
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
 
-from mcp_proxy.faults.actions import corrupt, error_response, tool_error_response
-from mcp_proxy.frames import Channel, Direction
-from mcp_proxy.framing import SSEEvent, SSEParser
-from mcp_proxy.relay.http.common import quickack
+from mcp_proxy.frames import Direction
+from mcp_proxy.relay.http.fault_core import (
+    _ANSWERS,
+    Decision,
+    FaultEngine,
+    _accepted,
+    _answer_body,
+    _Faults,
+    _reset,
+    _throttle_s,
+    injected_status,
+)
+from mcp_proxy.relay.http.fault_events import answer_on_stream, legacy_stream, respond_sse
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE
 from mcp_proxy.relay.http.upstream import UpstreamResponse
-from mcp_proxy.relay.http.wire import WireFrame
 
 if TYPE_CHECKING:
-    from mcp_proxy.faults.engine import Decision, FaultEngine
     from mcp_proxy.relay.http.exchange import Exchange
     from mcp_proxy.relay.http.forward import RequestHead
     from mcp_proxy.relay.http.response import ResponseHead
@@ -68,122 +80,7 @@ if TYPE_CHECKING:
 
 __all__ = ["handle", "injected_status"]
 
-#: Answers in the server's place, by action.
-_ANSWERS = ("error", "tool-error", "http")
-_RNG = random.Random()
 
-
-def _delay_s(settings: Any) -> float:
-    """A delay rule's pause in seconds: ``ms`` ± ``jitter`` (never negative)."""
-    ms = float(settings.get("ms", 0) or 0)
-    jitter = float(settings.get("jitter", 0) or 0)
-    if jitter:
-        ms += _RNG.uniform(-jitter, jitter)
-    return max(ms, 0.0) / 1000.0
-
-
-def _throttle_s(settings: Any, size: int) -> float:
-    bps = int(settings.get("bps", 0) or 0)
-    return size / bps if bps > 0 else 0.0
-
-
-def injected_status(settings: Any) -> tuple[int, list[tuple[str, str]], bytes]:
-    """Status, headers and body of an ``http`` rule, as the host is to get them.
-
-    ``header=Name:value`` settings are sent as given, in order. A body that looks like JSON
-    is labelled ``application/json`` unless a header says otherwise; no body is an empty one.
-    """
-    status = int(settings["status"])
-    headers: list[tuple[str, str]] = []
-    for h in settings.get("header") or []:
-        name, _, value = str(h).partition(":")
-        headers.append((name.strip(), value.strip()))
-    body_setting = settings.get("body")
-    if body_setting is None:
-        body = b""
-    elif isinstance(body_setting, bytes):
-        body = body_setting
-    elif isinstance(body_setting, str):
-        body = body_setting.encode()
-    else:
-        body = json.dumps(body_setting, separators=(",", ":")).encode()
-    named = {n.lower() for n, _ in headers}
-    if body and "content-type" not in named:
-        ctype = "application/json" if body.lstrip()[:1] in (b"{", b"[") else "text/plain"
-        headers.append(("Content-Type", ctype))
-    return status, headers, body
-
-
-def _answer_body(decision: Decision) -> bytes:
-    """The JSON-RPC message an ``error``/``tool-error`` rule answers with (no line end)."""
-    request = decision.request or decision.facts
-    s = decision.rule.settings
-    if decision.action == "tool-error":
-        return tool_error_response(request, str(s.get("text")), end=b"")
-    return error_response(
-        request, int(s.get("code", -32603)), str(s.get("message")), s.get("data"), end=b""
-    )
-
-
-@dataclass
-class _Faults:
-    """What one exchange's faults owe the recording (findings wait until it has a session)."""
-
-    relay: HTTPRelay
-    ex: Exchange
-    engine: FaultEngine
-    pending: list[tuple[Decision, dict[str, Any]]] = field(default_factory=list)
-
-    def fired(self, decision: Decision, **note: Any) -> None:
-        """A rule fired: noted in the exchange's meta, its finding handed over when placed."""
-        self.ex.meta.setdefault("injected", []).append(
-            {"rule": decision.rule.describe(), "direction": decision.direction, **note}
-        )
-        self.pending.append((decision, note))
-        self.flush()
-
-    def flush(self) -> None:
-        ex = self.ex
-        if not self.pending or ex.entry is None:
-            return
-        rec = self.relay.recorder
-        add = getattr(rec, "add_finding", None)
-        for decision, note in self.pending:
-            finding = decision.finding()
-            detail = dict(finding.get("detail") or {})
-            detail.update(note)
-            finding["detail"] = json.dumps(detail, default=str, ensure_ascii=False)
-            if add is not None:
-                add(ex.entry.session_id, **finding)
-        self.pending = []
-
-    def place(self) -> None:
-        """Place the exchange (its session decides where the findings go) and flush them."""
-        if self.ex.entry is None:
-            self.ex.attach_fallback()
-        self.flush()
-
-    def inject(self, direction: Direction, raw: bytes, *, sse: SSEEvent | None = None) -> None:
-        """Bytes mcptape put on the wire in a peer's place: an ``inject`` frame.
-
-        Like an ``sse`` frame, an injected event is recorded as its data, its type and id in
-        their own columns (``sse``: the event it stands in for).
-        """
-        self.ex.frame(
-            WireFrame(
-                direction,
-                Channel.INJECT,
-                raw,
-                time.monotonic_ns(),
-                time.time(),
-                True,
-                sse_id=sse.id if sse is not None else None,
-                sse_event=sse.event if sse is not None else None,
-            )
-        )
-
-
-# ---------------------------------------------------------------------------- the request
 async def handle(
     relay: HTTPRelay,
     request: web.BaseRequest,
@@ -197,6 +94,30 @@ async def handle(
     """Forward one exchange with the fault rules applied (the relay's path when rules exist)."""
     engine: FaultEngine = relay.config.faults
     f = _Faults(relay, ex, engine)
+    try:
+        return await _handle(relay, request, ex, rh, data, body, method, path, f)
+    except asyncio.CancelledError:
+        # The host left (or the relay stops) while a fault held the exchange — a delay, a
+        # withheld answer: the exchange is still recorded, as the relay's own paths do.
+        if not ex.finished:
+            relay._finish_request_body(ex)
+            ex.finish(relay._abort_outcome(), relay._abort_error())
+        f.place()
+        raise
+
+
+async def _handle(
+    relay: HTTPRelay,
+    request: web.BaseRequest,
+    ex: Exchange,
+    rh: RequestHead,
+    data: Any,
+    body: bytes | None,
+    method: str,
+    path: str,
+    f: _Faults,
+) -> web.StreamResponse:
+    engine = f.engine
     decision = engine.decide("c2s", body) if body else None
     duplicate = False
     if decision is not None:
@@ -204,20 +125,21 @@ async def handle(
         legacy = ex.entry is not None and ex.entry.rule == RULE_LEGACY_SSE
         if action == "delay":
             f.fired(decision)
-            await asyncio.sleep(_delay_s(decision.rule.settings))
+            await asyncio.sleep(decision.delay_seconds())
         elif action == "throttle":
             f.fired(decision)
             await asyncio.sleep(_throttle_s(decision.rule.settings, len(body or b"")))
         elif action == "drop":
             return await _drop_request(relay, request, ex, f, decision, legacy)
+        elif action in _ANSWERS and action != "http" and _answer_body(decision) is None:
+            f.fired(decision, applied=False, why="a notification: nothing to answer")
         elif action == "http" or (action in _ANSWERS and not legacy):
             return _answer_request(relay, ex, f, decision)
-        elif action in _ANSWERS and _legacy_stream(relay, ex) is not None:
-            return await _answer_on_stream(relay, ex, f, decision)
+        elif action in _ANSWERS and legacy_stream(relay, ex) is not None:
+            return await answer_on_stream(relay, ex, f, decision)
         elif action == "corrupt":
             assert body is not None
-            s = decision.rule.settings
-            data = corrupt(body, str(s.get("mode", "truncate")), s.get("at"))
+            data = decision.corrupted(body)
             f.fired(decision)
             f.inject(Direction.C2S, data)
             rh = _with_length(rh, len(body), len(data))
@@ -227,8 +149,28 @@ async def handle(
         elif action == "duplicate":
             duplicate = True
             f.fired(decision)
-        else:  # reorder on a request, or an answer on a legacy POST: nothing to do here
+        elif action == "reorder":
+            # Held until the next message from a host has gone upstream (or ``wait`` passed).
+            f.fired(decision)
+            turn = asyncio.Event()
+            _held_requests(relay).append(turn)
+            wait = float(decision.rule.settings.get("wait") or 1000) / 1000.0
+            try:
+                await asyncio.wait_for(turn.wait(), wait)
+            except TimeoutError:
+                pass
+            finally:
+                if turn in _held_requests(relay):
+                    _held_requests(relay).remove(turn)
+            f.inject(Direction.C2S, body or b"")  # where it really went: after the next one
+        else:  # an answer on a legacy POST whose GET stream is gone: nothing to do here
             f.fired(decision, applied=False, why=f"{action} does not apply to this HTTP request")
+    held = relay.__dict__.get("_fault_held")
+    if held and (decision is None or decision.action != "reorder"):
+        # This request overtakes the held ones: they go once it has been written upstream.
+        waiting = list(held)
+        held.clear()
+        asyncio.get_running_loop().call_soon(_release, waiting)
     resp = await relay._forward(request, ex, rh, data)
     if not isinstance(resp, UpstreamResponse):
         f.place()
@@ -240,7 +182,7 @@ async def handle(
         head = relay._response_head(ex, resp, method)
         f.flush()
         if head.is_sse and not head.no_body:
-            r = await _respond_sse(relay, request, ex, resp, head, method, path, f)
+            r = await respond_sse(relay, request, ex, resp, head, method, path, f)
         elif head.small and ex.is_mcp:
             r = await _respond_json(relay, request, ex, resp, head, method, path, f)
         elif head.small:
@@ -329,60 +271,17 @@ async def _drop_request(
     return _accepted(relay, ex, legacy)
 
 
-def _accepted(relay: HTTPRelay, ex: Exchange, legacy: bool) -> web.StreamResponse:
-    """``202`` as the server says it: empty (Streamable HTTP) or ``Accepted`` (legacy SSE).
-
-    Not a JSON-RPC message, so (as for the server's own ``Accepted``) it is kept in the
-    exchange's meta rather than as a frame.
-    """
-    body = b"Accepted" if legacy else b""
-    headers = {"Content-Type": "text/plain; charset=utf-8"} if legacy else {}
-    ex.update(
-        status=202,
-        first_byte_at=time.time(),
-        response_headers=[[k, v] for k, v in headers.items()]
-        + [["Content-Length", str(len(body))]],
-    )
-    ex.response_size = len(body)
-    if body:
-        ex.meta["response_body"] = relay.meta_body(body, headers["Content-Type"])
-    ex.finish("complete")
-    return web.Response(status=202, body=body, headers=headers)
+def _release(waiting: list[asyncio.Event]) -> None:
+    for turn in waiting:
+        turn.set()
 
 
-def _legacy_streams(relay: HTTPRelay) -> dict[str, tuple[Exchange, _Stream, _Faults]]:
-    """Open legacy HTTP+SSE GET streams under faults, by session key (answers ride them)."""
-    streams: dict[str, tuple[Exchange, _Stream, _Faults]] | None = relay.__dict__.get(
-        "_fault_streams"
-    )
-    if streams is None:
-        streams = relay.__dict__["_fault_streams"] = {}
-    return streams
-
-
-def _legacy_stream(relay: HTTPRelay, ex: Exchange) -> tuple[Exchange, _Stream, _Faults] | None:
-    if ex.entry is None or ex.entry.rule != RULE_LEGACY_SSE:
-        return None
-    return _legacy_streams(relay).get(ex.entry.key)
-
-
-async def _answer_on_stream(
-    relay: HTTPRelay, ex: Exchange, f: _Faults, decision: Decision
-) -> web.StreamResponse:
-    """Legacy HTTP+SSE: the POST is acknowledged ``202 Accepted`` and the answer goes out on
-    the session's GET stream — where a legacy server sends every answer; the server never sees
-    the request."""
-    found = _legacy_stream(relay, ex)
-    assert found is not None
-    gex, st, gf = found
-    answer = _answer_body(decision)
-    ev = SSEEvent(raw=b"", data=answer, event="message")
-    f.fired(decision, on="the legacy GET stream")
-    f.place()
-    r = _accepted(relay, ex, True)
-    await _send(relay, gex, st, _event_bytes(ev, answer))
-    gf.inject(Direction.S2C, answer, sse=ev)
-    return r
+def _held_requests(relay: HTTPRelay) -> list[asyncio.Event]:
+    """Requests a ``reorder`` rule holds until the next request has gone upstream."""
+    held: list[asyncio.Event] | None = relay.__dict__.get("_fault_held")
+    if held is None:
+        held = relay.__dict__["_fault_held"] = []
+    return held
 
 
 def _answer_request(
@@ -392,7 +291,7 @@ def _answer_request(
     if decision.action == "http":
         status, headers, body = injected_status(decision.rule.settings)
     else:
-        status, body = 200, _answer_body(decision)
+        status, body = 200, _answer_body(decision) or b""
         headers = [("Content-Type", "application/json")]
     f.fired(decision, status=status)
     f.place()
@@ -411,20 +310,6 @@ def _answer_request(
     return r
 
 
-def _reset(
-    relay: HTTPRelay, request: web.BaseRequest, ex: Exchange, f: _Faults, where: str
-) -> web.StreamResponse:
-    """Reset the host's connection: it sees the server go away (no response, or half of one)."""
-    f.place()
-    transport = request.transport
-    if transport is not None:
-        transport.abort()
-    ex.finish("injected_reset", f"mcptape reset the host's connection ({where})")
-    # Nothing more reaches the host: aiohttp finds the transport closed and writes nothing.
-    return web.Response(status=500)
-
-
-# ---------------------------------------------------------------------------- JSON responses
 async def _respond_json(
     relay: HTTPRelay,
     request: web.BaseRequest,
@@ -451,7 +336,7 @@ async def _respond_json(
         s = decision.rule.settings
         if action == "delay":
             f.fired(decision)
-            await asyncio.sleep(_delay_s(s))
+            await asyncio.sleep(decision.delay_seconds())
         elif action == "throttle":
             f.fired(decision)
             await asyncio.sleep(_throttle_s(s, len(body)))
@@ -480,10 +365,14 @@ async def _respond_json(
             ex.finish("complete")
             return r
         elif action in ("error", "tool-error"):
-            out = _answer_body(decision)
-            f.fired(decision)
+            answer = _answer_body(decision)
+            if answer is None:
+                f.fired(decision, applied=False, why="not a response: nothing to replace")
+            else:
+                out = answer
+                f.fired(decision)
         elif action == "corrupt":
-            out = corrupt(body, str(s.get("mode", "truncate")), s.get("at"))
+            out = decision.corrupted(body)
             f.fired(decision)
         elif action == "disconnect":
             f.fired(decision, mode=s.get("mode"), http="connection reset")
@@ -507,221 +396,3 @@ async def _respond_json(
     relay._after(ex, method, head.status, path)
     ex.finish("complete")
     return sresp
-
-
-# ---------------------------------------------------------------------------- event streams
-@dataclass
-class _Stream:
-    """One event stream under faults: what is held back, and how the rest is to go."""
-
-    sresp: web.StreamResponse
-    bps: int = 0  # a throttle rule fired: the rest of the stream at this rate
-    held: list[SSEEvent] = field(default_factory=list)  # reorder: sent after the next event
-    end_after: int | None = None  # end-stream: events still to deliver before the end
-    responded: bool = False
-    key: str | None = None  # a legacy GET stream: its session (answers are injected into it)
-
-
-def _event_bytes(ev: SSEEvent, data: bytes) -> bytes:
-    """An event like ``ev`` (same type and id) carrying ``data`` (one ``data:`` line per line)."""
-    lines = []
-    if ev.id is not None:
-        lines.append(b"id: " + ev.id.encode())
-    if ev.event is not None:
-        lines.append(b"event: " + ev.event.encode())
-    for line in data.split(b"\n"):
-        lines.append(b"data: " + line)
-    return b"\r\n".join(lines) + b"\r\n\r\n"
-
-
-async def _respond_sse(
-    relay: HTTPRelay,
-    request: web.BaseRequest,
-    ex: Exchange,
-    resp: UpstreamResponse,
-    head: ResponseHead,
-    method: str,
-    path: str,
-    f: _Faults,
-) -> web.StreamResponse:
-    """An event stream, event by event: each is decided, then delivered (or not)."""
-    st = _Stream(head.sresp)
-    try:
-        return await _pump_events(relay, request, ex, resp, head, method, path, f, st)
-    finally:
-        _forget(relay, st)
-
-
-async def _pump_events(
-    relay: HTTPRelay,
-    request: web.BaseRequest,
-    ex: Exchange,
-    resp: UpstreamResponse,
-    head: ResponseHead,
-    method: str,
-    path: str,
-    f: _Faults,
-    st: _Stream,
-) -> web.StreamResponse:
-    sresp = head.sresp
-    parser = SSEParser()
-    outcome, error = "complete", None
-    try:
-        await sresp.prepare(request)
-        if not resp.has_buffered_body():
-            head.sresp.flush_head()  # type: ignore[attr-defined]
-        ended = False
-        async for chunk in resp.content.iter_any():
-            quickack(head.qsock)
-            for ev in parser.feed(chunk):
-                if not await _event(relay, request, ex, f, st, ev):
-                    ended = True
-                    break
-            if ended:
-                break
-        if not ended:
-            rest = parser.flush()
-            if rest is not None:
-                relay._sse_events(ex, [rest], True, complete=False)
-                await _send(relay, ex, st, rest.raw)
-            for ev in st.held:
-                await _send(relay, ex, st, ev.raw)
-                f.inject(Direction.S2C, ev.data, sse=ev)
-            st.held = []
-        relay._finish_request_body(ex)
-        await sresp.write_eof()
-    except asyncio.CancelledError:
-        if st.responded and not relay._stopping:
-            ex.meta["host_closed_after_response"] = True
-            relay._finish_request_body(ex)
-            ex.finish("complete")
-        else:
-            relay._finish_request_body(ex)
-            ex.finish(relay._abort_outcome(), relay._abort_error())
-        raise
-    except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
-        if st.responded:
-            ex.meta["host_closed_after_response"] = True
-        else:
-            outcome, error = "host_aborted", f"host went away: {exc!r}"
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        outcome, error = "upstream_error", f"upstream failed mid-response: {exc!r}"
-        if request.transport is not None:
-            request.transport.close()
-    if outcome == "complete":
-        await relay._settle_request_body(request, ex)
-        relay._after(ex, method, head.status, path)
-    relay._finish_request_body(ex)
-    ex.finish(outcome, error)
-    return sresp
-
-
-def _forget(relay: HTTPRelay, st: _Stream) -> None:
-    if st.key is not None:
-        streams = _legacy_streams(relay)
-        if streams.get(st.key, (None, None))[1] is st:
-            del streams[st.key]
-
-
-async def _send(relay: HTTPRelay, ex: Exchange, st: _Stream, raw: bytes) -> None:
-    if st.bps:
-        await asyncio.sleep(len(raw) / st.bps)
-    await relay._deliver(st.sresp, raw, ex)  # type: ignore[arg-type]
-
-
-def _is_response(ev: SSEEvent) -> bool:
-    head = ev.data[:160]
-    return b'"method"' not in head and (b'"result"' in head or b'"error"' in head)
-
-
-async def _event(
-    relay: HTTPRelay, request: web.BaseRequest, ex: Exchange, f: _Faults, st: _Stream, ev: SSEEvent
-) -> bool:
-    """Decide and deliver one event; False once the stream is to end here."""
-    if ev.comment_only or not ev.data or ev.event == "endpoint":
-        plain = ev.raw
-        if ev.event == "endpoint":
-            plain = relay._maybe_rewrite_endpoint(ex, ev, plain)
-        relay._sse_events(ex, [ev], True)
-        await _send(relay, ex, st, plain)
-        if ev.event == "endpoint" and ex.entry is not None and ex.entry.rule == RULE_LEGACY_SSE:
-            st.key = ex.entry.key
-            _legacy_streams(relay)[st.key] = (ex, st, f)
-        return True
-    decision = f.engine.decide("s2c", ev.data)
-    relay._sse_events(ex, [ev], True)  # what the server sent, on its usual channel
-    if st.end_after is not None:
-        if st.end_after <= 0:
-            return False
-        st.end_after -= 1
-    if decision is None:
-        await _deliver_event(relay, ex, f, st, ev, ev.raw)
-        return True
-    action = decision.action
-    s = decision.rule.settings
-    out = ev.raw
-    if action == "delay":
-        f.fired(decision)
-        await asyncio.sleep(_delay_s(s))
-    elif action == "throttle":
-        f.fired(decision, bps=s.get("bps"))
-        st.bps = int(s.get("bps") or 0)
-    elif action == "drop":
-        f.fired(decision)
-        return True
-    elif action in ("error", "tool-error"):
-        answer = _answer_body(decision)
-        out = _event_bytes(ev, answer)
-        f.fired(decision)
-        f.inject(Direction.S2C, answer, sse=ev)
-    elif action == "corrupt":
-        data = corrupt(ev.data, str(s.get("mode", "truncate")), s.get("at"))
-        out = _event_bytes(ev, data)
-        f.fired(decision)
-        f.inject(Direction.S2C, data, sse=ev)
-    elif action == "duplicate":
-        f.fired(decision)
-        await _deliver_event(relay, ex, f, st, ev, ev.raw)
-        f.inject(Direction.S2C, ev.data, sse=ev)
-    elif action == "reorder":
-        f.fired(decision)
-        st.held.append(ev)
-        return True
-    elif action == "disconnect":
-        mode = s.get("mode")
-        if mode == "end-stream":
-            after = int(s.get("after") or 0)
-            if st.end_after is not None and after > 0:
-                # The stream is already ending: a later firing changes nothing (no finding).
-                await _deliver_event(relay, ex, f, st, ev, out)
-                return True
-            f.fired(decision, mode=mode, after=after)
-            if after <= 0:
-                return False
-            st.end_after = after - 1
-        else:
-            f.fired(decision, mode=mode, http="connection reset")
-            _reset(relay, request, ex, f, "mid-stream")
-            return False
-    elif action == "http":
-        f.fired(decision, applied=False, http="connection reset", why="the head was already sent")
-        _reset(relay, request, ex, f, "mid-stream: a status cannot follow the head")
-        return False
-    await _deliver_event(relay, ex, f, st, ev, out)
-    return True
-
-
-async def _deliver_event(
-    relay: HTTPRelay, ex: Exchange, f: _Faults, st: _Stream, ev: SSEEvent, out: bytes | None
-) -> None:
-    if out is None:
-        return
-    if _is_response(ev):
-        st.responded = True
-    await _send(relay, ex, st, out)
-    while st.held:  # reorder: what was held goes right after the event it was swapped with
-        held = st.held.pop(0)
-        if _is_response(held):
-            st.responded = True
-        await _send(relay, ex, st, held.raw)
-        f.inject(Direction.S2C, held.data, sse=held)
