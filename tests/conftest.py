@@ -115,17 +115,34 @@ def pg_server() -> Iterator[PgServer]:
 
 
 def _unavailable(reason: str) -> None:
-    message = f"PostgreSQL unavailable: {reason}"
+    message = _UNAVAILABLE + reason
     if in_ci():
         pytest.fail(message + " (CI requires the PostgreSQL half)", pytrace=False)
     pytest.skip(message)
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+_UNAVAILABLE = "PostgreSQL unavailable: "
+
+
+def _reported_problem(terminalreporter: pytest.TerminalReporter) -> str | None:
+    """Why PostgreSQL was unavailable, from this process or (under xdist, where the workers
+    met the problem) from the skip/failure reports the workers sent back."""
     if _pg_problem:
+        return _pg_problem[0]
+    for key in ("skipped", "failed", "error"):
+        for report in terminalreporter.stats.get(key, []):
+            text = str(getattr(report, "longrepr", "") or "")
+            if _UNAVAILABLE in text:
+                return text.split(_UNAVAILABLE, 1)[1].split("\n")[0].split("'")[0].strip()
+    return None
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    problem = _reported_problem(terminalreporter)
+    if problem:
         verdict = "FAILED (CI)" if in_ci() else "skipped"
         terminalreporter.write_line(
-            f"PostgreSQL half {verdict}: {_pg_problem[0]}", red=in_ci(), yellow=not in_ci()
+            f"PostgreSQL half {verdict}: {problem}", red=in_ci(), yellow=not in_ci()
         )
 
 

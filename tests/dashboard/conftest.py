@@ -9,9 +9,10 @@ they do not disturb each other. Rows are read with ``tests.helpers.db``, which r
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib.util
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,13 @@ class Recordings:
         return int(rows[0]["seq"])
 
 
+def run_async(make: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """``asyncio.run`` in a thread of its own: a fixture of one dialect may be set up while a
+    module's Playwright (sync API, an event loop running in this thread) is open for another."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, make()).result()
+
+
 def session_ids(db: Path | str) -> dict[str, str]:
     """Session name → id, from the database itself."""
     return {r["name"]: r["id"] for r in rdb.rows(db, "SELECT id, name FROM sessions")}
@@ -114,7 +122,7 @@ def recordings(
             await record_demo(db, "demo-modern", "auto")
             await record_hostile(db)
 
-        asyncio.run(go())
+        run_async(go)
         ids = session_ids(db)
         assert set(ids) == {"demo-legacy", "demo-modern", "hostile"}, ids
         yield Recordings(db=db, url=rdb.url_of(db), ids=ids)

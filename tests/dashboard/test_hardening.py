@@ -24,7 +24,7 @@ from sqlalchemy import event
 from dashboard.app import STORE, create_app
 from mcp_proxy.testing.client import make_client, stdio_params
 from tests.conftest import DIALECTS, fresh_db, mcptape_cmd
-from tests.dashboard.conftest import AUTH, TOKEN, Recordings, session_ids
+from tests.dashboard.conftest import AUTH, TOKEN, Recordings, run_async, session_ids
 from tests.helpers import db as rdb
 from tests.helpers.proxy import proxied
 
@@ -120,7 +120,7 @@ def hostile(
     with fresh_db(request.param, request, tmp, "hostile.db") as db:
         record_raw(db, tmp)
         record_raw(db, tmp, "fuzz", FUZZ_C2S, FUZZ_S2C)
-        asyncio.run(record_mrtr(db))
+        run_async(lambda: record_mrtr(db))
         ids = session_ids(db)
         seqs, fuzz_seqs = (
             [

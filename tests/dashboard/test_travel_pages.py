@@ -6,7 +6,6 @@ what the other dashboard tests count), once per dialect: a SQLite file and a Pos
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -25,6 +24,7 @@ from tests.dashboard.conftest import (
     get_html,
     get_json,
     recorded_params,
+    run_async,
     session_ids,
 )
 from tests.helpers import db as rdb
@@ -60,7 +60,7 @@ def small(
             await _record(db, "two", "hello")
             await _record(db, "other", EVIL)
 
-        asyncio.run(go())
+        run_async(go)
         ids = session_ids(db)
         assert set(ids) == {"one", "two", "other"}, ids
         yield Small(db, rdb.url_of(db), ids)
