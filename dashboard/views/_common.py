@@ -80,6 +80,11 @@ def time_param(request: web.Request, name: str) -> float | None:
     return parse_time(value)
 
 
+#: The largest frame number a query may carry: ``frames.seq`` is a 32-bit INTEGER on PostgreSQL
+#: (a larger bound parameter is an "integer out of range" error there, not an empty result).
+SEQ_MAX = 2**31 - 1
+
+
 def int_param(request: web.Request, name: str, default: int, lo: int = 0, hi: int = 10**12) -> int:
     value = request.query.get(name, "").strip()
     if not value:

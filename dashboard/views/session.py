@@ -13,6 +13,7 @@ from dashboard.app import ANALYST, JINJA, QUERIES, SETTINGS, STORE, render
 from dashboard.travel import export_links
 from dashboard.views._common import (
     KINDS,
+    SEQ_MAX,
     back,
     changed,
     exchange_out,
@@ -41,7 +42,7 @@ def _timeline_filter(request: web.Request) -> TimelineFilter:
         # An outcome belongs to requests: only they are read (and then analysed) for it.
         kind="request" if outcome else opt(request, "kind", KINDS),
         annotated=request.query.get("annotated") in ("1", "on", "true"),
-        after=int_param(request, "after", 0),
+        after=int_param(request, "after", 0, hi=SEQ_MAX),
         limit=int_param(request, "limit", 200, 1, 1000),
         outcome=outcome,
         every_frame=request.query.get("every") in ("1", "on", "true"),
@@ -267,9 +268,9 @@ async def session_live(request: web.Request) -> web.StreamResponse:
     sid = s["id"]
     tf = _timeline_filter(request)
     tf.limit = 500
-    last = int_param(request, "after", 0)
+    last = int_param(request, "after", 0, hi=SEQ_MAX)
     if "Last-Event-ID" in request.headers:
-        last = max(last, int_or(request.headers["Last-Event-ID"], 0))
+        last = max(last, int_or(request.headers["Last-Event-ID"], 0, SEQ_MAX))
     interval = request.app[SETTINGS]["poll_interval"]
     row_tpl = request.app[JINJA].get_template("_timeline_rows.html")
 
