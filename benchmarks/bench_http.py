@@ -9,14 +9,15 @@ Measures, each proxied and direct, interleaved in rounds so that machine noise h
    stateful), N sequential ``tools/call`` echo, both eras (``mode="legacy"`` = 2025-11-25
    handshake, ``mode="auto"`` = 2026-07-28): time per call and the ratio proxied/direct
    (target ≤ 1.10), min/median/max over the rounds; and the relay's CPU per proxied call
-   (``/proc/<pid>/stat`` utime+stime around the calls, start-up excluded; target ≤ 250 µs).
+   (``/proc/<pid>/task/*/schedstat``, every thread, around the calls, start-up excluded;
+   target ≤ 250 µs).
 2. The TypeScript SDK client (npm ``@modelcontextprotocol/sdk``, installed once with ``npm`` into
    ``~/.cache/mcptape-bench/ts-sdk``, a folder this benchmark owns) against the same server:
    time per call direct and proxied (target ratio ≤ 1.10). Skipped with a note when ``node`` or
    ``npm`` is missing (``--skip-ts`` skips it on purpose).
 3. A minimal raw JSON-RPC client (``http.client`` keep-alive) against a tiny aiohttp upstream
    that answers JSON at once: p50/p99 per request, added p50 (target ≤ 150 µs) and p99
-   (target ≤ 1 ms).
+   (target ≤ 1 ms), and the relay's CPU per request.
 4. SSE: upstream writes an event stamped with ``time.monotonic_ns()`` (one clock for every
    process on the machine), the host notes its arrival: p50 added per event (target ≤ 300 µs).
    The host reads each stream to its end, so every exchange is complete.
@@ -246,7 +247,20 @@ async def sessions(url: str, count: int, calls: int) -> tuple[int, int]:
 
 
 def proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) a process has used so far (Linux ``/proc``)."""
+    """CPU seconds a process has used so far, every thread (Linux ``/proc``).
+
+    ``/proc/<pid>/task/*/schedstat`` counts nanoseconds on the CPU per thread; the tick counts
+    of ``/proc/<pid>/stat`` (10 ms) are too coarse for a few hundred calls per round. Falls back
+    to the ticks when schedstat is missing (kernels without ``CONFIG_SCHEDSTATS``).
+    """
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        pass
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -345,14 +359,17 @@ def main() -> int:
 
     with process([sys.executable, __file__, "--serve-fast"], "READY", 1) as (_, fast):
         db = tmp / "raw.db"
-        with proxy(fast, db) as (_, purl):
+        with proxy(fast, db) as (relay, purl):
             direct: list[float] = []
             relayed: list[float] = []
+            raw_cpu: list[float] = []
             per = args.raw // args.rounds
             raw_latencies(fast, 200), raw_latencies(purl, 200)  # warm both paths
             for _ in range(args.rounds):
                 direct += raw_latencies(fast, per)
+                c0 = proc_cpu(relay.pid)
                 relayed += raw_latencies(purl, per)
+                raw_cpu.append((proc_cpu(relay.pid) - c0) / per)
             d50, p50 = statistics.median(direct), statistics.median(relayed)
             rows.append(
                 (
@@ -370,6 +387,15 @@ def main() -> int:
                     f"{pct(relayed, 0.99):.0f}",
                     f"{pct(relayed, 0.99) / pct(direct, 0.99):.2f}",
                     f"added {pct(relayed, 0.99) - pct(direct, 0.99):.0f} µs (target ≤ 1000)",
+                )
+            )
+            rows.append(
+                (
+                    "relay CPU per raw request (µs)",
+                    "",
+                    f"{statistics.median(raw_cpu) * 1e6:.0f}",
+                    "",
+                    f"min/med/max {spread(raw_cpu, 1e6, '{:.0f}')}",
                 )
             )
             sd: list[float] = []

@@ -4,8 +4,9 @@ A host starts ``mcptape record --name NAME --db DB -- COMMAND…`` every time it
 and that process lives as long as the server does. Building the typer application imports
 typer, click and pydantic (about 20 MB and a tenth of a second) for nothing on that path. So the
 plain stdio form — only ``--name``/``-n`` and ``--db`` before ``--`` — is recognised here and
-run directly; anything else (``--help``, ``--upstream``, an unknown option, a typo) goes to the
-typer application, which stays the one owner of the command line and of its error messages.
+run directly; anything else (``--help``, ``--upstream``, ``--fault``/``--faults``, an unknown
+option, a typo) goes to the typer application, which stays the one owner of the command line
+and of its error messages (a fault rule that does not parse is one line and exit 2 there).
 """
 
 from __future__ import annotations

@@ -13,10 +13,15 @@ import time
 from typing import Any
 
 from mcp_proxy.frames import parse_json, strip_line_end, text_or_none
+from mcp_proxy.store.columns import FRAME_COLUMNS
 from mcp_proxy.store.queries import duration, session_status
-from mcp_proxy.store.stream import SHOW_COLUMNS
 
 ARROWS = {"c2s": "→", "s2c": "←"}
+#: The ``inject`` channel: bytes mcptape put on the wire in a peer's place (fault injection).
+INJECT = "inject"
+#: How the text views mark an injected frame (beside its arrow: the receiver got it, the peer
+#: never sent it).
+INJECTED_MARK = "[INJECTED by mcptape]"
 #: Control characters that could rewrite the terminal (escape sequences, bidi overrides).
 _UNSAFE = {c: f"\\u{c:04x}" for c in [*range(0, 9), *range(11, 32), 127]}
 _UNSAFE.update(
@@ -165,6 +170,8 @@ def frame_json(f: dict[str, Any]) -> dict[str, Any]:
         out["http_exchange_id"] = f["http_exchange_id"]
     if f.get("sse_id") is not None or f.get("sse_event") is not None:
         out["sse"] = {"id": f.get("sse_id"), "event": f.get("sse_event")}
+    if f["channel"] == INJECT:
+        out["injected"] = True
     if text is not None:
         out["text"] = text
     else:
@@ -181,6 +188,8 @@ def frame_header(f: dict[str, Any], session_name: str | None = None) -> str:
     if session_name:
         bits.append(f"[{safe(session_name)}]")
     bits.append(arrow)
+    if f["channel"] == INJECT:
+        bits.append(INJECTED_MARK)
     bits.append(f"{label:12}")
     if f.get("method"):
         bits.append(safe(f["method"]))
@@ -297,9 +306,19 @@ def exchange_text(ex: Any) -> str:
     )
 
 
+def injected_text(item: Any) -> str:
+    """An injected frame among the exchanges of ``show -x``: its own line, marked, so a
+    rehearsal's fake answer is never read as the server's."""
+    arrow = "→" if item.direction == "c2s" else "←"
+    label = item.method or item.kind
+    return f"{'#' + str(item.seq):14} {arrow} {INJECTED_MARK} {safe(label)[:40]}" + (
+        f"  id={safe(item.msg_id)}" if item.msg_id is not None else ""
+    )
+
+
 # ---------------------------------------------------------------------------------- streaming
 # `show` prints every frame of sessions of a million frames: the functions below take the
-# tuples of mcp_proxy.store.stream.SHOW_COLUMNS and produce exactly what frame_json (as JSON
+# tuples of mcp_proxy.store.columns.FRAME_COLUMNS and produce exactly what frame_json (as JSON
 # text) and frame_block produce for the same row, without building dictionaries or running the
 # pure-Python indenting JSON encoder (tests/test_render.py holds them equal).
 
@@ -333,28 +352,58 @@ def _id_text(msg_id: str | None) -> str:
     return _json_value(json_id(msg_id))
 
 
-def frame_json_line(row: tuple[Any, ...]) -> str:
-    """``json.dumps(frame_json(f), ensure_ascii=False)`` for a row of ``SHOW_COLUMNS``."""
-    (seq, ts, direction, channel, kind, method, msg_id, error_code, size, complete, hx, sse_id,
-     sse_event, raw) = row  # fmt: skip
-    parts = [
-        f'{{"seq": {seq}, "ts": {float(ts)!r}, "direction": {_encode_str(direction)}, '
-        f'"channel": {_encode_str(channel)}, "kind": {_encode_str(kind)}, "method": '
+#: ``"direction": …, "channel": …, "kind": …, "method": …, `` per combination: a session has
+#: a few dozen, and encoding four strings per frame was a third of a JSON line's cost.
+_MIDDLES: dict[tuple[Any, ...], str] = {}
+
+
+def _middle(key: tuple[Any, ...]) -> str:
+    direction, channel, kind, method = key
+    text = (
+        f'"direction": {_encode_str(direction)}, "channel": {_encode_str(channel)}, '
+        f'"kind": {_encode_str(kind)}, "method": '
         f"{_encode_str(method) if method is not None else 'null'}, "
-        f'"id": {_id_text(msg_id)}, "size": {size}, '
-        f'"complete": {"true" if complete or complete is None else "false"}'
-    ]
+    )
+    if len(_MIDDLES) < 4096:
+        _MIDDLES[key] = text
+    return text
+
+
+def frame_json_line(row: tuple[Any, ...]) -> str:
+    """``json.dumps(frame_json(f), ensure_ascii=False)`` for a row of ``FRAME_COLUMNS``."""
+    (seq, ts, _mono, direction, channel, kind, method, msg_id, error_code, size, complete, _partial,
+     raw, hx, sse_id, sse_event) = row  # fmt: skip
+    key = (direction, channel, kind, method)
+    middle = _MIDDLES.get(key) or _middle(key)
+    if msg_id is None:
+        ident = "null"
+    elif msg_id.isdigit() and msg_id.isascii() and (msg_id[0] != "0" or msg_id == "0"):
+        ident = msg_id  # the common case: a small integer id, stored as its JSON text
+    else:
+        ident = _id_text(msg_id)
+    head = (
+        f'{{"seq": {seq}, "ts": {ts if type(ts) is float else float(ts)!r}, {middle}"id": {ident},'
+        f' "size": {size}, "complete": {"true" if complete or complete is None else "false"}'
+    )
+    if error_code is not None or hx is not None or sse_id is not None or sse_event is not None:
+        head += _extras(error_code, hx, sse_id, sse_event)
+    if channel == INJECT:
+        head += ', "injected": true'
+    data = raw if type(raw) is bytes else bytes(raw or b"")
+    try:
+        return f'{head}, "text": {_encode_str(data.decode("utf-8"))}}}'
+    except UnicodeDecodeError:
+        return f'{head}, "base64": "{base64.b64encode(data).decode("ascii")}"}}'
+
+
+def _extras(error_code: Any, hx: Any, sse_id: Any, sse_event: Any) -> str:
+    parts = []
     if error_code is not None:
         parts.append(f', "error_code": {error_code}')
     if hx is not None:
         parts.append(f', "http_exchange_id": {hx}')
     if sse_id is not None or sse_event is not None:
         parts.append(f', "sse": {{"id": {_json_value(sse_id)}, "event": {_json_value(sse_event)}}}')
-    data = bytes(raw or b"")
-    try:
-        parts.append(f', "text": {_encode_str(data.decode("utf-8"))}}}')
-    except UnicodeDecodeError:
-        parts.append(f', "base64": "{base64.b64encode(data).decode("ascii")}"}}')
     return "".join(parts)
 
 
@@ -399,11 +448,15 @@ def _pretty(value: Any, pad: str, out: list[str]) -> None:
 
 
 def frame_text(row: tuple[Any, ...], *, body: bool = True) -> str:
-    """``frame_block(f, body=body)`` for a row of ``SHOW_COLUMNS``."""
-    (seq, ts, direction, channel, kind, method, msg_id, error_code, size, complete, _hx, _sid,
-     _sev, raw) = row  # fmt: skip
+    """``frame_block(f, body=body)`` for a row of ``FRAME_COLUMNS``."""
+    (seq, ts, _mono, direction, channel, kind, method, msg_id, error_code, size, complete, _partial,
+     raw, _hx, _sid, _sev) = row  # fmt: skip
     label = "stderr" if channel == "stderr" else kind
     head = f"#{seq:<5} {_clock_fast(ts)} {ARROWS.get(direction, '?')} {label:12}"
+    if channel == INJECT:
+        head = (
+            f"#{seq:<5} {_clock_fast(ts)} {ARROWS.get(direction, '?')} {INJECTED_MARK} {label:12}"
+        )
     if method:
         head += " " + safe(method)
     if msg_id is not None:
@@ -418,24 +471,24 @@ def frame_text(row: tuple[Any, ...], *, body: bool = True) -> str:
     data = bytes(raw or b"")
     if channel == "stderr" or kind in ("noise", "stderr") or len(data) > 20_000:
         # Rare shapes (and frames that may be cut at 20,000 characters): the general path.
-        f = dict(zip(SHOW_COLUMNS, row, strict=True))
+        f = dict(zip(FRAME_COLUMNS, row, strict=True))
         return frame_block(f, body=True)
     try:  # (parse_json without its checks: small, and not noise)
         msg = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError):
         msg = None
     if msg is None or not isinstance(msg, (dict, list)):
-        return frame_block(dict(zip(SHOW_COLUMNS, row, strict=True)), body=True)
+        return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
     out: list[str] = []
     try:
         _pretty(msg, "    ", out)
     except RecursionError:
-        return frame_block(dict(zip(SHOW_COLUMNS, row, strict=True)), body=True)
+        return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
     text = "".join(out)
     if len(text) > 20_000:  # cut at 20,000 characters: the general path
-        return frame_block(dict(zip(SHOW_COLUMNS, row, strict=True)), body=True)
+        return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
     if _SPECIAL_RE.search(text):  # rare: one scan for both kinds of special characters
         if _LINE_BREAKS_RE.search(text):  # str.splitlines() breaks there: the general path
-            return frame_block(dict(zip(SHOW_COLUMNS, row, strict=True)), body=True)
+            return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
         text = safe(text)
     return f"{head}\n    {text}"

@@ -19,9 +19,11 @@ cluster this session starts itself. When neither works, the PostgreSQL half fail
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +53,8 @@ def db_path(store_dialect: str, request: pytest.FixtureRequest, tmp_path: Path) 
     """A SQLite file (not created yet); in a ``both_dialects`` module, for the PostgreSQL half,
     the URL (a ``str``) of a fresh database migrated to head — pass ``str(db_path)`` to
     ``--db`` and ``db_path`` itself to ``tests.helpers.db``, and it works for both."""
-    if store_dialect == "sqlite":
-        yield tmp_path / "rec.db"
-        return
-    server: PgServer = request.getfixturevalue("pg_server")
-    url = server.create_database()
-    try:
-        yield url
-    finally:
-        server.drop_database(url)
+    with fresh_db(store_dialect, request, tmp_path) as db:
+        yield db
 
 
 @pytest.fixture
@@ -134,11 +129,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         )
 
 
-@pytest.fixture(params=DIALECTS)
-def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | str]:
-    """A fresh database per test: a SQLite ``Path`` (not created) or a PostgreSQL URL."""
-    if request.param == "sqlite":
-        yield tmp_path / "rec.db"
+@contextmanager
+def fresh_db(
+    dialect: str, request: pytest.FixtureRequest, directory: Path, name: str = "rec.db"
+) -> Iterator[Path | str]:
+    """A new database of ``dialect``: a SQLite ``Path`` in ``directory`` (not created yet) or
+    the URL of a PostgreSQL database migrated to head, dropped on exit. Fixtures of any scope
+    build on it (the PostgreSQL server is the session's ``pg_server``)."""
+    if dialect == "sqlite":
+        yield directory / name
         return
     server: PgServer = request.getfixturevalue("pg_server")
     url = server.create_database()
@@ -148,10 +147,30 @@ def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | st
         server.drop_database(url)
 
 
+@pytest.fixture(params=DIALECTS)
+def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | str]:
+    """A fresh database per test: a SQLite ``Path`` (not created) or a PostgreSQL URL."""
+    with fresh_db(request.param, request, tmp_path) as db:
+        yield db
+
+
 @pytest.fixture
 def any_db_url(any_db: Path | str) -> str:
     """:func:`any_db` as a SQLAlchemy URL, whatever the dialect."""
-    return any_db if isinstance(any_db, str) else "sqlite:///" + str(any_db)
+    return url_of(any_db)
+
+
+@pytest.fixture
+def db_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """``db_factory(dialect)``: another fresh database of that dialect for this test (a
+    ``Path`` or a URL, as :func:`any_db`), for tests that move recordings between stores."""
+    with ExitStack() as stack:
+        count = itertools.count(1)
+
+        def make(dialect: str) -> Path | str:
+            return stack.enter_context(fresh_db(dialect, request, tmp_path, f"db{next(count)}.db"))
+
+        yield make
 
 
 @pytest.fixture(scope="session", params=DIALECTS)
@@ -159,15 +178,8 @@ def session_any_db_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """One database per dialect for the whole run (a package's shared recordings)."""
-    if request.param == "sqlite":
-        yield "sqlite:///" + str(tmp_path_factory.mktemp("db") / "rec.db")
-        return
-    server: PgServer = request.getfixturevalue("pg_server")
-    url = server.create_database()
-    try:
-        yield url
-    finally:
-        server.drop_database(url)
+    with fresh_db(request.param, request, tmp_path_factory.mktemp("db")) as db:
+        yield url_of(db)
 
 
 @pytest.fixture(scope="module", params=DIALECTS)
@@ -175,12 +187,28 @@ def module_any_db_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """One database per test module and dialect, for modules that record once and read often."""
-    if request.param == "sqlite":
-        yield "sqlite:///" + str(tmp_path_factory.mktemp("db") / "rec.db")
-        return
-    server: PgServer = request.getfixturevalue("pg_server")
-    url = server.create_database()
-    try:
-        yield url
-    finally:
-        server.drop_database(url)
+    with fresh_db(request.param, request, tmp_path_factory.mktemp("db")) as db:
+        yield url_of(db)
+
+
+@pytest.fixture(scope="module", params=DIALECTS)
+def module_any_db(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path | str]:
+    """:func:`module_any_db_url` as :func:`any_db` gives it: a SQLite ``Path`` or a URL."""
+    with fresh_db(request.param, request, tmp_path_factory.mktemp("db")) as db:
+        yield db
+
+
+def crossed(values: list[str]) -> list[Any]:
+    """``values`` (e.g. the host modes of an already parametrised test) each paired with a
+    *recording* dialect and an *import* dialect, so that across the params each dialect serves
+    in each role — both dialects covered, and recordings moved between them, without running
+    the test more often: ``[("auto", "sqlite", "postgresql"), ("legacy", "postgresql",
+    "sqlite")]`` (one dialect enabled: it in both roles). The test asks ``db_factory`` for the
+    two databases; a PostgreSQL param fails or skips as :func:`pg_server` says."""
+    out = []
+    for i, value in enumerate(values):
+        first, second = DIALECTS[i % len(DIALECTS)], DIALECTS[(i + 1) % len(DIALECTS)]
+        out.append(pytest.param(value, first, second, id=f"{value}-{first}-to-{second}"))
+    return out

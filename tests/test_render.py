@@ -48,6 +48,8 @@ def rows() -> list[tuple]:
             f = {
                 "seq": seq,
                 "ts": 1796058497.331512 + seq,
+                "mono_ns": seq,
+                "partial_parse": 0,
                 "direction": "c2s" if seq % 2 else "s2c",
                 "channel": channel,
                 "kind": kind,

@@ -955,7 +955,7 @@ _e(
     W,
     "The host sent nothing after an injected fault",
     """Reported by ``mcptape check`` (not stored): after a fault mcptape injected on a request
-    (a dropped or corrupted answer, a delay), the host sent nothing more on the connection — no
+    (a dropped, corrupted or replaced answer), the host sent nothing more on the connection — no
     retry, no cancellation, no other request. A host without a timeout hangs here for ever when
     a real server fails the same way.""",
     "",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mcp_proxy.analysis.exchanges import REORDER_WINDOW_NS, Pairing
+from mcp_proxy.analysis.exchanges import Pairing
 from mcp_proxy.analysis.facts import header
 from mcp_proxy.analysis.model import (
     ERA_INITIALIZE,
@@ -24,6 +24,7 @@ from mcp_proxy.analysis.model import (
     Msg,
     SessionFacts,
 )
+from mcp_proxy.analysis.reorder import REORDER_WINDOW_NS
 from mcp_proxy.analysis.routing import invalid_x_mcp_header, routing_problems
 from mcp_proxy.protocol import version_at_least
 

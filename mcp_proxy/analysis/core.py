@@ -6,13 +6,13 @@ import contextlib
 import gc
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_proxy.analysis.catalogue import CATALOGUE, SEVERITY_RANK, Severity
 from mcp_proxy.analysis.checks import protocol_checks
 from mcp_proxy.analysis.exchanges import pair
-from mcp_proxy.analysis.facts import Decoder, session_facts
+from mcp_proxy.analysis.facts import Decoder, Injected, session_facts
 from mcp_proxy.analysis.model import (
     Chain,
     Exchange,
@@ -51,6 +51,8 @@ class Analysis:
     frame_count: int
     last_seq: int
     unattached_logs: int = 0
+    #: Frames mcptape injected (fault rules): left out of pairing and checks, shown apart.
+    injected: list[Injected] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Findings per severity (error, warning, info)."""
@@ -80,7 +82,7 @@ class Analysis:
             "chains": [c.as_dict() for c in self.chains],
             "findings": [f.as_dict() for f in self.findings],
             "counts": self.counts(),
-        }
+        } | ({"injected": [i.as_dict() for i in self.injected]} if self.injected else {})
 
 
 def analyze(
@@ -159,7 +161,7 @@ def _analyze(
     # Drop the parsed bodies and the messages (exchanges keep their seqs): they are most of the
     # objects made, and freeing them here by reference counting spares the cyclic GC a walk
     # over all of them later.
-    last_seq = msgs[-1].seq if msgs else 0
+    last_seq = max(msgs[-1].seq if msgs else 0, decoder.injected[-1].seq if decoder.injected else 0)
     decoder.msgs = []
     for m in msgs:
         m.release()
@@ -175,6 +177,7 @@ def _analyze(
         frame_count=decoder.frames,
         last_seq=last_seq,
         unattached_logs=pairing.unattached_logs,
+        injected=decoder.injected,
     )
 
 

@@ -33,6 +33,7 @@ from mcp_proxy.analysis.model import (
     Outcome,
     SessionFacts,
 )
+from mcp_proxy.analysis.reorder import REORDER_LOOKAHEAD, REORDER_WINDOW_NS, Window, fast_key
 from mcp_proxy.frames import id_key
 from mcp_proxy.protocol import LOG_LEVELS, NAME_PARAM
 
@@ -51,22 +52,7 @@ def _other(direction: str) -> str:
     return "s2c" if direction == "c2s" else "c2s"
 
 
-# ---------------------------------------------------------------------------------- order
-#: The relay stamps a frame just after forwarding it, one thread per direction, so across
-#: directions the recorded order can invert by a scheduling slice: a host's retry can be
-#: stamped a few hundred microseconds before the server result it answers. A message that refers
-#: to a message of the other direction recorded within this window *after* it is handled as if it
-#: came right after that message (its seq is kept). Nothing else is reordered.
-REORDER_WINDOW_NS = 100_000_000
-#: At most this many frames are looked at ahead of an out-of-order message.
-REORDER_LOOKAHEAD = 5_000
-
-
-def _fast_key(value: Any) -> str | None:
-    """:func:`id_key` without ``json.dumps`` for the common integer id/token."""
-    if type(value) is int:
-        return str(value)
-    return id_key(value)
+_fast_key = fast_key
 
 
 # ---------------------------------------------------------------------------------- pairing
@@ -97,24 +83,7 @@ class _Pairing:
         self.log_violations: list[int] = []
         self.unattached_logs = 0
         self.not_increasing: set[int] = set()
-        self.msgs: list[Msg] = []
-        self.i = 0
-        self.deferred: dict[int, list[Msg]] = {}
-
-    # ------------------------------------------------------------------ order repair
-    def _defer_until(self, m: Msg, match: Any) -> bool:
-        """If a later message (within the window) satisfies ``match``, handle ``m`` after it."""
-        msgs = self.msgs
-        limit = m.mono_ns + REORDER_WINDOW_NS
-        end = min(len(msgs), self.i + 1 + REORDER_LOOKAHEAD)
-        for k in range(self.i + 1, end):
-            x = msgs[k]
-            if x.mono_ns > limit:
-                return False
-            if x.direction != m.direction and match(x):
-                self.deferred.setdefault(k, []).append(m)
-                return True
-        return False
+        self.w = Window()
 
     def dispatch(self, m: Msg) -> None:
         kind = m.kind
@@ -129,12 +98,12 @@ class _Pairing:
     # ------------------------------------------------------------------ requests
     def request(self, m: Msg) -> None:
         assert m.method is not None and m.msg_id is not None
-        if m.direction == "c2s" and self.msgs:
+        if m.direction == "c2s" and self.w.msgs:
             state = m.params.get("requestState")
             if (
                 isinstance(state, str)
                 and state not in self.tails_state
-                and self._defer_until(
+                and self.w.defer_until(
                     m,
                     lambda x: (
                         x.kind == "response"
@@ -242,9 +211,7 @@ class _Pairing:
                 ex = plist.pop(0)
             if not plist:
                 del self.pending[key]
-        if ex is None and self._defer_until(
-            m, lambda x: x.kind == "request" and x.msg_id == m.msg_id
-        ):
+        if ex is None and self.w.defer_to_request(m, self.w.ids, m.msg_id):
             return
         if ex is None:
             prev = self.done.get(key)
@@ -441,10 +408,7 @@ class _Pairing:
                     )
                 ex.last_progress = float(value)
             return
-        if self._defer_until(
-            m,
-            lambda x: x.kind == "request" and _fast_key(x.meta.get("progressToken")) == tkey[1],
-        ):
+        if self.w.defer_to_request(m, self.w.tokens, tkey[1]):
             return
         done = self.done_tokens.get(tkey)
         if done is not None:
@@ -526,9 +490,9 @@ class _Pairing:
 
     def _opted_in_ahead(self, m: Msg, rank: int) -> bool:
         """A host request stamped just after this log (relay jitter) that asked for its level."""
-        msgs = self.msgs
+        msgs, i = self.w.msgs, self.w.i
         limit = m.mono_ns + REORDER_WINDOW_NS
-        for k in range(self.i + 1, min(len(msgs), self.i + 1 + REORDER_LOOKAHEAD)):
+        for k in range(i + 1, min(len(msgs), i + 1 + REORDER_LOOKAHEAD)):
             x = msgs[k]
             if x.mono_ns > limit:
                 return False
@@ -787,10 +751,11 @@ def pair(
     analysis of a million frames grow by over a kilobyte per frame.
     """
     p = _Pairing(facts, http or {}, sink or FindingSink())
-    p.msgs = msgs
-    deferred = p.deferred
+    w = p.w
+    w.msgs = msgs
+    deferred = w.deferred
     for i, m in enumerate(msgs):
-        p.i = i
+        w.i = i
         p.dispatch(m)
         m.release()
         if deferred:

@@ -12,30 +12,14 @@ from __future__ import annotations
 import json
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from mcp_proxy.analysis.model import _UNPARSED, ERA_INITIALIZE, META, Msg, SessionFacts
-from mcp_proxy.frames import classify_message
+from mcp_proxy.frames import Channel, classify_message
 from mcp_proxy.handshake import era_of
+from mcp_proxy.store.columns import FRAME_COLUMNS
 
-#: The columns :func:`decode` reads, in the order ``Store.analysis_frames`` returns them.
-FRAME_COLUMNS = (
-    "seq",
-    "ts",
-    "mono_ns",
-    "direction",
-    "channel",
-    "kind",
-    "method",
-    "msg_id",
-    "error_code",
-    "size",
-    "complete",
-    "partial_parse",
-    "raw",
-    "http_exchange_id",
-    "sse_event",
-)
+__all__ = ["FRAME_COLUMNS", "Decoder", "Injected", "decode", "header", "session_facts"]
 
 
 # ---------------------------------------------------------------------------------- decoding
@@ -62,6 +46,7 @@ def _mapping_row(f: Mapping[str, Any]) -> tuple[Any, ...]:
         f.get("partial_parse"),
         f.get("raw"),
         f.get("http_exchange_id"),
+        f.get("sse_id"),
         f.get("sse_event"),
     )
 
@@ -88,12 +73,38 @@ def _adapter(row: Any) -> Callable[[Any], Sequence[Any]] | None:
     return lambda r: tuple(r[i] if i >= 0 else None for i in idx)
 
 
+INJECT = Channel.INJECT.value
+
+
+class Injected(NamedTuple):
+    """A frame mcptape injected (``Channel.INJECT``): what the exchange views show of it."""
+
+    seq: int
+    ts: float
+    direction: str
+    kind: str
+    method: str | None
+    msg_id: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "injected": True,
+            "seq": self.seq,
+            "ts": self.ts,
+            "direction": self.direction,
+            "kind": self.kind,
+            "method": self.method,
+            "msg_id": self.msg_id,
+        }
+
+
 class Decoder:
     """Frame rows → :class:`Msg` objects, fed batch by batch so that a session is never held
     twice (rows and messages) in memory.
 
     Rows are mappings (``Store.frames``, ``Store.iter_frames``) or named rows/tuples with
-    ``_fields`` (``Store.analysis_frames``). Bodies are parsed lazily; a batch frame is kept and
+    ``_fields`` (``Store.analysis_frames``; the store's one list,
+    :data:`~mcp_proxy.store.columns.FRAME_COLUMNS`). Bodies are parsed lazily; a batch frame is kept and
     followed by one message per element (same ``seq``), so that pairing sees every request and
     response it carried. Rows without ``raw`` still pair; only body-level checks go quiet.
 
@@ -102,11 +113,13 @@ class Decoder:
     and at a million frames those copies alone cost hundreds of megabytes.
     """
 
-    __slots__ = ("_shared", "frames", "msgs")
+    __slots__ = ("_shared", "frames", "injected", "msgs")
 
     def __init__(self) -> None:
         self.msgs: list[Msg] = []
         self.frames = 0
+        #: Frames on the ``inject`` channel, set aside (see :class:`Injected`).
+        self.injected: list[Injected] = []
         self._shared: dict[str, str] = {}
 
     def feed(self, rows: Iterable[Any]) -> None:
@@ -127,7 +140,7 @@ class Decoder:
 
     def _add(self, row: Sequence[Any]) -> None:
         (seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete, partial,
-         raw, http, event) = row  # fmt: skip
+         raw, http, _sse_id, event) = row  # fmt: skip
         shared = self._shared
         direction = shared.setdefault(direction, direction)
         channel = shared.setdefault(channel, channel)
@@ -139,6 +152,11 @@ class Decoder:
         if raw is not None and type(raw) is not bytes:
             raw = bytes(raw)
         self.frames += 1
+        if channel == INJECT:
+            # Bytes mcptape put on the wire in a peer's place (fault injection): not the
+            # peer's messages, so neither paired nor checked; kept aside for the views.
+            self.injected.append(Injected(seq, ts, direction, kind, method, msg_id))
+            return
         m = Msg(seq, ts, mono, direction, channel, kind, method, msg_id, code, size or 0,
                 complete is None or bool(complete), bool(partial), http, raw, _UNPARSED,
                 event)  # fmt: skip

@@ -4,11 +4,14 @@ A session recorded with ``mcptape record --fault …`` holds ``inject.*`` findin
 rule, written by the relay) and frames on the ``inject`` channel. Two questions follow, and
 ``mcptape check --injected report|ignore`` asks one of them:
 
-- **report** (the default): what did the host do after each fault? It *retried* (sent the same
-  method — and tool/prompt/resource — again), *cancelled* (``notifications/cancelled`` for the
-  request), *moved on* (other requests), or went *silent* (nothing more on the connection: the
-  hang a host without a timeout shows a real failing server). One ``inject.reaction`` (info) or
-  ``inject.host_silent`` (warning) per fault on a request or its answer.
+- **report** (the default): what did the host do after each fault that denied it an answer
+  (drop, corrupt, error, tool-error, http)? It *retried* (sent the same request again: same
+  method and params), *cancelled* (``notifications/cancelled`` for the request), *started over*
+  (``initialize`` next, as after a 404 for an expired session), *moved on*
+  (other requests), or went *silent* (nothing more on the connection: the hang a host without a
+  timeout shows a real failing server). One ``inject.reaction`` (info) or ``inject.host_silent``
+  (warning) each. After a delay, throttle, duplicate or reorder the answer still came; only a
+  cancel (the host gave up first) is reported.
 - **ignore**: the recording without the rehearsal: ``inject.*`` findings dropped, and so is any
   analyzer finding whose frames all belong to a request a fault touched (an unanswered request
   whose answer mcptape dropped is no fault of the server's).
@@ -38,6 +41,10 @@ __all__ = [
 
 #: Actions that end the connection: the host cannot react on it any more.
 _ENDS_CONNECTION = ("inject.disconnect",)
+#: Faults that deny the host its answer: whatever it does next is its reaction. After the other
+#: faults (delay, throttle, duplicate, reorder) the answer still comes; only a cancel — the host
+#: gave up before it arrived — is worth reporting.
+_DENYING = ("inject.drop", "inject.corrupt", "inject.error", "inject.tool_error", "inject.http")
 _REAL = ("stdio", "http", "sse")  # channels a peer really sent on (not inject, not stderr)
 
 
@@ -53,6 +60,7 @@ class Injection:
     fault_seq: int | None  # the frame the fault fired on
     method: str | None
     name: str | None
+    params: str | None = None  # the request's params without ``_meta``, as canonical JSON
 
 
 def _detail(finding: Mapping[str, Any]) -> dict[str, Any]:
@@ -80,6 +88,14 @@ def _name(frame: Mapping[str, Any]) -> str | None:
         return None
     value = params.get("uri" if frame.get("method") == "resources/read" else "name")
     return value if isinstance(value, str) else None
+
+
+def _params(frame: Mapping[str, Any]) -> str | None:
+    """The request's params without ``_meta`` (progress tokens, envelopes), comparable text."""
+    params = _message(frame).get("params")
+    if not isinstance(params, dict):
+        return None
+    return json.dumps({k: v for k, v in params.items() if k != "_meta"}, sort_keys=True)
 
 
 def _real(frame: Mapping[str, Any]) -> bool:
@@ -113,6 +129,7 @@ def injections(
                 fault["seq"] if fault is not None else None,
                 request.get("method") if request is not None else None,
                 _name(request) if request is not None else None,
+                _params(request) if request is not None else None,
             )
         )
     return sorted(out, key=lambda i: i.fault_seq or 0)
@@ -162,10 +179,22 @@ def _reaction(inj: Injection, frames: Sequence[Mapping[str, Any]]) -> tuple[str,
             rid = params.get("requestId") if isinstance(params, dict) else None
             if rid is not None and id_key(rid) == inj.msg_id:
                 return "inject.reaction", "cancelled the request", [inj.fault_seq, f["seq"]]
-    for f in later:
-        if f.get("kind") == "request" and f.get("method") == inj.method and _name(f) == inj.name:
-            return "inject.reaction", "retried the request", [inj.fault_seq, f["seq"]]
+    if inj.code not in _DENYING:
+        return "", "", []  # the answer still came: no reaction to report but a cancel
     requests = [f for f in later if f.get("kind") == "request"]
+    retry = next(
+        (f for f in requests if f.get("method") == inj.method and _params(f) == inj.params),
+        None,
+    )
+    if requests and requests[0].get("method") in ("initialize", "server/discover"):
+        # what a client must do after a 404 for its session (an expired session)
+        what = f"started over ({requests[0].get('method')})"
+        seqs = [inj.fault_seq, requests[0]["seq"]]
+        if retry is not None:
+            return "inject.reaction", what + " and retried the request", [*seqs, retry["seq"]]
+        return "inject.reaction", what, seqs
+    if retry is not None:
+        return "inject.reaction", "retried the request", [inj.fault_seq, retry["seq"]]
     if requests:
         return "inject.reaction", "moved on to other requests", [inj.fault_seq, requests[0]["seq"]]
     return "inject.host_silent", "sent nothing more", [inj.fault_seq]
@@ -180,6 +209,8 @@ def reactions(
         if inj.request_seq is None or inj.fault_seq is None or inj.code in _ENDS_CONNECTION:
             continue
         code, what, seqs = _reaction(inj, frames)
+        if not code:
+            continue
         call = inj.method or "request"
         if inj.name:
             call += f" {inj.name}"

@@ -40,7 +40,9 @@ from mcp_proxy.analysis.model import finding_order, finding_record
 from mcp_proxy.analysis.stats import MethodStats, merge_stats, method_stats, sorted_stats
 from mcp_proxy.analysis.version import ANALYZER_VERSION
 from mcp_proxy.errors import StoreError
+from mcp_proxy.store.engine import sqlite_path
 from mcp_proxy.store.queries import Store, session_status
+from mcp_proxy.store.stream import frame_batches
 
 log = logging.getLogger(__name__)
 
@@ -146,13 +148,34 @@ async def load(store: Store, session: dict[str, Any]) -> Decoder:
     Rows are turned into messages as they arrive and then dropped, so a session is never held
     twice in memory (rows and messages); the cyclic GC is paused meanwhile (the messages make
     no cycles, and a collector walking a growing list of a million of them is most of the time).
+    A SQLite file is read in this thread with the standard driver (:func:`load_sync`): plain
+    tuples, no row objects and no thread hop per query — the async API cost more than the
+    decoding.
     """
+    if sqlite_path(store.url) is not None:
+        return load_sync(store.url, str(session["id"]))
     decoder = Decoder()
     with gc_paused():
         # Named rows of the analysis columns only, a batch per query (no dict per row).
         async for rows in store.iter_analysis_frames(session["id"], batch=LOAD_BATCH):
             decoder.feed(rows)
     return decoder
+
+
+def load_sync(url: str, session_id: str) -> Decoder:
+    """:func:`load` without an event loop: the frames read in the calling thread, in batches."""
+    decoder = Decoder()
+    with gc_paused():
+        for rows in frame_batches(url, session_id, batch=LOAD_BATCH):
+            decoder.feed(rows)
+    return decoder
+
+
+def _load_and_analyze(
+    url: str, session_id: str, view: dict[str, Any], http: list[dict[str, Any]]
+) -> Analysis:
+    """Read and analyse in one go (a worker thread's whole job: the loop stays free)."""
+    return analyze(load_sync(url, session_id), session=view, http_exchanges=http)
 
 
 async def _store_findings(
@@ -181,14 +204,19 @@ async def session_analysis(
     :func:`session_findings` is a plain read; ``strict=False`` lets a read-only database still
     answer (the dashboard). ``threaded`` runs the CPU part in a worker thread.
     """
-    decoder = await load(store, session)
     http = await store.http_exchanges(session["id"])
     view = session_view(session)
-    if threaded:
-        analysis = await asyncio.to_thread(analyze, decoder, session=view, http_exchanges=http)
+    if threaded and sqlite_path(store.url) is not None:
+        analysis = await asyncio.to_thread(
+            _load_and_analyze, store.url, str(session["id"]), view, http
+        )
     else:
-        analysis = analyze(decoder, session=view, http_exchanges=http)
-    del decoder
+        decoder = await load(store, session)
+        if threaded:
+            analysis = await asyncio.to_thread(analyze, decoder, session=view, http_exchanges=http)
+        else:
+            analysis = analyze(decoder, session=view, http_exchanges=http)
+        del decoder
     if save and not is_fresh(session, await store.analysis_summary(session["id"])):
         await _store_findings(store, session, analysis, strict=strict)
     return analysis

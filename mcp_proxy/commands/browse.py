@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -93,7 +94,7 @@ def show(
 
     async def go() -> None:
         from mcp_proxy.analysis.service import session_analysis, session_findings
-        from mcp_proxy.render import exchange_text, finding_text
+        from mcp_proxy.render import exchange_text, finding_text, injected_text
 
         store = await open_store(db)
         try:
@@ -102,11 +103,13 @@ def show(
                 out.write(_session_head(s))
             if exchanges:
                 analysis = await session_analysis(store, s)
-                for ex in analysis.exchanges:
+                for item in _in_order(analysis.exchanges, analysis.injected):
                     if fmt == Format.json:
-                        out.write(json.dumps(ex.as_dict(), ensure_ascii=False) + "\n")
+                        out.write(json.dumps(item.as_dict(), ensure_ascii=False) + "\n")
+                    elif isinstance(item, tuple):  # a frame mcptape injected
+                        out.write(injected_text(item) + "\n")
                     else:
-                        out.write(exchange_text(ex) + "\n")
+                        out.write(exchange_text(item) + "\n")
             else:
                 _print_frames(store.url, s["id"], fmt, body=not no_body, no_stderr=no_stderr)
             if fmt == Format.text and not no_findings:
@@ -118,6 +121,17 @@ def show(
             await store.close()
 
     asyncio.run(go())
+
+
+def _in_order(exchanges: list[Any], injected: list[Any]) -> Iterator[Any]:
+    """Exchanges with the frames mcptape injected between them, by frame number."""
+    k = 0
+    for ex in exchanges:
+        while k < len(injected) and injected[k].seq < ex.request_seq:
+            yield injected[k]
+            k += 1
+        yield ex
+    yield from injected[k:]
 
 
 def _session_head(s: dict[str, Any]) -> str:
@@ -140,23 +154,23 @@ def _session_head(s: dict[str, Any]) -> str:
 
 def _print_frames(url: str, sid: str, fmt: Format, *, body: bool, no_stderr: bool) -> None:
     """Every frame of a session, streamed: one batch of rows and one write per 5,000 frames
-    (a 1,000,000-frame session prints at 100,000+ frames/s with bounded memory)."""
-    from mcp_proxy.render import frame_json_line, frame_text
-    from mcp_proxy.store.stream import stream_frames
+    (a 1,000,000-frame session prints with bounded memory)."""
+    from functools import partial
 
-    out = sys.stdout
-    lines: list[str] = []
-    for row in stream_frames(url, sid):
-        if no_stderr and row[3] == "stderr":  # the channel column
-            continue
-        lines.append(frame_json_line(row) if fmt == Format.json else frame_text(row, body=body))
-        if len(lines) >= 5000:
+    from mcp_proxy.render import frame_json_line, frame_text
+    from mcp_proxy.store.columns import CHANNEL
+    from mcp_proxy.store.stream import frame_batches
+
+    write = sys.stdout.write
+    render = frame_json_line if fmt == Format.json else partial(frame_text, body=body)
+    for rows in frame_batches(url, sid):
+        if no_stderr:
+            lines = [render(r) for r in rows if r[CHANNEL] != "stderr"]
+        else:
+            lines = [render(r) for r in rows]
+        if lines:
             lines.append("")
-            out.write("\n".join(lines))
-            lines.clear()
-    if lines:
-        lines.append("")
-        out.write("\n".join(lines))
+            write("\n".join(lines))
 
 
 @app.command()

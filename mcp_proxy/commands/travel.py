@@ -11,6 +11,7 @@ import asyncio
 import json
 import sys
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -105,15 +106,69 @@ class Pacing(StrEnum):
     recorded = "recorded"
 
 
+def _replay_one(
+    source: str,
+    command: list[str] | None,
+    upstream: str | None,
+    ignore: list[str],
+    db: str | None,
+    **kw: Any,
+) -> tuple[Any, Any]:
+    """Replay one recorded session; ``(the session, the ReplayResult)``."""
+    from mcp_proxy.diff import diff_sessions
+    from mcp_proxy.recording.database import load_source
+    from mcp_proxy.store.engine import resolve_url
+
+    recording, session = asyncio.run(load_source(source, db))
+    url = resolve_url(db)
+    if upstream:
+        from mcp_proxy.replay import replay_http
+
+        result = replay_http(session, upstream, url, origin=recording.origin, **kw)
+    else:
+        from mcp_proxy.replay import replay_stdio
+
+        result = replay_stdio(session, list(command or []), url, origin=recording.origin, **kw)
+    if ignore and result.replayed is not None:
+        result.diff = diff_sessions(
+            session,
+            result.replayed,
+            ignores=ignore,
+            a_label=result.diff.a_label if result.diff else "recorded",
+            b_label=result.diff.b_label if result.diff else "replay",
+        )
+    return session, result
+
+
+def _replay_text(result: Any) -> None:
+    from mcp_proxy.diff import render_text
+
+    if result.diff is not None:
+        print(render_text(result.diff))
+    for note in result.notes:
+        print(f"problem: {note}")
+    for field in result.redacted:
+        print(f"not reproduced: {field}")
+    print(f"replay recorded as session {result.session_id}", file=sys.stderr)
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @handle_errors
 def replay(
-    source: Annotated[str, typer.Argument(help="A session (id prefix or name) or FILE[#SESSION].")],
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="A session (id prefix or name), FILE[#SESSION], or a DIRECTORY of recordings."
+        ),
+    ],
     command: Annotated[
         list[str] | None, typer.Argument(help="The server command and its arguments, after --.")
     ] = None,
     upstream: Annotated[
-        str | None, typer.Option("--upstream", help="Replay to this Streamable HTTP URL instead.")
+        str | None,
+        typer.Option(
+            "--upstream", help="Replay to this HTTP URL instead (a path ending in /sse: legacy)."
+        ),
     ] = None,
     pacing: Annotated[
         Pacing, typer.Option("--pacing", help="fast (default) or recorded (keep the gaps).")
@@ -135,70 +190,87 @@ def replay(
 
     stdio:  mcptape replay recordings/basic.mcptape.jsonl -- python -m my_server
     HTTP:   mcptape replay recordings/http.mcptape.jsonl --upstream http://127.0.0.1:8000/mcp
-    """
-    from mcp_proxy.diff import diff_sessions, render_text
-    from mcp_proxy.normalize import JsonPathError, Normalizer
-    from mcp_proxy.recording.database import load_source
-    from mcp_proxy.store.engine import resolve_url
+    all:    mcptape replay recordings/ --format junit -- python -m my_server
 
-    if bool(upstream) == bool(command):
+    A directory replays every *.mcptape.jsonl in it (each session of each file), keeps going
+    after a difference, and exits 1 if any differed; a [replay."GLOB"] table in the
+    mcptape.toml beside the recordings names another server for the files it matches.
+    """
+    from mcp_proxy.normalize import JsonPathError, Normalizer
+
+    directory = Path(source) if Path(source).is_dir() else None
+    if directory is None and bool(upstream) == bool(command):
         fail("give the server as -- COMMAND… or as --upstream URL (one of them)")
+    if directory is not None and command and upstream:
+        fail("give the server as -- COMMAND… or as --upstream URL, not both")
+    kw: dict[str, Any] = {"timeout": timeout, "pacing": pacing.value, "name": name}
+    if directory is not None:
+        _replay_directory(directory, list(command or []), upstream, ignore, fmt, db, kw)
     ignore = _with_config(ignore, source)
     try:
         Normalizer.build(ignore or [])
     except JsonPathError as exc:
         fail(str(exc))
-    recording, session = asyncio.run(load_source(source, db))
-    url = resolve_url(db)
-    if upstream:
-        from mcp_proxy.replay import replay_http
-
-        result = replay_http(
-            session,
-            upstream,
-            url,
-            timeout=timeout,
-            pacing=pacing.value,
-            name=name,
-            origin=recording.origin,
-        )
-    else:
-        from mcp_proxy.replay import replay_stdio
-
-        result = replay_stdio(
-            session,
-            list(command or []),
-            url,
-            timeout=timeout,
-            pacing=pacing.value,
-            name=name,
-            origin=recording.origin,
-        )
-    if ignore and result.replayed is not None:
-        result.diff = diff_sessions(
-            session,
-            result.replayed,
-            ignores=ignore,
-            a_label=result.diff.a_label if result.diff else "recorded",
-            b_label=result.diff.b_label if result.diff else "replay",
-        )
+    session, result = _replay_one(source, command, upstream, ignore or [], db, **kw)
     if fmt == ReplayFormat.json:
         _print_json(result.to_json())
     elif fmt == ReplayFormat.junit:
         from mcp_proxy.recording.junit import replay_junit
 
-        name = session.session.get("name") or session.id[:8]
-        sys.stdout.buffer.write(replay_junit(result.diff, str(name), result.notes))
+        label = session.session.get("name") or session.id[:8]
+        sys.stdout.buffer.write(replay_junit(result.diff, str(label), result.notes))
         sys.stdout.buffer.flush()
     else:
-        if result.diff is not None:
-            print(render_text(result.diff))
-        for note in result.notes:
-            print(f"problem: {note}")
-        for field in result.redacted:
-            print(f"not reproduced: {field}")
-        print(f"replay recorded as session {result.session_id}", file=sys.stderr)
+        _replay_text(result)
     raise typer.Exit(0 if result.equal else 1)
+
+
+def _replay_directory(
+    directory: Path,
+    command: list[str],
+    upstream: str | None,
+    ignore: list[str] | None,
+    fmt: ReplayFormat,
+    db: str | None,
+    kw: dict[str, Any],
+) -> None:
+    """``mcptape replay DIR``: each recording in turn, one report, exit 1 if any differed."""
+    from mcp_proxy.normalize import JsonPathError, Normalizer
+    from mcp_proxy.recording.junit import replay_junit
+    from mcp_proxy.replay.batch import merge_junit, targets
+
+    todo = targets(directory, command, upstream)
+    paths = {t.file: _with_config(ignore, str(t.file)) for t in todo}
+    try:
+        for found in paths.values():
+            Normalizer.build(found)
+    except JsonPathError as exc:
+        fail(str(exc))
+    reports: list[Any] = []
+    docs: list[bytes] = []
+    differing = 0
+    for t in todo:
+        _, result = _replay_one(t.source, t.command, t.upstream, paths[t.file], db, **kw)
+        differing += 0 if result.equal else 1
+        if fmt == ReplayFormat.json:
+            reports.append({"recording": t.source, **result.to_json()})
+        elif fmt == ReplayFormat.junit:
+            label = f"{t.file.name.removesuffix('.mcptape.jsonl')}"
+            label += "" if t.source == str(t.file) else f"#{t.source.rsplit('#', 1)[1]}"
+            docs.append(replay_junit(result.diff, label, result.notes))
+        else:
+            print(f"== {t.source}: {'same' if result.equal else 'DIFFERENT'}")
+            _replay_text(result)
+    if fmt == ReplayFormat.json:
+        _print_json(reports)
+    elif fmt == ReplayFormat.junit:
+        sys.stdout.buffer.write(merge_junit(docs))
+        sys.stdout.buffer.flush()
+    print(
+        f"replayed {len(todo)} recording(s) from {directory}: {differing} differ",
+        file=sys.stderr,
+    )
+    raise typer.Exit(1 if differing else 0)
 
 
 class RecordMode(StrEnum):
@@ -228,7 +300,10 @@ def mock(
         typer.Option("--record-mode", help="none (serve only), once, new_episodes or all."),
     ] = RecordMode.none,
     upstream: Annotated[
-        str | None, typer.Option("--upstream", help="Real Streamable HTTP server for misses.")
+        str | None,
+        typer.Option(
+            "--upstream", help="Real HTTP server for misses (a path ending in /sse: legacy)."
+        ),
     ] = None,
     ignore: IgnoreOption = None,
     no_repeat: Annotated[
@@ -238,12 +313,28 @@ def mock(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait for a client or upstream answer.")
     ] = 30.0,
+    fault: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fault",
+            help="A fault rule, e.g. 'error code=-32000 method=tools/call name=search' or"
+            " 'http status=429 header=Retry-After:1' (repeatable; see docs/faults.md).",
+        ),
+    ] = None,
+    faults_file: Annotated[
+        str | None,
+        typer.Option("--faults", help="A TOML file of fault rules, re-read when it changes."),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Seed for rules with p= (repeatable runs).")
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Stand in for a server, answering from a recording (stdio, or HTTP with --port).
 
     mcptape mock recordings/basic.mcptape.jsonl                  # a host launches this
     mcptape mock recordings/basic.mcptape.jsonl --port 8765      # http://127.0.0.1:8765/mcp
+    mcptape mock recordings/basic.mcptape.jsonl --fault 'delay ms=2000 name=slow'
     """
     from mcp_proxy.mock import MockOptions, run_mock
     from mcp_proxy.mock.serve import check_port
@@ -274,6 +365,9 @@ def mock(
                 repeat_last=not no_repeat,
                 timeout=timeout,
                 db=db,
+                faults=list(fault or []),
+                faults_file=faults_file,
+                seed=seed,
             ),
             ready=announce,
         )

@@ -313,7 +313,11 @@ class McpTape:
             frame.http_exchange = ex.local_id
             rec.put(ex.entry.session_id, frame)
 
-    def update(self, ex: _Ex, **fields: Any) -> None:
+    def update_fields(self, ex: _Ex, **fields: Any) -> None:
+        # Not ``update``: mitmproxy calls an addon's ``update(flows)`` after every event of
+        # every flow (its ``update`` hook), so a method of that name here raised on each one,
+        # and mitmproxy formatted and logged the traceback each time — most of the addon's
+        # cost per call (see test_mitmdump.py::test_mitmdump_loads_the_addon).
         if ex.local_id is None:
             ex.fields.update(fields)
             return
@@ -544,7 +548,7 @@ class McpTape:
             ex.streamed = True
             if sse:
                 ex.parser = SSEParser()
-            self.update(ex, **head)
+            self.update_fields(ex, **head)
             if ex.entry is not None:
                 if not ex.streaming:
                     ex.streaming = True

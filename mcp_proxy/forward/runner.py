@@ -98,6 +98,22 @@ class _Errors(logging.Handler):
         self.records.append(record)
 
 
+class _Said(logging.Handler):
+    """After start-up: mitmproxy's errors (an addon that raised, say) as one stderr line each.
+
+    The start-up collector is removed once the proxy listens: kept, it would hold every error
+    record of a long recording in memory, and show none of them.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage().strip()
+        first = text.splitlines()[0] if text else record.levelname
+        print(f"mcptape: mitmproxy: {first}", file=sys.stderr, flush=True)
+
+
 async def serve_forward(
     *,
     db_url: str,
@@ -125,6 +141,7 @@ async def serve_forward(
     # request — rather than a refused CONNECT no one can attribute. config.yaml may override.
     opts = options.Options(listen_host=host, listen_port=port, confdir=str(conf))
     errors = _Errors()
+    said = _Said()
     mitm_log = logging.getLogger("mitmproxy")
     mitm_log.addHandler(errors)
     master = Master(opts)
@@ -165,6 +182,8 @@ async def serve_forward(
             first = errors.records[0].getMessage() if errors.records else "it did not start"
             first = first.strip().splitlines()[0] if first.strip() else "it did not start"
             raise UserError(f"cannot start the forward proxy on {host}:{port}: {first}")
+        mitm_log.removeHandler(errors)
+        mitm_log.addHandler(said)
         bound = addrs[0]
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         proxy_url = f"http://{shown}:{bound[1]}"
@@ -180,6 +199,7 @@ async def serve_forward(
             await asyncio.wait_for(run, 10)
         addon.close()  # idempotent: done() closed the sessions if mitmproxy got that far
         mitm_log.removeHandler(errors)
+        mitm_log.removeHandler(said)
         await asyncio.to_thread(recorder.close)
     if announce:
         print(

@@ -9,11 +9,13 @@
   rest of the stream if it is still open) — the resumption the SDK's event store offers.
 - ``GET /sse`` opens a legacy (2024-11-05) session: an ``endpoint`` event names
   ``/messages/?session_id=…``; POSTs there answer 202 and the replies ride the GET stream.
+- Fault rules (:mod:`.faults`) apply to each POST's message and to each frame the mock sends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import uuid
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from aiohttp import web
 
 from mcp_proxy.errors import UserError
 from mcp_proxy.mcp_client import compact
+from mcp_proxy.mock.faults import REORDER_WAIT, Gate, MockFaults, Verdict
 from mcp_proxy.mock.session import MockSession
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -75,7 +78,7 @@ class _State:
     shared: list[MockSession] = field(default_factory=list)
     every: list[MockSession] = field(default_factory=list)
     streams: dict[str, _Stream] = field(default_factory=dict)
-    legacy: dict[str, asyncio.Queue[dict[str, Any] | None]] = field(default_factory=dict)
+    legacy: dict[str, asyncio.Queue[dict[str, Any] | bytes | None]] = field(default_factory=dict)
     numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def new_session(self) -> MockSession:
@@ -101,6 +104,12 @@ class _State:
         return stream
 
 
+def _release(gate: Gate, queue: asyncio.Queue[dict[str, Any] | bytes | None]) -> None:
+    """Held (reordered) frames nothing overtook go out late, on the legacy stream."""
+    for data in gate.flush():
+        queue.put_nowait(data)
+
+
 async def _discard(msg: dict[str, Any]) -> None:
     return None
 
@@ -120,8 +129,42 @@ def _parse(body: bytes) -> tuple[bool, Any]:
 class HttpMock:
     """The aiohttp handlers over one :class:`_State`."""
 
-    def __init__(self, factory: Callable[[], MockSession]) -> None:
+    def __init__(
+        self,
+        factory: Callable[[], MockSession],
+        faults: MockFaults | None = None,
+        stop: asyncio.Event | None = None,
+    ) -> None:
         self.state = _State(factory)
+        self.faults = faults
+        self.stop = stop or asyncio.Event()
+
+    async def injected(
+        self, request: web.Request, verdict: Verdict, headers: dict[str, str], wait: float
+    ) -> web.StreamResponse:
+        """A client message a fault rule dealt with before the mock saw it."""
+        if verdict.status is not None:
+            return web.Response(status=verdict.status, headers=verdict.headers, body=verdict.body)
+        if verdict.disconnect:
+            return self.cut(request, verdict.disconnect)
+        if verdict.payloads:
+            return web.Response(
+                body=verdict.payloads[0], headers=headers, content_type="application/json"
+            )
+        # Dropped: a server that never answers; the client's own timeout decides.
+        resp = web.StreamResponse(status=200, headers={**headers, **SSE_HEADERS})
+        await resp.prepare(request)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), wait)
+        return resp
+
+    def cut(self, request: web.Request, mode: str) -> web.StreamResponse:
+        """``disconnect``: abort the connection (``close-stdin`` also stops serving)."""
+        if mode == "close-stdin":
+            self.stop.set()
+        if request.transport is not None:
+            request.transport.abort()
+        return web.Response(status=204)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if request.method == "GET" and request.path.rstrip("/").endswith("/sse"):
@@ -135,11 +178,17 @@ class HttpMock:
             return await self.resume(request)
         if request.method != "POST":
             return web.Response(status=405, headers={"Allow": "POST, DELETE"})
-        ok, msg = _parse(await request.read())
-        if not ok:
+        body = await request.read()
+        verdict = await self.faults.inbound(body) if self.faults else None
+        ok, msg = _parse(body)
+        if not ok and not (verdict and verdict.consumed):
             return _parse_error()
         mock, new_sid = self.state.session_for(request, msg)
         headers = {"Mcp-Session-Id": new_sid} if new_sid else {}
+        if verdict is not None and verdict.consumed:
+            return await self.injected(request, verdict, headers, mock.ask_timeout)
+        if verdict is not None and verdict.disconnect == "end-stream":
+            return await self.answer(request, mock, msg, headers, end_after=verdict.after)
         if (
             not isinstance(msg, dict)
             or not isinstance(msg.get("method"), str)
@@ -150,7 +199,12 @@ class HttpMock:
         return await self.answer(request, mock, msg, headers)
 
     async def answer(
-        self, request: web.Request, mock: MockSession, msg: dict[str, Any], headers: dict[str, str]
+        self,
+        request: web.Request,
+        mock: MockSession,
+        msg: dict[str, Any],
+        headers: dict[str, str],
+        end_after: int | None = None,
     ) -> web.StreamResponse:
         out: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
@@ -161,35 +215,96 @@ class HttpMock:
                 await out.put(None)
 
         task = asyncio.create_task(run())
+        gate = self.faults.gate() if self.faults else None
+
+        async def drain() -> None:
+            while await out.get() is not None:
+                pass
+            await task
+
         first = await out.get()
         if first is None:
             await task
             return web.Response(status=202, headers=headers)
-        if "method" not in first and first.get("id") == msg.get("id"):
+        raw = encode(first)
+        verdict = await gate.out(raw) if gate else Verdict()
+        if verdict.status is not None:  # the response had not started: a status instead
+            await drain()
+            return web.Response(status=verdict.status, headers=verdict.headers, body=verdict.body)
+        limit = verdict.after if verdict.disconnect == "end-stream" else end_after
+        if verdict.disconnect and limit is None:
+            await drain()
+            return self.cut(request, verdict.disconnect)
+        payloads = [raw] if limit is not None else verdict.sends(raw)
+        is_response = "method" not in first and first.get("id") == msg.get("id")
+        if is_response and len(payloads) == 1 and limit is None and not (gate and gate.held):
             await task
-            return web.Response(
-                body=encode(first), headers=headers, content_type="application/json"
-            )
+            return web.Response(body=payloads[0], headers=headers, content_type="application/json")
         resp = web.StreamResponse(status=200, headers={**headers, **SSE_HEADERS})
         await resp.prepare(request)
         stream = self.state.new_stream()
-        item: dict[str, Any] | None = first
+        await self._stream_out(request, resp, stream, out, payloads, gate, limit)
+        await task
+        if is_response and not payloads and gate is not None:
+            # The response was dropped: the client waits, as for a server that never answers.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), mock.ask_timeout)
+        with contextlib.suppress(ConnectionResetError, RuntimeError):
+            await resp.write_eof()
+        return resp
+
+    async def _stream_out(
+        self,
+        request: web.Request,
+        resp: web.StreamResponse,
+        stream: _Stream,
+        out: asyncio.Queue[dict[str, Any] | None],
+        payloads: list[bytes],
+        gate: Gate | None,
+        limit: int | None = None,
+    ) -> None:
+        """Write the exchange's frames as SSE events, through the fault gate when there is one.
+
+        Every event is kept on the stream (resumable with ``Last-Event-ID``) even once the
+        client is gone or a fault ended the stream early.
+        """
+        ended = False  # the client's stream is over (a fault ended it, or the client left)
+        # ``limit``: with end-stream, the events still to write before the stream ends.
         try:
-            while item is not None:
-                event_id, data = stream.add(encode(item))
-                await resp.write(sse_event(event_id, data))
+            while True:
+                for data in payloads:
+                    event_id, data = stream.add(data)
+                    if ended:
+                        continue
+                    if limit is not None and limit <= 0:
+                        await resp.write_eof()
+                        ended = True
+                        continue
+                    await resp.write(sse_event(event_id, data))
+                    limit = None if limit is None else limit - 1
                 item = await out.get()
+                if item is None:
+                    payloads = gate.flush() if gate else []
+                    if not payloads:
+                        break
+                    continue
+                raw = encode(item)
+                verdict = await gate.out(raw) if gate else Verdict()
+                if verdict.disconnect == "end-stream":
+                    limit = verdict.after
+                    payloads = [raw]
+                    continue
+                if verdict.disconnect and not ended:
+                    self.cut(request, verdict.disconnect)
+                    ended = True
+                payloads = [raw] if verdict.disconnect else verdict.sends(raw)
         except (ConnectionResetError, RuntimeError):
             # The client went away; the exchange goes on, and a GET with Last-Event-ID
             # can pick up what it missed.
-            while item is not None:
+            while (item := await out.get()) is not None:
                 stream.add(encode(item))
-                item = await out.get()
         finally:
             stream.finish()
-        await task
-        await resp.write_eof()
-        return resp
 
     async def resume(self, request: web.Request) -> web.StreamResponse:
         """``GET`` with ``Last-Event-ID``: what followed that event on its stream."""
@@ -215,16 +330,28 @@ class HttpMock:
     async def legacy_stream(self, request: web.Request) -> web.StreamResponse:
         """``GET /sse``: a legacy session; the endpoint event, then every reply."""
         sid = uuid.uuid4().hex
-        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        queue: asyncio.Queue[dict[str, Any] | bytes | None] = asyncio.Queue()
         self.state.legacy[sid] = queue
         self.state.sessions[f"legacy:{sid}"] = self.state.new_session()
         base = request.path.rstrip("/")[: -len("/sse")]
         resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
         await resp.prepare(request)
         await resp.write(sse_event(None, f"{base}/messages/?session_id={sid}".encode(), "endpoint"))
+        gate = self.faults.gate() if self.faults else None
         try:
             while (item := await queue.get()) is not None:
-                await resp.write(sse_event(None, encode(item)))
+                if isinstance(item, bytes):  # answered by a fault rule in the server's place
+                    await resp.write(sse_event(None, item))
+                    continue
+                raw = encode(item)
+                verdict = await gate.out(raw) if gate else Verdict()
+                if verdict.disconnect:
+                    self.cut(request, verdict.disconnect)
+                    break
+                for data in verdict.sends(raw):
+                    await resp.write(sse_event(None, data))
+                if gate is not None and gate.held:
+                    asyncio.get_running_loop().call_later(REORDER_WAIT, _release, gate, queue)
         except (ConnectionResetError, RuntimeError):
             pass
         finally:
@@ -239,7 +366,20 @@ class HttpMock:
         mock = self.state.sessions.get(f"legacy:{sid}")
         if queue is None or mock is None:
             return web.Response(status=404, text="Could not find session")
-        ok, msg = _parse(await request.read())
+        body = await request.read()
+        verdict = await self.faults.inbound(body) if self.faults else None
+        if verdict is not None and verdict.consumed:
+            if verdict.status is not None:
+                return web.Response(
+                    status=verdict.status, headers=verdict.headers, body=verdict.body
+                )
+            if verdict.disconnect:
+                queue.put_nowait(None)  # the server went away: its stream ends
+                return self.cut(request, verdict.disconnect)
+            for payload in verdict.payloads or []:
+                queue.put_nowait(payload)
+            return web.Response(status=202, text="Accepted")
+        ok, msg = _parse(body)
         if not ok:
             return web.Response(status=400, text="Could not parse message")
         task = asyncio.create_task(mock.on_client_message(msg, queue.put))
@@ -255,9 +395,11 @@ async def serve_http(
     port: int = 0,
     ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
+    faults: MockFaults | None = None,
 ) -> list[MockSession]:
     """Serve HTTP on ``host:port`` until ``stop`` is set (or the task is cancelled)."""
-    mock = HttpMock(factory)
+    stop = stop or asyncio.Event()
+    mock = HttpMock(factory, faults, stop)
     app = web.Application(client_max_size=64 << 20)
     app.router.add_route("*", "/{tail:.*}", mock.handle)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -278,7 +420,7 @@ async def serve_http(
     if ready is not None:
         ready(f"http://{shown}:{bound}/mcp")
     try:
-        await (stop or asyncio.Event()).wait()
+        await stop.wait()
     finally:
         for q in list(mock.state.legacy.values()):
             q.put_nowait(None)

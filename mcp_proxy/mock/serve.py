@@ -20,6 +20,7 @@ from typing import Any
 
 from mcp_proxy.errors import UserError
 from mcp_proxy.framing import LineFramer
+from mcp_proxy.mock.faults import REORDER_WAIT, MockFaults
 from mcp_proxy.mock.http import encode, serve_http
 from mcp_proxy.mock.index import MockIndex
 from mcp_proxy.mock.session import MockSession
@@ -31,25 +32,86 @@ from mcp_proxy.recording.model import Recording, SessionRecording
 RECORD_MODES = ("none", "once", "new_episodes", "all")
 
 
-async def serve_stdio(session: MockSession, *, stdin_fd: int = 0, stdout_fd: int = 1) -> None:
-    """Serve one client over stdio until it closes its end (EOF)."""
+async def serve_stdio(
+    session: MockSession,
+    *,
+    stdin_fd: int = 0,
+    stdout_fd: int = 1,
+    faults: MockFaults | None = None,
+) -> None:
+    """Serve one client over stdio until it closes its end (EOF), with fault rules if given."""
     loop = asyncio.get_running_loop()
     lock = asyncio.Lock()
+    gate = faults.gate() if faults else None
+    out_open = True
+    frames_left: int | None = None  # end-stream: frames still to send before the output ends
+
+    async def write(data: bytes) -> None:
+        nonlocal frames_left
+        if frames_left is not None:
+            if frames_left <= 0:
+                close_output()
+            frames_left -= 1
+        if out_open:
+            async with lock:
+                await loop.run_in_executor(None, _write_quietly, stdout_fd, data)
+
+    def close_output() -> None:
+        # The server went away: the client reads EOF, as from a server that closed stdout.
+        nonlocal out_open
+        if out_open:
+            out_open = False
+            with contextlib.suppress(OSError):
+                os.close(stdout_fd)
+
+    async def flush_later() -> None:
+        await asyncio.sleep(REORDER_WAIT)
+        if gate is not None:
+            for payload in gate.flush():
+                await write(payload + b"\n")
 
     async def send(msg: dict[str, Any]) -> None:
-        data = encode(msg) + b"\n"
-        async with lock:
-            await loop.run_in_executor(None, _write_quietly, stdout_fd, data)
+        nonlocal frames_left
+        data = encode(msg)
+        if gate is None:
+            await write(data + b"\n")
+            return
+        verdict = await gate.out(data)
+        if verdict.disconnect == "end-stream":
+            frames_left = verdict.after
+        elif verdict.disconnect:
+            close_output()
+            return
+        for payload in verdict.sends(data):
+            await write(payload + b"\n")
+        if gate.held:
+            keep(asyncio.create_task(flush_later()))
+
+    def keep(task: asyncio.Task[None]) -> None:
+        session.tasks.add(task)
+        task.add_done_callback(session.tasks.discard)
+
+    async def handle(line: bytes) -> None:
+        nonlocal frames_left
+        if faults is not None:
+            verdict = await faults.inbound(line)
+            if verdict is not None and verdict.disconnect == "end-stream" and not verdict.consumed:
+                frames_left = verdict.after  # over stdio the one stream is the whole output
+            elif verdict is not None and verdict.disconnect:
+                close_output()
+                return
+            if verdict is not None and verdict.consumed:
+                for payload in verdict.payloads or []:
+                    await write(payload + b"\n")
+                return
+        msg = safe_loads(line)  # not JSON, or too deep to parse: ignored, as the SDK does
+        if msg is not None:
+            await session.on_client_message(msg, send)
 
     framer = LineFramer()
     while chunk := await loop.run_in_executor(None, _read, stdin_fd):
         for line in framer.feed(chunk):
-            msg = safe_loads(line)  # not JSON, or too deep to parse: ignored, as the SDK does
-            if msg is None:
-                continue
-            task = asyncio.create_task(session.on_client_message(msg, send))
-            session.tasks.add(task)
-            task.add_done_callback(session.tasks.discard)
+            keep(asyncio.create_task(handle(bytes(line))))
     if session.tasks:
         await asyncio.wait(session.tasks, timeout=session.ask_timeout + 5)
 
@@ -80,6 +142,10 @@ class MockOptions:
     repeat_last: bool = True
     timeout: float = 30.0
     db: str | None = None
+    #: Fault rules (``--fault``) and a rules file re-read when it changes (``--faults``).
+    faults: Sequence[str] = ()
+    faults_file: str | None = None
+    seed: int | None = None
 
 
 def check_port(port: int | None) -> None:
@@ -120,6 +186,9 @@ def run_mock(opts: MockOptions, *, ready: Callable[[str], None] | None = None) -
     if opts.mode not in RECORD_MODES:
         raise UserError(f"unknown record mode {opts.mode!r} (one of {', '.join(RECORD_MODES)})")
     check_port(opts.port)
+    faults = MockFaults.build(
+        opts.faults, opts.faults_file, http=opts.port is not None, seed=opts.seed, warn=_say
+    )
     sessions, path = _load_for_mock(opts)
     mode = opts.mode
     if mode == "once" and sessions:
@@ -144,7 +213,7 @@ def run_mock(opts: MockOptions, *, ready: Callable[[str], None] | None = None) -
         try:
             if opts.port is None:
                 s = new_session()
-                await serve_stdio(s)
+                await serve_stdio(s, faults=faults)
                 return [s]
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
@@ -152,7 +221,7 @@ def run_mock(opts: MockOptions, *, ready: Callable[[str], None] | None = None) -
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.add_signal_handler(sig, stop.set)
             return await serve_http(
-                new_session, host=opts.host, port=opts.port, ready=ready, stop=stop
+                new_session, host=opts.host, port=opts.port, ready=ready, stop=stop, faults=faults
             )
         finally:
             for up in upstreams:

@@ -1,4 +1,5 @@
-"""Forwarding to a real server (record modes): stdio or Streamable HTTP, captured frame by frame.
+"""Forwarding to a real server (record modes): stdio, Streamable HTTP or legacy HTTP+SSE, captured
+frame by frame.
 
 In the record modes ``once``, ``new_episodes`` and ``all`` the mock forwards requests to a real
 server and keeps what crossed the wire (:class:`Captured`), to append it to the recording as a
@@ -14,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from mcp_proxy.errors import UserError
 from mcp_proxy.frames import Channel, Direction, classify, id_key
@@ -107,18 +109,72 @@ class Upstream:
     async def close(self) -> None: ...
 
 
-class StdioUpstream(Upstream):
-    """A server subprocess spoken to over stdio; its traffic is captured frame by frame."""
+class _RoutedUpstream(Upstream):
+    """An upstream whose messages arrive on one shared channel (a pipe, a legacy SSE stream).
 
-    def __init__(self, argv: list[str], timeout: float) -> None:
-        self.argv = argv
+    Responses are routed to the waiting request by id; a server request or notification belongs
+    to the forwarded request in flight (neither stdio nor legacy SSE says which one).
+    """
+
+    def __init__(self, timeout: float, captured: Captured) -> None:
         self.timeout = timeout
-        self.captured = Captured("stdio", command=list(argv))
-        self.proc: asyncio.subprocess.Process | None = None
+        self.captured = captured
         self.waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.handlers: dict[str, OnEvent] = {}
         self.reader: asyncio.Task[None] | None = None
-        self.lock = asyncio.Lock()
+
+    async def _write(self, msg: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    async def _route(self, data: bytes) -> None:
+        """One message from the server: a response settles its request, the rest go to it."""
+        found = messages_in(data)
+        if len(found) != 1:
+            return
+        msg = found[0]
+        if "method" in msg:
+            handler = next(iter(self.handlers.values()), None)
+            if handler is None:
+                return
+            if msg.get("id") is not None:
+                answer = await handler("ask", msg)
+                if answer is not None:
+                    await self._write({**answer, "id": msg["id"]})
+            else:
+                await handler("notify", msg)
+        elif msg.get("id") is not None:
+            fut = self.waiting.pop(id_key(msg["id"]) or "", None)
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
+
+    def _closed(self, why: str) -> None:
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.set_exception(UserError(why))
+
+    async def request(self, msg: dict[str, Any], on_event: OnEvent) -> dict[str, Any]:
+        key = id_key(msg.get("id")) or ""
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.waiting[key] = fut
+        self.handlers[key] = on_event
+        try:
+            await self._write(msg)
+            return await asyncio.wait_for(fut, self.timeout)
+        finally:
+            self.handlers.pop(key, None)
+            self.waiting.pop(key, None)
+
+    async def notify(self, msg: dict[str, Any]) -> None:
+        await self._write(msg)
+
+
+class StdioUpstream(_RoutedUpstream):
+    """A server subprocess spoken to over stdio; its traffic is captured frame by frame."""
+
+    def __init__(self, argv: list[str], timeout: float) -> None:
+        super().__init__(timeout, Captured("stdio", command=list(argv)))
+        self.argv = argv
+        self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
         try:
@@ -147,43 +203,8 @@ class StdioUpstream(Upstream):
             if not line:
                 break
             self.captured.add(Direction.S2C, line)
-            found = messages_in(line)
-            if len(found) != 1:
-                continue
-            msg = found[0]
-            if "method" in msg:
-                # Events belong to the one forwarded request in flight (stdio has no routing).
-                handler = next(iter(self.handlers.values()), None)
-                if handler is None:
-                    continue
-                if msg.get("id") is not None:
-                    answer = await handler("ask", msg)
-                    if answer is not None:
-                        await self._write({**answer, "id": msg["id"]})
-                else:
-                    await handler("notify", msg)
-            elif msg.get("id") is not None:
-                fut = self.waiting.pop(id_key(msg["id"]) or "", None)
-                if fut is not None and not fut.done():
-                    fut.set_result(msg)
-        for fut in self.waiting.values():
-            if not fut.done():
-                fut.set_exception(UserError("the upstream server closed its output"))
-
-    async def request(self, msg: dict[str, Any], on_event: OnEvent) -> dict[str, Any]:
-        key = id_key(msg.get("id")) or ""
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.waiting[key] = fut
-        self.handlers[key] = on_event
-        try:
-            await self._write(msg)
-            return await asyncio.wait_for(fut, self.timeout)
-        finally:
-            self.handlers.pop(key, None)
-            self.waiting.pop(key, None)
-
-    async def notify(self, msg: dict[str, Any]) -> None:
-        await self._write(msg)
+            await self._route(line)
+        self._closed("the upstream server closed its output")
 
     async def close(self) -> None:
         if self.proc is None:
@@ -200,6 +221,90 @@ class StdioUpstream(Upstream):
         if self.reader is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.reader, 2)
+
+
+class LegacySseUpstream(_RoutedUpstream):
+    """A legacy HTTP+SSE (2024-11-05) server: ``GET …/sse`` names where to POST; every reply,
+    server request and notification rides that one GET stream (the POSTs answer 202).
+    """
+
+    def __init__(self, url: str, timeout: float) -> None:
+        super().__init__(timeout, Captured("http", upstream=url))
+        self.url = url
+        self.client: Any = None
+        self.post_url: str | None = None
+        self._endpoint: asyncio.Future[str] | None = None
+        self._stream: Any = None
+
+    async def start(self) -> None:
+        import aiohttp
+
+        # No total timeout: the GET stream lives as long as the session.
+        self.client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        self._endpoint = asyncio.get_running_loop().create_future()
+        try:
+            self._stream = await asyncio.wait_for(
+                self.client.get(self.url, headers={"Accept": "text/event-stream"}), self.timeout
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise UserError(f"upstream {self.url}: {exc or type(exc).__name__}") from exc
+        if self._stream.status != 200:
+            raise UserError(f"upstream {self.url}: HTTP {self._stream.status} on GET")
+        self.reader = asyncio.create_task(self._read())
+        self.post_url = await asyncio.wait_for(asyncio.shield(self._endpoint), self.timeout)
+
+    async def _read(self) -> None:
+        from urllib.parse import urljoin
+
+        from mcp_proxy.framing import SSEParser
+
+        assert self._endpoint is not None
+        parser = SSEParser()
+        try:
+            async for chunk in self._stream.content.iter_any():
+                for ev in parser.feed(chunk):
+                    if ev.event == "endpoint":
+                        if not self._endpoint.done():
+                            self._endpoint.set_result(urljoin(self.url, ev.data.decode().strip()))
+                        continue
+                    if not ev.data.strip():
+                        continue
+                    self.captured.add(Direction.S2C, ev.data, Channel.SSE)
+                    await self._route(ev.data)
+        except Exception:  # the stream broke: whoever waits is told below
+            pass
+        if not self._endpoint.done():
+            self._endpoint.set_exception(UserError(f"upstream {self.url} sent no endpoint event"))
+        self._closed(f"upstream {self.url} closed its SSE stream")
+
+    async def _write(self, msg: dict[str, Any]) -> None:
+        import aiohttp
+
+        assert self.post_url is not None
+        raw = compact(msg)
+        self.captured.add(Direction.C2S, raw, Channel.HTTP)
+        try:
+            async with self.client.post(
+                self.post_url,
+                data=raw,
+                headers={"Content-Type": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+            ) as resp:
+                if resp.status >= 400:
+                    raise UserError(f"upstream {self.post_url}: HTTP {resp.status}")
+                await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise UserError(f"upstream {self.post_url}: {exc or type(exc).__name__}") from exc
+
+    async def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+        if self.reader is not None:
+            self.reader.cancel()
+            with contextlib.suppress(BaseException):
+                await self.reader
+        if self.client is not None:
+            await self.client.close()
 
 
 class HttpUpstream(Upstream):
@@ -295,12 +400,23 @@ class HttpUpstream(Upstream):
 def make_upstream(
     command: list[str] | None, upstream: str | None, timeout: float
 ) -> Upstream | None:
-    """The real server misses go to: a command (stdio) or a URL (HTTP), or none."""
+    """The real server misses go to: a command (stdio), a URL (Streamable HTTP, or legacy
+    HTTP+SSE when its path ends in ``/sse``, as ``replay --upstream`` decides), or none."""
     if command:
         return StdioUpstream(command, timeout)
+    if upstream and urlsplit(upstream).path.rstrip("/").endswith("/sse"):
+        return LegacySseUpstream(upstream, timeout)
     if upstream:
         return HttpUpstream(upstream, timeout)
     return None
 
 
-__all__ = ["Captured", "HttpUpstream", "OnEvent", "StdioUpstream", "Upstream", "make_upstream"]
+__all__ = [
+    "Captured",
+    "HttpUpstream",
+    "LegacySseUpstream",
+    "OnEvent",
+    "StdioUpstream",
+    "Upstream",
+    "make_upstream",
+]

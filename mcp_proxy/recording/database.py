@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mcp_proxy.frames import column_id
+from mcp_proxy.frames import Frame, column_id
 from mcp_proxy.recording.model import (
     ANNOTATION_FIELDS,
     EXCHANGE_FIELDS,
@@ -28,6 +28,7 @@ from mcp_proxy.recording.model import (
 )
 
 if TYPE_CHECKING:
+    from mcp_proxy.redact import Redactor
     from mcp_proxy.store.queries import Store
 
 
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
 
 def read_session(url: str, session_id: str, progress: Progress | None = None) -> SessionRecording:
     """One session (by exact id) as a :class:`SessionRecording`, read in bulk (sync)."""
-    from mcp_proxy.store.recordings import FRAME_COLUMNS, RecordingStore
+    from mcp_proxy.store.columns import FRAME_COLUMNS
+    from mcp_proxy.store.recordings import RecordingStore
 
     with RecordingStore(url) as rs:
         rows = rs.session_rows(session_id)
@@ -128,10 +130,21 @@ class ImportResult:
     frames: int
 
 
-def _frame_rows(s: SessionRecording, progress: Progress | None) -> Iterator[tuple[Any, ...]]:
-    """The session's frames as store rows, renumbered 1, 2, … (what a live recording has)."""
+def _frame_rows(
+    s: SessionRecording, progress: Progress | None, redactor: Redactor
+) -> Iterator[tuple[Any, ...]]:
+    """The session's frames as store rows, renumbered 1, 2, … (what a live recording has),
+    each followed by its ``redacted`` mark: the file's bytes go in as they are unless the
+    policy hides a secret in them, as ``record`` would have."""
     done = 0
+    redact = redactor.frame if redactor.enabled else None
     for n, f in enumerate(s.frames, start=1):
+        raw = bytes(f["raw"])
+        mark = None
+        if redact is not None and raw:
+            out = redact(Frame(f["direction"], f["channel"], raw, 0, 0.0))
+            if out.raw is not raw:
+                raw, mark = bytes(out.raw), True
         yield (
             n,
             float(f["ts"]),
@@ -142,13 +155,14 @@ def _frame_rows(s: SessionRecording, progress: Progress | None) -> Iterator[tupl
             f.get("method"),
             column_id(f.get("msg_id")),
             f.get("error_code"),
-            len(f["raw"]),
+            len(raw),
             bool(f.get("complete", True)),
             bool(f.get("partial_parse", False)),
-            bytes(f["raw"]),
+            raw,
             f.get("http_exchange_id"),
             f.get("sse_id"),
             f.get("sse_event"),
+            mark,
         )
         done += 1
         if progress is not None and done >= 2000:
@@ -156,6 +170,39 @@ def _frame_rows(s: SessionRecording, progress: Progress | None) -> Iterator[tupl
             done = 0
     if progress is not None and done:
         progress(done)
+
+
+def import_redactor(redact: bool | None = None) -> Redactor:
+    """The policy an import records with: on by default, like ``record`` for every transport.
+
+    ``redact`` is the command's choice (``--no-redact`` gives False); None lets
+    ``MCPTAPE_REDACT`` decide, as it does for the recorder process, and otherwise redacts.
+    Switching it off says so on stderr (:func:`~mcp_proxy.redact.redactor_for_recording`).
+    """
+    from mcp_proxy.redact import redactor_for_recording, redactor_from_env
+
+    if redact is None:
+        env = redactor_from_env()
+        if env is not None and env.enabled:
+            return env
+        redact = env is None
+    return redactor_for_recording(redact)
+
+
+def _redacted_exchange(ex: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
+    """An HTTP exchange row with its URL and secret headers redacted as the relay records them."""
+    if not redactor.enabled:
+        return ex
+    out = dict(ex)
+    if isinstance(out.get("url"), str):
+        out["url"] = redactor.url(out["url"])
+    for key in ("request_headers", "response_headers"):
+        pairs = out.get(key)
+        if isinstance(pairs, list):
+            out[key] = redactor.headers(
+                [p for p in pairs if isinstance(p, (list, tuple)) and len(p) >= 2]
+            )
+    return out
 
 
 def _session_row(
@@ -189,26 +236,34 @@ def import_recording(
     *,
     extra_meta: dict[str, Any] | None = None,
     progress: Progress | None = None,
+    redactor: Redactor | None = None,
 ) -> ImportResult:
     """Load a recording into a database, each session in one transaction with a new id.
 
     The original id, the file and its format version are kept in ``meta["imported_from"]``.
     Frames are renumbered 1, 2, … as a live recording numbers them; findings and annotations
     that point at frames follow the new numbers. Frames were classified when the file was read
-    (by the one classifier every producer uses); their bytes go in exactly as in the file.
+    (by the one classifier every producer uses); their bytes go in as in the file, redacted by
+    the recording policy (``redactor``; default :func:`import_redactor`: on, as ``record``) and
+    then marked ``redacted`` — a file someone sends you is recorded like live traffic.
     """
     from mcp_proxy.store.recordings import RecordingStore
 
+    if redactor is None:
+        redactor = import_redactor()
     created: list[tuple[str, str]] = []
     total = 0
     with RecordingStore(db_url, write=True) as rs:
         for s in recording.sessions:
             seq_map = {int(f["seq"]): n for n, f in enumerate(s.frames, start=1)}
-            exchanges = [{"id": ex["id"], **pick(ex, EXCHANGE_FIELDS)} for ex in s.exchanges]
+            exchanges = [
+                {"id": ex["id"], **_redacted_exchange(pick(ex, EXCHANGE_FIELDS), redactor)}
+                for ex in s.exchanges
+            ]
             new_id, n = rs.import_session(
                 _session_row(recording, s, extra_meta),
                 exchanges,
-                _frame_rows(s, progress),
+                _frame_rows(s, progress, redactor),
                 _findings(s, seq_map),
                 _notes(s, seq_map),
             )

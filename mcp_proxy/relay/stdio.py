@@ -6,6 +6,11 @@ no line buffering, no decoding, no waiting for the database. Only after the byte
 the thread hand the chunk, as read, to the recorder (one ``put_chunk``); the recorder cuts it
 into frames, off the relay's path.
 
+With fault rules (``mcptape record --fault``, docs/faults.md) and only then, the frame-aware
+pumps of :mod:`~mcp_proxy.relay.stdio_faults` replace the two JSON-RPC pumps: they cut lines,
+ask the fault engine about each and break the wire as the rule says. Without rules nothing here
+looks inside the bytes.
+
 Lifecycle, as a host expects of the server it launched:
 - the server gets our argv, environment and working directory unchanged;
 - the server runs in its own process group; SIGINT/SIGTERM/SIGHUP sent to mcptape are forwarded

@@ -33,11 +33,14 @@ are used through their methods (duck typing), never imported: the CLI builds the
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import json
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp_proxy.frames import Channel, Direction, Frame
@@ -52,6 +55,56 @@ REORDER_WAIT = 1.0
 SLICES = 20
 _HTTP_ONLY_MODES = ("reset", "end-stream")
 _OPPOSITE = {Direction.C2S: Direction.S2C, Direction.S2C: Direction.C2S}
+
+
+class Later:
+    """One thread that runs callbacks at their time: delayed frames and reorder time-outs.
+
+    A thread per delayed frame would be thousands of threads under ``delay ms=100`` on a burst
+    of notifications; one heap keeps them in due order (and in arrival order for equal times,
+    so frames delayed alike keep their order).
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._cond = threading.Condition()
+        self._count = itertools.count()
+        self._thread: threading.Thread | None = None
+        self.pending = 0  # callbacks scheduled and not yet finished
+
+    def at(self, delay: float, fn: Callable[[], None]) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (time.monotonic() + delay, next(self._count), fn))
+            self.pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="faults", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap:
+                    self._cond.wait()
+                due, _, fn = self._heap[0]
+                wait = due - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                heapq.heappop(self._heap)
+            try:
+                fn()
+            except Exception:  # a callback writes to a pipe; a gone peer is already handled
+                pass
+            finally:
+                with self._cond:
+                    self.pending -= 1
+                    self._cond.notify_all()
+
+    def drain(self, timeout: float) -> None:
+        """Wait until everything scheduled ran (a stream ended: deliver what is delayed)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.pending == 0, timeout=timeout)
 
 
 class FaultDecider(Protocol):
@@ -71,10 +124,11 @@ class FaultPumps:
         self._to_server = threading.Lock()  # so is the server's stdin (answers to its requests)
         self._stdin_closed = False
         self._cut = False  # disconnect close-stdin: nothing reaches the host any more
-        self._held: dict[Direction, tuple[bytes, threading.Timer]] = {}
+        #: reorder: the frame held per direction, and a token telling its time-out apart
+        self._held: dict[Direction, tuple[bytes, object]] = {}
         self._held_lock = threading.Lock()
-        self._pending = 0  # delayed frames not yet delivered
-        self._idle = threading.Condition()
+        self._later = Later()  # delayed frames (drained at the end of a stream)
+        self._timeouts = Later()  # reorder time-outs (never waited for)
         self._warned: set[str] = set()
         #: The signal a ``disconnect mode=kill`` sent (the server's death is ours, not a crash).
         self.killed_with: int | None = None
@@ -152,8 +206,7 @@ class FaultPumps:
     def finish(self, direction: Direction) -> None:
         """The stream ended: deliver what is still held or delayed in this direction."""
         self._flush_held(direction)
-        with self._idle:
-            self._idle.wait_for(lambda: self._pending == 0, timeout=30)
+        self._later.drain(timeout=30)
 
     def _pass(self, direction: Direction, line: bytes, mono: int, wall: float) -> None:
         """Forward unchanged, then record (the relay's order: forwarding first)."""
@@ -176,6 +229,8 @@ class FaultPumps:
             self._pass(direction, line, mono, wall)
             return
         handler = getattr(self, "_do_" + decision.action.replace("-", "_"), None)
+        if handler is None:  # e.g. an ``http`` rule edited into a rules file while running
+            self._warn(f"{decision.rule.describe()!r} cannot be carried out on stdio; ignored")
         if handler is None or not handler(decision, direction, line, mono, wall):
             self._pass(direction, line, mono, wall)
 
@@ -187,20 +242,7 @@ class FaultPumps:
         seconds = d.delay_seconds()
         self._record(direction, line, mono, wall)
         self._finding(d, delay_ms=round(seconds * 1000, 3))
-        with self._idle:
-            self._pending += 1
-
-        def deliver() -> None:
-            try:
-                self._send(direction, line)
-            finally:
-                with self._idle:
-                    self._pending -= 1
-                    self._idle.notify_all()
-
-        timer = threading.Timer(seconds, deliver)
-        timer.daemon = True
-        timer.start()
+        self._later.at(seconds, lambda: self._send(direction, line))
         return True
 
     def _do_throttle(
@@ -265,22 +307,22 @@ class FaultPumps:
             if direction in self._held:
                 return False  # one frame held at a time: this one passes (and releases it)
             wait = float(d.settings.get("wait") or REORDER_WAIT * 1000) / 1000
-            timer = threading.Timer(wait, self._flush_held, args=(direction,))
-            timer.daemon = True
-            self._held[direction] = (line, timer)
+            token = object()
+            self._held[direction] = (line, token)
         self._record(direction, line, mono, wall)
         self._finding(d)
-        timer.start()
+        self._timeouts.at(wait, lambda: self._flush_held(direction, token))
         return True
 
-    def _flush_held(self, direction: Direction) -> None:
-        """Deliver the frame a reorder holds (after the frame it swapped with)."""
+    def _flush_held(self, direction: Direction, token: object | None = None) -> None:
+        """Deliver the frame a reorder holds (after the frame it swapped with, or on its
+        time-out: ``token`` names the hold a time-out belongs to)."""
         with self._held_lock:
-            held = self._held.pop(direction, None)
-        if held is None:
-            return
-        line, timer = held
-        timer.cancel()
+            held = self._held.get(direction)
+            if held is None or (token is not None and held[1] is not token):
+                return
+            del self._held[direction]
+        line, _ = held
         self._send(direction, line)
         self._inject(direction, line)
 
@@ -293,7 +335,10 @@ class FaultPumps:
             return False
         self._record(direction, line, mono, wall)  # the frame never arrives
         if mode == "kill":
-            signum = int(getattr(signal, "SIG" + str(d.settings.get("signal", "TERM"))))
+            # (Windows has no SIGKILL, SIGHUP or SIGQUIT: TERM, which terminates there, stands in)
+            signum = int(
+                getattr(signal, "SIG" + str(d.settings.get("signal", "TERM")), signal.SIGTERM)
+            )
             self._finding(d, signal=signal.Signals(signum).name)
             proc = self.relay.proc
             if proc is not None and proc.poll() is None:

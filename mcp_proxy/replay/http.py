@@ -22,7 +22,14 @@ from mcp_proxy.frames import id_key
 from mcp_proxy.framing import SSEParser
 from mcp_proxy.mcp_client import ClientState, messages_in, recorded_request_headers
 from mcp_proxy.recording.model import SessionRecording
-from mcp_proxy.replay.drive import DEFAULT_TIMEOUT, Live, ReplayResult, drive, linked_result
+from mcp_proxy.replay.drive import (
+    DEFAULT_TIMEOUT,
+    STARTUP_GRACE,
+    Live,
+    ReplayResult,
+    drive,
+    linked_result,
+)
 from mcp_proxy.replay.plan import outstanding_requests, plan, recorded_states
 
 RELAY_PREFIX = "mcptape: relaying "
@@ -315,7 +322,9 @@ def replay_http(
     relay = AnnouncedChild(relay_argv(url, db_url, new_name), _relayed_url, "the recording relay")
     notes: list[str] = []
     try:
-        local = urlsplit(relay.start(timeout=max(timeout, 10.0)))
+        # A loaded CI machine can take many seconds to import and start a Python relay: that is
+        # not the server under test being slow, so it gets the same grace as the first answer.
+        local = urlsplit(relay.start(timeout=max(timeout, 10.0) + STARTUP_GRACE))
         target = urlunsplit(("http", local.netloc, parts.path or "/", parts.query, ""))
         live = Live()
         host = HttpHost(target, session, live, timeout=timeout)

@@ -18,6 +18,7 @@ from mcp_proxy.errors import NotFoundError, StoreError
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.annotations import AnnotationQueries
 from mcp_proxy.store.base import FRAME_COLUMNS_NO_RAW, StoreBase
+from mcp_proxy.store.columns import FRAME_COLUMNS
 from mcp_proxy.store.pages import PageQueries
 from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
 
@@ -39,24 +40,8 @@ def missing_database(url: str) -> Path | None:
     return path
 
 
-#: What the analysis reads of a frame, in the order its decoder unpacks (analysis.facts).
-ANALYSIS_COLUMNS = [
-    frames.c.seq,
-    frames.c.ts,
-    frames.c.mono_ns,
-    frames.c.direction,
-    frames.c.channel,
-    frames.c.kind,
-    frames.c.method,
-    frames.c.msg_id,
-    frames.c.error_code,
-    frames.c.size,
-    frames.c.complete,
-    frames.c.partial_parse,
-    frames.c.raw,
-    frames.c.http_exchange_id,
-    frames.c.sse_event,
-]
+#: What the analysis reads of a frame: the store's one column list (analysis.facts unpacks it).
+ANALYSIS_COLUMNS = [frames.c[name] for name in FRAME_COLUMNS]
 
 
 class Store(PageQueries, AnnotationQueries, StoreBase):

@@ -24,28 +24,12 @@ from sqlalchemy.engine import Engine
 from mcp_proxy.errors import StoreError
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store import schema
+from mcp_proxy.store.columns import FRAME_COLUMNS
 from mcp_proxy.store.rows import storable
 from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
 
-#: Frame columns read for export and written by import, in row-tuple order.
-FRAME_COLUMNS = (
-    "seq",
-    "ts",
-    "mono_ns",
-    "direction",
-    "channel",
-    "kind",
-    "method",
-    "msg_id",
-    "error_code",
-    "size",
-    "complete",
-    "partial_parse",
-    "raw",
-    "http_exchange_id",
-    "sse_id",
-    "sse_event",
-)
+__all__ = ["FRAME_COLUMNS", "RecordingStore", "SessionRows"]
+
 #: Column limits of the schema that a derived value must fit (the raw bytes always go in whole).
 _METHOD_MAX = 200
 _MSG_ID_MAX = 300
@@ -177,7 +161,7 @@ class RecordingStore:
         """Write one session in one transaction; returns its new id and the frames written.
 
         ``exchanges`` carry their per-session number as ``id``; frame rows (in
-        :data:`FRAME_COLUMNS` order) point at those numbers, which become database ids here.
+        :data:`FRAME_COLUMNS` order, then optionally the ``redacted`` mark) point at those numbers, which become database ids here.
         Derived columns are made storable as the recorder makes them (:func:`storable`: lone
         surrogates escaped, integers beyond 64 bits dropped; text cut to its column; an id the
         caller did not shorten with :func:`mcp_proxy.frames.column_id` left out) — the raw bytes,
@@ -230,7 +214,7 @@ class RecordingStore:
         exchange_ids: dict[int, int],
     ) -> tuple[int, float | None]:
         stmt = sa.insert(frames).values(
-            {"session_id": sa.bindparam("session_id")} | {c: sa.bindparam(c) for c in FRAME_COLUMNS}
+            {"session_id": sa.bindparam("session_id")} | {c: sa.bindparam(c) for c in _WRITTEN}
         )
         compiled = stmt.compile(dialect=self.engine.dialect)
         positional = bool(compiled.positional)
@@ -254,7 +238,9 @@ class RecordingStore:
         return count, last
 
 
-_COLS = ("session_id", *FRAME_COLUMNS)
+#: What an import writes of a frame: the store's column list and the redaction mark.
+_WRITTEN = (*FRAME_COLUMNS, "redacted")
+_COLS = ("session_id", *_WRITTEN)
 
 
 def _params(row: tuple[Any, ...], order: tuple[str, ...]) -> tuple[Any, ...]:
@@ -274,7 +260,8 @@ def _fits(value: Any, limit: int) -> Any:
 def _storable(session_id: str, r: tuple[Any, ...], exchange_ids: dict[int, int]) -> tuple[Any, ...]:
     """A frame row with the session key, database exchange id and storable derived values."""
     (seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete, partial, raw,
-     ex, sse_id, sse_event) = r  # fmt: skip
+     ex, sse_id, sse_event) = r[:16]  # fmt: skip
+    redacted = r[16] if len(r) > 16 else None
     code = storable(code) if code is not None else None
     mono = storable(mono) or 0
     return (
@@ -295,4 +282,5 @@ def _storable(session_id: str, r: tuple[Any, ...], exchange_ids: dict[int, int])
         exchange_ids.get(ex) if ex is not None else None,
         _fits(sse_id, _SSE_ID_MAX),
         _fits(sse_event, _SSE_EVENT_MAX),
+        redacted,
     )

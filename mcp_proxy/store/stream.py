@@ -3,7 +3,7 @@
 ``mcptape show`` on a 1,000,000-frame session must print 200,000 frames a second to a pipe
 with bounded memory. Row dictionaries from the async API cost more than printing the frame, so
 this reader is synchronous, fetches in batches and yields tuples in the fixed order of
-:data:`SHOW_COLUMNS`: for SQLite straight from the standard library's driver, elsewhere
+:data:`~mcp_proxy.store.columns.FRAME_COLUMNS`: for SQLite straight from the standard library's driver, elsewhere
 through SQLAlchemy with a server-side cursor.
 """
 
@@ -17,37 +17,35 @@ import sqlalchemy as sa
 
 from mcp_proxy.errors import StoreError
 from mcp_proxy.store import engine as engine_mod
+from mcp_proxy.store.columns import FRAME_COLUMNS
 from mcp_proxy.store.schema import frames
 
-#: The columns a printed frame needs, in the order the tuples carry them.
-SHOW_COLUMNS = (
-    "seq",
-    "ts",
-    "direction",
-    "channel",
-    "kind",
-    "method",
-    "msg_id",
-    "error_code",
-    "size",
-    "complete",
-    "http_exchange_id",
-    "sse_id",
-    "sse_event",
-    "raw",
-)
+#: Kept for callers of the old name: the tuples carry :data:`FRAME_COLUMNS`, the store's one list.
+SHOW_COLUMNS = FRAME_COLUMNS
 BATCH = 5000
 
 
 def stream_frames(url: str, session_id: str, *, batch: int = BATCH) -> Iterator[tuple[Any, ...]]:
-    """The session's frames in order, as tuples of :data:`SHOW_COLUMNS` (memory: one batch)."""
+    """The session's frames in order, as tuples of :data:`FRAME_COLUMNS` (memory: one batch)."""
+    for rows in frame_batches(url, session_id, batch=batch):
+        yield from rows
+
+
+def frame_batches(
+    url: str, session_id: str, *, batch: int = BATCH
+) -> Iterator[list[tuple[Any, ...]]]:
+    """The session's frames in order, ``batch`` tuples of :data:`FRAME_COLUMNS` at a time.
+
+    What the analysis reads (``mcp_proxy.analysis.service``): plain tuples from the driver,
+    one list per fetch, instead of the async API's row objects and a thread hop per query.
+    """
     path = engine_mod.sqlite_path(url)
     if path is not None:
         yield from _sqlite_rows(str(path), session_id, batch)
         return
     engine = engine_mod.sync_engine(url)
     stmt = (
-        sa.select(*(frames.c[name] for name in SHOW_COLUMNS))
+        sa.select(*(frames.c[name] for name in FRAME_COLUMNS))
         .where(frames.c.session_id == session_id)
         .order_by(frames.c.seq)
     )
@@ -55,14 +53,14 @@ def stream_frames(url: str, session_id: str, *, batch: int = BATCH) -> Iterator[
         with engine.connect() as conn:
             result = conn.execution_options(stream_results=True, yield_per=batch).execute(stmt)
             for part in result.partitions():
-                yield from (tuple(row) for row in part)
+                yield [tuple(row) for row in part]
     except sa.exc.DBAPIError as exc:
         raise StoreError(engine_mod._short(exc)) from exc
     finally:
         engine.dispose()
 
 
-def _sqlite_rows(path: str, session_id: str, batch: int) -> Iterator[tuple[Any, ...]]:
+def _sqlite_rows(path: str, session_id: str, batch: int) -> Iterator[list[tuple[Any, ...]]]:
     try:
         conn = sqlite3.connect(path, timeout=engine_mod.BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as exc:
@@ -70,11 +68,11 @@ def _sqlite_rows(path: str, session_id: str, batch: int) -> Iterator[tuple[Any, 
     try:
         conn.execute("PRAGMA query_only = 1")
         cur = conn.execute(
-            f"SELECT {', '.join(SHOW_COLUMNS)} FROM frames WHERE session_id = ? ORDER BY seq",
+            f"SELECT {', '.join(FRAME_COLUMNS)} FROM frames WHERE session_id = ? ORDER BY seq",
             (session_id,),
         )
         while rows := cur.fetchmany(batch):
-            yield from rows
+            yield rows
     except sqlite3.Error as exc:
         raise StoreError(str(exc)) from exc
     finally:

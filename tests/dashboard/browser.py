@@ -44,8 +44,8 @@ def launch(playwright):  # type: ignore[no-untyped-def]
 
 
 @contextmanager
-def dashboard_process(db: Path) -> Iterator[str]:
-    """Run ``mcptape dashboard --port 0`` on ``db``; yield the printed URL (with the token)."""
+def dashboard_process(db: Path | str) -> Iterator[str]:
+    """Run ``mcptape dashboard --port 0`` on ``db`` (a file or a URL); yield the printed URL (with the token)."""
     proc = subprocess.Popen(
         [*mcptape_cmd(), "dashboard", "--db", str(db), "--port", "0"],
         stdout=subprocess.PIPE,

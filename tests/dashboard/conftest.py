@@ -1,7 +1,9 @@
 """Recordings for the dashboard tests: real SDK sessions through the real ``mcptape record``.
 
-Recorded once per test run (a few seconds) into one SQLite file that every dashboard test reads;
-tests that write annotations use tags of their own so they do not disturb each other.
+Recorded once per test run and dialect (a few seconds each) into one SQLite file and one
+PostgreSQL database that every dashboard test reads — the tests that use them run once per
+dialect (ids ``sqlite`` / ``postgresql``); tests that write annotations use tags of their own so
+they do not disturb each other. Rows are read with ``tests.helpers.db``, which reads either.
 """
 
 from __future__ import annotations
@@ -9,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,8 @@ from mcp_proxy.testing.client import (
     run_scripted_session,
 )
 from mcp_proxy.testing.process import server_argv
-from tests.conftest import mcptape_cmd
+from tests.conftest import DIALECTS, fresh_db, mcptape_cmd
+from tests.helpers import db as rdb
 
 TOKEN = "test-token-0123456789"
 #: What a hostile server puts in its name, its tool output, its stdout and its stderr.
@@ -40,7 +42,7 @@ HOSTILE_TEXT = (
 HOSTILE_NAME = "evil<script>window.__pwned=5</script>\u202eevil"
 
 
-def recorded_params(db: Path, name: str, presets: str, server_name: str | None = None):
+def recorded_params(db: Path | str, name: str, presets: str, server_name: str | None = None):
     """Launch the test server through ``mcptape record``, exactly as a host would."""
     cmd = mcptape_cmd()
     argv = server_argv(presets, "stdio", name=server_name)
@@ -51,7 +53,7 @@ def recorded_params(db: Path, name: str, presets: str, server_name: str | None =
     )
 
 
-async def record_demo(db: Path, name: str, mode: str) -> None:
+async def record_demo(db: Path | str, name: str, mode: str) -> None:
     """The scripted session plus a JSON-RPC error, a stray stdout line and stderr lines."""
     rec = CallbackRecorder()
     params = recorded_params(db, name, ",".join([*SCRIPTED_PRESETS, "noise"]))
@@ -65,7 +67,7 @@ async def record_demo(db: Path, name: str, mode: str) -> None:
         await client.call_tool("stderr_noise", {"text": "warning: disk almost full", "count": 2})
 
 
-async def record_hostile(db: Path) -> None:
+async def record_hostile(db: Path | str) -> None:
     params = recorded_params(db, "hostile", "basic,noise", server_name=HOSTILE_NAME)
     async with make_client(params, mode="legacy") as client:
         await client.call_tool("echo", {"text": HOSTILE_TEXT})
@@ -75,17 +77,13 @@ async def record_hostile(db: Path) -> None:
 
 @dataclass
 class Recordings:
-    db: Path
+    db: Path | str  # what ``--db`` takes: a SQLite file or a PostgreSQL URL
     url: str
     ids: dict[str, str]  # session name → id
 
     def rows(self, sql: str, *args: Any) -> list[dict[str, Any]]:
-        conn = sqlite3.connect(self.db)
-        conn.row_factory = sqlite3.Row
-        try:
-            return [dict(r) for r in conn.execute(sql, args)]
-        finally:
-            conn.close()
+        """``sql`` (``?`` placeholders) on the recordings, whichever the dialect."""
+        return rdb.rows(self.db, sql, *args)
 
     def frame_seq(self, name: str, **where: Any) -> int:
         """The first frame of session ``name`` matching the column values given."""
@@ -99,21 +97,35 @@ class Recordings:
         return int(rows[0]["seq"])
 
 
-@pytest.fixture(scope="session")
-def recordings(tmp_path_factory: pytest.TempPathFactory) -> Recordings:
-    db = tmp_path_factory.mktemp("dashboard") / "recordings.db"
+def session_ids(db: Path | str) -> dict[str, str]:
+    """Session name → id, from the database itself."""
+    return {r["name"]: r["id"] for r in rdb.rows(db, "SELECT id, name FROM sessions")}
 
-    async def go() -> None:
-        await record_demo(db, "demo-legacy", "legacy")
-        await record_demo(db, "demo-modern", "auto")
-        await record_hostile(db)
 
-    asyncio.run(go())
-    conn = sqlite3.connect(db)
-    ids = {name: sid for sid, name in conn.execute("SELECT id, name FROM sessions")}
-    conn.close()
-    assert set(ids) == {"demo-legacy", "demo-modern", "hostile"}, ids
-    return Recordings(db=db, url="sqlite:///" + str(db), ids=ids)
+@pytest.fixture(scope="session", params=DIALECTS)
+def recordings(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Recordings]:
+    """The three sessions, recorded once per dialect for the whole run."""
+    with fresh_db(request.param, request, tmp_path_factory.mktemp("dashboard")) as db:
+
+        async def go() -> None:
+            await record_demo(db, "demo-legacy", "legacy")
+            await record_demo(db, "demo-modern", "auto")
+            await record_hostile(db)
+
+        asyncio.run(go())
+        ids = session_ids(db)
+        assert set(ids) == {"demo-legacy", "demo-modern", "hostile"}, ids
+        yield Recordings(db=db, url=rdb.url_of(db), ids=ids)
+
+
+#: For a test whose subject is not the store (a process's command line, a browser's clicks) and
+#: whose store path another test already covers on every dialect: run it on the first dialect
+#: only (SQLite), sharing that dialect's session recordings.
+FIRST_DIALECT_ONLY = pytest.mark.parametrize(
+    "recordings", DIALECTS[:1], indirect=True, scope="session"
+)
 
 
 @pytest.fixture

@@ -14,11 +14,12 @@ import pytest
 from mcp_proxy.commands.dashboard import _is_loopback
 from tests.conftest import mcptape_cmd
 from tests.dashboard.browser import dashboard_process
-from tests.dashboard.conftest import Recordings
+from tests.dashboard.conftest import FIRST_DIALECT_ONLY, Recordings
 
 pytestmark = pytest.mark.timeout(60)
 
 
+@FIRST_DIALECT_ONLY  # ``mcptape dashboard --db postgresql://…``: tests/dashboard/test_browser.py
 def test_printed_url_carries_a_per_run_token(recordings: Recordings):
     tokens = []
     for _ in range(2):
@@ -65,6 +66,7 @@ def test_loopback_rule(host: str, loopback: bool):
     assert _is_loopback(host) is loopback
 
 
+@FIRST_DIALECT_ONLY
 def test_port_in_use_is_one_line(recordings: Recordings):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,8 +23,9 @@ from sqlalchemy import event
 
 from dashboard.app import STORE, create_app
 from mcp_proxy.testing.client import make_client, stdio_params
-from tests.conftest import mcptape_cmd
-from tests.dashboard.conftest import AUTH, TOKEN, Recordings
+from tests.conftest import DIALECTS, fresh_db, mcptape_cmd
+from tests.dashboard.conftest import AUTH, TOKEN, Recordings, session_ids
+from tests.helpers import db as rdb
 from tests.helpers.proxy import proxied
 
 pytestmark = pytest.mark.timeout(120)
@@ -76,16 +76,17 @@ FUZZ_S2C = [
 
 @dataclass
 class Hostile:
-    db: Path
+    db: Path | str
     sid: str  # the raw session
     mrtr: str  # an SDK session with an MRTR chain
     seqs: list[int]
     fuzz: str  # the fuzzer's frames
     fuzz_seqs: list[int]
+    dialect: str
 
 
 def record_raw(
-    db: Path,
+    db: Path | str,
     tmp: Path,
     name: str = "hostile-frames",
     c2s: list[bytes] = C2S,
@@ -104,46 +105,48 @@ def record_raw(
     assert done.returncode == 0, done.stderr.decode()[-2000:]
 
 
-async def record_mrtr(db: Path) -> None:
+async def record_mrtr(db: Path | str) -> None:
     params = proxied(stdio_params("basic,mrtr"), db, "mrtr")
     async with make_client(params, mode="auto") as client:
         await client.call_tool("countdown", {"rounds": 2})
 
 
-@pytest.fixture(scope="module")
-def hostile(tmp_path_factory: pytest.TempPathFactory) -> Hostile:
+@pytest.fixture(scope="module", params=DIALECTS)
+def hostile(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Hostile]:
+    """The hostile sessions, recorded once per dialect (SQLite file, PostgreSQL database)."""
     tmp = tmp_path_factory.mktemp("hostile")
-    db = tmp / "hostile.db"
-    record_raw(db, tmp)
-    record_raw(db, tmp, "fuzz", FUZZ_C2S, FUZZ_S2C)
-    asyncio.run(record_mrtr(db))
-    conn = sqlite3.connect(db)
-    ids = {name: sid for sid, name in conn.execute("SELECT id, name FROM sessions")}
-    seqs, fuzz_seqs = (
-        [
-            r[0]
-            for r in conn.execute(
-                "SELECT seq FROM frames WHERE session_id = ? ORDER BY seq", (ids[name],)
-            )
-        ]
-        for name in ("hostile-frames", "fuzz")
-    )
-    conn.close()
-    assert len(seqs) == len(C2S) + len(S2C), seqs
-    assert len(fuzz_seqs) >= len(FUZZ_S2C) + len(FUZZ_C2S) - 1, fuzz_seqs
-    return Hostile(
-        db=db,
-        sid=ids["hostile-frames"],
-        mrtr=ids["mrtr"],
-        seqs=seqs,
-        fuzz=ids["fuzz"],
-        fuzz_seqs=fuzz_seqs,
-    )
+    with fresh_db(request.param, request, tmp, "hostile.db") as db:
+        record_raw(db, tmp)
+        record_raw(db, tmp, "fuzz", FUZZ_C2S, FUZZ_S2C)
+        asyncio.run(record_mrtr(db))
+        ids = session_ids(db)
+        seqs, fuzz_seqs = (
+            [
+                r["seq"]
+                for r in rdb.rows(
+                    db, "SELECT seq FROM frames WHERE session_id = ? ORDER BY seq", ids[name]
+                )
+            ]
+            for name in ("hostile-frames", "fuzz")
+        )
+        assert len(seqs) == len(C2S) + len(S2C), seqs
+        assert len(fuzz_seqs) >= len(FUZZ_S2C) + len(FUZZ_C2S) - 1, fuzz_seqs
+        yield Hostile(
+            db=db,
+            sid=ids["hostile-frames"],
+            mrtr=ids["mrtr"],
+            seqs=seqs,
+            fuzz=ids["fuzz"],
+            fuzz_seqs=fuzz_seqs,
+            dialect=request.param,
+        )
 
 
 @pytest.fixture
 async def client(hostile: Hostile) -> AsyncIterator[TestClient]:
-    app = create_app("sqlite:///" + str(hostile.db), token=TOKEN, poll_interval=0.05)
+    app = create_app(rdb.url_of(hostile.db), token=TOKEN, poll_interval=0.05)
     async with TestClient(TestServer(app, host="127.0.0.1")) as c:
         yield c
 
@@ -207,8 +210,21 @@ async def test_every_page_of_fuzzed_frames_answers(client: TestClient, hostile: 
     assert data["analysis"]["current"] and data["findings"]  # analysed and stored
 
 
-async def test_huge_numbers_in_urls_are_not_server_errors(client: TestClient, hostile: Hostile):
+async def test_huge_numbers_in_urls_are_not_server_errors(
+    client: TestClient, hostile: Hostile, request: pytest.FixtureRequest
+):
     """Item 13: integers ≥ 2^63 in a path or a form reach SQLite as OverflowError (500 before)."""
+    if hostile.dialect == "postgresql":
+        # Known defect (reported by session 3's suite helper): the live stream clamps
+        # Last-Event-ID to 10**12, PostgreSQL's frames.seq is a 32-bit integer, the query fails
+        # after the stream has started and the response never ends. Strict: passes → remove.
+        request.applymarker(
+            pytest.mark.xfail(
+                raises=TimeoutError,
+                strict=True,
+                reason="live stream hangs on PostgreSQL for a Last-Event-ID past 2**31",
+            )
+        )
     sid, big = hostile.sid, str(2**64)
     for path in (
         f"/sessions/{sid}/frames/{big}",
@@ -227,7 +243,8 @@ async def test_huge_numbers_in_urls_are_not_server_errors(client: TestClient, ho
     assert r.status == 400 and "out of range" in (await r.json())["error"]["message"]
     r = await client.get(f"/sessions/{sid}/live", headers={**AUTH, "Last-Event-ID": big})
     assert r.status == 200  # a stream of an ended session: one status event, then the end
-    assert "event: status" in await r.text()
+    # (bounded: an ended session's stream ends at once; a stream that never ends is the bug)
+    assert "event: status" in await asyncio.wait_for(r.text(), 30)
 
 
 async def test_first_mrtr_round_is_round_1(client: TestClient, hostile: Hostile):

@@ -1,7 +1,7 @@
 """Export downloads, the diff page and the replay action, on sessions recorded through the relay.
 
 These tests record into a database of their own (a replay adds sessions, which would change
-what the other dashboard tests count).
+what the other dashboard tests count), once per dialect: a SQLite file and a PostgreSQL database.
 """
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +18,16 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from dashboard.app import create_app
 from mcp_proxy.testing.client import make_client
-from tests.dashboard.conftest import AUTH, TOKEN, get_html, get_json, recorded_params
+from tests.conftest import DIALECTS, fresh_db
+from tests.dashboard.conftest import (
+    AUTH,
+    TOKEN,
+    get_html,
+    get_json,
+    recorded_params,
+    session_ids,
+)
+from tests.helpers import db as rdb
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -27,7 +35,7 @@ pytestmark = pytest.mark.timeout(90)
 EVIL = "<script>window.__pwned=1</script>hi"
 
 
-async def _record(db: Path, name: str, text: str) -> None:
+async def _record(db: Path | str, name: str, text: str) -> None:
     async with make_client(recorded_params(db, name, "basic"), mode="legacy") as client:
         await client.call_tool("echo", {"text": text})
         await client.list_tools()
@@ -35,26 +43,27 @@ async def _record(db: Path, name: str, text: str) -> None:
 
 @dataclass
 class Small:
-    db: Path
+    db: Path | str
     url: str
     ids: dict[str, str]
 
 
-@pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory) -> Small:
-    db = tmp_path_factory.mktemp("travel") / "travel.db"
+@pytest.fixture(scope="module", params=DIALECTS)
+def small(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Small]:
+    """Three sessions, recorded once per dialect."""
+    with fresh_db(request.param, request, tmp_path_factory.mktemp("travel"), "travel.db") as db:
 
-    async def go() -> None:
-        await _record(db, "one", "hello")
-        await _record(db, "two", "hello")
-        await _record(db, "other", EVIL)
+        async def go() -> None:
+            await _record(db, "one", "hello")
+            await _record(db, "two", "hello")
+            await _record(db, "other", EVIL)
 
-    asyncio.run(go())
-    conn = sqlite3.connect(db)
-    ids = {name: sid for sid, name in conn.execute("SELECT id, name FROM sessions")}
-    conn.close()
-    assert set(ids) == {"one", "two", "other"}, ids
-    return Small(db, "sqlite:///" + str(db), ids)
+        asyncio.run(go())
+        ids = session_ids(db)
+        assert set(ids) == {"one", "two", "other"}, ids
+        yield Small(db, rdb.url_of(db), ids)
 
 
 @pytest.fixture
@@ -102,14 +111,16 @@ async def test_har_of_a_stdio_session_is_refused_clearly(tc: TestClient, small: 
 async def test_har_download_of_an_http_session(bench_db: tuple[Path, str, int]) -> None:
     """HTTP sessions of the generated database (the one the HTTP page tests use)."""
     db = bench_db[0]
-    conn = sqlite3.connect(db)
-    (sid,) = conn.execute(
-        "SELECT s.id FROM sessions s WHERE s.transport = 'http' AND s.id != ?"
-        " AND EXISTS (SELECT 1 FROM http_exchanges h WHERE h.session_id = s.id)"
-        " ORDER BY s.frame_count LIMIT 1",
-        (bench_db[1],),
-    ).fetchone()
-    conn.close()
+    ((sid,),) = [
+        r.values()
+        for r in rdb.rows(
+            db,
+            "SELECT s.id FROM sessions s WHERE s.transport = 'http' AND s.id != ?"
+            " AND EXISTS (SELECT 1 FROM http_exchanges h WHERE h.session_id = s.id)"
+            " ORDER BY s.frame_count LIMIT 1",
+            bench_db[1],
+        )
+    ]
     app = create_app("sqlite:///" + str(db), token=TOKEN)
     async with TestClient(TestServer(app, host="127.0.0.1")) as c:
         r = await c.get(f"/sessions/{sid}/export.har", headers=AUTH)
@@ -173,10 +184,8 @@ async def test_session_page_offers_compare_and_replay(tc: TestClient, small: Sma
 async def test_replay_confirm_page_shows_the_command(tc: TestClient, small: Small) -> None:
     sid = small.ids["one"]
     (command,) = [
-        json.loads(r[0])
-        for r in sqlite3.connect(small.db).execute(
-            "SELECT command FROM sessions WHERE id = ?", (sid,)
-        )
+        json.loads(r["command"])
+        for r in rdb.rows(small.db, "SELECT command FROM sessions WHERE id = ?", sid)
     ]
     html = await get_html(tc, f"/sessions/{sid}/replay")
     shown = re.search(r'<pre class="cmd" id="replay-command">(.*?)</pre>', html, re.S)
@@ -259,18 +268,17 @@ async def test_replay_runs_and_lands_on_an_equal_diff(tc: TestClient, small: Sma
 
 
 def _count(small: Small) -> int:
-    conn = sqlite3.connect(small.db)
-    try:
-        return int(conn.execute("SELECT count(*) FROM sessions").fetchone()[0])
-    finally:
-        conn.close()
+    return int(rdb.rows(small.db, "SELECT count(*) AS n FROM sessions")[0]["n"])
 
 
 # ---------------------------------------------------------------------------------- browser
 
 
+@pytest.mark.parametrize("small", DIALECTS[:1], indirect=True, scope="module")
 def test_in_a_browser_download_compare_and_replay(small: Small) -> None:
-    """Chromium through a real ``mcptape dashboard``: the buttons and forms, end to end."""
+    """Chromium through a real ``mcptape dashboard``: the buttons and forms, end to end — on
+    the first dialect only: the replay and the diff behind these forms run on every dialect in
+    ``test_replay_runs_and_lands_on_an_equal_diff``, the browser adds the clicks."""
     from playwright.sync_api import expect, sync_playwright
 
     from tests.dashboard.browser import dashboard_process, launch

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,8 +95,15 @@ class Rig:
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     r = Rig(tmp_path_factory.mktemp("faults"))
-    with r.proxy, r.direct:
-        yield r
+    # Start both connections side by side (each is a few seconds of interpreter start-up).
+    opener = threading.Thread(target=r.direct.__enter__)
+    opener.start()
+    with r.proxy:
+        opener.join(90)
+        try:
+            yield r
+        finally:
+            r.direct.__exit__(None, None, None)
 
 
 def call(client: LiveClient, name: str, args: dict[str, Any], timeout: float = 10.0) -> Any:

@@ -89,3 +89,25 @@ def test_ignore_sets_aside_findings_about_faulted_requests_only() -> None:
     reported = with_injected(findings, frames, "report")
     assert reported[-1]["code"] == "inject.reaction" and "moved on" in reported[-1]["title"]
     assert reported[-1]["area"] == "inject"
+
+
+def test_a_retry_is_the_same_request_and_a_delay_reports_only_a_cancel() -> None:
+    other = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "search"}}
+    other["params"]["arguments"] = {"q": "other"}  # type: ignore[index]
+    first = call(1, 1, "search")
+    frames = [first, answer(2, 1, "inject"), frame(3, "c2s", other)]
+    [r] = reactions([fault("inject.error", "c2s", 1)], frames)
+    assert "moved on" in r["title"]  # same tool, other arguments: not a retry
+    assert reactions([fault("inject.delay", "s2c", 1)], [first, answer(2, 1)]) == []
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+    frames = [first, frame(2, "c2s", cancel), answer(3, 1)]
+    [late] = reactions([fault("inject.delay", "c2s", 1)], frames)
+    assert "cancelled" in late["title"]
+
+
+def test_starting_over_is_told_apart() -> None:
+    init = {"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": {}}
+    frames = [call(1, 1, "a"), frame(2, "c2s", init), call(3, 10, "a")]
+    [r] = reactions([fault("inject.http", "c2s", 1)], frames)
+    assert "started over (initialize) and retried the request" in r["title"]
+    assert r["frame_seqs"] == [1, 2, 3]

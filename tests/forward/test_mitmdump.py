@@ -99,6 +99,9 @@ async def test_mitmdump_loads_the_addon(
         if proc.poll() is None:
             proc.kill()
         t.join(5)
+    # mitmproxy calls every addon attribute named like one of its hooks: none of ours may
+    # raise (a method named ``update`` did, on every event of every flow).
+    assert not [line for line in lines if "Addon error" in line], "\n".join(lines)
     con = sqlite3.connect(db)
     try:
         sessions = con.execute("SELECT id, name, status, meta FROM sessions").fetchall()
@@ -112,3 +115,25 @@ async def test_mitmdump_loads_the_addon(
         assert kinds.count("request") == kinds.count("response") + kinds.count("error")
     finally:
         con.close()
+
+
+def test_only_intended_mitmproxy_hooks() -> None:
+    """mitmproxy invokes any addon attribute named like a hook (``update`` after each event of
+    each flow): the addon's names that are hook names are exactly the hooks it implements."""
+    from mitmproxy import hooks
+    from mitmproxy.addons import default_addons
+
+    default_addons()  # imports every layer, so every hook class is registered
+    from mcp_proxy.forward.addon import McpTape
+
+    names = {n for n in hooks.all_hooks if hasattr(McpTape(), n)}
+    assert names == {
+        "load",
+        "configure",
+        "running",
+        "done",
+        "request",
+        "responseheaders",
+        "response",
+        "error",
+    }

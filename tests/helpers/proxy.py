@@ -11,9 +11,14 @@ from tests.conftest import mcptape_cmd
 
 
 def proxied(
-    params: StdioServerParameters, db: Path, name: str, *, env: Mapping[str, str] | None = None
+    params: StdioServerParameters,
+    db: Path | str,
+    name: str,
+    *,
+    env: Mapping[str, str] | None = None,
 ) -> StdioServerParameters:
-    """The same server, launched through ``mcptape record --db DB --name NAME -- …``."""
+    """The same server, launched through ``mcptape record --db DB --name NAME -- …`` (``db``: a
+    SQLite file or a database URL)."""
     cmd = mcptape_cmd()
     update: dict[str, object] = {
         "command": cmd[0],

@@ -8,10 +8,12 @@ c2s and one s2c frame and the recording must hold exactly twice what the host se
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import DIALECTS, fresh_db
 from tests.helpers import db as rdb
 from tests.recorder.util import ECHO, findings, record, session
 
@@ -39,20 +41,23 @@ def _lines(hostile: list[bytes], total: int = 101) -> list[bytes]:
     return plain[: n // 2] + hostile + plain[n // 2 :]
 
 
-Run = tuple[Path, list[bytes], bytes, str, int]
+Run = tuple[Path | str, list[bytes], bytes, str, int]
 
 
-def _run(db: Path, name: str, lines: list[bytes]) -> Run:
+def _run(db: Path | str, name: str, lines: list[bytes]) -> Run:
     proc = record(db, ECHO, name=name)
     out, err = proc.communicate(b"".join(lines), timeout=60)
     return db, lines, out, err.decode(), proc.returncode
 
 
-@pytest.fixture(scope="module")
-def values(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """Bad values and long ids, on a fresh database."""
-    db = tmp_path_factory.mktemp("values") / "rec.db"
-    return _run(db, "values", _lines(BAD_VALUES))
+@pytest.fixture(scope="module", params=DIALECTS)
+def values(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Run]:
+    """Bad values and long ids, on a fresh database: a SQLite file and a PostgreSQL database
+    (the tests that read it run once per dialect)."""
+    with fresh_db(request.param, request, tmp_path_factory.mktemp("values")) as db:
+        yield _run(db, "values", _lines(BAD_VALUES))
 
 
 def _check_deep_run(run: Run, name: str) -> None:

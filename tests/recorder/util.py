@@ -38,29 +38,37 @@ def record(
     )
 
 
-def session(db: Path, name: str) -> dict[str, Any]:
+def session(db: Path | str, name: str) -> dict[str, Any]:
     rows = [s for s in rdb.sessions(db) if s["name"] == name]
     assert len(rows) == 1, rows
     return rows[0]
 
 
-def findings(db: Path, sid: str) -> list[dict[str, Any]]:
+def findings(db: Path | str, sid: str) -> list[dict[str, Any]]:
     return rdb.rows(db, "SELECT * FROM findings WHERE session_id = ? ORDER BY id", sid)
 
 
 def wait_for(predicate: Any, timeout: float = 30, what: str = "condition") -> None:
+    """Poll ``predicate`` until true. A database error while polling is transient (the SQLite
+    file or its tables not there yet, a PostgreSQL connection refused or reset while a recorder
+    or the server starts) and counts as false; anything else propagates."""
+    import psycopg
+
     deadline = time.monotonic() + timeout
+    last: BaseException | None = None
     while time.monotonic() < deadline:
         try:
             if predicate():
                 return
-        except sqlite3.Error:  # the file or its tables may not exist yet
-            pass
+        except (sqlite3.Error, psycopg.Error) as exc:
+            last = exc
         time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(
+        f"timed out waiting for {what}" + (f" (last error: {last})" if last else "")
+    )
 
 
-def frame_count(db: Path, name: str) -> int:
+def frame_count(db: Path | str, name: str) -> int:
     rows = rdb.rows(
         db,
         "SELECT COUNT(*) AS n FROM frames f JOIN sessions s ON s.id = f.session_id"

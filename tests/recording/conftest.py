@@ -1,12 +1,16 @@
-"""Helpers for the recording tests: build recording files from the committed ones."""
+"""Helpers for the recording tests: build recording files from the committed ones.
+
+Tests that import into or export from a database take ``any_db`` (tests/conftest.py): they run
+once on a SQLite file and once on a PostgreSQL database.
+"""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import db as rdb
 from tests.travel.conftest import GOLDEN, RECORDINGS, run_cli
 
 __all__ = ["GOLDEN", "RECORDINGS", "db_frames", "jsonl_with_frames", "run_cli"]
@@ -44,10 +48,6 @@ def jsonl_with_frames(source: Path, extra: list[dict[str, Any]]) -> bytes:
     )
 
 
-def db_frames(db: Path) -> list[sqlite3.Row]:
-    con = sqlite3.connect(db)
-    con.row_factory = sqlite3.Row
-    try:
-        return con.execute("SELECT * FROM frames ORDER BY session_id, seq").fetchall()
-    finally:
-        con.close()
+def db_frames(db: Path | str) -> list[dict[str, Any]]:
+    """Every frame in ``db`` (a SQLite file or a database URL), as the database holds it."""
+    return rdb.frames(db)

@@ -1,6 +1,7 @@
 """Hostile and mistaken input to ``export``/``import``, through the real CLI (issue 10).
 
-Each test failed on the code before the recording package: a HAR given to ``import`` was
+Tests that store what they import run on both dialects (``any_db``). Each test failed on the
+code before the recording package: a HAR given to ``import`` was
 "line 1: not valid JSON"; a frame nested 1,500 deep (recordable) crashed ``import`` and ``diff``
 with a RecursionError traceback; a lone surrogate or a 65-bit error code in a frame lost it.
 """
@@ -28,9 +29,9 @@ DEEP = (
 
 
 def test_import_of_a_har_file_works_and_a_har_without_mcp_is_one_clear_line(
-    tmp_path: Path,
+    tmp_path: Path, any_db: Path | str
 ) -> None:
-    db = str(tmp_path / "x.db")
+    db = str(any_db)
     imported = run_cli("import", str(GOLDEN / "v2-http.jsonl"), "--db", db)
     assert imported.returncode == 0, imported.stderr
     new_id = imported.stdout.split()[0]
@@ -74,12 +75,14 @@ def test_import_of_a_har_file_works_and_a_har_without_mcp_is_one_clear_line(
     assert "is a HAR file" in forced.stderr and "--format har" in forced.stderr
 
 
-def test_a_deeply_nested_frame_imports_and_diffs_byte_exact(tmp_path: Path) -> None:
+def test_a_deeply_nested_frame_imports_and_diffs_byte_exact(
+    tmp_path: Path, any_db: Path | str
+) -> None:
     src = tmp_path / "deep.jsonl"
     src.write_bytes(
         jsonl_with_frames(RECORDINGS / "basic-legacy.mcptape.jsonl", [{"text": DEEP + "\n"}])
     )
-    db = tmp_path / "x.db"
+    db = any_db
     proc = run_cli("import", str(src), "--db", str(db))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
@@ -107,7 +110,9 @@ def test_a_record_line_nested_too_deep_is_one_clear_line(tmp_path: Path) -> None
 BIG = 2**70
 
 
-def test_values_the_database_cannot_hold_do_not_cost_the_frame(tmp_path: Path) -> None:
+def test_values_the_database_cannot_hold_do_not_cost_the_frame(
+    tmp_path: Path, any_db: Path | str
+) -> None:
     hostile = [
         {"text": '{"jsonrpc":"2.0","id":"\\ud800","method":"x\\udfff"}\n'},
         {
@@ -119,7 +124,7 @@ def test_values_the_database_cannot_hold_do_not_cost_the_frame(tmp_path: Path) -
     ]
     src = tmp_path / "hostile.jsonl"
     src.write_bytes(jsonl_with_frames(RECORDINGS / "basic-legacy.mcptape.jsonl", hostile))
-    db = tmp_path / "x.db"
+    db = any_db
     proc = run_cli("import", str(src), "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     rows = db_frames(db)

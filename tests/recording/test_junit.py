@@ -1,5 +1,5 @@
 """JUnit XML: the ``junit`` export format through the CLI, and the writers ``check`` and
-``replay`` use, on real recordings and a real database's findings."""
+``replay`` use, on real recordings and a real database's findings (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,10 @@ def _cases(xml: bytes) -> list[ET.Element]:
     return cases
 
 
-def test_export_junit_has_a_case_per_exchange_and_finding(tmp_path: Path) -> None:
-    db = str(tmp_path / "x.db")
+def test_export_junit_has_a_case_per_exchange_and_finding(
+    tmp_path: Path, any_db: Path | str
+) -> None:
+    db = str(any_db)
     imported = run_cli("import", str(RECORDINGS / "basic-legacy.mcptape.jsonl"), "--db", db)
     sid = imported.stdout.split()[0]
     out = tmp_path / "report.junit.xml"
@@ -40,8 +42,10 @@ def test_export_junit_has_a_case_per_exchange_and_finding(tmp_path: Path) -> Non
     assert failed[0].find("failure").get("type") == "tool.error_result"  # type: ignore[union-attr]
 
 
-def test_check_junit_fails_a_case_per_error_finding_from_the_database(tmp_path: Path) -> None:
-    url = "sqlite:///" + str(tmp_path / "x.db")
+def test_check_junit_fails_a_case_per_error_finding_from_the_database(
+    tmp_path: Path, any_db: Path | str, any_db_url: str
+) -> None:
+    url = any_db_url
     src = tmp_path / "bad.jsonl"
     # An answer to a request that was never made: an error-severity finding.
     src.write_bytes(
@@ -50,7 +54,7 @@ def test_check_junit_fails_a_case_per_error_finding_from_the_database(tmp_path: 
             [{"dir": "s2c", "text": '{"jsonrpc":"2.0","id":999,"result":{}}\n'}],
         )
     )
-    assert run_cli("import", str(src), "--db", str(tmp_path / "x.db")).returncode == 0
+    assert run_cli("import", str(src), "--db", str(any_db)).returncode == 0
 
     async def gather() -> list[tuple[dict, list[dict]]]:
         store = await Store.open(url)

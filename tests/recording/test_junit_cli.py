@@ -17,8 +17,8 @@ def _failures(xml: str) -> list[ET.Element]:
     return [c for c in cases if c.find("failure") is not None]
 
 
-def test_check_format_junit_fails_the_error_findings(tmp_path: Path) -> None:
-    db = str(tmp_path / "x.db")
+def test_check_format_junit_fails_the_error_findings(tmp_path: Path, any_db: Path | str) -> None:
+    db = str(any_db)
     src = tmp_path / "bad.jsonl"
     src.write_bytes(  # an answer to a request never made: an error finding
         jsonl_with_frames(

@@ -155,9 +155,9 @@ def receiver() -> Iterator[str]:
 
 
 def test_export_sends_spans_to_an_otlp_http_endpoint_and_writes_otlp_json(
-    tmp_path: Path, receiver: str
+    tmp_path: Path, receiver: str, any_db: Path | str
 ) -> None:
-    db = str(tmp_path / "x.db")
+    db = str(any_db)
     imported = run_cli("import", str(GOLDEN / "v2-http.jsonl"), "--db", db)
     assert imported.returncode == 0, imported.stderr
     sid = imported.stdout.split()[0]

@@ -374,6 +374,16 @@ class FakeUpstream:
             )
             await resp.write_eof()
             return resp
+        if path == "/sse-quiet":
+            # The head at once, the only event a while later: the host must see the head alone.
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await asyncio.sleep(float(request.query.get("after", "1.5")))
+            await resp.write(
+                b'event: message\r\ndata: {"jsonrpc":"2.0","id":1,"result":{}}\r\n\r\n'
+            )
+            await resp.write_eof()
+            return resp
         if path == "/sse-reset":
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)

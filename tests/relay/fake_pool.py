@@ -2,8 +2,8 @@
 
 :class:`FakeUpstreamPool` is :class:`~mcp_proxy.relay.http.upstream.UpstreamPool` with only the
 connection replaced: each request is written to a :class:`ScriptedTransport` that records the
-bytes and answers with the next scripted response, fed to aiohttp's real ``ResponseHandler``
-(llhttp). Everything above the socket — request writing, response parsing, keep-alive reuse,
+bytes and answers with the next scripted response, fed to the production protocol
+(``UpstreamConnection``: aiohttp's ``ResponseHandler``, llhttp). Everything above the socket — request writing, response parsing, keep-alive reuse,
 release/close — is the production code.
 """
 
@@ -13,15 +13,13 @@ import asyncio
 from collections import deque
 from typing import Any
 
-from aiohttp.client_proto import ResponseHandler
-
-from mcp_proxy.relay.http.upstream import UpstreamPool
+from mcp_proxy.relay.http.upstream import UpstreamConnection, UpstreamPool
 
 
 class ScriptedTransport(asyncio.Transport):
     """Records what the relay writes; answers each complete request with scripted bytes."""
 
-    def __init__(self, pool: FakeUpstreamPool, proto: ResponseHandler) -> None:
+    def __init__(self, pool: FakeUpstreamPool, proto: UpstreamConnection) -> None:
         super().__init__()
         self.pool = pool
         self.proto = proto
@@ -60,8 +58,8 @@ class FakeUpstreamPool(UpstreamPool):
         self.written: list[bytes] = []
         self.connections = 0
 
-    async def _connect(self) -> ResponseHandler:
-        proto = ResponseHandler(asyncio.get_running_loop())
+    async def _connect(self) -> UpstreamConnection:
+        proto = UpstreamConnection(asyncio.get_running_loop())
         proto.connection_made(ScriptedTransport(self, proto))
         self.connections += 1
         return proto

@@ -233,6 +233,40 @@ def test_sse_forwarded_event_by_event(proxy: Any, fake_upstream: FakeUpstream) -
     assert ex["outcome"] == "complete"
 
 
+def test_quiet_event_stream_head_reaches_the_host_alone(
+    proxy: Any, fake_upstream: FakeUpstream
+) -> None:
+    """The head of an event stream waits a moment for the first event to go out with it, but
+    never longer: a stream that stays quiet still shows its head at once."""
+    with proxy(fake_upstream.origin + "/mcp") as px:
+        u = urlsplit(px.url)
+        s = socket.create_connection((u.hostname, u.port), timeout=10)
+        s.sendall(
+            f"GET /sse-quiet?after=3 HTTP/1.1\r\nHost: {u.netloc}\r\n"
+            "Accept: text/event-stream\r\n\r\n".encode()
+        )
+        t0 = time.monotonic()
+        s.settimeout(2.5)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            chunk = s.recv(65536)
+            assert chunk, got
+            got += chunk
+        waited = time.monotonic() - t0
+        assert got.startswith(b"HTTP/1.1 200 ") and b"data:" not in got, got
+        assert waited < 2.0, waited  # the event comes at 3 s; the head did not wait for it
+        s.settimeout(10)
+        while not got.endswith(b"0\r\n\r\n"):
+            chunk = s.recv(65536)
+            assert chunk, got
+            got += chunk
+        s.close()
+        assert px.stop() == 0
+    assert b'"result":{}' in dechunk(got)
+    (ex,) = px.exchanges()
+    assert ex["outcome"] == "complete" and ex["status"] == 200
+
+
 def test_invalid_sse_relayed_and_recorded(proxy: Any, fake_upstream: FakeUpstream) -> None:
     direct, _ = read_sse_raw(fake_upstream.origin, "/sse-invalid")
     with proxy(fake_upstream.origin + "/mcp") as px:

@@ -2,33 +2,40 @@
 
 An SDK client reaches a Streamable HTTP test server through ``mcptape record --forward`` (the
 mitmproxy-based forward proxy, as a host with ``HTTP(S)_PROXY`` set would); the recorded session
-is then replayed against the same server (equal) and the changed one (the echo named), and
-served by ``mcptape mock`` to an SDK client that gets the answers it got through the proxy.
+is then replayed against the same server (equal) and the changed one (the echo named),
+served by ``mcptape mock`` to an SDK client that gets the answers it got through the proxy, and
+used as the cassette of the mock's record modes (``new_episodes`` forwarding a miss to the
+server and appending it, ``none`` serving the grown file and explaining a miss, ``all``
+rewriting it).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from mcp_proxy.childproc import AnnouncedChild
+from mcp_proxy.recording.registry import read_recording
 from mcp_proxy.testing.client import (
     SCRIPTED_PRESETS,
     CallbackRecorder,
     make_client,
     run_scripted_session,
+    tool_text,
 )
 from mcp_proxy.testing.process import READY_PREFIX, server_argv
 from tests.conftest import mcptape_cmd
-from tests.travel.conftest import PY, run_cli
+from tests.travel.conftest import PY, child_env, run_cli
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -69,6 +76,7 @@ async def test_forward_proxy_recording_replays_and_mocks(tmp_path: Path) -> None
         assert out.returncode == 0, out.stderr
         same = run_cli("replay", str(file), "--db", str(db), "--upstream", url)
         assert same.returncode == 0 and "no differences" in same.stdout, same.stdout + same.stderr
+        await _record_modes(file, url, tmp_path)
     finally:
         server.stop()
 
@@ -95,3 +103,39 @@ async def test_forward_proxy_recording_replays_and_mocks(tmp_path: Path) -> None
             assert await run_scripted_session(client, rec) == direct
     finally:
         mock.stop()
+
+
+def _mock_stdio(*args: str) -> StdioServerParameters:
+    return StdioServerParameters(command=PY, args=["-m", "mcp_proxy.mock", *args], env=child_env())
+
+
+async def _echo(target: StdioServerParameters, *texts: str) -> list[Any]:
+    out: list[Any] = []
+    async with make_client(target, mode="legacy") as client:
+        for text in texts:
+            try:
+                out.append(tool_text(await client.call_tool("echo", {"text": text})))
+            except MCPError as exc:
+                out.append(exc)
+    return out
+
+
+async def _record_modes(recorded: Path, url: str, tmp_path: Path) -> None:
+    """The forward-proxy recording as a cassette: new_episodes, none, all."""
+    file = tmp_path / "cassette.mcptape.jsonl"
+    shutil.copy(recorded, file)
+    args = [str(file), "--record-mode", "new_episodes", "--upstream", url]
+    assert await _echo(_mock_stdio(*args), "hello, wire", "fresh") == ["hello, wire", "fresh"]
+    original, added = read_recording(file).sessions
+    assert original.session["transport"] == added.session["transport"] == "http"
+    assert b'"fresh"' in b"".join(f["raw"] for f in added.frames)
+    assert b'"hello, wire"' not in b"".join(f["raw"] for f in added.frames)  # served, not sent
+
+    fresh, miss = await _echo(_mock_stdio(str(file)), "fresh", "zzz")
+    assert fresh == "fresh" and isinstance(miss, MCPError) and miss.code == -32050
+    assert miss.data["nearest"][0]["differences"][0]["path"] == "$.params.arguments.text"
+
+    args = [str(file), "--record-mode", "all", "--upstream", url]
+    assert await _echo(_mock_stdio(*args), "fresh") == ["fresh"]
+    (only,) = read_recording(file).sessions
+    assert only.id not in (original.id, added.id)

@@ -9,6 +9,9 @@ the ``mcptape`` command line:
 1. ``replay FILE --upstream URL`` against the same server: no differences, exit 0;
 2. ``replay`` against the changed server (``echo`` shouts): exit 1, the echo result named;
 3. ``mock FILE --port 0``: an SDK client gets the same answers as from the real server.
+
+The two eras of a flavour share one server and one changed server (module scope): a server
+serves both handshakes, and every process not started is time the suite does not spend.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from pathlib import Path
 import pytest
 
 from mcp_proxy.childproc import AnnouncedChild
+from mcp_proxy.recording.database import load_source
+from mcp_proxy.recording.jsonl import dumps_jsonl
+from mcp_proxy.recording.model import Recording, write_file
 from mcp_proxy.testing.client import (
     SCRIPTED_PRESETS,
     CallbackRecorder,
@@ -77,6 +83,42 @@ def _mock_url(url: str, transport: str) -> str:
     return url.rsplit("/", 1)[0] + "/sse" if transport == "sse" else url
 
 
+class Servers:
+    """Real test servers, started on first use and kept for the module."""
+
+    def __init__(self) -> None:
+        self.running: dict[tuple[str, tuple[str, ...], bool], str] = {}
+        self.children: list[AnnouncedChild] = []
+
+    def url(self, transport: str, flags: list[str], changed: bool = False) -> str:
+        key = (transport, tuple(flags), changed)
+        if key not in self.running:
+            argv = _server(transport, flags, changed)
+            child = AnnouncedChild(argv, _ready(READY_PREFIX + " "), "server")  # type: ignore[arg-type]
+            self.children.append(child)
+            self.running[key] = child.start(60.0)
+        return self.running[key]
+
+    def stop(self) -> None:
+        for child in self.children:
+            child.stop()
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[Servers]:
+    running = Servers()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+async def export(name: str, db: Path, file: Path) -> None:
+    """What ``mcptape export NAME -o FILE`` writes (in-process: a process saved per flavour)."""
+    recording, session = await load_source(name, str(db))
+    write_file(file, [dumps_jsonl(Recording([session], origin=recording.origin))])
+
+
 async def _scripted(url: str, mode: str) -> dict[str, object]:
     rec = CallbackRecorder()
     async with make_client(url, mode=mode, recorder=rec) as client:
@@ -84,24 +126,23 @@ async def _scripted(url: str, mode: str) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("flavour", list(FLAVOURS))
-async def test_replay_and_mock(flavour: str, tmp_path: Path) -> None:
+async def test_replay_and_mock(flavour: str, tmp_path: Path, servers: Servers) -> None:
     transport, flags, mode = FLAVOURS[flavour]
     db = tmp_path / "rec.db"
     file = tmp_path / f"{flavour}.mcptape.jsonl"
-    with announced(_server(transport, flags), READY_PREFIX + " ", "server") as url:
-        relay = [*mcptape_cmd(), "record", "--upstream", url, "--port", "0", "--db", str(db)]
-        with announced([*relay, "--name", flavour], "mcptape: relaying ", "relay") as local:
-            direct = await _scripted(_mock_url(local, transport), mode)
-        out = run_cli("export", flavour, "--db", str(db), "-o", str(file))
-        assert out.returncode == 0, out.stderr
-        same = run_cli("replay", str(file), "--db", str(db), "--upstream", url)
-        assert same.returncode == 0, same.stdout + same.stderr
-        assert "no differences" in same.stdout
+    url = servers.url(transport, flags)
+    relay = [*mcptape_cmd(), "record", "--upstream", url, "--port", "0", "--db", str(db)]
+    with announced([*relay, "--name", flavour], "mcptape: relaying ", "relay") as local:
+        direct = await _scripted(_mock_url(local, transport), mode)
+    await export(flavour, db, file)
+    same = run_cli("replay", str(file), "--db", str(db), "--upstream", url)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "no differences" in same.stdout
 
-    with announced(_server(transport, flags, changed=True), READY_PREFIX + " ", "server") as url:
-        changed = run_cli(
-            "replay", str(file), "--db", str(db), "--upstream", url, "--format", "json"
-        )
+    changed_url = servers.url(transport, flags, changed=True)
+    changed = run_cli(
+        "replay", str(file), "--db", str(db), "--upstream", changed_url, "--format", "json"
+    )
     assert changed.returncode == 1, changed.stdout + changed.stderr
     report = json.loads(changed.stdout)
     differing = [e for e in report["diff"]["exchanges"] if e["status"] != "same"]

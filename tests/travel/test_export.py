@@ -93,8 +93,9 @@ def test_import_of_a_truncated_file_is_one_line_and_exit_2(tmp_path: Path) -> No
     assert missing.returncode == 4 and "no such recording file" in missing.stderr
 
 
-async def test_import_then_export_round_trips_every_frame(tmp_path: Path) -> None:
-    url = "sqlite:///" + str(tmp_path / "imp.db")
+async def test_import_then_export_round_trips_every_frame(any_db_url: str) -> None:
+    """On SQLite and on PostgreSQL: the store gives back every frame's bytes and times."""
+    url = any_db_url
     source = read_recording(RECORDINGS / "basic-2026.mcptape.jsonl")
     result = await asyncio.to_thread(import_recording, source, url)
     ((old_id, new_id),) = result.sessions

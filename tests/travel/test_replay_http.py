@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,8 @@ from mcp_proxy.testing.client import (
     run_scripted_session,
 )
 from mcp_proxy.testing.process import READY_PREFIX, start_http_server, stop_process
-from tests.conftest import mcptape_cmd
+from tests.conftest import crossed, mcptape_cmd
+from tests.helpers import db as rdb
 from tests.travel.conftest import PY, RECORDINGS, run_cli
 
 pytestmark = pytest.mark.timeout(120)
@@ -78,7 +80,7 @@ def _changed_server() -> list[str]:
     return [PY, "-m", module, "--preset", presets, "--name", "mcptape-test"]
 
 
-async def _record_http(url: str, db: Path, name: str, mode: str = "legacy") -> None:
+async def _record_http(url: str, db: Path | str, name: str, mode: str = "legacy") -> None:
     """An SDK client's scripted session, through ``mcptape record --upstream URL --port 0``."""
     relay = [*mcptape_cmd(), "record", "--upstream", url, "--port", "0"]
     argv = [*relay, "--db", str(db), "--name", name]
@@ -152,20 +154,15 @@ def test_stdio_recording_replays_over_http_and_unreachable_is_reported(tmp_path:
     assert "problem:" in gone.stdout
 
 
-def _assert_sdk_headers(db: Path) -> None:
+def _assert_sdk_headers(db: Path | str) -> None:
     """The replay's tools/call POSTs carried the 2026 routing headers as the SDK sent them."""
-    import sqlite3
-
-    con = sqlite3.connect(db)
-    try:
-        rows = con.execute(
-            "SELECT s.meta, e.request_headers FROM http_exchanges e"
-            " JOIN sessions s ON s.id = e.session_id WHERE e.method = 'POST'"
-        ).fetchall()
-    finally:
-        con.close()
+    rows = rdb.rows(
+        db,
+        "SELECT s.meta, e.request_headers FROM http_exchanges e"
+        " JOIN sessions s ON s.id = e.session_id WHERE e.method = 'POST'",
+    )
     seen: dict[bool, set[tuple[str, str]]] = {True: set(), False: set()}
-    for meta, headers in rows:
+    for meta, headers in ((r["meta"], r["request_headers"]) for r in rows):
         replay = "replay_of" in json.loads(meta or "{}")
         pairs = {(str(k).lower(), str(v)) for k, v in json.loads(headers or "[]")}
         if ("mcp-method", "tools/call") in pairs:
@@ -174,16 +171,17 @@ def _assert_sdk_headers(db: Path) -> None:
     assert seen[True] == seen[False]
 
 
-@pytest.mark.parametrize("mode", ["legacy", "auto"])
+@pytest.mark.parametrize(("mode", "recorded_on", "imported_on"), crossed(["legacy", "auto"]))
 async def test_http_recording_exports_as_har_and_jsonl_and_reimports_equal(
-    mode: str, tmp_path: Path
+    mode: str, recorded_on: str, imported_on: str, tmp_path: Path, db_factory: Any
 ) -> None:
-    """A real HTTP recording → HAR (valid, timings add up) and JSONL → import → no diff."""
+    """A real HTTP recording → HAR (valid, timings add up) and JSONL → import → no diff; the
+    recording and the import each on SQLite in one run and on PostgreSQL in the other."""
     import jsonschema
 
     from tests.travel.test_export import HAR_SCHEMA
 
-    db, db2 = tmp_path / "a.db", tmp_path / "b.db"
+    db, db2 = db_factory(recorded_on), db_factory(imported_on)
     with start_http_server(SCRIPTED_PRESETS, name="mcptape-test") as (url, _proc):
         await _record_http(url, db, "http-x", mode=mode)
         if mode == "auto":  # the 2026-07-28 era recorded over HTTP replays too

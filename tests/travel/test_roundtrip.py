@@ -1,7 +1,8 @@
 """Round trips for real: record → export → import → diff → replay (same and changed) → mock.
 
 Every step uses the real relay (``mcptape record`` launched by an SDK client, as a host does),
-the real test servers, real SQLite files and the ``mcptape`` command line.
+the real test servers, real SQLite files and PostgreSQL databases (a recording moves from one
+to the other) and the ``mcptape`` command line.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import StdioServerParameters
@@ -21,14 +23,16 @@ from mcp_proxy.testing.client import (
     run_scripted_session,
     stdio_params,
 )
-from tests.conftest import mcptape_cmd
+from tests.conftest import crossed, mcptape_cmd
 from tests.helpers.proxy import proxied
 from tests.travel.conftest import PY, RECORDINGS, child_env, run_cli, server
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def _through_record(params: StdioServerParameters, db: Path, name: str) -> StdioServerParameters:
+def _through_record(
+    params: StdioServerParameters, db: Path | str, name: str
+) -> StdioServerParameters:
     return proxied(params, db, name, env=child_env())
 
 
@@ -36,9 +40,13 @@ def _mock_params(*args: str) -> StdioServerParameters:
     return StdioServerParameters(command=PY, args=["-m", "mcp_proxy.mock", *args], env=child_env())
 
 
-@pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_record_export_import_diff_replay_mock(mode: str, tmp_path: Path) -> None:
-    db, db2 = tmp_path / "a.db", tmp_path / "b.db"
+@pytest.mark.parametrize(("mode", "recorded_on", "imported_on"), crossed(["auto", "legacy"]))
+async def test_record_export_import_diff_replay_mock(
+    mode: str, recorded_on: str, imported_on: str, tmp_path: Path, db_factory: Any
+) -> None:
+    """Recorded into one dialect, imported (and replayed) into the other: both stores, both
+    directions, in two runs."""
+    db, db2 = db_factory(recorded_on), db_factory(imported_on)
     rec = CallbackRecorder()
     params = stdio_params(SCRIPTED_PRESETS, name="mcptape-test")
     async with make_client(_through_record(params, db, "rt"), mode=mode, recorder=rec) as client:

@@ -132,11 +132,15 @@ class RelayCore:
         fields["url"] = redactor.url(self.target.origin + raw_path)
         fields["request_headers"] = red_headers
         if body:
-            facts = body_facts(body)
-            ex.facts = facts
-            if facts.is_jsonrpc:
-                ex.is_mcp = True
-            self._client_fallback(ex, facts, ex.authorization)
+            if not (ex.attached and ex.is_mcp):
+                # Parsed only when it can change something: whether the body is JSON-RPC (off
+                # the MCP path) and who sent it (the session is not known yet). A request that
+                # names its session on the MCP path — every initialize-era call — is not.
+                facts = body_facts(body)
+                ex.facts = facts
+                if facts.is_jsonrpc:
+                    ex.is_mcp = True
+                self._client_fallback(ex, facts, ex.authorization)
             if ex.is_mcp:
                 ex.frame(
                     WireFrame(

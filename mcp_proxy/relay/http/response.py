@@ -24,6 +24,7 @@ casing and order — ``Content-Length`` included — are the upstream's).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 from dataclasses import dataclass, field
@@ -56,6 +57,9 @@ from mcp_proxy.relay.http.wire import WireFrame
 
 __all__ = ["RelayResponse", "ResponseSide"]
 
+#: How long the head of a streamed response waits for the first body bytes to go out with them.
+HEAD_HOLD = 0.003
+
 
 class RelayResponse(web.StreamResponse):
     """A StreamResponse that adds no headers of its own (no Server, Date or Content-Type).
@@ -73,10 +77,14 @@ class RelayResponse(web.StreamResponse):
         self._keep = keep
 
     def flush_head(self) -> None:
-        """Send the held-back head now (aiohttp: ``StreamWriter.send_headers``)."""
+        """Send the held-back head now (aiohttp: ``StreamWriter.send_headers``).
+
+        Runs from a timer: a host already gone is the handler's to notice, not this call's.
+        """
         writer = self._payload_writer
         if writer is not None:
-            writer.send_headers()
+            with contextlib.suppress(ConnectionError):
+                writer.send_headers()
 
     async def _prepare_headers(self) -> None:
         await super()._prepare_headers()
@@ -293,10 +301,15 @@ class ResponseSide(RelayCore):
         )
         outcome = "complete"
         error: str | None = None
+        flush: asyncio.TimerHandle | None = None
         try:
             await sresp.prepare(request)
             if not head.no_body and not resp.has_buffered_body():
-                sresp.flush_head()  # nothing to send with it yet: the host gets the head now
+                # Nothing to send with the head yet. Servers write the head of an event stream
+                # a moment before its first event: the head waits that moment (one write and
+                # one wake-up of the host instead of two), then goes alone if the stream is
+                # quiet — the host must see it while nothing else comes.
+                flush = asyncio.get_running_loop().call_later(HEAD_HOLD, sresp.flush_head)
             if not head.no_body:
                 await self._pump(ex, resp, st)
             self._finish_request_body(ex)
@@ -319,6 +332,9 @@ class ResponseSide(RelayCore):
             outcome, error = "upstream_error", f"upstream failed mid-response: {exc!r}"
             if request.transport is not None:
                 request.transport.close()
+        finally:
+            if flush is not None:
+                flush.cancel()
         complete = outcome == "complete"
         if complete:
             await self._settle_request_body(request, ex)

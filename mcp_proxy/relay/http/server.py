@@ -71,6 +71,10 @@ class HTTPRelay(ResponseSide):
             max_line_size=64 * 1024,
             max_field_size=64 * 1024,
             access_log=None,
+            # SO_KEEPALIVE costs a setsockopt per accepted connection (a new one per call for
+            # initialize-era SDK clients, which close each POST's stream) and, with Linux's
+            # two-hour default, detects nothing a host would notice.
+            tcp_keepalive=False,
         )
         # In-flight exchanges (open event streams) get a short grace period at shutdown, then
         # are cancelled and recorded as relay_shutdown: Ctrl-C must not wait a minute.
@@ -260,6 +264,10 @@ class HTTPRelay(ResponseSide):
         timeout = self.config.response_timeout
         head_only = request.method == "HEAD"
         try:
+            if timeout is None:  # the default: no timeout object per request
+                return await self._pool.request(
+                    rh.head, data, head_only=head_only, chunked=rh.chunked
+                )
             async with asyncio.timeout(timeout):
                 return await self._pool.request(
                     rh.head, data, head_only=head_only, chunked=rh.chunked

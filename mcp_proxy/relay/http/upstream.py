@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import ssl
 import time
@@ -28,9 +29,44 @@ from aiohttp.client_proto import ResponseHandler
 from aiohttp.streams import StreamReader
 from multidict import CIMultiDictProxy
 
-__all__ = ["UpstreamConnectError", "UpstreamConnectTimeout", "UpstreamPool", "UpstreamResponse"]
+__all__ = [
+    "UpstreamConnectError",
+    "UpstreamConnectTimeout",
+    "UpstreamConnection",
+    "UpstreamPool",
+    "UpstreamResponse",
+]
 
 _INTERIM = range(100, 200)
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)
+
+
+class UpstreamConnection(ResponseHandler):
+    """aiohttp's client protocol, plus a socket object of its own for ``TCP_QUICKACK``.
+
+    The relay sets ``TCP_QUICKACK`` after every read from the upstream (see
+    ``common.quickack``). Through the transport's socket (uvloop's ``PseudoSocket``) each
+    ``setsockopt`` builds a ``socket.socket`` first — about three times the cost of the call
+    itself, twice per proxied call. A duplicate descriptor made once per connection costs one
+    ``dup`` and is closed when the connection is lost.
+    """
+
+    qsock: socket.socket | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if _QUICKACK is None:
+            return
+        raw = transport.get_extra_info("socket")
+        if raw is not None and raw.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):
+                self.qsock = socket.socket(fileno=os.dup(raw.fileno()))
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        qsock, self.qsock = self.qsock, None
+        if qsock is not None:
+            qsock.close()
+        super().connection_lost(exc)
 
 
 class UpstreamConnectError(OSError):
@@ -60,7 +96,7 @@ class UpstreamResponse:
     def __init__(
         self,
         pool: UpstreamPool,
-        proto: ResponseHandler,
+        proto: UpstreamConnection,
         msg: Any,
         payload: StreamReader,
         writer: asyncio.Task[None] | None,
@@ -74,10 +110,7 @@ class UpstreamResponse:
         self.headers: CIMultiDictProxy[str] = msg.headers
         self.raw_headers: tuple[tuple[bytes, bytes], ...] = msg.raw_headers
         self.content = payload
-        transport = proto.transport
-        self.sock: socket.socket | None = (
-            transport.get_extra_info("socket") if transport is not None else None
-        )
+        self.sock: socket.socket | None = proto.qsock
 
     @property
     def content_length(self) -> int | None:
@@ -144,15 +177,15 @@ class UpstreamPool:
         self.connect_timeout = connect_timeout
         self.keepalive = keepalive
         self.max_field_size = max_field_size
-        self._idle: list[tuple[ResponseHandler, float]] = []
+        self._idle: list[tuple[UpstreamConnection, float]] = []
         self._closed = False
 
-    async def _connect(self) -> ResponseHandler:
+    async def _connect(self) -> UpstreamConnection:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, proto = await loop.create_connection(
-                    lambda: ResponseHandler(loop),
+                    lambda: UpstreamConnection(loop),
                     self.host,
                     self.port,
                     ssl=self.ssl,
@@ -170,7 +203,7 @@ class UpstreamPool:
             ) from exc
         return proto
 
-    def _take_idle(self) -> ResponseHandler | None:
+    def _take_idle(self) -> UpstreamConnection | None:
         now = time.monotonic()
         while self._idle:
             proto, since = self._idle.pop()
@@ -179,7 +212,7 @@ class UpstreamPool:
             proto.close()
         return None
 
-    def put_back(self, proto: ResponseHandler) -> None:
+    def put_back(self, proto: UpstreamConnection) -> None:
         if self._closed or not proto.is_connected() or proto.should_close:
             proto.close()
             return
@@ -231,7 +264,7 @@ class UpstreamPool:
 
     @staticmethod
     async def _write_body(
-        proto: ResponseHandler, body: AsyncIterator[bytes], chunked: bool
+        proto: UpstreamConnection, body: AsyncIterator[bytes], chunked: bool
     ) -> None:
         try:
             async for chunk in body:

@@ -56,8 +56,8 @@ class WireFrame(Frame):
         return (
             make_frame,
             (
-                self.direction.value,
-                self.channel.value,
+                self.direction._value_,  # the plain attribute: ``.value`` is a property
+                self.channel._value_,
                 self.raw,
                 self.mono_ns,
                 self.wall,

@@ -1,0 +1,115 @@
+"""The order repair of pairing: a message that refers to a later message of the other side.
+
+The relay stamps a frame just after forwarding it, one thread per direction, so across
+directions the recorded order can invert by a scheduling slice: a host's retry can be stamped a
+few hundred microseconds before the server result it answers. A message that refers to a message
+of the other direction recorded within :data:`REORDER_WINDOW_NS` *after* it is handled as if it
+came right after that message (its seq is kept). Nothing else is reordered.
+
+The common references (an answer to a request id, a progress notification for a token) are
+found through an index of the requests ahead, built once per message; a scan of the window per
+message made a session whose server reports progress on tokens nobody offered cost ~100 frame
+looks per notification (half of ``check``'s time on such a session).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from mcp_proxy.analysis.model import Msg
+from mcp_proxy.frames import id_key
+
+REORDER_WINDOW_NS = 100_000_000
+#: At most this many frames are looked at ahead of an out-of-order message.
+REORDER_LOOKAHEAD = 5_000
+
+__all__ = ["REORDER_LOOKAHEAD", "REORDER_WINDOW_NS", "Window", "fast_key"]
+
+
+def fast_key(value: Any) -> str | None:
+    """:func:`id_key` without ``json.dumps`` for the common integer id/token."""
+    if type(value) is int:
+        return str(value)
+    return id_key(value)
+
+
+def _other(direction: str) -> str:
+    return "s2c" if direction == "c2s" else "c2s"
+
+
+class Window:
+    """The messages, the position of the one being handled, and what waits for a later one."""
+
+    __slots__ = ("_hi", "deferred", "i", "ids", "msgs", "tokens")
+
+    def __init__(self) -> None:
+        self.msgs: list[Msg] = []
+        self.i = 0
+        #: message index → messages to handle right after it
+        self.deferred: dict[int, list[Msg]] = {}
+        self._hi = 0
+        #: the requests ahead, by (direction, id) and by (direction, progress token)
+        self.ids: dict[tuple[str, str], list[int]] = {}
+        self.tokens: dict[tuple[str, str], list[int]] = {}
+
+    def defer_until(self, m: Msg, match: Callable[[Msg], bool]) -> bool:
+        """If a later message of the other side (within the window) satisfies ``match``,
+        handle ``m`` right after it."""
+        msgs = self.msgs
+        limit = m.mono_ns + REORDER_WINDOW_NS
+        end = min(len(msgs), self.i + 1 + REORDER_LOOKAHEAD)
+        for k in range(self.i + 1, end):
+            x = msgs[k]
+            if x.mono_ns > limit:
+                return False
+            if x.direction != m.direction and match(x):
+                self.deferred.setdefault(k, []).append(m)
+                return True
+        return False
+
+    def defer_to_request(self, m: Msg, table: dict[tuple[str, str], list[int]], key: str) -> bool:
+        """:meth:`defer_until` "the other side's request with this id (``ids``) or progress
+        token (``tokens``)": the same answer from one lookup."""
+        self._index()
+        other = (_other(m.direction), key)
+        ks = table.get(other)
+        if not ks:
+            return False
+        i = self.i
+        while ks and ks[0] <= i:
+            ks.pop(0)
+        if not ks:
+            del table[other]
+            return False
+        k = ks[0]
+        if k > i + REORDER_LOOKAHEAD:
+            return False
+        msgs = self.msgs
+        limit = m.mono_ns + REORDER_WINDOW_NS
+        for j in range(i + 1, k + 1):  # the scan stops at the first message past the window
+            if msgs[j].mono_ns > limit:
+                return False
+        self.deferred.setdefault(k, []).append(m)
+        return True
+
+    def _index(self) -> None:
+        """Index the requests of the lookahead not indexed yet (each message once)."""
+        msgs = self.msgs
+        i = self.i
+        end = min(len(msgs), i + 1 + REORDER_LOOKAHEAD)
+        ids, tokens = self.ids, self.tokens
+        if len(ids) + len(tokens) > 4 * REORDER_LOOKAHEAD:  # forget the requests left behind
+            for table in (ids, tokens):
+                for key in [key for key, ks in table.items() if ks[-1] <= i]:
+                    del table[key]
+        for k in range(max(self._hi, i + 1), end):
+            x = msgs[k]
+            if x.kind != "request":
+                continue
+            if x.msg_id is not None:
+                ids.setdefault((x.direction, x.msg_id), []).append(k)
+            tok = fast_key(x.meta.get("progressToken"))
+            if tok is not None:
+                tokens.setdefault((x.direction, tok), []).append(k)
+        self._hi = max(self._hi, end)

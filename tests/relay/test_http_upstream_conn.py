@@ -1,0 +1,102 @@
+"""The upstream pool's connections on real sockets: reuse, and a close the upstream sees at once.
+
+Each pooled connection keeps a duplicate descriptor of its socket for ``TCP_QUICKACK`` (cheaper
+than uvloop's ``PseudoSocket`` per call). A duplicate left open would keep the TCP connection
+alive after the relay closed it — the upstream would never see a cancelled request's stream
+close — so these tests hold the pool to closing it with the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+
+import pytest
+
+from mcp_proxy.relay.http.common import quickack, quickack_socket
+from mcp_proxy.relay.http.upstream import UpstreamPool
+
+pytestmark = pytest.mark.timeout(30)
+
+REPLY = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+async def _server() -> tuple[asyncio.Server, list[asyncio.Future[None]], int]:
+    """An upstream that answers with an event stream it never ends; notes each EOF it sees."""
+    closed: list[asyncio.Future[None]] = []
+    loop = asyncio.get_running_loop()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        done: asyncio.Future[None] = loop.create_future()
+        closed.append(done)
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            if not head:
+                break
+            writer.write(REPLY + b"6\r\ndata: \r\n")
+            await writer.drain()
+            if not await reader.read(1):  # the relay's next request, or its close
+                break
+        done.set_result(None)
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, closed, port
+
+
+def _run(coro: object) -> None:
+    try:
+        import uvloop
+    except ImportError:  # the standard loop then
+        asyncio.run(coro)  # type: ignore[arg-type]
+        return
+    asyncio.run(coro, loop_factory=uvloop.new_event_loop)  # type: ignore[arg-type]
+
+
+def test_closing_a_response_closes_the_upstream_connection_at_once() -> None:
+    async def main() -> None:
+        server, closed, port = await _server()
+        pool = UpstreamPool("127.0.0.1", port, tls=False)
+        head = b"GET /sse HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        resp = await pool.request(head, None)
+        assert resp.status == 200
+        sock = quickack_socket(resp)
+        if hasattr(socket, "TCP_QUICKACK"):
+            assert sock is not None and sock.fileno() >= 0
+            before = len(os.listdir("/proc/self/fd"))
+            quickack(sock)  # a plain setsockopt on the connection's own socket
+        resp.close()  # the host went away: the upstream must see the close now
+        await asyncio.wait_for(closed[0], 5)
+        if sock is not None:
+            assert sock.fileno() == -1  # the duplicate descriptor went with the connection
+            assert len(os.listdir("/proc/self/fd")) < before
+        await pool.close()
+        server.close()
+        await server.wait_closed()
+
+    _run(main())
+
+
+def test_pool_closes_idle_connections_and_their_duplicates() -> None:
+    async def main() -> None:
+        server, closed, port = await _server()
+        pool = UpstreamPool("127.0.0.1", port, tls=False)
+        head = b"GET /sse HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        resp = await pool.request(head, None)
+        sock = quickack_socket(resp)
+        resp.close()
+        await asyncio.wait_for(closed[0], 5)
+        resp2 = await pool.request(head, None)  # a new connection (the first is gone)
+        assert len(closed) == 2
+        sock2 = quickack_socket(resp2)
+        resp2.close()
+        await pool.close()
+        await asyncio.wait_for(closed[1], 5)
+        for s in (sock, sock2):
+            assert s is None or s.fileno() == -1
+        server.close()
+        await server.wait_closed()
+
+    _run(main())
