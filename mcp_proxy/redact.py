@@ -173,18 +173,19 @@ _PREFILTER_WORDS = (
     b"\\u",
 )
 _PREFILTER = re.compile(b"|".join(re.escape(w) for w in _PREFILTER_WORDS))
-_PREFILTER_I = re.compile(b"|".join(re.escape(w) for w in _PREFILTER_WORDS), re.IGNORECASE)
-#: Bodies above this size are prefiltered without a lowered copy.
+#: Bodies above this size are prefiltered a window of this size at a time (no copy of them).
 _BIG = 1 << 20
 #: From this size on (a relay's read of many lines) the prefilter is one substring search per
 #: word over a normalised copy (lower case, ``-``/``_`` removed) instead of the alternation:
 #: Python's regex engine tries every word at every byte (~40 ns per byte), a substring search
 #: skips through the buffer (~1 ns per byte) — but costs a call per word, so short bodies keep
-#: the regex. Removing ``-``/``_`` can only add hits (no word but the folded spellings of
+#: the regex (measured on a 64 MiB body: 0.9 s instead of 13 s of CPU for a case-insensitive
+#: alternation, on a busy machine). Removing ``-``/``_`` can only add hits (no word but the folded spellings of
 #: ``api-key``/``user_code`` contains them), never lose one.
 _LOOP_FROM = 2048
 _FOLD = bytes.maketrans(bytes(range(65, 91)), bytes(range(97, 123)))
 _FOLDED_WORDS = tuple(sorted({w.replace(b"_", b"").replace(b"-", b"") for w in _PREFILTER_WORDS}))
+_OVERLAP = 64
 
 # Byte-level fallback for bodies that are not parseable JSON.
 _FALLBACK_JSON = re.compile(
@@ -367,15 +368,14 @@ class Redactor:
         relay's read once instead of each line cut from it).
         """
         n = len(raw)
-        if n > _BIG:
-            # A huge body is not lowered (a copy of its size): search it case-insensitively.
-            if _PREFILTER_I.search(raw) is not None:
-                return True
-        elif n >= _LOOP_FROM:
-            folded = raw.translate(_FOLD, b"-_")
-            for word in _FOLDED_WORDS:
-                if word in folded:
-                    return True
+        if n >= _LOOP_FROM:
+            # A huge body is folded a window at a time (never a copy of its size); windows
+            # overlap by more than the longest word, so none is cut in two unseen.
+            for start in range(0, n, _BIG):
+                folded = raw[start : start + _BIG + _OVERLAP].translate(_FOLD, b"-_")
+                for word in _FOLDED_WORDS:
+                    if word in folded:
+                        return True
         elif _PREFILTER.search(raw.lower()) is not None:
             return True
         if self._always_parse:

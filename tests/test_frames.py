@@ -222,3 +222,18 @@ def test_id_key_shortcuts_write_what_json_writes(value: object) -> None:
     except UnicodeEncodeError:
         text = json.dumps(value, separators=(",", ":"))
     assert id_key(value) == text
+
+
+def test_a_frame_survives_pickling_whole() -> None:
+    import copy
+    import pickle
+
+    from mcp_proxy.frames import Direction, Frame
+
+    for channel in Channel:
+        f = Frame(Direction.S2C, channel, bytearray(b"x\n"), 5, 1.5, False, 7, "i", "e", {"a": [1]})
+        back = pickle.loads(pickle.dumps(f, protocol=pickle.HIGHEST_PROTOCOL))
+        assert back == f and back.direction is Direction.S2C and back.channel is channel
+        assert type(back.raw) is bytearray
+        deep = copy.deepcopy(f)
+        assert deep == f and deep.extra is not f.extra

@@ -240,3 +240,26 @@ def test_policy_through_the_environment() -> None:
     assert redactor_from_env({}) is None
     garbled = redactor_from_env({ENV_REDACT: "{not json"})
     assert garbled is not None and garbled.enabled  # never silently off
+
+
+@pytest.mark.parametrize("offset", [0, (1 << 20) - 3, (1 << 20) - 8, (1 << 20) + 5, (2 << 20) - 1])
+def test_the_prefilter_sees_a_word_across_its_windows_in_a_huge_body(offset: int) -> None:
+    """Bodies past 1 MiB are searched a window at a time: a word cut by a window edge counts."""
+    body = bytearray(b"x" * ((2 << 20) + 100))
+    body[offset : offset + 10] = b'"PassWord"'
+    assert Redactor().needs_look(bytes(body))
+    assert Redactor().needs_look(body)
+    assert not Redactor().needs_look(b"x" * ((2 << 20) + 100))
+
+
+def test_the_prefilter_of_a_read_matches_the_prefilter_of_its_lines() -> None:
+    """What the recorder relies on: a read is clean exactly when every line of it is."""
+    lines = [
+        b'{"jsonrpc":"2.0","method":"notifications/message","params":{"data":%d}}\n' % i
+        for i in range(200)
+    ]
+    r = Redactor()
+    assert not any(r.needs_look(line) for line in lines) and not r.needs_look(b"".join(lines))
+    for secret in (b'"API-Key"', b"client_SECRET", b'"\\u0070w"', b"Authorization", b"code="):
+        dirty = [*lines[:100], lines[100].replace(b"data", secret), *lines[101:]]
+        assert r.needs_look(dirty[100]) and r.needs_look(b"".join(dirty)), secret

@@ -24,7 +24,7 @@ CHUNK_META = struct.Struct("<32sBBqd")
 T_CHUNK = 1
 T_ITEM = 2
 DIRECTIONS = (Direction.C2S, Direction.S2C)
-CHANNELS = (Channel.STDIO, Channel.STDERR, Channel.HTTP, Channel.SSE)
+CHANNELS = (Channel.STDIO, Channel.STDERR, Channel.HTTP, Channel.SSE, Channel.INJECT)
 DIR_CODE = {d: i for i, d in enumerate(DIRECTIONS)}
 CHAN_CODE = {c: i for i, c in enumerate(CHANNELS)}
 #: The module a relay runs as its recorder process (``python -m …``).

@@ -84,9 +84,10 @@ def test_a_recording_started_before_postgresql_is_up_connects_when_it_is(
         daemon=True,
     )
     reader.start()
-    n = 0
+    n = 1
     slowest_down = 0.0
     try:
+        _exchange(proc, n)  # the first one waits for the relay and the server to start: untimed
         # Talk until the recorder process has tried the database (and said so), then a bit more.
         deadline = time.monotonic() + 60
         while not any("cannot record" in line for line in err_lines):
