@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,23 @@ def test_unwritable_database_counts_every_frame_as_lost(tmp_path: Path) -> None:
     assert stats.frames_written == 0
     assert stats.frames_lost == 5
     assert warnings and "cannot record" in warnings[0]
+
+
+def test_a_finding_with_structured_detail_is_kept_as_json_text(db_path: Path, db_url: str) -> None:
+    """A producer handing ``detail`` as a dict (the fault engine's ``Decision.finding()`` did)
+    had its finding refused by the text column and silently lost; now it is stored as JSON."""
+    rec = Recorder(db_url)
+    sid = rec.new_session(transport="stdio", name="detail")
+    rec.add_finding(
+        sid,
+        code="inject.delay",
+        severity="info",
+        title="injected delay",
+        detail={"rule": "delay ms=5", "id": 1},
+    )
+    rec.end_session(sid)
+    rec.start()
+    rec.close()
+    (row,) = rdb.rows(db_path, "SELECT code, detail FROM findings WHERE session_id = ?", sid)
+    assert row["code"] == "inject.delay"
+    assert json.loads(row["detail"]) == {"rule": "delay ms=5", "id": 1}

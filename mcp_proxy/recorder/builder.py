@@ -18,6 +18,7 @@ and reported through ``warn``, and the builder goes on with the next item.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -357,12 +358,16 @@ class BatchBuilder:
             self._add_frame(item.session_id, frame)
 
     def _on_finding(self, item: FindingItem) -> None:
+        fields = dict(item.fields)
+        for key in ("title", "detail"):  # text columns: a structured value is kept as JSON text
+            if fields.get(key) is not None and not isinstance(fields[key], str):
+                fields[key] = json.dumps(fields[key], ensure_ascii=False, default=str)
         self._batch.findings.append(
             {
                 "session_id": item.session_id,
                 "source": "recorder",
                 "created_at": self._clock(),
-                **{k: storable(v) for k, v in item.fields.items()},
+                **{k: storable(v) for k, v in fields.items()},
             }
         )
 
