@@ -173,6 +173,12 @@ _PREFILTER_WORDS = (
     b"\\u",
 )
 _PREFILTER = re.compile(b"|".join(re.escape(w) for w in _PREFILTER_WORDS))
+#: The one key spelt exactly like this is MCP plumbing (``_meta.progressToken``, in every 2026
+#: request and progress notification) and never redacted (``_TOKEN_ALLOW``): the prefilter
+#: ignores it, quotes included, so ``"token"`` alone no longer sends every such frame to the
+#: parser. Only the exact quoted key goes: ``"myProgressToken"`` or a value that merely contains
+#: the word still hits ``token``.
+_PLUMBING_KEY = b'"progresstoken"'
 #: Bodies above this size are prefiltered a window of this size at a time (no copy of them).
 _BIG = 1 << 20
 #: From this size on (a relay's read of many lines) the prefilter is one substring search per
@@ -373,10 +379,11 @@ class Redactor:
             # overlap by more than the longest word, so none is cut in two unseen.
             for start in range(0, n, _BIG):
                 folded = raw[start : start + _BIG + _OVERLAP].translate(_FOLD, b"-_")
+                folded = folded.replace(_PLUMBING_KEY, b"")
                 for word in _FOLDED_WORDS:
                     if word in folded:
                         return True
-        elif _PREFILTER.search(raw.lower()) is not None:
+        elif _PREFILTER.search(raw.lower().replace(_PLUMBING_KEY, b"")) is not None:
             return True
         if self._always_parse:
             return True

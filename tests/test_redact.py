@@ -263,3 +263,30 @@ def test_the_prefilter_of_a_read_matches_the_prefilter_of_its_lines() -> None:
     for secret in (b'"API-Key"', b"client_SECRET", b'"\\u0070w"', b"Authorization", b"code="):
         dirty = [*lines[:100], lines[100].replace(b"data", secret), *lines[101:]]
         assert r.needs_look(dirty[100]) and r.needs_look(b"".join(dirty)), secret
+
+
+def test_the_prefilter_lets_progress_tokens_pass_and_still_sees_real_tokens() -> None:
+    """``_meta.progressToken`` (every 2026 request and progress notification) is plumbing the
+    redactor never touches; it used to send every such frame to the parser. A key that only
+    contains the word, or a real token beside it, still does (small bodies and big reads)."""
+    r = Redactor()
+    call = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "x", "arguments": {}, "_meta": {"progressToken": "p-1"}},
+        }
+    ).encode()
+    progress = b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7}}'
+    for clean in (call, progress, (call + b"\n") * 200):
+        assert not r.needs_look(clean)
+    for dirty in (
+        b'{"a":{"myProgressToken":"s3cr3t"}}',
+        b'{"progressToken":1,"access_token":"y"}',
+        (call + b"\n") * 200 + b'{"a":{"myProgressToken":"s3cr3t"}}\n',
+    ):
+        assert r.needs_look(dirty), dirty[-60:]
+    assert r.json_value({"a": {"myProgressToken": "s3cr3t"}})[0] == {
+        "a": {"myProgressToken": "[REDACTED]"}
+    }
