@@ -180,15 +180,13 @@ class MockFaults:
         if verdict is not None:
             verdict.decision = decision
             return verdict
-        facts, s = decision.facts, decision.rule.settings
+        facts = decision.facts
         if facts.kind != "request" and decision.action != "corrupt":
             return Verdict(decision=decision)  # only a request can be answered in its place
-        if decision.action == "error":
-            reply = error_response(facts, int(s["code"]), str(s["message"]), s.get("data"), end=b"")
-            return Verdict(payloads=[reply], consumed=True, decision=decision)
-        if decision.action == "tool-error":
-            reply = tool_error_response(facts, str(s["text"]), end=b"")
-            return Verdict(payloads=[reply], consumed=True, decision=decision)
+        if decision.action in ("error", "tool-error"):  # answered in the server's place
+            reply = decision.replacement(b"")
+            if reply is not None:
+                return Verdict(payloads=[reply.rstrip(b"\r\n")], consumed=True, decision=decision)
         if decision.action == "corrupt":  # what a server answers to a frame it cannot parse
             return Verdict(payloads=[PARSE_ERROR], consumed=True, decision=decision)
         return Verdict(decision=decision)  # duplicate/reorder: the mock's own frames only

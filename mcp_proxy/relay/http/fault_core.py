@@ -8,11 +8,12 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
 
+from mcp_proxy.faults.engine import Decision, FaultEngine
 from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.framing import SSEEvent
 from mcp_proxy.relay.http.wire import WireFrame
@@ -56,33 +57,6 @@ def injected_status(settings: Any) -> tuple[int, list[tuple[str, str]], bytes]:
         ctype = "application/json" if body.lstrip()[:1] in (b"{", b"[") else "text/plain"
         headers.append(("Content-Type", ctype))
     return status, headers, body
-
-
-class Decision(Protocol):
-    """What this module needs of ``mcp_proxy.faults.engine.Decision``.
-
-    Relays do not import the faults package (tests/test_layers.py): the engine is handed in
-    through ``RelayConfig.faults`` and its decisions carry what a transport needs.
-    """
-
-    @property
-    def rule(self) -> Any: ...
-    @property
-    def facts(self) -> Any: ...
-    @property
-    def direction(self) -> str: ...
-    @property
-    def action(self) -> str: ...
-    def finding(self) -> dict[str, Any]: ...
-    def replacement(self, raw: bytes) -> bytes | None: ...
-    def corrupted(self, raw: bytes) -> bytes: ...
-    def delay_seconds(self) -> float: ...
-
-
-class FaultEngine(Protocol):
-    """What this module needs of ``mcp_proxy.faults.engine.FaultEngine``."""
-
-    def decide(self, direction: str, raw: bytes) -> Decision | None: ...
 
 
 def _answer_body(decision: Decision) -> bytes | None:

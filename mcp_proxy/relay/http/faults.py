@@ -65,6 +65,7 @@ from mcp_proxy.relay.http.fault_core import (
     _answer_body,
     _Faults,
     _reset,
+    _spawn,
     _throttle_s,
     injected_status,
 )
@@ -194,7 +195,7 @@ async def _handle(
     finally:
         f.place()
         if ex.handed_off:
-            pass
+            pass  # the response belongs to a task that goes on after this handler
         elif complete:
             resp.release()
         else:
@@ -240,9 +241,7 @@ def _send_again(relay: HTTPRelay, f: _Faults, rh: RequestHead, body: bytes) -> N
         except Exception:
             resp.close()
 
-    task = asyncio.ensure_future(again())
-    relay._tails.add(task)  # type: ignore[arg-type]
-    task.add_done_callback(relay._tails.discard)  # type: ignore[arg-type]
+    _spawn(relay, again())
 
 
 async def _drop_request(
