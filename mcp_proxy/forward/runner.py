@@ -24,9 +24,11 @@ from typing import Any
 from mcp_proxy.errors import UserError
 from mcp_proxy.redact import ENV_REDACT, Redactor, redactor_for_recording
 
-__all__ = ["ENV_CONFDIR", "ca_cert_path", "environment_lines", "record_forward"]
+__all__ = ["ENV_CONFDIR", "ENV_DISPATCH", "ca_cert_path", "environment_lines", "record_forward"]
 
 ENV_CONFDIR = "MCPTAPE_MITMPROXY_CONFDIR"
+#: ``stock``: mitmproxy's own addon manager instead of :mod:`mcp_proxy.forward.dispatch`'s.
+ENV_DISPATCH = "MCPTAPE_FORWARD_DISPATCH"
 DEFAULT_CONFDIR = "~/.mitmproxy"
 
 
@@ -175,6 +177,14 @@ async def serve_forward(
     mitm_log = logging.getLogger("mitmproxy")
     mitm_log.addHandler(errors)
     master = Master(opts)
+    if os.environ.get(ENV_DISPATCH, "").strip().lower() != "stock":
+        # Same addons, same order, same errors; only the per-event bookkeeping is lighter
+        # (mcp_proxy/forward/dispatch.py). MCPTAPE_FORWARD_DISPATCH=stock keeps mitmproxy's
+        # own manager: for comparison (benchmarks/bench_forward.py) or a misbehaving script.
+        from mcp_proxy.forward.dispatch import LeanAddonManager
+
+        opts.changed.disconnect(master.addons._configure_all)
+        master.addons = LeanAddonManager(master)
     try:
         master.addons.add(*_addons())
         opts.update(connection_strategy="lazy")
