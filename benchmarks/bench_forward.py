@@ -1,26 +1,30 @@
 """Forward-proxy benchmark: ``mcptape record --forward`` against a direct HTTPS connection.
 
-    .venv/bin/python benchmarks/bench_forward.py                 # 1,000 calls per leg
-    .venv/bin/python benchmarks/bench_forward.py --calls 200 --events 50
+    .venv/bin/python benchmarks/bench_forward.py                  # 5 rounds x 200 calls per leg
+    .venv/bin/python benchmarks/bench_forward.py --rounds 3 --calls 100 --events 30 --mitmdump
 
 Measures, each through the forward proxy and direct, in the same run:
 
-1. Official SDK client ↔ SDK server over Streamable HTTP behind TLS (a test-made CA), N
+1. Official SDK client <-> SDK server over Streamable HTTP behind TLS (a test-made CA),
    sequential ``tools/call`` echo, both eras (``legacy`` = 2025-11-25 handshake, ``auto`` =
-   2026-07-28): time per call and the ratio forward/direct. Target ≤ 1.5: TLS is terminated
-   twice (host↔mitmproxy, mitmproxy↔server) and mitmproxy is pure Python. Four legs: direct,
-   plain ``mitmdump`` (mitmproxy's own cost), ``mitmdump -s addons/mcptape.py`` and
-   ``mcptape record --forward``; for each, the CPU time per call of the client (this process),
-   the server and the proxy (with its recorder worker), read from ``/proc`` — a figure that
-   survives a busy machine, where wall time does not. In the legacy era the SDK client closes
-   each POST's event stream as soon as the response event is in, before the stream's end, so
-   its HTTP client drops the connection: every call is a new TCP+TLS connection (direct: one
-   handshake; forwarded: CONNECT and two handshakes, and mitmproxy's per-connection work).
+   2026-07-28). The legs (direct, ``record --forward``, the same with
+   ``MCPTAPE_FORWARD_DISPATCH=stock`` — mitmproxy's own addon manager, the figure before
+   ``mcp_proxy/forward/dispatch.py`` — and with ``--mitmdump`` plain ``mitmdump`` and
+   ``mitmdump -s addons/mcptape.py``) run in rounds, interleaved and rotated, so that the
+   noise of a shared machine falls on all of them; each figure is min / median / max over the
+   rounds: wall time per call, its ratio to the direct leg of the same round (target <= 1.5 on
+   the median), CPU per call of the proxy process and of its recorder worker (from ``/proc``:
+   survives a busy machine, where wall time does not), CPU of everything, and the TCP
+   connections the client opened per call. In the legacy era the SDK client closes each POST's
+   event stream as soon as the response event is in, before the stream's end, so httpcore
+   drops the connection (it keeps only a connection whose response it read to the end): every
+   call is a new TCP+TLS connection — direct: one handshake; forwarded: a CONNECT, two
+   handshakes and mitmproxy's per-connection work.
 2. SSE: the server writes events stamped with ``time.monotonic_ns()`` (one clock for every
-   process on the machine), the client notes each arrival; p50/p99 of the difference, direct
-   and forward, and the added p50. Target ≤ 2 ms added.
+   process on the machine), the client notes each arrival; per event min/median/max direct and
+   forward, and per round the added median. Target <= 2 ms added.
 
-Then the recording is read back: every call recorded, no frame lost. Not a test: it prints a
+Then the recording is read back: every call recorded, no recorder gap. Not a test: it prints a
 table; read it with the machine's load in mind (``uptime`` is shown).
 """
 
@@ -60,12 +64,14 @@ from tests.forward.conftest import TLSFiles, run_forward, start_tls_server  # no
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_ms(pid: int) -> float:
-    """CPU milliseconds (user + system) of a process and all its descendants, from /proc."""
+def cpu_ms(pid: int, descendants: bool = True) -> float:
+    """CPU milliseconds (user + system) of a process (and all its descendants), from /proc."""
     total = 0.0
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         total = (int(fields[11]) + int(fields[12])) * 1000 / TICK
+        if not descendants:
+            return total
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return total
@@ -119,12 +125,13 @@ class Round:
     wall: float
     client: float
     server: float
-    proxy: float
+    proxy: float  # the proxy process alone
+    recorder: float  # its recorder worker (another process: off the forwarding path)
     conns: float
 
     @property
     def cpu(self) -> float:
-        return self.client + self.server + self.proxy
+        return self.client + self.server + self.proxy + self.recorder
 
 
 @dataclasses.dataclass
@@ -157,19 +164,22 @@ async def rounds_of_calls(
             for i in order:
                 leg, c = legs[i], clients[i]
                 c0, s0, k0 = self_cpu_ms(), cpu_ms(server_pid), CONNECTS[0]
-                p0 = cpu_ms(leg.pid) if leg.pid else 0.0
+                p0 = cpu_ms(leg.pid, False) if leg.pid else 0.0
+                w0 = cpu_ms(leg.pid) if leg.pid else 0.0
                 t0 = time.perf_counter()
                 for j in range(n):
                     await c.call_tool("echo", {"text": f"call {j}"})
                 wall = (time.perf_counter() - t0) / n * 1e3
                 c1, s1, k1 = self_cpu_ms(), cpu_ms(server_pid), CONNECTS[0]
-                p1 = cpu_ms(leg.pid) if leg.pid else 0.0
+                p1 = cpu_ms(leg.pid, False) if leg.pid else 0.0
+                w1 = cpu_ms(leg.pid) if leg.pid else 0.0
                 out[leg.name].append(
                     Round(
                         wall,
                         (c1 - c0) / n * 1e3,
                         (s1 - s0) / n * 1e3,
                         (p1 - p0) / n * 1e3,
+                        ((w1 - w0) - (p1 - p0)) / n * 1e3,
                         (k1 - k0) / n,
                     )
                 )
@@ -290,7 +300,9 @@ def print_calls(mode: str, table: dict[str, list[Round]]) -> bool:
         ratios = [r.wall / d.wall for r, d in zip(rounds, direct, strict=True)]
         line = (
             f"    {name:<24}{spread([r.wall for r in rounds])}  {spread(ratios)}"
-            f"  {spread_us([r.proxy for r in rounds])}  {spread_us([r.cpu for r in rounds])}"
+            f"  {spread_us([r.proxy for r in rounds])}"
+            f" {statistics.median([r.recorder for r in rounds]):7.0f}"
+            f"  {spread_us([r.cpu for r in rounds])}"
             f"  {statistics.median([r.conns for r in rounds]):5.2f}"
         )
         if name == "record --forward":
@@ -363,12 +375,12 @@ def main() -> int:
     )
     print(
         f"    {'leg':<24}{'wall ms/call':^26}  {'ratio to direct':^26}  {'proxy CPU µs/call':^23}"
-        f"  {'all CPU µs/call':^23}  conns/call"
+        f" {'+rec':>7}  {'all CPU µs/call':^23}  conns/call"
     )
     ok = all([print_calls(mode, tables[mode]) for mode in modes])
     print(
-        "    (proxy CPU: the proxy process and its recorder worker; all CPU: client + server + "
-        "proxy; conns/call: TCP connections the client opened)"
+        "    (proxy CPU: the proxy process; +rec: median of its recorder worker process; all CPU: "
+        "client + server + proxy + recorder; conns/call: TCP connections the client opened)"
     )
     print(
         f"\nSSE event latency, upstream write -> host receipt: {args.rounds} rounds x "

@@ -164,6 +164,7 @@ async def serve_forward(
     from mitmproxy.master import Master
 
     from mcp_proxy.forward.addon import McpTape
+    from mcp_proxy.forward.resume import UpstreamSessions
     from mcp_proxy.recorder.client import RecorderClient
 
     conf = confdir()
@@ -208,7 +209,8 @@ async def serve_forward(
     addon = McpTape(
         recorder, redactor=redactor, name=name, idle_cut=idle_cut, record_all=record_all
     )
-    master.addons.add(addon)
+    # Upstream TLS sessions resumed across host connections (mcp_proxy/forward/resume.py).
+    master.addons.add(UpstreamSessions(), addon)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
