@@ -258,3 +258,52 @@ def test_an_integer_past_64_bits_split_across_reads_stays_exact() -> None:
     )
     rows = b.take().frames
     assert [(r.kind, r.error_code) for r in rows] == [("error", None), ("response", None)]
+
+
+# Lines the read-at-a-time path classifies inline (orjson, notifications without a Classified)
+# next to every shape that must leave it: each must give the row classify() gives.
+HOSTILE = [
+    b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}\n',
+    b'{"jsonrpc":"2.0","method":"a","method":"b"}\n',  # duplicate key: the last one wins
+    b'{"jsonrpc":"2.0","method":"n","id":null}\n',  # a null id is no notification
+    b'{"jsonrpc":"2.0","method":"n","id":true}\n',
+    b'{"jsonrpc":"2.0","method":"n","id":1.5}\n',
+    b'{"jsonrpc":"2.0","method":"n","id":[1]}\n',
+    b'{"jsonrpc":"2.0","method":7}\n',
+    b'{"jsonrpc":"1.0","method":"n"}\n',
+    b'{"method":"n"}\n',
+    b'{"jsonrpc":"2.0","method":"caf\\u00e9"}\n',  # not ASCII: the column rules apply
+    b'{"jsonrpc":"2.0","method":"\\ud800"}\n',  # a lone surrogate: orjson refuses, json reads
+    b'{"jsonrpc":"2.0","method":"' + b"m" * 250 + b'"}\n',  # longer than the column
+    b'{"jsonrpc":"2.0","method":"n","params":{"x":NaN}}\n',
+    b'{"jsonrpc":"2.0","method":"n","params":{"x":"\xff"}}\n',  # invalid UTF-8 in a string
+    b'{"jsonrpc":"2.0","method":"n"} trailing\n',
+    b'{"jsonrpc":"2.0","method":"n"}\r\n',
+    b'\xef\xbb\xbf{"jsonrpc":"2.0","method":"n"}\n',  # a BOM
+    b'{\x00"jsonrpc":"2.0"}\n',
+    b'{"a":' * 1100 + b"1" + b"}" * 1100 + b"\n",  # deeper than orjson parses
+    b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"\n",  # deeper than json parses
+    b'{"jsonrpc":"2.0","id":9,"error":{"code":-32601,"message":"nope"}}\n',
+    b'{"jsonrpc":"2.0","id":"x","result":{"v":%d}}\n' % (2**70),  # past 64 bits: json only
+    b'[{"jsonrpc":"2.0","method":"n"}]\n',
+    b"{}\n",
+    b"{\n",
+    b"  \n",
+]
+
+
+def test_the_inline_classification_gives_the_rows_of_classify() -> None:
+    """Read-at-a-time (no redaction) against frame-at-a-time (an identity redactor)."""
+    data = b"".join(HOSTILE * 3)
+    for seed in range(3):
+        chunks = _chop(data, seed)
+        assert _rows_of(chunks, None) == _rows_of(chunks, lambda frame: frame)
+    for channel in (STDIO, Channel.STDERR):
+        rows = []
+        for redact in (None, lambda frame: frame):
+            b = _builder(redact=redact)
+            b.feed(Chunk(SID, S2C, channel, data, 1, 1.0))
+            rows.append(b.take().frames)
+        assert rows[0] == rows[1] and len(rows[0]) == 3 * len(HOSTILE)
+    kinds = {r.kind for r in _rows_of([data], None)[0]}  # type: ignore[attr-defined]
+    assert {"notification", "invalid", "noise", "undecodable", "error", "batch"} <= kinds
