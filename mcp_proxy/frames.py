@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from orjson import loads as _orjson_loads
-
 
 class Direction(StrEnum):
     C2S = "c2s"  # host (client) → server
@@ -230,6 +228,17 @@ def _classify_huge(content: bytes) -> Classified:
     if m_res >= 0:
         return Classified(Kind.RESPONSE, msg_id=msg_id, partial=True)
     return Classified(Kind.INVALID, msg_id=msg_id, partial=True, problem="unrecognised shape")
+
+
+def _orjson_loads(data: bytes) -> Any:
+    """orjson's ``loads``, imported on first use: it costs a relay ~10 ms of start-up (orjson
+    loads dataclasses, uuid, datetime… at import), and a relay without fault rules never
+    parses a frame. The first call rebinds this name to orjson's own function."""
+    global _orjson_loads
+    from orjson import loads
+
+    _orjson_loads = loads
+    return loads(data)
 
 
 #: A run of this many digits may be an integer beyond 64 bits, which orjson turns into a float
