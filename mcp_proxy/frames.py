@@ -230,7 +230,7 @@ def _classify_huge(content: bytes) -> Classified:
     return Classified(Kind.INVALID, msg_id=msg_id, partial=True, problem="unrecognised shape")
 
 
-def _orjson_loads(data: bytes) -> Any:
+def _orjson_loads(data: bytes | bytearray | memoryview | str) -> Any:
     """orjson's ``loads``, imported on first use: it costs a relay ~10 ms of start-up (orjson
     loads dataclasses, uuid, datetime… at import), and a relay without fault rules never
     parses a frame. The first call rebinds this name to orjson's own function."""
