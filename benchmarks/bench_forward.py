@@ -8,8 +8,8 @@ Measures, each through the forward proxy and direct, in the same run:
 1. Official SDK client <-> SDK server over Streamable HTTP behind TLS (a test-made CA),
    sequential ``tools/call`` echo, both eras (``legacy`` = 2025-11-25 handshake, ``auto`` =
    2026-07-28). The legs (direct, ``record --forward``, the same with
-   ``MCPTAPE_FORWARD_DISPATCH=stock`` — mitmproxy's own addon manager, the figure before
-   ``mcp_proxy/forward/dispatch.py`` — and with ``--mitmdump`` plain ``mitmdump`` and
+   ``MCPTAPE_FORWARD_TUNING=off`` — mitmproxy's own addon manager and no upstream TLS session
+   resumption, the figure before ``mcp_proxy/forward/dispatch.py`` and ``resume.py`` — and with ``--mitmdump`` plain ``mitmdump`` and
    ``mitmdump -s addons/mcptape.py``) run in rounds, interleaved and rotated, so that the
    noise of a shared machine falls on all of them; each figure is min / median / max over the
    rounds: wall time per call, its ratio to the direct leg of the same round (target <= 1.5 on
@@ -57,7 +57,7 @@ import httpx2  # noqa: E402
 import trustme  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from mcp_proxy.forward.runner import ENV_DISPATCH  # noqa: E402
+from mcp_proxy.forward.runner import ENV_TUNING  # noqa: E402
 from mcp_proxy.testing.client import make_client  # noqa: E402
 from tests.forward.conftest import TLSFiles, run_forward, start_tls_server  # noqa: E402
 
@@ -325,7 +325,7 @@ def main() -> int:
         "default addons, its own dispatch)",
     )
     ap.add_argument(
-        "--no-stock", action="store_true", help="skip the MCPTAPE_FORWARD_DISPATCH=stock leg"
+        "--no-stock", action="store_true", help="skip the MCPTAPE_FORWARD_TUNING=off leg"
     )
     args = ap.parse_args()
     print(f"uptime: {os.popen('uptime').read().strip()}")
@@ -347,10 +347,8 @@ def main() -> int:
             LegSpec("record --forward", fw.url, fw.ca_cert, fw.proc.pid),
         ]
         if not args.no_stock:
-            stock = stack.enter_context(
-                run_forward(d / "stock.db", conf, env={ENV_DISPATCH: "stock"})
-            )
-            legs.append(LegSpec("  (stock dispatch)", stock.url, fw.ca_cert, stock.proc.pid))
+            stock = stack.enter_context(run_forward(d / "stock.db", conf, env={ENV_TUNING: "off"}))
+            legs.append(LegSpec("  (untuned: as shipped)", stock.url, fw.ca_cert, stock.proc.pid))
         if args.mitmdump:
             addon = ("-s", str(ROOT / "addons" / "mcptape.py"))
             addon += ("--set", f"mcptape_db={d / 'addon.db'}")

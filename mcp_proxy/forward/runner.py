@@ -24,11 +24,14 @@ from typing import Any
 from mcp_proxy.errors import UserError
 from mcp_proxy.redact import ENV_REDACT, Redactor, redactor_for_recording
 
-__all__ = ["ENV_CONFDIR", "ENV_DISPATCH", "ca_cert_path", "environment_lines", "record_forward"]
+__all__ = ["ENV_CONFDIR", "ENV_TUNING", "ca_cert_path", "environment_lines", "record_forward"]
 
 ENV_CONFDIR = "MCPTAPE_MITMPROXY_CONFDIR"
-#: ``stock``: mitmproxy's own addon manager instead of :mod:`mcp_proxy.forward.dispatch`'s.
-ENV_DISPATCH = "MCPTAPE_FORWARD_DISPATCH"
+#: ``off``: mitmproxy as shipped — its own addon manager instead of
+#: :mod:`mcp_proxy.forward.dispatch`'s and no upstream session resumption
+#: (:mod:`mcp_proxy.forward.resume`): for comparison (benchmarks/bench_forward.py), or to rule
+#: them out when a user's script misbehaves.
+ENV_TUNING = "MCPTAPE_FORWARD_TUNING"
 DEFAULT_CONFDIR = "~/.mitmproxy"
 
 
@@ -178,10 +181,10 @@ async def serve_forward(
     mitm_log = logging.getLogger("mitmproxy")
     mitm_log.addHandler(errors)
     master = Master(opts)
-    if os.environ.get(ENV_DISPATCH, "").strip().lower() != "stock":
+    tuned = os.environ.get(ENV_TUNING, "").strip().lower() != "off"
+    if tuned:
         # Same addons, same order, same errors; only the per-event bookkeeping is lighter
-        # (mcp_proxy/forward/dispatch.py). MCPTAPE_FORWARD_DISPATCH=stock keeps mitmproxy's
-        # own manager: for comparison (benchmarks/bench_forward.py) or a misbehaving script.
+        # (mcp_proxy/forward/dispatch.py).
         from mcp_proxy.forward.dispatch import LeanAddonManager
 
         opts.changed.disconnect(master.addons._configure_all)
@@ -210,7 +213,7 @@ async def serve_forward(
         recorder, redactor=redactor, name=name, idle_cut=idle_cut, record_all=record_all
     )
     # Upstream TLS sessions resumed across host connections (mcp_proxy/forward/resume.py).
-    master.addons.add(UpstreamSessions(), addon)
+    master.addons.add(*([UpstreamSessions()] if tuned else []), addon)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
