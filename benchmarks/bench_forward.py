@@ -8,8 +8,8 @@ Measures, each through the forward proxy and direct, in the same run:
 1. Official SDK client <-> SDK server over Streamable HTTP behind TLS (a test-made CA),
    sequential ``tools/call`` echo, both eras (``legacy`` = 2025-11-25 handshake, ``auto`` =
    2026-07-28). The legs (direct, ``record --forward``, the same with
-   ``MCPTAPE_FORWARD_TUNING=off`` — mitmproxy's own addon manager and no upstream TLS session
-   resumption, the figure before ``mcp_proxy/forward/dispatch.py`` and ``resume.py`` — and with ``--mitmdump`` plain ``mitmdump`` and
+   ``MCPTAPE_FORWARD_TUNING=off`` — mitmproxy's own addon manager, the figure before
+   ``mcp_proxy/forward/dispatch.py`` — and with ``--mitmdump`` plain ``mitmdump`` and
    ``mitmdump -s addons/mcptape.py``) run in rounds, interleaved and rotated, so that the
    noise of a shared machine falls on all of them; each figure is min / median / max over the
    rounds: wall time per call, its ratio to the direct leg of the same round (target <= 1.5 on
@@ -317,7 +317,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=200, help="calls per leg per round")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--events", type=int, default=50, help="SSE events per round")
+    ap.add_argument("--events", type=int, default=50, help="SSE events per round (0: none)")
+    ap.add_argument("--eras", default="legacy,auto", help="legacy, auto or both (comma)")
     ap.add_argument(
         "--mitmdump",
         action="store_true",
@@ -330,7 +331,7 @@ def main() -> int:
     args = ap.parse_args()
     print(f"uptime: {os.popen('uptime').read().strip()}")
     count_connections()
-    modes = ("legacy", "auto")
+    modes = tuple(m.strip() for m in args.eras.split(",") if m.strip())
     tables: dict[str, dict[str, list[Round]]] = {}
     sse: dict[str, list[list[float]]] = {"direct": [], "record --forward": []}
     with contextlib.ExitStack() as stack:
@@ -361,7 +362,7 @@ def main() -> int:
                 rounds_of_calls(srv.url, srv.proc.pid, legs, mode, args.calls, args.rounds)
             )
         origin = srv.url.rsplit("/", 1)[0]
-        for r in range(args.rounds):
+        for r in range(args.rounds if args.events else 0):
             pair = [("direct", tls.ca_pem, None), ("record --forward", fw.ca_cert, fw.url)]
             for name, ca, proxy in pair if r % 2 == 0 else pair[::-1]:
                 sse[name].append(asyncio.run(sse_delays(origin, ca, proxy, args.events)))
@@ -380,24 +381,26 @@ def main() -> int:
         "    (proxy CPU: the proxy process; +rec: median of its recorder worker process; all CPU: "
         "client + server + proxy + recorder; conns/call: TCP connections the client opened)"
     )
-    print(
-        f"\nSSE event latency, upstream write -> host receipt: {args.rounds} rounds x "
-        f"{args.events} events; ms"
-    )
-    print(f"    {'':<24}{'per event: min':>14} {'median':>8} {'max':>8}   round medians")
-    for name, per_round in sse.items():
-        flat = [x for xs in per_round for x in xs]
-        meds = " ".join(f"{statistics.median(xs):.2f}" for xs in per_round)
-        print(f"    {name:<24}{spread(flat)}   {meds}")
-    added = [
-        statistics.median(f) - statistics.median(d)
-        for f, d in zip(sse["record --forward"], sse["direct"], strict=True)
-    ]
-    sse_ok = statistics.median(added) <= 2
-    print(
-        f"    added (median per round): min/median/max {spread(added)}"
-        f"   target <= 2 ms: {'met' if sse_ok else 'NOT met'}"
-    )
+    sse_ok = True
+    if args.events:
+        print(
+            f"\nSSE event latency, upstream write -> host receipt: {args.rounds} rounds x "
+            f"{args.events} events; ms"
+        )
+        print(f"    {'':<24}{'per event: min':>14} {'median':>8} {'max':>8}   round medians")
+        for name, per_round in sse.items():
+            flat = [x for xs in per_round for x in xs]
+            meds = " ".join(f"{statistics.median(xs):.2f}" for xs in per_round)
+            print(f"    {name:<24}{spread(flat)}   {meds}")
+        added = [
+            statistics.median(f) - statistics.median(d)
+            for f, d in zip(sse["record --forward"], sse["direct"], strict=True)
+        ]
+        sse_ok = statistics.median(added) <= 2
+        print(
+            f"    added (median per round): min/median/max {spread(added)}"
+            f"   target <= 2 ms: {'met' if sse_ok else 'NOT met'}"
+        )
     expected = len(modes) * args.rounds * args.calls + len(modes) * 20
     print(
         f"\nrecorded tools/call requests through record --forward: {recorded} "

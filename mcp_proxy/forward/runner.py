@@ -28,9 +28,8 @@ __all__ = ["ENV_CONFDIR", "ENV_TUNING", "ca_cert_path", "environment_lines", "re
 
 ENV_CONFDIR = "MCPTAPE_MITMPROXY_CONFDIR"
 #: ``off``: mitmproxy as shipped — its own addon manager instead of
-#: :mod:`mcp_proxy.forward.dispatch`'s and no upstream session resumption
-#: (:mod:`mcp_proxy.forward.resume`): for comparison (benchmarks/bench_forward.py), or to rule
-#: them out when a user's script misbehaves.
+#: :mod:`mcp_proxy.forward.dispatch`'s: for comparison (benchmarks/bench_forward.py), or to rule
+#: it out when a user's script misbehaves.
 ENV_TUNING = "MCPTAPE_FORWARD_TUNING"
 DEFAULT_CONFDIR = "~/.mitmproxy"
 
@@ -167,7 +166,6 @@ async def serve_forward(
     from mitmproxy.master import Master
 
     from mcp_proxy.forward.addon import McpTape
-    from mcp_proxy.forward.resume import UpstreamSessions
     from mcp_proxy.recorder.client import RecorderClient
 
     conf = confdir()
@@ -181,8 +179,7 @@ async def serve_forward(
     mitm_log = logging.getLogger("mitmproxy")
     mitm_log.addHandler(errors)
     master = Master(opts)
-    tuned = os.environ.get(ENV_TUNING, "").strip().lower() != "off"
-    if tuned:
+    if os.environ.get(ENV_TUNING, "").strip().lower() != "off":
         # Same addons, same order, same errors; only the per-event bookkeeping is lighter
         # (mcp_proxy/forward/dispatch.py).
         from mcp_proxy.forward.dispatch import LeanAddonManager
@@ -212,8 +209,7 @@ async def serve_forward(
     addon = McpTape(
         recorder, redactor=redactor, name=name, idle_cut=idle_cut, record_all=record_all
     )
-    # Upstream TLS sessions resumed across host connections (mcp_proxy/forward/resume.py).
-    master.addons.add(*([UpstreamSessions()] if tuned else []), addon)
+    master.addons.add(addon)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
