@@ -13,6 +13,8 @@ frame's content).
 
 from __future__ import annotations
 
+from typing import Any
+
 FRAME_COLUMNS: tuple[str, ...] = (
     "seq",
     "ts",
@@ -36,4 +38,79 @@ FRAME_COLUMNS: tuple[str, ...] = (
 SEQ, TS, MONO_NS, DIRECTION, CHANNEL, KIND, METHOD, MSG_ID, ERROR_CODE, SIZE = range(10)
 COMPLETE, PARTIAL_PARSE, RAW, HTTP_EXCHANGE_ID, SSE_ID, SSE_EVENT = range(10, 16)
 
-__all__ = ["FRAME_COLUMNS"]
+
+# ---------------------------------------------------------------------------------------------
+# Schema v2 (revision 0004): how a frame is stored. The table ``frame_rows`` holds the session's
+# integer ``key`` (``sessions.key``) instead of its 32-character id, and small integer codes
+# instead of the direction/channel/kind strings; the view ``frames`` decodes both, so readers
+# and ad hoc SQL see the rows of revision 0003. The codes are fixed forever (they are data on
+# disk): new values get new numbers, none is ever reused.
+
+DIRECTION_CODES: dict[str, int] = {"c2s": 0, "s2c": 1}
+CHANNEL_CODES: dict[str, int] = {"stdio": 0, "http": 1, "sse": 2, "stderr": 3, "inject": 4}
+KIND_CODES: dict[str, int] = {
+    "request": 0,
+    "response": 1,
+    "notification": 2,
+    "error": 3,
+    "batch": 4,
+    "invalid": 5,
+    "noise": 6,
+    "stderr": 7,
+    "empty": 8,
+    "undecodable": 9,
+}
+DIRECTION_NAMES: dict[int, str] = {v: k for k, v in DIRECTION_CODES.items()}
+CHANNEL_NAMES: dict[int, str] = {v: k for k, v in CHANNEL_CODES.items()}
+KIND_NAMES: dict[int, str] = {v: k for k, v in KIND_CODES.items()}
+
+#: The physical frame columns after ``session_key``, in the order writers bind them: the
+#: recorder's ``FrameRow`` fields after ``session_id``, with the three strings as codes.
+STORED_FRAME_COLS: tuple[str, ...] = (
+    "session_key", "seq", "ts", "mono_ns", "direction", "channel", "kind", "method", "msg_id",
+    "error_code", "size", "complete", "partial_parse", "raw", "http_exchange_id", "sse_id",
+    "sse_event", "redacted",
+)  # fmt: skip
+
+
+def case_sql(column: str, names: dict[int, str]) -> str:
+    """``CASE column WHEN 0 THEN 'c2s' … END``: a code decoded in SQL (the view, ``show``)."""
+    whens = " ".join(f"WHEN {code} THEN '{name}'" for code, name in names.items())
+    return f"CASE {column} {whens} END"
+
+
+def encode_case_sql(column: str, codes: dict[str, int]) -> str:
+    """``CASE column WHEN 'c2s' THEN 0 … END``: a string encoded in SQL (triggers, migration)."""
+    whens = " ".join(f"WHEN '{name}' THEN {code}" for name, code in codes.items())
+    return f"CASE {column} {whens} END"
+
+
+def stream_sql() -> str:
+    """The SQLite statement ``show`` streams a session with (one ``?``: the session id).
+
+    Reads ``frame_rows`` on its ``(session_key, seq)`` index and decodes in SQL, so the tuples
+    come out in :data:`FRAME_COLUMNS` order with the strings of revision 0003.
+    """
+    decoded = {
+        "direction": case_sql("f.direction", DIRECTION_NAMES),
+        "channel": case_sql("f.channel", CHANNEL_NAMES),
+        "kind": case_sql("f.kind", KIND_NAMES),
+    }
+    cols = ", ".join(decoded.get(c, f"f.{c}") for c in FRAME_COLUMNS)
+    return (
+        f"SELECT {cols} FROM frame_rows AS f"
+        " WHERE f.session_key = (SELECT key FROM sessions WHERE id = ?) ORDER BY f.seq"
+    )
+
+
+def encode_frames(keys: dict[str, int], rows: list[Any]) -> list[tuple[Any, ...]]:
+    """The recorder's ``FrameRow`` tuples as ``STORED_FRAME_COLS`` tuples.
+
+    ``keys`` maps each session id to its ``sessions.key``. A string outside the codes raises
+    ``KeyError`` (the classifier only makes the values above).
+    """
+    d, c, k = DIRECTION_CODES, CHANNEL_CODES, KIND_CODES
+    return [(keys[r[0]], r[1], r[2], r[3], d[r[4]], c[r[5]], k[r[6]], *r[7:]) for r in rows]
+
+
+__all__ = ["FRAME_COLUMNS", "STORED_FRAME_COLS", "encode_frames", "stream_sql"]

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from mcp_proxy.errors import BadValueError, NotFoundError
 from mcp_proxy.store.base import FRAME_COLUMNS_NO_RAW, StoreBase
+from mcp_proxy.store.columns import KIND_CODES
 from mcp_proxy.store.filters import (
     SEVERITIES,
     SORTS,
@@ -25,7 +26,14 @@ from mcp_proxy.store.filters import (
     parse_cursor,
 )
 from mcp_proxy.store.schema import annotations as notes_table
-from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
+from mcp_proxy.store.schema import (
+    findings,
+    frame_rows,
+    frames,
+    http_exchanges,
+    session_keys,
+    sessions,
+)
 
 #: Bytes of each frame a timeline row shows (the rest is one click away).
 PREVIEW_BYTES = 400
@@ -80,10 +88,14 @@ class PageQueries(StoreBase):
         }
         if not ids:
             return out
+        # Requests only, on the partial index ix_frames_requests (kind = request's code).
         req = await self._all(
-            sa.select(frames.c.session_id, sa.func.count().label("n"))
-            .where(frames.c.session_id.in_(ids), frames.c.kind == "request")
-            .group_by(frames.c.session_id)
+            sa.select(session_keys.c.id.label("session_id"), sa.func.count().label("n"))
+            .select_from(
+                session_keys.join(frame_rows, frame_rows.c.session_key == session_keys.c.key)
+            )
+            .where(session_keys.c.id.in_(ids), frame_rows.c.kind == KIND_CODES["request"])
+            .group_by(session_keys.c.id)
         )
         for r in req:
             out[r["session_id"]]["exchanges"] = int(r["n"])

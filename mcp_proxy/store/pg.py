@@ -120,16 +120,27 @@ def copy_into(conn: Any, table: str, columns: Sequence[str], rows: Iterable[Sequ
         ) from exc
 
 
+def session_keys(dbapi_conn: Any, sids: Iterable[str]) -> dict[str, int]:
+    """``session_keys.key`` of these sessions (those that exist), in one query."""
+    with dbapi_conn.cursor() as cur:
+        cur.execute("SELECT key, id FROM session_keys WHERE id = ANY(%s)", (list(sids),))
+        return {sid: int(key) for key, sid in cur.fetchall()}
+
+
 def copy_frames(
-    conn: Any, rows: Sequence[Sequence[Any]], columns: Sequence[str] | None = None
+    conn: Any, rows: Sequence[Sequence[Any]], keys: dict[str, int] | None = None
 ) -> int:
-    """The recorder's frame rows (``FrameRow`` tuples, ``FRAME_COLS`` order) into ``frames``.
+    """The recorder's frame rows (``FrameRow`` tuples, ``FRAME_COLS`` order) into ``frame_rows``.
 
     ``conn`` is the SQLAlchemy connection of the batch's transaction (``BatchWriter`` calls this
-    from ``_insert_frames`` when the dialect is PostgreSQL).
+    from ``insert_frames`` when the dialect is PostgreSQL). ``keys`` caches session keys across
+    batches (the caller forgets it when a transaction fails); sessions missing from it are
+    looked up. A frame of an unknown session raises ``KeyError`` (the writer refuses the row).
     """
-    if columns is None:
-        from mcp_proxy.store.rows import FRAME_COLS
+    from mcp_proxy.store.columns import STORED_FRAME_COLS, encode_frames
 
-        columns = FRAME_COLS
-    return copy_into(conn, "frames", columns, rows)
+    keys = {} if keys is None else keys
+    missing = {r[0] for r in rows if r[0] not in keys}
+    if missing:
+        keys.update(session_keys(conn.connection.driver_connection, missing))
+    return copy_into(conn, "frame_rows", STORED_FRAME_COLS, encode_frames(keys, list(rows)))

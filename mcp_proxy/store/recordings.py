@@ -24,9 +24,9 @@ from sqlalchemy.engine import Engine
 from mcp_proxy.errors import StoreError
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store import schema
-from mcp_proxy.store.columns import FRAME_COLUMNS
+from mcp_proxy.store.columns import FRAME_COLUMNS, encode_frames
 from mcp_proxy.store.rows import storable
-from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
+from mcp_proxy.store.schema import findings, frames, http_exchanges, select_key, sessions
 
 __all__ = ["FRAME_COLUMNS", "RecordingStore", "SessionRows"]
 
@@ -213,32 +213,23 @@ class RecordingStore:
         frame_rows: Iterator[tuple[Any, ...]],
         exchange_ids: dict[int, int],
     ) -> tuple[int, float | None]:
-        stmt = sa.insert(frames).values(
-            {"session_id": sa.bindparam("session_id")} | {c: sa.bindparam(c) for c in _WRITTEN}
-        )
-        compiled = stmt.compile(dialect=self.engine.dialect)
-        positional = bool(compiled.positional)
-        order = tuple(compiled.positiontup or ()) if positional else ()
-        sql = str(compiled)
+        from mcp_proxy.store.writes import frame_insert_sql
+
+        key = conn.execute(select_key(session_id)).scalar_one()
+        keys = {session_id: int(key)}
+        sql = frame_insert_sql(self.engine)
         count = 0
         last: float | None = None
         page: list[Any] = []
-        as_is = positional and order == _COLS  # SQLite: the tuple is the parameter list
         for r in frame_rows:
-            fixed = _storable(session_id, r, exchange_ids)
-            if as_is:
-                page.append(fixed)
-            else:
-                page.append(
-                    _params(fixed, order) if positional else dict(zip(_COLS, fixed, strict=True))
-                )
+            page.append(_storable(session_id, r, exchange_ids))
             count += 1
             last = r[1]
             if len(page) >= PAGE:
-                conn.exec_driver_sql(sql, page)
+                conn.exec_driver_sql(sql, _encoded(keys, page))
                 page = []
         if page:
-            conn.exec_driver_sql(sql, page)
+            conn.exec_driver_sql(sql, _encoded(keys, page))
         return count, last
 
 
@@ -247,10 +238,12 @@ _WRITTEN = (*FRAME_COLUMNS, "redacted")
 _COLS = ("session_id", *_WRITTEN)
 
 
-def _params(row: tuple[Any, ...], order: tuple[str, ...]) -> tuple[Any, ...]:
-    if order == _COLS:
-        return row
-    return tuple(row[_COLS.index(name)] for name in order)
+def _encoded(keys: dict[str, int], page: list[tuple[Any, ...]]) -> Any:
+    """Import rows (``FrameRow`` order) as ``frame_rows`` tuples; an unknown code is refused."""
+    try:
+        return encode_frames(keys, page)
+    except KeyError as exc:
+        raise StoreError(f"import failed: unknown frame direction/channel/kind {exc}") from None
 
 
 _INT64 = (-(2**63), 2**63 - 1)

@@ -15,8 +15,16 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from mcp_proxy.store import engine as engine_mod
+from mcp_proxy.store.columns import STORED_FRAME_COLS, encode_frames
 from mcp_proxy.store.rows import FRAME_COLS, FrameRow, storable
-from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
+from mcp_proxy.store.schema import (
+    findings,
+    frame_rows,
+    http_exchanges,
+    key_of,
+    session_keys,
+    sessions,
+)
 from mcp_proxy.store.writer import BIG_BLOB, BatchWriter, TransientWriteError
 
 if TYPE_CHECKING:
@@ -31,7 +39,7 @@ __all__ = [
     "storable",
 ]
 
-_frame_sql: dict[str, tuple[str, tuple[str, ...] | None]] = {}
+_frame_sql: dict[str, str] = {}
 
 
 def open_for_writing(url: str) -> Engine:
@@ -41,8 +49,8 @@ def open_for_writing(url: str) -> Engine:
     return eng
 
 
-def _frame_insert(engine: Engine) -> tuple[str, tuple[str, ...] | None]:
-    """The INSERT for frames compiled once per dialect, executed at the driver level.
+def frame_insert_sql(engine: Engine) -> str:
+    """The INSERT for ``frame_rows`` compiled once per dialect, executed at the driver level.
 
     Row tuples go straight to the DBAPI's ``executemany``: SQLAlchemy's per-row parameter
     processing was half of the writer's cost per frame.
@@ -50,20 +58,26 @@ def _frame_insert(engine: Engine) -> tuple[str, tuple[str, ...] | None]:
     key = engine.dialect.name
     cached = _frame_sql.get(key)
     if cached is None:
-        stmt = sa.insert(frames).values({c: sa.bindparam(c) for c in FRAME_COLS})
+        stmt = sa.insert(frame_rows).values({c: sa.bindparam(c) for c in STORED_FRAME_COLS})
         compiled = stmt.compile(dialect=engine.dialect)
         order = tuple(compiled.positiontup or ()) if compiled.positional else None
-        cached = _frame_sql[key] = (str(compiled), order)
+        assert order == STORED_FRAME_COLS, order  # positional drivers (sqlite, psycopg)
+        cached = _frame_sql[key] = str(compiled)
     return cached
 
 
-def _frame_params(rows: list[FrameRow], order: tuple[str, ...] | None) -> list[Any]:
-    if order is None:
-        return [r._asdict() for r in rows]
-    if order == FRAME_COLS:
-        return rows
-    idx = [FRAME_COLS.index(c) for c in order]
-    return [tuple(r[i] for i in idx) for r in rows]
+def session_keys_of(conn: Connection, sids: set[str]) -> dict[str, int]:
+    """``session_keys.key`` of these sessions (those that exist)."""
+    out: dict[str, int] = {}
+    wanted = sorted(sids)
+    for i in range(0, len(wanted), 500):
+        rows = conn.execute(
+            sa.select(session_keys.c.key, session_keys.c.id).where(
+                session_keys.c.id.in_(wanted[i : i + 500])
+            )
+        )
+        out.update((sid, int(key)) for key, sid in rows)
+    return out
 
 
 class SqlAlchemyBackend:
@@ -71,6 +85,8 @@ class SqlAlchemyBackend:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        #: session id → ``session_keys.key``, learnt from committed transactions only.
+        self._keys: dict[str, int] = {}
 
     @classmethod
     def open(cls, url: str) -> SqlAlchemyBackend:
@@ -78,8 +94,12 @@ class SqlAlchemyBackend:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Connection]:
-        with self.engine.begin() as conn:
-            yield conn
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except BaseException:
+            self._keys.clear()  # keys seen in a rolled-back transaction may not exist
+            raise
 
     def is_transient(self, exc: BaseException) -> bool:
         """Lock, full disk, I/O, lost connection: the batch may go in later as it is."""
@@ -105,9 +125,13 @@ class SqlAlchemyBackend:
         if self.engine.dialect.name == "postgresql":
             from mcp_proxy.store import pg  # binary COPY: several times executemany's rate
 
-            pg.copy_frames(conn, rows)  # converts driver errors as SQLAlchemy does
+            pg.copy_frames(conn, rows, self._keys)  # converts driver errors as SQLAlchemy does
             return
-        sql, order = _frame_insert(self.engine)
+        keys = self._keys
+        missing = {r[0] for r in rows if r[0] not in keys}
+        if missing:
+            keys.update(session_keys_of(conn, missing))
+        sql = frame_insert_sql(self.engine)
         if self.engine.dialect.name == "sqlite" and any(len(r.raw) > BIG_BLOB for r in rows):
             # Huge frames: sqlite3 blob I/O avoids two more copies of them.
             from mcp_proxy.store.writer import SqliteBackend
@@ -115,10 +139,10 @@ class SqlAlchemyBackend:
             dbapi: Any = conn.connection.driver_connection
             for r in rows:
                 if len(r.raw) > BIG_BLOB:
-                    SqliteBackend._insert_big(dbapi, r)
+                    SqliteBackend._insert_big(dbapi, encode_frames(keys, [r])[0])
             rows = [r for r in rows if len(r.raw) <= BIG_BLOB]
         if rows:
-            conn.exec_driver_sql(sql, _frame_params(rows, order))
+            conn.exec_driver_sql(sql, encode_frames(keys, rows))  # type: ignore[arg-type]
 
     def update_session(self, conn: Connection, sid: str, fields: dict[str, Any]) -> None:
         conn.execute(sessions.update().where(sessions.c.id == sid).values(**fields))
@@ -140,8 +164,8 @@ class SqlAlchemyBackend:
                 sa.select(sessions.c.gap_count).where(sessions.c.id == sid)
             ).first()
             row = conn.execute(
-                sa.select(sa.func.max(frames.c.seq), sa.func.count()).where(
-                    frames.c.session_id == sid
+                sa.select(sa.func.max(frame_rows.c.seq), sa.func.count()).where(
+                    frame_rows.c.session_key == key_of(sid)
                 )
             ).first()
         last, count = (row[0] or 0, row[1] or 0) if row is not None else (0, 0)
