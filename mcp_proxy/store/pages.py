@@ -31,6 +31,7 @@ from mcp_proxy.store.schema import (
     frame_rows,
     frames,
     http_exchanges,
+    select_key,
     session_keys,
     sessions,
 )
@@ -156,22 +157,26 @@ class PageQueries(StoreBase):
     async def session_methods(self, session_id: str) -> list[str]:
         """The methods seen in a session (for the filter menu).
 
-        A skip scan over the ``(session_id, method)`` index — one probe per distinct method —
-        instead of a DISTINCT that reads every frame of a 100,000-frame session.
+        A skip scan over the partial ``(session_key, method)`` index — one probe per distinct
+        method — instead of a DISTINCT that reads every frame of a 100,000-frame session. The
+        key is read first, so each probe is a plain index search on (key, method > last).
         """
+        key = await self._scalar(select_key(session_id))
+        if key is None:
+            return []
         stmt = sa.text(
             """
             WITH RECURSIVE m(method, n) AS (
-                SELECT (SELECT min(method) FROM frames
-                        WHERE session_id = :sid AND method IS NOT NULL), 0
+                SELECT (SELECT min(method) FROM frame_rows
+                        WHERE session_key = :key AND method IS NOT NULL), 0
                 UNION ALL
-                SELECT (SELECT min(method) FROM frames
-                        WHERE session_id = :sid AND method > m.method), n + 1
+                SELECT (SELECT min(method) FROM frame_rows
+                        WHERE session_key = :key AND method > m.method), n + 1
                 FROM m WHERE m.method IS NOT NULL AND n < 500
             )
             SELECT method FROM m WHERE method IS NOT NULL
             """
-        ).bindparams(sid=session_id)
+        ).bindparams(key=int(key))
         return [r["method"] for r in await self._all(stmt)]
 
     # ------------------------------------------------------------------ timeline

@@ -80,7 +80,7 @@ http_exchanges = sa.Table(
 session_keys = sa.Table(
     "session_keys",
     metadata,
-    sa.Column("key", BigId, sa.Identity(), primary_key=True, autoincrement=True),
+    sa.Column("key", BigId, primary_key=True, autoincrement=True),
     sa.Column("id", sa.String(32), nullable=False),
     sa.UniqueConstraint("id", name="uq_session_keys_id"),
 )

@@ -105,7 +105,7 @@ def upgrade() -> None:
     pg = bind.dialect.name == "postgresql"
     op.create_table(
         "session_keys",
-        sa.Column("key", BigId, sa.Identity(), primary_key=True, autoincrement=True),
+        sa.Column("key", BigId, primary_key=True, autoincrement=True),
         sa.Column("id", sa.String(32), nullable=False),
         sa.UniqueConstraint("id", name="uq_session_keys_id"),
     )
