@@ -67,7 +67,7 @@ KIND_NAMES: dict[int, str] = {v: k for k, v in KIND_CODES.items()}
 #: The physical frame columns after ``session_key``, in the order writers bind them: the
 #: recorder's ``FrameRow`` fields after ``session_id``, with the three strings as codes.
 STORED_FRAME_COLS: tuple[str, ...] = (
-    "session_key", "seq", "ts", "mono_ns", "direction", "channel", "kind", "method", "msg_id",
+    "session_key", "seq", "ts", "mono_ns", "direction", "channel", "kind", "method_code", "msg_id",
     "error_code", "size", "complete", "partial_parse", "raw", "http_exchange_id", "sse_id",
     "sse_event", "redacted",
 )  # fmt: skip
@@ -95,22 +95,41 @@ def stream_sql() -> str:
         "direction": case_sql("f.direction", DIRECTION_NAMES),
         "channel": case_sql("f.channel", CHANNEL_NAMES),
         "kind": case_sql("f.kind", KIND_NAMES),
+        "method": "mt.name",
     }
     cols = ", ".join(decoded.get(c, f"f.{c}") for c in FRAME_COLUMNS)
     return (
-        f"SELECT {cols} FROM frame_rows AS f"
-        " WHERE f.session_key = (SELECT key FROM sessions WHERE id = ?) ORDER BY f.seq"
+        f"SELECT {cols} FROM frame_rows AS f LEFT JOIN methods AS mt ON mt.code = f.method_code"
+        " WHERE f.session_key = (SELECT key FROM session_keys WHERE id = ?) ORDER BY f.seq"
     )
 
 
-def encode_frames(keys: dict[str, int], rows: list[Any]) -> list[tuple[Any, ...]]:
+def encode_frames(
+    keys: dict[str, int], methods: dict[str, int], rows: list[Any]
+) -> list[tuple[Any, ...]]:
     """The recorder's ``FrameRow`` tuples as ``STORED_FRAME_COLS`` tuples.
 
-    ``keys`` maps each session id to its ``sessions.key``. A string outside the codes raises
-    ``KeyError`` (the classifier only makes the values above).
+    ``keys`` maps each session id to its ``session_keys.key``, ``methods`` each method name to
+    its ``methods.code`` (``None`` stays ``None``). A value outside them raises ``KeyError``
+    (the writers look the missing ones up first; the classifier makes only the codes above).
     """
-    d, c, k = DIRECTION_CODES, CHANNEL_CODES, KIND_CODES
-    return [(keys[r[0]], r[1], r[2], r[3], d[r[4]], c[r[5]], k[r[6]], *r[7:]) for r in rows]
+    d, c, k, m = DIRECTION_CODES, CHANNEL_CODES, KIND_CODES, methods
+    return [
+        (
+            keys[r[0]], r[1], r[2], r[3], d[r[4]], c[r[5]], k[r[6]],
+            None if r[7] is None else m[r[7]], *r[8:],
+        )
+        for r in rows
+    ]  # fmt: skip
+
+
+def missing(
+    keys: dict[str, int], methods: dict[str, int], rows: list[Any]
+) -> tuple[set[str], set[str]]:
+    """The session ids and method names of ``rows`` not yet in ``keys`` / ``methods``."""
+    sids = {r[0] for r in rows if r[0] not in keys}
+    names = {r[7] for r in rows if r[7] is not None and r[7] not in methods}
+    return sids, names
 
 
 __all__ = ["FRAME_COLUMNS", "STORED_FRAME_COLS", "encode_frames", "stream_sql"]

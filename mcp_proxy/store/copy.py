@@ -30,6 +30,7 @@ import sqlalchemy as sa
 
 from mcp_proxy.errors import StoreError, UserError
 from mcp_proxy.store import engine as engine_mod
+from mcp_proxy.store.codes import resolve
 from mcp_proxy.store.columns import STORED_FRAME_COLS, encode_frames
 from mcp_proxy.store.schema import annotations as annotations_t
 from mcp_proxy.store.schema import (
@@ -38,7 +39,6 @@ from mcp_proxy.store.schema import (
     frames,
     http_exchanges,
     key_of,
-    select_key,
     sessions,
 )
 from mcp_proxy.store.writes import frame_insert_sql
@@ -266,7 +266,8 @@ def _copy_frames(
     xcol = names.index("http_exchange_id")
     raw = names.index("raw")
     pg = dconn.dialect.name == "postgresql"
-    keys = {sid: int(dconn.execute(select_key(sid)).scalar_one())}
+    keys: dict[str, int] = {}
+    methods: dict[str, int] = {}
     n = 0
     for chunk in _frame_chunks(sconn, sid, names):
         rows = []
@@ -279,7 +280,9 @@ def _copy_frames(
                     r[raw] = bytes(r[raw])  # type: ignore[index]
                 r = tuple(r)
             rows.append(r)
-        stored = encode_frames(keys, rows)  # names are FrameRow's fields: same order
+        # names are FrameRow's fields, in order: encoded as the recorder's rows are.
+        resolve(dconn.connection.driver_connection, keys, methods, rows)
+        stored = encode_frames(keys, methods, rows)
         if pg:
             from mcp_proxy.store import pg as pg_mod
 

@@ -157,7 +157,7 @@ class PageQueries(StoreBase):
     async def session_methods(self, session_id: str) -> list[str]:
         """The methods seen in a session (for the filter menu).
 
-        A skip scan over the partial ``(session_key, method)`` index — one probe per distinct
+        A skip scan over the partial ``(session_key, method_code)`` index — one probe per distinct
         method — instead of a DISTINCT that reads every frame of a 100,000-frame session. The
         key is read first, so each probe is a plain index search on (key, method > last).
         """
@@ -166,18 +166,18 @@ class PageQueries(StoreBase):
             return []
         stmt = sa.text(
             """
-            WITH RECURSIVE m(method, n) AS (
-                SELECT (SELECT min(method) FROM frame_rows
-                        WHERE session_key = :key AND method IS NOT NULL), 0
+            WITH RECURSIVE m(code, n) AS (
+                SELECT (SELECT min(method_code) FROM frame_rows
+                        WHERE session_key = :key AND method_code IS NOT NULL), 0
                 UNION ALL
-                SELECT (SELECT min(method) FROM frame_rows
-                        WHERE session_key = :key AND method > m.method), n + 1
-                FROM m WHERE m.method IS NOT NULL AND n < 500
+                SELECT (SELECT min(method_code) FROM frame_rows
+                        WHERE session_key = :key AND method_code > m.code), n + 1
+                FROM m WHERE m.code IS NOT NULL AND n < 500
             )
-            SELECT method FROM m WHERE method IS NOT NULL
+            SELECT methods.name AS method FROM m JOIN methods ON methods.code = m.code
             """
         ).bindparams(key=int(key))
-        return [r["method"] for r in await self._all(stmt)]
+        return sorted(r["method"] for r in await self._all(stmt))
 
     # ------------------------------------------------------------------ timeline
     async def timeline(

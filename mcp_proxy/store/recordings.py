@@ -24,9 +24,10 @@ from sqlalchemy.engine import Engine
 from mcp_proxy.errors import StoreError
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store import schema
+from mcp_proxy.store.codes import resolve
 from mcp_proxy.store.columns import FRAME_COLUMNS, encode_frames
 from mcp_proxy.store.rows import storable
-from mcp_proxy.store.schema import findings, frames, http_exchanges, select_key, sessions
+from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
 
 __all__ = ["FRAME_COLUMNS", "RecordingStore", "SessionRows"]
 
@@ -215,8 +216,9 @@ class RecordingStore:
     ) -> tuple[int, float | None]:
         from mcp_proxy.store.writes import frame_insert_sql
 
-        key = conn.execute(select_key(session_id)).scalar_one()
-        keys = {session_id: int(key)}
+        keys: dict[str, int] = {}
+        methods: dict[str, int] = {}
+        dbapi = conn.connection.driver_connection
         sql = frame_insert_sql(self.engine)
         count = 0
         last: float | None = None
@@ -226,10 +228,10 @@ class RecordingStore:
             count += 1
             last = r[1]
             if len(page) >= PAGE:
-                conn.exec_driver_sql(sql, _encoded(keys, page))
+                conn.exec_driver_sql(sql, _encoded(dbapi, keys, methods, page))
                 page = []
         if page:
-            conn.exec_driver_sql(sql, _encoded(keys, page))
+            conn.exec_driver_sql(sql, _encoded(dbapi, keys, methods, page))
         return count, last
 
 
@@ -238,10 +240,13 @@ _WRITTEN = (*FRAME_COLUMNS, "redacted")
 _COLS = ("session_id", *_WRITTEN)
 
 
-def _encoded(keys: dict[str, int], page: list[tuple[Any, ...]]) -> Any:
+def _encoded(
+    dbapi: Any, keys: dict[str, int], methods: dict[str, int], page: list[tuple[Any, ...]]
+) -> Any:
     """Import rows (``FrameRow`` order) as ``frame_rows`` tuples; an unknown code is refused."""
+    resolve(dbapi, keys, methods, page)
     try:
-        return encode_frames(keys, page)
+        return encode_frames(keys, methods, page)
     except KeyError as exc:
         raise StoreError(f"import failed: unknown frame direction/channel/kind {exc}") from None
 

@@ -85,6 +85,16 @@ session_keys = sa.Table(
     sa.UniqueConstraint("id", name="uq_session_keys_id"),
 )
 
+# A method name is stored once; frames carry its small integer code (a trigger-free insert-if-
+# absent by the writers: ``store.codes``).
+methods = sa.Table(
+    "methods",
+    metadata,
+    sa.Column("code", BigId, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.UniqueConstraint("name", name="uq_methods_name"),
+)
+
 frame_rows = sa.Table(
     "frame_rows",
     metadata,
@@ -99,7 +109,7 @@ frame_rows = sa.Table(
     sa.Column("direction", sa.SmallInteger, nullable=False),  # columns.DIRECTION_CODES
     sa.Column("channel", sa.SmallInteger, nullable=False),  # columns.CHANNEL_CODES
     sa.Column("kind", sa.SmallInteger, nullable=False),  # columns.KIND_CODES
-    sa.Column("method", sa.String(200), nullable=True),
+    sa.Column("method_code", sa.Integer, nullable=True),  # methods.code
     sa.Column("msg_id", sa.String(300), nullable=True),  # JSON text of the id
     sa.Column("error_code", sa.Integer, nullable=True),
     sa.Column("size", sa.BigInteger, nullable=False),
@@ -164,9 +174,9 @@ sa.Index(
 sa.Index(
     "ix_frames_session_method",
     frame_rows.c.session_key,
-    frame_rows.c.method,
-    sqlite_where=frame_rows.c.method.is_not(None),
-    postgresql_where=frame_rows.c.method.is_not(None),
+    frame_rows.c.method_code,
+    sqlite_where=frame_rows.c.method_code.is_not(None),
+    postgresql_where=frame_rows.c.method_code.is_not(None),
 )
 # - the sessions page counts requests per session (``pages.session_counts``): requests only;
 sa.Index(

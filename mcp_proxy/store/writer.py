@@ -26,9 +26,11 @@ import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from itertools import chain
+from operator import itemgetter
 from typing import Any, Protocol
 
-from mcp_proxy.store.columns import STORED_FRAME_COLS, encode_frames
+from mcp_proxy.store.codes import encode_known
+from mcp_proxy.store.columns import STORED_FRAME_COLS
 from mcp_proxy.store.rows import (
     EXCHANGE_COLUMNS,
     FINDING_COLUMNS,
@@ -314,22 +316,7 @@ def _multi_rows(conn: sqlite3.Connection) -> int:
 
 
 _RAW = STORED_FRAME_COLS.index("raw")
-
-
-def session_keys_sqlite(conn: sqlite3.Connection, sids: set[str]) -> dict[str, int]:
-    """``session_keys.key`` of these sessions (those that exist), in one query."""
-    sids_list = sorted(sids)
-    out: dict[str, int] = {}
-    for i in range(0, len(sids_list), 500):
-        chunk = sids_list[i : i + 500]
-        marks = ", ".join("?" * len(chunk))
-        out.update(
-            (sid, int(key))
-            for key, sid in conn.execute(
-                f"SELECT key, id FROM session_keys WHERE id IN ({marks})", chunk
-            )
-        )
-    return out
+_RAW_OF = itemgetter(FrameRow._fields.index("raw"))
 
 
 class SqliteBackend:
@@ -358,6 +345,8 @@ class SqliteBackend:
         )
         #: session id → ``session_keys.key``, learnt from committed transactions only.
         self._keys: dict[str, int] = {}
+        #: method name → ``methods.code``, likewise.
+        self._methods: dict[str, int] = {}
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -366,17 +355,22 @@ class SqliteBackend:
         try:
             yield conn
         except BaseException:
-            self._keys.clear()  # keys seen in a rolled-back transaction may not exist
+            self._forget()
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
         try:
             conn.execute("COMMIT")
         except BaseException:
-            self._keys.clear()
+            self._forget()
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
+
+    def _forget(self) -> None:
+        """Keys and codes seen in a rolled-back transaction may not exist: learn them again."""
+        self._keys.clear()
+        self._methods.clear()
 
     def is_transient(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.OperationalError)
@@ -434,15 +428,13 @@ class SqliteBackend:
         conn.execute("UPDATE sessions SET gap_count = gap_count + ? WHERE id = ?", (lost, sid))
 
     def insert_frames(self, conn: sqlite3.Connection, rows: list[FrameRow]) -> None:
-        keys = self._keys
-        if any(r[0] not in keys for r in rows):
-            keys.update(session_keys_sqlite(conn, {r[0] for r in rows}))
-        big = [r for r in rows if len(r.raw) > BIG_BLOB]
-        if big:
-            rows = [r for r in rows if len(r.raw) <= BIG_BLOB]
-            for r in big:
-                SqliteBackend._insert_big(conn, encode_frames(keys, [r])[0])
-        stored = encode_frames(keys, rows)
+        keys, methods = self._keys, self._methods
+        stored = encode_known(conn, keys, methods, rows)
+        if rows and max(map(len, map(_RAW_OF, rows))) > BIG_BLOB:
+            for r in stored:
+                if len(r[_RAW]) > BIG_BLOB:
+                    SqliteBackend._insert_big(conn, r)
+            stored = [r for r in stored if len(r[_RAW]) <= BIG_BLOB]
         m = self._multi
         full = len(stored) - len(stored) % m if m > 1 else 0
         if full:

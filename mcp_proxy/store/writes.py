@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from mcp_proxy.store import engine as engine_mod
-from mcp_proxy.store.columns import STORED_FRAME_COLS, encode_frames
+from mcp_proxy.store.codes import encode_known
+from mcp_proxy.store.columns import STORED_FRAME_COLS
 from mcp_proxy.store.rows import FRAME_COLS, FrameRow, storable
 from mcp_proxy.store.schema import (
     findings,
     frame_rows,
     http_exchanges,
     key_of,
-    session_keys,
     sessions,
 )
 from mcp_proxy.store.writer import BIG_BLOB, BatchWriter, TransientWriteError
@@ -66,20 +66,6 @@ def frame_insert_sql(engine: Engine) -> str:
     return cached
 
 
-def session_keys_of(conn: Connection, sids: set[str]) -> dict[str, int]:
-    """``session_keys.key`` of these sessions (those that exist)."""
-    out: dict[str, int] = {}
-    wanted = sorted(sids)
-    for i in range(0, len(wanted), 500):
-        rows = conn.execute(
-            sa.select(session_keys.c.key, session_keys.c.id).where(
-                session_keys.c.id.in_(wanted[i : i + 500])
-            )
-        )
-        out.update((sid, int(key)) for key, sid in rows)
-    return out
-
-
 class SqlAlchemyBackend:
     """The batch statements in SQLAlchemy Core, for any dialect."""
 
@@ -87,6 +73,8 @@ class SqlAlchemyBackend:
         self.engine = engine
         #: session id → ``session_keys.key``, learnt from committed transactions only.
         self._keys: dict[str, int] = {}
+        #: method name → ``methods.code``, likewise.
+        self._methods: dict[str, int] = {}
 
     @classmethod
     def open(cls, url: str) -> SqlAlchemyBackend:
@@ -98,7 +86,8 @@ class SqlAlchemyBackend:
             with self.engine.begin() as conn:
                 yield conn
         except BaseException:
-            self._keys.clear()  # keys seen in a rolled-back transaction may not exist
+            self._keys.clear()  # keys/codes seen in a rolled-back transaction may not exist
+            self._methods.clear()
             raise
 
     def is_transient(self, exc: BaseException) -> bool:
@@ -125,24 +114,22 @@ class SqlAlchemyBackend:
         if self.engine.dialect.name == "postgresql":
             from mcp_proxy.store import pg  # binary COPY: several times executemany's rate
 
-            pg.copy_frames(conn, rows, self._keys)  # converts driver errors as SQLAlchemy does
+            # converts driver errors as SQLAlchemy does
+            pg.copy_frames(conn, rows, self._keys, self._methods)
             return
-        keys = self._keys
-        missing = {r[0] for r in rows if r[0] not in keys}
-        if missing:
-            keys.update(session_keys_of(conn, missing))
-        sql = frame_insert_sql(self.engine)
+        dbapi: Any = conn.connection.driver_connection
+        stored = encode_known(dbapi, self._keys, self._methods, rows)
         if self.engine.dialect.name == "sqlite" and any(len(r.raw) > BIG_BLOB for r in rows):
             # Huge frames: sqlite3 blob I/O avoids two more copies of them.
             from mcp_proxy.store.writer import SqliteBackend
 
-            dbapi: Any = conn.connection.driver_connection
-            for r in rows:
-                if len(r.raw) > BIG_BLOB:
-                    SqliteBackend._insert_big(dbapi, encode_frames(keys, [r])[0])
-            rows = [r for r in rows if len(r.raw) <= BIG_BLOB]
-        if rows:
-            conn.exec_driver_sql(sql, encode_frames(keys, rows))  # type: ignore[arg-type]
+            raw = STORED_FRAME_COLS.index("raw")
+            for r in stored:
+                if len(r[raw]) > BIG_BLOB:
+                    SqliteBackend._insert_big(dbapi, r)
+            stored = [r for r in stored if len(r[raw]) <= BIG_BLOB]
+        if stored:
+            conn.exec_driver_sql(frame_insert_sql(self.engine), stored)  # type: ignore[arg-type]
 
     def update_session(self, conn: Connection, sid: str, fields: dict[str, Any]) -> None:
         conn.execute(sessions.update().where(sessions.c.id == sid).values(**fields))

@@ -46,7 +46,7 @@ KINDS = {
 }
 #: The columns both tables share, besides id/session/codes.
 PLAIN = (
-    "seq", "ts", "mono_ns", "method", "msg_id", "error_code", "size", "complete",
+    "seq", "ts", "mono_ns", "msg_id", "error_code", "size", "complete",
     "partial_parse", "raw", "http_exchange_id", "sse_id", "sse_event", "redacted",
 )  # fmt: skip
 CODED = {"direction": DIRECTIONS, "channel": CHANNELS, "kind": KINDS}
@@ -73,20 +73,23 @@ def _view_sql() -> str:
         "frames.ts AS ts",
         "frames.mono_ns AS mono_ns",
         *(f"{_decode('frames.' + c, codes)} AS {c}" for c, codes in CODED.items()),
+        "mt.name AS method",
         *(f"frames.{c} AS {c}" for c in PLAIN if c not in ("seq", "ts", "mono_ns")),
     ]
     return (
         "CREATE VIEW frames AS SELECT "
         + ", ".join(cols)
         + " FROM frame_rows AS frames JOIN session_keys AS k ON k.key = frames.session_key"
+        " LEFT JOIN methods AS mt ON mt.code = frames.method_code"
     )
 
 
 def _insert_values(new: str) -> tuple[str, str]:
     """The column list and VALUES of one frame_rows insert from a view row (``NEW``)."""
-    names = ["session_key", *CODED, *PLAIN]
+    names = ["session_key", "method_code", *CODED, *PLAIN]
     values = [
         f"(SELECT key FROM session_keys WHERE id = {new}.session_id)",
+        f"(SELECT code FROM methods WHERE name = {new}.method)",
         *(_encode(f"{new}.{c}", codes) for c, codes in CODED.items()),
         *(
             f"COALESCE({new}.complete, TRUE)"
@@ -111,6 +114,16 @@ def upgrade() -> None:
     )
     op.execute("INSERT INTO session_keys (id) SELECT id FROM sessions ORDER BY started_at, id")
     op.create_table(
+        "methods",
+        sa.Column("code", BigId, primary_key=True, autoincrement=True),
+        sa.Column("name", sa.String(200), nullable=False),
+        sa.UniqueConstraint("name", name="uq_methods_name"),
+    )
+    op.execute(
+        "INSERT INTO methods (name) SELECT DISTINCT method FROM frames"
+        " WHERE method IS NOT NULL ORDER BY method"
+    )
+    op.create_table(
         "frame_rows",
         sa.Column("id", BigId, primary_key=True, autoincrement=True),
         sa.Column("session_key", sa.Integer, nullable=False),
@@ -120,7 +133,7 @@ def upgrade() -> None:
         sa.Column("direction", sa.SmallInteger, nullable=False),
         sa.Column("channel", sa.SmallInteger, nullable=False),
         sa.Column("kind", sa.SmallInteger, nullable=False),
-        sa.Column("method", sa.String(200), nullable=True),
+        sa.Column("method_code", sa.Integer, nullable=True),
         sa.Column("msg_id", sa.String(300), nullable=True),
         sa.Column("error_code", sa.Integer, nullable=True),
         sa.Column("size", sa.BigInteger, nullable=False),
@@ -138,14 +151,16 @@ def upgrade() -> None:
         [
             "f.id",
             "k.key",
+            "mt.code",
             *(_encode("f." + c, codes) for c, codes in CODED.items()),
             *(f"f.{c}" for c in PLAIN),
         ]
     )
     op.execute(
-        f"INSERT INTO frame_rows (id, session_key, {', '.join(CODED)}, {', '.join(PLAIN)}) "
+        "INSERT INTO frame_rows"
+        f" (id, session_key, method_code, {', '.join(CODED)}, {', '.join(PLAIN)}) "
         f"SELECT {select} FROM frames AS f JOIN session_keys AS k ON k.id = f.session_id "
-        "ORDER BY f.id"
+        "LEFT JOIN methods AS mt ON mt.name = f.method ORDER BY f.id"
     )
     for name in ("ix_frames_session_method", "ix_frames_session_kind", "ix_frames_exchange"):
         op.drop_index(name, table_name="frames")
@@ -168,9 +183,9 @@ def upgrade() -> None:
     op.create_index(
         "ix_frames_session_method",
         "frame_rows",
-        ["session_key", "method"],
-        sqlite_where=c("method").is_not(None),
-        postgresql_where=c("method").is_not(None),
+        ["session_key", "method_code"],
+        sqlite_where=c("method_code").is_not(None),
+        postgresql_where=c("method_code").is_not(None),
     )
     op.create_index(
         "ix_frames_requests",
@@ -200,6 +215,8 @@ def upgrade() -> None:
         )
         op.execute(
             "CREATE FUNCTION mcptape_frames_insert() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF NEW.method IS NOT NULL THEN INSERT INTO methods (name) VALUES (NEW.method)"
+            " ON CONFLICT (name) DO NOTHING; END IF; "
             f"INSERT INTO frame_rows (id, {names}) VALUES (COALESCE(NEW.id, "
             f"nextval(pg_get_serial_sequence('frame_rows', 'id'))), {values}) "
             "RETURNING id INTO NEW.id; RETURN NEW; END $$"
@@ -215,6 +232,7 @@ def upgrade() -> None:
         )
         op.execute(
             "CREATE TRIGGER frames_insert INSTEAD OF INSERT ON frames BEGIN "
+            "INSERT OR IGNORE INTO methods (name) SELECT NEW.method WHERE NEW.method IS NOT NULL; "
             f"INSERT INTO frame_rows (id, {names}) VALUES (NEW.id, {values}); END"
         )
 
@@ -259,14 +277,15 @@ def downgrade() -> None:
         [
             "f.id",
             "k.id",
+            "mt.name",
             *(_decode("f." + c, codes) for c, codes in CODED.items()),
             *(f"f.{c}" for c in PLAIN),
         ]
     )
     op.execute(
-        f"INSERT INTO frames (id, session_id, {', '.join(CODED)}, {', '.join(PLAIN)}) "
+        f"INSERT INTO frames (id, session_id, method, {', '.join(CODED)}, {', '.join(PLAIN)}) "
         f"SELECT {select} FROM frame_rows AS f JOIN session_keys AS k ON k.key = f.session_key "
-        "ORDER BY f.id"
+        "LEFT JOIN methods AS mt ON mt.code = f.method_code ORDER BY f.id"
     )
     if pg:
         op.execute("DROP VIEW frames_v2")
@@ -275,6 +294,7 @@ def downgrade() -> None:
             " COALESCE((SELECT max(id) FROM frames), 0) + 1, false)"
         )
     op.drop_table("frame_rows")
+    op.drop_table("methods")
     op.drop_table("session_keys")
     if pg:
         op.execute(
