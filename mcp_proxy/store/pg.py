@@ -20,7 +20,7 @@ transaction that connection is in, so a batch stays atomic, and its errors are S
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 #: (host, port, dbname, table, columns) → the server's type names, in column order.
@@ -117,22 +117,26 @@ def copy_into(conn: Any, table: str, columns: Sequence[str], rows: Iterable[Sequ
     ``psycopg`` exception instead. This converts it as SQLAlchemy does for its own statements,
     and invalidates the connection when the server is gone, so the pool reconnects.
     """
+    return _as_sqlalchemy(
+        conn,
+        f"COPY {table}",
+        lambda: copy_rows(conn.connection.driver_connection, table, columns, rows),
+    )
+
+
+def _as_sqlalchemy[T](conn: Any, label: str, work: Callable[[], T]) -> T:
+    """Run ``work`` (driver-level statements) and raise its driver errors as SQLAlchemy would."""
     import psycopg
     import sqlalchemy as sa
 
     try:
-        return copy_rows(conn.connection.driver_connection, table, columns, rows)
+        return work()
     except psycopg.Error as exc:
         gone = bool(conn.dialect.is_disconnect(exc, conn.connection.dbapi_connection, None))
         if gone:
             conn.invalidate(exc)
         raise sa.exc.DBAPIError.instance(
-            f"COPY {table}",
-            None,
-            exc,
-            psycopg.Error,
-            connection_invalidated=gone,
-            dialect=conn.dialect,
+            label, None, exc, psycopg.Error, connection_invalidated=gone, dialect=conn.dialect
         ) from exc
 
 
@@ -155,5 +159,8 @@ def copy_frames(
 
     keys = {} if keys is None else keys
     methods = {} if methods is None else methods
-    stored = encode_known(conn.connection.driver_connection, keys, methods, list(rows))
+    dbapi = conn.connection.driver_connection
+    stored = _as_sqlalchemy(
+        conn, "frame codes", lambda: encode_known(dbapi, keys, methods, list(rows))
+    )
     return copy_into(conn, "frame_rows", STORED_FRAME_COLS, stored)
