@@ -85,11 +85,13 @@ def encode_case_sql(column: str, codes: dict[str, int]) -> str:
     return f"CASE {column} {whens} END"
 
 
-def stream_sql() -> str:
+def stream_sql(columns: tuple[str, ...] = FRAME_COLUMNS) -> str:
     """The SQLite statement ``show`` streams a session with (one ``?``: the session id).
 
     Reads ``frame_rows`` on its ``(session_key, seq)`` index and decodes in SQL, so the tuples
-    come out in :data:`FRAME_COLUMNS` order with the strings of revision 0003.
+    come out in ``columns`` order (names of :data:`FRAME_COLUMNS`) with the strings of
+    revision 0003. The view ``frames`` gives the same rows; this skips its join when
+    ``method`` is not asked for.
     """
     decoded = {
         "direction": case_sql("f.direction", DIRECTION_NAMES),
@@ -97,9 +99,10 @@ def stream_sql() -> str:
         "kind": case_sql("f.kind", KIND_NAMES),
         "method": "mt.name",
     }
-    cols = ", ".join(decoded.get(c, f"f.{c}") for c in FRAME_COLUMNS)
+    cols = ", ".join(decoded.get(c, f"f.{c}") for c in columns)
+    join = " LEFT JOIN methods AS mt ON mt.code = f.method_code" if "method" in columns else ""
     return (
-        f"SELECT {cols} FROM frame_rows AS f LEFT JOIN methods AS mt ON mt.code = f.method_code"
+        f"SELECT {cols} FROM frame_rows AS f{join}"
         " WHERE f.session_key = (SELECT key FROM session_keys WHERE id = ?) ORDER BY f.seq"
     )
 

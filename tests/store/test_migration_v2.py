@@ -160,3 +160,23 @@ def test_the_codes_of_the_migration_are_the_stores():
     assert module.DIRECTIONS == columns.DIRECTION_CODES
     assert module.CHANNELS == columns.CHANNEL_CODES
     assert module.KINDS == columns.KIND_CODES
+
+
+def test_the_stream_statement_reads_what_the_view_shows(tmp_path: Path):
+    """``columns.stream_sql`` (for ``show``'s raw sqlite3 stream) decodes as the view does."""
+    import sqlite3
+
+    url = "sqlite:///" + str(tmp_path / "s.db")
+    _fill_v1(url)
+    ensure_schema(url)
+    conn = sqlite3.connect(tmp_path / "s.db")
+    try:
+        for cols in (columns.FRAME_COLUMNS, ("seq", "kind", "raw"), ("method", "direction")):
+            fast = conn.execute(columns.stream_sql(cols), (SESSIONS[1],)).fetchall()
+            view = conn.execute(
+                f"SELECT {', '.join(cols)} FROM frames WHERE session_id = ? ORDER BY seq",
+                (SESSIONS[1],),
+            ).fetchall()
+            assert fast == view and len(fast) == 31
+    finally:
+        conn.close()
