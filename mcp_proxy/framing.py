@@ -78,7 +78,7 @@ class LineFramer:
             if lines:
                 lines += more
                 return lines
-            return more
+            return more  # type: ignore[return-value]  # list[bytes] is what it holds
         while nl >= 0:
             lines.append(chunk[start : nl + 1])
             start = nl + 1
