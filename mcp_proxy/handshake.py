@@ -13,19 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcp_proxy.frames import Classified, Direction, Kind
-
-MODERN_VERSIONS = frozenset({"2026-07-28"})
-META_PREFIX = "io.modelcontextprotocol/"
-ERA_INITIALIZE = "initialize"
-ERA_MODERN = "2026-07-28"
-
-
-def era_of(version: str | None) -> str | None:
-    if version is None:
-        return None
-    if version in MODERN_VERSIONS or version > "2026":
-        return ERA_MODERN
-    return ERA_INITIALIZE
+from mcp_proxy.protocol import ERA_INITIALIZE, META_PREFIX, era_of
 
 
 def _impl(info: Any) -> tuple[str | None, str | None]:

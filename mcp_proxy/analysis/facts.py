@@ -3,7 +3,7 @@
 The first two steps of the analysis, before pairing (:mod:`mcp_proxy.analysis.exchanges`):
 :func:`decode` turns stored frame rows into :class:`~mcp_proxy.analysis.model.Msg` objects
 (bodies parsed lazily, batch elements unrolled) and :func:`session_facts` reads the handshake
-from them. The era decision is the recorder's (:func:`mcp_proxy.handshake.era_of`): the frames
+from them. The era decision is the recorder's (:func:`mcp_proxy.protocol.era_of`, which the recorder uses too): the frames
 decide, the session row only fills in what frames cannot say. Pure: rows in, objects out.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from mcp_proxy.analysis.model import _UNPARSED, ERA_INITIALIZE, META, Msg, SessionFacts
 from mcp_proxy.frames import Channel, classify_message
-from mcp_proxy.handshake import era_of
+from mcp_proxy.protocol import era_of
 from mcp_proxy.store.columns import FRAME_COLUMNS
 
 __all__ = ["FRAME_COLUMNS", "Decoder", "Injected", "decode", "header", "session_facts"]

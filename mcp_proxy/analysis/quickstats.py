@@ -31,8 +31,7 @@ from typing import Any
 from mcp_proxy.analysis.model import ERA_INITIALIZE, ERA_MODERN, Outcome, parse_json_bytes
 from mcp_proxy.analysis.reorder import REORDER_LOOKAHEAD, REORDER_WINDOW_NS, fast_key
 from mcp_proxy.analysis.stats import MethodStats, StatsKey
-from mcp_proxy.handshake import era_of
-from mcp_proxy.protocol import META_PREFIX, NAME_PARAM
+from mcp_proxy.protocol import META_PREFIX, NAME_PARAM, era_of
 
 __all__ = ["STATS_COLUMNS", "NeedsFullAnalysis", "QuickStats", "quick_stats"]
 

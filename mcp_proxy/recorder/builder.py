@@ -270,6 +270,49 @@ class BatchBuilder:
         if lines:
             self._add_lines(c, lines, checked=not has_long_number(c.data))
 
+    def _inline_row(
+        self,
+        st: Any,
+        direction: Direction,
+        msg: dict[str, Any],
+        line: bytes | bytearray,
+        at: tuple[str, int, float, int, str],
+    ) -> FrameRow | None:
+        """The row of the two commonest messages without a :class:`Classified`, or None.
+
+        A notification whose method needs no care, and a response to an integer id (no digit
+        run past 18: it fits the column as it is) — ``classify_message``'s rows for them. ``at``
+        is (session id, seq, wall, mono, channel value) of the line.
+        """
+        sid, seq, wall, mono, cval = at
+        dval = direction.value
+        if "id" not in msg:
+            method = msg.get("method")
+            if type(method) is not str or len(method) > _MAX_METHOD or not method.isascii():
+                return None
+            return _new_row(  # type: ignore[no-any-return]
+                FrameRow,
+                (sid, seq, wall, mono, dval, cval, "notification", method, None, None,
+                 len(line), True, False, line, None, None, None, None),
+            )  # fmt: skip
+        rid = msg["id"]
+        if (
+            type(rid) is not int
+            or "result" not in msg
+            or "error" in msg
+            or msg.get("method") is not None
+        ):
+            return None
+        mid = str(rid)
+        row = _new_row(
+            FrameRow,
+            (sid, seq, wall, mono, dval, cval, "response", None, mid, None, len(line), True,
+             False, line, None, None, None, None),
+        )  # fmt: skip
+        if direction is _S2C and st.tracker.response_matters(mid, msg):
+            self._observe_handshake(st, direction, Classified(Kind.RESPONSE, None, mid, msg))
+        return row  # type: ignore[no-any-return]
+
     def _add_lines(self, c: Chunk, lines: list[bytes | bytearray], *, checked: bool) -> None:
         """The hot path: lines of one read that need no redaction, straight to rows.
 
@@ -315,43 +358,11 @@ class BatchBuilder:
                     cl = classify(line, channel, checked=True)
                 else:
                     if type(msg) is dict and msg.get("jsonrpc") == "2.0":
-                        if "id" not in msg:
-                            if (
-                                type(method := msg.get("method")) is str
-                                and len(method) <= _MAX_METHOD
-                                and method.isascii()
-                            ):
-                                # A notification whose columns need no care: the commonest.
-                                append(
-                                    _new_row(
-                                        FrameRow,
-                                        (sid, seq, wall, mono, dval, cval, "notification",
-                                         method, None, None, n, True, False, line, None, None,
-                                         None, None),
-                                    )
-                                )  # fmt: skip
-                                seq += 1
-                                continue
-                        elif (
-                            type(rid := msg["id"]) is int
-                            and "result" in msg
-                            and "error" not in msg
-                            and msg.get("method") is None
-                        ):
-                            # A response to an integer id (no digit run past 18: it fits the
-                            # column as it is): classify_message's RESPONSE, without it.
-                            mid = str(rid)
-                            append(
-                                _new_row(
-                                    FrameRow,
-                                    (sid, seq, wall, mono, dval, cval, "response", None, mid,
-                                     None, n, True, False, line, None, None, None, None),
-                                )
-                            )  # fmt: skip
-                            if direction is _S2C and st.tracker.response_matters(mid, msg):
-                                self._observe_handshake(
-                                    st, direction, Classified(Kind.RESPONSE, None, mid, msg)
-                                )
+                        fast = self._inline_row(
+                            st, direction, msg, line, (sid, seq, wall, mono, cval)
+                        )
+                        if fast is not None:
+                            append(fast)
                             seq += 1
                             continue
                     try:
