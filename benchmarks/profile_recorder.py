@@ -1,7 +1,7 @@
 """Profile the recorder process on a burst, without a relay: where its CPU goes per frame.
 
     uv run python benchmarks/profile_recorder.py [--frames 100000] [--pg URL] [--profile]
-                                                 [--no-redact]
+                                                 [--no-redact] [--stages]
 
 The records a relay would write into the recorder's pipe for a stdio burst (the request, ``N``
 ``notifications/message`` lines in 64 KiB reads, the reply, the session's start and end) are
@@ -9,6 +9,11 @@ packed by the real :class:`~mcp_proxy.recorder.client.RecorderClient` code into 
 real worker loop (:func:`mcp_proxy.recorder.worker.serve`) reads that file as it would read the
 pipe. Figures: CPU µs per frame (``getrusage``, the figure that survives a busy machine), frames
 per CPU second, and with ``--profile`` the top of a cProfile of the worker.
+
+``--stages`` times each stage of the worker on its own (CPU time, best of ``--rounds``): reading
+the records into items (:class:`~mcp_proxy.recorder.worker._Session`), the batch builder
+(framing, redaction prefilter, classification, numbering: ``feed`` + ``take``), and the store's
+insert of the batches it built (``BatchWriter.write``, the store's share).
 
 Not a test: the numbers depend on the machine.
 """
@@ -23,7 +28,9 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -32,6 +39,9 @@ if str(ROOT) not in sys.path:
 from mcp_proxy.frames import Channel, Direction  # noqa: E402
 from mcp_proxy.recorder.client import RecorderClient  # noqa: E402
 from mcp_proxy.recorder.contract import Producer  # noqa: E402
+
+#: The worker's batch size (frames), as :func:`mcp_proxy.recorder.worker.serve` uses it.
+MAX_BATCH = 2000
 
 
 class _FileClient(RecorderClient):
@@ -71,6 +81,76 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def stages(records: str, frames: int, url_of: Callable[[int], str], rounds: int) -> None:
+    """CPU µs per frame of each stage of the worker, each timed alone (best of ``rounds``)."""
+    from mcp_proxy.recorder.builder import BatchBuilder
+    from mcp_proxy.recorder.contract import Resume
+    from mcp_proxy.recorder.worker import _Session
+    from mcp_proxy.redact import policy_from_env
+    from mcp_proxy.store.engine import ensure_schema
+    from mcp_proxy.store.writer import BatchWriter
+
+    data = Path(records).read_bytes()
+    items: list[Any] = []
+
+    class _Collect:
+        builder = BatchBuilder()
+
+        def feed(self, item: Any) -> None:
+            items.append(item)
+
+    def decode() -> None:
+        items.clear()
+        state = _Session(_Collect())  # type: ignore[arg-type]
+        for i in range(0, len(data), 1 << 20):
+            state.buf += data[i : i + (1 << 20)]
+            state.consume()
+
+    policy = policy_from_env()
+    batches: list[Any] = []
+
+    def build() -> None:
+        batches.clear()
+        b = BatchBuilder(redact=policy if policy.enabled else None)
+        for item in items:
+            if type(item) is not Resume:
+                b.feed(item)
+                if b.pending_frames >= MAX_BATCH:
+                    batches.append(b.take())
+        batches.append(b.take())
+
+    rnd = iter(range(1 << 30))
+
+    def store() -> float:
+        url = url_of(next(rnd))
+        ensure_schema(url)
+        writer = BatchWriter.open(url)
+        c0 = _cpu()
+        for batch in batches:
+            writer.write(batch)
+        cpu = _cpu() - c0
+        writer.close()
+        return cpu
+
+    def timed(fn: Callable[[], None]) -> float:
+        c0 = _cpu()
+        fn()
+        return _cpu() - c0
+
+    t_decode = min(timed(decode) for _ in range(rounds))
+    t_build = min(timed(build) for _ in range(rounds))
+    t_store = min(store() for _ in range(rounds))
+    mine = t_decode + t_build
+    for label, t in (
+        ("read records → items", t_decode),
+        ("builder (framing, redaction, classification, rows)", t_build),
+        ("recorder's own share (the two above)", mine),
+        ("store insert (BatchWriter.write, the store's share)", t_store),
+        ("total", mine + t_store),
+    ):
+        print(f"stage  {t / frames * 1e6:6.2f} µs/frame  {label}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--frames", type=int, default=100_000)
@@ -78,6 +158,8 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--no-redact", action="store_true")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--stages", action="store_true", help="time each stage on its own")
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     if args.no_redact:
         os.environ["MCPTAPE_REDACT"] = "0"
@@ -89,6 +171,14 @@ def main() -> None:
         ensure_schema(url)
         records = str(Path(tmp) / "records.bin")
         frames = burst_records(records, args.frames)
+        if args.stages:
+            stages(
+                records,
+                frames,
+                lambda k: args.pg or "sqlite:///" + str(Path(tmp) / f"s{k}.db"),
+                args.rounds,
+            )
+            return
         fd = os.open(records, os.O_RDONLY)
         prof = cProfile.Profile(time.process_time) if args.profile else None
         c0, t0 = _cpu(), time.perf_counter()

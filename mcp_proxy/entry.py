@@ -44,11 +44,13 @@ def main() -> None:
     if plain is not None:
         from mcp_proxy.errors import McptapeError, StoreError, UserError, report
         from mcp_proxy.relay.stdio import record_stdio
-        from mcp_proxy.store.engine import resolve_url
 
         name, db, command = plain
         try:
-            sys.exit(record_stdio(command, db_url=resolve_url(db), name=name))
+            # The recorder process resolves ``--db`` (or MCPTAPE_DB, or the default location)
+            # as every command does, in the same directory and environment: the relay never
+            # imports the store (pathlib, platformdirs, dataclasses: start-up CPU and memory).
+            sys.exit(record_stdio(command, db_url=db or "", name=name))
         except UserError as exc:
             report(str(exc), exc.exit_code)
             sys.exit(exc.exit_code)

@@ -10,14 +10,12 @@ Pure functions, no I/O.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
-
-from orjson import loads as _orjson_loads
 
 
 class Direction(StrEnum):
@@ -114,6 +112,8 @@ def column_id(key: str | None) -> str | None:
     """
     if key is None or len(key) <= MAX_ID_TEXT:
         return key
+    import hashlib  # rare: not on every relay's start-up path
+
     digest = hashlib.sha256(key.encode("utf-8", "backslashreplace")).hexdigest()[:16]
     head = key[1:] if key.startswith('"') else key
     keep = 200
@@ -230,6 +230,20 @@ def _classify_huge(content: bytes) -> Classified:
     if m_res >= 0:
         return Classified(Kind.RESPONSE, msg_id=msg_id, partial=True)
     return Classified(Kind.INVALID, msg_id=msg_id, partial=True, problem="unrecognised shape")
+
+
+def _first_orjson_loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """orjson's ``loads``, imported on first use: it costs a relay ~10 ms of start-up (orjson
+    loads dataclasses, uuid, datetime… at import), and a relay without fault rules never
+    parses a frame. The first call rebinds :data:`_orjson_loads` to orjson's own function."""
+    global _orjson_loads
+    from orjson import loads
+
+    _orjson_loads = loads
+    return loads(data)
+
+
+_orjson_loads: Callable[[bytes | bytearray | memoryview | str], Any] = _first_orjson_loads
 
 
 #: A run of this many digits may be an integer beyond 64 bits, which orjson turns into a float

@@ -67,6 +67,17 @@ class HandshakeTracker:
             self._meta_dirty = False
         return new or None
 
+    def response_matters(self, msg_id: str | None, msg: dict[str, Any]) -> bool:
+        """False when :meth:`observe` of this server response could change nothing: it answers
+        no pending handshake request, and its result has no ``_meta`` while the server's name
+        is still unknown. Lets the recorder skip the tracker for nearly every response."""
+        if self._pending and (msg_id or "") in self._pending:
+            return True
+        if "server_name" in self.facts:
+            return False
+        result = msg.get("result")
+        return isinstance(result, dict) and isinstance(result.get("_meta"), dict)
+
     def _request(self, c: Classified, msg: dict[str, Any], changes: dict[str, Any]) -> None:
         raw_params = msg.get("params")
         params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}

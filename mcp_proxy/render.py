@@ -12,6 +12,9 @@ import re
 import time
 from typing import Any
 
+from orjson import OPT_INDENT_2 as _INDENT_2
+from orjson import dumps as _orjson_dumps
+
 from mcp_proxy.frames import parse_json, strip_line_end, text_or_none
 from mcp_proxy.store.columns import FRAME_COLUMNS
 from mcp_proxy.store.queries import duration, session_status
@@ -447,6 +450,42 @@ def _pretty(value: Any, pad: str, out: list[str]) -> None:
     out.append("\n" + pad + ("}" if t is dict else "]"))
 
 
+#: Set while decoding a body when it holds a float (or NaN/Infinity): orjson writes some floats
+#: differently from ``json.dumps`` (``1e16``, not ``1e+16``), so such a body is indented by
+#: :func:`_pretty` instead.
+_FLOATS: list[bool] = []
+
+
+def _saw_float(text: str) -> float:
+    _FLOATS.append(True)
+    return float(text)
+
+
+def _saw_constant(text: str) -> float:
+    _FLOATS.append(True)
+    return float(text)  # "NaN", "Infinity", "-Infinity", as json.loads reads them
+
+
+_decode_flagged = json.JSONDecoder(parse_float=_saw_float, parse_constant=_saw_constant).decode
+
+
+def _indent_c(msg: Any) -> str | None:
+    """``json.dumps(msg, indent=2, ensure_ascii=False)`` with every line after the first
+    indented by four more spaces, in C (orjson); None for what orjson writes differently or
+    refuses (floats are kept away by the caller; integers past 64 bits, lone surrogates and
+    nesting past orjson's limit raise here).
+
+    The same bytes for every value without floats (tests/test_render.py compares them on
+    random values): the same separators, key order and string escapes (``"``, ``\\`` and
+    controls; everything else written as is, as ``ensure_ascii=False`` does).
+    """
+    try:
+        data = _orjson_dumps(msg, option=_INDENT_2)
+    except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
+        return None
+    return data.decode("utf-8").replace("\n", "\n    ")
+
+
 def frame_text(row: tuple[Any, ...], *, body: bool = True) -> str:
     """``frame_block(f, body=body)`` for a row of ``FRAME_COLUMNS``."""
     (seq, ts, _mono, direction, channel, kind, method, msg_id, error_code, size, complete, _partial,
@@ -473,18 +512,21 @@ def frame_text(row: tuple[Any, ...], *, body: bool = True) -> str:
         # Rare shapes (and frames that may be cut at 20,000 characters): the general path.
         f = dict(zip(FRAME_COLUMNS, row, strict=True))
         return frame_block(f, body=True)
+    _FLOATS.clear()
     try:  # (parse_json without its checks: small, and not noise)
-        msg = json.loads(data.decode("utf-8"))
+        msg = _decode_flagged(data.decode("utf-8"))
     except (ValueError, RecursionError):
         msg = None
     if msg is None or not isinstance(msg, (dict, list)):
         return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
-    out: list[str] = []
-    try:
-        _pretty(msg, "    ", out)
-    except RecursionError:
-        return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
-    text = "".join(out)
+    text = _indent_c(msg) if not _FLOATS else None
+    if text is None:
+        out: list[str] = []
+        try:
+            _pretty(msg, "    ", out)
+        except RecursionError:
+            return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
+        text = "".join(out)
     if len(text) > 20_000:  # cut at 20,000 characters: the general path
         return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
     if _SPECIAL_RE.search(text):  # rare: one scan for both kinds of special characters

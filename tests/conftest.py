@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -62,7 +63,96 @@ def db_url(db_path: Path | str) -> str:
     return url_of(db_path)
 
 
+PYCACHE_ENV = "MCPTAPE_TEST_PYCACHE"
+
+
+def _bytecode_for_subprocesses() -> None:
+    """Let the suite's hundreds of Python subprocesses (``mcptape``, relays, SDK test servers,
+    recorder workers) load compiled bytecode instead of compiling every imported module.
+
+    With ``PYTHONDONTWRITEBYTECODE`` set (as in this project's containers) and a venv that was
+    never compiled, each child compiled mcp, pydantic, typer, rich … from source at every start:
+    ``mcptape --help`` took ~1.0 s of CPU instead of ~0.4 s. The variable exists to keep
+    ``__pycache__`` out of source trees, so the children write their bytecode to one cache
+    outside every tree instead (``PYTHONPYCACHEPREFIX``, kept between runs; the first run fills
+    it). The children run the same code from the same sources — Python recompiles a module
+    whose source changed — so no test proves anything less. ``MCPTAPE_TEST_PYCACHE=off``
+    leaves the environment as it is; a path puts the cache there."""
+    wanted = os.environ.get(PYCACHE_ENV, "")
+    if wanted.lower() in ("off", "0", "no", "false"):
+        return
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return  # children already write bytecode where the user wants it
+    prefix = Path(wanted) if wanted else Path(tempfile.gettempdir()) / f"mcptape-pycache-{_uid()}"
+    try:
+        prefix.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return
+    os.environ.pop("PYTHONDONTWRITEBYTECODE")
+    os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
+
+
+WORKERS_ENV = "MCPTAPE_TEST_WORKERS"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """The whole suite (``uv run pytest`` with no paths: the README's and CI's command) runs on
+    two pytest-xdist workers; a run of chosen files or tests stays in one process.
+
+    Most of the suite's time is spent waiting on subprocesses it starts (relays, SDK servers,
+    ``mcptape`` commands, Chromium), so one process keeps about one of two cores busy; two
+    workers keep both. ``--dist loadgroup``: a module's tests stay on one worker (module
+    fixtures start once), and modules marked ``xdist_group`` share a worker (their session
+    fixtures are built once). Every worker has its own temporary folders and its own
+    PostgreSQL databases (names carry the pid). ``-n N`` on the command line wins;
+    ``MCPTAPE_TEST_WORKERS=N`` sets the count (``0``: serial)."""
+    option = config.option
+    if not hasattr(option, "numprocesses") or hasattr(config, "workerinput"):
+        return  # xdist not installed / disabled, or this is a worker
+    if option.numprocesses is not None or option.usepdb or option.collectonly:
+        return
+    wanted = os.environ.get(WORKERS_ENV, "")
+    if wanted.strip():
+        workers = int(wanted)
+    elif config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+        workers = min(2, os.cpu_count() or 1)
+    else:
+        return
+    if workers > 1:
+        option.numprocesses = workers
+        if option.dist == "no":
+            option.dist = "loadgroup"
+
+
+#: Packages whose session fixtures are costly (recorded sessions, a generated 60k-frame
+#: database, upstream servers, TLS servers and a shared forward proxy): under xdist each runs
+#: on one worker, so those are built once per run, not once per worker.
+WORKER_GROUPS = ("tests/dashboard/", "tests/forward/")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` (see :func:`pytest_cmdline_main`) give each test the group
+    of its module — or of its package, for :data:`WORKER_GROUPS` — so that a module's tests
+    (classes included) run on one worker and module fixtures start once."""
+    if getattr(config.option, "dist", "no") != "loadgroup":
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        path = item.nodeid.split("::", 1)[0]
+        group = next((g for g in WORKER_GROUPS if path.startswith(g)), path)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _uid() -> str:
+    getuid = getattr(os, "getuid", None)
+    return str(getuid()) if getuid else os.environ.get("USERNAME", "user")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _bytecode_for_subprocesses()
     config.addinivalue_line(
         "markers",
         "both_dialects: run the module's db_path/db_url tests on SQLite and on PostgreSQL",

@@ -9,6 +9,7 @@ out byte for byte as ``frame_json``/``frame_block`` render it.
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -28,6 +29,11 @@ BODIES = [
     b"5\n",
     b'{"k":"' + b"v" * 25_000 + b'"}\n',
     b'{"k":"' + b"\\n" * 12_000 + b'"}\n',
+    # What orjson must not indent (json.dumps writes them differently, or orjson refuses them):
+    b'{"big":123456789012345678901234567890,"neg":-9223372036854775809,"u":18446744073709551615}',
+    b'{"f":[1e16,1e-05,0.1,-0.0,NaN,Infinity,-Infinity,2.5E+3,1E400]}',
+    b'{"lone":"\\ud800","deep":' + b"[" * 300 + b"]" * 300 + b"}",
+    b'{"ctl":"\\u0000\\u001f\\u007f\\b\\f\\t \\"q\\" \\\\ \\/","k\\u00e9":{"":[]}}',
 ]
 
 
@@ -74,6 +80,38 @@ def test_streaming_renderers_equal_the_general_ones(row: tuple) -> None:
     assert frame_json_line(row) == json.dumps(frame_json(f), ensure_ascii=False)
     assert frame_text(row) == frame_block(f)
     assert frame_text(row, body=False) == frame_block(f, body=False)
+
+
+def _random_value(rng: random.Random, depth: int = 0) -> object:
+    chars = [chr(c) for c in [*range(0x80), 0x85, 0xA0, 0xE9, 0x2028, 0xFEFF, 0xFFFF, 0x1F600]]
+    r = rng.random()
+    if depth < 4 and r < 0.2:
+        return {
+            "".join(rng.choices(chars, k=rng.randint(0, 6))): _random_value(rng, depth + 1)
+            for _ in range(rng.randint(0, 4))
+        }
+    if depth < 4 and r < 0.35:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    if r < 0.55:
+        return "".join(rng.choices(chars, k=rng.randint(0, 8)))
+    if r < 0.7:
+        return rng.randint(-(2**63), 2**64 - 1)
+    if r < 0.8:
+        return rng.random() * 10 ** rng.randint(-30, 30)
+    return rng.choice([True, False, None, 0, -1])
+
+
+def test_text_bodies_of_random_json_render_as_the_general_path() -> None:
+    """The C indenter (orjson) is used only where it writes what ``json.dumps`` writes."""
+    rng = random.Random(12)
+    for i in range(3000):
+        raw = json.dumps(_random_value(rng), ensure_ascii=rng.random() < 0.5).encode() + b"\n"
+        f = {c: None for c in SHOW_COLUMNS}
+        f.update(seq=i, ts=1796058497.25, direction="c2s", channel="stdio", kind="request",
+                 method="m", size=len(raw), complete=1, partial_parse=0, raw=raw)  # fmt: skip
+        row = tuple(f[c] for c in SHOW_COLUMNS)
+        if len(raw) < 20_000:
+            assert frame_text(row) == frame_block(f), raw
 
 
 def test_cli_name_is_what_works_where_the_user_is(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -37,7 +37,14 @@ from mcp_proxy.analysis.catalogue import SUMMARY_CODE
 from mcp_proxy.analysis.core import Analysis, analyze, gc_paused
 from mcp_proxy.analysis.facts import Decoder
 from mcp_proxy.analysis.model import finding_order, finding_record
-from mcp_proxy.analysis.stats import MethodStats, merge_stats, method_stats, sorted_stats
+from mcp_proxy.analysis.quickstats import STATS_COLUMNS, NeedsFullAnalysis, QuickStats
+from mcp_proxy.analysis.stats import (
+    MethodStats,
+    StatsKey,
+    merge_stats,
+    method_stats,
+    sorted_stats,
+)
 from mcp_proxy.analysis.version import ANALYZER_VERSION
 from mcp_proxy.errors import StoreError
 from mcp_proxy.store.engine import sqlite_path
@@ -271,15 +278,39 @@ async def sessions_stats(
 ) -> list[MethodStats]:
     """Per-method numbers over these sessions, busiest host methods first (``mcptape stats``).
 
-    Each session is analysed once (storing its findings when stale, as any read does) and only
-    its per-method numbers are kept, so many sessions cost the memory of one.
+    Each session is read in one streaming pass over its frame columns
+    (:mod:`mcp_proxy.analysis.quickstats`: only pending requests in memory, a body parsed only
+    when an outcome depends on it); a session with a shape that pass does not model (MRTR
+    rounds, batches) is analysed in full instead (storing its findings when stale, as any
+    analysis does). Either way only its per-method numbers are kept, so many sessions cost
+    the memory of one.
     """
     parts = []
     for s in sessions:
+        http = await store.http_exchanges(s["id"])
+        try:
+            parts.append(_quick_stats(store.url, s, http, by_name=by_name))
+            continue
+        except NeedsFullAnalysis:
+            pass
         analysis = await session_analysis(store, s)
         parts.append(method_stats(analysis.exchanges, by_name=by_name))
         del analysis
     return sorted_stats(merge_stats(parts))
+
+
+#: Frames read per query by the streaming statistics (a few columns each).
+STATS_BATCH = 20_000
+
+
+def _quick_stats(
+    url: str, session: dict[str, Any], http: list[dict[str, Any]], *, by_name: bool
+) -> dict[StatsKey, MethodStats]:
+    """One session's per-method numbers in one streaming pass, or :class:`NeedsFullAnalysis`."""
+    q = QuickStats(session_view(session), http, by_name=by_name)
+    for rows in frame_batches(url, str(session["id"]), batch=STATS_BATCH, columns=STATS_COLUMNS):
+        q.feed(rows)
+    return q.finish()
 
 
 def enrich(row: dict[str, Any]) -> dict[str, Any]:

@@ -154,24 +154,33 @@ class Parser:
             self.i += 1
             val = self.value()
             node.members.append(Member(key.value, key.start, key.end, val))
-            self.skip()
-            c = self.peek()
-            if c == ",":
-                comma = self.i
-                self.i += 1
-                self.skip()
-                if self.peek() == "}":
-                    if not self.jsonc:
-                        self.fail("a trailing comma", comma, jsonc_only=True)
-                    self.i += 1
-                    break
-            elif c == "}":
-                self.i += 1
+            if self.closed_after_item("}"):
                 break
-            else:
-                self.fail("expected ',' or '}'" if c else "unexpected end of file")
         node.end = self.i
         return node
+
+    def closed_after_item(self, close: str) -> bool:
+        """After a member or item: consume ``,`` or ``close``; True when the container ended.
+
+        A trailing comma before ``close`` is JSONC, refused in strict JSON (the hosts that read
+        plain JSON would refuse the file).
+        """
+        self.skip()
+        c = self.peek()
+        if c == close:
+            self.i += 1
+            return True
+        if c != ",":
+            self.fail(f"expected ',' or '{close}'" if c else "unexpected end of file")
+        comma = self.i
+        self.i += 1
+        self.skip()
+        if self.peek() != close:
+            return False
+        if not self.jsonc:
+            self.fail("a trailing comma", comma, jsonc_only=True)
+        self.i += 1
+        return True
 
     def arr(self) -> Node:
         start = self.i
@@ -183,22 +192,8 @@ class Parser:
                 self.i += 1
                 break
             node.items.append(self.value())
-            self.skip()
-            c = self.peek()
-            if c == ",":
-                comma = self.i
-                self.i += 1
-                self.skip()
-                if self.peek() == "]":
-                    if not self.jsonc:
-                        self.fail("a trailing comma", comma, jsonc_only=True)
-                    self.i += 1
-                    break
-            elif c == "]":
-                self.i += 1
+            if self.closed_after_item("]"):
                 break
-            else:
-                self.fail("expected ',' or ']'" if c else "unexpected end of file")
         node.end = self.i
         return node
 

@@ -170,15 +170,24 @@ class MockFaults:
             return Verdict(payloads=[], consumed=True, decision=decision)
         return None
 
-    async def inbound(self, raw: bytes) -> Verdict | None:
-        """A client message the mock is about to handle (None: handle it as it is)."""
-        decision = self._decide("c2s", raw)
+    async def _first_steps(
+        self, direction: str, raw: bytes
+    ) -> tuple[Decision | None, Verdict | None]:
+        """The rule that fires on ``raw`` (None: none) and, when the common actions settle it,
+        the verdict; a decision without a verdict is left to the direction's own actions."""
+        decision = self._decide(direction, raw)
         if decision is None:
-            return None
+            return None, None
         self.fired.append(decision)
         verdict = await self._common(decision, raw)
         if verdict is not None:
             verdict.decision = decision
+        return decision, verdict
+
+    async def inbound(self, raw: bytes) -> Verdict | None:
+        """A client message the mock is about to handle (None: handle it as it is)."""
+        decision, verdict = await self._first_steps("c2s", raw)
+        if decision is None or verdict is not None:
             return verdict
         facts = decision.facts
         if facts.kind != "request" and decision.action != "corrupt":
@@ -193,13 +202,8 @@ class MockFaults:
 
     async def outbound(self, raw: bytes) -> Verdict | None:
         """A message the mock is about to send (None: send it as it is)."""
-        decision = self._decide("s2c", raw)
-        if decision is None:
-            return None
-        self.fired.append(decision)
-        verdict = await self._common(decision, raw)
-        if verdict is not None:
-            verdict.decision = decision
+        decision, verdict = await self._first_steps("s2c", raw)
+        if decision is None or verdict is not None:
             return verdict
         s, facts = decision.rule.settings, decision.facts
         if decision.action == "corrupt":

@@ -24,13 +24,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orjson import loads as _loads
+
 from mcp_proxy.frames import (
+    FULL_PARSE_LIMIT,
     Channel,
     Classified,
     Direction,
     Frame,
     Kind,
     classify,
+    classify_message,
     column_id,
     has_long_number,
 )
@@ -61,6 +65,7 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 #: ``kind.value`` without the enum descriptor (a dict lookup by the member's str hash).
 _KIND_VALUE = {k: k.value for k in Kind}
 _UNDECODABLE = Kind.UNDECODABLE
+_S2C = Direction.S2C
 _new_row = tuple.__new__  # FrameRow(...) without its generated Python ``__new__``
 
 
@@ -268,28 +273,99 @@ class BatchBuilder:
     def _add_lines(self, c: Chunk, lines: list[bytes | bytearray], *, checked: bool) -> None:
         """The hot path: lines of one read that need no redaction, straight to rows.
 
-        Same rows as :meth:`_add_frame` gives them (a test compares the two), with what is
-        the same for every line of a read — session, direction, channel, times, the digit-run
-        check of :func:`~mcp_proxy.frames.classify` — done once, and no :class:`Frame` per line.
+        ``lines`` are cut from ``c.data`` alone (a line that began in an earlier read takes
+        :meth:`_add_frame`).
+
+        Same rows as :meth:`_add_frame` gives them (tests compare the two on hostile input),
+        with what is the same for every line of a read — session, direction, channel, times,
+        the digit-run check of :func:`~mcp_proxy.frames.classify` — done once, no
+        :class:`Frame` per line, and the commonest line of all (an object that orjson parses)
+        classified inline: a notification without a :class:`Classified`, any other message by
+        :func:`~mcp_proxy.frames.classify_message` directly. Whatever the inline path does not
+        cover (not an object, orjson refuses it, a huge line, stderr) takes
+        :func:`~mcp_proxy.frames.classify`, which decides exactly as before.
         """
         sid, wall, mono = c.session_id, c.wall, c.mono_ns
         st = self.session(sid)
         direction, channel = c.direction, c.channel
         dval, cval = direction.value, channel.value
         frames = self._batch.frames
+        append = frames.append
         kind_value = _KIND_VALUE
+        # Inline parsing only where classify() would take the orjson path for every line that
+        # starts with "{": the lines are slices of this read (never longer than it), and a read
+        # without a NUL has no line whose head holds one.
+        data = c.data
+        inline = (
+            checked
+            and channel is not Channel.STDERR
+            and len(data) <= FULL_PARSE_LIMIT
+            and b"\x00" not in data
+        )
         seq = st.next_seq
         size = 0
+        cl: Classified
         for line in lines:
-            cl = classify(line, channel, checked=checked)
+            n = len(line)
+            size += n
+            if inline and line[0] == 123:  # b"{"
+                try:
+                    msg = _loads(line)
+                except ValueError:
+                    cl = classify(line, channel, checked=True)
+                else:
+                    if type(msg) is dict and msg.get("jsonrpc") == "2.0":
+                        if "id" not in msg:
+                            if (
+                                type(method := msg.get("method")) is str
+                                and len(method) <= _MAX_METHOD
+                                and method.isascii()
+                            ):
+                                # A notification whose columns need no care: the commonest.
+                                append(
+                                    _new_row(
+                                        FrameRow,
+                                        (sid, seq, wall, mono, dval, cval, "notification",
+                                         method, None, None, n, True, False, line, None, None,
+                                         None, None),
+                                    )
+                                )  # fmt: skip
+                                seq += 1
+                                continue
+                        elif (
+                            type(rid := msg["id"]) is int
+                            and "result" in msg
+                            and "error" not in msg
+                            and msg.get("method") is None
+                        ):
+                            # A response to an integer id (no digit run past 18: it fits the
+                            # column as it is): classify_message's RESPONSE, without it.
+                            mid = str(rid)
+                            append(
+                                _new_row(
+                                    FrameRow,
+                                    (sid, seq, wall, mono, dval, cval, "response", None, mid,
+                                     None, n, True, False, line, None, None, None, None),
+                                )
+                            )  # fmt: skip
+                            if direction is _S2C and st.tracker.response_matters(mid, msg):
+                                self._observe_handshake(
+                                    st, direction, Classified(Kind.RESPONSE, None, mid, msg)
+                                )
+                            seq += 1
+                            continue
+                    try:
+                        cl = classify_message(msg)
+                    except Exception:  # classify() decides (it never raises)
+                        cl = classify(line, channel, checked=True)
+            else:
+                cl = classify(line, channel, checked=checked)
             kind = cl.kind
             method = cl.method
             if method is not None and len(method) > _MAX_METHOD:
                 method = method[:_MAX_METHOD]
             msg_id = column_id(cl.msg_id)
             code = cl.error_code
-            n = len(line)
-            size += n
             row: FrameRow = _new_row(
                 FrameRow,
                 (sid, seq, wall, mono, dval, cval, kind_value[kind], method, msg_id, code, n,
@@ -303,7 +379,7 @@ class BatchBuilder:
                 and (code is None or _INT64_MIN <= code <= _INT64_MAX)
             ):
                 row = self._storable_row(row)
-            frames.append(row)
+            append(row)
             seq += 1
             if cl.message is not None and kind in _HANDSHAKE_KINDS:
                 self._observe_handshake(st, direction, cl)

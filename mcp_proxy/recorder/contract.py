@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import itertools
 import os
-import socket
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,6 +136,25 @@ Item = (
 )
 
 
+def new_session_id() -> str:
+    """A random (version 4) UUID as 32 hex digits, what ``uuid.uuid4().hex`` gives — without
+    importing :mod:`uuid` (and :mod:`platform`, :mod:`socket`…) into every relay's start-up."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40  # version 4
+    b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return b.hex()
+
+
+def _hostname() -> str:
+    """``socket.gethostname()``; on POSIX the same name from ``uname`` without :mod:`socket`."""
+    uname = getattr(os, "uname", None)
+    if uname is not None:
+        return str(uname().nodename)
+    import socket
+
+    return socket.gethostname()
+
+
 def session_row(transport: str, session_id: str, fields: dict[str, Any]) -> dict[str, Any]:
     """A new session row with what the producer's process knows (pid, host, clock)."""
     return {
@@ -146,7 +163,7 @@ def session_row(transport: str, session_id: str, fields: dict[str, Any]) -> dict
         "status": "live",
         "started_at": time.time(),
         "pid": os.getpid(),
-        "hostname": socket.gethostname(),
+        "hostname": _hostname(),
         "recorder_version": __version__,
         **fields,
     }
@@ -168,7 +185,7 @@ class Producer:
 
     def new_session(self, *, transport: str, session_id: str | None = None, **fields: Any) -> str:
         """Begin a session; returns its id at once."""
-        sid = session_id or uuid.uuid4().hex
+        sid = session_id or new_session_id()
         self.submit(SessionStart(session_row(transport, sid, fields)))
         return sid
 

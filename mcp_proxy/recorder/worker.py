@@ -1,4 +1,8 @@
-"""The recorder process: ``python -m mcp_proxy.recorder.worker DATABASE_URL``, fed on stdin.
+"""The recorder process: ``python -m mcp_proxy.recorder.worker DATABASE``, fed on stdin.
+
+``DATABASE`` is what ``--db`` takes — a URL, a path, or empty for ``MCPTAPE_DB`` / the default
+location — resolved here (:func:`~mcp_proxy.store.engine.resolve_url`, in the relay's directory
+and environment), so that the relay itself never imports the store.
 
 Single-threaded on purpose: reading the pipe and writing batches take turns, so the two never
 compete for the GIL, and while a batch is written the pipe (then the relay's backlog) holds what
@@ -167,14 +171,16 @@ def serve(url: str, fd: int, *, flush_interval: float = 0.05, max_batch: int = 2
 
 def main() -> int:
     if len(sys.argv) != 2:
-        print("usage: python -m mcp_proxy.recorder.worker DATABASE_URL", file=sys.stderr)
+        print("usage: python -m mcp_proxy.recorder.worker DATABASE", file=sys.stderr)
         return 2
     # The relay decides when recording ends (by closing the pipe); signals meant for the
     # server or the relay must not cut the drain short.
     for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
         if sig is not None:
             signal.signal(sig, signal.SIG_IGN)
-    return serve(sys.argv[1], sys.stdin.fileno())
+    from mcp_proxy.store.engine import resolve_url
+
+    return serve(resolve_url(sys.argv[1] or None), sys.stdin.fileno())
 
 
 if __name__ == "__main__":

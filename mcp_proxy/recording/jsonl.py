@@ -101,42 +101,51 @@ def _frame_line(prefix: str, f: dict[str, Any]) -> bytes:
     """:func:`frame_record` as a line, without building the dict (the export's hot loop).
 
     Produces exactly the bytes ``_dump(frame_record(...))`` would (a test keeps them equal):
-    the same key order, and strings through the same C encoder ``json.dumps`` uses.
+    the same key order, and strings through the same C encoder ``json.dumps`` uses. The
+    direction, channel, kind and method of a frame repeat across a session: their JSON is
+    made once per combination (:func:`_middle`).
     """
     ts = f["ts"]
-    parts = [
-        prefix,
-        str(f["seq"]),
-        ',"ts":',
-        float.__repr__(ts) if type(ts) is float else _encode(ts),
-        ',"mono_ns":',
-        str(f["mono_ns"]),
-        ',"dir":',
-        _json(f["direction"]),
-        ',"channel":',
-        _json(f["channel"]),
-        ',"kind":',
-        _json(f.get("kind")),
-    ]
-    for key, name in _OPTIONAL:
-        value = f.get(key)
+    get = f.get
+    key = (f["direction"], f["channel"], get("kind"), get("method"))
+    middle = _MIDDLES.get(key) if type(key[0]) is str and type(key[1]) is str else None
+    if middle is None:
+        middle = _middle(key)
+    line = (
+        f'{prefix}{f["seq"]},"ts":{float.__repr__(ts) if type(ts) is float else _encode(ts)}'
+        f',"mono_ns":{f["mono_ns"]}{middle}'
+    )
+    msg_id = get("msg_id")
+    if msg_id is not None:
+        line += ',"id":' + (_quote(msg_id) if type(msg_id) is str else _encode(msg_id))
+    for k in _RARE:
+        value = get(k)
         if value is not None:
-            parts.append(_KEYS[name])
-            parts.append(_json(value))
-    if not f.get("complete", True):
-        parts.append(',"complete":false')
+            line += _KEYS[_RARE_NAMES[k]] + _json(value)
+    if not get("complete", True):
+        line += ',"complete":false'
     raw = f["raw"]
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        parts.append(',"base64":"')
-        parts.append(base64.b64encode(raw).decode("ascii"))
-        parts.append('"}\n')
-    else:
-        parts.append(',"text":')
-        parts.append(_quote(text))
-        parts.append("}\n")
-    return "".join(parts).encode("utf-8")
+        return f'{line},"base64":"{base64.b64encode(raw).decode("ascii")}"}}\n'.encode()
+    return f'{line},"text":{_quote(text)}}}\n'.encode()
+
+
+#: ``,"dir":…,"channel":…,"kind":…[,"method":…]`` per combination seen (a session has a few).
+_MIDDLES: dict[tuple[Any, ...], str] = {}
+_RARE = ("error_code", "http_exchange_id", "sse_id", "sse_event")
+_RARE_NAMES = dict(_OPTIONAL)
+
+
+def _middle(key: tuple[Any, ...]) -> str:
+    direction, channel, kind, method = key
+    text = f',"dir":{_json(direction)},"channel":{_json(channel)},"kind":{_json(kind)}'
+    if method is not None:
+        text += _KEYS["method"] + _json(method)
+    if all(v is None or type(v) is str for v in key) and len(_MIDDLES) < 4096:
+        _MIDDLES[key] = text
+    return text
 
 
 def _frame_lines(

@@ -372,6 +372,9 @@ def record_stdio(
 ) -> int:
     """``mcptape record -- COMMAND``: relay and record; returns the exit status to use.
 
+    ``db_url`` is a database URL, or what ``--db`` takes (a path; empty for ``MCPTAPE_DB`` or
+    the default location): the recorder process resolves it.
+
     ``faults`` (a :class:`mcp_proxy.faults.FaultEngine`, or None for none) makes the relay
     break the wire on purpose, as docs/faults.md describes; without it nothing changes.
 

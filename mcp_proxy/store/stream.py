@@ -32,20 +32,29 @@ def stream_frames(url: str, session_id: str, *, batch: int = BATCH) -> Iterator[
 
 
 def frame_batches(
-    url: str, session_id: str, *, batch: int = BATCH
+    url: str,
+    session_id: str,
+    *,
+    batch: int = BATCH,
+    columns: tuple[str, ...] = FRAME_COLUMNS,
 ) -> Iterator[list[tuple[Any, ...]]]:
-    """The session's frames in order, ``batch`` tuples of :data:`FRAME_COLUMNS` at a time.
+    """The session's frames in order, ``batch`` tuples of ``columns`` at a time.
 
     What the analysis reads (``mcp_proxy.analysis.service``): plain tuples from the driver,
     one list per fetch, instead of the async API's row objects and a thread hop per query.
+    ``columns`` (names from :data:`FRAME_COLUMNS`, default all of them) lets a reader that
+    needs a few (``stats``) leave the rest in the database.
     """
+    unknown = set(columns) - set(FRAME_COLUMNS)
+    if unknown:
+        raise ValueError(f"not frame columns: {sorted(unknown)}")
     path = engine_mod.sqlite_path(url)
     if path is not None:
-        yield from _sqlite_rows(str(path), session_id, batch)
+        yield from _sqlite_rows(str(path), session_id, batch, columns)
         return
     engine = engine_mod.sync_engine(url)
     stmt = (
-        sa.select(*(frames.c[name] for name in FRAME_COLUMNS))
+        sa.select(*(frames.c[name] for name in columns))
         .where(frames.c.session_id == session_id)
         .order_by(frames.c.seq)
     )
@@ -60,7 +69,9 @@ def frame_batches(
         engine.dispose()
 
 
-def _sqlite_rows(path: str, session_id: str, batch: int) -> Iterator[list[tuple[Any, ...]]]:
+def _sqlite_rows(
+    path: str, session_id: str, batch: int, columns: tuple[str, ...] = FRAME_COLUMNS
+) -> Iterator[list[tuple[Any, ...]]]:
     try:
         conn = sqlite3.connect(path, timeout=engine_mod.BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as exc:
@@ -68,7 +79,7 @@ def _sqlite_rows(path: str, session_id: str, batch: int) -> Iterator[list[tuple[
     try:
         conn.execute("PRAGMA query_only = 1")
         cur = conn.execute(
-            f"SELECT {', '.join(FRAME_COLUMNS)} FROM frames WHERE session_id = ? ORDER BY seq",
+            f"SELECT {', '.join(columns)} FROM frames WHERE session_id = ? ORDER BY seq",
             (session_id,),
         )
         while rows := cur.fetchmany(batch):

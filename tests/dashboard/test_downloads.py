@@ -2,6 +2,10 @@
 
 The links come from ``mcp_proxy.recording.registry`` (``mcptape formats``), not from a list the
 dashboard keeps: a format added to the registry appears here without a dashboard change.
+
+Runs once per dialect: each module database holds a stdio session recorded through the real
+``mcptape record`` and an HTTP session (with its HTTP exchanges) copied in from the generated
+benchmark database by the real ``mcptape db copy``.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sqlite3
+import subprocess
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -19,7 +23,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from dashboard.app import create_app
 from mcp_proxy.recording.registry import downloads
 from mcp_proxy.testing.client import make_client
+from tests.conftest import mcptape_cmd
 from tests.dashboard.conftest import AUTH, TOKEN, get_html, recorded_params
+from tests.helpers import db as rdb
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -47,31 +53,43 @@ def _check_body(name: str, body: bytes) -> None:
 
 
 @pytest.fixture(scope="module")
-def stdio_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    db = tmp_path_factory.mktemp("downloads") / "d.db"
-
-    async def go() -> None:
-        async with make_client(recorded_params(db, "dl", "basic"), mode="legacy") as client:
-            await client.call_tool("echo", {"text": "hello"})
-
-    asyncio.run(go())
-    return db
-
-
-async def test_every_registry_format_is_a_working_download(
-    stdio_db: Path, bench_db: tuple[Path, str, int]
-) -> None:
-    formats = downloads()
-    assert {"jsonl", "har", "otlp", "junit"} <= {f.name for f in formats}
-    conn = sqlite3.connect(bench_db[0])
-    (http,) = conn.execute(
+def sessions_db(
+    module_any_db: Path | str, bench_db: tuple[Path, str, int]
+) -> tuple[Path | str, str, str]:
+    """(database, HTTP session id, stdio session id) in a database of each dialect."""
+    (http,) = rdb.rows(
+        bench_db[0],
         "SELECT s.id FROM sessions s WHERE s.transport = 'http' AND s.id != ?"
         " AND EXISTS (SELECT 1 FROM http_exchanges h WHERE h.session_id = s.id)"
         " ORDER BY s.frame_count LIMIT 1",
-        (bench_db[1],),
-    ).fetchone()
-    conn.close()
-    app = create_app("sqlite:///" + str(bench_db[0]), token=TOKEN)
+        bench_db[1],
+    )
+    argv = ["db", "copy", str(bench_db[0]), str(module_any_db), "-q", "--session", http["id"]]
+    done = subprocess.run(
+        [*mcptape_cmd(), *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+
+    async def go() -> None:
+        params = recorded_params(module_any_db, "dl", "basic")
+        async with make_client(params, mode="legacy") as client:
+            await client.call_tool("echo", {"text": "hello"})
+
+    asyncio.run(go())
+    (stdio,) = rdb.rows(module_any_db, "SELECT id FROM sessions WHERE name = ?", "dl")
+    return module_any_db, http["id"], stdio["id"]
+
+
+async def test_every_registry_format_is_a_working_download(
+    sessions_db: tuple[Path | str, str, str],
+) -> None:
+    formats = downloads()
+    assert {"jsonl", "har", "otlp", "junit"} <= {f.name for f in formats}
+    db, http, sid = sessions_db
+    app = create_app(rdb.url_of(db), token=TOKEN)
     async with TestClient(TestServer(app, host="127.0.0.1")) as c:
         html = await get_html(c, f"/sessions/{http}")
         for fmt in formats:
@@ -88,8 +106,7 @@ async def test_every_registry_format_is_a_working_download(
         r = await c.get(f"/sessions/{http}/export.nosuchformat", headers=AUTH)
         assert r.status == 404 and "nosuchformat" in await r.text()
 
-    (sid,) = sqlite3.connect(stdio_db).execute("SELECT id FROM sessions").fetchone()
-    app = create_app("sqlite:///" + str(stdio_db), token=TOKEN)
+    app = create_app(rdb.url_of(db), token=TOKEN)
     async with TestClient(TestServer(app, host="127.0.0.1")) as c:
         html = await get_html(c, f"/sessions/{sid}")
         for fmt in formats:

@@ -258,3 +258,90 @@ def test_an_integer_past_64_bits_split_across_reads_stays_exact() -> None:
     )
     rows = b.take().frames
     assert [(r.kind, r.error_code) for r in rows] == [("error", None), ("response", None)]
+
+
+# Lines the read-at-a-time path classifies inline (orjson, notifications without a Classified)
+# next to every shape that must leave it: each must give the row classify() gives.
+HOSTILE = [
+    b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}\n',
+    b'{"jsonrpc":"2.0","method":"a","method":"b"}\n',  # duplicate key: the last one wins
+    b'{"jsonrpc":"2.0","method":"n","id":null}\n',  # a null id is no notification
+    b'{"jsonrpc":"2.0","method":"n","id":true}\n',
+    b'{"jsonrpc":"2.0","method":"n","id":1.5}\n',
+    b'{"jsonrpc":"2.0","method":"n","id":[1]}\n',
+    b'{"jsonrpc":"2.0","method":7}\n',
+    b'{"jsonrpc":"1.0","method":"n"}\n',
+    b'{"method":"n"}\n',
+    b'{"jsonrpc":"2.0","method":"caf\\u00e9"}\n',  # not ASCII: the column rules apply
+    b'{"jsonrpc":"2.0","method":"\\ud800"}\n',  # a lone surrogate: orjson refuses, json reads
+    b'{"jsonrpc":"2.0","method":"' + b"m" * 250 + b'"}\n',  # longer than the column
+    b'{"jsonrpc":"2.0","method":"n","params":{"x":NaN}}\n',
+    b'{"jsonrpc":"2.0","method":"n","params":{"x":"\xff"}}\n',  # invalid UTF-8 in a string
+    b'{"jsonrpc":"2.0","method":"n"} trailing\n',
+    b'{"jsonrpc":"2.0","method":"n"}\r\n',
+    b'\xef\xbb\xbf{"jsonrpc":"2.0","method":"n"}\n',  # a BOM
+    b'{\x00"jsonrpc":"2.0"}\n',
+    b'{"a":' * 1100 + b"1" + b"}" * 1100 + b"\n",  # deeper than orjson parses
+    b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"\n",  # deeper than json parses
+    b'{"jsonrpc":"2.0","id":9,"error":{"code":-32601,"message":"nope"}}\n',
+    b'{"jsonrpc":"2.0","id":"x","result":{"v":%d}}\n' % (2**70),  # past 64 bits: json only
+    b'[{"jsonrpc":"2.0","method":"n"}]\n',
+    b'{"jsonrpc":"2.0","id":10,"result":{"content":[]}}\n',
+    b'{"jsonrpc":"2.0","id":-3,"result":null}\n',
+    b'{"jsonrpc":"2.0","id":11,"method":null,"result":{}}\n',
+    b'{"jsonrpc":"2.0","id":12,"result":{},"error":null}\n',
+    b'{"jsonrpc":"2.0","id":true,"result":{}}\n',
+    b'{"jsonrpc":"2.0","id":null,"result":{}}\n',
+    b'{"jsonrpc":"2.0","id":13.0,"result":{}}\n',
+    b'{"jsonrpc":"2.0","id":14,"result":{},"id":"s"}\n',
+    b'{"jsonrpc":"2.0","result":{}}\n',
+    b"{}\n",
+    b"{\n",
+    b"  \n",
+]
+
+
+def test_the_inline_classification_gives_the_rows_of_classify() -> None:
+    """Read-at-a-time (no redaction) against frame-at-a-time (an identity redactor)."""
+    for line in HOSTILE:  # each in reads of its own: a NUL or a long digit run elsewhere in
+        # a read sends all of that read's lines to classify(), so mixed reads alone miss some
+        chunks = [line * 2, line + line[:5], line[5:]]
+        assert _rows_of(chunks, None) == _rows_of(chunks, lambda frame: frame), line[:60]
+    data = b"".join(HOSTILE * 3)
+    for seed in range(3):
+        chunks = _chop(data, seed)
+        assert _rows_of(chunks, None) == _rows_of(chunks, lambda frame: frame)
+    for channel in (STDIO, Channel.STDERR):
+        rows = []
+        for redact in (None, lambda frame: frame):
+            b = _builder(redact=redact)
+            b.feed(Chunk(SID, S2C, channel, data, 1, 1.0))
+            rows.append(b.take().frames)
+        assert rows[0] == rows[1] and len(rows[0]) == 3 * len(HOSTILE)
+    kinds = {r.kind for r in _rows_of([data], None)[0]}  # type: ignore[attr-defined]
+    assert {"notification", "invalid", "noise", "undecodable", "error", "batch"} <= kinds
+
+
+def test_the_inline_responses_keep_the_handshake_facts() -> None:
+    """Responses skip the tracker only when it could learn nothing from them."""
+    lines = [
+        (C2S, b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":'
+         b'"2025-06-18","clientInfo":{"name":"c","version":"1"},"capabilities":{}}}\n'),
+        (S2C, b'{"jsonrpc":"2.0","id":5,"result":{"_meta":{"x":1}}}\n'),
+        (S2C, b'{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18",'
+         b'"serverInfo":{"name":"s","version":"2"},"capabilities":{}}}\n'),
+        (C2S, b'{"jsonrpc":"2.0","id":2,"method":"server/discover"}\n'),
+        (S2C, b'{"jsonrpc":"2.0","id":2,"result":{"supportedVersions":["2026-07-28"]}}\n'),
+        (S2C, b'{"jsonrpc":"2.0","id":3,"result":{"_meta":{"io.modelcontextprotocol/'
+         b'serverInfo":{"name":"late","version":"3"}}}}\n'),
+    ]  # fmt: skip
+    for start in (0, 2):  # with and without the initialize exchange (server name from _meta)
+        out = []
+        for redact in (None, lambda frame: frame):
+            b = _builder(redact=redact)
+            for i, (direction, line) in enumerate(lines[start:]):
+                b.feed(Chunk(SID, direction, STDIO, line, 10 + i, 2.0 + i))
+            batch = b.take()
+            out.append((batch.frames, batch.session_updates))
+        assert out[0] == out[1]
+        assert out[0][1][SID]["server_name"] == ("s" if start == 0 else "late")
