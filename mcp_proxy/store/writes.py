@@ -61,7 +61,8 @@ def frame_insert_sql(engine: Engine) -> str:
         stmt = sa.insert(frame_rows).values({c: sa.bindparam(c) for c in STORED_FRAME_COLS})
         dialect = engine.dialect
         if not dialect.positional:  # psycopg's default is pyformat; tuples need "%s" markers
-            dialect = type(dialect)(paramstyle="format")
+            make: Any = type(dialect)  # each DefaultDialect takes paramstyle=
+            dialect = make(paramstyle="format")
         compiled = stmt.compile(dialect=dialect)
         order = tuple(compiled.positiontup or ()) if compiled.positional else None
         assert order == STORED_FRAME_COLS, order  # positional drivers (sqlite, psycopg)
