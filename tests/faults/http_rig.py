@@ -13,7 +13,6 @@ import json
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ import anyio
 from mcp_proxy.testing.client import make_client, tool_text
 from mcp_proxy.testing.misbehave_http import MisbehavingServer
 from tests.relay.conftest import Upstream, start_upstream
+from tests.relay.launch import relay_process
 
 HERE = Path(__file__).resolve().parent
 RELAY_SCRIPT = HERE / "http_relay.py"
@@ -92,41 +92,9 @@ class Relay:
 @contextlib.contextmanager
 def run_relay(upstream: str, db: Path, rules: Path) -> Iterator[Relay]:
     rules.write_text("")
-    proc = subprocess.Popen(
-        [sys.executable, str(RELAY_SCRIPT), upstream, str(db), str(rules)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    lines: list[str] = []
-    found: list[str] = []
-    event = threading.Event()
-
-    def drain() -> None:
-        assert proc.stderr is not None
-        for raw in iter(proc.stderr.readline, b""):
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            lines.append(line)
-            if not event.is_set() and line.startswith("mcptape: relaying "):
-                found.append(line.split()[2])
-                event.set()
-
-    t = threading.Thread(target=drain, daemon=True)
-    t.start()
-    if not event.wait(30):
-        proc.kill()
-        raise RuntimeError("relay did not start:\n" + "\n".join(lines))
-    relay = Relay(found[0], proc, db, rules, lines)
-    try:
-        yield relay
-    finally:
-        proc.send_signal(2)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        t.join(5)
+    argv = [sys.executable, str(RELAY_SCRIPT), upstream, str(db), str(rules)]
+    with relay_process(argv, stop_timeout=20) as (proc, url, lines):
+        yield Relay(url, proc, db, rules, lines)
 
 
 @dataclass

@@ -7,8 +7,6 @@ goes through the real CLI, so a flag that parses but is never handed to the rela
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 from tests.conftest import mcptape_cmd
 from tests.faults.http_rig import call
 from tests.relay.conftest import start_upstream
+from tests.relay.launch import relay_process
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -25,41 +24,20 @@ pytestmark = pytest.mark.timeout(90)
 def test_record_upstream_fault_flag_is_carried_out(tmp_path: Path) -> None:
     db = tmp_path / "cli.db"
     with start_upstream("--transport", "http") as up:
-        proc = subprocess.Popen(
-            [
-                *mcptape_cmd(),
-                "record",
-                "--upstream",
-                up.url,
-                "--port",
-                "0",
-                "--db",
-                str(db),
-                "--fault",
-                "http status=503 method=tools/call",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        found: list[str] = []
-        ready = threading.Event()
-
-        def drain() -> None:
-            assert proc.stderr is not None
-            for raw in iter(proc.stderr.readline, b""):
-                line = raw.decode("utf-8", "replace")
-                if line.startswith("mcptape: relaying "):
-                    found.append(line.split()[2])
-                    ready.set()
-
-        threading.Thread(target=drain, daemon=True).start()
-        try:
-            assert ready.wait(30), "the relay did not start"
-            seen = anyio.run(call, found[0])
-        finally:
-            proc.send_signal(2)
-            proc.wait(20)
+        argv = [
+            *mcptape_cmd(),
+            "record",
+            "--upstream",
+            up.url,
+            "--port",
+            "0",
+            "--db",
+            str(db),
+            "--fault",
+            "http status=503 method=tools/call",
+        ]
+        with relay_process(argv, stop_timeout=20) as (_, url, _lines):
+            seen = anyio.run(call, url)
     # The SDK client sees an error (the SDK reports any non-2xx as "Server returned an error
     # response"); without the flag reaching the relay the echo would have succeeded.
     assert seen[0] == "error", seen

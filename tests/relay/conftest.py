@@ -32,6 +32,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from tests.relay.launch import relay_process
+
 HERE = Path(__file__).resolve().parent
 UPSTREAM_SCRIPT = HERE / "upstream_server.py"
 MCPTAPE = Path(sys.executable).with_name("mcptape")
@@ -191,39 +193,14 @@ class Proxy:
 
 @contextlib.contextmanager
 def run_proxy(upstream: str, db: Path, *extra: str, timeout: float = 30.0) -> Iterator[Proxy]:
-    proc = subprocess.Popen(
-        [str(MCPTAPE), "record", "--upstream", upstream, "--port", "0", "--db", str(db), *extra],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    lines: list[str] = []
-    found: list[str] = []
-    event = threading.Event()
-
-    def drain() -> None:
-        assert proc.stderr is not None
-        for raw in iter(proc.stderr.readline, b""):
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            lines.append(line)
-            if not event.is_set() and line.startswith("mcptape: relaying "):
-                found.append(line.split()[2])
-                event.set()
-
-    t = threading.Thread(target=drain, daemon=True)
-    t.start()
-    deadline = time.monotonic() + timeout
-    while not event.wait(0.05):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("proxy did not start:\n" + "\n".join(lines))
-    px = Proxy(found[0], proc, db, lines)
-    try:
-        yield px
-    finally:
-        if proc.poll() is None:
-            px.stop()
-        t.join(5)
+    argv = [str(MCPTAPE), "record", "--upstream", upstream, "--port", "0", "--db", str(db), *extra]
+    with relay_process(argv, timeout=timeout) as (proc, url, lines):
+        px = Proxy(url, proc, db, lines)
+        try:
+            yield px
+        finally:
+            if proc.poll() is None:
+                px.stop()
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.headers import mcp_headers
@@ -30,6 +29,7 @@ from mcp_proxy.relay.http.common import (
 )
 from mcp_proxy.relay.http.common import meta_body as summarize_body
 from mcp_proxy.relay.http.exchange import REGISTER_AFTER, Exchange
+from mcp_proxy.relay.http.front import FrontRequest, FrontServer, RelayResponse, plain_response
 from mcp_proxy.relay.http.sessions import (
     RULE_CLIENT,
     RULE_MCP_SESSION,
@@ -77,17 +77,22 @@ class RelayCore:
         self.host_check = HostCheck(config.host, config.allow_hosts)
         #: The upstream connection pool (a fake one in unit tests; made at start otherwise).
         self._pool: UpstreamPool | None = pool
-        self._runner: web.ServerRunner | None = None
-        self._server: web.Server | None = None
+        self._server: FrontServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
         #: Tasks reading the rest of event streams the host left (see _read_rest).
         self._tails: set[asyncio.Task[None]] = set()
         self._stopping = False
+        # State of the fault layer (relay/http/faults.py), kept here so that it is declared:
+        #: Requests a ``reorder`` rule holds until the next request has gone upstream.
+        self.fault_held: list[asyncio.Event] = []
+        #: Open legacy HTTP+SSE GET streams under faults, by session key (answers ride them):
+        #: (exchange, fault_events._Stream, fault_core._Faults).
+        self.fault_streams: dict[str, tuple[Exchange, Any, Any]] = {}
 
     # ------------------------------------------------------------------ helpers
     def _synthetic(
         self, ex: Exchange | None, status: int, kind: str, message: str, **data: Any
-    ) -> web.Response:
+    ) -> RelayResponse:
         body = jsonrpc_error_body(f"mcptape: {message}", {"mcptape": kind, **data})
         headers = {"Content-Type": "application/json", "X-Mcptape-Error": kind}
         if ex is not None:
@@ -100,7 +105,7 @@ class RelayCore:
                 response_headers=[[k, v] for k, v in headers.items()]
                 + [["Content-Length", str(len(body))]],
             )
-        return web.Response(status=status, body=body, headers=headers)
+        return plain_response(status, body, headers)
 
     def _is_mcp_path(self, path: str) -> bool:
         return path in self.mcp_paths
@@ -212,7 +217,7 @@ class RelayCore:
             client = {"name": facts.client_name, "version": facts.client_version}
             ex.fallback = (key, RULE_CLIENT, {"client": client})
 
-    async def _stream_body(self, request: web.BaseRequest, ex: Exchange) -> AsyncIterator[bytes]:
+    async def _stream_body(self, request: FrontRequest, ex: Exchange) -> AsyncIterator[bytes]:
         """Stream the host's body upstream, keeping a copy (up to the cap) for the recording.
 
         The frame is handed to the recorder as soon as the last chunk has gone out.
@@ -229,7 +234,7 @@ class RelayCore:
                 kept += len(piece)
         self._finish_request_body(ex, complete=True)
 
-    async def _drain_request(self, request: web.BaseRequest, ex: Exchange) -> None:
+    async def _drain_request(self, request: FrontRequest, ex: Exchange) -> None:
         """Read what the host still sends (up to the cap, briefly) so its frame is recorded."""
         parts = ex.body_parts
         if parts is None or ex.body_done or request.content.at_eof():
@@ -244,7 +249,7 @@ class RelayCore:
                         parts.append(piece)
                         kept += len(piece)
 
-    async def _settle_request_body(self, request: web.BaseRequest, ex: Exchange) -> None:
+    async def _settle_request_body(self, request: FrontRequest, ex: Exchange) -> None:
         """The upstream answered before taking the whole body (a 413): record what it took.
 
         The frame holds the bytes that were forwarded, marked incomplete; the rest of the

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-from aiohttp import web
 
 from mcp_proxy.faults.engine import Decision, FaultEngine
 from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.framing import SSEEvent
+from mcp_proxy.relay.http.front import FrontRequest, RelayResponse, plain_response
 from mcp_proxy.relay.http.wire import WireFrame
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ class _Faults:
         )
 
 
-def _accepted(relay: HTTPRelay, ex: Exchange, legacy: bool) -> web.StreamResponse:
+def _accepted(relay: HTTPRelay, ex: Exchange, legacy: bool) -> RelayResponse:
     """``202`` as the server says it: empty (Streamable HTTP) or ``Accepted`` (legacy SSE).
 
     Not a JSON-RPC message, so (as for the server's own ``Accepted``) it is kept in the
@@ -142,20 +142,20 @@ def _accepted(relay: HTTPRelay, ex: Exchange, legacy: bool) -> web.StreamRespons
     if body:
         ex.meta["response_body"] = relay.meta_body(body, headers["Content-Type"])
     ex.finish("complete")
-    return web.Response(status=202, body=body, headers=headers)
+    return plain_response(202, body, headers)
 
 
 def _reset(
-    relay: HTTPRelay, request: web.BaseRequest, ex: Exchange, f: _Faults, where: str
-) -> web.StreamResponse:
+    relay: HTTPRelay, request: FrontRequest, ex: Exchange, f: _Faults, where: str
+) -> RelayResponse:
     """Reset the host's connection: it sees the server go away (no response, or half of one)."""
     f.place()
     transport = request.transport
     if transport is not None:
         transport.abort()
     ex.finish("injected_reset", f"mcptape reset the host's connection ({where})")
-    # Nothing more reaches the host: aiohttp finds the transport closed and writes nothing.
-    return web.Response(status=500)
+    # Nothing more reaches the host: the front finds the transport closed and writes nothing.
+    return plain_response(500)
 
 
 def _spawn(relay: HTTPRelay, coro: Any) -> None:

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import aiohttp
-from aiohttp import web
 
 from mcp_proxy.frames import Direction
 from mcp_proxy.framing import SSEEvent, SSEParser
@@ -22,6 +21,7 @@ from mcp_proxy.relay.http.fault_core import (
     _reset,
     _spawn,
 )
+from mcp_proxy.relay.http.front import FrontRequest, RelayResponse
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE
 from mcp_proxy.relay.http.upstream import UpstreamResponse
 
@@ -37,7 +37,7 @@ __all__ = ["answer_on_stream", "legacy_stream", "respond_sse"]
 class _Stream:
     """One event stream under faults: what is held back, and how the rest is to go."""
 
-    sresp: web.StreamResponse
+    sresp: RelayResponse
     bps: int = 0  # a throttle rule fired: the rest of the stream at this rate
     held: list[SSEEvent] = field(default_factory=list)  # reorder: sent after the next event
     end_after: int | None = None  # end-stream: events still to deliver before the end
@@ -47,25 +47,15 @@ class _Stream:
     key: str | None = None  # a legacy GET stream: its session (answers are injected into it)
 
 
-def _legacy_streams(relay: HTTPRelay) -> dict[str, tuple[Exchange, _Stream, _Faults]]:
-    """Open legacy HTTP+SSE GET streams under faults, by session key (answers ride them)."""
-    streams: dict[str, tuple[Exchange, _Stream, _Faults]] | None = relay.__dict__.get(
-        "_fault_streams"
-    )
-    if streams is None:
-        streams = relay.__dict__["_fault_streams"] = {}
-    return streams
-
-
 def legacy_stream(relay: HTTPRelay, ex: Exchange) -> tuple[Exchange, _Stream, _Faults] | None:
     if ex.entry is None or ex.entry.rule != RULE_LEGACY_SSE:
         return None
-    return _legacy_streams(relay).get(ex.entry.key)
+    return relay.fault_streams.get(ex.entry.key)
 
 
 async def answer_on_stream(
     relay: HTTPRelay, ex: Exchange, f: _Faults, decision: Decision
-) -> web.StreamResponse:
+) -> RelayResponse:
     """Legacy HTTP+SSE: the POST is acknowledged ``202 Accepted`` and the answer goes out on
     the session's GET stream — where a legacy server sends every answer; the server never sees
     the request."""
@@ -87,14 +77,14 @@ async def answer_on_stream(
 
 async def respond_sse(
     relay: HTTPRelay,
-    request: web.BaseRequest,
+    request: FrontRequest,
     ex: Exchange,
     resp: UpstreamResponse,
     head: ResponseHead,
     method: str,
     path: str,
     f: _Faults,
-) -> web.StreamResponse:
+) -> RelayResponse:
     """An event stream, event by event: each is decided, then delivered (or not)."""
     st = _Stream(head.sresp)
     try:
@@ -107,7 +97,7 @@ async def respond_sse(
 
 async def _pump_events(
     relay: HTTPRelay,
-    request: web.BaseRequest,
+    request: FrontRequest,
     ex: Exchange,
     resp: UpstreamResponse,
     head: ResponseHead,
@@ -115,7 +105,7 @@ async def _pump_events(
     path: str,
     f: _Faults,
     st: _Stream,
-) -> web.StreamResponse:
+) -> RelayResponse:
     sresp = head.sresp
     parser = SSEParser()
     outcome, error = "complete", None
@@ -149,26 +139,15 @@ async def _pump_events(
             relay._finish_request_body(ex)
             ex.finish(relay._abort_outcome(), relay._abort_error())
         raise
-    except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
-        if st.responded:
-            ex.meta["host_closed_after_response"] = True
-        else:
-            outcome, error = "host_aborted", f"host went away: {exc!r}"
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        outcome, error = "upstream_error", f"upstream failed mid-response: {exc!r}"
-        if request.transport is not None:
-            request.transport.close()
-    if outcome == "complete":
-        await relay._settle_request_body(request, ex)
-        relay._after(ex, method, head.status, path)
-    relay._finish_request_body(ex)
-    ex.finish(outcome, error)
+        outcome, error = relay._stream_broke(request, ex, exc, st.responded)
+    await relay._stream_end(request, ex, outcome, error, method, head.status, path)
     return sresp
 
 
 def _forget(relay: HTTPRelay, st: _Stream) -> None:
     if st.key is not None:
-        streams = _legacy_streams(relay)
+        streams = relay.fault_streams
         if streams.get(st.key, (None, None))[1] is st:
             del streams[st.key]
 
@@ -185,7 +164,7 @@ def _is_response(ev: SSEEvent) -> bool:
 
 
 async def _event(
-    relay: HTTPRelay, request: web.BaseRequest, ex: Exchange, f: _Faults, st: _Stream, ev: SSEEvent
+    relay: HTTPRelay, request: FrontRequest, ex: Exchange, f: _Faults, st: _Stream, ev: SSEEvent
 ) -> bool:
     """Decide and deliver one event; False once the stream is to end here."""
     if ev.comment_only or not ev.data or ev.event == "endpoint":
@@ -198,7 +177,7 @@ async def _event(
         await _send(relay, ex, st, plain)
         if ev.event == "endpoint" and ex.entry is not None and ex.entry.rule == RULE_LEGACY_SSE:
             st.key = ex.entry.key
-            _legacy_streams(relay)[st.key] = (ex, st, f)
+            relay.fault_streams[st.key] = (ex, st, f)
         return True
     decision = f.engine.decide("s2c", ev.data)
     relay._sse_events(ex, [ev], True)  # what the server sent, on its usual channel

@@ -54,7 +54,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-from aiohttp import web
 
 from mcp_proxy.frames import Direction
 from mcp_proxy.relay.http.fault_core import (
@@ -70,6 +69,7 @@ from mcp_proxy.relay.http.fault_core import (
     injected_status,
 )
 from mcp_proxy.relay.http.fault_events import answer_on_stream, legacy_stream, respond_sse
+from mcp_proxy.relay.http.front import FrontRequest, RelayResponse, plain_response
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE
 from mcp_proxy.relay.http.upstream import UpstreamResponse
 
@@ -84,14 +84,14 @@ __all__ = ["handle", "injected_status"]
 
 async def handle(
     relay: HTTPRelay,
-    request: web.BaseRequest,
+    request: FrontRequest,
     ex: Exchange,
     rh: RequestHead,
     data: Any,
     body: bytes | None,
     method: str,
     path: str,
-) -> web.StreamResponse:
+) -> RelayResponse:
     """Forward one exchange with the fault rules applied (the relay's path when rules exist)."""
     engine: FaultEngine = relay.config.faults
     f = _Faults(relay, ex, engine)
@@ -109,7 +109,7 @@ async def handle(
 
 async def _handle(
     relay: HTTPRelay,
-    request: web.BaseRequest,
+    request: FrontRequest,
     ex: Exchange,
     rh: RequestHead,
     data: Any,
@@ -117,7 +117,7 @@ async def _handle(
     method: str,
     path: str,
     f: _Faults,
-) -> web.StreamResponse:
+) -> RelayResponse:
     engine = f.engine
     decision = engine.decide("c2s", body) if body else None
     duplicate = False
@@ -154,19 +154,19 @@ async def _handle(
             # Held until the next message from a host has gone upstream (or ``wait`` passed).
             f.fired(decision)
             turn = asyncio.Event()
-            _held_requests(relay).append(turn)
+            relay.fault_held.append(turn)
             wait = float(decision.rule.settings.get("wait") or 1000) / 1000.0
             try:
                 await asyncio.wait_for(turn.wait(), wait)
             except TimeoutError:
                 pass
             finally:
-                if turn in _held_requests(relay):
-                    _held_requests(relay).remove(turn)
+                if turn in relay.fault_held:
+                    relay.fault_held.remove(turn)
             f.inject(Direction.C2S, body or b"")  # where it really went: after the next one
         else:  # an answer on a legacy POST whose GET stream is gone: nothing to do here
             f.fired(decision, applied=False, why=f"{action} does not apply to this HTTP request")
-    held = relay.__dict__.get("_fault_held")
+    held = relay.fault_held
     if held and (decision is None or decision.action != "reorder"):
         # This request overtakes the held ones: they go once it has been written upstream.
         waiting = list(held)
@@ -246,12 +246,12 @@ def _send_again(relay: HTTPRelay, f: _Faults, rh: RequestHead, body: bytes) -> N
 
 async def _drop_request(
     relay: HTTPRelay,
-    request: web.BaseRequest,
+    request: FrontRequest,
     ex: Exchange,
     f: _Faults,
     decision: Decision,
     legacy: bool,
-) -> web.StreamResponse:
+) -> RelayResponse:
     """The server never sees the message.
 
     A request is left unanswered until the host gives up (closes: the handler is cancelled),
@@ -275,17 +275,9 @@ def _release(waiting: list[asyncio.Event]) -> None:
         turn.set()
 
 
-def _held_requests(relay: HTTPRelay) -> list[asyncio.Event]:
-    """Requests a ``reorder`` rule holds until the next request has gone upstream."""
-    held: list[asyncio.Event] | None = relay.__dict__.get("_fault_held")
-    if held is None:
-        held = relay.__dict__["_fault_held"] = []
-    return held
-
-
 def _answer_request(
     relay: HTTPRelay, ex: Exchange, f: _Faults, decision: Decision
-) -> web.StreamResponse:
+) -> RelayResponse:
     """Answer in the server's place; the request never reaches it."""
     if decision.action == "http":
         status, headers, body = injected_status(decision.rule.settings)
@@ -294,7 +286,7 @@ def _answer_request(
         headers = [("Content-Type", "application/json")]
     f.fired(decision, status=status)
     f.place()
-    r = web.Response(status=status, body=body)
+    r = plain_response(status, body)
     for name, value in headers:
         r.headers.add(name, value)
     ex.update(
@@ -311,14 +303,14 @@ def _answer_request(
 
 async def _respond_json(
     relay: HTTPRelay,
-    request: web.BaseRequest,
+    request: FrontRequest,
     ex: Exchange,
     resp: UpstreamResponse,
     head: ResponseHead,
     method: str,
     path: str,
     f: _Faults,
-) -> web.StreamResponse:
+) -> RelayResponse:
     """A small MCP body: read whole, decided as one message, then sent (or not)."""
     sresp = head.sresp
     try:
@@ -351,7 +343,7 @@ async def _respond_json(
             relay._record_body(ex, body, head.ctype, head.encoding, True, complete=True)
             status, headers, new = injected_status(s)
             f.fired(decision, status=status, upstream_status=head.status)
-            r = web.Response(status=status, body=new)
+            r = plain_response(status, new)
             for name, value in headers:
                 r.headers.add(name, value)
             ex.later(

@@ -15,24 +15,22 @@ Every byte for the host goes through :meth:`~ResponseSide._deliver` — the one 
 fault-injection layer can delay, cut or alter what the host gets (the request's seam is
 ``UpstreamPool.request``).
 
-aiohttp internals relied on (aiohttp is pinned in ``pyproject.toml``): ``StreamResponse.
-_prepare_headers`` (overridden so the relay adds no ``Server``/``Date``/``Content-Type`` of its
-own) and ``StreamResponse._headers`` (extended with the upstream's headers in order, so names,
-casing and order — ``Content-Length`` included — are the upstream's).
+The host's response is a :class:`~mcp_proxy.relay.http.front.RelayResponse`: it adds no
+header of its own, so names, casing and order — ``Content-Length`` included — are the
+upstream's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
-from aiohttp import web
 from multidict import CIMultiDict
 
 from mcp_proxy.frames import Channel, Direction
@@ -51,47 +49,15 @@ from mcp_proxy.relay.http.common import (
 )
 from mcp_proxy.relay.http.core import RelayCore
 from mcp_proxy.relay.http.exchange import Exchange
+from mcp_proxy.relay.http.front import FrontRequest, RelayResponse
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE, RULE_MCP_SESSION, body_facts
 from mcp_proxy.relay.http.upstream import UpstreamResponse
 from mcp_proxy.relay.http.wire import WireFrame
 
-__all__ = ["RelayResponse", "ResponseSide"]
+__all__ = ["ResponseSide"]
 
 #: How long the head of a streamed response waits for the first body bytes to go out with them.
 HEAD_HOLD = 0.003
-
-
-class RelayResponse(web.StreamResponse):
-    """A StreamResponse that adds no headers of its own (no Server, Date or Content-Type).
-
-    Its head is held back and goes out with the first body bytes (one ``send``, one wake-up of
-    the host instead of two) unless the relay flushes it at once because the upstream has not
-    sent body bytes yet (an event stream that stays quiet must still show its head).
-    """
-
-    __slots__ = ("_keep",)
-    _send_headers_immediately = False
-
-    def __init__(self, *, status: int, reason: str | None, keep: frozenset[str]) -> None:
-        super().__init__(status=status, reason=reason)
-        self._keep = keep
-
-    def flush_head(self) -> None:
-        """Send the held-back head now (aiohttp: ``StreamWriter.send_headers``).
-
-        Runs from a timer: a host already gone is the handler's to notice, not this call's.
-        """
-        writer = self._payload_writer
-        if writer is not None:
-            with contextlib.suppress(ConnectionError):
-                writer.send_headers()
-
-    async def _prepare_headers(self) -> None:
-        await super()._prepare_headers()
-        headers = self._headers
-        for name in ("Server", "Date", "Content-Type"):
-            if name.lower() not in self._keep and name in headers:
-                del headers[name]
 
 
 @dataclass(slots=True)
@@ -147,12 +113,12 @@ class ResponseSide(RelayCore):
 
     async def _respond(
         self,
-        request: web.BaseRequest,
+        request: FrontRequest,
         ex: Exchange,
         resp: UpstreamResponse,
         method: str,
         path: str,
-    ) -> web.StreamResponse:
+    ) -> RelayResponse:
         head = self._response_head(ex, resp, method)
         if head.small:
             return await self._respond_small(request, ex, resp, head, method, path)
@@ -171,7 +137,6 @@ class ResponseSide(RelayCore):
         out_headers: CIMultiDict[str] = CIMultiDict()
         new_session: str | None = None
         conn_tokens: list[str] = []
-        keep: set[str] = set()
         for kb, vb in resp.raw_headers:
             name = kb.decode("latin-1")
             value = decode_header(vb) if not vb.isascii() else vb.decode("ascii")
@@ -183,13 +148,11 @@ class ResponseSide(RelayCore):
                 continue
             if low == "mcp-session-id":
                 new_session = value
-            keep.add(low)
             out_headers.add(name, value if vb.isascii() else vb.decode("utf-8", "surrogateescape"))
         for token in ",".join(conn_tokens).split(","):
             token = token.strip()
             if token and token in out_headers:
                 del out_headers[token]
-                keep.discard(token.lower())
         ctype = resp.headers.get("Content-Type", "")
         is_sse = ctype.lower().startswith("text/event-stream")
         if is_sse:
@@ -213,7 +176,7 @@ class ResponseSide(RelayCore):
         encoding = resp.headers.get("Content-Encoding", "").strip().lower()
         if encoding and encoding != "identity":
             ex.meta["content_encoding"] = encoding
-        sresp = RelayResponse(status=status, reason=resp.reason, keep=frozenset(keep))
+        sresp = RelayResponse(status=status, reason=resp.reason)
         sresp._headers.extend(out_headers)  # Content-Length included, as the upstream sent it
         return ResponseHead(status, sresp, ctype, encoding, is_sse, no_body, small, qsock)
 
@@ -234,13 +197,13 @@ class ResponseSide(RelayCore):
 
     async def _respond_small(
         self,
-        request: web.BaseRequest,
+        request: FrontRequest,
         ex: Exchange,
         resp: UpstreamResponse,
         head: ResponseHead,
         method: str,
         path: str,
-    ) -> web.StreamResponse:
+    ) -> RelayResponse:
         """A small body with a length: read whole, one write."""
         sresp = head.sresp
         try:
@@ -283,13 +246,13 @@ class ResponseSide(RelayCore):
 
     async def _respond_stream(
         self,
-        request: web.BaseRequest,
+        request: FrontRequest,
         ex: Exchange,
         resp: UpstreamResponse,
         head: ResponseHead,
         method: str,
         path: str,
-    ) -> web.StreamResponse:
+    ) -> RelayResponse:
         """Forward the body chunk by chunk as it arrives (event streams and large bodies)."""
         sresp = head.sresp
         st = StreamState(
@@ -317,33 +280,64 @@ class ResponseSide(RelayCore):
         except asyncio.CancelledError:
             self._stream_cancelled(ex, resp, st)
             raise
-        except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
-            # Writing to the host failed: the host went away (complete if it had its answer).
-            if st.unsent:
-                self._sse_events(ex, st.unsent, st.is_mcp)  # sent upstream, not got by the host
-            if ex.responded:
-                outcome, error = "complete", None
-                ex.meta["host_closed_after_response"] = True
-            else:
-                outcome, error = "host_aborted", f"host went away: {exc!r}"
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            # Reading from the upstream failed mid-body: cut the host's connection too, so it
-            # sees a broken response exactly as it would have directly (never a clean end).
-            outcome, error = "upstream_error", f"upstream failed mid-response: {exc!r}"
-            if request.transport is not None:
-                request.transport.close()
+            if st.unsent and isinstance(exc, ConnectionError):
+                self._sse_events(ex, st.unsent, st.is_mcp)  # sent upstream, not got by the host
+            outcome, error = self._stream_broke(request, ex, exc, ex.responded)
         finally:
             if flush is not None:
                 flush.cancel()
+        await self._stream_end(
+            request,
+            ex,
+            outcome,
+            error,
+            method,
+            head.status,
+            path,
+            lambda c: self._close_stream(ex, st, complete=c),
+        )
+        return sresp
+
+    def _stream_broke(
+        self, request: FrontRequest, ex: Exchange, exc: BaseException, responded: bool
+    ) -> tuple[str, str | None]:
+        """The outcome of a streamed response that an exception ended (not a cancellation).
+
+        Writing to the host failed: the host went away (complete if it had its answer).
+        Reading from the upstream failed mid-body: the host's connection is cut too, so it
+        sees a broken response exactly as it would have directly (never a clean end).
+        """
+        if isinstance(exc, ConnectionError):
+            if responded:
+                ex.meta["host_closed_after_response"] = True
+                return "complete", None
+            return "host_aborted", f"host went away: {exc!r}"
+        if request.transport is not None:
+            request.transport.close()
+        return "upstream_error", f"upstream failed mid-response: {exc!r}"
+
+    async def _stream_end(
+        self,
+        request: FrontRequest,
+        ex: Exchange,
+        outcome: str,
+        error: str | None,
+        method: str,
+        status: int,
+        path: str,
+        close: Callable[[bool], None] | None = None,
+    ) -> None:
+        """Record the end of a streamed response: the request body, what is held, the outcome."""
         complete = outcome == "complete"
         if complete:
             await self._settle_request_body(request, ex)
         self._finish_request_body(ex)
-        self._close_stream(ex, st, complete=complete)
+        if close is not None:
+            close(complete)
         if complete:
-            self._after(ex, method, head.status, path)
+            self._after(ex, method, status, path)
         ex.finish(outcome, error)
-        return sresp
 
     async def _pump(self, ex: Exchange, resp: UpstreamResponse, st: StreamState) -> None:
         """Upstream body → host, chunk by chunk, until the upstream ends it."""

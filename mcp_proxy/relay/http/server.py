@@ -1,7 +1,7 @@
 """Server lifecycle and the request handler: host request in, upstream request out.
 
-:class:`HTTPRelay` binds the listener (``aiohttp.web.Server`` with handler cancellation: a
-host that closes its connection cancels its exchange, which in the 2026-07-28 era *is* how a
+:class:`HTTPRelay` binds the listener (:mod:`~mcp_proxy.relay.http.front`: an asyncio protocol
+over httptools, with handler cancellation: a host that closes its connection cancels its exchange, which in the 2026-07-28 era *is* how a
 request is cancelled), and for each request: checks ``Host`` (DNS-rebinding protection), builds
 the upstream head (:func:`~mcp_proxy.relay.http.forward.build_request_head`), places the
 exchange in its session when the request names it, reads a small body whole or streams a large
@@ -14,17 +14,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from mcp_proxy.errors import UserError
 from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.relay.http.common import SHUTDOWN_GRACE, SMALL_BODY, decode_header
 from mcp_proxy.relay.http.exchange import Exchange
 from mcp_proxy.relay.http.forward import RequestHead, build_request_head
+from mcp_proxy.relay.http.front import (
+    BadRequest,
+    FrontRequest,
+    FrontServer,
+    RelayResponse,
+    plain_response,
+)
 from mcp_proxy.relay.http.response import ResponseSide
 from mcp_proxy.relay.http.sessions import (
     RULE_LEGACY_SSE,
@@ -39,6 +46,8 @@ from mcp_proxy.relay.http.upstream import (
 from mcp_proxy.relay.http.wire import WireFrame
 
 __all__ = ["HTTPRelay"]
+
+_log = logging.getLogger("mcptape.relay.http")
 
 _NOT_A_REVERSE_PROXY_REQUEST = (
     "mcptape is a reverse proxy: send requests to its own origin "
@@ -64,40 +73,23 @@ class HTTPRelay(ResponseSide):
                 tls=target.scheme == "https",
                 connect_timeout=self.config.connect_timeout,
             )
-        self._server = web.Server(
-            self._handle,
-            handler_cancellation=True,
-            max_line_size=64 * 1024,
-            max_field_size=64 * 1024,
-            access_log=None,
-            # SO_KEEPALIVE costs a setsockopt per accepted connection (a new one per call for
-            # initialize-era SDK clients, which close each POST's stream) and, with Linux's
-            # two-hour default, detects nothing a host would notice.
-            tcp_keepalive=False,
-        )
-        # In-flight exchanges (open event streams) get a short grace period at shutdown, then
-        # are cancelled and recorded as relay_shutdown: Ctrl-C must not wait a minute.
-        self._runner = web.ServerRunner(
-            self._server, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE
-        )
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
+        self._server = FrontServer(self._handle, self._log_error)
         try:
-            await site.start()
+            port = await self._server.listen(self.config.host, self.config.port)
         except OSError as exc:
             await self.close()
             raise UserError(
                 f"cannot listen on {self.config.host}:{self.config.port}: {exc.strerror or exc}"
             ) from exc
-        server = site._server
-        assert server is not None
-        sock = server.sockets[0]  # type: ignore[attr-defined]
-        port = sock.getsockname()[1]
         host = self.config.host
         shown = f"[{host}]" if ":" in host else host
         self.local_origin = f"http://{shown}:{port}"
         self._sweeper = asyncio.create_task(self._sweep_loop())
         return self.local_origin + self.target.path_qs
+
+    def _log_error(self, request: FrontRequest) -> None:
+        """A handler raised (a bug): the host got a 500; say what failed on stderr."""
+        _log.exception("error while relaying %s %s", request.method, request.raw_path)
 
     async def _sweep_loop(self) -> None:
         interval = max(1.0, min(30.0, self.config.idle_cut / 4))
@@ -113,10 +105,11 @@ class HTTPRelay(ResponseSide):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
             self._sweeper = None
-        if self._runner is not None:
-            # Stops accepting, then waits up to shutdown_timeout for handlers, then cancels.
-            await self._runner.cleanup()
-            self._runner = None
+        if self._server is not None:
+            # In-flight exchanges (open event streams) get a short grace period, then are
+            # cancelled and recorded as relay_shutdown: Ctrl-C must not wait a minute.
+            await self._server.close(SHUTDOWN_GRACE)
+            self._server = None
         for task in list(self._tails):
             task.cancel()
         if self._tails:
@@ -127,15 +120,13 @@ class HTTPRelay(ResponseSide):
         self.router.close_all()
 
     # ------------------------------------------------------------------ the handler
-    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def _handle(self, request: FrontRequest) -> RelayResponse:
         wall0 = time.time()
         mono0 = time.monotonic_ns()
         method = request.method
         raw_path = request.raw_path
         if not raw_path.startswith("/") or method == "CONNECT":
-            return web.Response(
-                status=405 if method == "CONNECT" else 400, text=_NOT_A_REVERSE_PROXY_REQUEST
-            )
+            return plain_response(405 if method == "CONNECT" else 400, _NOT_A_REVERSE_PROXY_REQUEST)
         host_value = request.headers.get("Host")
         if not self.host_check.allows(host_value):
             return self._refuse_host(request, host_value, wall0)
@@ -154,7 +145,7 @@ class HTTPRelay(ResponseSide):
         ex.authorization = rh.authorization
         self._place_by_request(ex, rh, path, query)
         if rh.expect_continue:
-            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await request.send_continue()
         ex.req_ctype = request.headers.get("Content-Type")
         ex.is_mcp = self._is_mcp_path(path)
         ex.pre = (request, rh.rec_headers, rh.has_mcp, raw_path, None)
@@ -166,7 +157,7 @@ class HTTPRelay(ResponseSide):
                 try:
                     body = await self._read_small_body(request, ex, length)
                 except _BodyAborted as exc:
-                    raise web.HTTPBadRequest() from exc
+                    raise BadRequest("the request body was cut short") from exc
                 data = body
             else:
                 ex.body_parts = []
@@ -216,7 +207,7 @@ class HTTPRelay(ResponseSide):
                 )
             )
 
-    async def _read_small_body(self, request: web.BaseRequest, ex: Exchange, length: int) -> bytes:
+    async def _read_small_body(self, request: FrontRequest, ex: Exchange, length: int) -> bytes:
         """A body with a length up to ``SMALL_BODY``: read whole (one write upstream)."""
         got: list[bytes] = []
         try:
@@ -259,8 +250,8 @@ class HTTPRelay(ResponseSide):
         return body
 
     async def _forward(
-        self, request: web.BaseRequest, ex: Exchange, rh: RequestHead, data: Any
-    ) -> UpstreamResponse | web.Response:
+        self, request: FrontRequest, ex: Exchange, rh: RequestHead, data: Any
+    ) -> UpstreamResponse | RelayResponse:
         """Send the request upstream, once (the request-side seam); map failures to answers."""
         assert self._pool is not None
         timeout = self.config.response_timeout
@@ -302,8 +293,8 @@ class HTTPRelay(ResponseSide):
             return r
 
     def _refuse_host(
-        self, request: web.BaseRequest, host_value: str | None, wall0: float
-    ) -> web.Response:
+        self, request: FrontRequest, host_value: str | None, wall0: float
+    ) -> RelayResponse:
         """Answer 421 for a Host that is not the relay's (recorded; nothing goes upstream)."""
         ex = Exchange(self, {"method": request.method, "started_at": wall0}, {})
         ex.fields["url"] = self.redactor.url(self.local_origin + request.raw_path)

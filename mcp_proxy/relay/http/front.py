@@ -1,0 +1,716 @@
+"""The host-facing HTTP/1.1 server: an ``asyncio.Protocol`` over httptools (llhttp), as uvicorn.
+
+Why not ``aiohttp.web.Server``: it costs ~240 µs of CPU per keep-alive request on this path
+(request object, multidict headers, payload writer, access-log plumbing) against ~60–80 µs for
+a bare protocol. The relay needs little of it: the request line and the raw header bytes
+(forwarded as they are), a body stream, and a response writer that adds nothing of its own.
+
+What it does, per connection:
+
+- parses with ``httptools.HttpRequestParser`` (llhttp, strict: a CR inside a header value is a
+  parse error → ``400`` and the connection closes); an oversized request line (> 64 KiB) gets
+  ``414``, an oversized header field or head (> 64 KiB / 256 KiB) ``431`` — never a traceback;
+- runs one handler task per request, in order (pipelined requests wait their turn; reading
+  pauses while more than a few are queued or a body buffers past 1 MiB);
+- cancels the running handler when the host closes the connection — in the 2026-07-28 era
+  that *is* how a request is cancelled (the same contract as aiohttp's
+  ``handler_cancellation=True``);
+- keeps the connection alive when both sides allow it (HTTP/1.1, the handler's response
+  framed, the request body read to its end), closes idle ones after ``KEEPALIVE_IDLE``.
+
+httptools API relied on (pinned in ``pyproject.toml``): ``HttpRequestParser`` callbacks
+``on_message_begin/on_url/on_header/on_headers_complete/on_body/on_message_complete``,
+``get_method``, ``get_http_version``, ``should_keep_alive``, ``HttpParserError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from http import HTTPStatus
+from typing import Any, NamedTuple
+
+import httptools
+from multidict import CIMultiDict
+
+__all__ = [
+    "FrontRequest",
+    "FrontServer",
+    "RelayResponse",
+    "plain_response",
+]
+
+#: Longest request line (method, target, version) accepted.
+MAX_LINE = 64 * 1024
+#: Longest header field (name or value) accepted, and the longest head as a whole.
+MAX_FIELD = 64 * 1024
+MAX_HEAD = 256 * 1024
+#: A request body buffered past this pauses reading from the host (flow control).
+BODY_HIGH = 1 << 20
+#: Pipelined requests queued behind the one being handled before reading pauses.
+MAX_QUEUED = 8
+#: An idle keep-alive connection is closed after this many seconds (aiohttp's default).
+KEEPALIVE_IDLE = 75.0
+#: How long the rest of a body the upstream did not take is read (and dropped) before closing.
+LINGER = 10.0
+
+_NO_BODY_STATUS = frozenset((204, 304))
+
+
+class HttpVersion(NamedTuple):
+    major: int
+    minor: int
+
+
+_V11 = HttpVersion(1, 1)
+_V10 = HttpVersion(1, 0)
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+class Headers:
+    """A case-insensitive, read-only view of the host's headers (first value wins).
+
+    A linear scan per lookup: the relay asks for two or three names per request, cheaper than
+    decoding every header into a mapping.
+    """
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self._raw = raw
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        key = name.lower().encode("latin-1")
+        n = len(key)
+        for k, v in self._raw:
+            if len(k) == n and k.lower() == key:
+                return v.decode("utf-8", "surrogateescape")
+        return default
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+
+class Body:
+    """The request body as it arrives: ``readany``/``iter_any``/``at_eof``, with back-pressure."""
+
+    __slots__ = ("_chunks", "_conn", "_discard", "_eof", "_exc", "_size", "_waiter")
+
+    def __init__(self, conn: FrontProtocol) -> None:
+        self._conn = conn
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+        self._eof = False
+        self._exc: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._discard = False
+
+    def discard(self) -> None:
+        """Drop what is buffered and what still comes (the response is already out)."""
+        self._discard = True
+        self._chunks.clear()
+        self._size = 0
+        self._conn.resume_body()
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None:
+            self._waiter = None
+            if not w.done():
+                w.set_result(None)
+
+    def feed(self, data: bytes) -> None:
+        if self._discard:
+            return
+        self._chunks.append(data)
+        self._size += len(data)
+        if self._size > BODY_HIGH:
+            self._conn.pause_body()
+        self._wake()
+
+    def feed_eof(self) -> None:
+        self._eof = True
+        self._wake()
+
+    def set_exception(self, exc: BaseException) -> None:
+        if not self._eof:
+            self._exc = exc
+        self._wake()
+
+    @property
+    def complete(self) -> bool:
+        return self._eof
+
+    def at_eof(self) -> bool:
+        return self._eof and not self._chunks
+
+    async def readany(self) -> bytes:
+        while not self._chunks:
+            if self._eof:
+                return b""
+            if self._exc is not None:
+                raise self._exc
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        data = self._chunks.popleft()
+        self._size -= len(data)
+        if self._size <= BODY_HIGH // 2:
+            self._conn.resume_body()
+        return data
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        while True:
+            chunk = await self.readany()
+            if not chunk:
+                return
+            yield chunk
+
+    async def read(self) -> bytes:
+        parts = [c async for c in self.iter_any()]
+        return b"".join(parts)
+
+
+class FrontRequest:
+    """One request from the host: what the relay forwards and records, nothing parsed twice."""
+
+    __slots__ = (
+        "_headers",
+        "body_exists",
+        "conn",
+        "content",
+        "content_length",
+        "keep_alive",
+        "method",
+        "raw_headers",
+        "raw_path",
+        "transport",
+        "version",
+    )
+
+    def __init__(
+        self,
+        conn: FrontProtocol,
+        method: str,
+        raw_path: str,
+        raw_headers: list[tuple[bytes, bytes]],
+        version: HttpVersion,
+        content_length: int | None,
+        chunked: bool,
+        keep_alive: bool,
+    ) -> None:
+        self.conn = conn
+        self.transport: asyncio.Transport | None = conn.transport
+        self.method = method
+        self.raw_path = raw_path
+        self.raw_headers = raw_headers
+        self._headers: Headers | None = None
+        self.version = version
+        self.content_length = content_length
+        self.body_exists = chunked or bool(content_length)
+        self.content = Body(conn)
+        if not self.body_exists:
+            self.content.feed_eof()
+        self.keep_alive = keep_alive
+
+    @property
+    def headers(self) -> Headers:
+        h = self._headers
+        if h is None:
+            h = self._headers = Headers(self.raw_headers)
+        return h
+
+    async def send_continue(self) -> None:
+        """``Expect: 100-continue``: tell the host to send its body."""
+        self.conn.write_raw(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+
+class RelayResponse:
+    """A response for the host that adds no headers of its own (no Server, Date, Content-Type).
+
+    Its head is held back and goes out with the first body bytes (one ``send``, one wake-up of
+    the host instead of two) unless :meth:`flush_head` sends it at once (an event stream that
+    stays quiet must still show its head). Without a ``Content-Length`` the body goes chunked
+    (HTTP/1.1) or until the connection closes (HTTP/1.0).
+    """
+
+    __slots__ = (
+        "_chunked",
+        "_conn",
+        "_eof",
+        "_headers",
+        "_no_body",
+        "_pending",
+        "body",
+        "prepared",
+        "reason",
+        "status",
+    )
+
+    def __init__(
+        self,
+        *,
+        status: int,
+        reason: str | None = None,
+        headers: Iterable[tuple[str, str]] | None = None,
+        body: bytes | None = None,
+        keep: frozenset[str] | None = None,
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self._headers: CIMultiDict[str] = CIMultiDict(headers or ())
+        self.body = body
+        self._conn: FrontProtocol | None = None
+        self._pending: bytes | None = None
+        self._chunked = False
+        self._no_body = False
+        self._eof = False
+        self.prepared = False
+
+    @property
+    def headers(self) -> CIMultiDict[str]:
+        return self._headers
+
+    async def prepare(self, request: FrontRequest) -> None:
+        """Fix the framing and build the head (sent with the first bytes or by flush_head)."""
+        if self.prepared:
+            return
+        self.prepared = True
+        conn = request.conn
+        self._conn = conn
+        status = self.status
+        headers = self._headers
+        self._no_body = request.method == "HEAD" or status in _NO_BODY_STATUS or 100 <= status < 200
+        if not self._no_body and "Content-Length" not in headers:
+            if request.version >= _V11:
+                self._chunked = True
+                headers["Transfer-Encoding"] = "chunked"
+            else:
+                conn.close_after = True
+        if not request.keep_alive or conn.close_after:
+            conn.close_after = True
+            if "Connection" not in headers:
+                headers["Connection"] = "close"
+        reason = self.reason if self.reason is not None else _reason(status)
+        lines = [f"HTTP/1.1 {status} {reason}\r\n".encode("latin-1")]
+        for k, v in headers.items():
+            lines.append(
+                b"%s: %s\r\n" % (k.encode("latin-1"), v.encode("utf-8", "surrogateescape"))
+            )
+        lines.append(b"\r\n")
+        self._pending = b"".join(lines)
+
+    def flush_head(self) -> None:
+        """Send the held-back head now; a host already gone is the handler's to notice."""
+        head = self._pending
+        if head is not None and self._conn is not None:
+            self._pending = None
+            with contextlib.suppress(ConnectionError):
+                self._conn.write_raw(head)
+
+    def _frame(self, data: bytes, last: bool) -> bytes:
+        if self._no_body:
+            data = b""
+        elif self._chunked:
+            body = b"%x\r\n%b\r\n" % (len(data), data) if data else b""
+            data = body + b"0\r\n\r\n" if last else body
+        head = self._pending
+        if head is not None:
+            self._pending = None
+            return head + data
+        return data
+
+    async def write(self, data: bytes) -> None:
+        conn = self._conn
+        assert conn is not None, "prepare() first"
+        if self._eof:
+            raise RuntimeError("write after write_eof")
+        if not data:
+            return
+        out = self._frame(data, False)
+        if out:
+            conn.write_raw(out)
+            if conn.write_paused:
+                await conn.drain()
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        if self._eof:
+            return
+        conn = self._conn
+        assert conn is not None, "prepare() first"
+        self._eof = True
+        out = self._frame(data, True)
+        if out:
+            conn.write_raw(out)
+            if conn.write_paused:
+                await conn.drain()
+
+    async def send(self, request: FrontRequest) -> None:
+        """A whole response (``body`` set): head and body in one write."""
+        body = self.body or b""
+        if "Content-Length" not in self._headers and not (
+            self.status in _NO_BODY_STATUS or 100 <= self.status < 200
+        ):
+            self._headers["Content-Length"] = str(len(body))
+        await self.prepare(request)
+        await self.write_eof(body)
+
+
+def plain_response(
+    status: int,
+    body: bytes | str = b"",
+    headers: dict[str, str] | None = None,
+    *,
+    content_type: str | None = None,
+) -> RelayResponse:
+    """A whole response the relay writes itself (refusals, synthetic errors, fault answers)."""
+    raw = body.encode() if isinstance(body, str) else body
+    h = dict(headers or {})
+    if content_type is None and isinstance(body, str) and "Content-Type" not in h:
+        content_type = "text/plain; charset=utf-8"
+    if content_type is not None:
+        h["Content-Type"] = content_type
+    return RelayResponse(status=status, headers=h.items(), body=raw)
+
+
+Handler = Callable[[FrontRequest], Awaitable[RelayResponse]]
+
+
+class FrontProtocol(asyncio.Protocol):
+    """One host connection (see the module docstring)."""
+
+    def __init__(self, server: FrontServer) -> None:
+        self.server = server
+        self.loop = server.loop
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.close_after = False
+        self.write_paused = False
+        self._drain: asyncio.Future[None] | None = None
+        # The request being parsed.
+        self._url: list[bytes] = []
+        self._hdrs: list[tuple[bytes, bytes]] = []
+        self._head_size = 0
+        self._parsing: FrontRequest | None = None
+        # The request being handled, and the ones waiting behind it.
+        self._task: asyncio.Task[None] | None = None
+        self._queue: deque[FrontRequest] = deque()
+        self._reading_paused = False
+        self._body_paused = False
+        self._idle: asyncio.TimerHandle | None = None
+        self._lost = False
+        self._lingering: FrontRequest | None = None
+
+    # ------------------------------------------------------------------ transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio class
+        self.server.connections.add(self)
+        self._arm_idle()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self.server.connections.discard(self)
+        if self._idle is not None:
+            self._idle.cancel()
+        reset = ConnectionResetError("the host closed the connection")
+        if self._parsing is not None:
+            self._parsing.content.set_exception(reset)
+        for req in self._queue:
+            req.content.set_exception(reset)
+        self._queue.clear()
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+        d = self._drain
+        if d is not None and not d.done():
+            d.set_exception(reset)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        d = self._drain
+        if d is not None:
+            self._drain = None
+            if not d.done():
+                d.set_result(None)
+
+    async def drain(self) -> None:
+        if self._lost:
+            raise ConnectionResetError("the host closed the connection")
+        if not self.write_paused:
+            return
+        if self._drain is None:
+            self._drain = self.loop.create_future()
+        await asyncio.shield(self._drain)
+
+    def write_raw(self, data: bytes) -> None:
+        t = self.transport
+        if t is None or self._lost or t.is_closing():
+            raise ConnectionResetError("cannot write to a closing connection")
+        t.write(data)
+
+    def _arm_idle(self) -> None:
+        self._idle = self.loop.call_later(KEEPALIVE_IDLE, self._idle_close)
+
+    def _idle_close(self) -> None:
+        self._idle = None
+        if self._task is None and self.transport is not None:
+            self.transport.close()
+
+    def pause_body(self) -> None:
+        if not self._body_paused:
+            self._body_paused = True
+            self._update_reading()
+
+    def resume_body(self) -> None:
+        if self._body_paused:
+            self._body_paused = False
+            self._update_reading()
+
+    def _update_reading(self) -> None:
+        want_pause = self._body_paused or len(self._queue) >= MAX_QUEUED
+        t = self.transport
+        if t is None or self._lost or want_pause == self._reading_paused:
+            return
+        self._reading_paused = want_pause
+        if want_pause:
+            t.pause_reading()
+        else:
+            t.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._refuse(501, "protocol upgrades are not relayed")
+        except _HeadTooLarge as exc:
+            self._refuse(exc.status, exc.text)
+        except httptools.HttpParserError as exc:
+            cause = exc.__context__
+            if isinstance(cause, _HeadTooLarge):
+                self._refuse(cause.status, cause.text)
+            else:
+                self._refuse(400, "malformed HTTP request")
+
+    def eof_received(self) -> bool | None:
+        # The host closed its side: as with aiohttp, the connection ends (connection_lost
+        # follows and cancels the running handler — how a 2026-07-28 host cancels a request).
+        return None
+
+    def _refuse(self, status: int, text: str) -> None:
+        """A request the parser cannot take: one clear answer, then the connection closes."""
+        if self._parsing is not None:
+            self._parsing.content.set_exception(ConnectionResetError(text))
+            self._parsing = None
+        self._queue.clear()
+        self.close_after = True
+        if self._task is not None:
+            # A response is in progress on this connection: no interleaved answer, just close
+            # once it is done.
+            return
+        body = (text + "\n").encode()
+        head = (
+            f"HTTP/1.1 {status} {_reason(status)}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode()
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.write(head + body)
+            t.close()
+
+    # ------------------------------------------------------------------ parser callbacks
+    def on_message_begin(self) -> None:
+        self._url = []
+        self._hdrs = []
+        self._head_size = 0
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
+    def on_url(self, url: bytes) -> None:
+        self._head_size += len(url)
+        if self._head_size > MAX_LINE:
+            raise _HeadTooLarge(414, "request line too long")
+        self._url.append(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # llhttp may call back with a field in pieces; they are joined here.
+        self._head_size += len(name) + len(value)
+        if self._head_size > MAX_HEAD:
+            raise _HeadTooLarge(431, "request head too large")
+        hdrs = self._hdrs
+        if len(value) > MAX_FIELD or len(name) > MAX_FIELD:
+            raise _HeadTooLarge(431, "request header field too large")
+        hdrs.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        parser = self.parser
+        raw_path = b"".join(self._url).decode("utf-8", "surrogateescape")
+        length: int | None = None
+        chunked = False
+        for k, v in self._hdrs:
+            if len(k) == 14 and k.lower() == b"content-length":
+                try:
+                    length = int(v)
+                except ValueError:
+                    length = None
+            elif len(k) == 17 and k.lower() == b"transfer-encoding":
+                chunked = b"chunked" in v.lower()
+        ver = parser.get_http_version()
+        version = _V11 if ver == "1.1" else _V10 if ver == "1.0" else HttpVersion(1, 1)
+        req = FrontRequest(
+            self,
+            parser.get_method().decode("ascii", "replace"),
+            raw_path,
+            self._hdrs,
+            version,
+            length,
+            chunked,
+            parser.should_keep_alive(),
+        )
+        self._parsing = req
+        if self._task is None:
+            self._start(req)
+        else:
+            self._queue.append(req)
+            self._update_reading()
+
+    def on_body(self, body: bytes) -> None:
+        if self._parsing is not None:
+            self._parsing.content.feed(body)
+
+    def on_message_complete(self) -> None:
+        req = self._parsing
+        if req is not None:
+            req.content.feed_eof()
+            self._parsing = None
+            if req is self._lingering and self.transport is not None:
+                self.transport.close()
+
+    # ------------------------------------------------------------------ handling
+    def _start(self, req: FrontRequest) -> None:
+        self._task = self.loop.create_task(self._run(req))
+
+    async def _run(self, req: FrontRequest) -> None:
+        resp: RelayResponse | None = None
+        try:
+            resp = await self.server.handler(req)
+            if not resp.prepared:
+                await resp.send(req)
+            elif not resp._eof:
+                await resp.write_eof()
+        except asyncio.CancelledError:
+            self.close_after = True
+        except ConnectionError:
+            self.close_after = True
+        except BadRequest as exc:
+            self.close_after = True
+            if resp is None or not resp.prepared:
+                with contextlib.suppress(ConnectionError):
+                    await plain_response(400, str(exc) or "bad request").send(req)
+        except Exception:
+            self.close_after = True
+            self.server.log_error(req)
+            with contextlib.suppress(Exception):
+                if resp is None or not resp.prepared:
+                    await plain_response(500, "mcptape: internal error").send(req)
+        finally:
+            self._task = None
+            self._next(req)
+
+    def _next(self, done: FrontRequest) -> None:
+        """The response is out: the next pipelined request, keep-alive, or close."""
+        t = self.transport
+        if self._lost or t is None:
+            return
+        if not done.content.complete:
+            # The upstream answered before taking the whole body (a 413): the host is still
+            # sending. Closing now would reset the connection under the host's feet before it
+            # reads the answer; the rest is read and dropped (up to LINGER s), then it closes.
+            self.close_after = True
+            self._lingering = done
+            done.content.discard()
+            self._idle = self.loop.call_later(LINGER, self._idle_close)
+            return
+        if self.close_after or not done.keep_alive:
+            t.close()
+            return
+        if self.server.stopping:
+            t.close()
+            return
+        if self._queue:
+            req = self._queue.popleft()
+            self._update_reading()
+            self._start(req)
+        else:
+            self._arm_idle()
+
+
+class _HeadTooLarge(Exception):
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+class BadRequest(Exception):
+    """Raised by a handler: answer 400 (if nothing was sent yet) and close the connection."""
+
+
+class FrontServer:
+    """The listener and its connections; :meth:`close` stops it with a grace for handlers."""
+
+    def __init__(self, handler: Handler, log_error: Callable[[FrontRequest], None]) -> None:
+        self.handler = handler
+        self.log_error = log_error
+        self.loop = asyncio.get_running_loop()
+        self.connections: set[FrontProtocol] = set()
+        self.stopping = False
+        self._server: asyncio.Server | None = None
+
+    async def listen(self, host: str, port: int) -> int:
+        """Bind and start serving; returns the bound port."""
+        self._server = await self.loop.create_server(
+            lambda: FrontProtocol(self), host, port, reuse_address=True, backlog=1024
+        )
+        sock = self._server.sockets[0]
+        return int(sock.getsockname()[1])
+
+    async def close(self, grace: float) -> None:
+        """Stop accepting; close idle connections; give handlers ``grace`` s, then cancel."""
+        self.stopping = True
+        if self._server is not None:
+            self._server.close()
+        busy: list[asyncio.Task[None]] = []
+        for conn in list(self.connections):
+            if conn._task is None:
+                if conn.transport is not None:
+                    conn.transport.close()
+            else:
+                busy.append(conn._task)
+        if busy:
+            _done, pending = await asyncio.wait(busy, timeout=grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=grace)
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), timeout=1)
+            self._server = None
+
+
+def ignore(_: Any) -> None:
+    """A no-op error logger."""
