@@ -182,7 +182,27 @@ def write_path(url: str, n: int, per_batch: int = 2000) -> dict[str, float]:
         assert not lost
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     writer.close()
-    return {"frames_per_s": n / wall, "client_cpu_us": cpu / n * 1e6}
+    out: dict[str, Any] = {"frames_per_s": n / wall, "client_cpu_us": cpu / n * 1e6}
+    if url.startswith("sqlite:///"):
+        out["bytes_per_frame"] = _bytes_per_frame(url.removeprefix("sqlite:///"), n)
+    return out
+
+
+#: Issue #12's target: at most twice the payload on disk per small frame.
+SIZE_TARGET = 2.0
+
+
+def _bytes_per_frame(path: str, n: int) -> dict[str, float]:
+    """Disk bytes per frame of each table and index holding frames (SQLite's ``dbstat``)."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        rows = conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name").fetchall()
+    finally:
+        conn.close()
+    return {name: size / n for name, size in rows if size / n >= 0.5}
 
 
 # --------------------------------------------------------------------------- pages
@@ -302,7 +322,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"{'frames not recorded':28} {b_lite['lost']:14.0f} {b_pg['lost']:14.0f}")
             pg_url = server.create_database(prefix="write")
-            w_lite = write_path("sqlite:///" + str(lite), args.burst)
+            # A file of its own: bytes per frame count only these frames.
+            alone = lite.with_name("store-write.db")
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(alone) + suffix).unlink(missing_ok=True)
+            w_lite = write_path("sqlite:///" + str(alone), args.burst)
             w_pg = write_path(pg_url, args.burst)
             server.drop_database(pg_url)
             results["write_path"] = {"sqlite": w_lite, "postgresql": w_pg}
@@ -314,6 +338,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"{'store alone: client µs/frame':28} {w_lite['client_cpu_us']:14.1f}"
                 f" {w_pg['client_cpu_us']:14.1f}   (PostgreSQL's own CPU not included)"
             )
+            sizes = w_lite.get("bytes_per_frame", {})
+            payload = 91  # the rows write_path builds: ~91-byte notifications
+            total = sum(sizes.values())
+            print(f"\nSQLite bytes on disk per frame ({args.burst:,} small frames):")
+            for name, b in sorted(sizes.items(), key=lambda kv: -kv[1]):
+                print(f"  {name:30} {b:8.1f}")
+            verdict = "" if total <= SIZE_TARGET * payload else "  MISSED"
+            print(f"  {'total':30} {total:8.1f}   target ≤ {SIZE_TARGET * payload:.0f}{verdict}")
         if args.only in (None, "pages"):
             from mcp_proxy.store.copy import copy_store
 

@@ -13,6 +13,8 @@ frame's content).
 
 from __future__ import annotations
 
+from typing import Any
+
 FRAME_COLUMNS: tuple[str, ...] = (
     "seq",
     "ts",
@@ -36,4 +38,101 @@ FRAME_COLUMNS: tuple[str, ...] = (
 SEQ, TS, MONO_NS, DIRECTION, CHANNEL, KIND, METHOD, MSG_ID, ERROR_CODE, SIZE = range(10)
 COMPLETE, PARTIAL_PARSE, RAW, HTTP_EXCHANGE_ID, SSE_ID, SSE_EVENT = range(10, 16)
 
-__all__ = ["FRAME_COLUMNS"]
+
+# ---------------------------------------------------------------------------------------------
+# Schema v2 (revision 0004): how a frame is stored. The table ``frame_rows`` holds the session's
+# integer ``key`` (``sessions.key``) instead of its 32-character id, and small integer codes
+# instead of the direction/channel/kind strings; the view ``frames`` decodes both, so readers
+# and ad hoc SQL see the rows of revision 0003. The codes are fixed forever (they are data on
+# disk): new values get new numbers, none is ever reused.
+
+DIRECTION_CODES: dict[str, int] = {"c2s": 0, "s2c": 1}
+CHANNEL_CODES: dict[str, int] = {"stdio": 0, "http": 1, "sse": 2, "stderr": 3, "inject": 4}
+KIND_CODES: dict[str, int] = {
+    "request": 0,
+    "response": 1,
+    "notification": 2,
+    "error": 3,
+    "batch": 4,
+    "invalid": 5,
+    "noise": 6,
+    "stderr": 7,
+    "empty": 8,
+    "undecodable": 9,
+}
+DIRECTION_NAMES: dict[int, str] = {v: k for k, v in DIRECTION_CODES.items()}
+CHANNEL_NAMES: dict[int, str] = {v: k for k, v in CHANNEL_CODES.items()}
+KIND_NAMES: dict[int, str] = {v: k for k, v in KIND_CODES.items()}
+
+#: The physical frame columns after ``session_key``, in the order writers bind them: the
+#: recorder's ``FrameRow`` fields after ``session_id``, with the three strings as codes.
+STORED_FRAME_COLS: tuple[str, ...] = (
+    "session_key", "seq", "ts", "mono_ns", "direction", "channel", "kind", "method_code", "msg_id",
+    "error_code", "size", "complete", "partial_parse", "raw", "http_exchange_id", "sse_id",
+    "sse_event", "redacted",
+)  # fmt: skip
+
+
+def case_sql(column: str, names: dict[int, str]) -> str:
+    """``CASE column WHEN 0 THEN 'c2s' … END``: a code decoded in SQL (the view, ``show``)."""
+    whens = " ".join(f"WHEN {code} THEN '{name}'" for code, name in names.items())
+    return f"CASE {column} {whens} END"
+
+
+def encode_case_sql(column: str, codes: dict[str, int]) -> str:
+    """``CASE column WHEN 'c2s' THEN 0 … END``: a string encoded in SQL (triggers, migration)."""
+    whens = " ".join(f"WHEN '{name}' THEN {code}" for name, code in codes.items())
+    return f"CASE {column} {whens} END"
+
+
+def stream_sql(columns: tuple[str, ...] = FRAME_COLUMNS) -> str:
+    """The SQLite statement ``show`` streams a session with (one ``?``: the session id).
+
+    Reads ``frame_rows`` on its ``(session_key, seq)`` index and decodes in SQL, so the tuples
+    come out in ``columns`` order (names of :data:`FRAME_COLUMNS`) with the strings of
+    revision 0003. The view ``frames`` gives the same rows; this skips its join when
+    ``method`` is not asked for.
+    """
+    decoded = {
+        "direction": case_sql("f.direction", DIRECTION_NAMES),
+        "channel": case_sql("f.channel", CHANNEL_NAMES),
+        "kind": case_sql("f.kind", KIND_NAMES),
+        "method": "mt.name",
+    }
+    cols = ", ".join(decoded.get(c, f"f.{c}") for c in columns)
+    join = " LEFT JOIN methods AS mt ON mt.code = f.method_code" if "method" in columns else ""
+    return (
+        f"SELECT {cols} FROM frame_rows AS f{join}"
+        " WHERE f.session_key = (SELECT key FROM session_keys WHERE id = ?) ORDER BY f.seq"
+    )
+
+
+def encode_frames(
+    keys: dict[str, int], methods: dict[str, int], rows: list[Any]
+) -> list[tuple[Any, ...]]:
+    """The recorder's ``FrameRow`` tuples as ``STORED_FRAME_COLS`` tuples.
+
+    ``keys`` maps each session id to its ``session_keys.key``, ``methods`` each method name to
+    its ``methods.code`` (``None`` stays ``None``). A value outside them raises ``KeyError``
+    (the writers look the missing ones up first; the classifier makes only the codes above).
+    """
+    d, c, k, m = DIRECTION_CODES, CHANNEL_CODES, KIND_CODES, methods
+    return [
+        (
+            keys[r[0]], r[1], r[2], r[3], d[r[4]], c[r[5]], k[r[6]],
+            None if r[7] is None else m[r[7]], *r[8:],
+        )
+        for r in rows
+    ]  # fmt: skip
+
+
+def missing(
+    keys: dict[str, int], methods: dict[str, int], rows: list[Any]
+) -> tuple[set[str], set[str]]:
+    """The session ids and method names of ``rows`` not yet in ``keys`` / ``methods``."""
+    sids = {r[0] for r in rows if r[0] not in keys}
+    names = {r[7] for r in rows if r[7] is not None and r[7] not in methods}
+    return sids, names
+
+
+__all__ = ["FRAME_COLUMNS", "STORED_FRAME_COLS", "encode_frames", "stream_sql"]

@@ -30,8 +30,18 @@ import sqlalchemy as sa
 
 from mcp_proxy.errors import StoreError, UserError
 from mcp_proxy.store import engine as engine_mod
+from mcp_proxy.store.codes import resolve
+from mcp_proxy.store.columns import STORED_FRAME_COLS, encode_frames
 from mcp_proxy.store.schema import annotations as annotations_t
-from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
+from mcp_proxy.store.schema import (
+    findings,
+    frame_rows,
+    frames,
+    http_exchanges,
+    key_of,
+    sessions,
+)
+from mcp_proxy.store.writes import frame_insert_sql
 
 #: Frames read and written per round trip.
 CHUNK = 5000
@@ -193,7 +203,8 @@ def _copy_session(
         result.copied += 1
     else:
         # Traffic changed (copied while live): replace it; annotations stay and are merged.
-        for table in (frames, findings, http_exchanges):
+        dconn.execute(frame_rows.delete().where(frame_rows.c.session_key == key_of(sid)))
+        for table in (findings, http_exchanges):
             dconn.execute(table.delete().where(table.c.session_id == sid))
         fields = {k: v for k, v in row.items() if k != "id"}
         dconn.execute(sessions.update().where(sessions.c.id == sid).values(**fields))
@@ -255,6 +266,8 @@ def _copy_frames(
     xcol = names.index("http_exchange_id")
     raw = names.index("raw")
     pg = dconn.dialect.name == "postgresql"
+    keys: dict[str, int] = {}
+    methods: dict[str, int] = {}
     n = 0
     for chunk in _frame_chunks(sconn, sid, names):
         rows = []
@@ -267,12 +280,15 @@ def _copy_frames(
                     r[raw] = bytes(r[raw])  # type: ignore[index]
                 r = tuple(r)
             rows.append(r)
+        # names are FrameRow's fields, in order: encoded as the recorder's rows are.
+        resolve(dconn.connection.driver_connection, keys, methods, rows)
+        stored = encode_frames(keys, methods, rows)
         if pg:
             from mcp_proxy.store import pg as pg_mod
 
-            pg_mod.copy_into(dconn, "frames", names, rows)
+            pg_mod.copy_into(dconn, "frame_rows", STORED_FRAME_COLS, stored)
         else:
-            dconn.execute(frames.insert(), [dict(zip(names, r, strict=True)) for r in rows])
+            dconn.exec_driver_sql(frame_insert_sql(dconn.engine), stored)  # type: ignore[arg-type]
         n += len(rows)
     return n
 

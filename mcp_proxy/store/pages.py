@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from mcp_proxy.errors import BadValueError, NotFoundError
 from mcp_proxy.store.base import FRAME_COLUMNS_NO_RAW, StoreBase
+from mcp_proxy.store.columns import KIND_CODES
 from mcp_proxy.store.filters import (
     SEVERITIES,
     SORTS,
@@ -25,7 +26,15 @@ from mcp_proxy.store.filters import (
     parse_cursor,
 )
 from mcp_proxy.store.schema import annotations as notes_table
-from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
+from mcp_proxy.store.schema import (
+    findings,
+    frame_rows,
+    frames,
+    http_exchanges,
+    select_key,
+    session_keys,
+    sessions,
+)
 
 #: Bytes of each frame a timeline row shows (the rest is one click away).
 PREVIEW_BYTES = 400
@@ -80,10 +89,14 @@ class PageQueries(StoreBase):
         }
         if not ids:
             return out
+        # Requests only, on the partial index ix_frames_requests (kind = request's code).
         req = await self._all(
-            sa.select(frames.c.session_id, sa.func.count().label("n"))
-            .where(frames.c.session_id.in_(ids), frames.c.kind == "request")
-            .group_by(frames.c.session_id)
+            sa.select(session_keys.c.id.label("session_id"), sa.func.count().label("n"))
+            .select_from(
+                session_keys.join(frame_rows, frame_rows.c.session_key == session_keys.c.key)
+            )
+            .where(session_keys.c.id.in_(ids), frame_rows.c.kind == KIND_CODES["request"])
+            .group_by(session_keys.c.id)
         )
         for r in req:
             out[r["session_id"]]["exchanges"] = int(r["n"])
@@ -144,23 +157,27 @@ class PageQueries(StoreBase):
     async def session_methods(self, session_id: str) -> list[str]:
         """The methods seen in a session (for the filter menu).
 
-        A skip scan over the ``(session_id, method)`` index — one probe per distinct method —
-        instead of a DISTINCT that reads every frame of a 100,000-frame session.
+        A skip scan over the partial ``(session_key, method_code)`` index — one probe per distinct
+        method — instead of a DISTINCT that reads every frame of a 100,000-frame session. The
+        key is read first, so each probe is a plain index search on (key, method > last).
         """
+        key = await self._scalar(select_key(session_id))
+        if key is None:
+            return []
         stmt = sa.text(
             """
-            WITH RECURSIVE m(method, n) AS (
-                SELECT (SELECT min(method) FROM frames
-                        WHERE session_id = :sid AND method IS NOT NULL), 0
+            WITH RECURSIVE m(code, n) AS (
+                SELECT (SELECT min(method_code) FROM frame_rows
+                        WHERE session_key = :key AND method_code IS NOT NULL), 0
                 UNION ALL
-                SELECT (SELECT min(method) FROM frames
-                        WHERE session_id = :sid AND method > m.method), n + 1
-                FROM m WHERE m.method IS NOT NULL AND n < 500
+                SELECT (SELECT min(method_code) FROM frame_rows
+                        WHERE session_key = :key AND method_code > m.code), n + 1
+                FROM m WHERE m.code IS NOT NULL AND n < 500
             )
-            SELECT method FROM m WHERE method IS NOT NULL
+            SELECT methods.name AS method FROM m JOIN methods ON methods.code = m.code
             """
-        ).bindparams(sid=session_id)
-        return [r["method"] for r in await self._all(stmt)]
+        ).bindparams(key=int(key))
+        return sorted(r["method"] for r in await self._all(stmt))
 
     # ------------------------------------------------------------------ timeline
     async def timeline(

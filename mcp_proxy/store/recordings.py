@@ -24,7 +24,8 @@ from sqlalchemy.engine import Engine
 from mcp_proxy.errors import StoreError
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store import schema
-from mcp_proxy.store.columns import FRAME_COLUMNS
+from mcp_proxy.store.codes import resolve
+from mcp_proxy.store.columns import FRAME_COLUMNS, encode_frames
 from mcp_proxy.store.rows import storable
 from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
 
@@ -213,32 +214,24 @@ class RecordingStore:
         frame_rows: Iterator[tuple[Any, ...]],
         exchange_ids: dict[int, int],
     ) -> tuple[int, float | None]:
-        stmt = sa.insert(frames).values(
-            {"session_id": sa.bindparam("session_id")} | {c: sa.bindparam(c) for c in _WRITTEN}
-        )
-        compiled = stmt.compile(dialect=self.engine.dialect)
-        positional = bool(compiled.positional)
-        order = tuple(compiled.positiontup or ()) if positional else ()
-        sql = str(compiled)
+        from mcp_proxy.store.writes import frame_insert_sql
+
+        keys: dict[str, int] = {}
+        methods: dict[str, int] = {}
+        dbapi = conn.connection.driver_connection
+        sql = frame_insert_sql(self.engine)
         count = 0
         last: float | None = None
         page: list[Any] = []
-        as_is = positional and order == _COLS  # SQLite: the tuple is the parameter list
         for r in frame_rows:
-            fixed = _storable(session_id, r, exchange_ids)
-            if as_is:
-                page.append(fixed)
-            else:
-                page.append(
-                    _params(fixed, order) if positional else dict(zip(_COLS, fixed, strict=True))
-                )
+            page.append(_storable(session_id, r, exchange_ids))
             count += 1
             last = r[1]
             if len(page) >= PAGE:
-                conn.exec_driver_sql(sql, page)
+                conn.exec_driver_sql(sql, _encoded(dbapi, keys, methods, page))
                 page = []
         if page:
-            conn.exec_driver_sql(sql, page)
+            conn.exec_driver_sql(sql, _encoded(dbapi, keys, methods, page))
         return count, last
 
 
@@ -247,10 +240,15 @@ _WRITTEN = (*FRAME_COLUMNS, "redacted")
 _COLS = ("session_id", *_WRITTEN)
 
 
-def _params(row: tuple[Any, ...], order: tuple[str, ...]) -> tuple[Any, ...]:
-    if order == _COLS:
-        return row
-    return tuple(row[_COLS.index(name)] for name in order)
+def _encoded(
+    dbapi: Any, keys: dict[str, int], methods: dict[str, int], page: list[tuple[Any, ...]]
+) -> Any:
+    """Import rows (``FrameRow`` order) as ``frame_rows`` tuples; an unknown code is refused."""
+    resolve(dbapi, keys, methods, page)
+    try:
+        return encode_frames(keys, methods, page)
+    except KeyError as exc:
+        raise StoreError(f"import failed: unknown frame direction/channel/kind {exc}") from None
 
 
 _INT64 = (-(2**63), 2**63 - 1)

@@ -5,6 +5,8 @@ upgraded only by the alembic migrations in ``migrations/``; a test checks that t
 database and these tables agree. Portable types only (SQLite by default, PostgreSQL for teams).
 """
 
+from typing import Any
+
 import sqlalchemy as sa
 
 # The alembic revision these tables correspond to (a test checks it is the migrations' head);
@@ -70,33 +72,58 @@ http_exchanges = sa.Table(
     sa.Index("ix_http_exchanges_session", "session_id", "started_at"),
 )
 
-frames = sa.Table(
-    "frames",
+# Revision 0004 (schema v2): a session's frames are stored under a small integer key instead of
+# its 32-character id, with direction/channel/kind as small integer codes
+# (``store.columns``). ``session_keys`` gives every session its key: a trigger fills it when a
+# session row is inserted, by whoever inserts it. The view ``frames`` (below) shows the stored
+# rows as revision 0003 had them, for readers that need no index and for ad hoc SQL.
+session_keys = sa.Table(
+    "session_keys",
     metadata,
+    sa.Column("key", BigId, primary_key=True, autoincrement=True),
+    sa.Column("id", sa.String(32), nullable=False),
+    sa.UniqueConstraint("id", name="uq_session_keys_id"),
+)
+
+# A method name is stored once; frames carry its small integer code (a trigger-free insert-if-
+# absent by the writers: ``store.codes``).
+methods = sa.Table(
+    "methods",
+    metadata,
+    sa.Column("code", BigId, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.UniqueConstraint("name", name="uq_methods_name"),
+)
+
+frame_rows = sa.Table(
+    "frame_rows",
+    metadata,
+    # The row id: insertion order (``tail``) and the view's ``frames.id``.
     sa.Column("id", BigId, primary_key=True, autoincrement=True),
-    sa.Column("session_id", sa.String(32), sa.ForeignKey("sessions.id"), nullable=False),
+    # No foreign keys: the writer resolves keys itself, and PostgreSQL would run a check per
+    # COPY row (the recorder's hot path) for each of them.
+    sa.Column("session_key", sa.Integer, nullable=False),  # session_keys.key
     sa.Column("seq", sa.Integer, nullable=False),
     sa.Column("ts", sa.Float, nullable=False),  # wall clock, seconds since the epoch
     sa.Column("mono_ns", sa.BigInteger, nullable=False),  # monotonic clock of the recorder
-    sa.Column("direction", sa.String(3), nullable=False),  # c2s | s2c
-    sa.Column("channel", sa.String(8), nullable=False),  # stdio | stderr | http | sse
-    sa.Column("kind", sa.String(16), nullable=False),
-    sa.Column("method", sa.String(200), nullable=True),
+    sa.Column("direction", sa.SmallInteger, nullable=False),  # columns.DIRECTION_CODES
+    sa.Column("channel", sa.SmallInteger, nullable=False),  # columns.CHANNEL_CODES
+    sa.Column("kind", sa.SmallInteger, nullable=False),  # columns.KIND_CODES
+    sa.Column("method_code", sa.Integer, nullable=True),  # methods.code
     sa.Column("msg_id", sa.String(300), nullable=True),  # JSON text of the id
     sa.Column("error_code", sa.Integer, nullable=True),
     sa.Column("size", sa.BigInteger, nullable=False),
     sa.Column("complete", sa.Boolean, nullable=False, server_default=sa.true()),
     sa.Column("partial_parse", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("raw", sa.LargeBinary, nullable=False),
-    sa.Column("http_exchange_id", BigId, sa.ForeignKey("http_exchanges.id"), nullable=True),
+    sa.Column("http_exchange_id", BigId, nullable=True),  # http_exchanges.id
     sa.Column("sse_id", sa.String(200), nullable=True),
     sa.Column("sse_event", sa.String(100), nullable=True),
     # True when ``raw`` is the redacted copy (re-serialised), not the wire bytes (migration 0002).
     sa.Column("redacted", sa.Boolean, nullable=True),
-    sa.UniqueConstraint("session_id", "seq", name="uq_frames_session_seq"),
-    sa.Index("ix_frames_session_method", "session_id", "method"),
-    sa.Index("ix_frames_session_kind", "session_id", "kind"),
-    sa.Index("ix_frames_exchange", "http_exchange_id"),
+    # Every timeline window, ``show``, export and copy walk a session in seq order (a named
+    # unique index rather than a constraint: SQLite would name a constraint's index itself).
+    sa.Index("uq_frames_session_seq", "session_key", "seq", unique=True),
 )
 
 findings = sa.Table(
@@ -134,7 +161,77 @@ annotations = sa.Table(
     sa.Index("ix_annotations_tag", "tag", "session_id"),
 )
 
-# A timeline page finds the responses to the requests it shows by id, without reading the session.
-sa.Index("ix_frames_session_msgid", frames.c.session_id, frames.c.msg_id)
+# Frame indexes, each for a query that needs it, partial where most rows would be NULL:
+# - a timeline page finds the partners of the requests it shows by id (``pages.partners``);
+sa.Index(
+    "ix_frames_session_msgid",
+    frame_rows.c.session_key,
+    frame_rows.c.msg_id,
+    sqlite_where=frame_rows.c.msg_id.is_not(None),
+    postgresql_where=frame_rows.c.msg_id.is_not(None),
+)
+# - the filter menu's skip scan over methods and the method filter (``pages.session_methods``);
+sa.Index(
+    "ix_frames_session_method",
+    frame_rows.c.session_key,
+    frame_rows.c.method_code,
+    sqlite_where=frame_rows.c.method_code.is_not(None),
+    postgresql_where=frame_rows.c.method_code.is_not(None),
+)
+# - the sessions page counts requests per session (``pages.session_counts``): requests only;
+sa.Index(
+    "ix_frames_requests",
+    frame_rows.c.session_key,
+    sqlite_where=frame_rows.c.kind == 0,
+    postgresql_where=frame_rows.c.kind == 0,
+)
+# - an HTTP exchange's frames (HTTP sessions only).
+sa.Index(
+    "ix_frames_exchange",
+    frame_rows.c.http_exchange_id,
+    sqlite_where=frame_rows.c.http_exchange_id.is_not(None),
+    postgresql_where=frame_rows.c.http_exchange_id.is_not(None),
+)
 # The sessions page's "most frames" sort, keyset-paginated on (frame_count, id).
 sa.Index("ix_sessions_frame_count", sessions.c.frame_count, sessions.c.id)
+
+# ---------------------------------------------------------------------------------------------
+# The view ``frames``: the rows of ``frame_rows`` decoded (session id, direction/channel/kind
+# strings), column for column what the table ``frames`` was up to revision 0003. Not part of
+# ``metadata`` (alembic compares tables; the migration creates the view). Readers that select
+# through it get the old row shapes; inserts through it go through an INSTEAD OF trigger.
+views = sa.MetaData()
+frames = sa.Table(
+    "frames",
+    views,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.String(32), nullable=False),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("ts", sa.Float, nullable=False),
+    sa.Column("mono_ns", sa.BigInteger, nullable=False),
+    sa.Column("direction", sa.String(3), nullable=False),  # c2s | s2c
+    sa.Column("channel", sa.String(8), nullable=False),  # stdio | stderr | http | sse | inject
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("method", sa.String(200), nullable=True),
+    sa.Column("msg_id", sa.String(300), nullable=True),
+    sa.Column("error_code", sa.Integer, nullable=True),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("complete", sa.Boolean, nullable=False),
+    sa.Column("partial_parse", sa.Boolean, nullable=False),
+    sa.Column("raw", sa.LargeBinary, nullable=False),
+    sa.Column("http_exchange_id", BigId, nullable=True),
+    sa.Column("sse_id", sa.String(200), nullable=True),
+    sa.Column("sse_event", sa.String(100), nullable=True),
+    sa.Column("redacted", sa.Boolean, nullable=True),
+)
+
+
+def key_of(session_id: object) -> sa.ScalarSelect[int]:
+    """``session_keys.key`` of a session as a scalar subquery: how readers filter
+    ``frame_rows`` by session id (evaluated once per statement, then an index search)."""
+    return sa.select(session_keys.c.key).where(session_keys.c.id == session_id).scalar_subquery()
+
+
+def select_key(session_id: object) -> sa.Select[Any]:
+    """The statement reading one session's key (writers that need it as a number)."""
+    return sa.select(session_keys.c.key).where(session_keys.c.id == session_id)

@@ -26,12 +26,14 @@ import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from itertools import chain
+from operator import itemgetter
 from typing import Any, Protocol
 
+from mcp_proxy.store.codes import encode_known
+from mcp_proxy.store.columns import STORED_FRAME_COLS
 from mcp_proxy.store.rows import (
     EXCHANGE_COLUMNS,
     FINDING_COLUMNS,
-    FRAME_COLS,
     JSON_COLUMNS,
     SCHEMA_HEAD,
     SESSION_COLUMNS,
@@ -295,8 +297,8 @@ def _at_head(path: str) -> bool:
     return row is not None and row[0] == SCHEMA_HEAD
 
 
-_FRAME_VALUES = f"({', '.join('?' * len(FRAME_COLS))})"
-_FRAME_INSERT = f"INSERT INTO frames ({', '.join(FRAME_COLS)}) VALUES {_FRAME_VALUES}"
+_FRAME_VALUES = f"({', '.join('?' * len(STORED_FRAME_COLS))})"
+_FRAME_INSERT = f"INSERT INTO frame_rows ({', '.join(STORED_FRAME_COLS)}) VALUES {_FRAME_VALUES}"
 #: Frames per multi-row ``INSERT … VALUES (…), (…), …``. ``executemany`` pays sqlite3's
 #: per-row statement cycle (bind, step, reset) in Python's driver; one statement of many rows
 #: pays it once: measured on the frames table (five indexes), ~2× fewer CPU µs per row at any
@@ -310,7 +312,11 @@ def _multi_rows(conn: sqlite3.Connection) -> int:
         limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
     except (AttributeError, sqlite3.Error):  # Python < 3.11: assume the old default
         limit = 999
-    return max(1, min(MULTI_ROWS, limit // len(FRAME_COLS)))
+    return max(1, min(MULTI_ROWS, limit // len(STORED_FRAME_COLS)))
+
+
+_RAW = STORED_FRAME_COLS.index("raw")
+_RAW_OF = itemgetter(FrameRow._fields.index("raw"))
 
 
 class SqliteBackend:
@@ -333,9 +339,14 @@ class SqliteBackend:
             self.conn.execute(pragma)
         self._sql: dict[tuple[str, tuple[str, ...]], str] = {}
         self._multi = _multi_rows(self.conn)
-        self._multi_sql = f"INSERT INTO frames ({', '.join(FRAME_COLS)}) VALUES " + ", ".join(
-            [_FRAME_VALUES] * self._multi
+        self._multi_sql = (
+            f"INSERT INTO frame_rows ({', '.join(STORED_FRAME_COLS)}) VALUES "
+            + ", ".join([_FRAME_VALUES] * self._multi)
         )
+        #: session id → ``session_keys.key``, learnt from committed transactions only.
+        self._keys: dict[str, int] = {}
+        #: method name → ``methods.code``, likewise.
+        self._methods: dict[str, int] = {}
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -344,15 +355,22 @@ class SqliteBackend:
         try:
             yield conn
         except BaseException:
+            self._forget()
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
         try:
             conn.execute("COMMIT")
         except BaseException:
+            self._forget()
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
+
+    def _forget(self) -> None:
+        """Keys and codes seen in a rolled-back transaction may not exist: learn them again."""
+        self._keys.clear()
+        self._methods.clear()
 
     def is_transient(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.OperationalError)
@@ -410,33 +428,36 @@ class SqliteBackend:
         conn.execute("UPDATE sessions SET gap_count = gap_count + ? WHERE id = ?", (lost, sid))
 
     def insert_frames(self, conn: sqlite3.Connection, rows: list[FrameRow]) -> None:
-        big = [r for r in rows if len(r.raw) > BIG_BLOB]
-        if big:
-            rows = [r for r in rows if len(r.raw) <= BIG_BLOB]
-            for r in big:
-                SqliteBackend._insert_big(conn, r)
+        keys, methods = self._keys, self._methods
+        stored = encode_known(conn, keys, methods, rows)
+        if rows and max(map(len, map(_RAW_OF, rows))) > BIG_BLOB:
+            for r in stored:
+                if len(r[_RAW]) > BIG_BLOB:
+                    SqliteBackend._insert_big(conn, r)
+            stored = [r for r in stored if len(r[_RAW]) <= BIG_BLOB]
         m = self._multi
-        full = len(rows) - len(rows) % m if m > 1 else 0
+        full = len(stored) - len(stored) % m if m > 1 else 0
         if full:
             sql, flat = self._multi_sql, chain.from_iterable
             for i in range(0, full, m):
-                conn.execute(sql, list(flat(rows[i : i + m])))
-        if full < len(rows):
-            conn.executemany(_FRAME_INSERT, rows[full:])
+                conn.execute(sql, list(flat(stored[i : i + m])))
+        if full < len(stored):
+            conn.executemany(_FRAME_INSERT, stored[full:])
 
     @staticmethod
-    def _insert_big(conn: sqlite3.Connection, row: FrameRow) -> None:
+    def _insert_big(conn: sqlite3.Connection, row: tuple[Any, ...]) -> None:
         """Write one huge frame without SQLite holding extra copies of it.
 
         Binding a 64 MiB blob makes sqlite3 copy it and SQLite build a record of it: two more
         copies. Inserting a ``zeroblob`` of the right size and then writing the bytes through
         the blob handle keeps memory at the one copy the recorder already holds.
         """
-        cur = conn.execute(_FRAME_INSERT, row._replace(raw=b""))
+        raw = row[_RAW]
+        cur = conn.execute(_FRAME_INSERT, (*row[:_RAW], b"", *row[_RAW + 1 :]))
         rowid = cur.lastrowid
-        conn.execute("UPDATE frames SET raw = zeroblob(?) WHERE rowid = ?", (len(row.raw), rowid))
-        view = memoryview(row.raw)
-        with conn.blobopen("frames", "raw", rowid or 0) as blob:
+        conn.execute("UPDATE frame_rows SET raw = zeroblob(?) WHERE id = ?", (len(raw), rowid))
+        view = memoryview(raw)
+        with conn.blobopen("frame_rows", "raw", rowid or 0) as blob:
             for i in range(0, len(view), 1 << 20):
                 blob.write(view[i : i + (1 << 20)])
 
@@ -444,6 +465,8 @@ class SqliteBackend:
         conn = self.conn
         row = conn.execute("SELECT gap_count FROM sessions WHERE id = ?", (sid,)).fetchone()
         last, count = conn.execute(
-            "SELECT MAX(seq), COUNT(*) FROM frames WHERE session_id = ?", (sid,)
+            "SELECT MAX(seq), COUNT(*) FROM frame_rows"
+            " WHERE session_key = (SELECT key FROM session_keys WHERE id = ?)",
+            (sid,),
         ).fetchone()
         return row is not None, int(last or 0), int(count or 0), int(row[0] or 0) if row else 0

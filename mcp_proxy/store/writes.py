@@ -15,8 +15,16 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from mcp_proxy.store import engine as engine_mod
+from mcp_proxy.store.codes import encode_known
+from mcp_proxy.store.columns import STORED_FRAME_COLS
 from mcp_proxy.store.rows import FRAME_COLS, FrameRow, storable
-from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
+from mcp_proxy.store.schema import (
+    findings,
+    frame_rows,
+    http_exchanges,
+    key_of,
+    sessions,
+)
 from mcp_proxy.store.writer import BIG_BLOB, BatchWriter, TransientWriteError
 
 if TYPE_CHECKING:
@@ -31,7 +39,7 @@ __all__ = [
     "storable",
 ]
 
-_frame_sql: dict[str, tuple[str, tuple[str, ...] | None]] = {}
+_frame_sql: dict[str, str] = {}
 
 
 def open_for_writing(url: str) -> Engine:
@@ -41,8 +49,8 @@ def open_for_writing(url: str) -> Engine:
     return eng
 
 
-def _frame_insert(engine: Engine) -> tuple[str, tuple[str, ...] | None]:
-    """The INSERT for frames compiled once per dialect, executed at the driver level.
+def frame_insert_sql(engine: Engine) -> str:
+    """The INSERT for ``frame_rows`` compiled once per dialect, executed at the driver level.
 
     Row tuples go straight to the DBAPI's ``executemany``: SQLAlchemy's per-row parameter
     processing was half of the writer's cost per frame.
@@ -50,20 +58,16 @@ def _frame_insert(engine: Engine) -> tuple[str, tuple[str, ...] | None]:
     key = engine.dialect.name
     cached = _frame_sql.get(key)
     if cached is None:
-        stmt = sa.insert(frames).values({c: sa.bindparam(c) for c in FRAME_COLS})
-        compiled = stmt.compile(dialect=engine.dialect)
+        stmt = sa.insert(frame_rows).values({c: sa.bindparam(c) for c in STORED_FRAME_COLS})
+        dialect = engine.dialect
+        if not dialect.positional:  # psycopg's default is pyformat; tuples need "%s" markers
+            make: Any = type(dialect)  # each DefaultDialect takes paramstyle=
+            dialect = make(paramstyle="format")
+        compiled = stmt.compile(dialect=dialect)
         order = tuple(compiled.positiontup or ()) if compiled.positional else None
-        cached = _frame_sql[key] = (str(compiled), order)
+        assert order == STORED_FRAME_COLS, order  # positional drivers (sqlite, psycopg)
+        cached = _frame_sql[key] = str(compiled)
     return cached
-
-
-def _frame_params(rows: list[FrameRow], order: tuple[str, ...] | None) -> list[Any]:
-    if order is None:
-        return [r._asdict() for r in rows]
-    if order == FRAME_COLS:
-        return rows
-    idx = [FRAME_COLS.index(c) for c in order]
-    return [tuple(r[i] for i in idx) for r in rows]
 
 
 class SqlAlchemyBackend:
@@ -71,6 +75,10 @@ class SqlAlchemyBackend:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        #: session id → ``session_keys.key``, learnt from committed transactions only.
+        self._keys: dict[str, int] = {}
+        #: method name → ``methods.code``, likewise.
+        self._methods: dict[str, int] = {}
 
     @classmethod
     def open(cls, url: str) -> SqlAlchemyBackend:
@@ -78,8 +86,13 @@ class SqlAlchemyBackend:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Connection]:
-        with self.engine.begin() as conn:
-            yield conn
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except BaseException:
+            self._keys.clear()  # keys/codes seen in a rolled-back transaction may not exist
+            self._methods.clear()
+            raise
 
     def is_transient(self, exc: BaseException) -> bool:
         """Lock, full disk, I/O, lost connection: the batch may go in later as it is."""
@@ -105,20 +118,22 @@ class SqlAlchemyBackend:
         if self.engine.dialect.name == "postgresql":
             from mcp_proxy.store import pg  # binary COPY: several times executemany's rate
 
-            pg.copy_frames(conn, rows)  # converts driver errors as SQLAlchemy does
+            # converts driver errors as SQLAlchemy does
+            pg.copy_frames(conn, rows, self._keys, self._methods)
             return
-        sql, order = _frame_insert(self.engine)
+        dbapi: Any = conn.connection.driver_connection
+        stored = encode_known(dbapi, self._keys, self._methods, rows)
         if self.engine.dialect.name == "sqlite" and any(len(r.raw) > BIG_BLOB for r in rows):
             # Huge frames: sqlite3 blob I/O avoids two more copies of them.
             from mcp_proxy.store.writer import SqliteBackend
 
-            dbapi: Any = conn.connection.driver_connection
-            for r in rows:
-                if len(r.raw) > BIG_BLOB:
+            raw = STORED_FRAME_COLS.index("raw")
+            for r in stored:
+                if len(r[raw]) > BIG_BLOB:
                     SqliteBackend._insert_big(dbapi, r)
-            rows = [r for r in rows if len(r.raw) <= BIG_BLOB]
-        if rows:
-            conn.exec_driver_sql(sql, _frame_params(rows, order))
+            stored = [r for r in stored if len(r[raw]) <= BIG_BLOB]
+        if stored:
+            conn.exec_driver_sql(frame_insert_sql(self.engine), stored)  # type: ignore[arg-type]
 
     def update_session(self, conn: Connection, sid: str, fields: dict[str, Any]) -> None:
         conn.execute(sessions.update().where(sessions.c.id == sid).values(**fields))
@@ -140,8 +155,8 @@ class SqlAlchemyBackend:
                 sa.select(sessions.c.gap_count).where(sessions.c.id == sid)
             ).first()
             row = conn.execute(
-                sa.select(sa.func.max(frames.c.seq), sa.func.count()).where(
-                    frames.c.session_id == sid
+                sa.select(sa.func.max(frame_rows.c.seq), sa.func.count()).where(
+                    frame_rows.c.session_key == key_of(sid)
                 )
             ).first()
         last, count = (row[0] or 0, row[1] or 0) if row is not None else (0, 0)

@@ -18,20 +18,15 @@ the whole session, even after the database came up.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from mcp_proxy.store.engine import ensure_schema
-from tests.conftest import in_ci, mcptape_cmd
 from tests.helpers import db as rdb
 from tests.helpers.db import PgCluster
-
-PY = sys.executable
+from tests.store.pg_outage_util import accounted, exchange, own_cluster, record
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -40,29 +35,7 @@ pytestmark = pytest.mark.timeout(300)
 def cluster(pg_server: object) -> Iterator[PgCluster]:
     """A cluster of this module's own, migrated, then stopped: the test starts it."""
     del pg_server
-    try:
-        c = PgCluster.create()
-        c.start()
-        ensure_schema(c.url())
-        c.stop("fast")
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        if in_ci():
-            pytest.fail(f"cannot start a PostgreSQL cluster: {exc}", pytrace=False)
-        pytest.skip(f"cannot start a PostgreSQL cluster: {exc}")
-    try:
-        yield c
-    finally:
-        c.destroy()
-
-
-def _exchange(proc: subprocess.Popen[bytes], i: int) -> float:
-    assert proc.stdin and proc.stdout
-    t0 = time.perf_counter()
-    proc.stdin.write(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % i)
-    proc.stdin.flush()
-    line = proc.stdout.readline()
-    assert line.startswith(b'{"jsonrpc":"2.0","id":%d,' % i), line
-    return time.perf_counter() - t0
+    yield from own_cluster(migrated_and_stopped=True)
 
 
 def test_a_recording_started_before_postgresql_is_up_connects_when_it_is(
@@ -70,13 +43,7 @@ def test_a_recording_started_before_postgresql_is_up_connects_when_it_is(
 ) -> None:
     url = cluster.url()
     assert not cluster.running()
-    proc = subprocess.Popen(
-        [*mcptape_cmd(), "record", "--db", url, "--name", "early", "--",
-         PY, "-m", "mcp_proxy.testing.rawecho"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
+    proc = record(url, "early")
     assert proc.stderr is not None
     err_lines: list[str] = []
     reader = threading.Thread(
@@ -87,17 +54,17 @@ def test_a_recording_started_before_postgresql_is_up_connects_when_it_is(
     n = 1
     slowest_down = 0.0
     try:
-        _exchange(proc, n)  # the first one waits for the relay and the server to start: untimed
+        exchange(proc, n)  # the first one waits for the relay and the server to start: untimed
         # Talk until the recorder process has tried the database (and said so), then a bit more.
         deadline = time.monotonic() + 60
         while not any("cannot record" in line for line in err_lines):
             assert time.monotonic() < deadline, "the recorder never said it could not connect"
             n += 1
-            slowest_down = max(slowest_down, _exchange(proc, n))
+            slowest_down = max(slowest_down, exchange(proc, n))
             time.sleep(0.02)
         for _ in range(10):
             n += 1
-            slowest_down = max(slowest_down, _exchange(proc, n))
+            slowest_down = max(slowest_down, exchange(proc, n))
         before = n
         cluster.start()
         # connected by itself: the session row appears while the session is still live
@@ -105,7 +72,7 @@ def test_a_recording_started_before_postgresql_is_up_connects_when_it_is(
         back_until = time.monotonic() + 1.5
         while time.monotonic() < back_until:
             n += 1
-            _exchange(proc, n)
+            exchange(proc, n)
             time.sleep(0.02)
     finally:
         assert proc.stdin is not None
@@ -118,15 +85,8 @@ def test_a_recording_started_before_postgresql_is_up_connects_when_it_is(
     assert "recording resumed" in err, err
     assert slowest_down < 1.0, slowest_down  # the relay never waited for the database
 
-    (session,) = rdb.sessions(url)
+    session, _, gaps = accounted(url, n)
     assert session["name"] == "early" and session["status"] == "ended"
-    seqs = [f["seq"] for f in rdb.frames(url, session["id"])]
-    (gap,) = rdb.rows(url, "SELECT * FROM findings WHERE code = 'recorder.gap'")
-    lost = json.loads(gap["frame_seqs"])
-    total = 2 * n
+    (gap,) = gaps
     assert "could not be opened" in gap["detail"]
-    assert len(lost) >= 2 * before  # everything relayed while PostgreSQL was down
-    assert session["gap_count"] == len(lost)
-    assert sorted(seqs + lost) == list(range(1, total + 1))
-    assert session["frame_count"] == len(seqs) == total - len(lost)
-    assert seqs[-1] == total  # the exchanges after the start are all recorded
+    assert len(json.loads(gap["frame_seqs"])) >= 2 * before  # all relayed while it was down

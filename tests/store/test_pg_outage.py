@@ -13,20 +13,15 @@ keeps talking for a few seconds, and starts the cluster again. What must hold:
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from mcp_proxy.store.engine import ensure_schema
-from tests.conftest import in_ci, mcptape_cmd
 from tests.helpers import db as rdb
 from tests.helpers.db import PgCluster
-
-PY = sys.executable
+from tests.store.pg_outage_util import accounted, exchange, own_cluster, record
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -36,46 +31,19 @@ def cluster(pg_server: object) -> Iterator[PgCluster]:
     """A cluster of this module's own: the test stops and restarts it (needs the PostgreSQL
     binaries, as ``pg_server`` does; depending on it skips or fails this module the same way)."""
     del pg_server
-    try:
-        c = PgCluster.create()
-        c.start()
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        if in_ci():
-            pytest.fail(f"cannot start a PostgreSQL cluster: {exc}", pytrace=False)
-        pytest.skip(f"cannot start a PostgreSQL cluster: {exc}")
-    try:
-        yield c
-    finally:
-        c.destroy()
-
-
-def _exchange(proc: subprocess.Popen[bytes], i: int) -> float:
-    """One request and its answer; returns the round trip in seconds."""
-    assert proc.stdin and proc.stdout
-    t0 = time.perf_counter()
-    proc.stdin.write(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % i)
-    proc.stdin.flush()
-    line = proc.stdout.readline()
-    assert line.startswith(b'{"jsonrpc":"2.0","id":%d,' % i), line
-    return time.perf_counter() - t0
+    yield from own_cluster()
 
 
 def test_recording_survives_a_postgresql_restart(cluster: PgCluster):
     url = cluster.url()
     ensure_schema(url)
-    proc = subprocess.Popen(
-        [*mcptape_cmd(), "record", "--db", url, "--name", "outage", "--",
-         PY, "-m", "mcp_proxy.testing.rawecho"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
+    proc = record(url, "outage")
     n = 0
     slowest_down = 0.0
     try:
         for _ in range(20):  # before: recorded normally
             n += 1
-            _exchange(proc, n)
+            exchange(proc, n)
         assert rdb.wait_until(
             lambda: rdb.rows(url, "SELECT frame_count FROM sessions")[0]["frame_count"] == 2 * n
         )
@@ -83,13 +51,13 @@ def test_recording_survives_a_postgresql_restart(cluster: PgCluster):
         down_until = time.monotonic() + 4.0  # longer than the recorder's retries (~1 s)
         while time.monotonic() < down_until:
             n += 1
-            slowest_down = max(slowest_down, _exchange(proc, n))
+            slowest_down = max(slowest_down, exchange(proc, n))
             time.sleep(0.02)
         cluster.start()
         back_until = time.monotonic() + 3.0
         while time.monotonic() < back_until:
             n += 1
-            _exchange(proc, n)
+            exchange(proc, n)
             time.sleep(0.02)
     finally:
         assert proc.stdin is not None
@@ -102,15 +70,6 @@ def test_recording_survives_a_postgresql_restart(cluster: PgCluster):
     # The relay never waited for the database (a ping's round trip is microseconds; allow a
     # busy machine its scheduling delays, never the seconds a blocked write would take).
     assert slowest_down < 1.0, slowest_down
-
-    (session,) = rdb.sessions(url)
-    seqs = [f["seq"] for f in rdb.frames(url, session["id"])]
-    gaps = rdb.rows(url, "SELECT * FROM findings WHERE code = 'recorder.gap'")
-    assert gaps, "the loss must be recorded as a finding once the database is back"
-    lost = [s for g in gaps for s in json.loads(g["frame_seqs"])]
-    total = 2 * n
-    assert session["gap_count"] == len(lost) > 0
-    assert sorted(seqs + lost) == list(range(1, total + 1))
-    assert session["frame_count"] == len(seqs) == total - len(lost)
     # Reconnected by itself: the last exchanges, after the restart, are in the database.
-    assert seqs[-1] == total and session["status"] == "ended"
+    session, _, _ = accounted(url, n)
+    assert session["status"] == "ended"
