@@ -70,3 +70,42 @@ def test_a_file_from_this_mcptape_keeps_its_kinds_and_others_are_reclassified() 
         _with(f"mcptape {__version__}", b',"method":"tools/list"', b""), "x"
     ).one()
     assert next(f["method"] for f in gap.frames if f["msg_id"] == "2") == "tools/list"
+
+
+LINES = [
+    b'{"a":1,"b":[1.5,-0.0,1e400,5e-324],"c":"caf\xc3\xa9 \\u2028 \\ud83d\\ude00","a":2}',
+    b' \t{"nan":NaN,"inf":-Infinity}\r',
+    b'{"lone":"\\ud800"}',
+    b'{"deep":' + b"[" * 1100 + b"]" * 1100 + b"}",
+    b'{"esc":"\\u0000\\t\\"\\\\\\/"}',
+    b"",
+    b"   ",
+]
+
+
+@pytest.mark.parametrize("long_number", [False, True])
+def test_records_read_as_json_reads_them(long_number: bool) -> None:
+    """orjson reads the lines it can; every record is the one json reads, line numbers kept."""
+    from mcp_proxy.recording.jsonl import _lines
+
+    lines = [*LINES, b'{"big":12345678901234567890123}' if long_number else b'{"n":1}']
+    data = b"\n".join(lines) + b"\n"
+    got = list(_lines(data, "x"))
+    want = [(n, json.loads(line)) for n, line in enumerate(lines, start=1) if line.strip()]
+    assert repr(got) == repr(want)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        (b"{} {}", "line 2: not valid JSON"),
+        (b'{"a":01}', "line 2: not valid JSON"),
+        (b"[1]", "line 2: a record must be a JSON object"),
+    ],
+)
+def test_bad_lines_still_name_their_problem(line: bytes, why: str) -> None:
+    from mcp_proxy.recording.jsonl import _lines
+    from mcp_proxy.recording.model import RecordingFormatError
+
+    with pytest.raises(RecordingFormatError, match=why):
+        list(_lines(b'{"ok":1}\n' + line + b"\n", "f.jsonl"))
