@@ -1,26 +1,30 @@
 """Forward-proxy benchmark: ``mcptape record --forward`` against a direct HTTPS connection.
 
-    .venv/bin/python benchmarks/bench_forward.py                 # 1,000 calls per leg
-    .venv/bin/python benchmarks/bench_forward.py --calls 200 --events 50
+    .venv/bin/python benchmarks/bench_forward.py                  # 5 rounds x 200 calls per leg
+    .venv/bin/python benchmarks/bench_forward.py --rounds 3 --calls 100 --events 30 --mitmdump
 
 Measures, each through the forward proxy and direct, in the same run:
 
-1. Official SDK client ↔ SDK server over Streamable HTTP behind TLS (a test-made CA), N
+1. Official SDK client <-> SDK server over Streamable HTTP behind TLS (a test-made CA),
    sequential ``tools/call`` echo, both eras (``legacy`` = 2025-11-25 handshake, ``auto`` =
-   2026-07-28): time per call and the ratio forward/direct. Target ≤ 1.5: TLS is terminated
-   twice (host↔mitmproxy, mitmproxy↔server) and mitmproxy is pure Python. Four legs: direct,
-   plain ``mitmdump`` (mitmproxy's own cost), ``mitmdump -s addons/mcptape.py`` and
-   ``mcptape record --forward``; for each, the CPU time per call of the client (this process),
-   the server and the proxy (with its recorder worker), read from ``/proc`` — a figure that
-   survives a busy machine, where wall time does not. In the legacy era the SDK client closes
-   each POST's event stream as soon as the response event is in, before the stream's end, so
-   its HTTP client drops the connection: every call is a new TCP+TLS connection (direct: one
-   handshake; forwarded: CONNECT and two handshakes, and mitmproxy's per-connection work).
+   2026-07-28). The legs (direct, ``record --forward``, the same with
+   ``MCPTAPE_FORWARD_TUNING=off`` — mitmproxy's own addon manager and no upstream TLS session
+   resumption, the figure before ``mcp_proxy/forward/dispatch.py`` and ``resume.py`` — and with ``--mitmdump`` plain ``mitmdump`` and
+   ``mitmdump -s addons/mcptape.py``) run in rounds, interleaved and rotated, so that the
+   noise of a shared machine falls on all of them; each figure is min / median / max over the
+   rounds: wall time per call, its ratio to the direct leg of the same round (target <= 1.5 on
+   the median), CPU per call of the proxy process and of its recorder worker (from ``/proc``:
+   survives a busy machine, where wall time does not), CPU of everything, and the TCP
+   connections the client opened per call. In the legacy era the SDK client closes each POST's
+   event stream as soon as the response event is in, before the stream's end, so httpcore
+   drops the connection (it keeps only a connection whose response it read to the end): every
+   call is a new TCP+TLS connection — direct: one handshake; forwarded: a CONNECT, two
+   handshakes and mitmproxy's per-connection work.
 2. SSE: the server writes events stamped with ``time.monotonic_ns()`` (one clock for every
-   process on the machine), the client notes each arrival; p50/p99 of the difference, direct
-   and forward, and the added p50. Target ≤ 2 ms added.
+   process on the machine), the client notes each arrival; per event min/median/max direct and
+   forward, and per round the added median. Target <= 2 ms added.
 
-Then the recording is read back: every call recorded, no frame lost. Not a test: it prints a
+Then the recording is read back: every call recorded, no recorder gap. Not a test: it prints a
 table; read it with the machine's load in mind (``uptime`` is shown).
 """
 
@@ -44,6 +48,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -52,18 +57,21 @@ import httpx2  # noqa: E402
 import trustme  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
+from mcp_proxy.forward.runner import ENV_TUNING  # noqa: E402
 from mcp_proxy.testing.client import make_client  # noqa: E402
 from tests.forward.conftest import TLSFiles, run_forward, start_tls_server  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_ms(pid: int) -> float:
-    """CPU milliseconds (user + system) of a process and all its descendants, from /proc."""
+def cpu_ms(pid: int, descendants: bool = True) -> float:
+    """CPU milliseconds (user + system) of a process (and all its descendants), from /proc."""
     total = 0.0
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         total = (int(fields[11]) + int(fields[12])) * 1000 / TICK
+        if not descendants:
+            return total
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return total
@@ -92,40 +100,90 @@ def client_for(cafile: Path, proxy: str | None) -> httpx2.AsyncClient:
     )
 
 
+CONNECTS = [0]
+
+
+def count_connections() -> None:
+    """Count the TCP connections this process's HTTP clients open (httpcore2's backend), so
+    the table can show connections per call: the legacy-era SDK client drops its connection
+    after each POST's response event (``response.aclose()`` before the stream's end)."""
+    from httpcore2._backends.auto import AutoBackend
+
+    original = AutoBackend.connect_tcp
+
+    async def connect_tcp(self: Any, *args: Any, **kwargs: Any) -> Any:
+        CONNECTS[0] += 1
+        return await original(self, *args, **kwargs)
+
+    AutoBackend.connect_tcp = connect_tcp  # type: ignore[method-assign]
+
+
 @dataclasses.dataclass
-class Leg:
-    """One leg's figures, per call: wall seconds and CPU milliseconds of each process."""
+class Round:
+    """One round of one leg, per call: wall ms, CPU µs of each process, TCP connections."""
 
     wall: float
     client: float
     server: float
-    proxy: float
+    proxy: float  # the proxy process alone
+    recorder: float  # its recorder worker (another process: off the forwarding path)
+    conns: float
 
     @property
     def cpu(self) -> float:
-        return self.client + self.server + self.proxy
+        return self.client + self.server + self.proxy + self.recorder
 
 
-async def calls(
-    url: str, cafile: Path, proxy: str | None, mode: str, n: int, pids: tuple[int, int | None]
-) -> Leg:
-    """Figures per call for ``n`` sequential echo calls (after a short warm-up)."""
-    server_pid, proxy_pid = pids
-    async with client_for(cafile, proxy) as hc:
-        async with make_client(
-            streamable_http_client(url, http_client=hc), mode=mode, log_level=None
-        ) as c:
+@dataclasses.dataclass
+class LegSpec:
+    name: str
+    proxy: str | None
+    cafile: Path
+    pid: int | None
+
+
+async def rounds_of_calls(
+    url: str, server_pid: int, legs: list[LegSpec], mode: str, n: int, rounds: int
+) -> dict[str, list[Round]]:
+    """``rounds`` rounds of ``n`` sequential echo calls per leg, the legs interleaved (and
+    their order rotated each round) so the machine's noise falls on all of them alike."""
+    out: dict[str, list[Round]] = {leg.name: [] for leg in legs}
+    async with contextlib.AsyncExitStack() as stack:
+        clients = []
+        for leg in legs:
+            hc = await stack.enter_async_context(client_for(leg.cafile, leg.proxy))
+            c = await stack.enter_async_context(
+                make_client(streamable_http_client(url, http_client=hc), mode=mode, log_level=None)
+            )
             for _ in range(20):
                 await c.call_tool("echo", {"text": "warm"})
-            c0, s0 = self_cpu_ms(), cpu_ms(server_pid)
-            p0 = cpu_ms(proxy_pid) if proxy_pid else 0.0
-            t0 = time.perf_counter()
-            for i in range(n):
-                await c.call_tool("echo", {"text": f"call {i}"})
-            wall = (time.perf_counter() - t0) / n
-            c1, s1 = self_cpu_ms(), cpu_ms(server_pid)
-            p1 = cpu_ms(proxy_pid) if proxy_pid else 0.0
-    return Leg(wall, (c1 - c0) / n, (s1 - s0) / n, (p1 - p0) / n)
+            clients.append(c)
+        for r in range(rounds):
+            order = list(range(len(legs)))
+            order = order[r % len(order) :] + order[: r % len(order)]
+            for i in order:
+                leg, c = legs[i], clients[i]
+                c0, s0, k0 = self_cpu_ms(), cpu_ms(server_pid), CONNECTS[0]
+                p0 = cpu_ms(leg.pid, False) if leg.pid else 0.0
+                w0 = cpu_ms(leg.pid) if leg.pid else 0.0
+                t0 = time.perf_counter()
+                for j in range(n):
+                    await c.call_tool("echo", {"text": f"call {j}"})
+                wall = (time.perf_counter() - t0) / n * 1e3
+                c1, s1, k1 = self_cpu_ms(), cpu_ms(server_pid), CONNECTS[0]
+                p1 = cpu_ms(leg.pid, False) if leg.pid else 0.0
+                w1 = cpu_ms(leg.pid) if leg.pid else 0.0
+                out[leg.name].append(
+                    Round(
+                        wall,
+                        (c1 - c0) / n * 1e3,
+                        (s1 - s0) / n * 1e3,
+                        (p1 - p0) / n * 1e3,
+                        ((w1 - w0) - (p1 - p0)) / n * 1e3,
+                        (k1 - k0) / n,
+                    )
+                )
+    return out
 
 
 async def sse_delays(origin: str, cafile: Path, proxy: str | None, n: int) -> list[float]:
@@ -224,84 +282,128 @@ def recorded_calls(db: Path) -> tuple[int, int]:
     return int(recorded), int(gaps)
 
 
+def spread(xs: list[float]) -> str:
+    """min / median / max, aligned."""
+    return f"{min(xs):8.2f} {statistics.median(xs):8.2f} {max(xs):8.2f}"
+
+
+def spread_us(xs: list[float]) -> str:
+    return f"{min(xs):7.0f} {statistics.median(xs):7.0f} {max(xs):7.0f}"
+
+
+def print_calls(mode: str, table: dict[str, list[Round]]) -> bool:
+    """One era's table: each leg's min/median/max over rounds; True if the target is met."""
+    direct = table["direct"]
+    print(f"  {mode} era")
+    met = True
+    for name, rounds in table.items():
+        ratios = [r.wall / d.wall for r, d in zip(rounds, direct, strict=True)]
+        line = (
+            f"    {name:<24}{spread([r.wall for r in rounds])}  {spread(ratios)}"
+            f"  {spread_us([r.proxy for r in rounds])}"
+            f" {statistics.median([r.recorder for r in rounds]):7.0f}"
+            f"  {spread_us([r.cpu for r in rounds])}"
+            f"  {statistics.median([r.conns for r in rounds]):5.2f}"
+        )
+        if name == "record --forward":
+            ok = statistics.median(ratios) <= 1.5
+            met = met and ok
+            line += f"  target ratio <= 1.5: {'met' if ok else 'NOT met'}"
+        print(line)
+    return met
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--calls", type=int, default=1000)
-    ap.add_argument("--events", type=int, default=200)
+    ap.add_argument("--calls", type=int, default=200, help="calls per leg per round")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--events", type=int, default=50, help="SSE events per round")
+    ap.add_argument(
+        "--mitmdump",
+        action="store_true",
+        help="also time plain mitmdump and mitmdump -s addons/mcptape.py (all of mitmproxy's "
+        "default addons, its own dispatch)",
+    )
+    ap.add_argument(
+        "--no-stock", action="store_true", help="skip the MCPTAPE_FORWARD_TUNING=off leg"
+    )
     args = ap.parse_args()
     print(f"uptime: {os.popen('uptime').read().strip()}")
+    count_connections()
     modes = ("legacy", "auto")
-    legs: dict[str, dict[str, Leg]] = {m: {} for m in modes}
-    with tempfile.TemporaryDirectory(prefix="mcptape-bench-fwd-") as tmp:
-        d = Path(tmp)
+    tables: dict[str, dict[str, list[Round]]] = {}
+    sse: dict[str, list[list[float]]] = {"direct": [], "record --forward": []}
+    with contextlib.ExitStack() as stack:
+        d = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mcptape-bench-fwd-")))
         tls = make_tls(d)
         conf = d / "mitm"
         conf.mkdir()
         (conf / "config.yaml").write_text(f"ssl_verify_upstream_trusted_ca: {tls.ca_pem}\n")
         db = d / "bench.db"
-        addon_db = d / "addon.db"
-        addon = ("-s", str(ROOT / "addons" / "mcptape.py"), "--set", f"mcptape_db={addon_db}")
-        with start_tls_server(tls, "--mode", "stateful") as srv, run_forward(db, conf) as fw:
-            origin = srv.url.rsplit("/", 1)[0]
-            spid = srv.proc.pid
-            with (
-                mitmdump(conf, tls.ca_pem) as (plain, ppid),
-                mitmdump(conf, tls.ca_pem, *addon) as (
-                    with_addon,
-                    apid,
-                ),
-            ):
-                for mode in modes:
-                    run = legs[mode]
-                    run["direct"] = asyncio.run(
-                        calls(srv.url, tls.ca_pem, None, mode, args.calls, (spid, None))
-                    )
-                    run["mitmdump"] = asyncio.run(
-                        calls(srv.url, fw.ca_cert, plain, mode, args.calls, (spid, ppid))
-                    )
-                    run["mitmdump+addon"] = asyncio.run(
-                        calls(srv.url, fw.ca_cert, with_addon, mode, args.calls, (spid, apid))
-                    )
-                    run["record --forward"] = asyncio.run(
-                        calls(srv.url, fw.ca_cert, fw.url, mode, args.calls, (spid, fw.proc.pid))
-                    )
-            d_sse = asyncio.run(sse_delays(origin, tls.ca_pem, None, args.events))
-            f_sse = asyncio.run(sse_delays(origin, fw.ca_cert, fw.url, args.events))
-            assert fw.stop() == 0
-        recorded, gaps = recorded_calls(db)
-        addon_recorded, addon_gaps = recorded_calls(addon_db)
-    print(
-        f"\n{'SDK tools/call over HTTPS':<28}{'wall/call':>10}{'ratio':>7}"
-        f"{'CPU ms/call: client':>21}{'server':>8}{'proxy':>8}{'total':>8}{'ratio':>7}"
-    )
-    ok = True
-    for mode in modes:
-        base = legs[mode]["direct"]
-        print(f"  {mode}")
-        for name, leg in legs[mode].items():
-            ratio = leg.wall / base.wall
-            line = (
-                f"    {name:<24}{leg.wall * 1e3:>8.2f}ms{ratio:>7.2f}{leg.client:>21.2f}"
-                f"{leg.server:>8.2f}{leg.proxy:>8.2f}{leg.cpu:>8.2f}{leg.cpu / base.cpu:>7.2f}"
+        srv = stack.enter_context(start_tls_server(tls, "--mode", "stateful"))
+        fw = stack.enter_context(run_forward(db, conf))
+        legs = [
+            LegSpec("direct", None, tls.ca_pem, None),
+            LegSpec("record --forward", fw.url, fw.ca_cert, fw.proc.pid),
+        ]
+        if not args.no_stock:
+            stock = stack.enter_context(run_forward(d / "stock.db", conf, env={ENV_TUNING: "off"}))
+            legs.append(LegSpec("  (untuned: as shipped)", stock.url, fw.ca_cert, stock.proc.pid))
+        if args.mitmdump:
+            addon = ("-s", str(ROOT / "addons" / "mcptape.py"))
+            addon += ("--set", f"mcptape_db={d / 'addon.db'}")
+            plain, ppid = stack.enter_context(mitmdump(conf, tls.ca_pem))
+            with_addon, apid = stack.enter_context(mitmdump(conf, tls.ca_pem, *addon))
+            legs.append(LegSpec("mitmdump", plain, fw.ca_cert, ppid))
+            legs.append(LegSpec("mitmdump -s mcptape.py", with_addon, fw.ca_cert, apid))
+        for mode in modes:
+            tables[mode] = asyncio.run(
+                rounds_of_calls(srv.url, srv.proc.pid, legs, mode, args.calls, args.rounds)
             )
-            if name == "record --forward":
-                ok = ok and ratio <= 1.5
-                line += f"  (target <= 1.5: {'met' if ratio <= 1.5 else 'NOT met'})"
-            print(line)
-    added = statistics.median(f_sse) - statistics.median(d_sse)
-    print(f"\n{'SSE event latency':<34}{'p50':>10}{'p99':>10}")
-    print(f"  {'direct':<32}{pct(d_sse, 0.5):>8.2f}ms{pct(d_sse, 0.99):>8.2f}ms")
-    print(f"  {'forward':<32}{pct(f_sse, 0.5):>8.2f}ms{pct(f_sse, 0.99):>8.2f}ms")
-    print(f"  added p50: {added:.2f} ms (target <= 2 ms: {'met' if added <= 2 else 'NOT met'})")
-    expected = 2 * (args.calls + 20)
-    # The SSE leg's POST through record --forward carries a tools/call body too.
+        origin = srv.url.rsplit("/", 1)[0]
+        for r in range(args.rounds):
+            pair = [("direct", tls.ca_pem, None), ("record --forward", fw.ca_cert, fw.url)]
+            for name, ca, proxy in pair if r % 2 == 0 else pair[::-1]:
+                sse[name].append(asyncio.run(sse_delays(origin, ca, proxy, args.events)))
+        assert fw.stop() == 0
+        recorded, gaps = recorded_calls(db)
     print(
-        f"\nrecorded tools/call requests: record --forward {recorded} of {expected + 1} "
-        f"(recorder gaps: {gaps}); mitmdump -s addons/mcptape.py {addon_recorded} of {expected} "
-        f"(gaps: {addon_gaps})"
+        f"\nSDK tools/call over HTTPS: {args.rounds} rounds x {args.calls} calls per leg, legs "
+        "interleaved; min / median / max over rounds"
     )
-    complete = recorded >= expected + 1 and addon_recorded >= expected and not gaps + addon_gaps
-    return 0 if ok and added <= 2 and complete else 1
+    print(
+        f"    {'leg':<24}{'wall ms/call':^26}  {'ratio to direct':^26}  {'proxy CPU µs/call':^23}"
+        f" {'+rec':>7}  {'all CPU µs/call':^23}  conns/call"
+    )
+    ok = all([print_calls(mode, tables[mode]) for mode in modes])
+    print(
+        "    (proxy CPU: the proxy process; +rec: median of its recorder worker process; all CPU: "
+        "client + server + proxy + recorder; conns/call: TCP connections the client opened)"
+    )
+    print(
+        f"\nSSE event latency, upstream write -> host receipt: {args.rounds} rounds x "
+        f"{args.events} events; ms"
+    )
+    print(f"    {'':<24}{'per event: min':>14} {'median':>8} {'max':>8}   round medians")
+    for name, per_round in sse.items():
+        flat = [x for xs in per_round for x in xs]
+        meds = " ".join(f"{statistics.median(xs):.2f}" for xs in per_round)
+        print(f"    {name:<24}{spread(flat)}   {meds}")
+    added = [
+        statistics.median(f) - statistics.median(d)
+        for f, d in zip(sse["record --forward"], sse["direct"], strict=True)
+    ]
+    sse_ok = statistics.median(added) <= 2
+    print(
+        f"    added (median per round): min/median/max {spread(added)}"
+        f"   target <= 2 ms: {'met' if sse_ok else 'NOT met'}"
+    )
+    expected = len(modes) * args.rounds * args.calls + len(modes) * 20
+    print(
+        f"\nrecorded tools/call requests through record --forward: {recorded} "
+        f"(at least {expected} expected; recorder gaps: {gaps})"
+    )
+    return 0 if ok and sse_ok and recorded >= expected and not gaps else 1
 
 
 if __name__ == "__main__":

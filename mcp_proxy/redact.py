@@ -192,6 +192,14 @@ _LOOP_FROM = 2048
 _FOLD = bytes.maketrans(bytes(range(65, 91)), bytes(range(97, 123)))
 _FOLDED_WORDS = tuple(sorted({w.replace(b"_", b"").replace(b"-", b"") for w in _PREFILTER_WORDS}))
 _OVERLAP = 64
+#: Words that share a part are searched for by that part first (one pass over a read instead
+#: of one per word; the words themselves only when it is there): each pass costs ~50 ns per
+#: frame of a relay's read, and most reads hold none of them.
+_ANCHORS = (b"code", b'otp"', b"auth")
+_FOLDED_GROUPS: tuple[tuple[bytes, tuple[bytes, ...]], ...] = (
+    *((a, tuple(w for w in _FOLDED_WORDS if a in w)) for a in _ANCHORS),
+    *((w, (w,)) for w in _FOLDED_WORDS if not any(a in w for a in _ANCHORS)),
+)
 
 # Byte-level fallback for bodies that are not parseable JSON.
 _FALLBACK_JSON = re.compile(
@@ -380,8 +388,8 @@ class Redactor:
             for start in range(0, n, _BIG):
                 folded = raw[start : start + _BIG + _OVERLAP].translate(_FOLD, b"-_")
                 folded = folded.replace(_PLUMBING_KEY, b"")
-                for word in _FOLDED_WORDS:
-                    if word in folded:
+                for anchor, words in _FOLDED_GROUPS:
+                    if anchor in folded and any(w in folded for w in words):
                         return True
         elif _PREFILTER.search(raw.lower().replace(_PLUMBING_KEY, b"")) is not None:
             return True

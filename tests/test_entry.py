@@ -1,3 +1,6 @@
+import os
+from pathlib import Path
+
 import pytest
 
 from mcp_proxy.entry import parse_plain_record
@@ -35,3 +38,34 @@ def test_the_plain_stdio_form_takes_the_fast_path(argv: list[str], expected: tup
 )
 def test_everything_else_goes_to_the_typer_app(argv: list[str]) -> None:
     assert parse_plain_record(argv) is None
+
+
+def test_the_fast_path_records_where_db_says_relative_to_the_callers_directory(
+    tmp_path: Path,
+) -> None:
+    """The recorder process resolves ``--db`` (the relay no longer imports the store): a
+    relative path is the caller's directory's, and MCPTAPE_DB applies when --db is absent."""
+    import subprocess
+    import sys
+
+    from tests.helpers import db as rdb
+
+    mcptape = str(Path(sys.executable).parent / "mcptape")
+    server = [sys.executable, "-m", "mcp_proxy.testing.rawecho"]
+    req = b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n'
+    env = {**os.environ, "MCPTAPE_DB": str(tmp_path / "env.db")}
+    for args, where in (
+        (["--db", "rel.db"], tmp_path / "rel.db"),
+        (["--name", "e"], tmp_path / "env.db"),
+    ):
+        out = subprocess.run(
+            [mcptape, "record", *args, "--", *server],
+            input=req,
+            capture_output=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.count(b"\n") == 1
+        assert [f["raw"] for f in rdb.frames(where)] == [req, out.stdout]

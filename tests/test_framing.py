@@ -27,6 +27,28 @@ def test_line_framer_is_byte_exact_for_any_chunking() -> None:
         assert lines[1] == b"noise\r\n"
 
 
+def test_line_framer_cuts_only_at_lf_for_any_read_size() -> None:
+    """Reads with and without CR (the splitlines path) give the lines of a split at LF alone:
+    CR, CRLF, vertical tab, form feed and NEL stay inside their line."""
+    data = (
+        b"".join(b'{"jsonrpc":"2.0","method":"n","params":{"i":%d}}\n' % i for i in range(300))
+        + b"a\rb\r\nc\x0bd\x0c\x1c\x1d\x1e\x85e\n\n\n"
+        + b"z" * 5000
+        + b"\ntail"
+    )
+    want = [part + b"\n" for part in data.split(b"\n")[:-1]]
+    rng = random.Random(3)
+    for _ in range(100):
+        f = LineFramer()
+        lines: list[bytes | bytearray] = []
+        i = 0
+        while i < len(data):
+            n = rng.choice([1, 2, 50, 700, 4096, 65536])
+            lines += f.feed(data[i : i + n])
+            i += n
+        assert lines == want and f.flush() == b"tail"
+
+
 def test_line_framer_big_line_in_one_piece() -> None:
     f = LineFramer()
     big = b"y" * (5 << 20)

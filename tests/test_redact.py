@@ -290,3 +290,19 @@ def test_the_prefilter_lets_progress_tokens_pass_and_still_sees_real_tokens() ->
     assert r.json_value({"a": {"myProgressToken": "s3cr3t"}})[0] == {
         "a": {"myProgressToken": "[REDACTED]"}
     }
+
+
+def test_every_prefilter_word_is_seen_in_a_relay_read_whatever_its_spelling() -> None:
+    """The read-sized prefilter searches grouped words by a shared part first: each word,
+    in upper case or with ``-``/``_`` inside, still sends the read to the parser."""
+    from mcp_proxy.redact import _PREFILTER_WORDS
+
+    r = Redactor()
+    clean = b'{"jsonrpc":"2.0","method":"notifications/message","params":{"data":1}}\n' * 60
+    assert not r.needs_look(clean)
+    for word in _PREFILTER_WORDS:
+        for spelling in (word, word.upper(), word[:2] + b"_" + word[2:]):
+            if spelling == word[:2] + b"_" + word[2:] and word[:1] == b"\\":
+                continue  # "\_u" is no escape
+            body = clean + b'{"x":"' + spelling + b'"}\n' + clean
+            assert r.needs_look(body), spelling

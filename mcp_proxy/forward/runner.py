@@ -24,9 +24,14 @@ from typing import Any
 from mcp_proxy.errors import UserError
 from mcp_proxy.redact import ENV_REDACT, Redactor, redactor_for_recording
 
-__all__ = ["ENV_CONFDIR", "ca_cert_path", "environment_lines", "record_forward"]
+__all__ = ["ENV_CONFDIR", "ENV_TUNING", "ca_cert_path", "environment_lines", "record_forward"]
 
 ENV_CONFDIR = "MCPTAPE_MITMPROXY_CONFDIR"
+#: ``off``: mitmproxy as shipped — its own addon manager instead of
+#: :mod:`mcp_proxy.forward.dispatch`'s and no upstream session resumption
+#: (:mod:`mcp_proxy.forward.resume`): for comparison (benchmarks/bench_forward.py), or to rule
+#: them out when a user's script misbehaves.
+ENV_TUNING = "MCPTAPE_FORWARD_TUNING"
 DEFAULT_CONFDIR = "~/.mitmproxy"
 
 
@@ -162,6 +167,7 @@ async def serve_forward(
     from mitmproxy.master import Master
 
     from mcp_proxy.forward.addon import McpTape
+    from mcp_proxy.forward.resume import UpstreamSessions
     from mcp_proxy.recorder.client import RecorderClient
 
     conf = confdir()
@@ -175,6 +181,14 @@ async def serve_forward(
     mitm_log = logging.getLogger("mitmproxy")
     mitm_log.addHandler(errors)
     master = Master(opts)
+    tuned = os.environ.get(ENV_TUNING, "").strip().lower() != "off"
+    if tuned:
+        # Same addons, same order, same errors; only the per-event bookkeeping is lighter
+        # (mcp_proxy/forward/dispatch.py).
+        from mcp_proxy.forward.dispatch import LeanAddonManager
+
+        opts.changed.disconnect(master.addons._configure_all)
+        master.addons = LeanAddonManager(master)
     try:
         master.addons.add(*_addons())
         opts.update(connection_strategy="lazy")
@@ -198,7 +212,8 @@ async def serve_forward(
     addon = McpTape(
         recorder, redactor=redactor, name=name, idle_cut=idle_cut, record_all=record_all
     )
-    master.addons.add(addon)
+    # Upstream TLS sessions resumed across host connections (mcp_proxy/forward/resume.py).
+    master.addons.add(*([UpstreamSessions()] if tuned else []), addon)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -59,7 +59,11 @@ def frame_insert_sql(engine: Engine) -> str:
     cached = _frame_sql.get(key)
     if cached is None:
         stmt = sa.insert(frame_rows).values({c: sa.bindparam(c) for c in STORED_FRAME_COLS})
-        compiled = stmt.compile(dialect=engine.dialect)
+        dialect = engine.dialect
+        if not dialect.positional:  # psycopg's default is pyformat; tuples need "%s" markers
+            make: Any = type(dialect)  # each DefaultDialect takes paramstyle=
+            dialect = make(paramstyle="format")
+        compiled = stmt.compile(dialect=dialect)
         order = tuple(compiled.positiontup or ()) if compiled.positional else None
         assert order == STORED_FRAME_COLS, order  # positional drivers (sqlite, psycopg)
         cached = _frame_sql[key] = str(compiled)

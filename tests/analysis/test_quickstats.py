@@ -159,3 +159,54 @@ async def test_service_stats_match_the_full_analysis_on_recorded_sessions(
             assert not any(math.isnan(s.error_rate) for s in got)
     finally:
         await store.close()
+
+
+def _json_way(raw: bytes) -> Any:
+    """What parse_json_bytes returned before orjson: json's value, or None."""
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+TRICKY = [
+    b"\xef\xbb\xbf{}",
+    b'{"a":1e400,"b":-1e400,"c":1e-400}',
+    b'{"a":NaN,"b":Infinity}',
+    b'{"a":"\\ud800","b":"\\udfff\\ud800"}',
+    b'{"a":01}',
+    b"{} x",
+    b"{}\n",
+    b" {}",
+    b"{}\r\n",
+    b'{"a":12345678901234567890123,"b":-9223372036854775809,"c":18446744073709551616}',
+    b'{"a":1,"a":2,"b":3}',
+    b"[1.5, -0.0, 1E+2, 0.1, 5e-324, 1.7976931348623157e308]",
+    b'{"a":"\x01"}',
+    b'{"\\u00e9":"x","\\u0000":"\\u001f"}',
+    b"[" * 1100 + b"]" * 1100,
+    b"[" * 1000 + b"]" * 1000,
+    b'{"a":"\xff"}',
+    b'{"a":tru}',
+    b"[1,]",
+    b'{"a":1}{"b":2}',
+    b'{"a":"caf\xc3\xa9 \xe2\x80\xa8"}',
+]
+
+
+@pytest.mark.parametrize("raw", TRICKY, ids=range(len(TRICKY)))
+def test_body_parser_gives_what_json_gives(raw: bytes) -> None:
+    from mcp_proxy.analysis.model import parse_json_bytes
+
+    got, want = parse_json_bytes(raw), _json_way(raw)
+    assert repr(got) == repr(want)  # repr: NaN equals itself, -0.0 differs from 0.0
+
+
+def test_body_parser_on_random_json() -> None:
+    from mcp_proxy.analysis.model import parse_json_bytes
+    from tests.test_render import _random_value
+
+    rng = __import__("random").Random(7)
+    for _ in range(3000):
+        raw = json.dumps(_random_value(rng), ensure_ascii=rng.random() < 0.5).encode()
+        assert repr(parse_json_bytes(raw)) == repr(_json_way(raw)), raw

@@ -176,8 +176,15 @@ def direct_client(tls: TLSFiles) -> httpx2.AsyncClient:
 
 @contextlib.contextmanager
 def run_forward(
-    db: Path, confdir: Path, *extra: str, timeout: float = 60.0, env: dict[str, str] | None = None
+    db: Path,
+    confdir: Path,
+    *extra: str,
+    timeout: float = 60.0,
+    env: dict[str, str] | None = None,
+    prefix: tuple[str, ...] = (),
 ) -> Iterator[Forward]:
+    """``mcptape record --forward`` as a subprocess; ``prefix`` runs it under a wrapper (the
+    benchmark's ``python -m cProfile -o FILE``)."""
     import os
 
     full_env = dict(os.environ)
@@ -187,7 +194,7 @@ def run_forward(
     if env:
         full_env.update(env)
     proc = subprocess.Popen(
-        [str(MCPTAPE), "record", "--forward", "--port", "0", "--db", str(db), *extra],
+        [*prefix, str(MCPTAPE), "record", "--forward", "--port", "0", "--db", str(db), *extra],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
