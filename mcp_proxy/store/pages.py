@@ -31,6 +31,7 @@ from mcp_proxy.store.schema import (
     frame_rows,
     frames,
     http_exchanges,
+    key_of,
     select_key,
     session_keys,
     sessions,
@@ -320,9 +321,10 @@ class PageQueries(StoreBase):
     # ------------------------------------------------------------------ tail
     async def last_frame_id(self, session_id: str | None = None) -> int:
         """The newest frame's row id (of one session, or of all): where ``tail`` starts."""
-        stmt = sa.select(sa.func.max(frames.c.id))
+        # On the table, not the view: max(id) over a join would read every frame.
+        stmt = sa.select(sa.func.max(frame_rows.c.id))
         if session_id is not None:
-            stmt = stmt.where(frames.c.session_id == session_id)
+            stmt = stmt.where(frame_rows.c.session_key == key_of(session_id))
         return int(await self._scalar(stmt) or 0)
 
     async def frames_after_id(
@@ -339,9 +341,9 @@ class PageQueries(StoreBase):
         return await self._all(stmt.order_by(frames.c.id).limit(limit))
 
     async def count_frames_after_id(self, after_id: int, session_id: str | None = None) -> int:
-        stmt = sa.select(sa.func.count()).select_from(frames).where(frames.c.id > after_id)
+        stmt = sa.select(sa.func.count()).select_from(frame_rows).where(frame_rows.c.id > after_id)
         if session_id is not None:
-            stmt = stmt.where(frames.c.session_id == session_id)
+            stmt = stmt.where(frame_rows.c.session_key == key_of(session_id))
         return int(await self._scalar(stmt) or 0)
 
 
