@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from mcp_proxy.errors import StoreError
 from mcp_proxy.store import engine as engine_mod
-from mcp_proxy.store.columns import FRAME_COLUMNS
+from mcp_proxy.store.columns import FRAME_COLUMNS, stream_sql
 from mcp_proxy.store.schema import frames
 
 #: Kept for callers of the old name: the tuples carry :data:`FRAME_COLUMNS`, the store's one list.
@@ -78,10 +78,9 @@ def _sqlite_rows(
         raise StoreError(str(exc)) from exc
     try:
         conn.execute("PRAGMA query_only = 1")
-        cur = conn.execute(
-            f"SELECT {', '.join(columns)} FROM frames WHERE session_id = ? ORDER BY seq",
-            (session_id,),
-        )
+        # frame_rows on its (session_key, seq) key, decoded in SQL: the view ``frames`` gives
+        # the same tuples but joins the method names whether or not they are asked for.
+        cur = conn.execute(stream_sql(columns), (session_id,))
         while rows := cur.fetchmany(batch):
             yield rows
     except sqlite3.Error as exc:
