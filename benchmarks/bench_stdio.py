@@ -339,7 +339,10 @@ def bench_eof(db: Path, rounds: int = 3) -> dict[str, float]:
 
 
 def main() -> None:
-    which = sys.argv[1:] or ["rtt", "sdk", "burst", "memory", "startup", "eof"]
+    known = ["rtt", "sdk", "burst", "memory", "startup", "eof"]
+    which = sys.argv[1:] or known
+    if unknown := [w for w in which if w not in known]:
+        sys.exit(f"usage: bench_stdio.py [{' '.join(known)}] (unknown: {' '.join(unknown)})")
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
         # Create and migrate the database once, outside any timing.
