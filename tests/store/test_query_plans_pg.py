@@ -72,7 +72,10 @@ def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 #: A condition on one of these besides ``session_id`` narrows a read to part of a session.
-NARROWING = re.compile(r"\b(seq|kind|msg_id|method|http_exchange_id)\b")
+#: ``seq`` is not one: ``seq > N`` on the big session still reads all of it after N (the first
+#: timeline page through the view sorted the whole session that way — 100,000 frames to keep
+#: 201 — until it took its ids from ``frame_rows`` in key order).
+NARROWING = re.compile(r"\b(kind|msg_id|method_code|http_exchange_id)\b")
 
 
 #: Partial indexes whose predicate narrows to part of a session (``kind = request``): reading
