@@ -484,7 +484,8 @@ def main() -> int:
                         )
                     )
                 if ts_script is None:
-                    rows.append(("TS SDK tools/call", "", "", "", "skipped (no node/npm)"))
+                    why = "--skip-ts" if args.skip_ts else "no node/npm"
+                    rows.append(("TS SDK tools/call", "", "", "", f"skipped ({why})"))
                 else:
                     td: list[float] = []
                     tp: list[float] = []
