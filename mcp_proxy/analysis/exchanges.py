@@ -33,7 +33,13 @@ from mcp_proxy.analysis.model import (
     Outcome,
     SessionFacts,
 )
-from mcp_proxy.analysis.reorder import REORDER_LOOKAHEAD, REORDER_WINDOW_NS, Window, fast_key
+from mcp_proxy.analysis.reorder import (
+    REORDER_LOOKAHEAD,
+    REORDER_WINDOW_NS,
+    Window,
+    fast_key,
+    take_pending,
+)
 from mcp_proxy.frames import id_key
 from mcp_proxy.protocol import LOG_LEVELS, NAME_PARAM
 
@@ -199,18 +205,7 @@ class _Pairing:
             return
         req_dir = _other(m.direction)
         key = (req_dir, m.msg_id)
-        plist = self.pending.get(key)
-        ex = None
-        if plist:
-            if m.http is not None:
-                for i, cand in enumerate(plist):
-                    if cand.http == m.http:
-                        ex = plist.pop(i)
-                        break
-            if ex is None:
-                ex = plist.pop(0)
-            if not plist:
-                del self.pending[key]
+        ex = take_pending(self.pending, key, m.http)
         if ex is None and self.w.defer_to_request(m, self.w.ids, m.msg_id):
             return
         if ex is None:

@@ -29,7 +29,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from mcp_proxy.analysis.model import ERA_INITIALIZE, ERA_MODERN, Outcome, parse_json_bytes
-from mcp_proxy.analysis.reorder import REORDER_LOOKAHEAD, REORDER_WINDOW_NS, fast_key
+from mcp_proxy.analysis.reorder import (
+    REORDER_LOOKAHEAD,
+    REORDER_WINDOW_NS,
+    fast_key,
+    take_pending,
+)
 from mcp_proxy.analysis.stats import MethodStats, StatsKey
 from mcp_proxy.protocol import META_PREFIX, NAME_PARAM, era_of
 
@@ -223,18 +228,7 @@ class QuickStats:
                 self._complete(ex, row)
             return
         key = ("s2c" if direction == "c2s" else "c2s", msg_id)
-        plist = self.pending.get(key)
-        ex = None
-        if plist:
-            if http is not None:
-                for i, cand in enumerate(plist):
-                    if cand.http == http:
-                        ex = plist.pop(i)
-                        break
-            if ex is None:
-                ex = plist.pop(0)
-            if not plist:
-                del self.pending[key]
+        ex = take_pending(self.pending, key, http)
         if ex is None:
             # A request stamped just after may claim it (reorder window); else it is an
             # unknown or duplicate answer, which counts for no method.

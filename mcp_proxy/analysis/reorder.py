@@ -24,7 +24,7 @@ REORDER_WINDOW_NS = 100_000_000
 #: At most this many frames are looked at ahead of an out-of-order message.
 REORDER_LOOKAHEAD = 5_000
 
-__all__ = ["REORDER_LOOKAHEAD", "REORDER_WINDOW_NS", "Window", "fast_key"]
+__all__ = ["REORDER_LOOKAHEAD", "REORDER_WINDOW_NS", "Window", "fast_key", "take_pending"]
 
 
 def fast_key(value: Any) -> str | None:
@@ -113,3 +113,26 @@ class Window:
             if tok is not None:
                 tokens.setdefault((x.direction, tok), []).append(k)
         self._hi = max(self._hi, end)
+
+
+def take_pending(pending: dict[Any, list[Any]], key: Any, http: int | None) -> Any | None:
+    """Pop the request an answer pairs with, or None when none waits under ``key``.
+
+    The one on the answer's own HTTP exchange when there is one (a reused id on another POST
+    is another request), else the oldest. One rule for the whole analysis and the streaming
+    ``stats`` pass, which must pair exactly alike.
+    """
+    plist = pending.get(key)
+    if not plist:
+        return None
+    ex = None
+    if http is not None:
+        for i, cand in enumerate(plist):
+            if cand.http == http:
+                ex = plist.pop(i)
+                break
+    if ex is None:
+        ex = plist.pop(0)
+    if not plist:
+        del pending[key]
+    return ex
