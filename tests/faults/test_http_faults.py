@@ -448,6 +448,44 @@ def test_reorder_requests(g: Rig) -> None:
     assert inj["id"] > the_call(frames, second)["id"]
 
 
+def test_reorder_holds_until_the_server_has_taken_the_next_call(g: Rig) -> None:
+    """The held call goes once the call that overtakes it has been answered with a response
+    head — not as soon as that call was handed to a connection, which let the held one, on a
+    second connection, reach the server first (seen in CI). In the 2026-07-28 era the head of
+    a JSON answer comes when the tool is done, so the held ``count`` runs after ``watch`` ends.
+    """
+    from mcp_proxy.testing.client import make_client, tool_text
+
+    first, second = tag(), tag()
+    g.relay.set_rules(
+        rules_toml("reorder direction=c2s method=tools/call name=count nth=1 wait=8000")
+    )
+
+    async def two() -> dict[str, str]:
+        got: dict[str, str] = {}
+        with anyio.fail_after(40):
+            async with make_client(g.relay.url, mode="auto") as client:
+
+                async def held() -> None:
+                    got[first] = tool_text(await client.call_tool("count", {"tag": first}))
+
+                async def overtaking() -> None:
+                    r = await client.call_tool("watch", {"tag": second, "seconds": 0.6})
+                    got[second] = tool_text(r)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(held)
+                    await anyio.sleep(0.3)
+                    tg.start_soon(overtaking)
+        return got
+
+    got = anyio.run(two)
+    g.relay.set_rules("")
+    assert got == {first: first, second: f"watched {second}"}
+    lines = [line for line in g.up.lines if first in line or second in line]
+    assert lines == [f"WATCH START {second}", f"WATCH DONE {second}", f"COUNT {first}"]
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_status_on_the_answer(g: Rig, mode: str) -> None:
     """``http`` on the server's answer: the server ran the call; the host gets the status

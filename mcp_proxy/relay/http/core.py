@@ -83,7 +83,7 @@ class RelayCore:
         self._tails: set[asyncio.Task[None]] = set()
         self._stopping = False
         # State of the fault layer (relay/http/faults.py), kept here so that it is declared:
-        #: Requests a ``reorder`` rule holds until the next request has gone upstream.
+        #: Requests a ``reorder`` rule holds until the server has taken the next request.
         self.fault_held: list[asyncio.Event] = []
         #: Open legacy HTTP+SSE GET streams under faults, by session key (answers ride them):
         #: (exchange, fault_events._Stream, fault_core._Faults).

@@ -14,8 +14,8 @@ Where each message is decided:
   request is left unanswered; a notification or response is acknowledged ``202`` as a server
   that lost it would), answered in the server's place (a JSON-RPC error, an ``isError`` tool
   result, or an HTTP status with headers — the server never sees the request), corrupted on
-  its way to the server, sent twice, held until the next host request has gone upstream
-  (``reorder``, at most ``wait``), or its connection reset;
+  its way to the server, sent twice, held until the server has taken the next host request
+  (its response head came back; ``reorder``, at most ``wait``), or its connection reset;
 - a **JSON response body** (``s2c``; one with a ``Content-Length`` up to ``SMALL_RESPONSE`` —
   larger or chunked bodies stream through undecided) before the host gets it: delayed, held back for ever
   (dropped), replaced by an error or a status, corrupted (``Content-Length`` follows the new
@@ -151,7 +151,7 @@ async def _handle(
             duplicate = True
             f.fired(decision)
         elif action == "reorder":
-            # Held until the next message from a host has gone upstream (or ``wait`` passed).
+            # Held until the server has taken the host's next request (or ``wait`` passed).
             f.fired(decision)
             turn = asyncio.Event()
             relay.fault_held.append(turn)
@@ -167,12 +167,17 @@ async def _handle(
         else:  # an answer on a legacy POST whose GET stream is gone: nothing to do here
             f.fired(decision, applied=False, why=f"{action} does not apply to this HTTP request")
     held = relay.fault_held
+    waiting: list[asyncio.Event] = []
     if held and (decision is None or decision.action != "reorder"):
-        # This request overtakes the held ones: they go once it has been written upstream.
+        # This request overtakes the held ones. They go once its response head has come back:
+        # the server has then read it and taken it in hand. Releasing them as soon as it was
+        # handed to the pool let a held request on another connection reach the server first.
         waiting = list(held)
         held.clear()
-        asyncio.get_running_loop().call_soon(_release, waiting)
-    resp = await relay._forward(request, ex, rh, data)
+    try:
+        resp = await relay._forward(request, ex, rh, data)
+    finally:
+        _release(waiting)
     if not isinstance(resp, UpstreamResponse):
         f.place()
         return resp  # the relay answered (upstream unreachable, timed out…)
