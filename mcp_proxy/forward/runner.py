@@ -285,6 +285,12 @@ def record_forward(
     """``mcptape record --forward``: serve until SIGINT/SIGTERM; exit status."""
     from mcp_proxy.forward import require_mitmproxy
 
+    if os.environ.get(ENV_TUNING, "").strip().lower() != "off":
+        # Before mitmproxy's first import: its modules without their debug-only checks
+        # (mcp_proxy/forward/optimize.py).
+        from mcp_proxy.forward.optimize import install
+
+        install()
     require_mitmproxy()
     redactor = redactor_for_recording(redact, redact_headers, redact_paths)
     logging.getLogger("mitmproxy").setLevel(logging.WARNING)
