@@ -50,6 +50,11 @@ FINISH_PATIENCE = 120.0
 OWING_WAKE_MS = 500
 #: Seconds a thread waiting for the GIL waits before asking for it (Python's default: 0.005).
 SWITCH_INTERVAL = 0.0005
+#: Bytes of frames per batch under a burst: one batch is built while the one before is written,
+#: so the recorder holds two (~5,800 small frames each, ~3 MiB of rows each).
+BATCH_BYTES = 512 << 10
+#: Bytes per read of the pipe: a batch is cut after a read, so a read is well under a batch.
+READ_BYTES = 128 << 10
 
 
 class _Session:
@@ -156,7 +161,7 @@ def serve(url: str, fd: int, *, flush_interval: float = 0.05, max_batch: int = 2
             got = 0
             while got < (8 << 20):
                 try:
-                    data = os.read(fd, 1 << 20)
+                    data = os.read(fd, READ_BYTES)
                 except BlockingIOError:
                     break
                 if not data:
@@ -165,7 +170,7 @@ def serve(url: str, fd: int, *, flush_interval: float = 0.05, max_batch: int = 2
                 got += len(data)
                 state.buf += data
                 state.consume()
-                if builder.pending_bytes > (1 << 20) or builder.pending_frames >= max_batch:
+                if builder.pending_bytes > BATCH_BYTES or builder.pending_frames >= max_batch:
                     runner.flush()  # bounded memory while a burst streams in
             runner.flush()
             busy = got >= (256 << 10)
