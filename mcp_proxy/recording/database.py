@@ -110,11 +110,55 @@ def read_sessions(
     return Recording([read_session(url, sid, progress) for sid in session_ids], origin="database")
 
 
+def stream_jsonl(
+    url: str, session_ids: Sequence[str], progress: Progress | None = None
+) -> Iterator[bytes]:
+    """Sessions by exact id as JSON Lines, straight from the store (what ``export`` writes).
+
+    The same bytes as ``iter_jsonl(read_sessions(...))`` (a test keeps them equal) without the
+    model in between: frames stream from ``frame_rows`` a page at a time as stored tuples
+    (:meth:`~mcp_proxy.store.recordings.RecordingStore.iter_frame_codes`), so memory stays one
+    page whatever the session's size, and no frame becomes a dict. Building a dict per frame
+    and reading through the decoding view were most of an export's time.
+    """
+    from mcp_proxy.recording.jsonl import frame_chunks_from_rows, iter_jsonl_parts
+    from mcp_proxy.store.recordings import RecordingStore, class_key_parts
+
+    with RecordingStore(url) as rs:
+        names: dict[int, str] = {}
+
+        def classes(key: int) -> tuple[str, str, str, str | None]:
+            direction, channel, kind, code = class_key_parts(key)
+            if code is not None and code not in names:
+                names.update(rs.method_names())
+            return direction, channel, kind, None if code is None else names.get(code)
+
+        def parts() -> Iterator[tuple[SessionRecording, Any]]:
+            for sid in session_ids:
+                rows = rs.session_rows(sid)
+                numbers = {ex["id"]: n for n, ex in enumerate(rows.exchanges, start=1)}
+                head = SessionRecording(
+                    session=rows.session,
+                    exchanges=[{**ex, "id": numbers[ex["id"]]} for ex in rows.exchanges],
+                    findings=rows.findings,
+                    annotations=rows.annotations,
+                )
+                pages = rs.iter_frame_codes(sid)
+                yield head, frame_chunks_from_rows(sid, pages, classes, numbers)
+
+        yield from iter_jsonl_parts(parts(), progress)
+
+
 async def export_bytes(store: Store, refs: Sequence[str], fmt: str = "jsonl") -> bytes:
     """What ``mcptape export`` writes, as bytes: for the dashboard's download buttons."""
     from mcp_proxy.recording.registry import get_format
 
-    writer = get_format(fmt).need_writer()
+    chosen = get_format(fmt)
+    writer = chosen.need_writer()
+    if chosen.write_db is not None:
+        ids = [str(r["id"]) for r in await resolve_sessions(store, refs)]
+        stream = chosen.write_db
+        return await asyncio.to_thread(lambda: b"".join(stream(store.url, ids, None)))
     recording = await load_sessions(store, refs)
     return b"".join(writer(recording, None))
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from json.encoder import encode_basestring as _quote
 from typing import Any
 
@@ -173,13 +173,34 @@ def _frame_lines(
             progress(len(batch))
 
 
+#: A session's frame lines, as chunks: given the counts to keep and the progress callback.
+FrameChunks = Callable[[dict[str, int], Progress | None], Iterator[bytes]]
+
+
 def iter_jsonl(recording: Recording, progress: Progress | None = None) -> Iterator[bytes]:
     """The recording as JSON Lines, in chunks of whole lines (pure, deterministic)."""
+    return iter_jsonl_parts(((s, _model_frames(s)) for s in recording.sessions), progress)
+
+
+def _model_frames(s: SessionRecording) -> FrameChunks:
+    def chunks(counts: dict[str, int], progress: Progress | None) -> Iterator[bytes]:
+        return _frame_lines(s, counts, progress)
+
+    return chunks
+
+
+def iter_jsonl_parts(
+    parts: Iterable[tuple[SessionRecording, FrameChunks]], progress: Progress | None = None
+) -> Iterator[bytes]:
+    """JSON Lines from sessions whose frames come from elsewhere: each part is a session (its
+    ``frames`` unused) and the function that writes its frame lines. :func:`iter_jsonl` gives
+    the model's frames; an export from the database streams pages of stored rows
+    (:func:`frame_chunks_from_rows`) and never holds the session in memory."""
     yield _dump(
         {"format": FORMAT_NAME, "version": FORMAT_VERSION, "generator": f"mcptape {__version__}"}
     )
     counts = {"sessions": 0, "http_exchanges": 0, "frames": 0, "findings": 0, "annotations": 0}
-    for s in recording.sessions:
+    for s, frame_chunks in parts:
         sid = s.id
         yield _dump({"type": "session", **pick(s.session, SESSION_FIELDS)})
         counts["sessions"] += 1
@@ -193,7 +214,7 @@ def iter_jsonl(recording: Recording, progress: Progress | None = None) -> Iterat
                 }
             )
             counts["http_exchanges"] += 1
-        yield from _frame_lines(s, counts, progress)
+        yield from frame_chunks(counts, progress)
         for fi in s.findings:
             yield _dump({"type": "finding", "session": sid, **pick(fi, FINDING_FIELDS)})
             counts["findings"] += 1
@@ -201,6 +222,82 @@ def iter_jsonl(recording: Recording, progress: Progress | None = None) -> Iterat
             yield _dump({"type": "annotation", "session": sid, **pick(an, ANNOTATION_FIELDS)})
             counts["annotations"] += 1
     yield _dump({"type": "end", **counts})
+
+
+def frame_chunks_from_rows(
+    session_id: str,
+    pages: Iterable[Sequence[tuple[Any, ...]]],
+    classes: Callable[[int], tuple[str, str, str, str | None]],
+    exchange_numbers: dict[int, int],
+) -> FrameChunks:
+    """Frame lines from stored rows (``EXPORT_COLUMNS`` of :mod:`mcp_proxy.store.recordings`),
+    a chunk per page: the bytes :func:`_frame_line` writes for the same frame as a dict (a test
+    keeps them equal), without the dict.
+
+    ``classes`` turns a row's ``class_key`` into ``(direction, channel, kind, method)``; its JSON
+    is made once per key. ``exchange_numbers`` maps a database exchange id to its number in the
+    session. Lines of a page are joined as text and encoded once.
+    """
+    prefix = '{"type":"frame","session":' + _encode(session_id) + ',"seq":'
+    middles: dict[int, str] = {}
+
+    def chunks(counts: dict[str, int], progress: Progress | None) -> Iterator[bytes]:
+        for page in pages:
+            text = _row_lines(prefix, page, middles, classes, exchange_numbers)
+            counts["frames"] += len(page)
+            yield text.encode("utf-8")
+            if progress is not None:
+                progress(len(page))
+
+    return chunks
+
+
+def _row_lines(
+    prefix: str,
+    page: Sequence[tuple[Any, ...]],
+    middles: dict[int, str],
+    classes: Callable[[int], tuple[str, str, str, str | None]],
+    numbers: dict[int, int],
+) -> str:
+    """One page of stored rows as frame lines (the export's hot loop)."""
+    out: list[str] = []
+    append = out.append
+    quote = _quote
+    for seq, ts, mono, key, msg_id, code, complete, raw, ex, sse_id, sse_event in page:
+        middle = middles.get(key)
+        if middle is None:
+            middle = middles[key] = _middle(classes(key))
+        line = (
+            f'{prefix}{seq},"ts":{float.__repr__(ts) if type(ts) is float else _encode(ts)}'
+            f',"mono_ns":{mono}{middle}'
+        )
+        if msg_id is not None:
+            line += ',"id":' + quote(msg_id)
+        if code is not None or ex is not None or sse_id is not None or sse_event is not None:
+            line += _rare_fields(code, None if ex is None else numbers.get(ex), sse_id, sse_event)
+        if not complete:
+            line += ',"complete":false'
+        if type(raw) is not bytes:
+            raw = bytes(raw)  # a memoryview from some drivers
+        try:
+            append(f'{line},"text":{quote(raw.decode("utf-8"))}}}\n')
+        except UnicodeDecodeError:
+            append(f'{line},"base64":"{base64.b64encode(raw).decode("ascii")}"}}\n')
+    return "".join(out)
+
+
+def _rare_fields(code: Any, exchange: Any, sse_id: Any, sse_event: Any) -> str:
+    """``error_code``, ``exchange``, ``sse_id``, ``sse_event`` in file order, those present."""
+    text = ""
+    for name, value in (
+        ("error_code", code),
+        ("exchange", exchange),
+        ("sse_id", sse_id),
+        ("sse_event", sse_event),
+    ):
+        if value is not None:
+            text += _KEYS[name] + _json(value)
+    return text
 
 
 def dumps_jsonl(recording: Recording) -> bytes:
@@ -641,6 +738,14 @@ def read_jsonl(data: bytes, origin: str, progress: Progress | None = None) -> Re
     return loads_recording(data, origin, progress)
 
 
+def _write_db(
+    url: str, session_ids: Sequence[str], progress: Progress | None = None
+) -> Iterator[bytes]:
+    from mcp_proxy.recording.database import stream_jsonl
+
+    return stream_jsonl(url, session_ids, progress)
+
+
 def _format() -> Any:
     from mcp_proxy.recording.registry import Format
 
@@ -650,6 +755,7 @@ def _format() -> Any:
         suffixes=(".mcptape.jsonl", ".jsonl"),
         media_type="application/x-ndjson",
         write=iter_jsonl,
+        write_db=_write_db,
         read=read_jsonl,
         sniff=sniff,
         label="JSON Lines",
