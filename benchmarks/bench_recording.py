@@ -75,11 +75,12 @@ def _export(db_url: str, sid: str, out: Path) -> int:
 
 
 def _import(path: Path, db_url: str, redact: bool = True) -> int:
-    from mcp_proxy.recording.database import import_recording
-    from mcp_proxy.recording.registry import read_recording
+    """What ``mcptape import FILE`` runs, start-up excluded (redacted unless ``redact`` is
+    False, as ``--no-redact``)."""
+    from mcp_proxy.recording.database import import_file
     from mcp_proxy.redact import Redactor
 
-    return import_recording(read_recording(path), db_url, redactor=Redactor(enabled=redact)).frames
+    return import_file(path, db_url, redactor=Redactor(enabled=redact))[1].frames
 
 
 def _timed(fn: object, *args: object) -> tuple[float, float]:

@@ -183,22 +183,24 @@ def import_(
 ) -> None:
     """Load a recording file into the database (each session gets a new id), redacted as
     ``record`` redacts."""
-    from mcp_proxy.recording.database import import_recording, import_redactor
-    from mcp_proxy.recording.registry import read_file
+    from mcp_proxy.recording.database import import_file, import_redactor
     from mcp_proxy.store.engine import resolve_url
 
-    with progress_bar("reading", None) as advance:
-        recording = read_file(file, fmt, advance)
-    with progress_bar("importing", recording.frame_total) as advance:
-        result = import_recording(
-            recording,
+    with (
+        progress_bar("reading", None) as read_advance,
+        progress_bar("importing", None) as advance,
+    ):
+        recording, result = import_file(
+            file,
             resolve_url(db),
+            fmt,
+            read_progress=read_advance,
             progress=advance,
             redactor=import_redactor(False) if no_redact else None,
         )
-    for (old, new), s in zip(result.sessions, recording.sessions, strict=True):
+    for (old, new), s, n in zip(result.sessions, recording.sessions, result.counts, strict=True):
         name = s.session.get("name")
-        print(f"{new}  {name or '-'}  ({len(s.frames)} frames; was {old[:12]})")
+        print(f"{new}  {name or '-'}  ({n} frames; was {old[:12]})")
     print(
         f"imported {len(result.sessions)} session(s), {result.frames} frame(s)",
         file=sys.stderr,
