@@ -95,3 +95,61 @@ def test_streamed_export_reads_back_with_every_odd_frame(imported: tuple[str, li
     assert tail[8]["error_code"] == -32601 and tail[8]["kind"] == "error"
     assert (tail[9]["sse_id"], tail[9]["sse_event"]) == ("ev-\u00e9 1", "message")
     assert tail[10]["complete"] is False and tail[9]["complete"] is True
+
+
+SECRET = "hunter2-do-not-store"
+SECRETS = [
+    {"text": '{"jsonrpc":"2.0","id":5,"method":"login","params":{"password":"SECRET"}}\n'},
+    {"dir": "s2c", "channel": "stderr", "text": "retrying with Bearer SECRET\n"},
+]
+for _f in SECRETS:
+    _f["text"] = _f["text"].replace("SECRET", SECRET)
+
+
+def _stored(url: str, sid: str) -> list[tuple[object, ...]]:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [
+                tuple(r)
+                for r in conn.execute(
+                    text(
+                        "SELECT f.seq, f.ts, f.mono_ns, f.direction, f.channel, f.kind, f.method,"
+                        " f.msg_id, f.error_code, f.size, f.complete, f.partial_parse, f.raw,"
+                        " f.sse_id, f.sse_event, f.redacted,"
+                        " (SELECT COUNT(*) FROM http_exchanges AS x WHERE x.session_id = :sid"
+                        "  AND x.id <= f.http_exchange_id)"
+                        " FROM frames AS f WHERE f.session_id = :sid ORDER BY f.seq"
+                    ),
+                    {"sid": sid},
+                )
+            ]
+    finally:
+        engine.dispose()
+
+
+def test_the_row_import_stores_what_the_model_import_stores(
+    imported: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    """``import_file`` (rows, prefiltered a page at a time) against ``import_recording`` (the
+    model, the general path), redaction on: the same rows, secrets gone from both and marked."""
+    from mcp_proxy.recording.database import import_file
+
+    url, _ids = imported
+    src = _odd_file(tmp_path / "odd.mcptape.jsonl")
+    secret = tmp_path / "secret.mcptape.jsonl"
+    secret.write_bytes(jsonl_with_frames(src, SECRETS))
+    marked = []
+    for path in (secret, GOLDEN / "v2-http.jsonl"):
+        _rec, fast = import_file(path, url, redactor=Redactor())
+        model = loads_recording(path.read_bytes(), str(path))
+        slow = import_recording(model, url, redactor=Redactor())
+        assert fast.counts == slow.counts == [len(s.frames) for s in model.sessions]
+        for (_a, one), (_b, two) in zip(fast.sessions, slow.sessions, strict=True):
+            rows = _stored(url, one)
+            assert rows == _stored(url, two)
+            assert all(SECRET.encode() not in bytes(r[12]) for r in rows)
+            marked += [r[0] for r in rows if r[15]]
+    assert len(marked) == len(SECRETS)
