@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from mcp_proxy.analysis.quickstats import STATS_COLUMNS
+from mcp_proxy.analysis.quickstats import (
+    SHAPED_STATS_COLUMNS,
+    STATS_COLUMNS,
+    NeedsFullAnalysis,
+    QuickStats,
+)
+from mcp_proxy.analysis.stats import sorted_stats
 from mcp_proxy.recording import read_recording
 from mcp_proxy.recording.database import import_recording
 from mcp_proxy.render import SHAPED_COLUMNS, ShapedRenderer, frame_json_line, frame_text
@@ -134,3 +140,39 @@ def test_the_shaped_renderer_prints_what_the_row_renderers_print(
         assert fast == slow, sid
         lines += len(fast)
     assert lines > 500
+
+
+def _stats(q: QuickStats) -> list[dict[str, Any]] | None:
+    try:
+        return [s.as_dict() for s in sorted_stats(q.finish())]
+    except NeedsFullAnalysis:
+        return None
+
+
+def test_stats_from_stored_shapes_equal_stats_from_the_views_rows(
+    recorded: tuple[Path, list[str]],
+) -> None:
+    """``stats``'s SQLite path (:meth:`QuickStats.feed_shaped`) counts what :meth:`feed`
+    counts over the view's rows, or declines the same sessions."""
+    db, sids = recorded
+    url = "sqlite:///" + str(db)
+    compared = 0
+    for sid in sids:
+        for by_name in (False, True):
+            slow, fast = QuickStats(by_name=by_name), QuickStats(by_name=by_name)
+            try:
+                for rows in frame_batches(url, sid, columns=STATS_COLUMNS):
+                    slow.feed(rows)
+                want = _stats(slow)
+            except NeedsFullAnalysis:
+                want = None
+            shapes, batches = shaped_batches(str(db), sid, SHAPED_STATS_COLUMNS, batch=5)
+            try:
+                for rows in batches:
+                    fast.feed_shaped(rows, shapes)
+                got = _stats(fast)
+            except NeedsFullAnalysis:
+                got = None
+            assert got == want, sid
+            compared += want is not None
+    assert compared > 200
