@@ -410,7 +410,9 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=200, help="calls per leg per round")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--events", type=int, default=50, help="SSE events per round (0: none)")
-    ap.add_argument("--eras", default="legacy,auto", help="legacy, auto or both (comma)")
+    ap.add_argument(
+        "--eras", default="legacy,auto", help="legacy, auto or both (comma); empty: SSE only"
+    )
     ap.add_argument(
         "--mitmdump",
         action="store_true",
@@ -484,19 +486,21 @@ def main() -> int:
                 sse[name].append(asyncio.run(sse_delays(origin, ca, proxy, args.events)))
         assert fw.stop() == 0
         recorded, gaps = recorded_calls(db)
-    print(
-        f"\nSDK tools/call over HTTPS: {args.rounds} rounds x {args.calls} calls per leg, legs "
-        "interleaved; min / median / max over rounds"
-    )
-    print(
-        f"    {'leg':<24}{'wall ms/call':^26}  {'ratio to direct':^26}  {'proxy CPU µs/call':^23}"
-        f" {'+rec':>7}  {'all CPU µs/call':^23}  conns/call"
-    )
-    ok = all([print_calls(mode, tables[mode]) for mode in modes])
-    print(
-        "    (proxy CPU: the proxy process; +rec: median of its recorder worker process; all CPU: "
-        "client + server + proxy + recorder; conns/call: TCP connections the client opened)"
-    )
+    ok = True
+    if modes:
+        print(
+            f"\nSDK tools/call over HTTPS: {args.rounds} rounds x {args.calls} calls per leg, legs "
+            "interleaved; min / median / max over rounds"
+        )
+        print(
+            f"    {'leg':<24}{'wall ms/call':^26}  {'ratio to direct':^26}  {'proxy CPU µs/call':^23}"
+            f" {'+rec':>7}  {'all CPU µs/call':^23}  conns/call"
+        )
+        ok = all([print_calls(mode, tables[mode]) for mode in modes])
+        print(
+            "    (proxy CPU: the proxy process; +rec: median of its recorder worker process; all CPU: "
+            "client + server + proxy + recorder; conns/call: TCP connections the client opened)"
+        )
     sse_ok = True
     if args.events:
         print(
