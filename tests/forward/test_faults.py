@@ -151,16 +151,22 @@ async def test_upstream_tls_failure_is_a_finding(fw: Forward, untrusted_server: 
     assert rows and "certificate" in rows[0]["detail"].lower()
 
 
-async def test_other_traffic_untouched_and_unrecorded(fw: Forward, tls_stateful: TLSServer) -> None:
-    origin = tls_stateful.url.rsplit("/", 1)[0]
+async def test_other_traffic_untouched_and_unrecorded(
+    fw: Forward, tls_stateless: TLSServer
+) -> None:
+    # The stateless server's origin: test_sdk.py's MCP calls to /timed on the stateful one make
+    # that endpoint known to speak MCP to the shared proxy (a GET there is then recorded, by
+    # design), and they run first when test_sdk.py is collected before this module.
+    origin = tls_stateless.url.rsplit("/", 1)[0]
     client, _ = fw.tee_client()
     async with client:
         # No MCP marker at all (an event stream not asked for as one, a 404): not ours.
-        r = await client.get(f"{origin}/timed?n=2&gap=0")
+        r = await client.get(f"{origin}/timed?n=2&gap=0&probe=untouched")
         r404 = await client.get(f"{origin}/nothing-here")
     assert r.content.count(b"notifications/message") == 2 and r404.status_code == 404
     await asyncio.sleep(0.5)
-    assert not [e for e in fw.exchanges() if "/timed" in e["url"] or "nothing" in e["url"]]
+    mine = [e for e in fw.exchanges() if "probe=untouched" in e["url"] or "nothing" in e["url"]]
+    assert not mine
 
 
 async def test_connect_to_a_non_http_port_is_relayed_untouched(fw: Forward) -> None:
