@@ -137,12 +137,37 @@ WORKER_GROUPS = ("tests/dashboard/", "tests/forward/")
 #: per share of viewers): each test is a group of its own, so the two workers share them.
 PER_TEST_GROUPS = ("tests/fuzz/",)
 
-#: Seconds of wall time a group takes on one worker of the suite's 2-core machine, for the
-#: groups that take long (measured 2026-12-01, session 5). xdist hands groups out in the order
-#: they come: the longest go first, so that the short ones at the end even out the two workers
-#: instead of one long group running alone at the end of the run (longest processing time
-#: first). Groups not listed come after, most tests first. A stale figure costs balance only.
-GROUP_SECONDS: dict[str, float] = {}
+#: Seconds a group took on one worker, for the groups that take long: the whole-suite run of
+#: 2026-12-01 (session 5, two workers, the machine shared and loaded: load average median 9)
+#: and session 4's serial figures for the modules that run did not reach; only their order
+#: matters. xdist hands groups out in the order they come: the longest go first, so that the
+#: short ones at the end even out the two workers instead of one long group running alone at
+#: the end of the run (longest processing time first). Groups not listed follow, most tests
+#: first. A stale figure costs balance only, never a result.
+GROUP_SECONDS: dict[str, float] = {
+    "tests/dashboard/": 650,
+    "tests/forward/": 450,
+    "tests/fuzz/test_stdio_fuzz.py::test_hostile_stdio_session_is_relayed_recorded_and_viewable[cli-move-and-pages]": 250,
+    "tests/fuzz/test_stdio_fuzz.py::test_hostile_stdio_session_is_relayed_recorded_and_viewable[cli-read]": 230,
+    "tests/analysis/test_cli.py": 250,
+    "tests/mock/test_modes_by_transport.py": 230,
+    "tests/analysis/test_real_http.py": 210,
+    "tests/recording/test_hardening.py": 160,
+    "tests/fuzz/test_http_fuzz.py::test_hostile_http_bodies_are_relayed_recorded_and_viewable[cli-move-and-pages]": 150,
+    "tests/fuzz/test_http_fuzz.py::test_hostile_http_bodies_are_relayed_recorded_and_viewable[cli-read]": 130,
+    "tests/faults/test_http_faults.py": 130,
+    "tests/analysis/test_real_sessions.py": 130,
+    "tests/mock/test_record_modes.py": 100,
+    "tests/recording/test_otlp.py": 65,
+    "tests/faults/test_stdio_faults.py": 65,
+    "tests/faults/test_http_faults_stateless.py": 63,
+    "tests/recording/test_har_chromium.py": 60,
+    "tests/analysis/test_real_false_findings.py": 60,
+    "tests/mock/test_faults.py": 60,
+    "tests/faults/test_http_faults_legacy.py": 53,
+    "tests/recording/test_har_mitmproxy.py": 50,
+    "tests/faults/test_stdio_disconnect.py": 46,
+}
 
 
 def group_of(nodeid: str) -> str:
