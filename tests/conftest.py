@@ -123,6 +123,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         option.numprocesses = workers
         if option.dist == "no":
             option.dist = "loadgroup"
+            os.environ[LOADGROUP_ENV] = "1"  # for the workers (see _loadgroup)
             # Hand groups out in the order pytest_collection_modifyitems gives them (longest
             # first), not re-sorted by their number of tests.
             option.loadscopereorder = False
@@ -179,11 +180,18 @@ def group_of(nodeid: str) -> str:
     return next((g for g in WORKER_GROUPS if path.startswith(g)), path)
 
 
+LOADGROUP_ENV = "MCPTAPE_TEST_LOADGROUP"
+
+
 def _loadgroup(config: pytest.Config) -> bool:
-    """Whether tests are handed out by group: ``--dist loadgroup`` on the controller; a worker
-    sees ``dist = "no"`` and ``loadgroup = True`` (pytest-xdist ``remote.setup_config``)."""
-    return bool(getattr(config.option, "loadgroup", False)) or (
-        getattr(config.option, "dist", "no") == "loadgroup"
+    """Whether tests are handed out by group: ``--dist loadgroup`` on the controller. A worker
+    sees ``dist = "no"`` and ``loadgroup = True`` (pytest-xdist ``remote.setup_config``) only
+    when ``--dist loadgroup`` was on the command line; when :func:`pytest_cmdline_main` chose
+    it, the workers learn it from :data:`LOADGROUP_ENV`, which they inherit."""
+    return (
+        bool(getattr(config.option, "loadgroup", False))
+        or getattr(config.option, "dist", "no") == "loadgroup"
+        or os.environ.get(LOADGROUP_ENV) == "1"
     )
 
 
