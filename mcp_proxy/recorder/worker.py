@@ -36,6 +36,7 @@ from mcp_proxy.recorder.wire import (
     DIRECTIONS,
     HEADER,
     T_CHUNK,
+    T_HTTP,
     T_ITEM,
     Bye,
     Watch,
@@ -87,6 +88,10 @@ class _Session:
                     )
                 elif rtype == T_ITEM:
                     self._item(pickle.loads(buf[start:end]))
+                elif rtype == T_HTTP:  # an HTTP exchange, described here (recorder/httpraw.py)
+                    from mcp_proxy.recorder.httpraw import unpack
+
+                    self.runner.feed(unpack(buf[start:end]))
             except Exception as exc:
                 self._bad_record(exc)
             pos = end
