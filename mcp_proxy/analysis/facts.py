@@ -148,7 +148,7 @@ class Decoder:
         """:meth:`feed` for rows of :data:`SHAPED_FRAME_COLUMNS` (``frame_rows`` as stored:
         direction, channel, kind and method as one integer that ``shapes`` decodes, see
         :func:`mcp_proxy.store.stream.shaped_batches`). The same messages; the four strings
-        come decoded once per shape, so they are shared without a lookup per value."""
+        come decoded once per shape, not once per row."""
         add = self._add
         decoded: dict[int, Any] = {}
         for seq, ts, mono, shape, msg_id, code, size, complete, partial, raw, http, sid, ev in rows:
