@@ -32,9 +32,9 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.recorder.backlog import Backlog
 from mcp_proxy.recorder.contract import (
     Chunk,
@@ -53,11 +53,15 @@ from mcp_proxy.recorder.wire import (
     DIR_CODE,
     HEADER,
     T_CHUNK,
+    T_HTTP,
     T_ITEM,
     WORKER_MODULE,
     Bye,
     Watch,
 )
+
+if TYPE_CHECKING:
+    from mcp_proxy.recorder.httpraw import RawHttp
 
 F_SETPIPE_SZ = 1031  # Linux fcntl: grow the pipe so bursts rarely touch the backlog
 PIPE_SIZE = 1 << 20
@@ -382,6 +386,24 @@ class RecorderClient(Producer):
             session_id,
             data.count(b"\n"),
         )
+
+    def record_http(
+        self,
+        session_id: str,
+        *,
+        frames: list[Frame],
+        raw: RawHttp,
+        fields: dict[str, Any],
+        meta: dict[str, Any],
+    ) -> int:
+        """A finished HTTP exchange whose heads the recorder process describes (see
+        :mod:`~mcp_proxy.recorder.httpraw`): one record, packed without calling into Python."""
+        from mcp_proxy.recorder.httpraw import pack  # only HTTP relays load it
+
+        local = next(self._local_ids)
+        payload = pack(session_id, local, fields, meta, raw, frames)
+        self._send([HEADER.pack(T_HTTP, len(payload)), payload], session_id, len(frames))
+        return local
 
     def watch_process(self, pgid: int) -> None:
         """The server's process group: the worker ends it if this relay dies without closing."""

@@ -4,6 +4,9 @@ Every record is ``<B type><I length>`` then the payload:
 
 - ``CHUNK``: ``<32s sid><B dir><B chan><q mono_ns><d wall>`` + the bytes read — the stdio hot
   path, packed by hand (no pickling per read);
+- ``HTTP``: a finished HTTP exchange with its head bytes undescribed
+  (:mod:`~mcp_proxy.recorder.httpraw`: the recorder decodes and redacts the headers, off the
+  relay's event loop);
 - ``ITEM``: one pickled :mod:`~mcp_proxy.recorder.contract` item or control message. Pickle is
   only ever read from our own relay through an anonymous pipe.
 
@@ -23,6 +26,7 @@ HEADER = struct.Struct("<BI")
 CHUNK_META = struct.Struct("<32sBBqd")
 T_CHUNK = 1
 T_ITEM = 2
+T_HTTP = 3
 DIRECTIONS = (Direction.C2S, Direction.S2C)
 CHANNELS = (Channel.STDIO, Channel.STDERR, Channel.HTTP, Channel.SSE, Channel.INJECT)
 DIR_CODE = {d: i for i, d in enumerate(DIRECTIONS)}

@@ -29,7 +29,8 @@ class ScriptedTransport(asyncio.Transport):
         self.pool.written.append(bytes(data))
         if self.pool.responses:
             answer = self.pool.responses.popleft()
-            asyncio.get_running_loop().call_soon(self.proto.data_received, answer)
+            loop = asyncio.get_running_loop()
+            loop.call_later(self.pool.delay, self.proto.data_received, answer)
 
     def is_closing(self) -> bool:
         return self.closed
@@ -57,6 +58,8 @@ class FakeUpstreamPool(UpstreamPool):
         self.responses: deque[bytes] = deque(responses)
         self.written: list[bytes] = []
         self.connections = 0
+        #: Seconds before each answer arrives (a slow call: the exchange registers live).
+        self.delay = 0.0
 
     async def _connect(self) -> UpstreamConnection:
         proto = UpstreamConnection(asyncio.get_running_loop())

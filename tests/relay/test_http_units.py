@@ -41,7 +41,7 @@ def test_head_keeps_the_host_bytes_and_order() -> None:
     )
     assert rh.session_id == "abc" and rh.authorization == "Bearer t" and rh.has_mcp
     assert rh.expect_continue and not rh.chunked
-    assert rh.rec_headers[0] == ["X-First", "1"] and len(rh.rec_headers) == len(raw)
+    assert rh.rec_headers[0] == (b"X-First", b"1") and len(rh.rec_headers) == len(raw)
 
 
 def test_head_framing_of_bodies() -> None:

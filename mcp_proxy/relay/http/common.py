@@ -118,13 +118,15 @@ class HostCheck:
     browsers always send one.
     """
 
-    __slots__ = ("_any", "_hosts", "_ip_literals", "_loopback", "_netlocs")
+    __slots__ = ("_any", "_hosts", "_ip_literals", "_known", "_loopback", "_netlocs")
 
     def __init__(self, listen_host: str, allow: tuple[str, ...] = ()) -> None:
         listen = listen_host.strip("[]").lower()
         self._any = "*" in allow
         self._hosts: set[str] = {listen}
         self._netlocs: set[str] = set()
+        #: Answers for the values seen (a host sends the same ``Host`` on every request).
+        self._known: dict[str, bool] = {}
         self._loopback = is_loopback(listen)
         self._ip_literals = listen in ("", "0.0.0.0", "::")
         if self._loopback:
@@ -144,6 +146,14 @@ class HostCheck:
     def allows(self, value: str | None) -> bool:
         if value is None or self._any:
             return True
+        known = self._known.get(value)
+        if known is None:
+            known = self._allows(value)
+            if len(self._known) < 256:
+                self._known[value] = known
+        return known
+
+    def _allows(self, value: str) -> bool:
         host, port = split_host(value.strip().lower())
         if host in self._hosts or (port is not None and f"{host}:{port}" in self._netlocs):
             return True

@@ -18,7 +18,6 @@ from typing import Any
 import aiohttp
 
 from mcp_proxy.frames import Channel, Direction
-from mcp_proxy.headers import mcp_headers
 from mcp_proxy.relay.http.common import (
     MAX_RECORDED_BODY,
     HostCheck,
@@ -29,7 +28,13 @@ from mcp_proxy.relay.http.common import (
 )
 from mcp_proxy.relay.http.common import meta_body as summarize_body
 from mcp_proxy.relay.http.exchange import REGISTER_AFTER, Exchange
-from mcp_proxy.relay.http.front import FrontRequest, FrontServer, RelayResponse, plain_response
+from mcp_proxy.relay.http.front import (
+    _V11,
+    FrontRequest,
+    FrontServer,
+    RelayResponse,
+    plain_response,
+)
 from mcp_proxy.relay.http.sessions import (
     RULE_CLIENT,
     RULE_MCP_SESSION,
@@ -97,6 +102,7 @@ class RelayCore:
         headers = {"Content-Type": "application/json", "X-Mcptape-Error": kind}
         if ex is not None:
             ex.late.clear()  # what the upstream said (if anything) is not what the host got
+            ex.raw_resp = None
             ex.meta["synthesized"] = {"by": "mcptape", "status": status, "kind": kind}
             ex.response_size = len(body)
             ex.update(
@@ -113,7 +119,8 @@ class RelayCore:
     def _describe(self, ex: Exchange) -> None:
         """Describe a request for the recording, once, just after it was sent upstream.
 
-        Redacted headers and URL, metadata, the session it belongs to (client identity from the
+        Metadata, the raw pieces the headers and URLs are described from, the session it
+        belongs to (client identity from the
         body when nothing else names it), its body frame — and whether it is registered with the
         recorder at once (its session has a stream open that may answer it) or in a moment.
         """
@@ -122,20 +129,17 @@ class RelayCore:
             return
         ex.pre = None
         request, rec_headers, has_mcp, raw_path, body = pre
-        redactor = self.redactor
         meta = ex.meta
-        meta["local_url"] = redactor.url(self.local_origin + raw_path)
-        meta["http_version"] = f"{request.version.major}.{request.version.minor}"
-        transport = request.transport
-        peer = transport.get_extra_info("peername") if transport is not None else None
+        # The headers and URLs are described (decoded, redacted, MCP headers picked out) from
+        # these raw pieces by the recorder process, or by Exchange.materialize when the
+        # exchange goes to the recorder while it runs (recorder/httpraw.py).
+        ex.raw_req = (self.target.origin, self.local_origin, raw_path, rec_headers, has_mcp)
+        version = request.version
+        meta["http_version"] = "1.1" if version is _V11 else f"{version.major}.{version.minor}"
+        peer = request.conn.peer
         if peer:
-            meta["peer"] = f"{peer[0]}:{peer[1]}"
-        red_headers = redactor.headers(rec_headers)
-        if has_mcp:
-            meta["mcp_headers"] = mcp_headers(red_headers)
+            meta["peer"] = peer
         fields = ex.fields
-        fields["url"] = redactor.url(self.target.origin + raw_path)
-        fields["request_headers"] = red_headers
         if body:
             if not (ex.attached and ex.is_mcp):
                 # Parsed only when it can change something: whether the body is JSON-RPC (off

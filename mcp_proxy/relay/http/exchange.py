@@ -23,6 +23,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.frames import Frame
+from mcp_proxy.recorder.httpraw import decode_pairs, describe
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE, BodyFacts, SessionEntry
 
 if TYPE_CHECKING:
@@ -69,6 +70,8 @@ class Exchange:
         "outcome",
         "pending",
         "pre",
+        "raw_req",
+        "raw_resp",
         "relay",
         "req_ctype",
         "request_size",
@@ -110,6 +113,12 @@ class Exchange:
         self.late: dict[str, Any] = {}
         #: What describing the request for the recording needs (see RelayCore._describe).
         self.pre: tuple[Any, ...] | None = None
+        #: The request's head as sent (upstream origin, local origin, raw path, header pairs,
+        #: any Mcp-* header) and the upstream's response header pairs, not described yet: the
+        #: recorder process describes them (recorder/httpraw.py), or :meth:`materialize` here
+        #: when the exchange goes to the recorder while it runs.
+        self.raw_req: tuple[str, str, str, Any, bool] | None = None
+        self.raw_resp: Any = None
         #: Registers a request still waiting for its response after a moment (long calls show
         #: up while they run); cancelled when the exchange ends first.
         self.timer: asyncio.TimerHandle | None = None
@@ -158,6 +167,7 @@ class Exchange:
         if rec is None:
             self.pending = []
             return
+        self.materialize()
         self.local_id = rec.new_exchange(self.entry.session_id, **self.fields, meta=self.meta)
         self.state = RecState.LIVE
         sid = self.entry.session_id
@@ -200,6 +210,30 @@ class Exchange:
         if self.local_id is None:
             if self.timer is None:
                 self.timer = asyncio.get_running_loop().call_later(REGISTER_AFTER, self.register)
+
+    def materialize(self) -> None:
+        """Describe the raw heads into the row (URL, headers, MCP headers), here in the relay.
+
+        For an exchange handed to the recorder while it runs, or to a sink that takes no raw
+        exchanges; a quick exchange on the recorder process skips this (the recorder does it).
+        """
+        raw = self.raw_req
+        if raw is not None:
+            self.raw_req = None
+            resp, self.raw_resp = self.raw_resp, None
+            describe((*raw, resp), self.fields, self.meta, self.relay.redactor)
+        elif self.raw_resp is not None:
+            resp, self.raw_resp = self.raw_resp, None
+            self.fields["response_headers"] = self.relay.redactor.headers(decode_pairs(resp))
+
+    def response_headers(self, pairs: Any) -> dict[str, Any]:
+        """The upstream's response header pairs: kept raw, or described now if already live.
+
+        Returns the row fields to send with an update (empty when kept raw)."""
+        if self.local_id is None:
+            self.raw_resp = pairs
+            return {}
+        return {"response_headers": self.relay.redactor.headers(decode_pairs(pairs))}
 
     def later(self, **fields: Any) -> None:
         """Fields for the final update (saves a record for exchanges that end quickly)."""
@@ -264,12 +298,30 @@ class Exchange:
             if self.entry is not None:
                 self._flush_held()
             if rec is not None and self.entry is not None:
-                # A quick exchange: row and frames in one record.
-                self.local_id = rec.record_exchange(
-                    self.entry.session_id, frames=self.pending, **self.fields, meta=self.meta
-                )
+                # A quick exchange: row and frames in one record; its heads described by the
+                # recorder process when it takes them raw.
+                raw = self.raw_req
+                record_http = getattr(rec, "record_http", None)  # RecorderClient has it
+                if raw is not None and record_http is not None:
+                    self.raw_req = None
+                    resp, self.raw_resp = self.raw_resp, None
+                    self.local_id = record_http(
+                        self.entry.session_id,
+                        frames=self.pending,
+                        raw=(*raw, resp),
+                        fields=self.fields,
+                        meta=self.meta,
+                    )
+                else:
+                    self.materialize()
+                    self.local_id = rec.record_exchange(
+                        self.entry.session_id, frames=self.pending, **self.fields, meta=self.meta
+                    )
                 self.pending = []
         else:
+            if self.raw_resp is not None:
+                resp, self.raw_resp = self.raw_resp, None
+                final["response_headers"] = self.relay.redactor.headers(decode_pairs(resp))
             self.update(**final, meta=self.meta)
         if self.streaming and self.entry is not None:
             self.entry.streams -= 1

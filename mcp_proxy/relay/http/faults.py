@@ -351,6 +351,7 @@ async def _respond_json(
             r = plain_response(status, new)
             for name, value in headers:
                 r.headers.add(name, value)
+            ex.raw_resp = None  # what the upstream said is not what the host got
             ex.later(
                 status=status,
                 response_headers=[[k, v] for k, v in headers] + [["Content-Length", str(len(new))]],
@@ -377,7 +378,7 @@ async def _respond_json(
         else:
             f.fired(decision, applied=False, why=f"{action} needs a second message (SSE events)")
     if out is not body:
-        sresp._headers["Content-Length"] = str(len(out))
+        sresp.set_header("Content-Length", str(len(out)))
     try:
         await sresp.prepare(request)
         await relay._deliver(sresp, out, ex, last=True)

@@ -31,8 +31,8 @@ class RequestHead:
 
     #: The request line and headers for the upstream, ready to write.
     head: bytes
-    #: The host's headers as sent (names, values decoded for the recording), in order.
-    rec_headers: list[list[str]]
+    #: The host's header pairs as sent (bytes; the recording decodes them, off the path).
+    rec_headers: list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...]
     session_id: str | None
     authorization: str | None
     #: Any ``Mcp-*`` header present (then their decoded values go in the exchange's meta).
@@ -50,54 +50,55 @@ def build_request_head(
     *,
     body_exists: bool,
 ) -> RequestHead:
-    """The upstream request head for a host request (see the module docstring for the rules)."""
-    rec_headers: list[list[str]] = []
-    keep: list[tuple[bytes, bytes, bytes]] = []  # (lower name, name, value) to forward
-    connection_tokens: list[str] = []
+    """The upstream request head for a host request (see the module docstring for the rules).
+
+    One pass over the host's pairs, as bytes: only the few values the relay acts on are decoded
+    (session id, credential, ``Connection`` tokens, ``Expect``); the others go out as they came.
+    """
+    parts = [
+        b"%b %b HTTP/1.1\r\n"
+        % (method.encode("ascii"), raw_path.encode("utf-8", "surrogateescape"))
+    ]
+    connection_tokens: list[bytes] | None = None
     session_hdr: str | None = None
     authorization: str | None = None
     has_mcp = False
     has_length = False
+    has_host = False
     expect_continue = False
+    hop = HOP_BY_HOP_B
     for kb, vb in raw_headers:
-        name = kb.decode("latin-1")
-        value = vb.decode("ascii") if vb.isascii() else decode_header(vb)
-        rec_headers.append([name, value])
         lowb = kb.lower()
-        if lowb == b"host":
-            keep.append((lowb, b"Host", host_header))
-            continue
-        if lowb in HOP_BY_HOP_B:
+        if lowb in hop:
             if lowb == b"connection":
-                connection_tokens.append(value)
+                connection_tokens = [*(connection_tokens or ()), vb]
             continue
-        if lowb == b"expect":
-            expect_continue = expect_continue or value.strip().lower() == "100-continue"
-            continue
-        if lowb.startswith(b"mcp-"):
+        if lowb[:4] == b"mcp-":
             has_mcp = True
             if lowb == b"mcp-session-id":
-                session_hdr = value
-        elif lowb == b"authorization":
-            authorization = value
+                session_hdr = decode_header(vb)
+        elif lowb == b"host":
+            has_host = True
+            parts.append(b"Host: %b\r\n" % host_header)
+            continue
         elif lowb == b"content-length":
             has_length = True
-        keep.append((lowb, kb, vb))
-    if connection_tokens:
+        elif lowb == b"authorization":
+            authorization = decode_header(vb)
+        elif lowb == b"expect":
+            expect_continue = expect_continue or vb.strip().lower() == b"100-continue"
+            continue
+        parts.append(b"%b: %b\r\n" % (kb, vb))
+    if connection_tokens is not None:
         named = {
-            t.strip().lower().encode("latin-1", "replace")
-            for t in ",".join(connection_tokens).split(",")
-            if t.strip()
-        }
-        keep = [k for k in keep if k[0] not in named or k[0] == b"host"]
-    if not any(k[0] == b"host" for k in keep):
-        keep.insert(0, (b"host", b"Host", host_header))
+            t.strip().lower() for t in b",".join(connection_tokens).split(b",") if t.strip()
+        } - {b"host"}
+        if named:
+            parts = [parts[0], *(p for p in parts[1:] if p.split(b":", 1)[0].lower() not in named)]
+    if not has_host:
+        parts.insert(1, b"Host: %b\r\n" % host_header)
     # Forward chunked only when the host sent a body without a length.
     chunked = body_exists and not has_length
-    parts = [method.encode("ascii") + b" " + raw_path.encode("utf-8", "surrogateescape")]
-    parts[0] += b" HTTP/1.1\r\n"
-    for _, kb, vb in keep:
-        parts.append(kb + b": " + vb + b"\r\n")
     if chunked:
         parts.append(b"Transfer-Encoding: chunked\r\n")
     elif method in BODY_METHODS and not body_exists and not has_length:
@@ -105,7 +106,7 @@ def build_request_head(
     parts.append(b"\r\n")
     return RequestHead(
         b"".join(parts),
-        rec_headers,
+        raw_headers,
         session_hdr,
         authorization,
         has_mcp,

@@ -245,9 +245,11 @@ class RelayResponse:
         "_chunked",
         "_conn",
         "_eof",
+        "_has_length",
         "_headers",
         "_no_body",
         "_pending",
+        "_raw",
         "body",
         "prepared",
         "reason",
@@ -261,11 +263,17 @@ class RelayResponse:
         reason: str | None = None,
         headers: Iterable[tuple[str, str]] | None = None,
         body: bytes | None = None,
-        keep: frozenset[str] | None = None,
+        raw: list[tuple[bytes, bytes]] | None = None,
+        has_length: bool = False,
     ) -> None:
+        """``raw``: header pairs as bytes, written as they are (a relayed upstream head: no
+        decoding and re-encoding per header); ``has_length`` says one is ``Content-Length``.
+        Otherwise ``headers`` as text (answers the relay writes itself)."""
         self.status = status
         self.reason = reason
-        self._headers: CIMultiDict[str] = CIMultiDict(headers or ())
+        self._raw = raw
+        self._has_length = has_length
+        self._headers: CIMultiDict[str] | None = CIMultiDict(headers or ()) if raw is None else None
         self.body = body
         self._conn: FrontProtocol | None = None
         self._pending: bytes | None = None
@@ -276,7 +284,26 @@ class RelayResponse:
 
     @property
     def headers(self) -> CIMultiDict[str]:
+        """The headers as text (a relayed head is decoded into them on first use)."""
+        if self._headers is None:
+            raw = self._raw or []
+            self._headers = CIMultiDict(
+                (k.decode("latin-1"), v.decode("utf-8", "surrogateescape")) for k, v in raw
+            )
+            self._raw = None
         return self._headers
+
+    def set_header(self, name: str, value: str) -> None:
+        """Set one header (replacing any of that name), whichever form the head is in."""
+        if self._raw is None:
+            self.headers[name] = value
+            return
+        low = name.lower().encode("latin-1")
+        kept = [p for p in self._raw if p[0].lower() != low]
+        kept.append((name.encode("latin-1"), value.encode("utf-8", "surrogateescape")))
+        self._raw = kept
+        if low == b"content-length":
+            self._has_length = True
 
     async def prepare(self, request: FrontRequest) -> None:
         """Fix the framing and build the head (sent with the first bytes or by flush_head)."""
@@ -286,8 +313,26 @@ class RelayResponse:
         conn = request.conn
         self._conn = conn
         status = self.status
-        headers = self._headers
         self._no_body = request.method == "HEAD" or status in _NO_BODY_STATUS or 100 <= status < 200
+        reason = self.reason if self.reason is not None else _reason(status)
+        raw = self._raw
+        if raw is not None:
+            # A relayed head: the upstream's pairs as bytes (hop-by-hop ones already dropped).
+            lines = [b"HTTP/1.1 %d %b\r\n" % (status, reason.encode("latin-1"))]
+            lines += [b"%b: %b\r\n" % p for p in raw]
+            if not self._no_body and not self._has_length:
+                if request.version >= _V11:
+                    self._chunked = True
+                    lines.append(b"Transfer-Encoding: chunked\r\n")
+                else:
+                    conn.close_after = True
+            if not request.keep_alive or conn.close_after:
+                conn.close_after = True
+                lines.append(b"Connection: close\r\n")
+            lines.append(b"\r\n")
+            self._pending = b"".join(lines)
+            return
+        headers = self.headers
         if not self._no_body and "Content-Length" not in headers:
             if request.version >= _V11:
                 self._chunked = True
@@ -298,7 +343,6 @@ class RelayResponse:
             conn.close_after = True
             if "Connection" not in headers:
                 headers["Connection"] = "close"
-        reason = self.reason if self.reason is not None else _reason(status)
         lines = [f"HTTP/1.1 {status} {reason}\r\n".encode("latin-1")]
         for k, v in headers.items():
             lines.append(
@@ -355,10 +399,12 @@ class RelayResponse:
     async def send(self, request: FrontRequest) -> None:
         """A whole response (``body`` set): head and body in one write."""
         body = self.body or b""
-        if "Content-Length" not in self._headers and not (
-            self.status in _NO_BODY_STATUS or 100 <= self.status < 200
-        ):
-            self._headers["Content-Length"] = str(len(body))
+        if not (self.status in _NO_BODY_STATUS or 100 <= self.status < 200):
+            if self._raw is not None:
+                if not self._has_length:
+                    self.set_header("Content-Length", str(len(body)))
+            elif "Content-Length" not in self.headers:
+                self.headers["Content-Length"] = str(len(body))
         await self.prepare(request)
         await self.write_eof(body)
 
@@ -407,6 +453,15 @@ class FrontProtocol(asyncio.Protocol):
         self._idle: asyncio.TimerHandle | None = None
         self._lost = False
         self._lingering: FrontRequest | None = None
+        self._peer: str | None = None
+
+    @property
+    def peer(self) -> str | None:
+        """``host:port`` of the host's end (asked of the transport once per connection)."""
+        if self._peer is None and self.transport is not None:
+            info = self.transport.get_extra_info("peername")
+            self._peer = f"{info[0]}:{info[1]}" if info else ""
+        return self._peer or None
 
     # ------------------------------------------------------------------ transport
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

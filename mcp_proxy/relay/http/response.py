@@ -31,14 +31,13 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
-from multidict import CIMultiDict
 
 from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.framing import SSEEvent, SSEParser
 from mcp_proxy.relay.http.common import (
     ENDPOINT_HOLD_LIMIT,
+    HOP_BY_HOP_B,
     MAX_RECORDED_BODY,
-    RESPONSE_DROP,
     SMALL_RESPONSE,
     TAIL_READ,
     decode_header,
@@ -133,26 +132,29 @@ class ResponseSide(RelayCore):
         if ex.body_streaming and not ex.body_done:
             self._facts_from_stream(ex)
         status = resp.status
-        resp_headers_rec: list[list[str]] = []
-        out_headers: CIMultiDict[str] = CIMultiDict()
+        # The upstream's pairs go to the host as bytes, hop-by-hop ones dropped; the recording
+        # gets them raw too (described by the recorder, see Exchange.response_headers).
+        out: list[tuple[bytes, bytes]] = []
         new_session: str | None = None
-        conn_tokens: list[str] = []
-        for kb, vb in resp.raw_headers:
-            name = kb.decode("latin-1")
-            value = decode_header(vb) if not vb.isascii() else vb.decode("ascii")
-            resp_headers_rec.append([name, value])
-            low = name.lower()
-            if low in RESPONSE_DROP:
-                if low == "connection":
-                    conn_tokens.append(value)
+        conn_tokens: list[bytes] | None = None
+        has_length = False
+        raw_headers = resp.raw_headers
+        for kb, vb in raw_headers:
+            low = kb.lower()
+            if low in HOP_BY_HOP_B:
+                if low == b"connection":
+                    conn_tokens = [*(conn_tokens or ()), vb]
                 continue
-            if low == "mcp-session-id":
-                new_session = value
-            out_headers.add(name, value if vb.isascii() else vb.decode("utf-8", "surrogateescape"))
-        for token in ",".join(conn_tokens).split(","):
-            token = token.strip()
-            if token and token in out_headers:
-                del out_headers[token]
+            if low == b"content-length":
+                has_length = True
+            elif low == b"mcp-session-id":
+                new_session = decode_header(vb)
+            out.append((kb, vb))
+        if conn_tokens is not None:
+            named = {t.strip().lower() for t in b",".join(conn_tokens).split(b",") if t.strip()}
+            if named:
+                out = [p for p in out if p[0].lower() not in named]
+                has_length = any(p[0].lower() == b"content-length" for p in out)
         ctype = resp.headers.get("Content-Type", "")
         is_sse = ctype.lower().startswith("text/event-stream")
         if is_sse:
@@ -161,11 +163,8 @@ class ResponseSide(RelayCore):
         length = resp.content_length
         no_body = method == "HEAD" or status in (204, 304) or 100 <= status < 200
         small = not is_sse and not no_body and length is not None and length <= SMALL_RESPONSE
-        row = {
-            "status": status,
-            "response_headers": self.redactor.headers(resp_headers_rec),
-            "first_byte_at": first_byte,
-        }
+        row = {"status": status, "first_byte_at": first_byte}
+        row.update(ex.response_headers(raw_headers))
         if small:
             ex.later(**row)  # recorded with the end of the exchange, a moment from now
         else:
@@ -176,8 +175,8 @@ class ResponseSide(RelayCore):
         encoding = resp.headers.get("Content-Encoding", "").strip().lower()
         if encoding and encoding != "identity":
             ex.meta["content_encoding"] = encoding
-        sresp = RelayResponse(status=status, reason=resp.reason)
-        sresp._headers.extend(out_headers)  # Content-Length included, as the upstream sent it
+        # Content-Length included, as the upstream sent it.
+        sresp = RelayResponse(status=status, reason=resp.reason, raw=out, has_length=has_length)
         return ResponseHead(status, sresp, ctype, encoding, is_sse, no_body, small, qsock)
 
     def _place_by_response(self, ex: Exchange, new_session: str | None, sse_get: bool) -> None:

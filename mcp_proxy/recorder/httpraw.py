@@ -1,0 +1,133 @@
+"""A finished HTTP exchange handed over raw: head bytes in, the recording's description made here.
+
+Describing an exchange for the recording — header values decoded to text, credentials
+redacted, ``Mcp-*`` headers picked out and decoded, query credentials cut from both URLs — is
+interpreter work per header that the HTTP relay used to do on its event loop for every request.
+None of it decides anything about forwarding, so a quick exchange (the common case: handed over
+once, complete) carries the host's and the upstream's header pairs as the bytes that crossed the
+wire (:class:`RawHttp`), and the recorder process describes them (:func:`describe`) with the
+recording's redaction policy (``MCPTAPE_REDACT``, the relay's own, set before the process
+starts) before anything is written. An exchange that goes to the recorder while it runs (a long
+call, an event stream) is described by the relay with the same function, so both routes give the
+same row.
+
+The record (``T_HTTP`` in :mod:`mcp_proxy.recorder.wire`) is one pickled tuple of plain values —
+no dataclass, enum or frame object in it, so pickling runs without calling back into Python:
+``(session_id, local_id, fields, meta, raw, frames)`` with each frame a tuple
+(:func:`frame_tuple`). Pickle is only ever read from our own relay through an anonymous pipe.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from mcp_proxy.frames import Channel, Direction, Frame
+from mcp_proxy.headers import mcp_headers
+from mcp_proxy.recorder.contract import HttpExchange
+from mcp_proxy.redact import Redactor, policy_from_env
+
+__all__ = ["RawHttp", "decode_pairs", "describe", "frame_tuple", "pack", "unpack"]
+
+_DIRECTIONS = {d.value: d for d in Direction}
+_CHANNELS = {c.value: c for c in Channel}
+
+#: Header pairs as sent: ``(name bytes, value bytes)``.
+Pairs = list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...]
+#: ``(upstream origin, local origin, raw path, request header pairs, any Mcp-* request header,
+#: response header pairs or None)``.
+RawHttp = tuple[str, str, str, Pairs, bool, Pairs | None]
+
+
+def decode_pairs(pairs: Pairs) -> list[list[str]]:
+    """Header pairs as text for the recording (never fails; non-UTF-8 bytes escaped)."""
+    out: list[list[str]] = []
+    for k, v in pairs:
+        out.append(
+            [
+                k.decode("latin-1"),
+                v.decode("ascii") if v.isascii() else v.decode("utf-8", "backslashreplace"),
+            ]
+        )
+    return out
+
+
+def describe(raw: RawHttp, fields: dict[str, Any], meta: dict[str, Any], red: Redactor) -> None:
+    """Fill the exchange's URL, header columns and ``meta`` (local URL, MCP headers) from ``raw``.
+
+    A column already set is kept where the relay decided it (``response_headers`` of an answer
+    the relay wrote itself comes with ``raw`` holding no response pairs).
+    """
+    origin, local_origin, raw_path, req, has_mcp, resp = raw
+    meta["local_url"] = red.url(local_origin + raw_path)
+    headers = red.headers(decode_pairs(req))
+    if has_mcp:
+        meta["mcp_headers"] = mcp_headers(headers)
+    fields["url"] = red.url(origin + raw_path)
+    fields["request_headers"] = headers
+    if resp is not None:
+        fields["response_headers"] = red.headers(decode_pairs(resp))
+
+
+def frame_tuple(f: Frame) -> tuple[Any, ...]:
+    """A frame as plain values (its direction and channel by value)."""
+    return (
+        f.direction._value_,  # the plain attribute: ``.value`` is a property
+        f.channel._value_,
+        f.raw,
+        f.mono_ns,
+        f.wall,
+        f.complete,
+        f.sse_id,
+        f.sse_event,
+        f.extra or None,
+    )
+
+
+def pack(
+    session_id: str,
+    local_id: int,
+    fields: dict[str, Any],
+    meta: dict[str, Any],
+    raw: RawHttp,
+    frames: list[Frame],
+) -> bytes:
+    """The record's payload (the relay's side)."""
+    return pickle.dumps(
+        (session_id, local_id, fields, meta, raw, [frame_tuple(f) for f in frames]),
+        protocol=pickle.HIGHEST_PROTOCOL,
+    )
+
+
+_policy: Redactor | None = None
+
+
+def _redactor() -> Redactor:
+    """The recording's policy, read once from the environment the relay gave this process."""
+    global _policy
+    if _policy is None:
+        _policy = policy_from_env()
+    return _policy
+
+
+def unpack(payload: bytes | bytearray | memoryview, red: Redactor | None = None) -> HttpExchange:
+    """The record as a described :class:`HttpExchange` (the recorder's side)."""
+    sid, local_id, fields, meta, raw, ftuples = pickle.loads(payload)
+    describe(raw, fields, meta, red if red is not None else _redactor())
+    fields["meta"] = meta
+    frames = [
+        Frame(
+            _DIRECTIONS[d],
+            _CHANNELS[c],
+            data,
+            mono,
+            wall,
+            complete,
+            local_id,
+            sse_id,
+            sse_event,
+            extra or {},
+        )
+        for d, c, data, mono, wall, complete, sse_id, sse_event, extra in ftuples
+    ]
+    return HttpExchange(sid, local_id, fields, frames)
