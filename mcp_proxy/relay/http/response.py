@@ -128,7 +128,11 @@ class ResponseSide(RelayCore):
         first_byte = time.time()
         self._describe(ex)
         qsock = quickack_socket(resp)
-        quickack(qsock)
+        if not resp.content.is_eof():
+            # More of this response is to come: acknowledge at once (see quickack). A response
+            # whose body came whole with its head needs no early ACK (the next request carries
+            # it), which saves a system call per quick exchange.
+            quickack(qsock)
         if ex.body_streaming and not ex.body_done:
             self._facts_from_stream(ex)
         status = resp.status

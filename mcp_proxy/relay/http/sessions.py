@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
+from orjson import loads as _fast_loads
+
 __all__ = [
     "RULE_CLIENT",
     "RULE_LEGACY_SSE",
@@ -128,11 +130,15 @@ def body_facts(body: bytes, *, partial: bool = False) -> BodyFacts:
         return facts
     if len(body) <= PARSE_LIMIT and not partial:
         try:
-            doc = json.loads(body)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            # RecursionError: nested deeper than the interpreter's limit (a hostile body).
-            # Such a body is still relayed and recorded as its bytes; it names no client.
-            return facts
+            doc = _fast_loads(body)  # orjson: a few times quicker, on the relay's path
+        except ValueError:
+            # What orjson refuses and json may take (NaN, integers beyond 64 bits), or not.
+            try:
+                doc = json.loads(body)
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                # RecursionError: nested deeper than the interpreter's limit (a hostile body).
+                # Such a body is still relayed and recorded as its bytes; it names no client.
+                return facts
         msgs = doc if isinstance(doc, list) else [doc]
         for msg in msgs:
             method, name, version, is_rpc = _client_of(msg)
