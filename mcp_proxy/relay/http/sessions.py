@@ -227,6 +227,9 @@ class SessionRouter:
         self.entries: dict[str, SessionEntry] = {}
         self._salt = os.urandom(16)
         self._last_client: dict[str, str] = {}
+        #: Credential → tag, so a client's every request costs one lookup, not an HMAC (memory
+        #: only, like the credential the request itself holds while it is relayed).
+        self._tags: dict[str, str] = {}
         self.sessions_created = 0
 
     # ------------------------------------------------------------------ keys
@@ -234,9 +237,15 @@ class SessionRouter:
         """A short in-memory tag telling credentials apart without keeping them."""
         if not authorization:
             return "-"
-        return hmac.new(
-            self._salt, authorization.encode("utf-8", "surrogateescape"), hashlib.sha256
-        ).hexdigest()[:12]
+        tag = self._tags.get(authorization)
+        if tag is None:
+            tag = hmac.new(
+                self._salt, authorization.encode("utf-8", "surrogateescape"), hashlib.sha256
+            ).hexdigest()[:12]
+            if len(self._tags) >= 256:  # bounded: a few credentials per listener in practice
+                self._tags.clear()
+            self._tags[authorization] = tag
+        return tag
 
     @staticmethod
     def mcp_key(session_id: str) -> str:
@@ -247,8 +256,9 @@ class SessionRouter:
         return "sse:" + session_id
 
     def client_key(self, name: str | None, version: str | None, authorization: str | None) -> str:
-        key = f"client:{name}/{version}#{self.credential_tag(authorization)}"
-        self._last_client[self.credential_tag(authorization)] = key
+        tag = self.credential_tag(authorization)
+        key = f"client:{name}/{version}#{tag}"
+        self._last_client[tag] = key
         return key
 
     def keyless(self, authorization: str | None) -> tuple[str, str, dict[str, Any]]:
