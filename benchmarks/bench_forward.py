@@ -26,6 +26,11 @@ Measures, each through the forward proxy and direct, in the same run:
 
 Then the recording is read back: every call recorded, no recorder gap. Not a test: it prints a
 table; read it with the machine's load in mind (``uptime`` is shown).
+
+``--profile FILE`` instead runs only ``record --forward`` under ``python -m cProfile -o FILE``
+for ``--calls`` calls per era (``--eras``) and prints where the proxy's time went (cumulative
+and own time of the top functions); ``FILE`` stays for ``python -m pstats``. cProfile slows
+Python code several times and C code (OpenSSL) not at all: read it for shares, not totals.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import dataclasses
 import json
 import os
 import resource
+import signal
 import socket
 import sqlite3
 import ssl
@@ -91,6 +97,19 @@ def make_tls(d: Path) -> TLSFiles:
     cert.private_key_and_cert_chain_pem.write_to_path(str(files.chain))
     cert.private_key_pem.write_to_path(str(files.key))
     return files
+
+
+def make_conf(d: Path, tls: TLSFiles, ca: str, name: str = "mitm") -> Path:
+    """mitmproxy's confdir for the run; ``ca="rsa"`` puts mitmproxy's own RSA-2048 CA there
+    first (the CA before mcp_proxy/forward/certs.py), ``ec`` leaves it to record --forward."""
+    conf = d / name
+    conf.mkdir()
+    (conf / "config.yaml").write_text(f"ssl_verify_upstream_trusted_ca: {tls.ca_pem}\n")
+    if ca == "rsa":
+        from mitmproxy import certs
+
+        certs.CertStore.create_store(conf, "mitmproxy", 2048)
+    return conf
 
 
 def client_for(cafile: Path, proxy: str | None) -> httpx2.AsyncClient:
@@ -313,6 +332,76 @@ def print_calls(mode: str, table: dict[str, list[Round]]) -> bool:
     return met
 
 
+#: Runs ``mcptape`` (argv[2:]) under cProfile with the main thread's CPU clock (wall time would
+#: charge the machine's other processes to whatever function was running), profiling only
+#: between SIGUSR1 (after the warm-up calls) and exit; the stats go to argv[1].
+PROFILER = """
+import cProfile, runpy, signal, sys, time
+out = sys.argv[1]
+sys.argv = sys.argv[2:]
+prof = cProfile.Profile(time.thread_time)
+signal.signal(signal.SIGUSR1, lambda *_: prof.enable())
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    prof.disable()
+    prof.dump_stats(out)
+"""
+
+
+async def profiled_calls(url: str, fw: Any, mode: str, n: int) -> float:
+    """``n`` echo calls through the proxy in one era, profiled after 20 warm-up calls; the
+    proxy's CPU ms per call."""
+    async with contextlib.AsyncExitStack() as stack:
+        hc = await stack.enter_async_context(client_for(fw.ca_cert, fw.url))
+        c = await stack.enter_async_context(
+            make_client(streamable_http_client(url, http_client=hc), mode=mode, log_level=None)
+        )
+        for _ in range(20):
+            await c.call_tool("echo", {"text": "warm"})
+        fw.proc.send_signal(signal.SIGUSR1)
+        await asyncio.sleep(0.2)
+        p0 = cpu_ms(fw.proc.pid, False)
+        for j in range(n):
+            await c.call_tool("echo", {"text": f"call {j}"})
+        return (cpu_ms(fw.proc.pid, False) - p0) / n
+
+
+def profiled_ms(stats: Any) -> float:
+    """The profile's own time in ms, without the lock waits of threads started while it ran
+    (cProfile charges those oddly under a per-thread clock)."""
+    return 1e3 * sum(
+        row[2]
+        for (_, _, name), row in stats.stats.items()
+        if row[2] > 0 and "_thread.lock" not in name
+    )
+
+
+def profile(args: argparse.Namespace, modes: tuple[str, ...]) -> int:
+    """Per era, a fresh proxy under cProfile for ``--calls`` calls; the top of its profile
+    (``FILE.<era>`` stays for ``python -m pstats``)."""
+    import pstats
+
+    with contextlib.ExitStack() as stack:
+        d = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mcptape-prof-fwd-")))
+        tls = make_tls(d)
+        conf = make_conf(d, tls, args.ca)
+        srv = stack.enter_context(start_tls_server(tls, "--mode", "stateful"))
+        env = {ENV_TUNING: "off"} if args.untuned else None
+        for mode in modes:
+            out = Path(f"{args.profile}.{mode}").resolve()
+            prefix = (sys.executable, "-c", PROFILER, str(out))
+            with run_forward(d / f"{mode}.db", conf, prefix=prefix, env=env) as fw:
+                ms = asyncio.run(profiled_calls(srv.url, fw, mode, args.calls))
+                assert fw.stop() == 0
+            print(f"\n{mode} era: {args.calls} calls, proxy CPU {ms:.2f} ms/call under cProfile")
+            stats = pstats.Stats(str(out))
+            print(f"profiled main-thread CPU: {profiled_ms(stats) / args.calls:.2f} ms/call")
+            stats.sort_stats("cumulative").print_stats(args.top)
+            stats.sort_stats("tottime").print_stats(args.top)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=200, help="calls per leg per round")
@@ -328,8 +417,26 @@ def main() -> int:
     ap.add_argument(
         "--no-stock", action="store_true", help="skip the MCPTAPE_FORWARD_TUNING=off leg"
     )
+    ap.add_argument("--profile", metavar="FILE", help="profile record --forward (see above)")
+    ap.add_argument(
+        "--untuned", action="store_true", help="with --profile: MCPTAPE_FORWARD_TUNING=off"
+    )
+    ap.add_argument(
+        "--ca",
+        choices=("ec", "rsa"),
+        default="ec",
+        help="the proxy's CA key: ec (what record --forward makes) or rsa (mitmproxy's own)",
+    )
+    ap.add_argument(
+        "--rsa-leg",
+        action="store_true",
+        help="also time record --forward with mitmproxy's own RSA-2048 CA in its confdir",
+    )
+    ap.add_argument("--top", type=int, default=50, help="with --profile: functions shown")
     args = ap.parse_args()
-    print(f"uptime: {os.popen('uptime').read().strip()}")
+    if args.profile:
+        return profile(args, tuple(m.strip() for m in args.eras.split(",") if m.strip()))
+    print(f"uptime: {os.popen('uptime').read().strip()}; CA key: {args.ca}")
     count_connections()
     modes = tuple(m.strip() for m in args.eras.split(",") if m.strip())
     tables: dict[str, dict[str, list[Round]]] = {}
@@ -337,9 +444,7 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         d = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mcptape-bench-fwd-")))
         tls = make_tls(d)
-        conf = d / "mitm"
-        conf.mkdir()
-        (conf / "config.yaml").write_text(f"ssl_verify_upstream_trusted_ca: {tls.ca_pem}\n")
+        conf = make_conf(d, tls, args.ca)
         db = d / "bench.db"
         srv = stack.enter_context(start_tls_server(tls, "--mode", "stateful"))
         fw = stack.enter_context(run_forward(db, conf))
@@ -350,6 +455,10 @@ def main() -> int:
         if not args.no_stock:
             stock = stack.enter_context(run_forward(d / "stock.db", conf, env={ENV_TUNING: "off"}))
             legs.append(LegSpec("  (untuned: as shipped)", stock.url, fw.ca_cert, stock.proc.pid))
+        if args.rsa_leg:
+            conf_rsa = make_conf(d, tls, "rsa", "mitm-rsa")
+            rsa = stack.enter_context(run_forward(d / "rsa.db", conf_rsa))
+            legs.append(LegSpec("  (RSA-2048 CA)", rsa.url, rsa.ca_cert, rsa.proc.pid))
         if args.mitmdump:
             addon = ("-s", str(ROOT / "addons" / "mcptape.py"))
             addon += ("--set", f"mcptape_db={d / 'addon.db'}")

@@ -48,10 +48,11 @@ CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECOD
 
 
 def _export(db_url: str, sid: str, out: Path) -> int:
-    """What ``mcptape export SESSION -o FILE`` runs, start-up excluded."""
-    from mcp_proxy.recording.database import read_sessions, resolve_sessions
-    from mcp_proxy.recording.jsonl import iter_jsonl
+    """What ``mcptape export SESSION -o FILE`` runs, start-up excluded: JSON Lines streamed
+    straight from the store (``Format.write_db``)."""
+    from mcp_proxy.recording.database import resolve_sessions
     from mcp_proxy.recording.model import write_file
+    from mcp_proxy.recording.registry import get_format
     from mcp_proxy.store.queries import Store
 
     async def resolve() -> list[dict[str, object]]:
@@ -62,17 +63,24 @@ def _export(db_url: str, sid: str, out: Path) -> int:
             await store.close()
 
     ids = [str(r["id"]) for r in asyncio.run(resolve())]
-    recording = read_sessions(db_url, ids)
-    write_file(out, iter_jsonl(recording))
-    return recording.frame_total
+    done = [0]
+
+    def count(n: int) -> None:
+        done[0] += n
+
+    write_db = get_format("jsonl").write_db
+    assert write_db is not None
+    write_file(out, write_db(db_url, ids, count))
+    return done[0]
 
 
 def _import(path: Path, db_url: str, redact: bool = True) -> int:
-    from mcp_proxy.recording.database import import_recording
-    from mcp_proxy.recording.registry import read_recording
+    """What ``mcptape import FILE`` runs, start-up excluded (redacted unless ``redact`` is
+    False, as ``--no-redact``)."""
+    from mcp_proxy.recording.database import import_file
     from mcp_proxy.redact import Redactor
 
-    return import_recording(read_recording(path), db_url, redactor=Redactor(enabled=redact)).frames
+    return import_file(path, db_url, redactor=Redactor(enabled=redact))[1].frames
 
 
 def _timed(fn: object, *args: object) -> tuple[float, float]:

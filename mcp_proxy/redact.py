@@ -168,17 +168,31 @@ _PREFILTER_WORDS = (
     b"usercode",
     b"user-code",
     b"code=",
+    # ``name=value`` spans the byte-level fallback redacts (stderr, noise) whose names the
+    # quoted words above only see in JSON.
+    b"pin=",
+    b"otp=",
+    b"ssn=",
+    b"auth=",
+    # The fallback's ``Bearer xyz`` / ``Basic xyz`` rule (``token xyz`` is seen by ``token``).
+    b"bearer",
+    b"basic",
     # A JSON key may be spelt with escapes ("\u0070assword" is "password" once parsed): the
     # words above cannot see through them, so any escape sends the body to the parser.
     b"\\u",
+    # The one non-ASCII character that ``str.lower()`` turns into an ASCII letter (KELVIN SIGN
+    # → "k"): "to\u212aen" is the key "token" to the redactor, and no word above sees it.
+    "\u212a".encode(),
 )
-_PREFILTER = re.compile(b"|".join(re.escape(w) for w in _PREFILTER_WORDS))
 #: The one key spelt exactly like this is MCP plumbing (``_meta.progressToken``, in every 2026
 #: request and progress notification) and never redacted (``_TOKEN_ALLOW``): the prefilter
 #: ignores it, quotes included, so ``"token"`` alone no longer sends every such frame to the
 #: parser. Only the exact quoted key goes: ``"myProgressToken"`` or a value that merely contains
 #: the word still hits ``token``.
 _PLUMBING_KEY = b'"progresstoken"'
+#: What the plumbing key is replaced with: its quotes stay, so that a word sharing one of them
+#: (``"progressToken"code":…``, which the fallback still reads as a ``"code"`` field) is seen.
+_PLUMBING_LEFT = b'""'
 #: Bodies above this size are prefiltered a window of this size at a time (no copy of them).
 _BIG = 1 << 20
 #: From this size on (a relay's read of many lines) the prefilter is one substring search per
@@ -191,7 +205,13 @@ _BIG = 1 << 20
 _LOOP_FROM = 2048
 _FOLD = bytes.maketrans(bytes(range(65, 91)), bytes(range(97, 123)))
 _FOLDED_WORDS = tuple(sorted({w.replace(b"_", b"").replace(b"-", b"") for w in _PREFILTER_WORDS}))
+#: Short bodies: one alternation of the folded words over the folded body (the same fold as
+#: long ones, so that both paths see the same words: a key spelt ``"o_t_p"`` is ``otp`` to the
+#: redactor, and an unfolded search missed it).
+_PREFILTER = re.compile(b"|".join(re.escape(w) for w in _FOLDED_WORDS))
 _OVERLAP = 64
+#: Bodies looked at together by :meth:`Redactor.suspects` (then 16, 2, 1 in a block that hits).
+_BLOCK = 128
 #: Words that share a part are searched for by that part first (one pass over a read instead
 #: of one per word; the words themselves only when it is there): each pass costs ~50 ns per
 #: frame of a relay's read, and most reads hold none of them.
@@ -387,15 +407,45 @@ class Redactor:
             # overlap by more than the longest word, so none is cut in two unseen.
             for start in range(0, n, _BIG):
                 folded = raw[start : start + _BIG + _OVERLAP].translate(_FOLD, b"-_")
-                folded = folded.replace(_PLUMBING_KEY, b"")
+                folded = folded.replace(_PLUMBING_KEY, _PLUMBING_LEFT)
                 for anchor, words in _FOLDED_GROUPS:
                     if anchor in folded and any(w in folded for w in words):
                         return True
-        elif _PREFILTER.search(raw.lower().replace(_PLUMBING_KEY, b"")) is not None:
+        elif (
+            _PREFILTER.search(raw.translate(_FOLD, b"-_").replace(_PLUMBING_KEY, _PLUMBING_LEFT))
+            is not None
+        ):
             return True
         if self._always_parse:
             return True
         return self._path_prefilter is not None and self._path_prefilter.search(raw) is not None
+
+    def suspects(self, raws: Sequence[bytes]) -> list[int]:
+        """The indexes of the bodies in ``raws`` that may need redaction (then run :meth:`frame`
+        on those): :meth:`needs_look` over many bodies at once.
+
+        Bodies are joined with ``\\n`` a block at a time and looked at as one span (no word of
+        the prefilter holds a line end, so a clean block has only clean bodies); a block that
+        is not clean is split and looked at again, down to single bodies. Most bodies hold no
+        secret: an import decides 128 of them with one search per word instead of one regex
+        run per body (~7 µs each on 170-byte frames). ``[]`` when redaction is off.
+        """
+        if not self.enabled:
+            return []
+        found: list[int] = []
+        self._suspects(raws, 0, len(raws), _BLOCK, found)
+        return found
+
+    def _suspects(
+        self, raws: Sequence[bytes], start: int, end: int, block: int, found: list[int]
+    ) -> None:
+        for lo in range(start, end, block):
+            hi = min(lo + block, end)
+            if block == 1:
+                if raws[lo] and self.needs_look(raws[lo]):
+                    found.append(lo)
+            elif self.needs_look(b"\n".join(raws[lo:hi])):
+                self._suspects(raws, lo, hi, max(1, block // 8), found)
 
     def json_value(self, doc: Any) -> tuple[Any, bool]:
         """Redact a parsed JSON document; returns ``(new_doc, changed)``. Does not mutate input."""
@@ -447,11 +497,13 @@ class Redactor:
         """The recorded copy of a body: ``(bytes, changed)``. JSON → re-serialised when changed."""
         if not self.enabled or not raw:
             return raw, False
-        if not self.needs_look(raw):
-            return raw, False
         ctype = (content_type or "").lower()
         if ctype.startswith("application/x-www-form-urlencoded"):
+            # Always parsed: a form's names may be percent-encoded ("p%69n=…" is "pin"), which
+            # no word of the prefilter sees; form bodies are rare in MCP traffic (OAuth).
             return self._form(raw)
+        if not self.needs_look(raw):
+            return raw, False
         text: str | None
         try:
             text = raw.decode("utf-8")

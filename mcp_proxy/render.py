@@ -534,3 +534,169 @@ def frame_text(row: tuple[Any, ...], *, body: bool = True) -> str:
             return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
         text = safe(text)
     return f"{head}\n    {text}"
+
+
+# ----------------------------------------------------------------------------- shaped batches
+# ``show`` on SQLite reads ``frame_rows`` as stored (mcp_proxy.store.stream.shaped_batches):
+# direction, channel, kind and method come as one integer, the frame's *shape*, and what a
+# shape prints (the JSON keys and strings, the text header's arrow, label and method) is built
+# once per shape. Each batch becomes one list of lines. The output is the one frame_json_line
+# and frame_text give for the same frame (tests/test_render.py, tests/analysis/test_fast_readers.py).
+
+#: The columns a :class:`ShapedRenderer` reads, in this order (``show`` asks for them).
+SHAPED_COLUMNS: tuple[str, ...] = (
+    "seq", "ts", "shape", "msg_id", "error_code", "size", "complete", "raw", "http_exchange_id",
+    "sse_id", "sse_event",
+)  # fmt: skip
+
+#: A digit before ``.``/``e``/``E``: every JSON float has one (a fraction or an exponent follows
+#: its digits). A body without one holds no float, so orjson reads it as ``json.loads`` does (and
+#: ``_indent_c`` writes it as ``json.dumps``); one with a match (a float, or a string such as
+#: ``"v1.2"``) takes the general path. The JSON-RPC version member, in every message, is
+#: removed before the scan (its ``"2.0"`` is a string). Invalid JSON fails in orjson and takes
+#: the general path too. So do integers of 19 digits or more: orjson reads one past 64 bits as
+#: a float, where ``json.loads`` keeps it exact.
+_FLOAT_DIGIT = re.compile(rb"[0-9][.eE]|[0-9]{19}").search
+_VERSION_MEMBERS = (b'"jsonrpc":"2.0"', b'"jsonrpc": "2.0"')
+
+
+def _floatish(data: bytes) -> bool:
+    """Whether ``data`` may hold a JSON float or a long integer (see :data:`_FLOAT_DIGIT`)."""
+    v1, v2 = _VERSION_MEMBERS
+    return _FLOAT_DIGIT(data.replace(v1, b"").replace(v2, b"")) is not None
+
+
+_orjson_loads = __import__("orjson").loads
+_sizes: dict[int, str] = {}
+
+
+def _size_text(size: int) -> str:
+    text = _sizes.get(size)
+    if text is None:
+        if len(_sizes) > 65536:
+            _sizes.clear()
+        text = _sizes[size] = f" ({human_size(int(size))})"
+    return text
+
+
+class ShapedRenderer:
+    """Renders batches of :data:`SHAPED_COLUMNS` rows; ``shapes`` decodes a shape into
+    ``(direction, channel, kind, method)`` (:class:`mcp_proxy.store.stream.Shapes`)."""
+
+    def __init__(self, shapes: Any) -> None:
+        self.shapes = shapes
+        self._json: dict[int, tuple[str, bool]] = {}
+        #: shape → (header after the clock, general path needed, channel)
+        self._text: dict[int, tuple[str, bool, Any]] = {}
+
+    def full_row(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The row as a :data:`FRAME_COLUMNS` tuple (mono_ns and partial_parse not read: None)."""
+        seq, ts, shape, msg_id, error_code, size, complete, raw, hx, sse_id, sse_event = row
+        direction, channel, kind, method = self.shapes(shape)
+        return (seq, ts, None, direction, channel, kind, method, msg_id, error_code, size,
+                complete, None, raw, hx, sse_id, sse_event)  # fmt: skip
+
+    def _json_shape(self, shape: int) -> tuple[str, bool]:
+        direction, channel, kind, method = self.shapes(shape)
+        middle = (
+            f'"direction": {_json_value(direction)}, "channel": {_json_value(channel)}, '
+            f'"kind": {_json_value(kind)}, "method": {_json_value(method)}, '
+        )
+        found = self._json[shape] = (middle, channel == INJECT)
+        return found
+
+    def json(self, rows: list[tuple[Any, ...]]) -> list[str]:
+        """``frame_json_line`` of each row."""
+        cache = self._json
+        out: list[str] = []
+        append = out.append
+        for seq, ts, shape, msg_id, error_code, size, complete, raw, hx, sse_id, sse_event in rows:
+            middle, inject = cache.get(shape) or self._json_shape(shape)
+            if msg_id is None:
+                ident = "null"
+            elif msg_id.isdigit() and msg_id.isascii() and (msg_id[0] != "0" or msg_id == "0"):
+                ident = msg_id
+            else:
+                ident = _id_text(msg_id)
+            head = (
+                f'{{"seq": {seq}, "ts": {ts if type(ts) is float else float(ts)!r}, {middle}'
+                f'"id": {ident}, "size": {size}, "complete": '
+                f"{'true' if complete or complete is None else 'false'}"
+            )
+            if (
+                error_code is not None
+                or hx is not None
+                or sse_id is not None
+                or sse_event is not None
+            ):
+                head += _extras(error_code, hx, sse_id, sse_event)
+            if inject:
+                head += ', "injected": true'
+            data = raw if type(raw) is bytes else bytes(raw or b"")
+            try:
+                append(f'{head}, "text": {_encode_str(data.decode("utf-8"))}}}')
+            except UnicodeDecodeError:
+                append(f'{head}, "base64": "{base64.b64encode(data).decode("ascii")}"}}')
+        return out
+
+    def _text_shape(self, shape: int) -> tuple[str, bool, Any]:
+        direction, channel, kind, method = self.shapes(shape)
+        label = "stderr" if channel == "stderr" else kind
+        mark = f" {INJECTED_MARK}" if channel == INJECT else ""
+        mid = f" {ARROWS.get(direction, '?')}{mark} {label:12}"  # type: ignore[arg-type]
+        if method:
+            mid += " " + safe(method)
+        general = channel == "stderr" or kind in ("noise", "stderr")
+        found = self._text[shape] = (mid, general, channel)
+        return found
+
+    def text(self, rows: list[tuple[Any, ...]], *, body: bool = True) -> list[str]:
+        """``frame_text(row, body=body)`` of each row (``no_stderr``: without the stderr channel)."""
+        cache = self._text
+        out: list[str] = []
+        append = out.append
+        clocks, loads, dumps, floatish = _clock_cache, _orjson_loads, _orjson_dumps, _floatish
+        for row in rows:
+            seq, ts, shape, msg_id, error_code, size, complete, raw = row[:8]
+            mid, general, _channel = cache.get(shape) or self._text_shape(shape)
+            base = clocks.get(int(ts))
+            if base is None:
+                head = f"#{seq:<5} {_clock_fast(ts)}{mid}"
+            else:
+                head = f"#{seq:<5} {base}.{int((ts % 1) * 1000):03d}{mid}"
+            if msg_id is not None:
+                head += (
+                    f" id={msg_id}"
+                    if msg_id.isdigit() and msg_id.isascii()
+                    else f" id={safe(msg_id)}"
+                )
+            if error_code is not None:
+                head += f" code={error_code}"
+            head += _sizes.get(size) or _size_text(size)
+            if not (complete or complete is None):
+                head += " [cut short]"
+            if not body:
+                append(head)
+                continue
+            data = raw if type(raw) is bytes else bytes(raw or b"")
+            text = None
+            if not general and len(data) <= 20_000 and not floatish(data):
+                try:
+                    msg = loads(data)
+                    pretty = dumps(msg, option=_INDENT_2)
+                except (TypeError, ValueError):  # the general path decides (as _indent_c)
+                    msg = pretty = None
+                if (type(msg) is dict or type(msg) is list) and pretty is not None:
+                    # orjson escapes every control character but DEL; a body in plain ASCII
+                    # without DEL has nothing safe() would change (no regex scan then).
+                    if pretty.isascii() and b"\x7f" not in pretty:
+                        text = pretty.decode("ascii").replace("\n", "\n    ")
+                    else:
+                        text = pretty.decode("utf-8").replace("\n", "\n    ")
+                        if _SPECIAL_RE.search(text):
+                            text = None
+            if text is None or len(text) > 20_000:
+                append(frame_text(self.full_row(row), body=True))
+                continue
+            append(f"{head}\n    {text}")
+        return out

@@ -306,3 +306,41 @@ def test_every_prefilter_word_is_seen_in_a_relay_read_whatever_its_spelling() ->
                 continue  # "\_u" is no escape
             body = clean + b'{"x":"' + spelling + b'"}\n' + clean
             assert r.needs_look(body), spelling
+
+
+#: Bodies the full redactor changes but the prefilter once let through in clear (session 5):
+#: the fallback's ``Bearer``/``Basic`` and ``name=value`` rules had no word, a short body was
+#: searched unfolded (``o_t_p`` is ``otp`` to the redactor), the plumbing key was cut out with
+#: the quote a ``"code"`` field shared, KELVIN SIGN lower-cases to ``k``, and a form's names
+#: may be percent-encoded.
+MISSED = [
+    (Channel.STDERR, b"retrying with Bearer abcdefghijklmnop1234\n", None),
+    (Channel.STDERR, b"login as basic dXNlcjpwYXNzd29yZA==\n", None),
+    (Channel.STDIO, b"pin=1234 otp=987654 ssn=123-45-6789 auth=xyz\n", None),
+    (Channel.STDIO, b'{"progressToken"code":"abc123"}\n', None),
+    (Channel.STDIO, b'{"jsonrpc":"2.0","id":1,"result":{"o_t_p":"123456"}}\n', None),
+    (Channel.STDIO, '{"jsonrpc":"2.0","id":1,"result":{"to\u212aen":"s3"}}\n'.encode(), None),
+    (Channel.HTTP, b"p%69n=1234&x=1", "application/x-www-form-urlencoded"),
+]
+
+
+@pytest.mark.parametrize("case", MISSED, ids=range(len(MISSED)))
+def test_the_prefilter_never_lets_through_what_the_redactor_would_change(
+    case: tuple[Channel, bytes, str | None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    channel, raw, ctype = case
+    extra = {"content_type": ctype} if ctype else {}
+    frame = Frame(Direction.C2S, channel, raw, 0, 0.0, extra=extra)
+    r = Redactor()
+    looked = r.frame(frame)
+    assert looked.extra.get("redacted") and looked.raw != raw
+    if channel != Channel.HTTP:
+        # The same body among many clean ones: a relay's read, and an import's batch.
+        clean = (
+            b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7}}\n'
+        )
+        assert r.needs_look(clean * 100 + raw + clean * 100)
+        assert r.suspects([clean] * 300 + [raw] + [clean] * 40) == [300]
+    # What the redactor does with no prefilter at all: the same.
+    monkeypatch.setattr(Redactor, "needs_look", lambda self, raw: True)
+    assert Redactor().frame(frame).raw == looked.raw

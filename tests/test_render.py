@@ -13,7 +13,14 @@ import random
 
 import pytest
 
-from mcp_proxy.render import frame_block, frame_json, frame_json_line, frame_text
+from mcp_proxy.render import (
+    SHAPED_COLUMNS,
+    ShapedRenderer,
+    frame_block,
+    frame_json,
+    frame_json_line,
+    frame_text,
+)
 from mcp_proxy.store.stream import SHOW_COLUMNS
 
 BODIES = [
@@ -80,6 +87,20 @@ def test_streaming_renderers_equal_the_general_ones(row: tuple) -> None:
     assert frame_json_line(row) == json.dumps(frame_json(f), ensure_ascii=False)
     assert frame_text(row) == frame_block(f)
     assert frame_text(row, body=False) == frame_block(f, body=False)
+    renderer, shaped = _shaped(f)
+    assert renderer.json([shaped]) == [frame_json_line(row)]
+    assert renderer.text([shaped]) == [frame_block(f)]
+    assert renderer.text([shaped], body=False) == [frame_block(f, body=False)]
+
+
+def _shaped(f: dict) -> tuple[ShapedRenderer, tuple]:
+    """A renderer of ``show``'s SQLite path and ``f`` as its row (shape 7 stands for the
+    frame's direction, channel, kind and method)."""
+    renderer = ShapedRenderer(
+        {7: (f["direction"], f["channel"], f["kind"], f["method"])}.__getitem__
+    )
+    row = tuple(7 if c == "shape" else f[c] for c in SHAPED_COLUMNS)
+    return renderer, row
 
 
 def _random_value(rng: random.Random, depth: int = 0) -> object:
@@ -112,6 +133,8 @@ def test_text_bodies_of_random_json_render_as_the_general_path() -> None:
         row = tuple(f[c] for c in SHOW_COLUMNS)
         if len(raw) < 20_000:
             assert frame_text(row) == frame_block(f), raw
+            renderer, shaped = _shaped(f)
+            assert renderer.text([shaped]) == [frame_block(f)], raw
 
 
 def test_cli_name_is_what_works_where_the_user_is(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,7 +25,7 @@ recorded-shape session of the finding catalogue). A byte that could hide one of 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mcp_proxy.analysis.model import ERA_INITIALIZE, ERA_MODERN, Outcome, parse_json_bytes
@@ -38,7 +38,13 @@ from mcp_proxy.analysis.reorder import (
 from mcp_proxy.analysis.stats import MethodStats, StatsKey
 from mcp_proxy.protocol import META_PREFIX, NAME_PARAM, era_of
 
-__all__ = ["STATS_COLUMNS", "NeedsFullAnalysis", "QuickStats", "quick_stats"]
+__all__ = [
+    "SHAPED_STATS_COLUMNS",
+    "STATS_COLUMNS",
+    "NeedsFullAnalysis",
+    "QuickStats",
+    "quick_stats",
+]
 
 #: The frame columns this pass reads (names of :data:`~mcp_proxy.store.columns.FRAME_COLUMNS`).
 STATS_COLUMNS: tuple[str, ...] = (
@@ -47,6 +53,16 @@ STATS_COLUMNS: tuple[str, ...] = (
     "channel",
     "kind",
     "method",
+    "msg_id",
+    "partial_parse",
+    "raw",
+    "http_exchange_id",
+)
+
+#: The same read from ``frame_rows`` as stored (:meth:`QuickStats.feed_shaped`).
+SHAPED_STATS_COLUMNS: tuple[str, ...] = (
+    "mono_ns",
+    "shape",
     "msg_id",
     "partial_parse",
     "raw",
@@ -151,6 +167,35 @@ class QuickStats:
             elif kind == "batch":
                 raise NeedsFullAnalysis("a JSON-RPC batch")
 
+    def feed_shaped(self, rows: Iterable[Sequence[Any]], shapes: Callable[[int], Any]) -> None:
+        """:meth:`feed` for rows of :data:`SHAPED_STATS_COLUMNS`: direction, channel, kind and
+        method as one stored integer that ``shapes`` decodes
+        (:func:`mcp_proxy.store.stream.shaped_batches`; one column instead of four, and a
+        notification other than a cancellation costs no tuple). The same numbers."""
+        request, response, held = self._request, self._response, self.held
+        decoded: dict[int, Any] = {}
+        for mono, shape, msg_id, partial, raw, http in rows:
+            found = decoded.get(shape)
+            if found is None:
+                found = decoded[shape] = shapes(shape)
+            direction, channel, kind, method = found
+            if channel == _INJECT:
+                continue  # mcptape's own bytes: never paired (Analysis.injected)
+            self.i += 1
+            if held:
+                self._age(mono)
+            if kind == "request":
+                request((mono, direction, channel, kind, method, msg_id, partial, raw, http))
+            elif kind == "response" or kind == "error":
+                response((mono, direction, channel, kind, method, msg_id, partial, raw, http))
+            elif kind == "notification":
+                if method == "notifications/cancelled":
+                    self._cancelled(
+                        (mono, direction, channel, kind, method, msg_id, partial, raw, http)
+                    )
+            elif kind == "batch":
+                raise NeedsFullAnalysis("a JSON-RPC batch")
+
     def _request(self, row: Sequence[Any]) -> None:
         mono, direction, _ch, _kind, method, msg_id, partial, raw, http = row
         body: Any = None
@@ -163,7 +208,12 @@ class QuickStats:
                 params = _part(body, "params") or {}
                 if "requestState" in params or "inputResponses" in params:
                     raise NeedsFullAnalysis("an MRTR retry")
-            if self.envelope_version is None or (method == "initialize" and not self.init_seen):
+            if (method == "initialize" and not self.init_seen) or (
+                # (what _handshake_request looks at, tested here: it is called per request)
+                self.envelope_version is None
+                and raw is not None
+                and (parsed or b"protocolVersion" in raw or _ESCAPE in raw)
+            ):
                 self._handshake_request(method, msg_id, raw, partial, body, parsed)
         if msg_id is None or method is None:
             if msg_id is not None and any(h[2] == (direction, msg_id) for h in self.held):

@@ -37,7 +37,12 @@ from mcp_proxy.analysis.catalogue import SUMMARY_CODE
 from mcp_proxy.analysis.core import Analysis, analyze, gc_paused
 from mcp_proxy.analysis.facts import Decoder
 from mcp_proxy.analysis.model import finding_order, finding_record
-from mcp_proxy.analysis.quickstats import STATS_COLUMNS, NeedsFullAnalysis, QuickStats
+from mcp_proxy.analysis.quickstats import (
+    SHAPED_STATS_COLUMNS,
+    STATS_COLUMNS,
+    NeedsFullAnalysis,
+    QuickStats,
+)
 from mcp_proxy.analysis.stats import (
     MethodStats,
     StatsKey,
@@ -49,7 +54,7 @@ from mcp_proxy.analysis.version import ANALYZER_VERSION
 from mcp_proxy.errors import StoreError
 from mcp_proxy.store.engine import sqlite_path
 from mcp_proxy.store.queries import Store, session_status
-from mcp_proxy.store.stream import frame_batches
+from mcp_proxy.store.stream import frame_batches, shaped_batches
 
 log = logging.getLogger(__name__)
 
@@ -308,6 +313,15 @@ def _quick_stats(
 ) -> dict[StatsKey, MethodStats]:
     """One session's per-method numbers in one streaming pass, or :class:`NeedsFullAnalysis`."""
     q = QuickStats(session_view(session), http, by_name=by_name)
+    path = sqlite_path(url)
+    if path is not None:
+        # frame_rows as stored: direction/channel/kind/method as one integer per row
+        shapes, batches = shaped_batches(
+            str(path), str(session["id"]), SHAPED_STATS_COLUMNS, batch=STATS_BATCH
+        )
+        for rows in batches:
+            q.feed_shaped(rows, shapes)
+        return q.finish()
     for rows in frame_batches(url, str(session["id"]), batch=STATS_BATCH, columns=STATS_COLUMNS):
         q.feed(rows)
     return q.finish()

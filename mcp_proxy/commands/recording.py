@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Annotated, Any
 
 import typer
@@ -57,6 +57,30 @@ def _names_help() -> str:
     return ", ".join(declared_names()) + " (`mcptape formats` says what each can do)"
 
 
+def _counting(advance: Callable[[int], None] | None, done: list[int]) -> Callable[[int], None]:
+    """A progress callback that also counts the frames written into ``done[0]``."""
+
+    def step(n: int) -> None:
+        done[0] += n
+        if advance is not None:
+            advance(n)
+
+    return step
+
+
+def _write_out(output: str, chunks: Iterable[bytes]) -> bool:
+    """Write the chunks to ``output`` (a file, atomically, or ``-``); True for stdout."""
+    from mcp_proxy.recording.model import write_file
+
+    if output == "-":
+        for chunk in chunks:
+            sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+        return True
+    write_file(output, chunks)
+    return False
+
+
 @app.command()
 @handle_errors
 def export(
@@ -82,7 +106,6 @@ def export(
 ) -> None:
     """Write sessions to a file in a recording format (deterministic bytes), or send them."""
     from mcp_proxy.recording.database import read_sessions, resolve_sessions
-    from mcp_proxy.recording.model import write_file
     from mcp_proxy.recording.registry import output_format
     from mcp_proxy.store.engine import resolve_url
     from mcp_proxy.store.queries import Store
@@ -101,9 +124,21 @@ def export(
             await store.close()
 
     rows = asyncio.run(resolve())
+    ids = [str(r["id"]) for r in rows]
     total = sum(int(r.get("frame_count") or 0) for r in rows)
+    if not sending and chosen.write_db is not None:
+        # Straight from the store, a page of rows at a time (no model of the whole session).
+        done = [0]
+        with progress_bar(f"writing {chosen.name}", total) as advance:
+            to_stdout = _write_out(output, chosen.write_db(url, ids, _counting(advance, done)))
+        if not to_stdout:
+            print(
+                f"exported {len(ids)} session(s), {done[0]} frame(s) to {output} ({chosen.name})",
+                file=sys.stderr,
+            )
+        return
     with progress_bar("reading", total) as advance:
-        recording = read_sessions(url, [str(r["id"]) for r in rows], advance)
+        recording = read_sessions(url, ids, advance)
     n = recording.frame_total
     if sending:
         if chosen.send is None:
@@ -116,13 +151,8 @@ def export(
         return
     assert writer is not None
     with progress_bar(f"writing {chosen.name}", n) as advance:
-        chunks = writer(recording, advance)
-        if output == "-":
-            for chunk in chunks:
-                sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
+        if _write_out(output, writer(recording, advance)):
             return
-        write_file(output, chunks)
     print(
         f"exported {len(recording.sessions)} session(s), {n} frame(s) to {output} ({chosen.name})",
         file=sys.stderr,
@@ -153,22 +183,24 @@ def import_(
 ) -> None:
     """Load a recording file into the database (each session gets a new id), redacted as
     ``record`` redacts."""
-    from mcp_proxy.recording.database import import_recording, import_redactor
-    from mcp_proxy.recording.registry import read_file
+    from mcp_proxy.recording.database import import_file, import_redactor
     from mcp_proxy.store.engine import resolve_url
 
-    with progress_bar("reading", None) as advance:
-        recording = read_file(file, fmt, advance)
-    with progress_bar("importing", recording.frame_total) as advance:
-        result = import_recording(
-            recording,
+    with (
+        progress_bar("reading", None) as read_advance,
+        progress_bar("importing", None) as advance,
+    ):
+        recording, result = import_file(
+            file,
             resolve_url(db),
+            fmt,
+            read_progress=read_advance,
             progress=advance,
             redactor=import_redactor(False) if no_redact else None,
         )
-    for (old, new), s in zip(result.sessions, recording.sessions, strict=True):
+    for (old, new), s, n in zip(result.sessions, recording.sessions, result.counts, strict=True):
         name = s.session.get("name")
-        print(f"{new}  {name or '-'}  ({len(s.frames)} frames; was {old[:12]})")
+        print(f"{new}  {name or '-'}  ({n} frames; was {old[:12]})")
     print(
         f"imported {len(result.sessions)} session(s), {result.frames} frame(s)",
         file=sys.stderr,

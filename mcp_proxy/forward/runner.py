@@ -166,6 +166,7 @@ async def serve_forward(
     from mitmproxy.master import Master
 
     from mcp_proxy.forward.addon import McpTape
+    from mcp_proxy.forward.certs import create_ec_ca
     from mcp_proxy.recorder.client import RecorderClient
 
     conf = confdir()
@@ -187,6 +188,9 @@ async def serve_forward(
         opts.changed.disconnect(master.addons._configure_all)
         master.addons = LeanAddonManager(master)
     try:
+        # Before TlsConfig is added (it makes an RSA CA when there is none): a CA made here
+        # has a P-256 key, the key of every host-side handshake (mcp_proxy/forward/certs.py).
+        create_ec_ca(conf)
         master.addons.add(*_addons())
         opts.update(connection_strategy="lazy")
         _load_config(opts, conf)

@@ -166,12 +166,25 @@ class BatchBuilder:
     def pending_frames(self) -> int:
         return len(self._batch.frames) + len(self._run)
 
+    def build(self) -> None:
+        """Turn the chunks held so far into rows now (:meth:`take` would do it anyway): the
+        recorder does this while the batch before is still being written."""
+        if self._run:
+            self._drain_run()
+
     def take(self) -> Batch:
         """Everything built since the last call (after anything carried), as one batch."""
         if self._run:
             self._drain_run()
         batch, self._batch = self._batch, Batch()
         self.pending_bytes = 0
+        sessions = self.sessions
+        # The counts as of now, not as of each session's last frame: an earlier batch still
+        # being written when these frames were built may have lost rows since (``count_lost``).
+        batch.session_counts = {
+            sid: (sessions[sid].frame_count, last)
+            for sid, (_count, last) in batch.session_counts.items()
+        }
         for (sid, code), note in self._notes.items():
             batch.findings.append(self._note_finding(sid, code, note))
         self._notes = {}
@@ -276,16 +289,15 @@ class BatchBuilder:
         direction: Direction,
         msg: dict[str, Any],
         line: bytes | bytearray,
-        at: tuple[str, int, float, int, str],
+        at: tuple[str, int, float, int, str, str],
     ) -> FrameRow | None:
         """The row of the two commonest messages without a :class:`Classified`, or None.
 
         A notification whose method needs no care, and a response to an integer id (no digit
         run past 18: it fits the column as it is) — ``classify_message``'s rows for them. ``at``
-        is (session id, seq, wall, mono, channel value) of the line.
+        is (session id, seq, wall, mono, channel value, direction value) of the line.
         """
-        sid, seq, wall, mono, cval = at
-        dval = direction.value
+        sid, seq, wall, mono, cval, dval = at
         if "id" not in msg:
             method = msg.get("method")
             if type(method) is not str or len(method) > _MAX_METHOD or not method.isascii():
@@ -358,8 +370,27 @@ class BatchBuilder:
                     cl = classify(line, channel, checked=True)
                 else:
                     if type(msg) is dict and msg.get("jsonrpc") == "2.0":
+                        if "id" not in msg:
+                            # The commonest frame of all, a notification, decided here: no
+                            # call, no Classified (``_inline_row`` says the same in full).
+                            method = msg.get("method")
+                            if (
+                                type(method) is str
+                                and len(method) <= _MAX_METHOD
+                                and method.isascii()
+                            ):
+                                append(
+                                    _new_row(
+                                        FrameRow,
+                                        (sid, seq, wall, mono, dval, cval, "notification",
+                                         method, None, None, n, True, False, line, None, None,
+                                         None, None),
+                                    )
+                                )  # fmt: skip
+                                seq += 1
+                                continue
                         fast = self._inline_row(
-                            st, direction, msg, line, (sid, seq, wall, mono, cval)
+                            st, direction, msg, line, (sid, seq, wall, mono, cval, dval)
                         )
                         if fast is not None:
                             append(fast)

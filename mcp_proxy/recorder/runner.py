@@ -34,6 +34,7 @@ from mcp_proxy.recorder.contract import (
 
 if TYPE_CHECKING:
     from mcp_proxy.redact import Redactor
+    from mcp_proxy.store.rows import Batch, FrameRow
     from mcp_proxy.store.writer import BatchWriter
 
 _RETRY_DELAYS = (0.05, 0.2, 0.8)
@@ -75,8 +76,13 @@ class BatchRunner:
         redact: Callable[[Frame], Frame] | Redactor | None = None,
         warn: Callable[[str], None] | None = None,
         retry_delays: tuple[float, ...] = _RETRY_DELAYS,
+        pipelined: bool = False,
     ) -> None:
         self.url = url
+        #: Write each batch on a thread of its own while the next one is built (the recorder
+        #: process): see :class:`_InsertThread`.
+        self.pipelined = pipelined
+        self._pipe: _InsertThread | None = None
         self._warn = warn or _stderr
         self.builder = BatchBuilder(redact=redact, warn=self._warn)
         self.writer: BatchWriter | None = None
@@ -125,6 +131,11 @@ class BatchRunner:
         A database that was never opened gets one more attempt, not ``patience``: a wrong URL
         must not hold up the end of every recording.
         """
+        self._settle()
+        if self._pipe is not None:  # the rest is written here, in turn, as it comes
+            self._pipe.close()
+            self._pipe = None
+        self.pipelined = False
         if self.writer is None:
             self._next_open = 0.0
         self.flush()
@@ -142,8 +153,9 @@ class BatchRunner:
         return b._carry is not None or any(st.gap.lost for st in b.sessions.values())
 
     def owes(self) -> bool:
-        """True while rows wait for the database (refused, or it could not be opened yet)."""
-        return self._carrying()
+        """True while rows wait for the database (being written, refused, or it could not be
+        opened yet)."""
+        return (self._pipe is not None and self._pipe.busy) or self._carrying()
 
     # ------------------------------------------------------------------ input
     def feed(self, item: Item) -> None:
@@ -154,6 +166,7 @@ class BatchRunner:
 
     def _resume(self, item: Resume) -> None:
         """Take over sessions a recorder process that died had begun, and count what it lost."""
+        self._settle()  # the database is read below: nothing of ours may be half-written
         for sid, info in item.sessions.items():
             exists, last, count, gaps = False, 0, 0, 0
             if self.writer is not None:
@@ -171,9 +184,18 @@ class BatchRunner:
 
     # ------------------------------------------------------------------ output
     def flush(self) -> None:
-        """Write everything built so far as one batch (retrying transient refusals)."""
-        from mcp_proxy.store.writer import TransientWriteError
+        """Write everything built so far as one batch (retrying transient refusals).
 
+        Pipelined, the batch is handed to the insert thread and this returns at once, after the
+        batch before it is settled (written or counted): one batch is written while the next
+        is built, never more, so memory stays at two batches and the order of writes is the
+        order of batches. The rows of the chunks held so far are built *before* waiting for
+        the batch on the thread — that is the overlap — but taken only after it is settled, so
+        that what it left to carry (sessions, a gap) goes first and the counts are current.
+        """
+        if self._pipe is not None and self._pipe.busy:
+            self.builder.build()
+        self._settle()
         batch = self.builder.take()
         if batch.empty():
             return
@@ -186,31 +208,56 @@ class BatchRunner:
             self.builder.refused(batch, reason)
             self._gap_warning(reason)
             return
+        if self.pipelined:
+            if self._pipe is None:
+                self._pipe = _InsertThread(self._write)
+            self._pipe.submit(batch)
+            return
+        self._settled(batch, self._write(batch))
+
+    def _settle(self) -> None:
+        """Wait for the batch on the insert thread, if any, and account for how it went."""
+        if self._pipe is not None and self._pipe.busy:
+            self._settled(*self._pipe.wait())
+
+    def _write(self, batch: Batch) -> _Outcome:
+        """Write ``batch`` with retries; touches only the writer and the stats' error fields
+        (it runs on the insert thread when pipelined: what it means for the builder is
+        :meth:`_settled`'s, on the recorder's own thread)."""
+        from mcp_proxy.store.writer import TransientWriteError
+
+        assert self.writer is not None
         for delay in (*self.retry_delays, None):
             try:
-                lost = self.writer.write(batch)
+                return _Outcome(lost=self.writer.write(batch))
             except TransientWriteError as exc:
                 self.stats.write_errors += 1
                 self.stats.last_error = str(exc)
                 if delay is None:
-                    self.builder.refused(batch, str(exc))
-                    self._gap_warning(str(exc))
-                    return
+                    return _Outcome(refused=str(exc))
                 time.sleep(delay)
-                continue
             except Exception as exc:  # a bug in the write path must not stop the recording
                 reason = f"recorder error {type(exc).__name__}: {_first_line(exc)}"
                 self.stats.last_error = reason
-                self.builder.count_lost(batch.frames, reason)
-                self._gap_warning(reason)
-                return
-            self.stats.batches += 1
-            self.stats.frames_written += len(batch.frames) - len(lost)
-            if lost:
-                reason = "the database refused these rows"
-                self.builder.count_lost(lost, reason)
-                self._gap_warning(reason)
+                return _Outcome(failed=reason)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _settled(self, batch: Batch, outcome: _Outcome) -> None:
+        """What a written (or refused) batch means for the builder's counts and carried rows."""
+        if outcome.refused is not None:
+            self.builder.refused(batch, outcome.refused)
+            self._gap_warning(outcome.refused)
             return
+        if outcome.failed is not None:
+            self.builder.count_lost(batch.frames, outcome.failed)
+            self._gap_warning(outcome.failed)
+            return
+        self.stats.batches += 1
+        self.stats.frames_written += len(batch.frames) - len(outcome.lost)
+        if outcome.lost:
+            reason = "the database refused these rows"
+            self.builder.count_lost(outcome.lost, reason)
+            self._gap_warning(reason)
 
     def _gap_warning(self, reason: str) -> None:
         if self.stats.loss_reason is None:
@@ -236,6 +283,77 @@ class BatchRunner:
             f"recording incomplete: {self.stats.frames_lost} frame(s) were relayed but not"
             f" recorded ({why})"
         )
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """How writing one batch went: rows the database refused one by one (``lost``), or the
+    whole batch refused after its retries (``refused``) or failed by a bug (``failed``)."""
+
+    lost: list[FrameRow] = field(default_factory=list)
+    refused: str | None = None
+    failed: str | None = None
+
+
+class _InsertThread:
+    """One batch at a time written on a thread of its own, while the recorder builds the next.
+
+    Why a thread helps in one Python process: ``sqlite3`` lets go of the GIL while SQLite steps
+    a statement (and psycopg while PostgreSQL works on a COPY), which is most of an insert's
+    time; on two cores, building batch N+1 (pure Python) then runs beside writing batch N. A
+    depth of one keeps the order of writes, bounds memory to two batches, and leaves every
+    decision about a batch that failed (counting its frames, carrying its sessions into the
+    next one) to the recorder's own thread, in order (:meth:`BatchRunner._settled`).
+    """
+
+    def __init__(self, work: Callable[[Batch], _Outcome]) -> None:
+        self._work = work
+        self._cv = threading.Condition()
+        self._job: Batch | None = None
+        self._done: tuple[Batch, _Outcome] | None = None
+        self._stop = False
+        #: A batch was submitted and its outcome not yet taken by :meth:`wait`.
+        self.busy = False
+        self._thread = threading.Thread(target=self._run, name="mcptape-insert", daemon=True)
+        self._thread.start()
+
+    def submit(self, batch: Batch) -> None:
+        with self._cv:
+            assert not self.busy, "one batch at a time"
+            self.busy = True
+            self._job = batch
+            self._cv.notify_all()
+
+    def wait(self) -> tuple[Batch, _Outcome]:
+        """The batch submitted last and how it went, once it is written."""
+        with self._cv:
+            while self._done is None:
+                self._cv.wait()
+            done, self._done = self._done, None
+            self.busy = False
+            return done
+
+    def close(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while self._job is None and not self._stop:
+                    self._cv.wait()
+                if self._job is None:
+                    return
+                job, self._job = self._job, None
+            try:
+                outcome = self._work(job)
+            except BaseException as exc:  # never leave the recorder waiting for nothing
+                outcome = _Outcome(failed=f"recorder error {type(exc).__name__}: {exc}")
+            with self._cv:
+                self._done = (job, outcome)
+                self._cv.notify_all()
 
 
 class Recorder(Producer):

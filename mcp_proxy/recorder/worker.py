@@ -4,10 +4,14 @@
 location — resolved here (:func:`~mcp_proxy.store.engine.resolve_url`, in the relay's directory
 and environment), so that the relay itself never imports the store.
 
-Single-threaded on purpose: reading the pipe and writing batches take turns, so the two never
-compete for the GIL, and while a batch is written the pipe (then the relay's backlog) holds what
-arrives — compact chunks rather than parsed rows. Records go straight into the
-:class:`~mcp_proxy.recorder.builder.BatchBuilder`; there is no queue in between.
+Two threads, one batch apart: this one reads the pipe and builds rows
+(:class:`~mcp_proxy.recorder.builder.BatchBuilder`, records go straight into it, no queue in
+between); an insert thread writes the batch before (``BatchRunner(pipelined=True)``). SQLite
+and psycopg let go of the GIL while the database works, so on two cores building batch N+1 runs
+beside inserting batch N. Never more than one batch waits to be written: while it is, the pipe
+(then the relay's backlog) holds what arrives — compact chunks rather than parsed rows — and
+everything a failed batch means (counted frames, carried sessions) is decided on this thread,
+in order.
 
 It survives any input: every record is handled under a guard (a failure costs that record's
 frames, counted as a gap, never the process). When the relay vanishes without saying goodbye
@@ -45,6 +49,13 @@ GROUP_GRACE = 2.0
 FINISH_PATIENCE = 120.0
 #: Milliseconds an idle worker sleeps at most while the database owes it rows.
 OWING_WAKE_MS = 500
+#: Seconds a thread waiting for the GIL waits before asking for it (Python's default: 0.005).
+SWITCH_INTERVAL = 0.0005
+#: Bytes of frames per batch under a burst: one batch is built while the one before is written,
+#: so the recorder holds two (~5,800 small frames each, ~3 MiB of rows each).
+BATCH_BYTES = 512 << 10
+#: Bytes per read of the pipe: a batch is cut after a read, so a read is well under a batch.
+READ_BYTES = 128 << 10
 
 
 class _Session:
@@ -129,7 +140,11 @@ def serve(url: str, fd: int, *, flush_interval: float = 0.05, max_batch: int = 2
     from mcp_proxy.redact import policy_from_env
 
     policy = policy_from_env()
-    runner = BatchRunner(url, redact=policy if policy.enabled else None)
+    runner = BatchRunner(url, redact=policy if policy.enabled else None, pipelined=True)
+    # The insert thread gives the GIL back while SQLite works and needs it again to go on; by
+    # default it would wait up to 5 ms for the builder to let go (one statement's work is
+    # ~1 ms). A shorter interval keeps both cores busy during a burst.
+    sys.setswitchinterval(SWITCH_INTERVAL)
     runner.open()
     state = _Session(runner)
     builder = runner.builder
@@ -151,7 +166,7 @@ def serve(url: str, fd: int, *, flush_interval: float = 0.05, max_batch: int = 2
             got = 0
             while got < (8 << 20):
                 try:
-                    data = os.read(fd, 1 << 20)
+                    data = os.read(fd, READ_BYTES)
                 except BlockingIOError:
                     break
                 if not data:
@@ -160,7 +175,7 @@ def serve(url: str, fd: int, *, flush_interval: float = 0.05, max_batch: int = 2
                 got += len(data)
                 state.buf += data
                 state.consume()
-                if builder.pending_bytes > (1 << 20) or builder.pending_frames >= max_batch:
+                if builder.pending_bytes > BATCH_BYTES or builder.pending_frames >= max_batch:
                     runner.flush()  # bounded memory while a burst streams in
             runner.flush()
             busy = got >= (256 << 10)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mcp_proxy.frames import Frame, column_id
+from mcp_proxy.frames import Frame
 from mcp_proxy.recording.model import (
     ANNOTATION_FIELDS,
     EXCHANGE_FIELDS,
@@ -110,11 +110,55 @@ def read_sessions(
     return Recording([read_session(url, sid, progress) for sid in session_ids], origin="database")
 
 
+def stream_jsonl(
+    url: str, session_ids: Sequence[str], progress: Progress | None = None
+) -> Iterator[bytes]:
+    """Sessions by exact id as JSON Lines, straight from the store (what ``export`` writes).
+
+    The same bytes as ``iter_jsonl(read_sessions(...))`` (a test keeps them equal) without the
+    model in between: frames stream from ``frame_rows`` a page at a time as stored tuples
+    (:meth:`~mcp_proxy.store.recordings.RecordingStore.iter_frame_codes`), so memory stays one
+    page whatever the session's size, and no frame becomes a dict. Building a dict per frame
+    and reading through the decoding view were most of an export's time.
+    """
+    from mcp_proxy.recording.jsonl import frame_chunks_from_rows, iter_jsonl_parts
+    from mcp_proxy.store.recordings import RecordingStore, class_key_parts
+
+    with RecordingStore(url) as rs:
+        names: dict[int, str] = {}
+
+        def classes(key: int) -> tuple[str, str, str, str | None]:
+            direction, channel, kind, code = class_key_parts(key)
+            if code is not None and code not in names:
+                names.update(rs.method_names())
+            return direction, channel, kind, None if code is None else names.get(code)
+
+        def parts() -> Iterator[tuple[SessionRecording, Any]]:
+            for sid in session_ids:
+                rows = rs.session_rows(sid)
+                numbers = {ex["id"]: n for n, ex in enumerate(rows.exchanges, start=1)}
+                head = SessionRecording(
+                    session=rows.session,
+                    exchanges=[{**ex, "id": numbers[ex["id"]]} for ex in rows.exchanges],
+                    findings=rows.findings,
+                    annotations=rows.annotations,
+                )
+                pages = rs.iter_frame_codes(sid)
+                yield head, frame_chunks_from_rows(sid, pages, classes, numbers)
+
+        yield from iter_jsonl_parts(parts(), progress)
+
+
 async def export_bytes(store: Store, refs: Sequence[str], fmt: str = "jsonl") -> bytes:
     """What ``mcptape export`` writes, as bytes: for the dashboard's download buttons."""
     from mcp_proxy.recording.registry import get_format
 
-    writer = get_format(fmt).need_writer()
+    chosen = get_format(fmt)
+    writer = chosen.need_writer()
+    if chosen.write_db is not None:
+        ids = [str(r["id"]) for r in await resolve_sessions(store, refs)]
+        stream = chosen.write_db
+        return await asyncio.to_thread(lambda: b"".join(stream(store.url, ids, None)))
     recording = await load_sessions(store, refs)
     return b"".join(writer(recording, None))
 
@@ -128,48 +172,67 @@ class ImportResult:
 
     sessions: list[tuple[str, str]]
     frames: int
+    #: Frames written per session, in the order of ``sessions``.
+    counts: list[int] = field(default_factory=list)
 
 
-def _frame_rows(
-    s: SessionRecording, progress: Progress | None, redactor: Redactor
-) -> Iterator[tuple[Any, ...]]:
-    """The session's frames as store rows, renumbered 1, 2, … (what a live recording has),
-    each followed by its ``redacted`` mark: the file's bytes go in as they are unless the
-    policy hides a secret in them, as ``record`` would have."""
-    done = 0
-    redact = redactor.frame if redactor.enabled else None
-    for n, f in enumerate(s.frames, start=1):
+#: Frames per page handed to the store (and looked at by the redaction prefilter at once).
+IMPORT_PAGE = 5000
+#: A session's frames as row tuples (``mcp_proxy.store.columns.FRAME_COLUMNS`` order).
+type Rows = list[tuple[Any, ...]]
+
+
+def _model_rows(s: SessionRecording) -> Rows:
+    """The model's frame dicts as row tuples (formats read into the model: HAR)."""
+    out: Rows = []
+    for f in s.frames:
         raw = bytes(f["raw"])
-        mark = None
-        if redact is not None and raw:
-            out = redact(Frame(f["direction"], f["channel"], raw, 0, 0.0))
-            if out.raw is not raw:
-                raw, mark = bytes(out.raw), True
-        yield (
-            n,
-            float(f["ts"]),
-            int(f.get("mono_ns") or 0),
-            f["direction"],
-            f["channel"],
-            f["kind"],
-            f.get("method"),
-            column_id(f.get("msg_id")),
-            f.get("error_code"),
-            len(raw),
-            bool(f.get("complete", True)),
-            bool(f.get("partial_parse", False)),
-            raw,
-            f.get("http_exchange_id"),
-            f.get("sse_id"),
-            f.get("sse_event"),
-            mark,
+        out.append(
+            (
+                f["seq"],
+                float(f["ts"]),
+                int(f.get("mono_ns") or 0),
+                f["direction"],
+                f["channel"],
+                f["kind"],
+                f.get("method"),
+                f.get("msg_id"),
+                f.get("error_code"),
+                len(raw),
+                bool(f.get("complete", True)),
+                bool(f.get("partial_parse", False)),
+                raw,
+                f.get("http_exchange_id"),
+                f.get("sse_id"),
+                f.get("sse_event"),
+            )
         )
-        done += 1
-        if progress is not None and done >= 2000:
-            progress(done)
-            done = 0
-    if progress is not None and done:
-        progress(done)
+    return out
+
+
+def _frame_pages(
+    rows: Rows, progress: Progress | None, redactor: Redactor
+) -> Iterator[tuple[Rows, set[int]]]:
+    """The session's rows a page at a time, each with the positions of its redacted rows: the
+    file's bytes go in as they are unless the policy hides a secret in them, as ``record``
+    would have. The prefilter looks at a page's bodies together (:meth:`Redactor.suspects`);
+    only the bodies it cannot clear take the whole redactor."""
+    suspects = redactor.suspects if redactor.enabled else None
+    for start in range(0, len(rows), IMPORT_PAGE):
+        page = rows[start : start + IMPORT_PAGE]
+        marked: set[int] = set()
+        if suspects is not None:
+            for i in suspects([r[12] for r in page]):
+                r = page[i]
+                raw = r[12]
+                out = redactor.frame(Frame(r[3], r[4], raw, 0, 0.0))
+                if out.raw is not raw:
+                    new = bytes(out.raw)
+                    page[i] = (*r[:9], len(new), *r[10:12], new, *r[13:])
+                    marked.add(i)
+        yield page, marked
+        if progress is not None:
+            progress(len(page))
 
 
 def import_redactor(redact: bool | None = None) -> Redactor:
@@ -206,7 +269,7 @@ def _redacted_exchange(ex: dict[str, Any], redactor: Redactor) -> dict[str, Any]
 
 
 def _session_row(
-    recording: Recording, s: SessionRecording, extra: dict[str, Any] | None
+    recording: Recording, s: SessionRecording, rows: Rows, extra: dict[str, Any] | None
 ) -> dict[str, Any]:
     row = s.session
     meta = dict(row.get("meta") or {})
@@ -225,8 +288,8 @@ def _session_row(
     out["gap_count"] = int(row.get("gap_count") or 0)
     out["meta"] = meta
     out["pid"] = None
-    if out.get("ended_at") is None and s.frames:
-        out["ended_at"] = float(s.frames[-1]["ts"])
+    if out.get("ended_at") is None and rows:
+        out["ended_at"] = float(rows[-1][1])
     return out
 
 
@@ -247,29 +310,82 @@ def import_recording(
     the recording policy (``redactor``; default :func:`import_redactor`: on, as ``record``) and
     then marked ``redacted`` — a file someone sends you is recorded like live traffic.
     """
+    rows = [_model_rows(s) for s in recording.sessions]
+    return import_rows(
+        recording, rows, db_url, extra_meta=extra_meta, progress=progress, redactor=redactor
+    )
+
+
+def import_rows(
+    recording: Recording,
+    rows: Sequence[Rows],
+    db_url: str,
+    *,
+    extra_meta: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+    redactor: Redactor | None = None,
+) -> ImportResult:
+    """:func:`import_recording` of sessions whose frames are row tuples (``rows[i]`` for
+    ``recording.sessions[i]``, whose ``frames`` are not read): what a JSON Lines file reads
+    into (:func:`~mcp_proxy.recording.jsonl.loads_rows`), with no dict per frame."""
     from mcp_proxy.store.recordings import RecordingStore
 
     if redactor is None:
         redactor = import_redactor()
     created: list[tuple[str, str]] = []
+    counts: list[int] = []
     total = 0
     with RecordingStore(db_url, write=True) as rs:
-        for s in recording.sessions:
-            seq_map = {int(f["seq"]): n for n, f in enumerate(s.frames, start=1)}
+        for s, frames in zip(recording.sessions, rows, strict=True):
+            seq_map = (
+                {int(r[0]): n for n, r in enumerate(frames, start=1)}
+                if s.findings or s.annotations
+                else {}
+            )
             exchanges = [
                 {"id": ex["id"], **_redacted_exchange(pick(ex, EXCHANGE_FIELDS), redactor)}
                 for ex in s.exchanges
             ]
             new_id, n = rs.import_session(
-                _session_row(recording, s, extra_meta),
+                _session_row(recording, s, frames, extra_meta),
                 exchanges,
-                _frame_rows(s, progress, redactor),
+                _frame_pages(frames, progress, redactor),
                 _findings(s, seq_map),
                 _notes(s, seq_map),
             )
             created.append((s.id, new_id))
+            counts.append(n)
             total += n
-    return ImportResult(created, total)
+    return ImportResult(created, total, counts)
+
+
+def import_file(
+    path: str | os.PathLike[str],
+    db_url: str,
+    fmt: str | None = None,
+    *,
+    read_progress: Progress | None = None,
+    progress: Progress | None = None,
+    redactor: Redactor | None = None,
+) -> tuple[Recording, ImportResult]:
+    """``mcptape import FILE``: read it in whatever format it is, then import it.
+
+    A JSON Lines file is read into row tuples and written from them (:func:`import_rows`);
+    other formats go through the model (:func:`import_recording`).
+    """
+    from mcp_proxy.recording.jsonl import loads_rows
+    from mcp_proxy.recording.model import read_bytes
+    from mcp_proxy.recording.registry import detect, get_format
+
+    data = read_bytes(path)
+    chosen = get_format(fmt) if fmt is not None else detect(path, data[:4096])
+    if chosen is None or chosen.name == "jsonl":
+        recording, rows = loads_rows(data, str(path), read_progress)
+        del data
+        return recording, import_rows(recording, rows, db_url, progress=progress, redactor=redactor)
+    recording = chosen.need_reader()(data, str(path), read_progress)
+    del data
+    return recording, import_recording(recording, db_url, progress=progress, redactor=redactor)
 
 
 def _findings(s: SessionRecording, seq_map: dict[int, int]) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from json.encoder import encode_basestring as _quote
 from typing import Any
 
@@ -38,6 +38,7 @@ from mcp_proxy.recording.model import (
     pick,
     raw_fields,
 )
+from mcp_proxy.store.columns import FRAME_COLUMNS
 
 FORMAT_NAME = "mcptape-recording"
 #: The version this mcptape writes. Readers accept every version from 1 up to this one.
@@ -173,13 +174,34 @@ def _frame_lines(
             progress(len(batch))
 
 
+#: A session's frame lines, as chunks: given the counts to keep and the progress callback.
+FrameChunks = Callable[[dict[str, int], Progress | None], Iterator[bytes]]
+
+
 def iter_jsonl(recording: Recording, progress: Progress | None = None) -> Iterator[bytes]:
     """The recording as JSON Lines, in chunks of whole lines (pure, deterministic)."""
+    return iter_jsonl_parts(((s, _model_frames(s)) for s in recording.sessions), progress)
+
+
+def _model_frames(s: SessionRecording) -> FrameChunks:
+    def chunks(counts: dict[str, int], progress: Progress | None) -> Iterator[bytes]:
+        return _frame_lines(s, counts, progress)
+
+    return chunks
+
+
+def iter_jsonl_parts(
+    parts: Iterable[tuple[SessionRecording, FrameChunks]], progress: Progress | None = None
+) -> Iterator[bytes]:
+    """JSON Lines from sessions whose frames come from elsewhere: each part is a session (its
+    ``frames`` unused) and the function that writes its frame lines. :func:`iter_jsonl` gives
+    the model's frames; an export from the database streams pages of stored rows
+    (:func:`frame_chunks_from_rows`) and never holds the session in memory."""
     yield _dump(
         {"format": FORMAT_NAME, "version": FORMAT_VERSION, "generator": f"mcptape {__version__}"}
     )
     counts = {"sessions": 0, "http_exchanges": 0, "frames": 0, "findings": 0, "annotations": 0}
-    for s in recording.sessions:
+    for s, frame_chunks in parts:
         sid = s.id
         yield _dump({"type": "session", **pick(s.session, SESSION_FIELDS)})
         counts["sessions"] += 1
@@ -193,7 +215,7 @@ def iter_jsonl(recording: Recording, progress: Progress | None = None) -> Iterat
                 }
             )
             counts["http_exchanges"] += 1
-        yield from _frame_lines(s, counts, progress)
+        yield from frame_chunks(counts, progress)
         for fi in s.findings:
             yield _dump({"type": "finding", "session": sid, **pick(fi, FINDING_FIELDS)})
             counts["findings"] += 1
@@ -201,6 +223,82 @@ def iter_jsonl(recording: Recording, progress: Progress | None = None) -> Iterat
             yield _dump({"type": "annotation", "session": sid, **pick(an, ANNOTATION_FIELDS)})
             counts["annotations"] += 1
     yield _dump({"type": "end", **counts})
+
+
+def frame_chunks_from_rows(
+    session_id: str,
+    pages: Iterable[Sequence[tuple[Any, ...]]],
+    classes: Callable[[int], tuple[str, str, str, str | None]],
+    exchange_numbers: dict[int, int],
+) -> FrameChunks:
+    """Frame lines from stored rows (``EXPORT_COLUMNS`` of :mod:`mcp_proxy.store.recordings`),
+    a chunk per page: the bytes :func:`_frame_line` writes for the same frame as a dict (a test
+    keeps them equal), without the dict.
+
+    ``classes`` turns a row's ``class_key`` into ``(direction, channel, kind, method)``; its JSON
+    is made once per key. ``exchange_numbers`` maps a database exchange id to its number in the
+    session. Lines of a page are joined as text and encoded once.
+    """
+    prefix = '{"type":"frame","session":' + _encode(session_id) + ',"seq":'
+    middles: dict[int, str] = {}
+
+    def chunks(counts: dict[str, int], progress: Progress | None) -> Iterator[bytes]:
+        for page in pages:
+            text = _row_lines(prefix, page, middles, classes, exchange_numbers)
+            counts["frames"] += len(page)
+            yield text.encode("utf-8")
+            if progress is not None:
+                progress(len(page))
+
+    return chunks
+
+
+def _row_lines(
+    prefix: str,
+    page: Sequence[tuple[Any, ...]],
+    middles: dict[int, str],
+    classes: Callable[[int], tuple[str, str, str, str | None]],
+    numbers: dict[int, int],
+) -> str:
+    """One page of stored rows as frame lines (the export's hot loop)."""
+    out: list[str] = []
+    append = out.append
+    quote = _quote
+    for seq, ts, mono, key, msg_id, code, complete, raw, ex, sse_id, sse_event in page:
+        middle = middles.get(key)
+        if middle is None:
+            middle = middles[key] = _middle(classes(key))
+        line = (
+            f'{prefix}{seq},"ts":{float.__repr__(ts) if type(ts) is float else _encode(ts)}'
+            f',"mono_ns":{mono}{middle}'
+        )
+        if msg_id is not None:
+            line += ',"id":' + quote(msg_id)
+        if code is not None or ex is not None or sse_id is not None or sse_event is not None:
+            line += _rare_fields(code, None if ex is None else numbers.get(ex), sse_id, sse_event)
+        if not complete:
+            line += ',"complete":false'
+        if type(raw) is not bytes:
+            raw = bytes(raw)  # a memoryview from some drivers
+        try:
+            append(f'{line},"text":{quote(raw.decode("utf-8"))}}}\n')
+        except UnicodeDecodeError:
+            append(f'{line},"base64":"{base64.b64encode(raw).decode("ascii")}"}}\n')
+    return "".join(out)
+
+
+def _rare_fields(code: Any, exchange: Any, sse_id: Any, sse_event: Any) -> str:
+    """``error_code``, ``exchange``, ``sse_id``, ``sse_event`` in file order, those present."""
+    text = ""
+    for name, value in (
+        ("error_code", code),
+        ("exchange", exchange),
+        ("sse_id", sse_id),
+        ("sse_event", sse_event),
+    ):
+        if value is not None:
+            text += _KEYS[name] + _json(value)
+    return text
 
 
 def dumps_jsonl(recording: Recording) -> bytes:
@@ -421,17 +519,23 @@ def _recorded_class(rec: dict[str, Any], raw: bytes) -> tuple[Any, ...] | None:
 
 
 def frame_from_record(rec: dict[str, Any], where: str, trusted: bool = False) -> dict[str, Any]:
-    """A file's frame record → a frame row (validated; kind, method and id recomputed).
+    """A file's frame record → a frame row dict (validated; kind, method and id recomputed)."""
+    return dict(zip(FRAME_COLUMNS, frame_row(rec, where, trusted), strict=True))
+
+
+def frame_row(rec: dict[str, Any], where: str, trusted: bool = False) -> tuple[Any, ...]:
+    """A file's frame record → a frame row tuple (``FRAME_COLUMNS`` order), validated.
 
     With ``trusted`` (the file was written by this mcptape), the record's own kind, method, id
-    and error code are kept when well-formed instead of being recomputed from the bytes.
+    and error code are kept when well-formed instead of being recomputed from the bytes. A
+    tuple, not a dict: an import moves it to the store as it is.
     """
     seq = rec.get("seq")
     if type(seq) is not int:
         _need(rec, "seq", int, where)
     ts = rec.get("ts")
     if type(ts) is not float:
-        ts = _need(rec, "ts", (int, float), where)
+        ts = float(_need(rec, "ts", (int, float), where))
     mono = rec.get("mono_ns", 0)
     if type(mono) is not int:
         raise RecordingFormatError(f"{where}: field 'mono_ns' must be an integer")
@@ -449,24 +553,21 @@ def frame_from_record(rec: dict[str, Any], where: str, trusted: bool = False) ->
     exchange = rec.get("exchange")
     if exchange is not None and type(exchange) is not int:
         raise RecordingFormatError(f"{where}: 'exchange' must be an integer")
-    return {
-        "seq": seq,
-        "ts": float(ts),
-        "mono_ns": mono,
-        "direction": direction,
-        "channel": channel,
-        "kind": known[0],
-        "method": known[1],
-        "msg_id": known[2],
-        "error_code": known[3],
-        "size": len(raw),
-        "complete": rec.get("complete", True) is not False,
-        "partial_parse": known[4],
-        "raw": raw,
-        "http_exchange_id": exchange,
-        "sse_id": rec.get("sse_id"),
-        "sse_event": rec.get("sse_event"),
-    }
+    return (
+        seq,
+        ts,
+        mono,
+        direction,
+        channel,
+        *known[:4],
+        len(raw),
+        rec.get("complete", True) is not False,
+        known[4],
+        raw,
+        exchange,
+        rec.get("sse_id"),
+        rec.get("sse_event"),
+    )
 
 
 def _header(stream: Records, origin: str) -> tuple[int, dict[str, Any]]:
@@ -512,6 +613,8 @@ class _Reader:
         }
         self.exchange_ids: dict[str, set[int]] = {}
         self.pending = 0
+        #: Each session's frames as row tuples (``FRAME_COLUMNS``), by session id.
+        self.rows: dict[str, list[tuple[Any, ...]]] = {}
 
     def session(self, rec: dict[str, Any], where: str) -> None:
         sid = _need(rec, "id", str, where)
@@ -523,6 +626,7 @@ class _Reader:
         row["status"] = row.get("status") or "ended"
         self.sessions[sid] = SessionRecording(row)
         self.exchange_ids[sid] = set()
+        self.rows[sid] = []
         self.order.append(self.sessions[sid])
         self.counts["sessions"] += 1
 
@@ -550,13 +654,14 @@ class _Reader:
             self.counts["annotations"] += 1
 
     def frame(self, owner: SessionRecording, rec: dict[str, Any], where: str) -> None:
-        frame = frame_from_record(rec, where, self.trusted)
-        if owner.frames and frame["seq"] <= owner.frames[-1]["seq"]:
-            raise RecordingFormatError(f"{where}: frame seq {frame['seq']} is out of order")
-        ex = frame["http_exchange_id"]
+        row = frame_row(rec, where, self.trusted)
+        rows = self.rows[owner.id]
+        if rows and row[0] <= rows[-1][0]:
+            raise RecordingFormatError(f"{where}: frame seq {row[0]} is out of order")
+        ex = row[13]
         if ex is not None and ex not in self.exchange_ids[owner.id]:
             raise RecordingFormatError(f"{where}: frame refers to unknown http exchange {ex}")
-        owner.frames.append(frame)
+        rows.append(row)
         self.counts["frames"] += 1
         if self.progress is not None:
             self.pending += 1
@@ -596,6 +701,25 @@ def loads_recording(
     that is not a complete, well-formed recording: a truncated file, a hand-edit that broke a
     line or a count, an unknown format version, a HAR file given as JSON Lines.
     """
+    recording, rows = loads_rows(data, origin, progress, reclassify=reclassify)
+    for s, frames in zip(recording.sessions, rows, strict=True):
+        s.frames = [dict(zip(FRAME_COLUMNS, r, strict=True)) for r in frames]
+        frames.clear()  # one copy of a big session at a time
+    return recording
+
+
+def loads_rows(
+    data: bytes,
+    origin: str = "recording",
+    progress: Progress | None = None,
+    *,
+    reclassify: bool = False,
+) -> tuple[Recording, list[list[tuple[Any, ...]]]]:
+    """:func:`loads_recording` for an import: the sessions without their frames, and each
+    session's frames as row tuples (``FRAME_COLUMNS`` order), validated the same way.
+
+    A dict per frame was a third of an import's time, for fields the store wants as a tuple.
+    """
     if not data.strip():
         raise RecordingFormatError(f"{origin} is empty")
     stream = _lines(data, origin)
@@ -611,13 +735,20 @@ def loads_recording(
     reader = _Reader(origin, progress, trusted)
     end: dict[str, Any] | None = None
     last_line = 1
+    sessions = reader.sessions
     for lineno, rec in records:
         last_line = lineno
         where = f"{origin} line {lineno}"
         if end is not None:
             raise RecordingFormatError(f"{where}: data after the end record")
         kind = rec.get("type")
-        if kind == "frame" or kind in _OWNED:
+        if kind == "frame":
+            sid = rec.get("session")
+            owner = sessions.get(sid) if type(sid) is str else None
+            if owner is None:
+                raise RecordingFormatError(f"{where}: frame for a session not declared before it")
+            reader.frame(owner, rec, where)
+        elif kind in _OWNED:
             reader.owned(rec, str(kind), where)
         elif kind == "session":
             reader.session(rec, where)
@@ -626,7 +757,8 @@ def loads_recording(
         else:
             raise RecordingFormatError(f"{where}: unknown record type {kind!r}")
     reader.check_end(end, last_line)
-    return Recording(reader.order, origin=origin, version=version)
+    recording = Recording(reader.order, origin=origin, version=version)
+    return recording, [reader.rows[s.id] for s in reader.order]
 
 
 def sniff(head: bytes) -> bool:
@@ -641,6 +773,14 @@ def read_jsonl(data: bytes, origin: str, progress: Progress | None = None) -> Re
     return loads_recording(data, origin, progress)
 
 
+def _write_db(
+    url: str, session_ids: Sequence[str], progress: Progress | None = None
+) -> Iterator[bytes]:
+    from mcp_proxy.recording.database import stream_jsonl
+
+    return stream_jsonl(url, session_ids, progress)
+
+
 def _format() -> Any:
     from mcp_proxy.recording.registry import Format
 
@@ -650,6 +790,7 @@ def _format() -> Any:
         suffixes=(".mcptape.jsonl", ".jsonl"),
         media_type="application/x-ndjson",
         write=iter_jsonl,
+        write_db=_write_db,
         read=read_jsonl,
         sniff=sniff,
         label="JSON Lines",

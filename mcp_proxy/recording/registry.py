@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 type Writer = Callable[[Recording, Progress | None], Iterable[bytes]]
 #: Reads a file's bytes (with the file's name for messages) into a recording.
 type Reader = Callable[[bytes, str, Progress | None], Recording]
+#: Writes sessions straight from a database (URL, exact session ids), streaming: no model.
+type DbWriter = Callable[[str, Sequence[str], Progress | None], Iterable[bytes]]
 #: Sends a recording somewhere that is not a file (a URL); returns a one-line summary.
 type Sender = Callable[[Recording, str, Progress | None], str]
 
@@ -50,6 +52,9 @@ class Format:
     label: str = ""
     #: The session transports the format can hold (HAR: HTTP only); empty means every one.
     transports: tuple[str, ...] = ()
+    #: Writes the same bytes as ``write`` straight from a database, a page of rows at a time
+    #: (``export`` and the dashboard's downloads use it when there is one).
+    write_db: DbWriter | None = None
 
     @property
     def short(self) -> str:
@@ -164,6 +169,7 @@ def output_format(output: str, fmt: str | None) -> Format:
 
 
 __all__ = [
+    "DbWriter",
     "Format",
     "Reader",
     "Sender",

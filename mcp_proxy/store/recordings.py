@@ -14,7 +14,7 @@ to and from its model.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,14 +22,57 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from mcp_proxy.errors import StoreError
+from mcp_proxy.frames import column_id
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store import schema
-from mcp_proxy.store.codes import resolve
-from mcp_proxy.store.columns import FRAME_COLUMNS, encode_frames
+from mcp_proxy.store.columns import (
+    CHANNEL_CODES,
+    CHANNEL_NAMES,
+    DIRECTION_CODES,
+    DIRECTION_NAMES,
+    FRAME_COLUMNS,
+    KIND_CODES,
+    KIND_NAMES,
+    STORED_FRAME_COLS,
+)
 from mcp_proxy.store.rows import storable
-from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
+from mcp_proxy.store.schema import findings, frames, http_exchanges, methods, sessions
 
-__all__ = ["FRAME_COLUMNS", "RecordingStore", "SessionRows"]
+__all__ = ["EXPORT_COLUMNS", "FRAME_COLUMNS", "RecordingStore", "SessionRows", "class_key_parts"]
+
+#: The columns :meth:`RecordingStore.iter_frame_codes` gives, in order. ``class_key`` folds a
+#: frame's direction, channel, kind and method codes into one integer (:func:`class_key_parts`).
+EXPORT_COLUMNS = (
+    "seq", "ts", "mono_ns", "class_key", "msg_id", "error_code", "complete", "raw",
+    "http_exchange_id", "sse_id", "sse_event",
+)  # fmt: skip
+_EXPORT_SQL = (
+    "f.seq", "f.ts", "f.mono_ns",
+    "f.direction + 2 * f.channel + 16 * f.kind"
+    " + 256 * CAST(COALESCE(f.method_code, -1) + 1 AS BIGINT)",
+    "f.msg_id", "f.error_code", "f.complete", "f.raw", "f.http_exchange_id", "f.sse_id",
+    "f.sse_event",
+)  # fmt: skip
+assert max(DIRECTION_CODES.values()) < 2 and max(CHANNEL_CODES.values()) < 8
+assert max(KIND_CODES.values()) < 16  # the fields of a class key must not overlap
+
+
+def class_key_parts(key: int) -> tuple[str, str, str, int | None]:
+    """``(direction, channel, kind, method code or None)`` of an export row's ``class_key``.
+
+    Raises ``StoreError`` for a code this mcptape does not know (a database written by a newer
+    one; the schema check refuses those first).
+    """
+    try:
+        return (
+            DIRECTION_NAMES[key & 1],
+            CHANNEL_NAMES[(key >> 1) & 7],
+            KIND_NAMES[(key >> 4) & 15],
+            (key >> 8) - 1 if key >> 8 else None,
+        )
+    except KeyError:
+        raise StoreError(f"frame class {key} holds a code this mcptape does not know") from None
+
 
 #: Column limits of the schema that a derived value must fit (the raw bytes always go in whole).
 _METHOD_MAX = 200
@@ -150,23 +193,83 @@ class RecordingStore:
         except (sa.exc.DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
             raise StoreError(_short(exc)) from exc
 
+    def _dbapi_cursor(self, conn: sa.Connection) -> Any:
+        return conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+
+    def _marker(self) -> str:
+        return "?" if self.engine.dialect.name == "sqlite" else "%s"
+
+    def method_names(self) -> dict[int, str]:
+        """``methods.code`` → name: what an export decodes ``frame_rows.method_code`` with."""
+        try:
+            with self.engine.connect() as conn:
+                return {
+                    int(c): str(n)
+                    for c, n in conn.execute(sa.select(methods.c.code, methods.c.name))
+                }
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(_short(exc)) from exc
+
+    def iter_frame_codes(
+        self, session_id: str, page: int = PAGE
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """A session's frames as stored, in seq order, a page of :data:`EXPORT_COLUMNS` tuples at
+        a time: what ``export`` writes, read without the ``frames`` view.
+
+        The view joins ``session_keys`` and ``methods`` per row and decodes three codes with
+        ``CASE``; an export needs none of it — the session key is looked up once, the method
+        names once per database, and direction, channel, kind and method come folded into one
+        integer (:func:`class_key_parts`) that the writer looks up in a small dict per
+        combination. Keyset pages on ``(session_key, seq)``, one statement each, rows straight
+        from the DBAPI cursor.
+        """
+        mark = self._marker()
+        sql = (
+            f"SELECT {', '.join(_EXPORT_SQL)} FROM frame_rows AS f"
+            f" WHERE f.session_key = {mark} AND f.seq > {mark} ORDER BY f.seq LIMIT {int(page)}"
+        )
+        try:
+            with self.engine.connect() as conn:
+                cursor = self._dbapi_cursor(conn)
+                try:
+                    cursor.execute(f"SELECT key FROM session_keys WHERE id = {mark}", (session_id,))
+                    found = cursor.fetchone()
+                    if found is None:
+                        return
+                    key, after = int(found[0]), -1
+                    while True:
+                        cursor.execute(sql, (key, after))
+                        rows = cursor.fetchall()
+                        if rows:
+                            yield rows
+                        if len(rows) < page:
+                            return
+                        after = rows[-1][0]
+                finally:
+                    cursor.close()
+        except (sa.exc.DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
+            raise StoreError(_short(exc)) from exc
+
     # ------------------------------------------------------------------ writing
     def import_session(
         self,
         session: dict[str, Any],
         exchanges: Sequence[dict[str, Any]],
-        frame_rows: Iterator[tuple[Any, ...]],
+        frame_pages: Iterable[tuple[Sequence[tuple[Any, ...]], Collection[int]]],
         recorded: Sequence[dict[str, Any]],
         notes: Sequence[dict[str, Any]],
     ) -> tuple[str, int]:
         """Write one session in one transaction; returns its new id and the frames written.
 
-        ``exchanges`` carry their per-session number as ``id``; frame rows (in
-        :data:`FRAME_COLUMNS` order, then optionally the ``redacted`` mark) point at those numbers, which become database ids here.
+        ``exchanges`` carry their per-session number as ``id``. ``frame_pages`` are pages of
+        frame rows (:data:`FRAME_COLUMNS` order) in recording order, each with the positions
+        of its rows to mark ``redacted``; frames are numbered 1, 2, … here (the rows' own
+        ``seq`` is ignored) and point at the exchange numbers, which become database ids.
         Derived columns are made storable as the recorder makes them (:func:`storable`: lone
-        surrogates escaped, integers beyond 64 bits dropped; text cut to its column; an id the
-        caller did not shorten with :func:`mcp_proxy.frames.column_id` left out) — the raw bytes,
-        which they are derived from, always go in whole.
+        surrogates escaped, integers beyond 64 bits dropped; text cut to its column; a long id
+        shortened by :func:`mcp_proxy.frames.column_id`) — the raw bytes, which they are
+        derived from, always go in whole. Frames go to ``frame_rows`` directly, with their
+        codes: ``executemany`` on SQLite, binary ``COPY`` on PostgreSQL.
         """
         new_id = uuid.uuid4().hex
         row = {k: v for k, v in session.items() if k in sessions.c and k != "id"}
@@ -179,7 +282,7 @@ class RecordingStore:
                     conn.exec_driver_sql(f"PRAGMA cache_size = -{BULK_CACHE_KIB}")
                 conn.execute(sessions.insert(), [row])
                 ids = self._insert_exchanges(conn, new_id, exchanges)
-                count, last = self._insert_frames(conn, new_id, frame_rows, ids)
+                count, last = self._insert_frames(conn, new_id, frame_pages, ids)
                 conn.execute(
                     sessions.update()
                     .where(sessions.c.id == new_id)
@@ -211,44 +314,36 @@ class RecordingStore:
         self,
         conn: sa.Connection,
         session_id: str,
-        frame_rows: Iterator[tuple[Any, ...]],
+        frame_pages: Iterable[tuple[Sequence[tuple[Any, ...]], Collection[int]]],
         exchange_ids: dict[int, int],
     ) -> tuple[int, float | None]:
+        from mcp_proxy.store.codes import resolve
         from mcp_proxy.store.writes import frame_insert_sql
 
-        keys: dict[str, int] = {}
-        methods: dict[str, int] = {}
         dbapi = conn.connection.driver_connection
-        sql = frame_insert_sql(self.engine)
+        keys: dict[str, int] = {}
+        resolve(dbapi, keys, {}, [(session_id,) + (None,) * 7])
+        key = keys.get(session_id)
+        if key is None:
+            raise StoreError(f"import failed: session {session_id} has no key")
+        pg = self.engine.dialect.name == "postgresql"
+        sql = None if pg else frame_insert_sql(self.engine)
+        methods: dict[str, int] = {}
         count = 0
         last: float | None = None
-        page: list[Any] = []
-        for r in frame_rows:
-            page.append(_storable(session_id, r, exchange_ids))
-            count += 1
-            last = r[1]
-            if len(page) >= PAGE:
-                conn.exec_driver_sql(sql, _encoded(dbapi, keys, methods, page))
-                page = []
-        if page:
-            conn.exec_driver_sql(sql, _encoded(dbapi, keys, methods, page))
+        for page, marked in frame_pages:
+            if not page:
+                continue
+            stored = _stored_page(dbapi, key, count, page, marked, exchange_ids, methods)
+            if pg:
+                from mcp_proxy.store import pg as pg_mod
+
+                pg_mod.copy_into(conn, "frame_rows", STORED_FRAME_COLS, stored)
+            else:
+                conn.exec_driver_sql(sql, stored)  # type: ignore[arg-type]
+            count += len(page)
+            last = page[-1][1]
         return count, last
-
-
-#: What an import writes of a frame: the store's column list and the redaction mark.
-_WRITTEN = (*FRAME_COLUMNS, "redacted")
-_COLS = ("session_id", *_WRITTEN)
-
-
-def _encoded(
-    dbapi: Any, keys: dict[str, int], methods: dict[str, int], page: list[tuple[Any, ...]]
-) -> Any:
-    """Import rows (``FrameRow`` order) as ``frame_rows`` tuples; an unknown code is refused."""
-    resolve(dbapi, keys, methods, page)
-    try:
-        return encode_frames(keys, methods, page)
-    except KeyError as exc:
-        raise StoreError(f"import failed: unknown frame direction/channel/kind {exc}") from None
 
 
 _INT64 = (-(2**63), 2**63 - 1)
@@ -264,32 +359,57 @@ def _fits(value: Any, limit: int) -> Any:
     return fixed[:limit] if isinstance(fixed, str) else fixed
 
 
-def _storable(session_id: str, r: tuple[Any, ...], exchange_ids: dict[int, int]) -> tuple[Any, ...]:
-    """A frame row with the session key, database exchange id and storable derived values."""
-    (seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete, partial, raw,
-     ex, sse_id, sse_event) = r[:16]  # fmt: skip
-    redacted = r[16] if len(r) > 16 else None
-    if code is not None and not (type(code) is int and _INT64[0] <= code <= _INT64[1]):
-        code = storable(code)
-    if not (type(mono) is int and _INT64[0] <= mono <= _INT64[1]):
-        mono = storable(mono) or 0
-    return (
-        session_id,
-        seq,
-        ts,
-        mono,
-        direction,
-        channel,
-        kind,
-        _fits(method, _METHOD_MAX),
-        msg_id if msg_id is None or len(msg_id) <= _MSG_ID_MAX else None,
-        code,
-        size,
-        complete,
-        partial,
-        raw,
-        exchange_ids.get(ex) if ex is not None else None,
-        _fits(sse_id, _SSE_ID_MAX),
-        _fits(sse_event, _SSE_EVENT_MAX),
-        redacted,
-    )
+def _stored_page(
+    dbapi: Any,
+    key: int,
+    before: int,
+    page: Sequence[tuple[Any, ...]],
+    marked: Collection[int],
+    exchange_ids: dict[int, int],
+    methods: dict[str, int],
+) -> list[tuple[Any, ...]]:
+    """Import rows (:data:`FRAME_COLUMNS`) as ``frame_rows`` tuples (``STORED_FRAME_COLS``), in
+    one pass: numbered after ``before``, codes for the strings, storable derived values.
+
+    ``methods`` caches method name → code across pages (the names as the file has them; the
+    code is the one of the name as stored, cut to its column). An unknown direction, channel
+    or kind is refused with one line.
+    """
+    from mcp_proxy.store.codes import resolve
+
+    fresh = {r[6] for r in page if r[6] is not None and r[6] not in methods}
+    if fresh:
+        fitted = {name: _fits(name, _METHOD_MAX) for name in fresh}
+        known: dict[str, int] = {}
+        resolve(dbapi, {"": 0}, known, [("", *(None,) * 6, f) for f in set(fitted.values())])
+        methods.update((name, known[f]) for name, f in fitted.items())
+    d_codes, c_codes, k_codes = DIRECTION_CODES, CHANNEL_CODES, KIND_CODES
+    lo, hi = _INT64
+    out: list[tuple[Any, ...]] = []
+    append = out.append
+    n = before
+    try:
+        for i, (_seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete,
+                partial, raw, ex, sse_id, sse_event) in enumerate(page):  # fmt: skip
+            n += 1
+            if type(mono) is not int or not lo <= mono <= hi:
+                mono = storable(mono) or 0
+            if code is not None and (type(code) is not int or not lo <= code <= hi):
+                code = storable(code)
+            if msg_id is not None and len(msg_id) > _MSG_ID_MAX:
+                msg_id = column_id(msg_id)
+                msg_id = msg_id if msg_id is not None and len(msg_id) <= _MSG_ID_MAX else None
+            if sse_id is not None or sse_event is not None:
+                sse_id, sse_event = _fits(sse_id, _SSE_ID_MAX), _fits(sse_event, _SSE_EVENT_MAX)
+            append(
+                (
+                    key, n, ts, mono, d_codes[direction], c_codes[channel], k_codes[kind],
+                    None if method is None else methods[method], msg_id, code, size,
+                    bool(complete), bool(partial), raw,
+                    None if ex is None else exchange_ids.get(ex), sse_id, sse_event,
+                    True if i in marked else None,
+                )
+            )  # fmt: skip
+    except KeyError as exc:
+        raise StoreError(f"import failed: unknown frame direction/channel/kind {exc}") from None
+    return out

@@ -14,6 +14,9 @@ SDK 2.3 points worth knowing (they shape these helpers):
   ``io.modelcontextprotocol/logLevel`` on every request. A ``logging_callback`` alone is no
   opt-in. In the initialize era logs arrive regardless.
 - Progress needs ``call_tool(..., progress_callback=...)``, which sends a progress token.
+- The ``server/discover`` probe of ``mode="auto"`` waits at most
+  ``mcp.client.session.DISCOVER_TIMEOUT_SECONDS`` (10 s), counted from the moment the stdio
+  client spawned the server: see :func:`allow_slow_server_start`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any, Literal
 
 import mcp_types as types
 from mcp import Client
+from mcp.client import session as _sdk_session
 from mcp.client.session import ClientRequestContext
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters
@@ -34,8 +38,10 @@ from mcp_proxy.testing.process import server_argv
 
 __all__ = [
     "SCRIPTED_PRESETS",
+    "STARTUP_ALLOWANCE_SECONDS",
     "CallbackRecorder",
     "ProgressRecorder",
+    "allow_slow_server_start",
     "make_client",
     "run_scripted_session",
     "stdio_params",
@@ -152,6 +158,29 @@ class ProgressRecorder:
         self.updates.append((progress, total, message))
 
 
+STARTUP_ALLOWANCE_SECONDS = 60.0
+"""How long a ``mode="auto"`` client made here waits for its ``server/discover`` answer."""
+
+
+def allow_slow_server_start() -> None:
+    """Let the ``server/discover`` probe wait :data:`STARTUP_ALLOWANCE_SECONDS`, not the SDK's 10 s.
+
+    A stdio client sends the probe as soon as it has spawned the server, so the probe's timeout
+    also covers the server's start-up: through ``mcptape record`` that is the relay, its
+    recorder process and the SDK test server (importing ``mcp`` builds its pydantic models:
+    ~1.6 s of CPU). On the suite's shared 2-core machine under load that took longer than 10 s
+    of wall time; the SDK then gave up on the probe and fell back to ``initialize``, which the
+    server — by then serving the probe's 2026-07-28 era — refused with -32022 before the SDK
+    probed again. The session worked, but its recording held a refused ``initialize`` and the
+    clean-session tests failed on findings that load alone had caused. The allowance only
+    lengthens a wait for an answer that comes; a server that never answers still fails the
+    test (by the test's own timeout). The SDK reads the module constant at each probe, so
+    setting it once per process is enough; a larger value already set is kept.
+    """
+    if _sdk_session.DISCOVER_TIMEOUT_SECONDS < STARTUP_ALLOWANCE_SECONDS:
+        _sdk_session.DISCOVER_TIMEOUT_SECONDS = STARTUP_ALLOWANCE_SECONDS
+
+
 def make_client(
     target: StdioServerParameters | str | MCPServer,
     *,
@@ -165,8 +194,10 @@ def make_client(
 
     With a recorder, all its callbacks are wired in (and the log opt-in is set).
     ``cache=None`` by default so that repeated list calls reach the wire, which is what a
-    flight-recorder test wants to see.
+    flight-recorder test wants to see. The era probe waits for a slow server start
+    (:func:`allow_slow_server_start`).
     """
+    allow_slow_server_start()
     server: Any = target
     if isinstance(target, str) and target.rstrip("/").endswith("/sse"):
         server = sse_client(target)

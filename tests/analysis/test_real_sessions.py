@@ -12,6 +12,8 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import StdioServerParameters
+from mcp.client import session as sdk_session
 
 from mcp_proxy.analysis import analyze
 from mcp_proxy.testing.client import (
@@ -21,6 +23,7 @@ from mcp_proxy.testing.client import (
     run_scripted_session,
     stdio_params,
 )
+from mcp_proxy.testing.process import server_argv
 from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
 from tests.helpers.proxy import proxied
@@ -82,6 +85,29 @@ async def test_clean_sdk_sessions_have_no_warnings(mode: str, db_path: Path) -> 
     # The CLI agrees, and gates on it.
     done = check(db_path, f"clean-{mode}", "--fail-on", "warning")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+async def test_auto_era_probe_waits_for_a_server_slower_to_start_than_the_sdk_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``[auto]`` flake under load, made deterministic at a smaller scale: the SDK's probe
+    timeout (10 s, counted from the spawn) is set to 0.5 s and the server starts 1 s late, as a
+    server on a loaded machine started later than 10 s. Without the helpers' allowance
+    (``make_client`` → ``allow_slow_server_start``) the SDK falls back to ``initialize`` and
+    the server, already on 2026-07-28, refuses it with -32022: the recording then carries
+    ``mcp.unsupported_protocol_version`` and ``envelope.missing`` although nothing was wrong.
+    Runs once (SQLite): the subject is the client's wait, not the store."""
+    monkeypatch.setattr(sdk_session, "DISCOVER_TIMEOUT_SECONDS", 0.5)
+    db = tmp_path / "late.db"
+    argv = server_argv("basic", "stdio")
+    late = StdioServerParameters(command="sh", args=["-c", 'sleep 1; exec "$@"', "sh", *argv])
+    async with make_client(proxied(late, db, "late-start"), mode="auto") as client:
+        await client.call_tool("echo", {"text": "after a slow start"})
+
+    a = analysed(db, "late-start")
+    assert a.facts.era == "2026-07-28"
+    assert [f.code for f in a.findings if f.severity != "info"] == []
+    assert "initialize" not in {f["method"] for f in rdb.frames(db, a.session_id)}
 
 
 def test_demo_sessions_are_clean(tmp_path: Path) -> None:

@@ -108,3 +108,36 @@ def test_the_recorder_process_writes_sqlite_without_importing_sqlalchemy(tmp_pat
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert done.stdout == b"False\n", done.stderr.decode()
+
+
+def test_a_batch_of_many_rows_with_a_huge_frame_among_them_goes_in_whole(tmp_path: Path) -> None:
+    """Rows are encoded and inserted one statement's worth at a time (multi-row INSERTs plus
+    the odd rows, a frame over ``BIG_BLOB`` through blob I/O): none lost, none reordered."""
+    from mcp_proxy.store.writer import BIG_BLOB
+
+    db = tmp_path / "many.db"
+    open_for_writing("sqlite:///" + str(db)).dispose()
+    sid = "m" * 32
+    writer = BatchWriter(SqliteBackend(str(db)))
+    writer.write(
+        Batch(sessions=[{"id": sid, "transport": "stdio", "status": "live", "started_at": 1.0}])
+    )
+    backend = writer.backend
+    assert isinstance(backend, SqliteBackend)
+    n = backend._multi * 2 + 7  # two full statements and a remainder
+    huge = b"[" + b"0," * (BIG_BLOB // 2) + b"0]"
+    rows = []
+    for seq in range(1, n + 1):
+        raw = huge if seq == backend._multi + 3 else b'{"jsonrpc":"2.0","method":"m%d"}' % (seq % 3)
+        rows.append(
+            FrameRow(sid, seq, float(seq), seq, "s2c", "stdio", "notification", f"m{seq % 3}",
+                     None, None, len(raw), True, False, raw, None, None, None, None)
+        )  # fmt: skip
+    assert writer.write(Batch(frames=rows, session_counts={sid: (n, float(n))})) == []
+    writer.close()
+    con = sqlite3.connect(db)
+    got = con.execute("SELECT seq, method, length(raw) FROM frames ORDER BY id").fetchall()
+    assert got == [(r.seq, r.method, len(r.raw)) for r in rows]
+    assert con.execute(
+        "SELECT raw FROM frames WHERE seq = ?", (backend._multi + 3,)
+    ).fetchone() == (huge,)

@@ -1,0 +1,178 @@
+"""The viewers' fast paths give what the slow ones give, on hostile and real recordings.
+
+``show``, ``stats`` and the analysis read a SQLite session from ``frame_rows`` as stored
+(integer codes, decoded in Python: :func:`mcp_proxy.store.stream.coded_batches`) instead of
+through the view ``frames``. Every tuple must be the one the view gives, for every column
+subset the readers use, on: every session of the finding catalogue (invalid JSON, noise,
+stderr, undecodable bytes, HTTP exchanges, SSE, injected frames …), the recordings shipped in
+``recordings/``, and one stream of every hostile line kind of the fuzz corpus.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcp_proxy.analysis.quickstats import (
+    SHAPED_STATS_COLUMNS,
+    STATS_COLUMNS,
+    NeedsFullAnalysis,
+    QuickStats,
+)
+from mcp_proxy.analysis.stats import sorted_stats
+from mcp_proxy.recording import read_recording
+from mcp_proxy.recording.database import import_recording
+from mcp_proxy.render import SHAPED_COLUMNS, ShapedRenderer, frame_json_line, frame_text
+from mcp_proxy.store.columns import FRAME_COLUMNS
+from mcp_proxy.store.engine import ensure_schema
+from mcp_proxy.store.stream import frame_batches, shaped_batches
+from mcp_proxy.testing.factories import Wire
+from tests.analysis.cases import CASES
+from tests.fuzz.hostile import every_kind_stream
+
+RECORDINGS = Path(__file__).parents[2] / "recordings"
+SUBSETS = [
+    FRAME_COLUMNS,
+    STATS_COLUMNS,
+    ("seq", "kind", "raw"),
+    ("method", "direction"),
+    ("channel",),
+    ("raw", "method", "method", "seq"),
+]
+
+
+def _hostile() -> Wire:
+    """Every hostile line kind of the fuzz corpus, both ways and on stderr."""
+    w = Wire()
+    for i, line in enumerate(every_kind_stream().split(b"\n")):
+        w.frame("c2s" if i % 2 else "s2c", line + b"\n")
+        if i % 5 == 0:
+            w.frame("s2c", line + b"\n", channel="stderr")
+    return w
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """One SQLite file holding every shape; its path and session ids."""
+    db = tmp_path_factory.mktemp("fast") / "shapes.db"
+    url = "sqlite:///" + str(db)
+    ensure_schema(url)
+    sids = [_hostile().record(url, name="hostile")]
+    for code in sorted(CASES):
+        for which in (0, 1):
+            sids.append(CASES[code][which]().record(url, name=code))
+    for path in sorted(RECORDINGS.glob("*.jsonl")):
+        result = import_recording(read_recording(path), url)
+        sids.extend(new for _old, new in result.sessions)
+    return db, sids
+
+
+def _view(db: Path, sid: str, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(
+            f"SELECT {', '.join(columns)} FROM frames WHERE session_id = ? ORDER BY seq", (sid,)
+        ).fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("columns", SUBSETS, ids=lambda c: "+".join(c)[:40])
+def test_the_coded_reader_gives_the_views_rows(
+    recorded: tuple[Path, list[str]], columns: tuple[str, ...]
+) -> None:
+    db, sids = recorded
+    url = "sqlite:///" + str(db)
+    total = 0
+    for sid in sids:
+        fast = [row for rows in frame_batches(url, sid, batch=7, columns=columns) for row in rows]
+        view = _view(db, sid, columns)
+        assert fast == view, sid
+        total += len(fast)
+    assert len(sids) > 100 and total > 500
+
+
+def test_an_unknown_session_has_no_rows(recorded: tuple[Path, list[str]]) -> None:
+    db, _ = recorded
+    assert list(frame_batches("sqlite:///" + str(db), "no-such-session")) == []
+
+
+def test_a_code_no_name_is_known_for_reads_as_null(tmp_path: Path) -> None:
+    """A future code (a newer mcptape wrote it) reads as NULL, as the view's CASE gives it."""
+    db = tmp_path / "future.db"
+    url = "sqlite:///" + str(db)
+    ensure_schema(url)
+    w = Wire()
+    w.request("tools/list", 1)
+    sid = w.record(url, name="future")
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE frame_rows SET kind = 99, channel = 42")
+    conn.commit()
+    conn.close()
+    cols = ("seq", "direction", "channel", "kind", "method")
+    fast = [r for rows in frame_batches(url, sid, columns=cols) for r in rows]
+    assert fast == _view(db, sid, cols)
+    assert fast and all(r[2] is None and r[3] is None for r in fast)
+
+
+@pytest.mark.parametrize("mode", ["json", "text", "head"])
+def test_the_shaped_renderer_prints_what_the_row_renderers_print(
+    recorded: tuple[Path, list[str]], mode: str
+) -> None:
+    """``show``'s SQLite path (rows by shape) prints the lines the reference renderers print
+    for the view's rows: every frame of every session."""
+    db, sids = recorded
+    url = "sqlite:///" + str(db)
+    lines = 0
+    for sid in sids:
+        shapes, batches = shaped_batches(str(db), sid, SHAPED_COLUMNS, batch=11)
+        renderer = ShapedRenderer(shapes)
+        if mode == "json":
+            fast = [line for rows in batches for line in renderer.json(rows)]
+            slow = [frame_json_line(r) for rows in frame_batches(url, sid) for r in rows]
+        else:
+            body = mode == "text"
+            fast = [line for rows in batches for line in renderer.text(rows, body=body)]
+            slow = [frame_text(r, body=body) for rows in frame_batches(url, sid) for r in rows]
+        assert fast == slow, sid
+        lines += len(fast)
+    assert lines > 500
+
+
+def _stats(q: QuickStats) -> list[dict[str, Any]] | None:
+    try:
+        return [s.as_dict() for s in sorted_stats(q.finish())]
+    except NeedsFullAnalysis:
+        return None
+
+
+def test_stats_from_stored_shapes_equal_stats_from_the_views_rows(
+    recorded: tuple[Path, list[str]],
+) -> None:
+    """``stats``'s SQLite path (:meth:`QuickStats.feed_shaped`) counts what :meth:`feed`
+    counts over the view's rows, or declines the same sessions."""
+    db, sids = recorded
+    url = "sqlite:///" + str(db)
+    compared = 0
+    for sid in sids:
+        for by_name in (False, True):
+            slow, fast = QuickStats(by_name=by_name), QuickStats(by_name=by_name)
+            try:
+                for rows in frame_batches(url, sid, columns=STATS_COLUMNS):
+                    slow.feed(rows)
+                want = _stats(slow)
+            except NeedsFullAnalysis:
+                want = None
+            shapes, batches = shaped_batches(str(db), sid, SHAPED_STATS_COLUMNS, batch=5)
+            try:
+                for rows in batches:
+                    fast.feed_shaped(rows, shapes)
+                got = _stats(fast)
+            except NeedsFullAnalysis:
+                got = None
+            assert got == want, sid
+            compared += want is not None
+    assert compared > 200

@@ -1,0 +1,155 @@
+"""The fast paths of export and import give exactly what the model paths give, on both dialects.
+
+``export`` streams JSON Lines straight from ``frame_rows`` (``stream_jsonl``) and ``import``
+writes rows without the model; these tests hold them to the bytes and rows of the general code
+(``iter_jsonl`` over ``read_sessions``, and ``import_recording`` over the model), on every
+committed recording plus frames chosen to hit every branch of the hand-written line: base64
+bytes, a cut-short frame, HTTP exchanges, SSE ids, JSON-RPC errors, values the database had to
+make storable, control characters and non-ASCII text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mcp_proxy.recording.database import import_recording, read_sessions, stream_jsonl
+from mcp_proxy.recording.jsonl import dumps_jsonl, loads_recording
+from mcp_proxy.redact import Redactor
+from tests.recording.conftest import GOLDEN, RECORDINGS, jsonl_with_frames
+
+ODD = [
+    {"text": '{"jsonrpc":"2.0","id":"\\ud800","method":"x\\udfff"}\n'},
+    {"dir": "s2c", "text": '{"jsonrpc":"2.0","id":1,"error":{"code":BIG,"message":"m"}}\n'},
+    {"text": '{"jsonrpc":"2.0","id":"%s","method":"long"}\n' % ("i" * 400)},
+    {"base64": "//4gbm90IHV0Zi04Cg=="},
+    {"text": 'caf\u00e9 \u2028 \x01\x1f "q" \\ \U0001f600 \x7f\n'},
+    {"dir": "s2c", "channel": "stderr", "text": "plain stderr line\n"},
+    {"text": ""},
+    {"text": '{"jsonrpc":"2.0","method":"' + "m" * 250 + '"}\n'},
+    {"dir": "s2c", "text": '{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"no"}}\n'},
+    {"dir": "s2c", "channel": "sse", "text": '{"jsonrpc":"2.0","method":"notifications/x"}'},
+    {"text": '{"jsonrpc":"2.0","id":8,"method":"cut'},
+]
+ODD[1]["text"] = ODD[1]["text"].replace("BIG", str(2**70))
+#: Fields the helper does not set, added to the last frames (by their index in ``ODD``).
+MORE = {9: {"sse_id": "ev-\u00e9 1", "sse_event": "message"}, 10: {"complete": False}}
+
+
+def _odd_file(path: Path) -> Path:
+    lines = jsonl_with_frames(RECORDINGS / "basic-legacy.mcptape.jsonl", ODD).split(b"\n")
+    frames = [i for i, line in enumerate(lines) if line.startswith(b'{"type":"frame"')]
+    for index, fields in MORE.items():
+        at = frames[len(frames) - len(ODD) + index]
+        rec = json.loads(lines[at])
+        rec.update(fields)
+        lines[at] = json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode()
+    path.write_bytes(b"\n".join(lines))
+    return path
+
+
+def _sources(tmp: Path) -> list[Path]:
+    odd = _odd_file(tmp / "odd.mcptape.jsonl")
+    return [*sorted(RECORDINGS.glob("*.mcptape.jsonl")), GOLDEN / "v2-http.jsonl", odd]
+
+
+@pytest.fixture(scope="module")
+def imported(
+    module_any_db_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, list[str]]:
+    """Every source imported once (redaction off: the bytes as in the files); the new ids."""
+    url = module_any_db_url
+    ids: list[str] = []
+    for path in _sources(tmp_path_factory.mktemp("src")):
+        rec = loads_recording(path.read_bytes(), path.name)
+        result = import_recording(rec, url, redactor=Redactor(enabled=False))
+        ids += [new for _old, new in result.sessions]
+    return url, ids
+
+
+def test_streamed_export_is_the_model_export_byte_for_byte(
+    imported: tuple[str, list[str]],
+) -> None:
+    url, ids = imported
+    assert len(ids) >= 6
+    for sid in ids:
+        streamed = b"".join(stream_jsonl(url, [sid]))
+        assert streamed == dumps_jsonl(read_sessions(url, [sid])), sid
+    # Several sessions in one file: one header, one end record with the totals.
+    both = b"".join(stream_jsonl(url, ids))
+    assert both == dumps_jsonl(read_sessions(url, ids))
+    assert both.count(b'"type":"end"') == 1
+
+
+def test_streamed_export_reads_back_with_every_odd_frame(imported: tuple[str, list[str]]) -> None:
+    url, ids = imported
+    back = loads_recording(b"".join(stream_jsonl(url, [ids[-1]])), "back").one()
+    tail = back.frames[-len(ODD) :]
+    assert tail[3]["raw"] == b"\xff\xfe not utf-8\n"
+    assert tail[4]["raw"] == ODD[4]["text"].encode()
+    assert tail[5]["channel"] == "stderr" and tail[6]["raw"] == b""
+    assert tail[1]["error_code"] is None and tail[2]["method"] == "long"
+    assert tail[7]["method"] == "m" * 250  # recomputed from the bytes: the column held 200
+    assert tail[8]["error_code"] == -32601 and tail[8]["kind"] == "error"
+    assert (tail[9]["sse_id"], tail[9]["sse_event"]) == ("ev-\u00e9 1", "message")
+    assert tail[10]["complete"] is False and tail[9]["complete"] is True
+
+
+SECRET = "hunter2-do-not-store"
+SECRETS = [
+    {"text": '{"jsonrpc":"2.0","id":5,"method":"login","params":{"password":"SECRET"}}\n'},
+    {"dir": "s2c", "channel": "stderr", "text": "retrying with Bearer SECRET\n"},
+]
+for _f in SECRETS:
+    _f["text"] = _f["text"].replace("SECRET", SECRET)
+
+
+def _stored(url: str, sid: str) -> list[tuple[object, ...]]:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [
+                tuple(r)
+                for r in conn.execute(
+                    text(
+                        "SELECT f.seq, f.ts, f.mono_ns, f.direction, f.channel, f.kind, f.method,"
+                        " f.msg_id, f.error_code, f.size, f.complete, f.partial_parse, f.raw,"
+                        " f.sse_id, f.sse_event, f.redacted,"
+                        " (SELECT COUNT(*) FROM http_exchanges AS x WHERE x.session_id = :sid"
+                        "  AND x.id <= f.http_exchange_id)"
+                        " FROM frames AS f WHERE f.session_id = :sid ORDER BY f.seq"
+                    ),
+                    {"sid": sid},
+                )
+            ]
+    finally:
+        engine.dispose()
+
+
+def test_the_row_import_stores_what_the_model_import_stores(
+    imported: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    """``import_file`` (rows, prefiltered a page at a time) against ``import_recording`` (the
+    model, the general path), redaction on: the same rows, secrets gone from both and marked."""
+    from mcp_proxy.recording.database import import_file
+
+    url, _ids = imported
+    src = _odd_file(tmp_path / "odd.mcptape.jsonl")
+    secret = tmp_path / "secret.mcptape.jsonl"
+    secret.write_bytes(jsonl_with_frames(src, SECRETS))
+    marked = []
+    for path in (secret, GOLDEN / "v2-http.jsonl"):
+        _rec, fast = import_file(path, url, redactor=Redactor())
+        model = loads_recording(path.read_bytes(), str(path))
+        slow = import_recording(model, url, redactor=Redactor())
+        assert fast.counts == slow.counts == [len(s.frames) for s in model.sessions]
+        for (_a, one), (_b, two) in zip(fast.sessions, slow.sessions, strict=True):
+            rows = _stored(url, one)
+            assert rows == _stored(url, two)
+            assert all(SECRET.encode() not in bytes(r[12]) for r in rows)
+            marked += [r[0] for r in rows if r[15]]
+    assert len(marked) == len(SECRETS)
