@@ -441,7 +441,7 @@ class ResponseSide(RelayCore):
         except Exception:  # timed out, or the upstream broke: the connection is not reused
             resp.close()
         if after:
-            ex.update(meta={**ex.meta, "events_after_host_closed": after})
+            ex.update(meta={**ex.described_meta(), "events_after_host_closed": after})
 
     def _close_stream(self, ex: Exchange, st: StreamState, *, complete: bool) -> None:
         """The stream ended (or was cut): record what is still held back."""
