@@ -360,7 +360,7 @@ UPGRADES: dict[int, Callable[[Records], Records]] = {1: _v1_to_v2}
 #: The C scanner behind ``json.loads``, called once per line without the wrapper's overhead.
 _scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 #: What ``bytes.strip()`` removes: a line of only these is blank.
-_BLANK = " \t\r\x0b\x0c"
+_BLANK_B = b" \t\r\x0b\x0c"
 #: JSON's own whitespace, allowed around a record.
 _JSON_SPACE = " \t\r"
 
@@ -368,51 +368,66 @@ _JSON_SPACE = " \t\r"
 def _lines(data: bytes, origin: str) -> Records:
     """Each non-blank line's record, with its line number.
 
-    The file is decoded once and each line goes straight to the C scanner: calling
-    ``json.loads`` per line cost as much again as the parsing itself. A file that is not
-    UTF-8 takes the line-by-line path, which names the line.
+    Each line's bytes go to orjson (~3× the C scanner, and no decoding of the whole file
+    first): a line it reads as an object is json's object too, unless the file has a run of
+    19+ digits somewhere (orjson reads an integer past 64 bits as a float; then every line goes
+    the json way). Whatever it refuses or reads as another type goes the json way
+    (:func:`_slow_line`), which names the line's problem.
     """
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        yield from _byte_lines(data, origin)
-        return
-    # orjson first (~3× the C scanner): a line it reads as an object is json's object too,
-    # unless the file has a run of 19+ digits somewhere (orjson reads an integer past 64 bits
-    # as a float; then every line goes the json way). Whatever it refuses or reads as another
-    # type goes the json way below, which names the line's problem.
     fast = not has_long_number(data)
-    for lineno, line in enumerate(text.split("\n"), start=1):
-        if not line.strip(_BLANK):
-            continue
-        body = line.strip(_JSON_SPACE)
-        if fast and body[:1] == "{":
+    loads = _orjson_loads
+    for lineno, line in enumerate(data.split(b"\n"), start=1):
+        if fast and line[:1] == b"{":
             try:
-                rec = _orjson_loads(body)
+                rec = loads(line)
             except ValueError:  # orjson.JSONDecodeError is a ValueError
                 rec = None
             if type(rec) is dict:
                 yield lineno, rec
                 continue
+        if not line.strip(_BLANK_B):
+            continue
+        yield lineno, _slow_line(data, line, origin, lineno, fast)
+
+
+def _slow_line(data: bytes, line: bytes, origin: str, lineno: int, fast: bool) -> dict[str, Any]:
+    """One line the fast path did not take, read by ``json``: its record, or the error that
+    names the line (not UTF-8, not JSON, not an object, nested too deeply)."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None:
+        for _n, rec in _byte_lines(line, origin, lineno):
+            return rec  # json decoded it itself (a BOM-marked UTF-16 line, say)
+        raise RecordingFormatError(f"{origin} line {lineno}: not UTF-8")  # pragma: no cover
+    body = text.strip(_JSON_SPACE)
+    if fast and body[:1] == "{":
         try:
-            rec, end = _scan(body, 0)
-        except RecursionError:
-            raise RecordingFormatError(
-                f"{origin} line {lineno}: nested too deeply to read (not written by mcptape)"
-            ) from None
-        except (StopIteration, ValueError) as exc:
-            raise RecordingFormatError(
-                _not_json(data, origin, lineno, ValueError(str(exc)))
-            ) from None
-        if end != len(body):
-            raise RecordingFormatError(_not_json(data, origin, lineno, ValueError("extra data")))
-        if type(rec) is not dict:
-            raise RecordingFormatError(f"{origin} line {lineno}: a record must be a JSON object")
-        yield lineno, rec
+            quick = _orjson_loads(body)
+        except ValueError:
+            quick = None
+        if type(quick) is dict:
+            return quick
+    try:
+        rec, end = _scan(body, 0)
+    except RecursionError:
+        raise RecordingFormatError(
+            f"{origin} line {lineno}: nested too deeply to read (not written by mcptape)"
+        ) from None
+    except (StopIteration, ValueError) as exc:
+        raise RecordingFormatError(_not_json(data, origin, lineno, ValueError(str(exc)))) from None
+    if end != len(body):
+        raise RecordingFormatError(_not_json(data, origin, lineno, ValueError("extra data")))
+    if type(rec) is not dict:
+        raise RecordingFormatError(f"{origin} line {lineno}: a record must be a JSON object")
+    return rec
 
 
-def _byte_lines(data: bytes, origin: str) -> Records:
-    for lineno, line in enumerate(data.split(b"\n"), start=1):
+def _byte_lines(data: bytes, origin: str, first: int = 1) -> Records:
+    """Lines read by ``json.loads`` from bytes (it decodes them itself): the way a line that is
+    not UTF-8 is reported, numbered from ``first``."""
+    for lineno, line in enumerate(data.split(b"\n"), start=first):
         if not line.strip():
             continue
         try:
@@ -529,7 +544,46 @@ def frame_row(rec: dict[str, Any], where: str, trusted: bool = False) -> tuple[A
     With ``trusted`` (the file was written by this mcptape), the record's own kind, method, id
     and error code are kept when well-formed instead of being recomputed from the bytes. A
     tuple, not a dict: an import moves it to the store as it is.
+
+    The common record (every field of the right type, UTF-8 ``text``, none of the rare fields)
+    is read with one lookup per field; anything else takes :func:`_frame_row_checked`, which
+    validates field by field and names what is wrong.
     """
+    try:
+        seq, ts, mono, direction, channel, text = (
+            rec["seq"], rec["ts"], rec["mono_ns"], rec["dir"], rec["channel"], rec["text"]
+        )  # fmt: skip
+    except KeyError:
+        return _frame_row_checked(rec, where, trusted)
+    if (
+        type(seq) is not int
+        or type(ts) is not float
+        or type(mono) is not int
+        or type(text) is not str
+        or direction not in _DIRECTIONS
+        or channel not in _CHANNELS
+        or not _RARE_KEYS.isdisjoint(rec)
+    ):
+        return _frame_row_checked(rec, where, trusted)
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _frame_row_checked(rec, where, trusted)
+    known = _recorded_class(rec, raw) if trusted else None
+    if known is None:
+        c = classify(raw, channel)
+        known = (c.kind.value, c.method, c.msg_id, c.error_code, c.partial)
+    return (
+        seq, ts, mono, direction, channel, *known[:4], len(raw), True, known[4], raw,
+        None, None, None,
+    )  # fmt: skip
+
+
+#: Frame fields that a common record lacks (their presence sends it the checked way).
+_RARE_KEYS = frozenset(("exchange", "complete", "sse_id", "sse_event", "base64"))
+
+
+def _frame_row_checked(rec: dict[str, Any], where: str, trusted: bool) -> tuple[Any, ...]:
     seq = rec.get("seq")
     if type(seq) is not int:
         _need(rec, "seq", int, where)
@@ -735,20 +789,46 @@ def loads_rows(
     reader = _Reader(origin, progress, trusted)
     end: dict[str, Any] | None = None
     last_line = 1
-    sessions = reader.sessions
+    rows_of = reader.rows
+    exchange_ids = reader.exchange_ids
+    row_of = frame_row
+    step = PROGRESS_STEP
+    pending = 0
     for lineno, rec in records:
         last_line = lineno
+        kind = rec.get("type")
+        if kind == "frame" and end is None:
+            # The hot loop: the line's name is made only for an error (frame_row again).
+            sid: str = rec.get("session")  # type: ignore[assignment]
+            rows = rows_of.get(sid) if type(sid) is str else None
+            if rows is None:
+                reader.owned(rec, "frame", f"{origin} line {lineno}")  # raises: unknown session
+                continue
+            try:
+                row = row_of(rec, "", trusted)
+            except RecordingFormatError:
+                row_of(rec, f"{origin} line {lineno}", trusted)
+                raise
+            if rows and row[0] <= rows[-1][0]:
+                raise RecordingFormatError(
+                    f"{origin} line {lineno}: frame seq {row[0]} is out of order"
+                )
+            ex = row[13]
+            if ex is not None and ex not in exchange_ids[sid]:
+                raise RecordingFormatError(
+                    f"{origin} line {lineno}: frame refers to unknown http exchange {ex}"
+                )
+            rows.append(row)
+            if progress is not None:
+                pending += 1
+                if pending >= step:
+                    progress(pending)
+                    pending = 0
+            continue
         where = f"{origin} line {lineno}"
         if end is not None:
             raise RecordingFormatError(f"{where}: data after the end record")
-        kind = rec.get("type")
-        if kind == "frame":
-            sid = rec.get("session")
-            owner = sessions.get(sid) if type(sid) is str else None
-            if owner is None:
-                raise RecordingFormatError(f"{where}: frame for a session not declared before it")
-            reader.frame(owner, rec, where)
-        elif kind in _OWNED:
+        if kind in _OWNED:
             reader.owned(rec, str(kind), where)
         elif kind == "session":
             reader.session(rec, where)
@@ -756,9 +836,11 @@ def loads_rows(
             end = rec
         else:
             raise RecordingFormatError(f"{where}: unknown record type {kind!r}")
+    reader.counts["frames"] += sum(len(r) for r in rows_of.values())
+    reader.pending += pending
     reader.check_end(end, last_line)
     recording = Recording(reader.order, origin=origin, version=version)
-    return recording, [reader.rows[s.id] for s in reader.order]
+    return recording, [rows_of[s.id] for s in reader.order]
 
 
 def sniff(head: bytes) -> bool:
