@@ -7,10 +7,11 @@ Measures, each through the forward proxy and direct, in the same run:
 
 1. Official SDK client <-> SDK server over Streamable HTTP behind TLS (a test-made CA),
    sequential ``tools/call`` echo, both eras (``legacy`` = 2025-11-25 handshake, ``auto`` =
-   2026-07-28). The legs (direct, ``record --forward``, the same with
-   ``MCPTAPE_FORWARD_TUNING=off`` — mitmproxy's own addon manager, the figure before
-   ``mcp_proxy/forward/dispatch.py`` — and with ``--mitmdump`` plain ``mitmdump`` and
-   ``mitmdump -s addons/mcptape.py``) run in rounds, interleaved and rotated, so that the
+   2026-07-28). The legs (direct, ``record --forward``, the same as mitmproxy ships —
+   ``MCPTAPE_FORWARD_TUNING=off``: mitmproxy's own addon manager, TLS addon and debug checks,
+   with the RSA-2048 CA mitmproxy makes — with ``--rsa-leg`` ``record --forward`` with that
+   RSA CA, and with ``--mitmdump`` plain ``mitmdump`` and ``mitmdump -s addons/mcptape.py``)
+   run in rounds, interleaved and rotated, so that the
    noise of a shared machine falls on all of them; each figure is min / median / max over the
    rounds: wall time per call, its ratio to the direct leg of the same round (target <= 1.5 on
    the median), CPU per call of the proxy process and of its recorder worker (from ``/proc``:
@@ -27,10 +28,12 @@ Measures, each through the forward proxy and direct, in the same run:
 Then the recording is read back: every call recorded, no recorder gap. Not a test: it prints a
 table; read it with the machine's load in mind (``uptime`` is shown).
 
-``--profile FILE`` instead runs only ``record --forward`` under ``python -m cProfile -o FILE``
-for ``--calls`` calls per era (``--eras``) and prints where the proxy's time went (cumulative
-and own time of the top functions); ``FILE`` stays for ``python -m pstats``. cProfile slows
-Python code several times and C code (OpenSSL) not at all: read it for shares, not totals.
+``--profile FILE`` instead runs only ``record --forward`` under cProfile (on the proxy's
+main-thread CPU clock, from after 20 warm-up calls) for ``--calls`` calls per era (``--eras``;
+``--untuned``, ``--ca rsa`` for the figures before) and prints where the proxy's time went
+(cumulative and own time of the top functions); ``FILE.<era>`` stays for ``python -m pstats``.
+cProfile slows Python code about four times and C code (OpenSSL) not at all: read it for
+shares and for C functions, not for totals.
 """
 
 from __future__ import annotations
@@ -415,7 +418,9 @@ def main() -> int:
         "default addons, its own dispatch)",
     )
     ap.add_argument(
-        "--no-stock", action="store_true", help="skip the MCPTAPE_FORWARD_TUNING=off leg"
+        "--no-stock",
+        action="store_true",
+        help="skip the as-shipped leg (MCPTAPE_FORWARD_TUNING=off, RSA CA)",
     )
     ap.add_argument("--profile", metavar="FILE", help="profile record --forward (see above)")
     ap.add_argument(
@@ -453,8 +458,10 @@ def main() -> int:
             LegSpec("record --forward", fw.url, fw.ca_cert, fw.proc.pid),
         ]
         if not args.no_stock:
-            stock = stack.enter_context(run_forward(d / "stock.db", conf, env={ENV_TUNING: "off"}))
-            legs.append(LegSpec("  (untuned: as shipped)", stock.url, fw.ca_cert, stock.proc.pid))
+            conf_stock = make_conf(d, tls, "rsa", "mitm-stock")
+            env = {ENV_TUNING: "off"}
+            stock = stack.enter_context(run_forward(d / "stock.db", conf_stock, env=env))
+            legs.append(LegSpec("  (as shipped)", stock.url, stock.ca_cert, stock.proc.pid))
         if args.rsa_leg:
             conf_rsa = make_conf(d, tls, "rsa", "mitm-rsa")
             rsa = stack.enter_context(run_forward(d / "rsa.db", conf_rsa))

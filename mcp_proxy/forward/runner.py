@@ -28,8 +28,9 @@ __all__ = ["ENV_CONFDIR", "ENV_TUNING", "ca_cert_path", "environment_lines", "re
 
 ENV_CONFDIR = "MCPTAPE_MITMPROXY_CONFDIR"
 #: ``off``: mitmproxy as shipped — its own addon manager instead of
-#: :mod:`mcp_proxy.forward.dispatch`'s: for comparison (benchmarks/bench_forward.py), or to rule
-#: it out when a user's script misbehaves.
+#: :mod:`mcp_proxy.forward.dispatch`'s and its own TLS addon instead of
+#: :mod:`mcp_proxy.forward.tls`'s: for comparison (benchmarks/bench_forward.py), or to rule them
+#: out when a user's script misbehaves. (The CA's key is the confdir's, whatever this says.)
 ENV_TUNING = "MCPTAPE_FORWARD_TUNING"
 DEFAULT_CONFDIR = "~/.mitmproxy"
 
@@ -115,10 +116,17 @@ ADDONS = (
 )
 
 
-def _addons() -> list[Any]:
+def _addons(tuned: bool) -> list[Any]:
+    """mitmproxy's addons of :data:`ADDONS`, in its order; tuned, its TLS addon is
+    :class:`~mcp_proxy.forward.tls.LeanTlsConfig` (no key conversion per host connection)."""
     from mitmproxy import addons
 
-    return [a for a in addons.default_addons() if type(a).__name__ in ADDONS]
+    chosen = [a for a in addons.default_addons() if type(a).__name__ in ADDONS]
+    if tuned:
+        from mcp_proxy.forward.tls import LeanTlsConfig
+
+        chosen = [LeanTlsConfig() if type(a).__name__ == "TlsConfig" else a for a in chosen]
+    return chosen
 
 
 class _Errors(logging.Handler):
@@ -180,7 +188,8 @@ async def serve_forward(
     mitm_log = logging.getLogger("mitmproxy")
     mitm_log.addHandler(errors)
     master = Master(opts)
-    if os.environ.get(ENV_TUNING, "").strip().lower() != "off":
+    tuned = os.environ.get(ENV_TUNING, "").strip().lower() != "off"
+    if tuned:
         # Same addons, same order, same errors; only the per-event bookkeeping is lighter
         # (mcp_proxy/forward/dispatch.py).
         from mcp_proxy.forward.dispatch import LeanAddonManager
@@ -191,7 +200,7 @@ async def serve_forward(
         # Before TlsConfig is added (it makes an RSA CA when there is none): a CA made here
         # has a P-256 key, the key of every host-side handshake (mcp_proxy/forward/certs.py).
         create_ec_ca(conf)
-        master.addons.add(*_addons())
+        master.addons.add(*_addons(tuned))
         opts.update(connection_strategy="lazy")
         _load_config(opts, conf)
         if opts.deferred:
@@ -276,6 +285,12 @@ def record_forward(
     """``mcptape record --forward``: serve until SIGINT/SIGTERM; exit status."""
     from mcp_proxy.forward import require_mitmproxy
 
+    if os.environ.get(ENV_TUNING, "").strip().lower() != "off":
+        # Before mitmproxy's first import: its modules without their debug-only checks
+        # (mcp_proxy/forward/optimize.py).
+        from mcp_proxy.forward.optimize import install
+
+        install()
     require_mitmproxy()
     redactor = redactor_for_recording(redact, redact_headers, redact_paths)
     logging.getLogger("mitmproxy").setLevel(logging.WARNING)
