@@ -2,6 +2,7 @@
 
     uv run python benchmarks/bench_recording.py             # 50,000 frames, 3 rounds
     uv run python benchmarks/bench_recording.py 200000 5    # another size, 5 rounds
+    uv run python benchmarks/bench_recording.py 50000 2 --pg=postgresql://…   # + db copy to PG
 
 The session is ``bench_analysis.py``'s (2026-07-28 tools/call traffic with progress, logs,
 errors and stderr), recorded into a temporary SQLite database through the real Recorder. Then, per round, timed separately:
@@ -13,6 +14,10 @@ errors and stderr), recorded into a temporary SQLite database through the real R
 - direct: the floor on this machine — sqlite3 alone selecting the same rows and writing their
   bytes to a file, and inserting the same rows into the same schema (its five frame indexes
   included) in one transaction.
+
+- db copy (with ``--pg=URL``, a PostgreSQL server the benchmark may create databases on):
+  ``mcptape db copy`` of the session from the SQLite file into a fresh PostgreSQL database
+  (binary COPY; the client's CPU is printed, the server's is its own).
 
 Target (issue 10/12): export and import ≥ 100,000 frames/s. Not a test: these machines are
 noisy; the figures printed are min / median / max over the rounds, in wall time and in CPU time
@@ -132,6 +137,28 @@ def _direct(db: Path, sid: str, out: Path, into_url: str) -> tuple[float, float,
     return t1 - t0, t3 - t2, len(rows), c1 - c0, c3 - c2
 
 
+def _copy_to_pg(db_url: str, pg_url: str, name: str) -> tuple[int, float, float]:
+    """``mcptape db copy`` SQLite → PostgreSQL into a fresh database ``name`` on ``pg_url``'s
+    server (created and migrated first, not timed): (frames, wall s, client CPU s)."""
+    import psycopg
+    import sqlalchemy as sa
+
+    from mcp_proxy.store import engine as engine_mod
+    from mcp_proxy.store.copy import copy_store
+
+    url = sa.engine.make_url(pg_url)
+    with psycopg.connect(
+        url.set(drivername="postgresql").render_as_string(hide_password=False), autocommit=True
+    ) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    target = url.set(database=name).render_as_string(hide_password=False)
+    engine_mod.ensure_schema(target)
+    w, c = time.perf_counter(), time.process_time()
+    frames = copy_store(db_url, target).frames
+    return frames, time.perf_counter() - w, time.process_time() - c
+
+
 def _cli(*args: str) -> float:
     exe = Path(sys.executable).parent / "mcptape"
     t0 = time.perf_counter()
@@ -150,8 +177,10 @@ def _line(
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    args = [a for a in sys.argv[1:] if not a.startswith("--pg=")]
+    pg = next((a.removeprefix("--pg=") for a in sys.argv[1:] if a.startswith("--pg=")), None)
+    n = int(args[0]) if args else 50_000
+    rounds = int(args[1]) if len(args) > 1 else 3
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
         db_url = "sqlite:///" + str(db)
@@ -162,6 +191,7 @@ def main() -> None:
         size = 0
         exp, imp, exp_cli, imp_cli, d_out, d_in = [], [], [], [], [], []
         exp_cpu, imp_cpu, imp_clear_cpu, d_out_cpu, d_in_cpu = [], [], [], [], []
+        copy_wall, copy_cpu = [], []
         frames = _export(db_url, sid, out)  # warm up: imports and the schema check, not timed
         for i in range(rounds):
             wall, cpu = _timed(_export, db_url, sid, out)
@@ -186,6 +216,10 @@ def main() -> None:
             d_out_cpu.append(rows / sel_cpu)
             d_in_cpu.append(rows / ins_cpu)
             os.unlink(cli_out)
+            if pg:
+                copied, wall, cpu = _copy_to_pg(db_url, pg, f"bench_copy_{i}")
+                copy_wall.append(copied / wall)
+                copy_cpu.append(copied / cpu)
         print(f"{frames:,} frames, file {size / 1e6:.1f} MB; {rounds} rounds: min / median / max")
         print(_line("export (library)", exp, target=TARGET))
         print(_line("import (library)", imp, target=TARGET))
@@ -193,12 +227,16 @@ def main() -> None:
         print(_line("mcptape import (process, wall)", imp_cli))
         print(_line("direct: sqlite3 select + write", d_out))
         print(_line("direct: sqlite3 insert, same schema", d_in))
+        if copy_wall:
+            print(_line("db copy SQLite → PostgreSQL", copy_wall))
         print("CPU time (process_time): min / median / max")
         print(_line("export (library), CPU", exp_cpu, "frames/CPU s", target=TARGET))
         print(_line("import (library, redacted), CPU", imp_cpu, "frames/CPU s", target=TARGET))
         print(_line("import (library, --no-redact), CPU", imp_clear_cpu, "frames/CPU s"))
         print(_line("direct: select + write, CPU", d_out_cpu, "frames/CPU s"))
         print(_line("direct: insert, CPU", d_in_cpu, "frames/CPU s"))
+        if copy_cpu:
+            print(_line("db copy → PostgreSQL, client CPU", copy_cpu, "frames/CPU s"))
         med = statistics.median
         print(
             f"ratio to direct (wall) export {med(exp) / med(d_out):.2f},"

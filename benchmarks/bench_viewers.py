@@ -179,6 +179,19 @@ def direct(db: Path, sid: str) -> float:
     return cpu
 
 
+def direct_stored(db: Path, sid: str) -> float:
+    """CPU seconds of sqlite3 alone reading what ``show`` reads on SQLite: ``frame_rows`` as
+    stored, direction/channel/kind/method as one shape integer (``shaped_batches``)."""
+    from mcp_proxy.render import SHAPED_COLUMNS
+    from mcp_proxy.store.stream import shaped_batches
+
+    t0 = time.process_time()
+    _shapes, batches = shaped_batches(str(db), sid, SHAPED_COLUMNS)
+    for _rows in batches:
+        pass
+    return time.process_time() - t0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--frames", type=int, default=1_000_000)
@@ -200,6 +213,10 @@ def main() -> None:
         print(f"session {sid[:12]}: {n:,} frames  ({os.cpu_count()} CPUs)")
         floor = min(direct(db, sid) for _ in range(3))
         print(f"direct: sqlite3 select of the frame columns: {floor:.2f} s CPU, {n / floor:,.0f}/s")
+        stored = min(direct_stored(db, sid) for _ in range(3))
+        print(
+            f"direct: frame_rows as stored (show's read): {stored:.2f} s CPU, {n / stored:,.0f}/s"
+        )
         print(
             f"{'command':32} {'wall s':>7} {'CPU s':>6} {'frames/CPU s':>12} {'×direct':>7}"
             f" {'MiB out':>8} {'RSS MiB':>8} {'target':>17}  met(wall) met(CPU)"

@@ -215,7 +215,7 @@ _BLOCK = 128
 #: Words that share a part are searched for by that part first (one pass over a read instead
 #: of one per word; the words themselves only when it is there): each pass costs ~50 ns per
 #: frame of a relay's read, and most reads hold none of them.
-_ANCHORS = (b"code", b'otp"', b"auth")
+_ANCHORS = (b"code", b"otp", b"auth", b"pin", b"ssn")
 _FOLDED_GROUPS: tuple[tuple[bytes, tuple[bytes, ...]], ...] = (
     *((a, tuple(w for w in _FOLDED_WORDS if a in w)) for a in _ANCHORS),
     *((w, (w,)) for w in _FOLDED_WORDS if not any(a in w for a in _ANCHORS)),
@@ -406,7 +406,8 @@ class Redactor:
             # A huge body is folded a window at a time (never a copy of its size); windows
             # overlap by more than the longest word, so none is cut in two unseen.
             for start in range(0, n, _BIG):
-                folded = raw[start : start + _BIG + _OVERLAP].translate(_FOLD, b"-_")
+                window = raw if n <= _BIG else raw[start : start + _BIG + _OVERLAP]
+                folded = window.translate(_FOLD, b"-_")
                 folded = folded.replace(_PLUMBING_KEY, _PLUMBING_LEFT)
                 for anchor, words in _FOLDED_GROUPS:
                     if anchor in folded and any(w in folded for w in words):

@@ -123,6 +123,10 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         option.numprocesses = workers
         if option.dist == "no":
             option.dist = "loadgroup"
+            os.environ[LOADGROUP_ENV] = "1"  # for the workers (see _loadgroup)
+            # Hand groups out in the order pytest_collection_modifyitems gives them (longest
+            # first), not re-sorted by their number of tests.
+            option.loadscopereorder = False
 
 
 #: Packages whose session fixtures are costly (recorded sessions, a generated 60k-frame
@@ -130,20 +134,100 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 #: on one worker, so those are built once per run, not once per worker.
 WORKER_GROUPS = ("tests/dashboard/", "tests/forward/")
 
+#: Modules whose tests share no module fixture and each take long (the fuzz suites, one test
+#: per share of viewers): each test is a group of its own, so the two workers share them.
+PER_TEST_GROUPS = ("tests/fuzz/",)
+
+#: Seconds a group took on one worker, for the groups that take long: the whole-suite run of
+#: 2026-12-01 (session 5, two workers, the machine shared and loaded: load average median 9)
+#: and session 4's serial figures for the modules that run did not reach; only their order
+#: matters. xdist hands groups out in the order they come: the longest go first, so that the
+#: short ones at the end even out the two workers instead of one long group running alone at
+#: the end of the run (longest processing time first). Groups not listed follow, most tests
+#: first. A stale figure costs balance only, never a result.
+GROUP_SECONDS: dict[str, float] = {
+    "tests/dashboard/": 650,
+    "tests/forward/": 450,
+    "tests/fuzz/test_stdio_fuzz.py::test_hostile_stdio_session_is_relayed_recorded_and_viewable[cli-move-and-pages]": 250,
+    "tests/fuzz/test_stdio_fuzz.py::test_hostile_stdio_session_is_relayed_recorded_and_viewable[cli-read]": 230,
+    "tests/analysis/test_cli.py": 250,
+    "tests/mock/test_modes_by_transport.py": 230,
+    "tests/analysis/test_real_http.py": 210,
+    "tests/recording/test_hardening.py": 160,
+    "tests/fuzz/test_http_fuzz.py::test_hostile_http_bodies_are_relayed_recorded_and_viewable[cli-move-and-pages]": 150,
+    "tests/fuzz/test_http_fuzz.py::test_hostile_http_bodies_are_relayed_recorded_and_viewable[cli-read]": 130,
+    "tests/faults/test_http_faults.py": 130,
+    "tests/analysis/test_real_sessions.py": 130,
+    "tests/mock/test_record_modes.py": 100,
+    "tests/recording/test_otlp.py": 65,
+    "tests/faults/test_stdio_faults.py": 65,
+    "tests/faults/test_http_faults_stateless.py": 63,
+    "tests/recording/test_har_chromium.py": 60,
+    "tests/analysis/test_real_false_findings.py": 60,
+    "tests/mock/test_faults.py": 60,
+    "tests/faults/test_http_faults_legacy.py": 53,
+    "tests/recording/test_har_mitmproxy.py": 50,
+    "tests/faults/test_stdio_disconnect.py": 46,
+}
+
+
+def group_of(nodeid: str) -> str:
+    """The xdist group of a test: its module, its package for :data:`WORKER_GROUPS`, the test
+    itself for :data:`PER_TEST_GROUPS` (parameters included)."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith(PER_TEST_GROUPS):
+        return nodeid
+    return next((g for g in WORKER_GROUPS if path.startswith(g)), path)
+
+
+LOADGROUP_ENV = "MCPTAPE_TEST_LOADGROUP"
+
+
+def _loadgroup(config: pytest.Config) -> bool:
+    """Whether tests are handed out by group: ``--dist loadgroup`` on the controller. A worker
+    sees ``dist = "no"`` and ``loadgroup = True`` (pytest-xdist ``remote.setup_config``) only
+    when ``--dist loadgroup`` was on the command line; when :func:`pytest_cmdline_main` chose
+    it, the workers learn it from :data:`LOADGROUP_ENV`, which they inherit."""
+    return (
+        bool(getattr(config.option, "loadgroup", False))
+        or getattr(config.option, "dist", "no") == "loadgroup"
+        or os.environ.get(LOADGROUP_ENV) == "1"
+    )
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadgroup`` hand out work in the groups of :func:`group_of`.
+
+    pytest-xdist's own ``loadgroup`` groups by an ``@group`` suffix that its worker hook writes
+    into ``item._nodeid``; pytest 9 derives ``nodeid`` from ``item._id`` instead, so the suffix
+    never reaches the controller and every test became a group of its own (pytest 9.2, xdist
+    3.8, seen in session 5: a module's tests ran on both workers, each building the module's
+    fixtures, and the dashboard's session recordings were made twice). The scheduler below
+    reads the group from the test id itself, which needs nothing from the workers."""
+    if getattr(config.option, "dist", "no") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return GroupScheduling(config, log)
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` (see :func:`pytest_cmdline_main`) give each test the group
-    of its module — or of its package, for :data:`WORKER_GROUPS` — so that a module's tests
-    (classes included) run on one worker and module fixtures start once."""
-    if getattr(config.option, "dist", "no") != "loadgroup":
+    """Under ``--dist loadgroup`` (see :func:`pytest_cmdline_main`) keep each group's tests
+    together and the groups longest first (:data:`GROUP_SECONDS`), in the same order on every
+    worker: the controller hands the groups out in this order
+    (:func:`pytest_xdist_make_scheduler`)."""
+    if not _loadgroup(config):
         return
+    groups: dict[str, list[pytest.Item]] = {}
     for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        path = item.nodeid.split("::", 1)[0]
-        group = next((g for g in WORKER_GROUPS if path.startswith(g)), path)
-        item.add_marker(pytest.mark.xdist_group(group))
+        groups.setdefault(group_of(item.nodeid), []).append(item)
+    order = sorted(groups, key=lambda g: (-GROUP_SECONDS.get(g, 0.0), -len(groups[g]), g))
+    items[:] = [item for group in order for item in groups[group]]
 
 
 def _uid() -> str:

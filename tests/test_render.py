@@ -152,3 +152,15 @@ def test_cli_name_is_what_works_where_the_user_is(monkeypatch: pytest.MonkeyPatc
     assert cli_name() == ".venv/bin/mcptape"
     monkeypatch.setattr(sys, "argv", ["-m"])
     assert cli_name() == f"{sys.executable} -m mcp_proxy"
+
+
+def test_the_unsafe_character_class_matches_exactly_the_unsafe_characters() -> None:
+    """The class is written as ranges (fast to compile at start-up); it must match the
+    characters :func:`safe` escapes and no other, over every code point."""
+    from mcp_proxy.render import _SPECIAL_RE, _UNSAFE, _UNSAFE_RE
+
+    special = {*_UNSAFE, 0x85, 0x2028, 0x2029}
+    for c in range(0x110000):
+        ch = chr(c)
+        assert (_UNSAFE_RE.match(ch) is not None) == (c in _UNSAFE), hex(c)
+        assert (_SPECIAL_RE.match(ch) is not None) == (c in special), hex(c)

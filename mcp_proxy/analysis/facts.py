@@ -53,6 +53,12 @@ def _mapping_row(f: Mapping[str, Any]) -> tuple[Any, ...]:
 
 _ALL_COLUMNS = operator.itemgetter(*FRAME_COLUMNS)
 
+#: :data:`FRAME_COLUMNS` as :meth:`Decoder.feed_shaped` reads them from ``frame_rows``.
+SHAPED_FRAME_COLUMNS: tuple[str, ...] = (
+    "seq", "ts", "mono_ns", "shape", "msg_id", "error_code", "size", "complete",
+    "partial_parse", "raw", "http_exchange_id", "sse_id", "sse_event",
+)  # fmt: skip
+
 
 def _mapping_row_fast(f: Mapping[str, Any]) -> Sequence[Any]:
     """All columns in one C call (store rows have them all); a partial row the slow way."""
@@ -137,6 +143,23 @@ class Decoder:
         else:
             for row in it:
                 add(adapt(row))
+
+    def feed_shaped(self, rows: Iterable[Sequence[Any]], shapes: Callable[[int], Any]) -> None:
+        """:meth:`feed` for rows of :data:`SHAPED_FRAME_COLUMNS` (``frame_rows`` as stored:
+        direction, channel, kind and method as one integer that ``shapes`` decodes, see
+        :func:`mcp_proxy.store.stream.shaped_batches`). The same messages; the four strings
+        come decoded once per shape, not once per row."""
+        add = self._add
+        decoded: dict[int, Any] = {}
+        for seq, ts, mono, shape, msg_id, code, size, complete, partial, raw, http, sid, ev in rows:
+            found = decoded.get(shape)
+            if found is None:
+                found = decoded[shape] = tuple(
+                    None if v is None else self._shared.setdefault(v, v) for v in shapes(shape)
+                )
+            d, ch, kind, method = found
+            add((seq, ts, mono, d, ch, kind, method, msg_id, code, size, complete, partial, raw,
+                 http, sid, ev))  # fmt: skip
 
     def _add(self, row: Sequence[Any]) -> None:
         (seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete, partial,

@@ -35,7 +35,7 @@ from typing import Any
 
 from mcp_proxy.analysis.catalogue import SUMMARY_CODE
 from mcp_proxy.analysis.core import Analysis, analyze, gc_paused
-from mcp_proxy.analysis.facts import Decoder
+from mcp_proxy.analysis.facts import SHAPED_FRAME_COLUMNS, Decoder
 from mcp_proxy.analysis.model import finding_order, finding_record
 from mcp_proxy.analysis.quickstats import (
     SHAPED_STATS_COLUMNS,
@@ -177,7 +177,15 @@ async def load(store: Store, session: dict[str, Any]) -> Decoder:
 def load_sync(url: str, session_id: str) -> Decoder:
     """:func:`load` without an event loop: the frames read in the calling thread, in batches."""
     decoder = Decoder()
+    path = sqlite_path(url)
     with gc_paused():
+        if path is not None:  # frame_rows as stored (one shape integer for four columns)
+            shapes, batches = shaped_batches(
+                str(path), session_id, SHAPED_FRAME_COLUMNS, batch=LOAD_BATCH
+            )
+            for rows in batches:
+                decoder.feed_shaped(rows, shapes)
+            return decoder
         for rows in frame_batches(url, session_id, batch=LOAD_BATCH):
             decoder.feed(rows)
     return decoder

@@ -369,26 +369,21 @@ class BatchBuilder:
                 except ValueError:
                     cl = classify(line, channel, checked=True)
                 else:
-                    if type(msg) is dict and msg.get("jsonrpc") == "2.0":
-                        if "id" not in msg:
-                            # The commonest frame of all, a notification, decided here: no
-                            # call, no Classified (``_inline_row`` says the same in full).
-                            method = msg.get("method")
-                            if (
-                                type(method) is str
-                                and len(method) <= _MAX_METHOD
-                                and method.isascii()
-                            ):
-                                append(
-                                    _new_row(
-                                        FrameRow,
-                                        (sid, seq, wall, mono, dval, cval, "notification",
-                                         method, None, None, n, True, False, line, None, None,
-                                         None, None),
-                                    )
-                                )  # fmt: skip
-                                seq += 1
-                                continue
+                    rpc = type(msg) is dict and msg.get("jsonrpc") == "2.0"
+                    method = msg.get("method") if rpc and "id" not in msg else None
+                    if type(method) is str and len(method) <= _MAX_METHOD and method.isascii():
+                        # The commonest frame of all, a notification, decided here: no call,
+                        # no Classified (``_inline_row`` says the same in full).
+                        append(
+                            _new_row(
+                                FrameRow,
+                                (sid, seq, wall, mono, dval, cval, "notification", method,
+                                 None, None, n, True, False, line, None, None, None, None),
+                            )
+                        )  # fmt: skip
+                        seq += 1
+                        continue
+                    if rpc:
                         fast = self._inline_row(
                             st, direction, msg, line, (sid, seq, wall, mono, cval, dval)
                         )

@@ -31,20 +31,21 @@ import sqlalchemy as sa
 from mcp_proxy.errors import StoreError, UserError
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.codes import resolve
-from mcp_proxy.store.columns import STORED_FRAME_COLS, encode_frames
+from mcp_proxy.store.columns import STORED_FRAME_COLS
 from mcp_proxy.store.schema import annotations as annotations_t
 from mcp_proxy.store.schema import (
     findings,
     frame_rows,
-    frames,
     http_exchanges,
     key_of,
+    session_keys,
     sessions,
 )
+from mcp_proxy.store.schema import methods as methods_t
 from mcp_proxy.store.writes import frame_insert_sql
 
 #: Frames read and written per round trip.
-CHUNK = 5000
+CHUNK = 10_000
 #: Small sessions share a destination transaction up to about this many frames: a commit per
 #: session would cost 10,000 commits (each a disk flush on a durable server) for 10,000 sessions.
 GROUP_FRAMES = 20_000
@@ -134,6 +135,7 @@ def copy_store(
                 ids = _source_ids(sconn, only)
             existing = _destination_sessions(dst, ids)
             group = 0  # frames written in the open destination transaction
+            codes = _Codes()
             dtrans = dconn.begin()
             for i, sid in enumerate(ids, 1):
                 with sconn.begin():  # one consistent read per session
@@ -144,7 +146,9 @@ def copy_store(
                         where=sessions.c.id == sid,
                         order=sessions.c.id,
                     )
-                    group += _copy_session(sconn, dconn, rows[0], existing.get(sid), result) + 1
+                    group += (
+                        _copy_session(sconn, dconn, rows[0], existing.get(sid), result, codes) + 1
+                    )
                 if group >= GROUP_FRAMES:
                     dtrans.commit()
                     dtrans = dconn.begin()
@@ -191,6 +195,7 @@ def _copy_session(
     row: dict[str, Any],
     there: dict[str, Any] | None,
     result: CopyResult,
+    codes: _Codes,
 ) -> int:
     """Copy one session; returns the number of frames written."""
     sid = row["id"]
@@ -211,7 +216,7 @@ def _copy_session(
         result.replaced += 1
     exchange_map = _copy_exchanges(sconn, dconn, sid)
     result.exchanges += len(exchange_map)
-    written = _copy_frames(sconn, dconn, sid, exchange_map)
+    written = _copy_frames(sconn, dconn, sid, exchange_map, codes)
     result.frames += written
     result.findings += _copy_plain(sconn, dconn, findings, sid)
     result.annotations += _merge_annotations(sconn, dconn, sid)
@@ -235,60 +240,101 @@ def _copy_exchanges(sconn: sa.Connection, dconn: sa.Connection, sid: str) -> dic
     return dict(zip(old_ids, new_ids, strict=True))
 
 
-def _frame_chunks(
-    sconn: sa.Connection, sid: str, names: list[str]
-) -> Iterator[list[tuple[Any, ...]]]:
-    """The session's frames in ``seq`` order, ``CHUNK`` at a time (keyset on seq)."""
-    cols = [frames.c[n] for n in names]
-    after = -1
-    while True:
-        chunk = [
-            tuple(r)
-            for r in sconn.execute(
-                sa.select(*cols)
-                .where(frames.c.session_id == sid, frames.c.seq > after)
-                .order_by(frames.c.seq)
-                .limit(CHUNK)
-            )
-        ]
-        if not chunk:
-            return
-        yield chunk
-        if len(chunk) < CHUNK:
-            return
-        after = chunk[-1][names.index("seq")]
+#: ``frame_rows`` columns copied as they are, after the session key (``STORED_FRAME_COLS``).
+_STORED = STORED_FRAME_COLS[1:]
+_METHOD = _STORED.index("method_code") + 1  # positions in a stored row (key first)
+_EXCHANGE = _STORED.index("http_exchange_id") + 1
+
+
+@dataclass
+class _Codes:
+    """Method codes on both sides, learnt once per copy: source code → destination code."""
+
+    source: dict[int, str] | None = None
+    dest: dict[str, int] = field(default_factory=dict)
+    mapped: dict[int, int] = field(default_factory=dict)
+
+    def map(self, sconn: sa.Connection, dconn: sa.Connection, codes: set[int]) -> dict[int, int]:
+        missing = codes - self.mapped.keys()
+        if missing:
+            if self.source is None or not missing <= self.source.keys():
+                self.source = {int(c): str(n) for c, n in sconn.execute(sa.select(methods_t))}
+            # ``resolve`` reads a row's session id (known here) and method name (missing).
+            names = [("", *(None,) * 6, self.source[c]) for c in missing]
+            resolve(dconn.connection.driver_connection, {"": 0}, self.dest, names)
+            self.mapped.update((c, self.dest[self.source[c]]) for c in missing)
+        return self.mapped
+
+
+def _session_key(conn: sa.Connection, sid: str) -> int | None:
+    found = conn.execute(sa.select(session_keys.c.key).where(session_keys.c.id == sid)).first()
+    return None if found is None else int(found[0])
+
+
+def _stored_chunks(sconn: sa.Connection, key: int) -> Iterator[list[tuple[Any, ...]]]:
+    """The session's ``frame_rows`` as stored (codes, not names), ``CHUNK`` at a time in ``seq``
+    order (keyset), straight from the DBAPI cursor: no view, no per-row result objects."""
+    mark = "?" if sconn.dialect.name == "sqlite" else "%s"
+    sql = (
+        f"SELECT session_key, {', '.join(_STORED)} FROM frame_rows"
+        f" WHERE session_key = {mark} AND seq > {mark} ORDER BY seq LIMIT {CHUNK}"
+    )
+    cursor = sconn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        after = -1
+        while True:
+            cursor.execute(sql, (key, after))
+            chunk = list(cursor.fetchall())
+            if chunk:
+                yield chunk
+            if len(chunk) < CHUNK:
+                return
+            after = chunk[-1][1]
+    finally:
+        cursor.close()
 
 
 def _copy_frames(
-    sconn: sa.Connection, dconn: sa.Connection, sid: str, exchange_map: dict[int, int]
+    sconn: sa.Connection,
+    dconn: sa.Connection,
+    sid: str,
+    exchange_map: dict[int, int],
+    codes: _Codes,
 ) -> int:
-    names = [c.name for c in _columns(frames, without_id=True)]
-    xcol = names.index("http_exchange_id")
-    raw = names.index("raw")
+    """The session's frames, stored row for stored row: only the session key, the method codes
+    and the exchange ids are the destination's own. Binary ``COPY`` into PostgreSQL,
+    ``executemany`` into SQLite, a chunk at a time.
+
+    Read through the ``frames`` view and written back through the codes, each frame was
+    decoded and encoded again and crossed SQLAlchemy's result rows: most of a copy's time.
+    """
+    skey = _session_key(sconn, sid)
+    dkey = _session_key(dconn, sid)
+    if skey is None or dkey is None:
+        raise StoreError(
+            f"session {sid} has no key in the {'source' if skey is None else 'destination'}"
+        )
     pg = dconn.dialect.name == "postgresql"
-    keys: dict[str, int] = {}
-    methods: dict[str, int] = {}
     n = 0
-    for chunk in _frame_chunks(sconn, sid, names):
-        rows = []
-        for r in chunk:
-            if r[xcol] is not None or isinstance(r[raw], memoryview):
-                r = list(r)  # type: ignore[assignment]
-                if r[xcol] is not None:
-                    r[xcol] = exchange_map.get(r[xcol])  # type: ignore[index]
-                if isinstance(r[raw], memoryview):
-                    r[raw] = bytes(r[raw])  # type: ignore[index]
-                r = tuple(r)
-            rows.append(r)
-        # names are FrameRow's fields, in order: encoded as the recorder's rows are.
-        resolve(dconn.connection.driver_connection, keys, methods, rows)
-        stored = encode_frames(keys, methods, rows)
+    for chunk in _stored_chunks(sconn, skey):
+        used = {r[_METHOD] for r in chunk if r[_METHOD] is not None}
+        mc = codes.map(sconn, dconn, used) if used else {}
+        rows = [
+            (
+                dkey, *r[1:_METHOD],
+                None if r[_METHOD] is None else mc[r[_METHOD]],
+                *r[_METHOD + 1 : _EXCHANGE],
+                None if r[_EXCHANGE] is None else exchange_map.get(r[_EXCHANGE]),
+                *r[_EXCHANGE + 1 :],
+            )
+            for r in chunk
+        ]  # fmt: skip
         if pg:
             from mcp_proxy.store import pg as pg_mod
 
-            pg_mod.copy_into(dconn, "frame_rows", STORED_FRAME_COLS, stored)
+            pg_mod.copy_into(dconn, "frame_rows", STORED_FRAME_COLS, rows)
         else:
-            dconn.exec_driver_sql(frame_insert_sql(dconn.engine), stored)  # type: ignore[arg-type]
+            dconn.exec_driver_sql(frame_insert_sql(dconn.engine), rows)  # type: ignore[arg-type]
         n += len(rows)
     return n
 

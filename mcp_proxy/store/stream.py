@@ -3,8 +3,9 @@
 ``mcptape show`` on a 1,000,000-frame session must print 200,000 frames a second to a pipe
 with bounded memory. Row dictionaries from the async API cost more than printing the frame, so
 this reader is synchronous, fetches in batches and yields tuples in the fixed order of
-:data:`~mcp_proxy.store.columns.FRAME_COLUMNS`: for SQLite straight from the standard library's driver, elsewhere
-through SQLAlchemy with a server-side cursor.
+:data:`~mcp_proxy.store.columns.FRAME_COLUMNS`: for SQLite straight from the standard library's
+driver (``shaped_batches``: ``frame_rows`` as stored), elsewhere through SQLAlchemy with a
+server-side cursor (imported only then).
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from typing import Any
-
-import sqlalchemy as sa
 
 from mcp_proxy.errors import StoreError
 from mcp_proxy.store import engine as engine_mod
@@ -24,7 +23,6 @@ from mcp_proxy.store.columns import (
     KIND_NAMES,
     stream_sql,
 )
-from mcp_proxy.store.schema import frames
 
 #: Kept for callers of the old name: the tuples carry :data:`FRAME_COLUMNS`, the store's one list.
 SHOW_COLUMNS = FRAME_COLUMNS
@@ -58,6 +56,11 @@ def frame_batches(
     if path is not None:
         yield from _sqlite_rows(str(path), session_id, batch, columns)
         return
+    # Other dialects through SQLAlchemy, imported here: a SQLite reader never needs it.
+    import sqlalchemy as sa
+
+    from mcp_proxy.store.schema import frames
+
     engine = engine_mod.sync_engine(url)
     stmt = (
         sa.select(*(frames.c[name] for name in columns))

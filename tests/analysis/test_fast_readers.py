@@ -16,6 +16,9 @@ from typing import Any
 
 import pytest
 
+from mcp_proxy.analysis import service
+from mcp_proxy.analysis.core import analyze
+from mcp_proxy.analysis.facts import SHAPED_FRAME_COLUMNS, Decoder
 from mcp_proxy.analysis.quickstats import (
     SHAPED_STATS_COLUMNS,
     STATS_COLUMNS,
@@ -176,3 +179,49 @@ def test_stats_from_stored_shapes_equal_stats_from_the_views_rows(
             assert got == want, sid
             compared += want is not None
     assert compared > 200
+
+
+def _msg(m: Any) -> tuple[Any, ...]:
+    return (m.seq, m.ts, m.mono_ns, m.direction, m.channel, m.kind, m.method, m.msg_id,
+            m.error_code, m.size, m.complete, m.partial, m.http, m.raw, m.body, m.event)  # fmt: skip
+
+
+def test_the_analysis_decodes_stored_shapes_as_the_views_rows(
+    recorded: tuple[Path, list[str]],
+) -> None:
+    """``check --recompute``'s SQLite load (:meth:`Decoder.feed_shaped`) makes the messages
+    :meth:`Decoder.feed` makes from the view's rows, and the same findings and exchanges."""
+    db, sids = recorded
+    url = "sqlite:///" + str(db)
+    for sid in sids:
+        slow, fast = Decoder(), Decoder()
+        for rows in frame_batches(url, sid):
+            slow.feed(rows)
+        shapes, batches = shaped_batches(str(db), sid, SHAPED_FRAME_COLUMNS, batch=3)
+        for rows in batches:
+            fast.feed_shaped(rows, shapes)
+        assert [_msg(m) for m in fast.msgs] == [_msg(m) for m in slow.msgs], sid
+        assert fast.injected == slow.injected and fast.frames == slow.frames
+        assert service.load_sync(url, sid).frames == slow.frames
+        a, b = analyze(fast), analyze(slow)
+        assert [f.as_dict() for f in a.findings] == [f.as_dict() for f in b.findings]
+        assert [e.as_dict() for e in a.exchanges] == [e.as_dict() for e in b.exchanges]
+
+
+def test_reading_a_sqlite_file_imports_no_sqlalchemy(recorded: tuple[Path, list[str]]) -> None:
+    """The stream reader leaves SQLAlchemy (~0.5 s of CPU to import) to other dialects: given
+    a SQLite file, it reads it with the standard driver alone. (A URL is still parsed by
+    ``store.engine.sqlite_path``, which imports SQLAlchemy.)"""
+    import subprocess
+    import sys
+
+    db, sids = recorded
+    code = (
+        "import sys\n"
+        "from mcp_proxy.store.stream import shaped_batches\n"
+        f"_, b = shaped_batches({str(db)!r}, {sids[0]!r}, ('seq', 'shape'))\n"
+        "print(sum(len(r) for r in b), 'sqlalchemy' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    count, imported = out.stdout.split()
+    assert int(count) > 0 and imported == "False"

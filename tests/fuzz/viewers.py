@@ -8,8 +8,10 @@ failing fuzz example says exactly what broke.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +37,8 @@ def _cli(args: list[str], ok: tuple[int, ...] = (0,)) -> tuple[list[str], str]:
     return problems, out
 
 
-def cli_problems(db: Path, sid: str, tmp: Path) -> list[str]:
-    """show, show --format json, check, stats, export → import (bytes kept), diff."""
+def cli_read_problems(db: Path, sid: str, tmp: Path) -> list[str]:
+    """show, show --format json, check, stats."""
     base = ["--db", str(db)]
     problems: list[str] = []
     p, _ = _cli(["show", sid, *base])
@@ -48,19 +50,45 @@ def cli_problems(db: Path, sid: str, tmp: Path) -> list[str]:
     for args in (["check", sid, "--fail-on", "never"], ["stats", sid]):
         p, _ = _cli([*args, *base])
         problems += p
+    return problems
+
+
+def cli_move_problems(db: Path, sid: str, tmp: Path) -> list[str]:
+    """export → import (bytes kept), diff against the export."""
+    base = ["--db", str(db)]
+    problems: list[str] = []
     exported = tmp / "fuzz-export.jsonl"
     p, _ = _cli(["export", sid, "-o", str(exported), *base])
     problems += p
     if p:
         return problems
     db2 = tmp / "fuzz-imported.db"
-    p, out = _cli(["import", str(exported), "--db", str(db2)])
+    p, _ = _cli(["import", str(exported), "--db", str(db2)])
     problems += p
     if not p:
         problems += _round_trip_problems(db, sid, db2)
     p, _ = _cli(["diff", sid, str(exported), *base], ok=(0, 1))
     problems += p
     return problems
+
+
+def move_and_page_problems(db: Path, sid: str, tmp: Path) -> list[str]:
+    """:func:`cli_move_problems`, then every dashboard page (:func:`dashboard_problems`)."""
+    return cli_move_problems(db, sid, tmp) + asyncio.run(dashboard_problems(db, sid))
+
+
+#: The viewers of a recorded session in two shares of about equal cost (each ``mcptape``
+#: command starts a Python process, ~1.3 s of CPU: the four reading commands in one share;
+#: export, import, diff and the in-process dashboard pages in the other). A fuzz test runs
+#: once per share on the same examples (a pinned seed), and each share is a pytest-xdist group
+#: of its own (``tests/conftest.py`` ``PER_TEST_GROUPS``), so one fuzz suite runs on both
+#: workers at once instead of one worker spending minutes on it. Together the shares make
+#: exactly the checks the single test made, at the cost of relaying each example twice (~1.4 s
+#: of CPU; three shares cost more in relaying than they gained in balance).
+VIEWERS: dict[str, Callable[[Path, str, Path], list[str]]] = {
+    "cli-read": cli_read_problems,
+    "cli-move-and-pages": move_and_page_problems,
+}
 
 
 def _json_problems(what: str, out: str) -> list[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.recorder import runner as runner_mod
 from mcp_proxy.recorder.contract import Chunk, SessionStart, SessionUpdate
 from mcp_proxy.recorder.runner import BatchRunner
 from tests.helpers import db as rdb
@@ -37,16 +38,19 @@ def test_pipelined_batches_keep_order_and_counts(db_path: Path | str, db_url: st
     runner = BatchRunner(db_url, pipelined=True)
     assert runner.open()
     _start(runner)
-    sent = 0
-    for _batch in range(30):
+    runner.feed(Chunk(SID, S2C, STDIO, _lines(0, 3), 0, 1.0))
+    runner.flush()
+    assert runner._pipe is None  # a small batch is written at once, on this thread
+    sent = 3
+    for _batch in range(20):
         for _ in range(3):  # a few reads per batch, as the worker cuts them
-            runner.feed(Chunk(SID, S2C, STDIO, _lines(sent, 50), sent, 1.0 + sent))
-            sent += 50
+            runner.feed(Chunk(SID, S2C, STDIO, _lines(sent, 100), sent, 1.0 + sent))
+            sent += 100
         runner.flush()  # batch N goes to the insert thread; N+1 is built meanwhile
-        assert runner._pipe is not None
+        assert runner._pipe is not None and runner._pipe.busy
     runner.feed(SessionUpdate(SID, {"status": "ended", "ended_at": 99.0}))
     stats = runner.finish()
-    assert stats.frames_written == sent == 4500 and stats.frames_lost == 0
+    assert stats.frames_written == sent == 6003 and stats.frames_lost == 0
     assert runner._pipe is None  # finish() stopped the thread
     frames = rdb.frames(db_path, SID)
     assert [f["seq"] for f in frames] == list(range(1, sent + 1))
@@ -57,11 +61,12 @@ def test_pipelined_batches_keep_order_and_counts(db_path: Path | str, db_url: st
 
 @pytest.mark.sqlite_only
 def test_a_batch_refused_while_the_next_was_built_is_counted_once(
-    db_path: Path, db_url: str
+    db_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Batch 2 is refused (the file is locked past every retry) while batch 3 is being built:
     batch 3's session count must leave out batch 2's lost frames (it was built counting them),
     and the gap goes in with batch 3 once the lock is gone."""
+    monkeypatch.setattr(runner_mod, "PIPELINE_MIN_FRAMES", 1)  # small batches, same path
     warnings: list[str] = []
     runner = BatchRunner(db_url, pipelined=True, retry_delays=(0.01,), warn=warnings.append)
     assert runner.open()

@@ -30,7 +30,11 @@ class ScriptedTransport(asyncio.Transport):
         if self.pool.responses:
             answer = self.pool.responses.popleft()
             loop = asyncio.get_running_loop()
-            loop.call_later(self.pool.delay, self.proto.data_received, answer)
+            if isinstance(answer, bytes):
+                loop.call_later(self.pool.delay, self.proto.data_received, answer)
+                return
+            for delay, piece in answer:  # an answer in pieces, each after its delay
+                loop.call_later(delay, self.proto.data_received, piece)
 
     def is_closing(self) -> bool:
         return self.closed
@@ -53,9 +57,10 @@ class ScriptedTransport(asyncio.Transport):
 class FakeUpstreamPool(UpstreamPool):
     """An upstream pool whose connections answer from a script (one response per request)."""
 
-    def __init__(self, *responses: bytes) -> None:
+    def __init__(self, *responses: bytes | list[tuple[float, bytes]]) -> None:
         super().__init__("upstream.test", 80, tls=False)
-        self.responses: deque[bytes] = deque(responses)
+        #: One answer per request: bytes, or ``[(delay s, bytes), …]`` pieces.
+        self.responses: deque[bytes | list[tuple[float, bytes]]] = deque(responses)
         self.written: list[bytes] = []
         self.connections = 0
         #: Seconds before each answer arrives (a slow call: the exchange registers live).

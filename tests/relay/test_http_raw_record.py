@@ -206,3 +206,76 @@ def test_response_head_goes_to_the_host_as_the_upstream_sent_it() -> None:
         b"HTTP/1.1 200 Fine\r\nContent-Type: application/json\r\nX-Raw: caf\xc3\xa9 \xff\r\n"
         b"Content-Length: %d\r\n\r\n%b" % (len(RESULT), RESULT)
     )
+
+
+class RawListRecorder(ListRecorder):
+    """A list recorder that takes exchanges raw, described as the recorder process does."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        super().__init__()
+        self.redactor = redactor
+
+    def record_http(
+        self,
+        session_id: str,
+        *,
+        frames: list[Frame],
+        raw: Any,
+        fields: dict[str, Any],
+        meta: dict[str, Any],
+    ) -> int:
+        item = unpack(pack(session_id, 0, fields, meta, raw, frames), self.redactor)
+        self.calls.append(("record_exchange", (item.frames, item.fields)))
+        return len(self.calls)
+
+
+def _sse(event: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(event), event)
+
+
+def test_events_after_the_host_left_keep_the_described_meta() -> None:
+    """The host closes a POST's event stream once it has the answer; the upstream's later
+    events are counted with an update of the exchange's meta, which must still hold what the
+    recorder described (local URL, MCP headers) though the relay handed the heads over raw."""
+    answer = b"event: message\r\ndata: " + RESULT + b"\r\n\r\n"
+    later = b'event: message\r\ndata: {"jsonrpc":"2.0","method":"notifications/x"}\r\n\r\n'
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    pool = FakeUpstreamPool([(0.0, head + _sse(answer)), (0.3, _sse(later) + b"0\r\n\r\n")])
+
+    async def run() -> RawListRecorder:
+        config = RelayConfig("http://upstream.test/mcp", port=0)
+        rec = RawListRecorder(config.redactor)
+        relay = HTTPRelay(config, rec, pool=pool)
+        url = await relay.start()
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+
+        def host() -> None:
+            import socket
+
+            body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call"}'
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(
+                    b"POST /mcp?token=abc HTTP/1.1\r\nHost: 127.0.0.1\r\nMcp-Method: tools/call\r\n"
+                    b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+                )
+                got = b""
+                while RESULT not in got:
+                    got += s.recv(65536)
+            # closed here, with the answer: the rest of the stream is read aside
+
+        try:
+            await asyncio.to_thread(host)
+            await asyncio.sleep(0.8)
+        finally:
+            await relay.close()
+        return rec
+
+    rec = asyncio.run(run())
+    (_frames, fields) = next(c[1] for c in rec.calls if c[0] == "record_exchange")
+    assert fields["meta"]["host_closed_after_response"] is True
+    update = [c[1] for c in rec.calls if c[0] == "update_exchange"][-1]
+    assert update["meta"]["events_after_host_closed"] == 1
+    assert update["meta"]["local_url"].endswith("/mcp?token=[REDACTED]")
+    assert update["meta"]["mcp_headers"] == {"Mcp-Method": "tools/call"}

@@ -201,6 +201,24 @@ def test_sqlite_to_postgresql_and_back_keeps_everything(
     assert shown[0] == shown[1] and len(shown[0]) == len(before[sid]["frames"])
 
 
+def test_a_destination_with_its_own_method_codes_gets_its_own_codes(
+    source: Path, team: str
+) -> None:
+    """Frames are copied as stored (codes, not names), so a method's code must be translated:
+    the team's database already numbered other methods first (another laptop's recording)."""
+    ok("import", str(RECORDINGS / "mrtr-2026.mcptape.jsonl"), "--db", team)
+    theirs = {s["id"] for s in rdb.sessions(team)}
+    codes = [
+        {r["name"]: r["code"] for r in rdb.rows(db, "SELECT name, code FROM methods")}
+        for db in (source, team)
+    ]
+    shared = codes[0].keys() & codes[1].keys()
+    assert any(codes[0][n] != codes[1][n] for n in shared), "the codes must differ to test this"
+    ok("db", "copy", str(source), team)
+    after = {k: v for k, v in dump(team).items() if k not in theirs}
+    assert_same(after, dump(source))
+
+
 def test_export_from_postgresql(source: Path, team: str) -> None:
     ok("db", "copy", str(source), team)
     sid = next(s["id"] for s in rdb.sessions(source) if s["transport"] == "http")

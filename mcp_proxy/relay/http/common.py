@@ -248,7 +248,11 @@ def decompress(body: bytes, encoding: str) -> bytes | None:
 
 
 class RecorderLike(Protocol):
-    """What the relay needs of a recorder (``RecorderClient``, or a fake in unit tests)."""
+    """What the relay needs of a recorder (``RecorderClient``, or a fake in unit tests).
+
+    A sink may also offer ``record_http`` (``RecorderClient`` does): a quick exchange is then
+    handed over raw and described by the recorder process (``recorder/httpraw.py``); without
+    it the relay describes the exchange itself and calls ``record_exchange``."""
 
     def new_session(self, *, transport: str, **fields: Any) -> str: ...
     def put(self, session_id: str, frame: Frame) -> None: ...

@@ -1,8 +1,9 @@
 """The relay's core: its state, and describing an exchange's request for the recording.
 
 :class:`RelayCore` holds what every path of the relay shares (configuration, upstream target,
-session router, recorder, pool) and the request side of the recording: redaction, client
-identity, the request frame, streamed request bodies. The response paths
+session router, recorder, pool) and the request side of the recording: body redaction, client
+identity, the request frame, streamed request bodies (header and URL redaction happen where the
+exchange is described: the recorder process for a quick exchange). The response paths
 (:mod:`~mcp_proxy.relay.http.response`) and the server lifecycle and request handler
 (:mod:`~mcp_proxy.relay.http.server`) build on it.
 """
@@ -119,10 +120,10 @@ class RelayCore:
     def _describe(self, ex: Exchange) -> None:
         """Describe a request for the recording, once, just after it was sent upstream.
 
-        Metadata, the raw pieces the headers and URLs are described from, the session it
-        belongs to (client identity from the
-        body when nothing else names it), its body frame — and whether it is registered with the
-        recorder at once (its session has a stream open that may answer it) or in a moment.
+        Metadata, the raw pieces its headers and URLs are described from (by the recorder
+        process, see ``recorder/httpraw.py``), the session it belongs to (client identity from
+        the body when nothing else names it), its body frame — and whether it is registered with
+        the recorder at once (its session has a stream open that may answer it) or in a moment.
         """
         pre = ex.pre
         if pre is None:

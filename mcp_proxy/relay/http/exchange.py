@@ -72,6 +72,7 @@ class Exchange:
         "pre",
         "raw_req",
         "raw_resp",
+        "raw_sent",
         "relay",
         "req_ctype",
         "request_size",
@@ -119,6 +120,8 @@ class Exchange:
         #: when the exchange goes to the recorder while it runs.
         self.raw_req: tuple[str, str, str, Any, bool] | None = None
         self.raw_resp: Any = None
+        #: The raw heads handed over with a quick exchange (see :meth:`described_meta`).
+        self.raw_sent: Any = None
         #: Registers a request still waiting for its response after a moment (long calls show
         #: up while they run); cancelled when the exchange ends first.
         self.timer: asyncio.TimerHandle | None = None
@@ -226,6 +229,16 @@ class Exchange:
             resp, self.raw_resp = self.raw_resp, None
             self.fields["response_headers"] = self.relay.redactor.headers(decode_pairs(resp))
 
+    def described_meta(self) -> dict[str, Any]:
+        """The whole ``meta`` as recorded, for an update after the exchange was handed over.
+
+        An update replaces the recorded ``meta``; after a raw hand-over the relay's own copy
+        lacks what the recorder described (local URL, MCP headers), so it is described here."""
+        meta = dict(self.meta)
+        if self.raw_sent is not None:
+            describe(self.raw_sent, {}, meta, self.relay.redactor)
+        return meta
+
     def response_headers(self, pairs: Any) -> dict[str, Any]:
         """The upstream's response header pairs: kept raw, or described now if already live.
 
@@ -305,10 +318,11 @@ class Exchange:
                 if raw is not None and record_http is not None:
                     self.raw_req = None
                     resp, self.raw_resp = self.raw_resp, None
+                    self.raw_sent = (*raw, resp)
                     self.local_id = record_http(
                         self.entry.session_id,
                         frames=self.pending,
-                        raw=(*raw, resp),
+                        raw=self.raw_sent,
                         fields=self.fields,
                         meta=self.meta,
                     )

@@ -128,7 +128,11 @@ class ResponseSide(RelayCore):
         first_byte = time.time()
         self._describe(ex)
         qsock = quickack_socket(resp)
-        quickack(qsock)
+        if not resp.content.is_eof():
+            # More of this response is to come: acknowledge at once (see quickack). A response
+            # whose body came whole with its head needs no early ACK (the next request carries
+            # it), which saves a system call per quick exchange.
+            quickack(qsock)
         if ex.body_streaming and not ex.body_done:
             self._facts_from_stream(ex)
         status = resp.status
@@ -437,7 +441,7 @@ class ResponseSide(RelayCore):
         except Exception:  # timed out, or the upstream broke: the connection is not reused
             resp.close()
         if after:
-            ex.update(meta={**ex.meta, "events_after_host_closed": after})
+            ex.update(meta={**ex.described_meta(), "events_after_host_closed": after})
 
     def _close_stream(self, ex: Exchange, st: StreamState, *, complete: bool) -> None:
         """The stream ended (or was cut): record what is still held back."""

@@ -129,6 +129,9 @@ class UpstreamResponse:
         return self._done
 
     async def read(self) -> bytes:
+        content = self.content
+        if content.is_eof() and not content.exception():
+            return content.read_nowait()  # all of it is here: no async iteration
         parts = []
         async for chunk in self.content.iter_any():
             parts.append(chunk)
