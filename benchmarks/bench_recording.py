@@ -179,6 +179,8 @@ def _line(
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--pg=")]
     pg = next((a.removeprefix("--pg=") for a in sys.argv[1:] if a.startswith("--pg=")), None)
+    if len(args) > 2 or not all(a.isdigit() for a in args):
+        sys.exit("usage: bench_recording.py [FRAMES [ROUNDS]] [--pg=POSTGRESQL_URL]")
     n = int(args[0]) if args else 50_000
     rounds = int(args[1]) if len(args) > 1 else 3
     with tempfile.TemporaryDirectory() as tmp:
