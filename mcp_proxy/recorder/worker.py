@@ -4,11 +4,15 @@
 location — resolved here (:func:`~mcp_proxy.store.engine.resolve_url`, in the relay's directory
 and environment), so that the relay itself never imports the store.
 
-Two threads, one batch apart: this one reads the pipe and builds rows
-(:class:`~mcp_proxy.recorder.builder.BatchBuilder`, records go straight into it, no queue in
-between); an insert thread writes the batch before (``BatchRunner(pipelined=True)``). SQLite
-and psycopg let go of the GIL while the database works, so on two cores building batch N+1 runs
-beside inserting batch N. Never more than one batch waits to be written: while it is, the pipe
+This thread reads the pipe and builds rows (:class:`~mcp_proxy.recorder.builder.BatchBuilder`,
+records go straight into it, no queue in between). On PostgreSQL an insert thread writes the
+batch before (``BatchRunner(pipelined=True)``): psycopg lets go of the GIL for the whole round
+trip of a ``COPY``, so building batch N+1 runs beside inserting batch N (100k burst: 53–55k →
+57–59k frames/s, two alternated pairs). On SQLite the batch is inserted on this thread: there
+sqlite3 takes the GIL back for every row it binds, the two threads hand it to each other
+thousands of times per batch, and the pipelined worker was slower (8 alternated pairs of
+``bench_stdio.py burst``: 75–95k frames/s at 9.6–12.3 µs of CPU per frame pipelined, 79–113k
+at 7.6–11.3 µs not). Never more than one batch waits to be written: while it is, the pipe
 (then the relay's backlog) holds what arrives — compact chunks rather than parsed rows — and
 everything a failed batch means (counted frames, carried sessions) is decided on this thread,
 in order.
@@ -140,8 +144,9 @@ def serve(url: str, fd: int, *, flush_interval: float = 0.05, max_batch: int = 2
     from mcp_proxy.redact import policy_from_env
 
     policy = policy_from_env()
-    runner = BatchRunner(url, redact=policy if policy.enabled else None, pipelined=True)
-    # The insert thread gives the GIL back while SQLite works and needs it again to go on; by
+    pipelined = not url.startswith("sqlite")  # see the module's docstring: measured per dialect
+    runner = BatchRunner(url, redact=policy if policy.enabled else None, pipelined=pipelined)
+    # When pipelined, the insert thread gives the GIL back while SQLite works and needs it again to go on; by
     # default it would wait up to 5 ms for the builder to let go (one statement's work is
     # ~1 ms). A shorter interval keeps both cores busy during a burst.
     sys.setswitchinterval(SWITCH_INTERVAL)
