@@ -13,6 +13,7 @@ frame's content).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 FRAME_COLUMNS: tuple[str, ...] = (
@@ -145,3 +146,29 @@ def missing(
 
 
 __all__ = ["FRAME_COLUMNS", "STORED_FRAME_COLS", "encode_frames", "stream_sql"]
+
+
+def keyset_pages(
+    cursor: Any,
+    sql: str,
+    params: Callable[[int], Sequence[Any]],
+    page: int,
+    *,
+    key_at: int = 0,
+    after: int = -1,
+) -> Iterator[list[Any]]:
+    """Rows of ``sql`` a page at a time through a DBAPI ``cursor``, by keyset.
+
+    ``sql`` selects rows with a key above the one ``params(after)`` binds, in key order, at most
+    ``page`` of them; the next page starts after the key (column ``key_at``) of the last row.
+    Memory stays one page whatever the session's size, and a page costs one statement —
+    the frame readers of export and ``db copy`` page this way.
+    """
+    while True:
+        cursor.execute(sql, params(after))
+        rows = cursor.fetchall()
+        if rows:
+            yield rows
+        if len(rows) < page:
+            return
+        after = rows[-1][key_at]

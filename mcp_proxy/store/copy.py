@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from mcp_proxy.errors import StoreError, UserError
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.codes import resolve
-from mcp_proxy.store.columns import STORED_FRAME_COLS
+from mcp_proxy.store.columns import STORED_FRAME_COLS, keyset_pages
 from mcp_proxy.store.schema import annotations as annotations_t
 from mcp_proxy.store.schema import (
     findings,
@@ -281,15 +281,8 @@ def _stored_chunks(sconn: sa.Connection, key: int) -> Iterator[list[tuple[Any, .
     )
     cursor = sconn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
-        after = -1
-        while True:
-            cursor.execute(sql, (key, after))
-            chunk = list(cursor.fetchall())
-            if chunk:
-                yield chunk
-            if len(chunk) < CHUNK:
-                return
-            after = chunk[-1][1]
+        for chunk in keyset_pages(cursor, sql, lambda after: (key, after), CHUNK, key_at=1):
+            yield list(chunk)
     finally:
         cursor.close()
 

@@ -34,6 +34,7 @@ from mcp_proxy.store.columns import (
     KIND_CODES,
     KIND_NAMES,
     STORED_FRAME_COLS,
+    keyset_pages,
 )
 from mcp_proxy.store.rows import storable
 from mcp_proxy.store.schema import findings, frames, http_exchanges, methods, sessions
@@ -179,15 +180,13 @@ class RecordingStore:
             with self.engine.connect() as conn:
                 cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
                 try:
-                    while True:
+
+                    def bind(after: int) -> Any:
                         values = compiled.construct_params({"sid": session_id, "after": after})
-                        cursor.execute(sql, tuple(values[k] for k in order) if order else values)
-                        rows = [tuple(r) for r in cursor.fetchall()]
-                        if rows:
-                            yield rows
-                        if len(rows) < page:
-                            return
-                        after = rows[-1][0]
+                        return tuple(values[k] for k in order) if order else values
+
+                    for rows in keyset_pages(cursor, sql, bind, page, after=after):
+                        yield [tuple(r) for r in rows]
                 finally:
                     cursor.close()
         except (sa.exc.DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
@@ -236,15 +235,8 @@ class RecordingStore:
                     found = cursor.fetchone()
                     if found is None:
                         return
-                    key, after = int(found[0]), -1
-                    while True:
-                        cursor.execute(sql, (key, after))
-                        rows = cursor.fetchall()
-                        if rows:
-                            yield rows
-                        if len(rows) < page:
-                            return
-                        after = rows[-1][0]
+                    key = int(found[0])
+                    yield from keyset_pages(cursor, sql, lambda after: (key, after), page)
                 finally:
                     cursor.close()
         except (sa.exc.DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
