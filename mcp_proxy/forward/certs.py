@@ -79,26 +79,23 @@ def create_ec_ca(conf: Path, basename: str = BASENAME) -> bool:
     pem_cert = ca.public_bytes(serialization.Encoding.PEM)
     (conf / f"{basename}-ca-cert.pem").write_bytes(pem_cert)
     (conf / f"{basename}-ca-cert.cer").write_bytes(pem_cert)
-    cert_p12 = pkcs12.serialize_key_and_certificates(
-        name=basename.encode(),
-        key=None,
-        cert=ca,
-        cas=None,
-        encryption_algorithm=serialization.NoEncryption(),
-    )
-    (conf / f"{basename}-ca-cert.p12").write_bytes(cert_p12)
-    dhparam = conf / f"{basename}-dhparam.pem"
-    if not dhparam.exists():
-        dhparam.write_bytes(certs.DEFAULT_DHPARAM)
-    with certs.CertStore.umask_secret():
-        p12 = pkcs12.serialize_key_and_certificates(
+
+    def p12(with_key: bool) -> bytes:
+        """The CA as PKCS#12, with or without its key (mitmproxy writes both files)."""
+        return pkcs12.serialize_key_and_certificates(
             name=basename.encode(),
-            key=key,
+            key=key if with_key else None,
             cert=ca,
             cas=None,
             encryption_algorithm=serialization.NoEncryption(),
         )
-        (conf / f"{basename}-ca.p12").write_bytes(p12)
+
+    (conf / f"{basename}-ca-cert.p12").write_bytes(p12(with_key=False))
+    dhparam = conf / f"{basename}-dhparam.pem"
+    if not dhparam.exists():
+        dhparam.write_bytes(certs.DEFAULT_DHPARAM)
+    with certs.CertStore.umask_secret():
+        (conf / f"{basename}-ca.p12").write_bytes(p12(with_key=True))
         key_pem = key.private_bytes(
             encoding=serialization.Encoding.PEM,
             format=serialization.PrivateFormat.TraditionalOpenSSL,
