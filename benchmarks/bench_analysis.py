@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -191,7 +192,16 @@ def main() -> None:
         db_url = "sqlite:///" + str(db)
         if not db.exists():
             t = time.perf_counter()
-            generate(db_url, args.frames)
+            # In a process of its own: on Linux a child's peak RSS starts from what its parent
+            # held when it was spawned, so generating here would put the generator's ~550 MB
+            # into every command's peak below.
+            maker = multiprocessing.get_context("spawn").Process(
+                target=generate, args=(db_url, args.frames)
+            )
+            maker.start()
+            maker.join()
+            if maker.exitcode != 0:
+                sys.exit(f"generating the session failed (exit {maker.exitcode})")
             print(f"recorded {args.frames} frames in {time.perf_counter() - t:.1f} s ({db})")
         mcptape = [sys.executable, "-m", "mcp_proxy.cli"]
         base = ["--db", str(db)]
