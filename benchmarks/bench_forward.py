@@ -394,7 +394,9 @@ def profile(args: argparse.Namespace, modes: tuple[str, ...]) -> int:
         for mode in modes:
             out = Path(f"{args.profile}.{mode}").resolve()
             prefix = (sys.executable, "-c", PROFILER, str(out))
-            with run_forward(d / f"{mode}.db", conf, prefix=prefix, env=env) as fw:
+            with run_forward(
+                d / f"{mode}.db", conf, "--engine", args.engine, prefix=prefix, env=env
+            ) as fw:
                 ms = asyncio.run(profiled_calls(srv.url, fw, mode, args.calls))
                 assert fw.stop() == 0
             print(f"\n{mode} era: {args.calls} calls, proxy CPU {ms:.2f} ms/call under cProfile")
@@ -422,7 +424,19 @@ def main() -> int:
     ap.add_argument(
         "--no-stock",
         action="store_true",
-        help="skip the as-shipped leg (MCPTAPE_FORWARD_TUNING=off, RSA CA)",
+        help="skip the mitmproxy-as-shipped leg (--engine mitmproxy, MCPTAPE_FORWARD_TUNING=off,"
+        " RSA CA)",
+    )
+    ap.add_argument(
+        "--no-mitmproxy",
+        action="store_true",
+        help="skip the --engine mitmproxy leg (tuned, the same P-256 CA)",
+    )
+    ap.add_argument(
+        "--engine",
+        choices=("lean", "mitmproxy"),
+        default="lean",
+        help="with --profile: the engine profiled",
     )
     ap.add_argument("--profile", metavar="FILE", help="profile record --forward (see above)")
     ap.add_argument(
@@ -459,11 +473,18 @@ def main() -> int:
             LegSpec("direct", None, tls.ca_pem, None),
             LegSpec("record --forward", fw.url, fw.ca_cert, fw.proc.pid),
         ]
+        if not args.no_mitmproxy:
+            mitm = stack.enter_context(run_forward(d / "mitm.db", conf, "--engine", "mitmproxy"))
+            legs.append(LegSpec("  --engine mitmproxy", mitm.url, mitm.ca_cert, mitm.proc.pid))
         if not args.no_stock:
             conf_stock = make_conf(d, tls, "rsa", "mitm-stock")
             env = {ENV_TUNING: "off"}
-            stock = stack.enter_context(run_forward(d / "stock.db", conf_stock, env=env))
-            legs.append(LegSpec("  (as shipped)", stock.url, stock.ca_cert, stock.proc.pid))
+            stock = stack.enter_context(
+                run_forward(d / "stock.db", conf_stock, "--engine", "mitmproxy", env=env)
+            )
+            legs.append(
+                LegSpec("  (mitmproxy as shipped)", stock.url, stock.ca_cert, stock.proc.pid)
+            )
         if args.rsa_leg:
             conf_rsa = make_conf(d, tls, "rsa", "mitm-rsa")
             rsa = stack.enter_context(run_forward(d / "rsa.db", conf_rsa))

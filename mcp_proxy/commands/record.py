@@ -36,6 +36,14 @@ def record(
             " that use it (HTTPS_PROXY); see docs/forward-proxy.md.",
         ),
     ] = False,
+    forward_engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            help="With --forward: 'lean' (mcptape's own proxy, the default) or 'mitmproxy'"
+            " (chosen by itself when mitmproxy's config.yaml needs it).",
+        ),
+    ] = None,
     port: Annotated[int, typer.Option("--port", help="Local port for --upstream.")] = 8765,
     host: Annotated[
         str, typer.Option("--host", help="Local address for --upstream.")
@@ -132,8 +140,11 @@ def record(
                 redact_headers=redact_header or [],
                 redact_paths=redact_path or [],
                 idle_cut=idle_cut,
+                engine=forward_engine,
             )
         )
+    if forward_engine is not None:
+        fail("--engine chooses the --forward proxy's engine; give it with --forward")
     if upstream:
         if command:
             fail("give either --upstream URL or -- COMMAND, not both")

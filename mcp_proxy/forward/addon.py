@@ -723,8 +723,9 @@ class McpTape:
             return
         self._close_stream(ex, flow, complete=False)
         if resp is None:
-            # mitmproxy answered the host itself (502): say so, as the reverse proxy does.
-            ex.meta["synthesized"] = {"by": "mitmproxy", "status": 502, "kind": "upstream-error"}
+            # The proxy answered the host itself (502): say so, as the reverse proxy does.
+            by = flow.metadata.get("mcptape_engine", "mitmproxy")
+            ex.meta["synthesized"] = {"by": by, "status": 502, "kind": "upstream-error"}
             ex.late.setdefault("status", 502)
         if ex.kind == KIND_MAYBE:
             ex.kind = KIND_MCP if ex.pending else KIND_DROPPED
@@ -738,10 +739,10 @@ class McpTape:
                 "forward.upstream_tls",
                 "error",
                 "The upstream's TLS handshake failed",
-                f"mitmproxy could not establish TLS with {ex.origin}: {msg}. The host got "
-                "mitmproxy's error response; check the server's certificate (expired, self-signed,"
-                " wrong host name) or give mitmproxy the CA that signed it "
-                "(ssl_verify_upstream_trusted_ca).",
+                f"The forward proxy could not establish TLS with {ex.origin}: {msg}. The host got "
+                "the proxy's 502 response; check the server's certificate (expired, self-signed,"
+                " wrong host name) or trust the CA that signed it "
+                "(ssl_verify_upstream_trusted_ca in mitmproxy's config.yaml).",
             )
 
     # ------------------------------------------------------------------ bodies

@@ -1,6 +1,11 @@
-"""``mcptape record --forward``: mitmproxy in-process, with mcptape's addon, until Ctrl-C.
+"""``mcptape record --forward``: a recording forward proxy, with mcptape's addon, until Ctrl-C.
 
-mitmproxy's own master API runs here (the addons mitmdump loads, without its terminal log and
+Two engines run the same addon (:class:`~mcp_proxy.forward.addon.McpTape`) over the same
+recorder: ``lean`` (the default, :mod:`mcp_proxy.forward.lean`: mcptape's own CONNECT proxy on
+the HTTP relay's core, about a tenth of mitmproxy's CPU per call) and ``mitmproxy`` (``--engine
+mitmproxy``, or chosen by itself when ``config.yaml`` sets an option only mitmproxy implements).
+
+For the mitmproxy engine, mitmproxy's own master API runs here (the addons mitmdump loads, without its terminal log and
 flow dumper), on our event loop, with :class:`~mcp_proxy.forward.addon.McpTape` added and a
 :class:`~mcp_proxy.recorder.client.RecorderClient` shared with it. On start it prints, in a few
 lines, the proxy address, where mitmproxy's CA certificate is and the environment common hosts
@@ -24,9 +29,22 @@ from typing import Any
 from mcp_proxy.errors import UserError
 from mcp_proxy.redact import ENV_REDACT, Redactor, redactor_for_recording
 
-__all__ = ["ENV_CONFDIR", "ENV_TUNING", "ca_cert_path", "environment_lines", "record_forward"]
+__all__ = [
+    "ENGINES",
+    "ENV_CONFDIR",
+    "ENV_ENGINE",
+    "ENV_TUNING",
+    "ca_cert_path",
+    "choose_engine",
+    "environment_lines",
+    "record_forward",
+]
 
 ENV_CONFDIR = "MCPTAPE_MITMPROXY_CONFDIR"
+#: The forward-proxy engines: mcptape's own (:mod:`mcp_proxy.forward.lean`) and mitmproxy's.
+ENGINES = ("lean", "mitmproxy")
+#: The engine when ``--engine`` is not given (``lean`` or ``mitmproxy``).
+ENV_ENGINE = "MCPTAPE_FORWARD_ENGINE"
 #: ``off``: mitmproxy as shipped — its own addon manager instead of
 #: :mod:`mcp_proxy.forward.dispatch`'s and its own TLS addon instead of
 #: :mod:`mcp_proxy.forward.tls`'s: for comparison (benchmarks/bench_forward.py), or to rule them
@@ -156,6 +174,52 @@ class _Said(logging.Handler):
         print(f"mcptape: mitmproxy: {first}", file=sys.stderr, flush=True)
 
 
+def config_options(conf: Path) -> dict[str, Any]:
+    """The options ``config.yaml`` in the confdir sets (names and values, not yet checked)."""
+    path = conf / "config.yaml"
+    if not path.exists():
+        return {}
+    from ruamel.yaml import YAML
+
+    try:
+        data = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
+    except Exception as exc:
+        raise UserError(f"mitmproxy configuration {path}: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"mitmproxy configuration {path}: not a mapping of option names")
+    return {str(k): v for k, v in data.items()}
+
+
+def choose_engine(asked: str | None, options: dict[str, Any]) -> tuple[str, str | None]:
+    """Which engine runs, and why mitmproxy when it was not asked for.
+
+    ``lean`` (:mod:`mcp_proxy.forward.lean`) unless asked otherwise or ``config.yaml`` sets an
+    option only mitmproxy implements (scripts, proxy auth, upstream proxies, eager connections…).
+    """
+    from mcp_proxy.forward.lean import LEAN_OPTIONS
+
+    others = sorted(
+        k
+        for k, v in options.items()
+        if k not in LEAN_OPTIONS or (k == "connection_strategy" and v != "lazy")
+    )
+    asked = (asked or "").strip().lower() or None
+    if asked not in (None, *ENGINES):
+        raise UserError(f"unknown forward-proxy engine {asked!r}: choose {' or '.join(ENGINES)}")
+    if asked == "mitmproxy":
+        return "mitmproxy", None
+    if others:
+        if asked == "lean":
+            raise UserError(
+                f"config.yaml option(s) {', '.join(others)} need mitmproxy: use --engine mitmproxy"
+                " (or leave --engine out)"
+            )
+        return "mitmproxy", f"config.yaml sets {', '.join(others)}"
+    return "lean", None
+
+
 async def serve_forward(
     *,
     db_url: str,
@@ -168,8 +232,127 @@ async def serve_forward(
     extra_options: dict[str, Any] | None = None,
     announce: bool = True,
     stop: asyncio.Event | None = None,
+    engine: str | None = None,
 ) -> int:
-    """Run the proxy until ``stop`` (or SIGINT/SIGTERM); returns the exit status."""
+    """Run the proxy until ``stop`` (or SIGINT/SIGTERM); returns the exit status.
+
+    ``engine``: ``lean`` or ``mitmproxy`` (default: ``MCPTAPE_FORWARD_ENGINE``, else chosen by
+    :func:`choose_engine`). ``extra_options`` are mitmproxy options (they select mitmproxy).
+    """
+    conf = confdir()
+    check_ca(conf)
+    options = {**config_options(conf), **(extra_options or {})}
+    chosen, why = choose_engine(engine or os.environ.get(ENV_ENGINE), options)
+    common: dict[str, Any] = {
+        "db_url": db_url,
+        "host": host,
+        "port": port,
+        "name": name,
+        "redactor": redactor,
+        "idle_cut": idle_cut,
+        "record_all": record_all,
+        "announce": announce,
+        "stop": stop,
+    }
+    if chosen == "lean":
+        return await _serve_lean(conf, options, **common)
+    return await _serve_mitmproxy(conf, extra_options, why, **common)
+
+
+def _stop_event(stop: asyncio.Event | None) -> asyncio.Event:
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _serve_lean(
+    conf: Path,
+    options: dict[str, Any],
+    *,
+    db_url: str,
+    host: str,
+    port: int,
+    name: str | None,
+    redactor: Redactor,
+    idle_cut: float,
+    record_all: bool,
+    announce: bool,
+    stop: asyncio.Event | None,
+) -> int:
+    """The lean engine (:mod:`mcp_proxy.forward.lean`) with the same addon and recorder."""
+    import ssl
+
+    from mcp_proxy.forward.addon import McpTape
+    from mcp_proxy.forward.certs import create_ec_ca
+    from mcp_proxy.forward.lean import LeafContexts, LeanForward, print_refused, upstream_context
+    from mcp_proxy.recorder.client import RecorderClient
+
+    try:
+        create_ec_ca(conf)
+        leaves = LeafContexts(conf)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"mitmproxy's CA in {conf} cannot be used: {exc}") from exc
+    try:
+        up_ctx = upstream_context(options)
+    except (OSError, ssl.SSLError) as exc:
+        leaves.close()
+        raise UserError(
+            f"mitmproxy configuration {conf / 'config.yaml'}: the upstream trust cannot be "
+            f"loaded: {exc}"
+        ) from exc
+    recorder = RecorderClient(db_url, env={ENV_REDACT: redactor.to_env()})
+    recorder.start()
+    addon = McpTape(
+        recorder, redactor=redactor, name=name, idle_cut=idle_cut, record_all=record_all
+    )
+    ca = ca_cert_path(conf)
+    proxy = LeanForward(addon, leaves, up_ctx, on_tls_refused=print_refused(ca))
+    stop = _stop_event(stop)
+    try:
+        try:
+            bound = await proxy.listen(host, port)
+        except OSError as exc:
+            raise UserError(
+                f"cannot start the forward proxy on {host}:{port}: {exc.strerror or exc}"
+            ) from exc
+        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        if announce:
+            for line in environment_lines(f"http://{shown}:{bound[1]}", ca):
+                print(line, file=sys.stderr, flush=True)
+        await stop.wait()
+    finally:
+        await proxy.close(grace=5.0)
+        addon.close()
+        leaves.close()
+        await asyncio.to_thread(recorder.close)
+    if announce:
+        print(
+            f"mcptape: stopped; {addon.stats_exchanges} exchange(s) recorded",
+            file=sys.stderr,
+            flush=True,
+        )
+    return 0
+
+
+async def _serve_mitmproxy(
+    conf: Path,
+    extra_options: dict[str, Any] | None,
+    why: str | None,
+    *,
+    db_url: str,
+    host: str,
+    port: int,
+    name: str | None,
+    redactor: Redactor,
+    idle_cut: float,
+    record_all: bool,
+    announce: bool,
+    stop: asyncio.Event | None,
+) -> int:
+    """mitmproxy's master in-process, with mcptape's addon."""
     from mitmproxy import exceptions, options
     from mitmproxy.master import Master
 
@@ -177,8 +360,6 @@ async def serve_forward(
     from mcp_proxy.forward.certs import create_ec_ca
     from mcp_proxy.recorder.client import RecorderClient
 
-    conf = confdir()
-    check_ca(conf)
     # Lazy upstream connections: the upstream is dialled when the host's request is known, so a
     # server that is down or fails TLS is an outcome of that (MCP) request — recorded, with the
     # request — rather than a refused CONNECT no one can attribute. config.yaml may override.
@@ -223,11 +404,7 @@ async def serve_forward(
         recorder, redactor=redactor, name=name, idle_cut=idle_cut, record_all=record_all
     )
     master.addons.add(addon)
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = _stop_event(stop)
     run = asyncio.create_task(master.run())
     try:
         ps = master.addons.get("proxyserver")
@@ -249,6 +426,8 @@ async def serve_forward(
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         proxy_url = f"http://{shown}:{bound[1]}"
         if announce:
+            if why:
+                print(f"mcptape: forward engine: mitmproxy ({why})", file=sys.stderr, flush=True)
             for line in environment_lines(proxy_url, ca_cert_path(conf)):
                 print(line, file=sys.stderr, flush=True)
         waiter = asyncio.create_task(stop.wait())
@@ -281,6 +460,7 @@ def record_forward(
     redact_headers: list[str] | tuple[str, ...] = (),
     redact_paths: list[str] | tuple[str, ...] = (),
     idle_cut: float = 300.0,
+    engine: str | None = None,
 ) -> int:
     """``mcptape record --forward``: serve until SIGINT/SIGTERM; exit status."""
     from mcp_proxy.forward import require_mitmproxy
@@ -305,6 +485,7 @@ def record_forward(
                 name=name,
                 redactor=redactor,
                 idle_cut=idle_cut,
+                engine=engine,
             ),
             loop_factory=loop_factory(),
         )

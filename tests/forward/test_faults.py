@@ -91,7 +91,7 @@ async def test_upstream_down(fw: Forward) -> None:
     assert r.status_code == 502
     (ex,) = wait_exchanges(fw, f":{port}/mcp")
     assert ex["outcome"] == "upstream_error" and ex["status"] == 502
-    assert ex["meta"]["synthesized"]["by"] == "mitmproxy"
+    assert ex["meta"]["synthesized"]["by"] == "mcptape"  # the lean engine answered
 
 
 @pytest.fixture(scope="module")

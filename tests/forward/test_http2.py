@@ -1,9 +1,10 @@
-"""An HTTP/2 host through ``mcptape record --forward``: recorded as an HTTP/1.1 one is.
+"""A host that offers HTTP/2 through ``mcptape record --forward``: recorded as an HTTP/1.1 one is.
 
-The host (the SDK over an ``httpx2`` client with ``http2=True``) negotiates HTTP/2 with
-mitmproxy by ALPN inside the CONNECT tunnel; mitmproxy speaks HTTP/1.1 to the SDK server
-(uvicorn has no HTTP/2). The conversation must come out as it does directly, and the recording
-must hold every exchange byte-equal to what the host saw, marked with the host's HTTP version.
+The host (the SDK over an ``httpx2`` client with ``http2=True``) offers ``h2`` by ALPN inside the
+CONNECT tunnel. The mitmproxy engine takes it and speaks HTTP/1.1 to the SDK server (uvicorn has
+no HTTP/2); the lean engine offers ``http/1.1`` only, so the host falls back to it (RFC 7301).
+Either way the conversation must come out as it does directly, and the recording must hold every
+exchange byte-equal to what the host saw, marked with the HTTP version the host spoke.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from tests.forward.test_sdk import assert_recorded_as_seen, scripted
 pytestmark = pytest.mark.timeout(240)
 
 
+@pytest.mark.parametrize("engine", ["lean", "mitmproxy"])
 async def test_http2_host_recorded_like_http1(
-    tmp_path: Path, confdir: Path, tls_files: TLSFiles, tls_stateful: TLSServer
+    engine: str, tmp_path: Path, confdir: Path, tls_files: TLSFiles, tls_stateful: TLSServer
 ) -> None:
     direct = await scripted(direct_client(tls_files), tls_stateful.url, "legacy")
-    with run_forward(tmp_path / "h2.db", confdir) as fw:
+    with run_forward(tmp_path / "h2.db", confdir, "--engine", engine) as fw:
         inner = httpx2.AsyncHTTPTransport(
             proxy=fw.url, verify=fw.ssl_context(), trust_env=False, http2=True
         )
@@ -53,7 +55,7 @@ async def test_http2_host_recorded_like_http1(
             assert e["outcome"] == "complete", e
         # HTTP/2 has no Host header (the authority is a pseudo-header, and in the URL).
         names = {h[0].lower() for h in e["request_headers"]}
-        assert "accept" in names and "host" not in names
+        assert "accept" in names and ("host" in names) == (engine == "lean")
     assert_recorded_as_seen(fw, tee)
     versions = {e["meta"]["http_version"] for e in exchanges}
-    assert versions == {"HTTP/2.0"}, versions
+    assert versions == {"HTTP/1.1" if engine == "lean" else "HTTP/2.0"}, versions

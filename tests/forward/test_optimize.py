@@ -46,7 +46,7 @@ async def test_record_forward_loads_mitmproxy_optimized(
     env = {"PYTHONPYCACHEPREFIX": str(prefix), "PYTHONDONTWRITEBYTECODE": ""}
     if tuning == "off":
         env[ENV_TUNING] = "off"
-    with run_forward(tmp_path / "o.db", confdir, env=env) as fw:
+    with run_forward(tmp_path / "o.db", confdir, "--engine", "mitmproxy", env=env) as fw:
         async with fw.http_client() as client:
             r = await client.post(tls_stateless.url, content=RPC, headers=HEADERS)
         assert r.status_code == 200, r.text

@@ -22,7 +22,7 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp.client_proto import ResponseHandler
@@ -173,10 +173,14 @@ class UpstreamPool:
         connect_timeout: float = 10.0,
         keepalive: float = 4.0,
         max_field_size: int = 64 * 1024,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context``: the TLS context when ``tls`` (default: the system's trust)."""
         self.host = host
         self.port = port
-        self.ssl: ssl.SSLContext | None = ssl.create_default_context() if tls else None
+        self.ssl: ssl.SSLContext | None = None
+        if tls:
+            self.ssl = ssl_context if ssl_context is not None else ssl.create_default_context()
         self.connect_timeout = connect_timeout
         self.keepalive = keepalive
         self.max_field_size = max_field_size
@@ -228,11 +232,14 @@ class UpstreamPool:
         *,
         head_only: bool = False,
         chunked: bool = False,
+        on_sent: Callable[[], None] | None = None,
     ) -> UpstreamResponse:
         """Send one request (head + body) and return once the response headers are in.
 
         A streamed body is written by a task alongside, so an upstream that answers early
-        (413) is heard at once; the task ends with the response.
+        (413) is heard at once; the task ends with the response. ``on_sent`` is called once the
+        request (or its head, for a streamed body) was handed to the connection: work that
+        must not delay the request (the forward proxy's recording) goes there.
         """
         proto = self._take_idle()
         if proto is None:  # (a ResponseHandler is a queue: an idle one is falsy)
@@ -254,6 +261,8 @@ class UpstreamPool:
         else:
             transport.write(head)
             writer = asyncio.ensure_future(self._write_body(proto, body, chunked))
+        if on_sent is not None:
+            on_sent()
         try:
             msg, payload = await proto.read()
             while msg.code in _INTERIM and msg.code != 101:

@@ -1,0 +1,669 @@
+"""The lean forward engine: mcptape's own CONNECT proxy, driving the same mitmproxy addon.
+
+Why it exists: through mitmproxy, one MCP call over a fresh HTTPS connection — what the Python
+SDK does for every call of the 2025-11-25 era — cost the proxy 11–13 ms of CPU, nearly all of it
+the Python of mitmproxy's layers (events, commands, hooks per connection and per request;
+``benchmarks/bench_forward.py --profile``), and a forwarded call took 2.2 times a direct one. On
+the relay's own core (httptools, a pooled upstream) the same call costs the proxy about a tenth of
+that. mitmproxy stays one flag away (``--engine mitmproxy``) and is chosen by itself when
+``config.yaml`` asks for what only it does (scripts, proxy auth, upstream proxies, …).
+
+What it is, per host connection:
+
+1. **The proxy request.** ``CONNECT host:port`` is answered ``200`` and becomes a tunnel; an
+   absolute-form ``GET http://…`` request (``HTTP_PROXY``) is handled as plain HTTP.
+2. **The tunnel's first bytes** say what it carries: a TLS ClientHello is intercepted with a
+   certificate for the host, made from mitmproxy's CA (the same files, the same trust as the
+   mitmproxy engine; ALPN offers ``http/1.1`` only, so a host offering ``h2`` falls back, as
+   RFC 7301 has it); a plain HTTP request is relayed as ``http``; anything else is piped to
+   ``host:port`` untouched and unrecorded (the upstream is dialled once the host spoke first,
+   as with mitmproxy's lazy connection strategy).
+3. **Each HTTP request** is parsed by the relay's host-facing server
+   (:mod:`mcp_proxy.relay.http.front`), its body read whole (as mitmproxy does), its head
+   rewritten by :func:`~mcp_proxy.relay.http.forward.build_request_head` (hop-by-hop headers
+   dropped, every other byte as the host sent it) and sent over a keep-alive connection pooled
+   per upstream origin (:class:`~mcp_proxy.relay.http.upstream.UpstreamPool`) — shared by all of
+   a host's connections, so a host that reconnects per call costs one TLS handshake (the host's)
+   instead of two.
+4. **The response** is forwarded as it arrives, chunk by chunk (event streams included: each
+   event reaches the host when the upstream wrote it); a response that is whole at once goes out
+   in one write.
+
+The addon (:class:`~mcp_proxy.forward.addon.McpTape`) sees what mitmproxy would show it: an
+``HTTPFlow`` with ``request`` (after the request went upstream — the bytes go first),
+``responseheaders``, then ``response`` with the whole body, or ``error`` (upstream unreachable,
+TLS refused, reset mid-body, host gone). A ``stream`` callable it sets is handed each chunk
+*after* the chunk was written to the host: the lean engine forwards, the addon records a copy,
+and nothing can rewrite the bytes. Only mcptape's addon runs here.
+
+Errors the engine answers itself: ``502`` (upstream unreachable, TLS with it failed, closed
+before its response) with the reason in the body and ``X-Mcptape-Error``, ``400`` for a
+malformed proxy request, ``501`` for protocol upgrades (WebSocket) inside a tunnel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import shutil
+import ssl
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from mcp_proxy.relay.http.common import HOP_BY_HOP_B
+from mcp_proxy.relay.http.forward import build_request_head
+from mcp_proxy.relay.http.front import (
+    FrontProtocol,
+    FrontRequest,
+    FrontServer,
+    RelayResponse,
+    plain_response,
+)
+from mcp_proxy.relay.http.upstream import UpstreamPool
+
+__all__ = ["LEAN_OPTIONS", "LeafContexts", "LeanForward", "Target", "upstream_context"]
+
+log = logging.getLogger("mcptape.forward")
+
+#: ``config.yaml`` options the lean engine honours; any other one selects the mitmproxy engine.
+LEAN_OPTIONS = frozenset(
+    {
+        "ssl_insecure",
+        "ssl_verify_upstream_trusted_ca",
+        "ssl_verify_upstream_trusted_confdir",
+        "connection_strategy",  # lean is always lazy; "eager" selects mitmproxy (see runner)
+    }
+)
+#: The longest proxy request head (CONNECT line and headers) accepted.
+MAX_PROXY_HEAD = 64 * 1024
+#: How long a host has for its TLS handshake with the proxy.
+HANDSHAKE_TIMEOUT = 30.0
+_HTTP_METHODS = (b"GET ", b"POST ", b"PUT ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"PATCH ")
+_CONNECTED = b"HTTP/1.1 200 Connection established\r\n\r\n"
+
+
+class Target(NamedTuple):
+    """The origin a tunnel (or an absolute-form request) goes to."""
+
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def authority(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = 443 if self.scheme == "https" else 80
+        return host if self.port == default else f"{host}:{self.port}"
+
+
+def parse_authority(raw: bytes, default_port: int) -> tuple[str, int] | None:
+    """``host:port`` (or ``[v6]:port``) of a CONNECT line; None when it is not one."""
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port_text = text.rpartition(":") if ":" in text else (text, "", "")
+    if not host or any(c in host for c in "/ @\\"):
+        return None
+    if not port_text:
+        return host, default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        return None
+    return host, int(port_text)
+
+
+def upstream_context(options: dict[str, Any]) -> ssl.SSLContext:
+    """The TLS context for upstream connections, from mitmproxy's option names: the system's
+    trust plus ``ssl_verify_upstream_trusted_ca``/``_confdir``, or none with ``ssl_insecure``."""
+    ctx = ssl.create_default_context()
+    cafile = options.get("ssl_verify_upstream_trusted_ca")
+    capath = options.get("ssl_verify_upstream_trusted_confdir")
+    if cafile or capath:
+        ctx.load_verify_locations(cafile=cafile or None, capath=capath or None)
+    if options.get("ssl_insecure"):
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
+class LeafContexts:
+    """Server-side TLS contexts per host name, with certificates from mitmproxy's CA.
+
+    mitmproxy's :class:`~mitmproxy.certs.CertStore` makes the certificates (the names, the
+    extensions and the CA's key as every leaf's key, exactly as the mitmproxy engine shows
+    hosts); the stdlib ``ssl`` module serves them (C: no Python per TLS record beyond asyncio's).
+    One context per name, kept while the proxy runs; its PEM file sits in a private temporary
+    directory removed at :meth:`close`.
+    """
+
+    def __init__(self, conf: Path, basename: str = "mitmproxy") -> None:
+        from cryptography.hazmat.primitives import serialization
+        from mitmproxy import certs
+
+        self.store = certs.CertStore.from_store(conf, basename, 2048)
+        self.dir = Path(tempfile.mkdtemp(prefix="mcptape-leaf-"))
+        key_pem = self.store.default_privatekey.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        self.key_file = self.dir / "key.pem"
+        self.key_file.write_bytes(key_pem)
+        self.key_file.chmod(0o600)
+        self._contexts: dict[str, ssl.SSLContext] = {}
+
+    def context(self, name: str) -> ssl.SSLContext:
+        ctx = self._contexts.get(name)
+        if ctx is None:
+            ctx = self._contexts[name] = self._make(name)
+        return ctx
+
+    def _make(self, name: str) -> ssl.SSLContext:
+        from cryptography import x509
+
+        try:
+            alt: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(name))
+        except ValueError:
+            alt = x509.DNSName(name.encode("idna").decode())
+        entry = self.store.get_cert(name, [alt])
+        pem = entry.cert.to_pem() + b"".join(c.to_pem() for c in entry.chain_certs)
+        path = self.dir / f"{len(self._contexts)}.pem"
+        path.write_bytes(pem)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(path, self.key_file)
+        ctx.set_alpn_protocols(["http/1.1"])
+        ctx.sni_callback = self._sni
+        return ctx
+
+    def _sni(self, obj: ssl.SSLObject, name: str | None, ctx: ssl.SSLContext) -> None:
+        """A host whose SNI names another host than its CONNECT line gets that host's cert."""
+        if name:
+            with contextlib.suppress(Exception):
+                chosen = self.context(name)
+                if chosen is not ctx:
+                    obj.context = chosen
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class TunnelFront(FrontProtocol):
+    """The HTTP side of one host connection: in a tunnel to ``target``, or (``target`` None)
+    absolute-form requests to any origin."""
+
+    def __init__(self, server: FrontServer, target: Target | None, client: Any) -> None:
+        super().__init__(server)
+        self.target = target
+        self.client = client
+        self.server_conn: Any = None
+
+
+class _Pipe(asyncio.Protocol):
+    """One half of a raw TCP tunnel: what arrives is written to the other side."""
+
+    def __init__(self, peer: asyncio.Transport) -> None:
+        self.peer = peer
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.peer.write(data)
+
+    def eof_received(self) -> bool:
+        if self.peer.can_write_eof():
+            self.peer.write_eof()
+            return True
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.peer.close()
+
+    def pause_writing(self) -> None:
+        self.peer.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.peer.resume_reading()
+
+
+class _Entry(asyncio.Protocol):
+    """A new host connection until it is a tunnel or an HTTP connection (see the module doc)."""
+
+    def __init__(self, engine: LeanForward) -> None:
+        self.engine = engine
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.target: Target | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.engine.pending.add(transport)  # type: ignore[arg-type]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.engine.pending.discard(self.transport)
+
+    def data_received(self, data: bytes) -> None:
+        transport = self.transport
+        assert transport is not None
+        if self.target is not None:
+            self.engine.pending.discard(transport)
+            self.engine.open_tunnel(transport, self.target, data)
+            return
+        self.buf += data
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.buf) > MAX_PROXY_HEAD:
+                self._refuse(431, "proxy request head too large")
+            return
+        line = bytes(self.buf[: self.buf.find(b"\r\n")])
+        parts = line.split(b" ")
+        if parts[0] != b"CONNECT":
+            # An absolute-form request (plain-HTTP proxying): the HTTP server takes over.
+            self.engine.pending.discard(transport)
+            self.engine.serve_http(transport, None, bytes(self.buf))
+            return
+        where = parse_authority(parts[1], 443) if len(parts) == 3 else None
+        if where is None:
+            self._refuse(400, "malformed CONNECT request")
+            return
+        self.target = Target("https", where[0], where[1])
+        rest = bytes(self.buf[end + 4 :])
+        self.buf = bytearray()
+        transport.write(_CONNECTED)
+        if rest:
+            self.data_received(rest)
+
+    def _refuse(self, status: int, text: str) -> None:
+        body = f"mcptape forward proxy: {text}\n".encode()
+        assert self.transport is not None
+        self.transport.write(
+            b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+            % (
+                status,
+                b"Bad Request" if status == 400 else b"Request Header Fields Too Large",
+                len(body),
+                body,
+            )
+        )
+        self.transport.close()
+
+
+def _feed(proto: Any, data: bytes) -> None:
+    """Give a (buffered) protocol bytes already read from its transport."""
+    view = memoryview(data)
+    while view:
+        buf = proto.get_buffer(len(view))
+        n = min(len(buf), len(view))
+        buf[:n] = view[:n]
+        proto.buffer_updated(n)
+        view = view[n:]
+
+
+class LeanForward:
+    """The engine: listen, tunnel, intercept, relay; the addon's hooks per flow."""
+
+    def __init__(
+        self,
+        addon: Any,
+        leaves: LeafContexts,
+        upstream_ssl: ssl.SSLContext,
+        *,
+        on_tls_refused: Callable[[str, str], None] | None = None,
+    ) -> None:
+        from mitmproxy import connection, flow, http
+
+        self._connection = connection
+        self._http = http
+        self._Error = flow.Error
+        self.addon = addon
+        self.leaves = leaves
+        self.upstream_ssl = upstream_ssl
+        self.loop = asyncio.get_running_loop()
+        self.front = FrontServer(self.handle, self._log_error)
+        self.pools: dict[Target, UpstreamPool] = {}
+        self.pending: set[asyncio.Transport] = set()
+        self.pipes: set[asyncio.Transport] = set()
+        self.on_tls_refused = on_tls_refused
+        self._server: asyncio.Server | None = None
+        self._ssl_protocol = self._ssl_protocol_class()
+
+    def _ssl_protocol_class(self) -> Any:
+        """uvloop's TLS protocol (Cython) on its loop, asyncio's otherwise."""
+        if type(self.loop).__module__.startswith("uvloop"):
+            with contextlib.suppress(ImportError, AttributeError):
+                from uvloop.loop import SSLProtocol as UvSSLProtocol  # type: ignore[attr-defined]
+
+                return UvSSLProtocol
+        from asyncio.sslproto import SSLProtocol
+
+        return SSLProtocol
+
+    # ------------------------------------------------------------------ lifecycle
+    async def listen(self, host: str, port: int) -> tuple[str, int]:
+        self._server = await self.loop.create_server(
+            lambda: _Entry(self), host, port, reuse_address=True, backlog=1024
+        )
+        name = self._server.sockets[0].getsockname()
+        return str(name[0]), int(name[1])
+
+    async def close(self, grace: float = 5.0) -> None:
+        """Stop accepting, let running requests finish (``grace`` s), close everything."""
+        if self._server is not None:
+            self._server.close()
+        for t in list(self.pending) + list(self.pipes):
+            t.close()
+        await self.front.close(grace)
+        for pool in self.pools.values():
+            await pool.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1)
+
+    def _log_error(self, req: FrontRequest) -> None:
+        log.exception("mcptape: forward proxy: internal error on %s %s", req.method, req.raw_path)
+
+    # ------------------------------------------------------------------ connections
+    def _client(self, transport: asyncio.BaseTransport) -> Any:
+        peer = transport.get_extra_info("peername") or ("", 0)
+        sock = transport.get_extra_info("sockname") or ("", 0)
+        return self._connection.Client(
+            peername=tuple(peer[:2]), sockname=tuple(sock[:2]), timestamp_start=time.time()
+        )
+
+    def serve_http(self, transport: asyncio.Transport, target: Target | None, data: bytes) -> None:
+        """Hand a connection (plain, or a tunnel carrying plain HTTP) to the HTTP server."""
+        front = TunnelFront(self.front, target, self._client(transport))
+        transport.set_protocol(front)
+        front.connection_made(transport)
+        if data:
+            front.data_received(data)
+
+    def open_tunnel(self, transport: asyncio.Transport, target: Target, data: bytes) -> None:
+        """The tunnel's first bytes are in: TLS, plain HTTP or anything else."""
+        if data[:1] == b"\x16":
+            self._intercept(transport, target, data)
+        elif data.startswith(_HTTP_METHODS):
+            self.serve_http(transport, Target("http", target.host, target.port), data)
+        else:
+            self._pipe(transport, target, data)
+
+    def _intercept(self, transport: asyncio.Transport, target: Target, hello: bytes) -> None:
+        client = self._client(transport)
+        front = TunnelFront(self.front, target, client)
+        client.tls = True
+        waiter = self.loop.create_future()
+        proto = self._ssl_protocol(
+            self.loop,
+            front,
+            self.leaves.context(target.host),
+            waiter,
+            server_side=True,
+            call_connection_made=True,
+            ssl_handshake_timeout=HANDSHAKE_TIMEOUT,
+        )
+        transport.set_protocol(proto)
+        proto.connection_made(transport)
+        _feed(proto, hello)  # the ClientHello, read to tell TLS from the rest
+        waiter.add_done_callback(lambda f: self._handshake_done(f, transport, target))
+
+    def _handshake_done(
+        self, fut: asyncio.Future[None], transport: asyncio.Transport, target: Target
+    ) -> None:
+        exc = None if fut.cancelled() else fut.exception()
+        if exc is None:
+            return
+        transport.close()
+        if self.on_tls_refused is not None and isinstance(exc, ssl.SSLError):
+            self.on_tls_refused(target.host, str(exc.reason or exc))
+
+    def _pipe(self, transport: asyncio.Transport, target: Target, first: bytes) -> None:
+        transport.pause_reading()
+        self.pipes.add(transport)
+
+        async def connect() -> None:
+            try:
+                up, _ = await self.loop.create_connection(
+                    lambda: _Pipe(transport), target.host, target.port
+                )
+            except OSError:
+                transport.close()
+                self.pipes.discard(transport)
+                return
+            down = _Pipe(up)  # type: ignore[arg-type]
+            transport.set_protocol(down)
+            down.connection_made(transport)
+            up.write(first)
+            transport.resume_reading()
+
+        task = self.loop.create_task(connect())
+        task.add_done_callback(lambda _: None)
+
+    def pool(self, target: Target) -> UpstreamPool:
+        pool = self.pools.get(target)
+        if pool is None:
+            pool = self.pools[target] = UpstreamPool(
+                target.host,
+                target.port,
+                tls=target.scheme == "https",
+                ssl_context=self.upstream_ssl if target.scheme == "https" else None,
+            )
+        return pool
+
+    # ------------------------------------------------------------------ requests
+    def _hook(self, name: str, flow: Any) -> None:
+        """One addon hook; an addon failure is logged, never the host's problem."""
+        fn = getattr(self.addon, name, None)
+        if fn is None:
+            return
+        try:
+            fn(flow)
+        except Exception:
+            log.exception("mcptape: the addon failed in %s", name)
+
+    def _flow(
+        self,
+        conn: TunnelFront,
+        target: Target,
+        req: FrontRequest,
+        path: str,
+        body: bytes,
+        started: float,
+    ) -> Any:
+        server = conn.server_conn
+        if server is None or conn.target is None:
+            server = self._connection.Server(address=(target.host, target.port))
+            if conn.target is not None:
+                conn.server_conn = server
+        flow = self._http.HTTPFlow(conn.client, server, live=True)
+        flow.metadata["mcptape_engine"] = "mcptape"
+        flow.request = self._http.Request(
+            target.host,
+            target.port,
+            req.method.encode("ascii", "replace"),
+            target.scheme.encode(),
+            b"",
+            path.encode("utf-8", "surrogateescape"),
+            b"HTTP/1.1" if req.version >= (1, 1) else b"HTTP/1.0",
+            tuple(req.raw_headers),
+            body,
+            None,
+            started,
+            time.time(),
+        )
+        return flow
+
+    async def handle(self, req: FrontRequest) -> RelayResponse:
+        conn: TunnelFront = req.conn  # type: ignore[assignment]
+        started = time.time()
+        target = conn.target
+        path = req.raw_path
+        if target is None:
+            absolute = self._absolute(path)
+            if absolute is None:
+                return plain_response(
+                    400, "mcptape forward proxy: send CONNECT or an absolute http:// URL\n"
+                )
+            target, path = absolute
+        if req.method == "CONNECT":
+            return plain_response(400, "mcptape forward proxy: CONNECT inside a tunnel\n")
+        head_expect = req.headers.get("expect")
+        if head_expect is not None and head_expect.strip().lower() == "100-continue":
+            await req.send_continue()
+        body = await req.content.read() if req.body_exists else b""
+        host_header = (req.headers.get("host") or target.authority).encode(
+            "utf-8", "surrogateescape"
+        )
+        head = build_request_head(
+            req.method, path, req.raw_headers, host_header, body_exists=req.body_exists
+        )
+        wire = body
+        if head.chunked:
+            wire = (b"%x\r\n%b\r\n" % (len(body), body) if body else b"") + b"0\r\n\r\n"
+        flow = self._flow(conn, target, req, path, body, started)
+        sent = False
+
+        def on_sent() -> None:
+            nonlocal sent
+            sent = True
+            self._hook("request", flow)
+
+        try:
+            resp = await self.pool(target).request(
+                head.head, wire or None, head_only=req.method == "HEAD", on_sent=on_sent
+            )
+        except asyncio.CancelledError:
+            if not sent:
+                self._hook("request", flow)
+            self._error(flow, "Client disconnected.")
+            raise
+        except Exception as exc:
+            if not sent:
+                self._hook("request", flow)
+            msg = str(exc) or type(exc).__name__
+            if sent and "closed" not in msg.lower():
+                msg = f"the upstream closed the connection before its response: {msg}"
+            self._error(flow, msg)
+            out = plain_response(502, f"mcptape forward proxy: {msg}\n")
+            out.headers["X-Mcptape-Error"] = "upstream-error"
+            return out
+        return await self._respond(req, flow, resp)
+
+    def _error(self, flow: Any, msg: str) -> None:
+        flow.error = self._Error(msg)
+        self._hook("error", flow)
+
+    @staticmethod
+    def _absolute(path: str) -> tuple[Target, str] | None:
+        if not path.lower().startswith("http://"):
+            return None
+        rest = path[7:]
+        cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+        where = parse_authority(rest[:cut].rpartition("@")[2].encode("latin-1", "replace"), 80)
+        if where is None:
+            return None
+        origin_path = rest[cut:] or "/"
+        if origin_path.startswith("?"):
+            origin_path = "/" + origin_path
+        return Target("http", where[0], where[1]), origin_path
+
+    async def _respond(self, req: FrontRequest, flow: Any, resp: Any) -> RelayResponse:
+        raw = resp.raw_headers
+        mresp = self._http.Response(
+            b"HTTP/1.1",
+            resp.status,
+            (resp.reason or "").encode("latin-1", "replace"),
+            tuple(raw),
+            None,
+            None,
+            time.time(),
+            None,
+        )
+        flow.response = mresp
+        self._hook("responseheaders", flow)
+        stream = mresp.stream
+        tee = stream if callable(stream) else None
+        out_raw = [(k, v) for k, v in raw if k.lower() not in HOP_BY_HOP_B]
+        length = resp.content_length
+        rr = RelayResponse(
+            status=resp.status, reason=resp.reason, raw=out_raw, has_length=length is not None
+        )
+        host_write = False  # a ConnectionError while writing is the host's going
+        try:
+            if tee is None and resp.has_buffered_body() and resp.content.is_eof():
+                # Whole already (a small JSON answer): head and body in one write.
+                body = await resp.read()
+                resp.release()
+                rr.body = body
+                await rr.send(req)
+                mresp.timestamp_end = time.time()
+                mresp.raw_content = body
+                self._hook("response", flow)
+                return rr
+            await rr.prepare(req)
+            rr.flush_head()
+            parts: list[bytes] | None = [] if tee is None else None
+            async for chunk in resp.content.iter_any():
+                host_write = True
+                await rr.write(chunk)
+                host_write = False
+                if tee is not None:
+                    tee(chunk)  # a copy, after it went
+                else:
+                    assert parts is not None
+                    parts.append(chunk)
+            host_write = True
+            await rr.write_eof()
+            host_write = False
+            resp.release()
+        except asyncio.CancelledError:
+            resp.close()
+            self._error(flow, "Client disconnected.")
+            raise
+        except ConnectionError as exc:
+            resp.close()
+            if host_write or req.conn._lost:
+                self._error(flow, "Client disconnected.")
+            else:
+                self._error(flow, f"peer closed connection: {exc}")
+            raise
+        except Exception as exc:
+            resp.close()
+            self._error(flow, f"peer closed connection: {exc or type(exc).__name__}")
+            raise ConnectionResetError(str(exc)) from exc
+        mresp.timestamp_end = time.time()
+        if parts is not None:
+            mresp.raw_content = b"".join(parts)
+        self._hook("response", flow)
+        return rr
+
+
+def print_refused(ca: Path) -> Callable[[str, str], None]:
+    """A one-line warning per host name whose TLS handshake with the proxy failed."""
+    seen: set[str] = set()
+
+    def warn(host: str, reason: str) -> None:
+        if host in seen:
+            return
+        seen.add(host)
+        print(
+            f"mcptape: a host refused the proxy's certificate for {host} ({reason}); it must "
+            f"trust {ca}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return warn
