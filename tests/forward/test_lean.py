@@ -1,0 +1,549 @@
+"""The lean forward engine's own behaviours, through a real ``mcptape record --forward``.
+
+What the other forward-proxy modules do not reach: plain-HTTP proxying (absolute-form requests,
+clear HTTP inside a CONNECT tunnel), the proxy request's own refusals (400/431), a host that
+does not trust the proxy's CA, SNI naming another host than the CONNECT line, request framing
+(chunked bodies, ``Expect: 100-continue``), pipelining and the upstream pool, a host or an
+upstream that goes away mid-response, protocol upgrades, and the ``--engine`` choice.
+
+One proxy for the module (the session's ``shared_fw``: each case looks only at its own origin's
+exchanges); the origins are the SDK's server over plain HTTP and a tiny raw origin
+(:mod:`tests.forward.lean_helpers`) that counts connections and keeps every request as it came.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from cryptography import x509
+
+from mcp_proxy.testing.process import start_http_server
+from tests.forward.conftest import Forward, TLSFiles, frames_of, wait_exchanges
+from tests.forward.lean_helpers import (
+    ANSWER,
+    PROGRESS,
+    RawOrigin,
+    connect_tunnel,
+    raw_origin,
+    read_response,
+    rpc_result,
+)
+from tests.relay.conftest import MCPTAPE
+
+pytestmark = pytest.mark.timeout(120)
+
+JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+def rpc(method: str, params: dict[str, Any], rid: int = 1) -> bytes:
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}, separators=(",", ":")
+    ).encode()
+
+
+@pytest.fixture(scope="module")
+def fw(shared_fw: Forward) -> Forward:
+    """The session's shared proxy (lean: the default engine)."""
+    return shared_fw
+
+
+def origin_context(tls: TLSFiles) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(tls.chain, tls.key)
+    return ctx
+
+
+@pytest.fixture(scope="module")
+def tls_origin(tls_files: TLSFiles) -> Iterator[RawOrigin]:
+    with raw_origin(origin_context(tls_files)) as o:
+        yield o
+
+
+@pytest.fixture(scope="module")
+def plain_origin() -> Iterator[RawOrigin]:
+    with raw_origin() as o:
+        yield o
+
+
+@pytest.fixture(scope="module")
+def sdk_plain() -> Iterator[str]:
+    """The SDK's MCP server over plain HTTP (stateless, JSON answers): its /mcp URL."""
+    with start_http_server("basic", "http", stateless=True, json_response=True) as (url, _):
+        yield url
+
+
+async def tls_tunnel(
+    fw: Forward, authority: str, server_hostname: str | None = None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """CONNECT, then TLS with the proxy (trusting its CA only)."""
+    reader, writer, head = await connect_tunnel(fw.url, authority)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    name = server_hostname or authority.rsplit(":", 1)[0]
+    await asyncio.wait_for(writer.start_tls(fw.ssl_context(), server_hostname=name), 10)
+    return reader, writer
+
+
+async def read_to_eof(reader: asyncio.StreamReader, within: float = 10.0) -> bytes:
+    return await asyncio.wait_for(reader.read(), within)
+
+
+# --------------------------------------------------------------------------- plain HTTP
+async def test_absolute_form_post_is_proxied_and_recorded(fw: Forward, sdk_plain: str) -> None:
+    """``HTTP_PROXY`` for an http:// server: the SDK server answers, the exchange is MCP."""
+    init = rpc(
+        "initialize",
+        {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "lean-test", "version": "1"},
+        },
+    )
+    call = rpc("tools/call", {"name": "echo", "arguments": {"text": "plain-http"}}, rid=2)
+    async with httpx2.AsyncClient(proxy=fw.url, trust_env=False, timeout=30) as client:
+        r1 = await client.post(sdk_plain, content=init, headers=JSON_HEADERS)
+        r2 = await client.post(
+            sdk_plain,
+            content=call,
+            headers={**JSON_HEADERS, "MCP-Protocol-Version": "2025-11-25"},
+        )
+    assert r1.status_code == 200 and json.loads(r1.content)["result"]["serverInfo"]
+    assert r2.status_code == 200 and b"plain-http" in r2.content
+    path = sdk_plain.split("://", 1)[1]
+    rows = wait_exchanges(fw, path, 2)
+    by_method = {bytes(frames_of(fw, e["id"])[0]["raw"]): (e, frames_of(fw, e["id"])) for e in rows}
+    for sent, got in ((init, r1.content), (call, r2.content)):
+        ex, frames = by_method[sent]
+        assert ex["url"] == sdk_plain and ex["outcome"] == "complete" and ex["status"] == 200
+        assert [bytes(f["raw"]) for f in frames] == [sent, got]
+        assert ex["meta"]["forward"] is True
+
+
+async def test_plain_http_inside_a_connect_tunnel(fw: Forward, plain_origin: RawOrigin) -> None:
+    """CONNECT, then HTTP/1.1 in clear: relayed to the tunnel's origin and recorded."""
+    body = rpc("tools/call", {"name": "x", "arguments": {"tunnel": "clear"}})
+    reader, writer, head = await connect_tunnel(fw.url, f"127.0.0.1:{plain_origin.port}")
+    try:
+        assert head == b"HTTP/1.1 200 Connection established\r\n\r\n"
+        writer.write(
+            b"POST /echo?case=clear-tunnel HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
+            % (plain_origin.port, len(body), body)
+        )
+        rhead, rbody = await read_response(reader)
+    finally:
+        writer.close()
+    assert rhead.startswith(b"HTTP/1.1 200") and rbody == rpc_result(body)
+    (seen,) = [s for s in plain_origin.requests if b"case=clear-tunnel" in s.head]
+    assert seen.body == body
+    (ex,) = wait_exchanges(fw, "case=clear-tunnel")
+    assert ex["url"] == f"http://127.0.0.1:{plain_origin.port}/echo?case=clear-tunnel"
+    assert [bytes(f["raw"]) for f in frames_of(fw, ex["id"])] == [body, rbody]
+
+
+async def test_absolute_form_host_header_is_the_targets(
+    fw: Forward, plain_origin: RawOrigin
+) -> None:
+    """RFC 9112 §3.2.2: a proxy given an absolute-form target replaces the host's ``Host``
+    with the target's authority (the origin must not be told another host than it serves)."""
+    host, port = fw.url.removeprefix("http://").rsplit(":", 1)
+    body = rpc("tools/call", {"name": "x", "arguments": {}})
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(
+            b"POST http://127.0.0.1:%d/echo?case=host-header HTTP/1.1\r\nHost: other.example\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
+            % (plain_origin.port, len(body), body)
+        )
+        rhead, rbody = await read_response(reader)
+    finally:
+        writer.close()
+    assert rhead.startswith(b"HTTP/1.1 200") and rbody == rpc_result(body)
+    (seen,) = [s for s in plain_origin.requests if b"case=host-header" in s.head]
+    assert seen.header("host") == f"127.0.0.1:{plain_origin.port}", seen.head
+
+
+# --------------------------------------------------------------------------- the proxy request
+async def test_malformed_connect_gets_400_and_one_body(fw: Forward) -> None:
+    host, port = fw.url.removeprefix("http://").rsplit(":", 1)
+    for line in (b"CONNECT http://127.0.0.1/ HTTP/1.1", b"CONNECT 127.0.0.1:99999 HTTP/1.1"):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(line + b"\r\nHost: x\r\n\r\n")
+        got = await read_to_eof(reader)
+        writer.close()
+        text = b"mcptape forward proxy: malformed CONNECT request\n"
+        assert got == (
+            b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n%b" % (len(text), text)
+        ), got
+
+
+async def test_overlong_proxy_head_gets_431(fw: Forward) -> None:
+    host, port = fw.url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"CONNECT 127.0.0.1:9 HTTP/1.1\r\nX-Pad: " + b"a" * (70 * 1024))
+    got = await read_to_eof(reader)
+    writer.close()
+    assert got.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), got[:200]
+    assert got.endswith(b"\r\n\r\nmcptape forward proxy: proxy request head too large\n")
+
+
+async def test_overlong_proxy_head_in_one_piece_gets_431(fw: Forward) -> None:
+    """The limit holds however the head arrives: here whole, terminator included."""
+    host, port = fw.url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"CONNECT 127.0.0.1:9 HTTP/1.1\r\nX-Pad: " + b"a" * (100 * 1024) + b"\r\n\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 431 "), head
+
+
+# --------------------------------------------------------------------------- TLS with the host
+def refuse_once(fw: Forward, name: str, tls: TLSFiles) -> None:
+    """CONNECT to ``name`` and a TLS handshake that does not trust the proxy's CA, from a
+    blocking socket: OpenSSL sends its ``unknown_ca`` alert before closing, as Node, curl and
+    browsers do."""
+    host, port = fw.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            b"CONNECT %b:443 HTTP/1.1\r\nHost: %b:443\r\n\r\n" % (name.encode(), name.encode())
+        )
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            head += sock.recv(1)
+        assert head.startswith(b"HTTP/1.1 200")
+        untrusting = ssl.create_default_context(cafile=str(tls.ca_pem))  # not the proxy's CA
+        with pytest.raises(ssl.SSLCertVerificationError):
+            untrusting.wrap_socket(sock, server_hostname=name)
+
+
+async def wait_lines(fw: Forward, needle: str, n: int, within: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + within
+    found: list[str] = []
+    while time.monotonic() < deadline:
+        found = [ln for ln in list(fw.stderr) if needle in ln]
+        if len(found) >= n:
+            break
+        await asyncio.sleep(0.05)
+    return found
+
+
+async def test_host_that_distrusts_the_ca_gets_one_line_per_name(
+    fw: Forward, tls_files: TLSFiles, tls_origin: RawOrigin
+) -> None:
+    tag = f"{os.getpid()}-{time.monotonic_ns()}"
+    first, second = f"refuses-a-{tag}.test", f"refuses-b-{tag}.test"
+    for name in (first, first, second):
+        await asyncio.to_thread(refuse_once, fw, name, tls_files)
+    assert await wait_lines(fw, second, 1)
+    await asyncio.sleep(0.3)  # a second line for `first` would be out by now
+    (line,) = await wait_lines(fw, first, 1)
+    assert line == (
+        f"mcptape: a host refused the proxy's certificate for {first} "
+        f"(TLSV1_ALERT_UNKNOWN_CA); it must trust {fw.ca_cert}"
+    ), line
+    assert len(await wait_lines(fw, second, 1)) == 1
+    # …and the proxy serves the next host as before.
+    async with fw.http_client() as client:
+        r = await client.post(f"{tls_origin.origin}/echo?case=after-refusal", content=b"{}")
+    assert r.status_code == 200 and r.content == rpc_result(b"{}")
+
+
+async def test_python_host_that_distrusts_the_ca_gets_a_line(
+    fw: Forward, tls_files: TLSFiles
+) -> None:
+    """The Python SDK's client (httpx over asyncio/anyio TLS) refuses a certificate by closing
+    the connection without sending its alert: the proxy must still say which CA to trust —
+    that host is the one this line is most needed for (mitmproxy says "the client disconnected
+    during the handshake … may not trust the proxy's certificate")."""
+    name = f"py-refuses-{os.getpid()}-{time.monotonic_ns()}.test"
+    untrusting = ssl.create_default_context(cafile=str(tls_files.ca_pem))
+    async with httpx2.AsyncClient(proxy=fw.url, verify=untrusting, trust_env=False) as client:
+        with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            await client.post(f"https://{name}/mcp", content=b"{}")
+    lines = await wait_lines(fw, name, 1, within=5)
+    assert len(lines) == 1 and str(fw.ca_cert) in lines[0], fw.stderr[-5:]
+
+
+def test_connect_to_a_name_no_certificate_can_carry_is_no_traceback(fw: Forward) -> None:
+    """``CONNECT a..b:443`` (an empty label: no certificate can name it) then a ClientHello:
+    one clear refusal, no traceback in the user's terminal, and the proxy serves on."""
+    before = len(fw.stderr)
+    host, port = fw.url.removeprefix("http://").rsplit(":", 1)
+    for name in ("a..b", "a" * 64 + ".test"):
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(
+                b"CONNECT %b:443 HTTP/1.1\r\nHost: %b:443\r\n\r\n" % ((name.encode(),) * 2)
+            )
+            head = sock.recv(200)
+            if head.startswith(b"HTTP/1.1 200"):
+                with pytest.raises((ssl.SSLError, OSError)):
+                    ssl.create_default_context().wrap_socket(sock, server_hostname="ok.test")
+            else:
+                assert head.startswith(b"HTTP/1.1 400 "), head
+    time.sleep(0.5)
+    said = fw.stderr[before:]
+    assert not [ln for ln in said if "Traceback" in ln or "Fatal error" in ln], "\n".join(said)
+
+
+async def test_sni_naming_another_host_gets_that_hosts_certificate(
+    fw: Forward, tls_origin: RawOrigin
+) -> None:
+    """CONNECT 127.0.0.1:port with SNI ``localhost``: the certificate names localhost (what
+    the host checks), and the request still goes to the CONNECT line's origin."""
+    reader, writer = await tls_tunnel(fw, f"127.0.0.1:{tls_origin.port}", "localhost")
+    try:
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        cert = x509.load_der_x509_certificate(der)
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert san.get_values_for_type(x509.DNSName) == ["localhost"]
+        assert san.get_values_for_type(x509.IPAddress) == []
+        writer.write(
+            b"POST /echo?case=sni HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n{}"
+        )
+        rhead, rbody = await read_response(reader)
+    finally:
+        writer.close()
+    assert rhead.startswith(b"HTTP/1.1 200") and rbody == rpc_result(b"{}")
+    assert [s for s in tls_origin.requests if b"case=sni" in s.head]
+
+
+# --------------------------------------------------------------------------- request framing
+async def test_chunked_request_body_goes_through_and_is_recorded(
+    fw: Forward, tls_origin: RawOrigin
+) -> None:
+    body = rpc("tools/call", {"name": "x", "arguments": {"chunked": "y" * 3000}})
+    pieces = [body[:10], body[10:2000], body[2000:]]
+    reader, writer = await tls_tunnel(fw, f"127.0.0.1:{tls_origin.port}")
+    try:
+        writer.write(
+            b"POST /echo?case=chunked HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            % tls_origin.port
+        )
+        for p in pieces:
+            writer.write(b"%x\r\n%b\r\n" % (len(p), p))
+            await writer.drain()
+            await asyncio.sleep(0.02)
+        writer.write(b"0\r\n\r\n")
+        rhead, rbody = await read_response(reader)
+    finally:
+        writer.close()
+    assert rhead.startswith(b"HTTP/1.1 200") and rbody == rpc_result(body)
+    (seen,) = [s for s in tls_origin.requests if b"case=chunked" in s.head]
+    assert seen.body == body and seen.header("transfer-encoding") == "chunked"
+    assert seen.header("content-length") is None
+    (ex,) = wait_exchanges(fw, "case=chunked")
+    assert ex["request_size"] == len(body)
+    assert [bytes(f["raw"]) for f in frames_of(fw, ex["id"])] == [body, rbody]
+
+
+async def test_expect_100_continue_is_answered_and_the_body_recorded(
+    fw: Forward, tls_origin: RawOrigin
+) -> None:
+    body = rpc("tools/call", {"name": "x", "arguments": {"expect": True}})
+    reader, writer = await tls_tunnel(fw, f"127.0.0.1:{tls_origin.port}")
+    try:
+        writer.write(
+            b"POST /echo?case=expect HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+            b"Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n"
+            % (tls_origin.port, len(body))
+        )
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(body)
+        rhead, rbody = await read_response(reader)
+    finally:
+        writer.close()
+    assert rhead.startswith(b"HTTP/1.1 200") and rbody == rpc_result(body)
+    (seen,) = [s for s in tls_origin.requests if b"case=expect" in s.head]
+    assert seen.body == body and seen.header("expect") is None  # the proxy answered it
+    (ex,) = wait_exchanges(fw, "case=expect")
+    assert [bytes(f["raw"]) for f in frames_of(fw, ex["id"])] == [body, rbody]
+
+
+async def test_head_response_without_a_length_is_not_given_one(
+    fw: Forward, plain_origin: RawOrigin
+) -> None:
+    """A HEAD answer carries the GET's head: with no Content-Length upstream, the proxy must
+    not invent ``Content-Length: 0`` (it would tell the host the resource is empty)."""
+    host, port = fw.url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(
+            b"HEAD http://127.0.0.1:%d/streamed-head HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n"
+            % (plain_origin.port, plain_origin.port)
+        )
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    finally:
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert b"content-length" not in head.lower(), head
+
+
+# --------------------------------------------------------------------------- connections
+async def test_pipelined_requests_on_one_tunnel_answer_in_order(
+    fw: Forward, tls_origin: RawOrigin
+) -> None:
+    bodies = [rpc("tools/call", {"name": "x", "arguments": {"n": i}}, rid=i) for i in range(4)]
+    reader, writer = await tls_tunnel(fw, f"127.0.0.1:{tls_origin.port}")
+    try:
+        writer.write(
+            b"".join(
+                b"POST /echo?case=pipe-%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
+                % (i, tls_origin.port, len(b), b)
+                for i, b in enumerate(bodies)
+            )
+        )
+        got = [await read_response(reader) for _ in bodies]
+    finally:
+        writer.close()
+    assert [b for _, b in got] == [rpc_result(b) for b in bodies]
+    for i, b in enumerate(bodies):
+        (ex,) = wait_exchanges(fw, f"case=pipe-{i}")
+        assert bytes(frames_of(fw, ex["id"])[0]["raw"]) == b
+
+
+async def test_host_reconnecting_per_call_reuses_one_upstream_connection(
+    fw: Forward, tls_files: TLSFiles
+) -> None:
+    """A host that opens a tunnel per call (the Python SDK of the 2025-11-25 era does) costs
+    the upstream one connection: the proxy's pool is shared by the host's connections."""
+    with raw_origin(origin_context(tls_files)) as origin:
+        for i in range(5):
+            async with fw.http_client() as client:  # a new client: a new tunnel, a new TLS
+                r = await client.post(f"{origin.origin}/echo?case=reuse-{i}", content=b"{}")
+            assert r.status_code == 200 and r.content == rpc_result(b"{}")
+        assert len(origin.requests) == 5
+        assert origin.connections <= 2, origin.connections
+
+
+# --------------------------------------------------------------------------- going away
+@pytest.mark.parametrize("respond", [0, 1])
+async def test_host_closing_mid_event_stream(
+    fw: Forward, tls_files: TLSFiles, respond: int
+) -> None:
+    """Without the response event: host_aborted. With it: complete, and the host's leaving
+    noted (the reverse proxy's rule). Either way the upstream connection is let go."""
+    body = rpc("tools/call", {"name": "slow", "arguments": {}})
+    want = PROGRESS + (ANSWER if respond else b"")
+    with raw_origin(origin_context(tls_files)) as origin:
+        url = f"{origin.origin}/hold?respond={respond}"
+        got = b""
+        async with fw.http_client() as client:
+            async with client.stream("POST", url, content=body, headers=JSON_HEADERS) as resp:
+                assert resp.status_code == 200
+                async for chunk in resp.aiter_raw():
+                    got += chunk
+                    if len(got) >= len(want):
+                        break
+        assert got == want
+        (ex,) = wait_exchanges(fw, f":{origin.port}/hold")
+        assert await asyncio.to_thread(origin.gone.wait, 10), "the upstream was not let go"
+    frames = frames_of(fw, ex["id"])
+    s2c = [bytes(f["raw"]) for f in frames if f["direction"] == "s2c"]
+    if respond:
+        assert ex["outcome"] == "complete", ex
+        assert ex["meta"].get("host_closed_after_response") is True, ex["meta"]
+        assert len(s2c) == 2 and b'"result"' in s2c[1]
+    else:
+        assert ex["outcome"] == "host_aborted", ex
+        assert len(s2c) == 1 and b"notifications/progress" in s2c[0]
+
+
+async def test_upstream_reset_mid_body(fw: Forward, plain_origin: RawOrigin) -> None:
+    """Content-Length 1000, 100 bytes, then a TCP reset: the host's connection closes short of
+    the body (never a complete-looking response), and the outcome is upstream_error."""
+    host, port = fw.url.removeprefix("http://").rsplit(":", 1)
+    body = rpc("tools/call", {"name": "x", "arguments": {}})
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        b"POST http://127.0.0.1:%d/cut HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
+        % (plain_origin.port, plain_origin.port, len(body), body)
+    )
+    try:
+        got = await read_to_eof(reader)
+    except ConnectionResetError:
+        got = b""
+    writer.close()
+    head, _, rest = got.partition(b"\r\n\r\n")
+    if head:  # the head may have gone out before the reset
+        assert head.startswith(b"HTTP/1.1 200") and b"Content-Length: 1000" in head
+        assert 0 < len(rest) < 1000
+    (ex,) = wait_exchanges(fw, f":{plain_origin.port}/cut")
+    assert ex["outcome"] == "upstream_error", ex
+    assert ex["error"], ex
+
+
+async def test_websocket_upgrade_in_a_tunnel_gets_501(fw: Forward, plain_origin: RawOrigin) -> None:
+    reader, writer, head = await connect_tunnel(fw.url, f"127.0.0.1:{plain_origin.port}")
+    assert head.startswith(b"HTTP/1.1 200")
+    writer.write(
+        b"GET /echo?case=websocket HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Version: 13\r\n\r\n" % plain_origin.port
+    )
+    got = await read_to_eof(reader)
+    writer.close()
+    assert got.startswith(b"HTTP/1.1 501 "), got
+    assert got.endswith(b"protocol upgrades are not relayed\n"), got
+    await asyncio.sleep(0.2)
+    assert not [s for s in plain_origin.requests if b"case=websocket" in s.head]
+
+
+# --------------------------------------------------------------------------- --engine
+def run_record(*args: str, conf: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MCPTAPE_MITMPROXY_CONFDIR": str(conf)}
+    env.pop("MCPTAPE_FORWARD_ENGINE", None)
+    return subprocess.run(
+        [str(MCPTAPE), "record", *args], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+def one_line(r: subprocess.CompletedProcess[str]) -> str:
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    return lines[0]
+
+
+def test_engine_lean_with_an_option_only_mitmproxy_has(tmp_path: Path) -> None:
+    conf = tmp_path / "mitm"
+    conf.mkdir()
+    (conf / "config.yaml").write_text("proxyauth: user:secret\n")
+    r = run_record(
+        "--forward", "--engine", "lean", "--port", "0", "--db", str(tmp_path / "x.db"), conf=conf
+    )
+    line = one_line(r)
+    assert r.returncode == 2, (r.returncode, line)
+    assert "proxyauth" in line and "--engine mitmproxy" in line, line
+    assert "secret" not in line
+
+
+def test_engine_bogus_and_engine_without_forward(tmp_path: Path) -> None:
+    r = run_record(
+        "--forward",
+        "--engine",
+        "bogus",
+        "--port",
+        "0",
+        "--db",
+        str(tmp_path / "x.db"),
+        conf=tmp_path / "mitm",
+    )
+    line = one_line(r)
+    assert r.returncode == 2 and "bogus" in line and "lean or mitmproxy" in line, line
+    r = run_record("--engine", "lean", "--db", str(tmp_path / "x.db"), conf=tmp_path / "mitm")
+    line = one_line(r)
+    assert r.returncode == 2 and "--forward" in line, line
