@@ -14,7 +14,9 @@ Routes (by path):
   ``respond=1``, the JSON-RPC response event), then nothing until the peer goes away; records
   when it did (``gone`` is set).
 - ``/cut``: ``Content-Length: 1000`` with 100 bytes of it, then a TCP reset.
-- ``/streamed-head``: (for ``HEAD``) a head with ``Transfer-Encoding: chunked`` and no body.
+- ``/streamed-head``: (for ``HEAD``) a head with ``Transfer-Encoding: chunked`` and no body;
+  ``/head-length``: (for ``HEAD``) ``Content-Length: 42`` and no body.
+- ``/no-content``: ``204``; ``/not-modified``: ``304`` with an ``ETag``.
 - anything else: ``404``.
 """
 
@@ -159,6 +161,19 @@ async def _serve(
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                     b"Transfer-Encoding: chunked\r\n\r\n"
                 )
+                await writer.drain()
+            elif parts.path == "/head-length":
+                # HEAD's answer: the GET's Content-Length, no body.
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 42\r\n\r\n"
+                )
+                await writer.drain()
+            elif parts.path == "/no-content":
+                writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+                await writer.drain()
+            elif parts.path == "/not-modified":
+                writer.write(b'HTTP/1.1 304 Not Modified\r\nETag: "v1"\r\n\r\n')
                 await writer.drain()
             else:
                 writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")

@@ -372,6 +372,27 @@ async def test_expect_100_continue_is_answered_and_the_body_recorded(
     assert [bytes(f["raw"]) for f in frames_of(fw, ex["id"])] == [body, rbody]
 
 
+async def test_bodiless_responses_pass(fw: Forward, tls_origin: RawOrigin) -> None:
+    """HEAD, 204 and 304 answers have no body (the upstream client hands the engine an empty
+    payload of another class): each reaches the host, head as sent, and a JSON-RPC POST
+    answered 204 is recorded complete."""
+    note = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+    async with fw.http_client() as client:
+        head = await client.head(f"{tls_origin.origin}/head-length?case=head")
+        r204 = await client.post(
+            f"{tls_origin.origin}/no-content?case=204", content=note, headers=JSON_HEADERS
+        )
+        r304 = await client.get(
+            f"{tls_origin.origin}/not-modified?case=304", headers={"If-None-Match": '"v1"'}
+        )
+    assert head.status_code == 200 and head.headers["content-length"] == "42"
+    assert r204.status_code == 204 and r204.content == b""
+    assert r304.status_code == 304 and r304.headers["etag"] == '"v1"'
+    (ex,) = wait_exchanges(fw, "case=204")
+    assert ex["outcome"] == "complete" and ex["status"] == 204, ex
+    assert [bytes(f["raw"]) for f in frames_of(fw, ex["id"])] == [note]
+
+
 async def test_head_response_without_a_length_is_not_given_one(
     fw: Forward, plain_origin: RawOrigin
 ) -> None:
