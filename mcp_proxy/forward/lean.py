@@ -657,22 +657,29 @@ class LeanForward:
         host_write = True  # a ConnectionError while writing is the host's going
         try:
             await rr.prepare(req)
-            rr.flush_head()
+            content = resp.content
+            if not resp.has_buffered_body():
+                rr.flush_head()  # a quiet event stream must still show its head
             tee = self._response_headers(flow, resp, arrived)
             parts = [] if tee is None else None
-            host_write = False
-            async for chunk in resp.content.iter_any():
+            last = False
+            while not last:
+                chunk = await content.readany()
+                # The body's last bytes go out with its end (one write, one TLS record).
+                last = not chunk or content.at_eof()
                 host_write = True
-                await rr.write(chunk)
+                if last:
+                    await rr.write_eof(chunk)
+                else:
+                    await rr.write(chunk)
                 host_write = False
+                if not chunk:
+                    break
                 if tee is not None:
                     tee(chunk)  # a copy, after it went
                 else:
                     assert parts is not None
                     parts.append(chunk)
-            host_write = True
-            await rr.write_eof()
-            host_write = False
             resp.release()
         except asyncio.CancelledError:
             self._ensure_response(flow, resp, arrived)
