@@ -29,7 +29,7 @@ import pytest
 from cryptography import x509
 
 from mcp_proxy.testing.process import start_http_server
-from tests.forward.conftest import Forward, TLSFiles, frames_of, wait_exchanges
+from tests.forward.conftest import Forward, TLSFiles, frames_of, run_forward, wait_exchanges
 from tests.forward.lean_helpers import (
     ANSWER,
     PROGRESS,
@@ -568,3 +568,14 @@ def test_engine_bogus_and_engine_without_forward(tmp_path: Path) -> None:
     r = run_record("--engine", "lean", "--db", str(tmp_path / "x.db"), conf=tmp_path / "mitm")
     line = one_line(r)
     assert r.returncode == 2 and "--forward" in line, line
+
+
+def test_listening_beyond_loopback_says_so(tmp_path: Path, confdir: Path) -> None:
+    """``--host 0.0.0.0``: other machines can use the proxy (and have their traffic recorded):
+    one warning line, as ``record --upstream`` prints (mitmproxy's engine goes further and
+    refuses public clients, its ``block_global``)."""
+    with run_forward(tmp_path / "wide.db", confdir, "--host", "0.0.0.0") as wide:
+        assert wide.url.startswith("http://0.0.0.0:")
+        time.sleep(0.3)
+        said = list(wide.stderr)
+    assert [ln for ln in said if "warning" in ln and "other machines" in ln], "\n".join(said)
