@@ -110,21 +110,22 @@ async def test_absolute_form_post_is_proxied_and_recorded(fw: Forward, sdk_plain
         },
     )
     call = rpc("tools/call", {"name": "echo", "arguments": {"text": "plain-http"}}, rid=2)
+    url = f"{sdk_plain}?case=absolute-form"
     async with httpx2.AsyncClient(proxy=fw.url, trust_env=False, timeout=30) as client:
-        r1 = await client.post(sdk_plain, content=init, headers=JSON_HEADERS)
+        r1 = await client.post(url, content=init, headers=JSON_HEADERS)
         r2 = await client.post(
-            sdk_plain,
+            url,
             content=call,
             headers={**JSON_HEADERS, "MCP-Protocol-Version": "2025-11-25"},
         )
     assert r1.status_code == 200 and json.loads(r1.content)["result"]["serverInfo"]
     assert r2.status_code == 200 and b"plain-http" in r2.content
-    path = sdk_plain.split("://", 1)[1]
-    rows = wait_exchanges(fw, path, 2)
+    rows = wait_exchanges(fw, "case=absolute-form", 2)
+    assert len(rows) == 2, rows
     by_method = {bytes(frames_of(fw, e["id"])[0]["raw"]): (e, frames_of(fw, e["id"])) for e in rows}
     for sent, got in ((init, r1.content), (call, r2.content)):
         ex, frames = by_method[sent]
-        assert ex["url"] == sdk_plain and ex["outcome"] == "complete" and ex["status"] == 200
+        assert ex["url"] == url and ex["outcome"] == "complete" and ex["status"] == 200
         assert [bytes(f["raw"]) for f in frames] == [sent, got]
         assert ex["meta"]["forward"] is True
 
@@ -460,7 +461,7 @@ async def test_host_closing_mid_event_stream(
     body = rpc("tools/call", {"name": "slow", "arguments": {}})
     want = PROGRESS + (ANSWER if respond else b"")
     with raw_origin(origin_context(tls_files)) as origin:
-        url = f"{origin.origin}/hold?respond={respond}"
+        url = f"{origin.origin}/hold?respond={respond}&case=hold-{respond}"
         got = b""
         async with fw.http_client() as client:
             async with client.stream("POST", url, content=body, headers=JSON_HEADERS) as resp:
@@ -470,7 +471,7 @@ async def test_host_closing_mid_event_stream(
                     if len(got) >= len(want):
                         break
         assert got == want
-        (ex,) = wait_exchanges(fw, f":{origin.port}/hold")
+        (ex,) = wait_exchanges(fw, f"case=hold-{respond}")
         assert await asyncio.to_thread(origin.gone.wait, 10), "the upstream was not let go"
     frames = frames_of(fw, ex["id"])
     s2c = [bytes(f["raw"]) for f in frames if f["direction"] == "s2c"]
