@@ -319,6 +319,29 @@ async def test_sni_naming_another_host_gets_that_hosts_certificate(
     assert [s for s in tls_origin.requests if b"case=sni" in s.head]
 
 
+async def test_connect_by_address_with_sni_reaches_a_server_named_by_the_sni(
+    fw: Forward, tls_files: TLSFiles
+) -> None:
+    """A host that CONNECTs to an address and names the server in its SNI (one that resolved
+    the name itself): the server's certificate names the host name only, so the upstream TLS
+    must be checked against the SNI, as mitmproxy does (its upstream SNI is the host's)."""
+    cert = tls_files.ca.issue_cert("localhost")  # no IP address in it
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(ctx)
+    with raw_origin(ctx) as origin:
+        reader, writer = await tls_tunnel(fw, f"127.0.0.1:{origin.port}", "localhost")
+        try:
+            writer.write(
+                b"POST /echo?case=sni-upstream HTTP/1.1\r\nHost: localhost:%d\r\n"
+                b"Content-Length: 2\r\n\r\n{}" % origin.port
+            )
+            rhead, rbody = await read_response(reader)
+        finally:
+            writer.close()
+        assert rhead.startswith(b"HTTP/1.1 200"), rhead + rbody
+        assert rbody == rpc_result(b"{}") and len(origin.requests) == 1
+
+
 # --------------------------------------------------------------------------- request framing
 async def test_chunked_request_body_goes_through_and_is_recorded(
     fw: Forward, tls_origin: RawOrigin
