@@ -287,7 +287,14 @@ async def _serve_lean(
 
     from mcp_proxy.forward.addon import McpTape
     from mcp_proxy.forward.certs import create_ec_ca
-    from mcp_proxy.forward.lean import LeafContexts, LeanForward, print_refused, upstream_context
+    from mcp_proxy.forward.lean import (
+        ClientGuard,
+        LeafContexts,
+        LeanForward,
+        print_refused,
+        upstream_context,
+    )
+    from mcp_proxy.netutil import is_loopback
     from mcp_proxy.recorder.client import RecorderClient
 
     try:
@@ -309,7 +316,13 @@ async def _serve_lean(
         recorder, redactor=redactor, name=name, idle_cut=idle_cut, record_all=record_all
     )
     ca = ca_cert_path(conf)
-    proxy = LeanForward(addon, leaves, up_ctx, on_tls_refused=print_refused(ca))
+    guard = None
+    if not is_loopback(host):
+        guard = ClientGuard(
+            block_global=bool(options.get("block_global", True)),
+            block_private=bool(options.get("block_private", False)),
+        )
+    proxy = LeanForward(addon, leaves, up_ctx, on_tls_refused=print_refused(ca), guard=guard)
     stop = _stop_event(stop)
     try:
         try:

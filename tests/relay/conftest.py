@@ -166,7 +166,9 @@ class Proxy:
             con.close()
 
     def exchanges(self) -> list[dict[str, Any]]:
-        out = []
+        out: list[dict[str, Any]] = []
+        if not self.query("SELECT 1 FROM sqlite_master WHERE name = 'http_exchanges'"):
+            return out  # nothing recorded yet: the recorder makes its tables on first write
         for r in self.query("SELECT * FROM http_exchanges ORDER BY id"):
             d = dict(r)
             for k in ("request_headers", "response_headers", "meta"):

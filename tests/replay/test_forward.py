@@ -1,7 +1,7 @@
 """Sessions recorded through the forward proxy replay and mock like any HTTP session (issue 16).
 
 An SDK client reaches a Streamable HTTP test server through ``mcptape record --forward`` (the
-mitmproxy-based forward proxy, as a host with ``HTTP(S)_PROXY`` set would); the recorded session
+forward proxy, its default lean engine, as a host with ``HTTP(S)_PROXY`` set would); the recorded session
 is then replayed against the same server (equal) and the changed one (the echo named),
 served by ``mcptape mock`` to an SDK client that gets the answers it got through the proxy, and
 used as the cassette of the mock's record modes (``new_episodes`` forwarding a miss to the

@@ -51,7 +51,7 @@ _log = logging.getLogger("mcptape.relay.http")
 
 _NOT_A_REVERSE_PROXY_REQUEST = (
     "mcptape is a reverse proxy: send requests to its own origin "
-    "(for a forward proxy, use the mitmproxy addon)\n"
+    "(for a forward proxy, run mcptape record --forward)\n"
 )
 
 
