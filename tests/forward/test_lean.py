@@ -603,3 +603,38 @@ def test_listening_beyond_loopback_says_so(tmp_path: Path, confdir: Path) -> Non
         time.sleep(0.3)
         said = list(wide.stderr)
     assert [ln for ln in said if "warning" in ln and "other machines" in ln], "\n".join(said)
+
+
+async def test_stopping_with_a_stream_open_finishes_the_recording(
+    tmp_path: Path, confdir: Path, tls_files: TLSFiles
+) -> None:
+    """SIGINT while an event stream is open: the proxy gives it its grace, closes it, exits 0,
+    and the exchange is in the database, ended, with the event that had passed."""
+    body = rpc("tools/call", {"name": "slow", "arguments": {}})
+    with (
+        raw_origin(origin_context(tls_files)) as origin,
+        run_forward(tmp_path / "stop.db", confdir) as own,
+    ):
+        async with own.http_client() as client:
+            async with client.stream(
+                "POST",
+                f"{origin.origin}/hold?respond=0&case=stop",
+                content=body,
+                headers=JSON_HEADERS,
+            ) as resp:
+                got = b""
+                async for chunk in resp.aiter_raw():
+                    got += chunk
+                    if len(got) >= len(PROGRESS):
+                        break
+                assert got == PROGRESS
+                began = time.monotonic()
+                code = await asyncio.to_thread(own.stop)
+                took = time.monotonic() - began
+        assert code == 0, own.stderr[-5:]
+        assert took < 15, took
+        assert await asyncio.to_thread(origin.gone.wait, 5)
+    (ex,) = [e for e in own.exchanges() if "case=stop" in e["url"]]
+    assert ex["ended_at"] is not None, ex
+    frames = frames_of(own, ex["id"])
+    assert [bytes(f["raw"]) for f in frames][:2] == [body, PROGRESS.split(b"data: ")[1].strip()]
