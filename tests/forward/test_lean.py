@@ -1,14 +1,18 @@
 """The lean forward engine's own behaviours, through a real ``mcptape record --forward``.
 
-What the other forward-proxy modules do not reach: plain-HTTP proxying (absolute-form requests,
-clear HTTP inside a CONNECT tunnel), the proxy request's own refusals (400/431), a host that
-does not trust the proxy's CA, SNI naming another host than the CONNECT line, request framing
-(chunked bodies, ``Expect: 100-continue``), pipelining and the upstream pool, a host or an
-upstream that goes away mid-response, protocol upgrades, and the ``--engine`` choice.
+What the other forward-proxy modules do not reach: plain-HTTP proxying (absolute-form requests
+and their ``Host``, clear HTTP inside a CONNECT tunnel), the proxy request's own refusals
+(400/431), hosts that do not trust the proxy's CA (with and without a TLS alert), names no
+certificate can carry, SNI naming another host than the CONNECT line (the host's certificate
+and the upstream's check), request framing (chunked bodies, ``Expect: 100-continue``), bodiless
+answers (HEAD, 204, 304), pipelining and the upstream pool, a host or an upstream that goes
+away mid-response, protocol upgrades, the ``--engine`` choice, a listener beyond loopback, and
+a stop with a stream open.
 
-One proxy for the module (the session's ``shared_fw``: each case looks only at its own origin's
-exchanges); the origins are the SDK's server over plain HTTP and a tiny raw origin
-(:mod:`tests.forward.lean_helpers`) that counts connections and keeps every request as it came.
+One proxy for most cases (the session's ``shared_fw``: each case looks only at its own URL's
+exchanges, tagged ``case=…``); the origins are the SDK's server over plain HTTP and a tiny raw
+origin (:mod:`tests.forward.lean_helpers`) that counts connections and keeps every request as
+it came. Three cases start a proxy of their own (a wide listener, a stop) or a CLI run.
 """
 
 from __future__ import annotations
