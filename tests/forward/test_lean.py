@@ -478,6 +478,38 @@ async def test_host_reconnecting_per_call_reuses_one_upstream_connection(
         assert origin.connections <= 2, origin.connections
 
 
+def open_descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def test_finished_raw_tunnels_leave_no_descriptors(fw: Forward) -> None:
+    """A CONNECT tunnel that carries neither TLS nor HTTP is piped; once both ends have
+    closed, the proxy holds nothing of it (each left-over tunnel would be two descriptors,
+    for the proxy's whole life)."""
+
+    async def echo_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.read(100))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(echo_once, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    before = open_descriptors(fw.proc.pid)
+    try:
+        for i in range(10):
+            reader, writer, head = await connect_tunnel(fw.url, f"127.0.0.1:{port}")
+            assert head.startswith(b"HTTP/1.1 200")
+            writer.write(b"\x00raw-%d" % i)
+            assert await asyncio.wait_for(reader.read(100), 10) == b"\x00raw-%d" % i
+            writer.close()
+            await writer.wait_closed()
+    finally:
+        server.close()
+    await asyncio.sleep(0.5)
+    after = open_descriptors(fw.proc.pid)
+    assert after - before < 10, (before, after)
+
+
 # --------------------------------------------------------------------------- going away
 @pytest.mark.parametrize("respond", [0, 1])
 async def test_host_closing_mid_event_stream(
