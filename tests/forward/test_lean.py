@@ -510,6 +510,39 @@ async def test_finished_raw_tunnels_leave_no_descriptors(fw: Forward) -> None:
     assert after - before < 10, (before, after)
 
 
+async def test_closed_host_connections_leave_no_descriptors(
+    fw: Forward, tls_origin: RawOrigin, tls_files: TLSFiles
+) -> None:
+    """Every other way a host connection ends — an intercepted tunnel after its request, a
+    refused handshake, a malformed CONNECT, a tunnel closed before its first byte — leaves
+    nothing open in the proxy but its pooled upstream connection."""
+    host, port = fw.url.removeprefix("http://").rsplit(":", 1)
+    # Once first: the upstream pool's connection to this origin exists before counting.
+    reader, writer = await tls_tunnel(fw, f"127.0.0.1:{tls_origin.port}")
+    writer.write(b"POST /echo?case=fd HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+    await read_response(reader)
+    writer.close()
+    await asyncio.sleep(0.3)
+    before = open_descriptors(fw.proc.pid)
+    for i in range(5):
+        reader, writer = await tls_tunnel(fw, f"127.0.0.1:{tls_origin.port}")
+        writer.write(
+            b"POST /echo?case=fd-%d HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}" % i
+        )
+        assert (await read_response(reader))[1] == rpc_result(b"{}")
+        writer.close()
+        await asyncio.to_thread(refuse_once, fw, f"fd-{i}.test", tls_files)
+        r, w = await asyncio.open_connection(host, int(port))
+        w.write(b"CONNECT a/b HTTP/1.1\r\n\r\n")
+        assert (await read_to_eof(r)).startswith(b"HTTP/1.1 400")
+        w.close()
+        _, w, _ = await connect_tunnel(fw.url, f"127.0.0.1:{tls_origin.port}")
+        w.close()
+    await asyncio.sleep(0.5)
+    after = open_descriptors(fw.proc.pid)
+    assert after - before < 5, (before, after)
+
+
 # --------------------------------------------------------------------------- going away
 @pytest.mark.parametrize("respond", [0, 1])
 async def test_host_closing_mid_event_stream(
