@@ -160,13 +160,15 @@ async def test_absolute_form_host_header_is_the_targets(
     fw: Forward, plain_origin: RawOrigin
 ) -> None:
     """RFC 9112 §3.2.2: a proxy given an absolute-form target replaces the host's ``Host``
-    with the target's authority (the origin must not be told another host than it serves)."""
+    with the target's authority (the origin must not be told another host than it serves);
+    what was meant for the proxy (``Proxy-Authorization``) does not go on."""
     host, port = fw.url.removeprefix("http://").rsplit(":", 1)
     body = rpc("tools/call", {"name": "x", "arguments": {}})
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
         writer.write(
             b"POST http://127.0.0.1:%d/echo?case=host-header HTTP/1.1\r\nHost: other.example\r\n"
+            b"Proxy-Authorization: Basic dXNlcjpzZWNyZXQ=\r\nProxy-Connection: keep-alive\r\n"
             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
             % (plain_origin.port, len(body), body)
         )
@@ -175,6 +177,8 @@ async def test_absolute_form_host_header_is_the_targets(
         writer.close()
     assert rhead.startswith(b"HTTP/1.1 200") and rbody == rpc_result(body)
     (seen,) = [s for s in plain_origin.requests if b"case=host-header" in s.head]
+    # The proxy's own credentials and connection headers stop here.
+    assert seen.header("proxy-authorization") is None and seen.header("proxy-connection") is None
     assert seen.header("host") == f"127.0.0.1:{plain_origin.port}", seen.head
 
 
