@@ -18,13 +18,14 @@ it came. Three cases start a proxy of their own (a wide listener, a stop) or a C
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
 import ssl
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -678,36 +679,84 @@ def test_listening_beyond_loopback_says_so(tmp_path: Path, confdir: Path) -> Non
     assert [ln for ln in said if "warning" in ln and "other machines" in ln], "\n".join(said)
 
 
-async def test_stopping_with_a_stream_open_finishes_the_recording(
+async def test_stopping_with_streams_open_finishes_the_recording(
     tmp_path: Path, confdir: Path, tls_files: TLSFiles
 ) -> None:
-    """SIGINT while an event stream is open: the proxy gives it its grace, closes it, exits 0,
-    and the exchange is in the database, ended, with the event that had passed."""
+    """SIGINT with two event streams through the proxy: one whose host still reads (the proxy
+    gives it its grace, then closes it) and one whose host has just left. The proxy exits 0 and
+    both exchanges are in the database, ended, with the event that had passed — the addon's
+    last work (scheduled by its error hook) is not cut off by the addon's and recorder's close."""
     body = rpc("tools/call", {"name": "slow", "arguments": {}})
+    event = PROGRESS.split(b"data: ")[1].strip()
+
+    async def first_event(resp: httpx2.Response) -> AsyncIterator[bytes]:
+        chunks = resp.aiter_raw()
+        got = b""
+        while len(got) < len(PROGRESS):
+            got += await chunks.__anext__()
+        assert got == PROGRESS
+        return chunks
+
     with (
         raw_origin(origin_context(tls_files)) as origin,
         run_forward(tmp_path / "stop.db", confdir) as own,
     ):
-        async with own.http_client() as client:
-            async with client.stream(
-                "POST",
-                f"{origin.origin}/hold?respond=0&case=stop",
-                content=body,
-                headers=JSON_HEADERS,
-            ) as resp:
-                got = b""
-                async for chunk in resp.aiter_raw():
-                    got += chunk
-                    if len(got) >= len(PROGRESS):
-                        break
-                assert got == PROGRESS
+        async with own.http_client() as reading, own.http_client() as leaving:
+            url = f"{origin.origin}/hold?respond=0"
+            async with reading.stream(
+                "POST", f"{url}&case=stop-reading", content=body, headers=JSON_HEADERS
+            ) as held:
+                chunks = await first_event(held)
+                async with leaving.stream(
+                    "POST", f"{url}&case=stop-left", content=body, headers=JSON_HEADERS
+                ) as left:
+                    await first_event(left)
+                # `left` is closed unread: its host left. Now Ctrl-C.
                 began = time.monotonic()
                 code = await asyncio.to_thread(own.stop)
                 took = time.monotonic() - began
+                rest = b""
+                with contextlib.suppress(httpx2.HTTPError):
+                    async for chunk in chunks:  # the proxy closed it: nothing more came
+                        rest += chunk
+                assert rest == b""
         assert code == 0, own.stderr[-5:]
         assert took < 15, took
-        assert await asyncio.to_thread(origin.gone.wait, 5)
-    (ex,) = [e for e in own.exchanges() if "case=stop" in e["url"]]
-    assert ex["ended_at"] is not None, ex
-    frames = frames_of(own, ex["id"])
-    assert [bytes(f["raw"]) for f in frames][:2] == [body, PROGRESS.split(b"data: ")[1].strip()]
+    assert not [ln for ln in own.stderr if "recording gap" in ln], own.stderr[-5:]
+    for case in ("stop-reading", "stop-left"):
+        (ex,) = [e for e in own.exchanges() if f"case={case}" in e["url"]]
+        assert ex["ended_at"] is not None and ex["outcome"] is not None, (case, ex)
+        frames = frames_of(own, ex["id"])
+        assert [bytes(f["raw"]) for f in frames] == [body, event], case
+
+
+def test_stopping_just_after_a_host_left_finishes_its_exchange(
+    tmp_path: Path, confdir: Path, tls_files: TLSFiles
+) -> None:
+    """A host leaves an event stream and Ctrl-C follows at once (a user closing the client,
+    then the proxy): the exchange is ended in the database, not left open by a recorder that
+    closed before the addon's last work (scheduled by its error hook) ran."""
+    body = rpc("tools/call", {"name": "slow", "arguments": {}})
+    with (
+        raw_origin(origin_context(tls_files)) as origin,
+        run_forward(tmp_path / "left.db", confdir) as own,
+    ):
+        host, port = own.url.removeprefix("http://").rsplit(":", 1)
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % origin.port)
+        assert sock.recv(100).startswith(b"HTTP/1.1 200")
+        tls = own.ssl_context().wrap_socket(sock, server_hostname="127.0.0.1")
+        tls.sendall(
+            b"POST /hold?respond=0&case=left HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+            b"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+            b"Content-Length: %d\r\n\r\n%b" % (origin.port, len(body), body)
+        )
+        got = b""
+        while PROGRESS not in got:
+            got += tls.recv(4096)
+        tls.close()  # the host leaves…
+        code = own.stop()  # …and the proxy is stopped at once
+        assert code == 0
+    assert not [ln for ln in own.stderr if "recording gap" in ln], own.stderr[-5:]
+    (ex,) = [e for e in own.exchanges() if "case=left" in e["url"]]
+    assert ex["ended_at"] is not None and ex["outcome"] == "host_aborted", ex
