@@ -17,6 +17,7 @@ Routes (by path):
 - ``/streamed-head``: (for ``HEAD``) a head with ``Transfer-Encoding: chunked`` and no body;
   ``/head-length``: (for ``HEAD``) ``Content-Length: 42`` and no body.
 - ``/no-content``: ``204``; ``/not-modified``: ``304`` with an ``ETag``.
+- ``/blob?mib=N``: N MiB of octets, chunked (traffic that is not MCP).
 - anything else: ``404``.
 """
 
@@ -168,6 +169,19 @@ async def _serve(
                     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                     b"Content-Length: 42\r\n\r\n"
                 )
+                await writer.drain()
+            elif parts.path == "/blob":
+                # N MiB of octets, chunked: other traffic (no MCP in it), large.
+                size = int(query.get("mib", ["1"])[0]) << 20
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n"
+                )
+                piece = b"\xab" * (1 << 20)
+                for _ in range(size >> 20):
+                    writer.write(b"%x\r\n%b\r\n" % (len(piece), piece))
+                    await writer.drain()
+                writer.write(b"0\r\n\r\n")
                 await writer.drain()
             elif parts.path == "/no-content":
                 writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")

@@ -547,6 +547,29 @@ async def test_closed_host_connections_leave_no_descriptors(
     assert after - before < 5, (before, after)
 
 
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+async def test_other_traffic_is_streamed_without_a_copy(fw: Forward, tls_origin: RawOrigin) -> None:
+    """A large download that is not MCP (a package manager through HTTPS_PROXY) passes
+    chunk by chunk; the proxy keeps no copy of it (the addon records nothing of it), so its
+    peak memory does not grow by the body's size."""
+    before = peak_rss_mib(fw.proc.pid)
+    size = 0
+    async with fw.http_client() as client:
+        async with client.stream("GET", f"{tls_origin.origin}/blob?mib=96&case=blob") as resp:
+            assert resp.status_code == 200
+            async for chunk in resp.aiter_raw():
+                size += len(chunk)
+    assert size == 96 << 20
+    grew = peak_rss_mib(fw.proc.pid) - before
+    assert grew < 48, f"the proxy's peak RSS grew {grew:.0f} MiB for a 96 MiB download"
+
+
 # --------------------------------------------------------------------------- going away
 @pytest.mark.parametrize("respond", [0, 1])
 async def test_host_closing_mid_event_stream(
