@@ -790,3 +790,19 @@ def test_stopping_just_after_a_host_left_finishes_its_exchange(
     assert not [ln for ln in own.stderr if "recording gap" in ln], own.stderr[-5:]
     (ex,) = [e for e in own.exchanges() if "case=left" in e["url"]]
     assert ex["ended_at"] is not None and ex["outcome"] == "host_aborted", ex
+
+
+def test_the_cas_private_key_is_not_copied_out_of_the_confdir(
+    tmp_path: Path, confdir: Path
+) -> None:
+    """Every host-facing certificate is signed with, and keyed by, the CA's private key: a
+    copy written to the temporary directory outlives a crash (SIGKILL, OOM) of the proxy, in
+    a place no one looks. The key stays in mitmproxy's confdir only."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    with run_forward(tmp_path / "key.db", confdir, env={"TMPDIR": str(tmp)}) as own:
+        own.proc.kill()  # a crash: no cleanup runs
+        own.proc.wait(10)
+        own.returncode = own.proc.returncode
+    keys = [p for p in tmp.rglob("*") if p.is_file() and b"PRIVATE KEY" in p.read_bytes()]
+    assert not keys, keys
