@@ -272,8 +272,9 @@ class ClientGuard:
 class _Pipe(asyncio.Protocol):
     """One half of a raw TCP tunnel: what arrives is written to the other side."""
 
-    def __init__(self, peer: asyncio.Transport) -> None:
+    def __init__(self, peer: asyncio.Transport, done: Callable[[], None]) -> None:
         self.peer = peer
+        self.done = done
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -290,6 +291,7 @@ class _Pipe(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.peer.close()
+        self.done()
 
     def pause_writing(self) -> None:
         self.peer.pause_reading()
@@ -508,23 +510,30 @@ class LeanForward:
         transport.pause_reading()
         self.pipes.add(transport)
 
+        def done() -> None:
+            self.pipes.discard(transport)
+
         async def connect() -> None:
             try:
                 up, _ = await self.loop.create_connection(
-                    lambda: _Pipe(transport), target.host, target.port
+                    lambda: _Pipe(transport, done), target.host, target.port
                 )
             except OSError:
                 transport.close()
-                self.pipes.discard(transport)
+                done()
                 return
-            down = _Pipe(up)  # type: ignore[arg-type]
+            if transport.is_closing():  # the host left while the upstream was dialled
+                up.close()
+                return
+            down = _Pipe(up, done)  # type: ignore[arg-type]
             transport.set_protocol(down)
             down.connection_made(transport)
             up.write(first)
             transport.resume_reading()
 
         task = self.loop.create_task(connect())
-        task.add_done_callback(lambda _: None)
+        self.tails.add(task)
+        task.add_done_callback(self.tails.discard)
 
     def pool(self, target: Target) -> UpstreamPool:
         pool = self.pools.get(target)
@@ -723,7 +732,9 @@ class LeanForward:
             if not resp.has_buffered_body():
                 rr.flush_head()  # a quiet event stream must still show its head
             tee = self._response_headers(flow, resp, arrived)
-            parts = [] if tee is None else None
+            # The whole body for the addon's ``response`` hook — unless it streams (tee) or
+            # does not follow this flow (other traffic: forwarded, never held in memory).
+            parts = [] if tee is None and "mcptape" in flow.metadata else None
             last = False
             while not last:
                 chunk = await content.readany()
@@ -739,8 +750,7 @@ class LeanForward:
                     break
                 if tee is not None:
                     tee(chunk)  # a copy, after it went
-                else:
-                    assert parts is not None
+                elif parts is not None:
                     parts.append(chunk)
             resp.release()
         except asyncio.CancelledError:
