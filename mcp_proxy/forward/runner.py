@@ -342,6 +342,13 @@ async def _serve_lean(run: _Run, options: dict[str, Any]) -> int:
     recorder, addon = run.recording()
     guard = None
     if not is_loopback(run.host):
+        print(
+            f"mcptape: warning: the forward proxy listens on {run.host}: other machines can use "
+            "it and have their traffic recorded (clients with public addresses are refused: "
+            "block_global)",
+            file=sys.stderr,
+            flush=True,
+        )
         guard = ClientGuard(
             block_global=bool(options.get("block_global", True)),
             block_private=bool(options.get("block_private", False)),
