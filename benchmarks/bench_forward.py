@@ -7,10 +7,11 @@ Measures, each through the forward proxy and direct, in the same run:
 
 1. Official SDK client <-> SDK server over Streamable HTTP behind TLS (a test-made CA),
    sequential ``tools/call`` echo, both eras (``legacy`` = 2025-11-25 handshake, ``auto`` =
-   2026-07-28). The legs (direct, ``record --forward``, the same as mitmproxy ships —
+   2026-07-28). The legs (direct; ``record --forward`` — its default lean engine; ``--engine
+   mitmproxy``, tuned, same P-256 CA; mitmproxy as shipped — ``--engine mitmproxy`` with
    ``MCPTAPE_FORWARD_TUNING=off``: mitmproxy's own addon manager, TLS addon and debug checks,
-   with the RSA-2048 CA mitmproxy makes — with ``--rsa-leg`` ``record --forward`` with that
-   RSA CA, and with ``--mitmdump`` plain ``mitmdump`` and ``mitmdump -s addons/mcptape.py``)
+   with the RSA-2048 CA mitmproxy makes; with ``--rsa-leg`` ``record --forward`` with that RSA
+   CA, and with ``--mitmdump`` plain ``mitmdump`` and ``mitmdump -s addons/mcptape.py``)
    run in rounds, interleaved and rotated, so that the
    noise of a shared machine falls on all of them; each figure is min / median / max over the
    rounds: wall time per call, its ratio to the direct leg of the same round (target <= 1.5 on
@@ -19,8 +20,9 @@ Measures, each through the forward proxy and direct, in the same run:
    connections the client opened per call. In the legacy era the SDK client closes each POST's
    event stream as soon as the response event is in, before the stream's end, so httpcore
    drops the connection (it keeps only a connection whose response it read to the end): every
-   call is a new TCP+TLS connection — direct: one handshake; forwarded: a CONNECT, two
-   handshakes and mitmproxy's per-connection work.
+   call is a new TCP+TLS connection — direct: one handshake; forwarded: a CONNECT and the
+   proxy's handshake with the host (the lean engine keeps its upstream connection pooled;
+   mitmproxy makes a second handshake upstream and does its per-connection work).
 2. SSE: the server writes events stamped with ``time.monotonic_ns()`` (one clock for every
    process on the machine), the client notes each arrival; per event min/median/max direct and
    forward, and per round the added median. Target <= 2 ms added.

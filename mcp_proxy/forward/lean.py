@@ -89,6 +89,8 @@ LEAN_OPTIONS = frozenset(
         "block_private",
     }
 )
+#: Where the SNI callback leaves the name a host sent (on its ``SSLObject``).
+SNI_ATTR = "mcptape_sni"
 #: The longest proxy request head (CONNECT line and headers) accepted.
 MAX_PROXY_HEAD = 64 * 1024
 #: How long a host has for its TLS handshake with the proxy.
@@ -103,6 +105,9 @@ class Target(NamedTuple):
     scheme: str
     host: str
     port: int
+    #: The name the host gave in its TLS SNI when it differs from ``host`` (a CONNECT to an
+    #: address): the upstream is then asked for, and verified as, that name — as mitmproxy does.
+    sni: str | None = None
 
     @property
     def authority(self) -> str:
@@ -202,8 +207,10 @@ class LeafContexts:
         return ctx
 
     def _sni(self, obj: ssl.SSLObject, name: str | None, ctx: ssl.SSLContext) -> None:
-        """A host whose SNI names another host than its CONNECT line gets that host's cert."""
+        """A host whose SNI names another host than its CONNECT line gets that host's cert
+        (and the upstream is asked for that name: see :class:`TunnelFront`)."""
         if name:
+            setattr(obj, SNI_ATTR, name)
             with contextlib.suppress(Exception):
                 chosen = self.context(name)
                 if chosen is not ctx:
@@ -222,6 +229,17 @@ class TunnelFront(FrontProtocol):
         self.target = target
         self.client = client
         self.server_conn: Any = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Called once the host's TLS handshake is done: the SNI it sent is known then.
+        target = self.target
+        if target is not None and target.scheme == "https":
+            obj = transport.get_extra_info("ssl_object")
+            sni = getattr(obj, SNI_ATTR, None)
+            if sni and sni != target.host:
+                self.target = target._replace(sni=sni)
+                self.client.sni = sni
+        super().connection_made(transport)
 
 
 class ClientGuard:
@@ -270,11 +288,18 @@ class ClientGuard:
 
 
 class _Pipe(asyncio.Protocol):
-    """One half of a raw TCP tunnel: what arrives is written to the other side."""
+    """One half of a raw TCP tunnel: what arrives is written to the other side.
 
-    def __init__(self, peer: asyncio.Transport) -> None:
+    An end of input is passed on as a half-close (``write_eof``); once both sides have ended
+    theirs, both connections are closed — nothing else would close them.
+    """
+
+    def __init__(self, peer: asyncio.Transport, done: Callable[[], None]) -> None:
         self.peer = peer
+        self.done = done
         self.transport: asyncio.Transport | None = None
+        self.other: _Pipe | None = None
+        self.ended = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -283,13 +308,17 @@ class _Pipe(asyncio.Protocol):
         self.peer.write(data)
 
     def eof_received(self) -> bool:
-        if self.peer.can_write_eof():
-            self.peer.write_eof()
-            return True
-        return False
+        self.ended = True
+        other = self.other
+        if (other is not None and other.ended) or not self.peer.can_write_eof():
+            self.peer.close()
+            return False  # this side closes too
+        self.peer.write_eof()
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.peer.close()
+        self.done()
 
     def pause_writing(self) -> None:
         self.peer.pause_reading()
@@ -326,7 +355,7 @@ class _Entry(asyncio.Protocol):
             return
         self.buf += data
         end = self.buf.find(b"\r\n\r\n")
-        if end < 0:
+        if end < 0 or end > MAX_PROXY_HEAD:
             if len(self.buf) > MAX_PROXY_HEAD:
                 self._refuse(431, "proxy request head too large")
             return
@@ -443,6 +472,10 @@ class LeanForward:
             await asyncio.wait(list(self.tails), timeout=grace)
         for pool in self.pools.values():
             await pool.close()
+        # The addon finishes what the closing handlers reported with call_soon (its error
+        # hook): let that run before the caller closes the addon and its recorder.
+        for _ in range(3):
+            await asyncio.sleep(0)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1)
@@ -476,6 +509,17 @@ class LeanForward:
             self._pipe(transport, target, data)
 
     def _intercept(self, transport: asyncio.Transport, target: Target, hello: bytes) -> None:
+        try:
+            leaf = self.leaves.context(target.host)
+        except Exception as exc:  # a name no certificate can carry ("a..b")
+            transport.close()
+            print(
+                f"mcptape: forward proxy: no certificate can name {target.host!r} ({exc}); "
+                "the tunnel was closed",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
         client = self._client(transport)
         front = TunnelFront(self.front, target, client)
         client.tls = True
@@ -483,7 +527,7 @@ class LeanForward:
         proto = self._ssl_protocol(
             self.loop,
             front,
-            self.leaves.context(target.host),
+            leaf,
             waiter,
             server_side=True,
             call_connection_made=True,
@@ -501,30 +545,45 @@ class LeanForward:
         if exc is None:
             return
         transport.close()
-        if self.on_tls_refused is not None and isinstance(exc, ssl.SSLError):
-            self.on_tls_refused(target.host, str(exc.reason or exc))
+        if self.on_tls_refused is None:
+            return
+        if isinstance(exc, ssl.SSLError) and exc.reason:
+            self.on_tls_refused(target.host, str(exc.reason))
+        elif not isinstance(exc, TimeoutError):
+            # Python hosts (asyncio TLS) refuse a certificate by closing, without an alert.
+            why = str(exc) or type(exc).__name__
+            self.on_tls_refused(target.host, f"closed during the handshake: {why}")
 
     def _pipe(self, transport: asyncio.Transport, target: Target, first: bytes) -> None:
         transport.pause_reading()
         self.pipes.add(transport)
 
+        def done() -> None:
+            self.pipes.discard(transport)
+
         async def connect() -> None:
             try:
                 up, _ = await self.loop.create_connection(
-                    lambda: _Pipe(transport), target.host, target.port
+                    lambda: _Pipe(transport, done), target.host, target.port
                 )
             except OSError:
                 transport.close()
-                self.pipes.discard(transport)
+                done()
                 return
-            down = _Pipe(up)  # type: ignore[arg-type]
+            if transport.is_closing():  # the host left while the upstream was dialled
+                up.close()
+                return
+            down = _Pipe(up, done)  # type: ignore[arg-type]
+            up_half: _Pipe = up.get_protocol()  # type: ignore[assignment]
+            down.other, up_half.other = up_half, down
             transport.set_protocol(down)
             down.connection_made(transport)
             up.write(first)
             transport.resume_reading()
 
         task = self.loop.create_task(connect())
-        task.add_done_callback(lambda _: None)
+        self.tails.add(task)
+        task.add_done_callback(self.tails.discard)
 
     def pool(self, target: Target) -> UpstreamPool:
         pool = self.pools.get(target)
@@ -534,6 +593,7 @@ class LeanForward:
                 target.port,
                 tls=target.scheme == "https",
                 ssl_context=self.upstream_ssl if target.scheme == "https" else None,
+                server_hostname=target.sni,
             )
         return pool
 
@@ -592,15 +652,26 @@ class LeanForward:
                     400, "mcptape forward proxy: send CONNECT or an absolute http:// URL\n"
                 )
             target, path = absolute
+            absolute_form = True
+        else:
+            absolute_form = False
         if req.method == "CONNECT":
             return plain_response(400, "mcptape forward proxy: CONNECT inside a tunnel\n")
+        if req.headers.get("upgrade") is not None:
+            # Not forwarded at all: stripping the (hop-by-hop) Upgrade and relaying the request
+            # would leave the host wondering why its WebSocket never opened.
+            return plain_response(
+                501,
+                "mcptape forward proxy: protocol upgrades (WebSocket) are not relayed by the "
+                "lean engine; run record --forward --engine mitmproxy\n",
+            )
         head_expect = req.headers.get("expect")
         if head_expect is not None and head_expect.strip().lower() == "100-continue":
             await req.send_continue()
         body = await req.content.read() if req.body_exists else b""
-        host_header = (req.headers.get("host") or target.authority).encode(
-            "utf-8", "surrogateescape"
-        )
+        # An absolute-form target wins over the host's Host header (RFC 9112 §3.2.2).
+        host_value = None if absolute_form else req.headers.get("host")
+        host_header = (host_value or target.authority).encode("utf-8", "surrogateescape")
         head = build_request_head(
             req.method, path, req.raw_headers, host_header, body_exists=req.body_exists
         )
@@ -699,6 +770,17 @@ class LeanForward:
             raw=out_raw,
             has_length=resp.content_length is not None,
         )
+        if req.method == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200:
+            # No body (aiohttp hands an empty payload of its own): the head as it came — a
+            # HEAD answer keeps the GET's framing headers, and none is invented.
+            resp.release()
+            await rr.prepare(req)
+            await rr.write_eof()
+            self._response_headers(flow, resp, arrived)
+            flow.response.raw_content = b""
+            flow.response.timestamp_end = time.time()
+            self._hook("response", flow)
+            return rr
         if resp.has_buffered_body() and resp.content.is_eof():
             # Whole already (a small JSON answer): head and body in one write, then the addon.
             body = await resp.read()
@@ -723,7 +805,9 @@ class LeanForward:
             if not resp.has_buffered_body():
                 rr.flush_head()  # a quiet event stream must still show its head
             tee = self._response_headers(flow, resp, arrived)
-            parts = [] if tee is None else None
+            # The whole body for the addon's ``response`` hook — unless it streams (tee) or
+            # does not follow this flow (other traffic: forwarded, never held in memory).
+            parts = [] if tee is None and "mcptape" in flow.metadata else None
             last = False
             while not last:
                 chunk = await content.readany()
@@ -739,8 +823,7 @@ class LeanForward:
                     break
                 if tee is not None:
                     tee(chunk)  # a copy, after it went
-                else:
-                    assert parts is not None
+                elif parts is not None:
                     parts.append(chunk)
             resp.release()
         except asyncio.CancelledError:

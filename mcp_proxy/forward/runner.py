@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -243,20 +244,62 @@ async def serve_forward(
     check_ca(conf)
     options = {**config_options(conf), **(extra_options or {})}
     chosen, why = choose_engine(engine or os.environ.get(ENV_ENGINE), options)
-    common: dict[str, Any] = {
-        "db_url": db_url,
-        "host": host,
-        "port": port,
-        "name": name,
-        "redactor": redactor,
-        "idle_cut": idle_cut,
-        "record_all": record_all,
-        "announce": announce,
-        "stop": stop,
-    }
+    run = _Run(
+        conf, db_url, host, port, name, redactor, idle_cut, record_all, announce, _stop_event(stop)
+    )
     if chosen == "lean":
-        return await _serve_lean(conf, options, **common)
-    return await _serve_mitmproxy(conf, extra_options, why, **common)
+        return await _serve_lean(run, options)
+    return await _serve_mitmproxy(run, extra_options, why)
+
+
+@dataclasses.dataclass
+class _Run:
+    """What either engine is given, and the parts they share: recorder, addon, what is said."""
+
+    conf: Path
+    db_url: str
+    host: str
+    port: int
+    name: str | None
+    redactor: Redactor
+    idle_cut: float
+    record_all: bool
+    announce: bool
+    stop: asyncio.Event
+
+    def recording(self) -> tuple[Any, Any]:
+        """The recorder process (started) and the addon that feeds it."""
+        from mcp_proxy.forward.addon import McpTape
+        from mcp_proxy.recorder.client import RecorderClient
+
+        recorder = RecorderClient(self.db_url, env={ENV_REDACT: self.redactor.to_env()})
+        recorder.start()
+        addon = McpTape(
+            recorder,
+            redactor=self.redactor,
+            name=self.name,
+            idle_cut=self.idle_cut,
+            record_all=self.record_all,
+        )
+        return recorder, addon
+
+    def listening(self, bound: tuple[str, int], note: str | None = None) -> None:
+        if not self.announce:
+            return
+        if note:
+            print(note, file=sys.stderr, flush=True)
+        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        for line in environment_lines(f"http://{shown}:{bound[1]}", ca_cert_path(self.conf)):
+            print(line, file=sys.stderr, flush=True)
+
+    def stopped(self, addon: Any) -> int:
+        if self.announce:
+            print(
+                f"mcptape: stopped; {addon.stats_exchanges} exchange(s) recorded",
+                file=sys.stderr,
+                flush=True,
+            )
+        return 0
 
 
 def _stop_event(stop: asyncio.Event | None) -> asyncio.Event:
@@ -268,24 +311,10 @@ def _stop_event(stop: asyncio.Event | None) -> asyncio.Event:
     return stop
 
 
-async def _serve_lean(
-    conf: Path,
-    options: dict[str, Any],
-    *,
-    db_url: str,
-    host: str,
-    port: int,
-    name: str | None,
-    redactor: Redactor,
-    idle_cut: float,
-    record_all: bool,
-    announce: bool,
-    stop: asyncio.Event | None,
-) -> int:
+async def _serve_lean(run: _Run, options: dict[str, Any]) -> int:
     """The lean engine (:mod:`mcp_proxy.forward.lean`) with the same addon and recorder."""
     import ssl
 
-    from mcp_proxy.forward.addon import McpTape
     from mcp_proxy.forward.certs import create_ec_ca
     from mcp_proxy.forward.lean import (
         ClientGuard,
@@ -295,8 +324,8 @@ async def _serve_lean(
         upstream_context,
     )
     from mcp_proxy.netutil import is_loopback
-    from mcp_proxy.recorder.client import RecorderClient
 
+    conf = run.conf
     try:
         create_ec_ca(conf)
         leaves = LeafContexts(conf)
@@ -310,69 +339,47 @@ async def _serve_lean(
             f"mitmproxy configuration {conf / 'config.yaml'}: the upstream trust cannot be "
             f"loaded: {exc}"
         ) from exc
-    recorder = RecorderClient(db_url, env={ENV_REDACT: redactor.to_env()})
-    recorder.start()
-    addon = McpTape(
-        recorder, redactor=redactor, name=name, idle_cut=idle_cut, record_all=record_all
-    )
-    ca = ca_cert_path(conf)
+    recorder, addon = run.recording()
     guard = None
-    if not is_loopback(host):
+    if not is_loopback(run.host):
+        print(
+            f"mcptape: warning: the forward proxy listens on {run.host}: other machines can use "
+            "it and have their traffic recorded (clients with public addresses are refused: "
+            "block_global)",
+            file=sys.stderr,
+            flush=True,
+        )
         guard = ClientGuard(
             block_global=bool(options.get("block_global", True)),
             block_private=bool(options.get("block_private", False)),
         )
-    proxy = LeanForward(addon, leaves, up_ctx, on_tls_refused=print_refused(ca), guard=guard)
-    stop = _stop_event(stop)
+    refused = print_refused(ca_cert_path(conf))
+    proxy = LeanForward(addon, leaves, up_ctx, on_tls_refused=refused, guard=guard)
     try:
         try:
-            bound = await proxy.listen(host, port)
+            bound = await proxy.listen(run.host, run.port)
         except OSError as exc:
             raise UserError(
-                f"cannot start the forward proxy on {host}:{port}: {exc.strerror or exc}"
+                f"cannot start the forward proxy on {run.host}:{run.port}: {exc.strerror or exc}"
             ) from exc
-        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
-        if announce:
-            for line in environment_lines(f"http://{shown}:{bound[1]}", ca):
-                print(line, file=sys.stderr, flush=True)
-        await stop.wait()
+        run.listening(bound)
+        await run.stop.wait()
     finally:
         await proxy.close(grace=5.0)
         addon.close()
         leaves.close()
         await asyncio.to_thread(recorder.close)
-    if announce:
-        print(
-            f"mcptape: stopped; {addon.stats_exchanges} exchange(s) recorded",
-            file=sys.stderr,
-            flush=True,
-        )
-    return 0
+    return run.stopped(addon)
 
 
-async def _serve_mitmproxy(
-    conf: Path,
-    extra_options: dict[str, Any] | None,
-    why: str | None,
-    *,
-    db_url: str,
-    host: str,
-    port: int,
-    name: str | None,
-    redactor: Redactor,
-    idle_cut: float,
-    record_all: bool,
-    announce: bool,
-    stop: asyncio.Event | None,
-) -> int:
+async def _serve_mitmproxy(run: _Run, extra_options: dict[str, Any] | None, why: str | None) -> int:
     """mitmproxy's master in-process, with mcptape's addon."""
     from mitmproxy import exceptions, options
     from mitmproxy.master import Master
 
-    from mcp_proxy.forward.addon import McpTape
     from mcp_proxy.forward.certs import create_ec_ca
-    from mcp_proxy.recorder.client import RecorderClient
 
+    conf, host, port = run.conf, run.host, run.port
     # Lazy upstream connections: the upstream is dialled when the host's request is known, so a
     # server that is down or fails TLS is an outcome of that (MCP) request — recorded, with the
     # request — rather than a refused CONNECT no one can attribute. config.yaml may override.
@@ -411,19 +418,14 @@ async def _serve_mitmproxy(
     except OSError as exc:
         raise UserError(f"mitmproxy's CA in {conf} cannot be used: {exc}") from exc
 
-    recorder = RecorderClient(db_url, env={ENV_REDACT: redactor.to_env()})
-    recorder.start()
-    addon = McpTape(
-        recorder, redactor=redactor, name=name, idle_cut=idle_cut, record_all=record_all
-    )
+    recorder, addon = run.recording()
     master.addons.add(addon)
-    stop = _stop_event(stop)
-    run = asyncio.create_task(master.run())
+    running = asyncio.create_task(master.run())
     try:
         ps = master.addons.get("proxyserver")
         addrs: list[Any] = []
         for _ in range(400):
-            if run.done() or errors.records:
+            if running.done() or errors.records:
                 break
             addrs = list(ps.listen_addrs())
             if addrs:
@@ -435,32 +437,20 @@ async def _serve_mitmproxy(
             raise UserError(f"cannot start the forward proxy on {host}:{port}: {first}")
         mitm_log.removeHandler(errors)
         mitm_log.addHandler(said)
-        bound = addrs[0]
-        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
-        proxy_url = f"http://{shown}:{bound[1]}"
-        if announce:
-            if why:
-                print(f"mcptape: forward engine: mitmproxy ({why})", file=sys.stderr, flush=True)
-            for line in environment_lines(proxy_url, ca_cert_path(conf)):
-                print(line, file=sys.stderr, flush=True)
-        waiter = asyncio.create_task(stop.wait())
-        await asyncio.wait({run, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        note = f"mcptape: forward engine: mitmproxy ({why})" if why else None
+        run.listening((str(addrs[0][0]), int(addrs[0][1])), note)
+        waiter = asyncio.create_task(run.stop.wait())
+        await asyncio.wait({running, waiter}, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
     finally:
         master.shutdown()
         with contextlib.suppress(BaseException):
-            await asyncio.wait_for(run, 10)
+            await asyncio.wait_for(running, 10)
         addon.close()  # idempotent: done() closed the sessions if mitmproxy got that far
         mitm_log.removeHandler(errors)
         mitm_log.removeHandler(said)
         await asyncio.to_thread(recorder.close)
-    if announce:
-        print(
-            f"mcptape: stopped; {addon.stats_exchanges} exchange(s) recorded",
-            file=sys.stderr,
-            flush=True,
-        )
-    return 0
+    return run.stopped(addon)
 
 
 def record_forward(

@@ -136,12 +136,14 @@ def secrets_seen(seen: list[Seen]) -> set[str]:
     return {f for f in found if len(f) >= 8}
 
 
-@pytest.mark.parametrize("mode", ["legacy", "auto"])
+@pytest.mark.parametrize(
+    ("mode", "engine"), [("legacy", "lean"), ("auto", "lean"), ("legacy", "mitmproxy")]
+)
 async def test_oauth_dance_recorded_linked_and_redacted(
-    mode: str, tmp_path: Path, confdir: Path, tls_oauth: TLSServer
+    mode: str, engine: str, tmp_path: Path, confdir: Path, tls_oauth: TLSServer
 ) -> None:
     db = tmp_path / "oauth.db"
-    with run_forward(db, confdir) as fw:
+    with run_forward(db, confdir, "--engine", engine) as fw:
         out, tee = await authorized_session(fw, tls_oauth.url, mode)
         assert fw.stop() == 0
     assert out["echo"] == "hello, wire"

@@ -79,18 +79,24 @@ def assert_recorded_as_seen(fw: Forward, tee: TeeTransport) -> None:
     assert not unmatched
 
 
+# Every server and era on the default (lean) engine; the mitmproxy engine on one of each era.
 MODES = [
-    ("stateful", "legacy"),
-    ("stateful", "auto"),
-    ("stateless", "legacy"),
-    ("stateless", "auto"),
+    ("stateful", "legacy", "lean"),
+    ("stateful", "auto", "lean"),
+    ("stateless", "legacy", "lean"),
+    ("stateless", "auto", "lean"),
+    ("stateful", "legacy", "mitmproxy"),
+    ("stateless", "auto", "mitmproxy"),
 ]
 
 
-@pytest.mark.parametrize(("server", "mode"), MODES, ids=[f"{s}-{m}" for s, m in MODES])
+@pytest.mark.parametrize(
+    ("server", "mode", "engine"), MODES, ids=[f"{s}-{m}-{e}" for s, m, e in MODES]
+)
 async def test_sdk_over_https_identical_and_recorded(
     server: str,
     mode: str,
+    engine: str,
     tmp_path: Path,
     confdir: Path,
     tls_files: TLSFiles,
@@ -99,7 +105,7 @@ async def test_sdk_over_https_identical_and_recorded(
 ) -> None:
     up = tls_stateful if server == "stateful" else tls_stateless
     direct = await scripted(direct_client(tls_files), up.url, mode)
-    with run_forward(tmp_path / "rec.db", confdir, "--name", "fwd-rec") as fw:
+    with run_forward(tmp_path / "rec.db", confdir, "--name", "fwd-rec", "--engine", engine) as fw:
         client, tee = fw.tee_client()
         relayed = await scripted(client, up.url, mode)
         assert fw.stop() == 0

@@ -174,10 +174,13 @@ class UpstreamPool:
         keepalive: float = 4.0,
         max_field_size: int = 64 * 1024,
         ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
     ) -> None:
-        """``ssl_context``: the TLS context when ``tls`` (default: the system's trust)."""
+        """``ssl_context``: the TLS context when ``tls`` (default: the system's trust);
+        ``server_hostname``: the name sent (SNI) and verified, when not ``host``."""
         self.host = host
         self.port = port
+        self.server_hostname = server_hostname or host
         self.ssl: ssl.SSLContext | None = None
         if tls:
             self.ssl = ssl_context if ssl_context is not None else ssl.create_default_context()
@@ -196,7 +199,7 @@ class UpstreamPool:
                     self.host,
                     self.port,
                     ssl=self.ssl,
-                    server_hostname=self.host if self.ssl is not None else None,
+                    server_hostname=self.server_hostname if self.ssl is not None else None,
                 )
         except TimeoutError as exc:
             raise UpstreamConnectTimeout(
