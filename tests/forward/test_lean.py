@@ -639,9 +639,32 @@ async def test_websocket_upgrade_in_a_tunnel_gets_501(fw: Forward, plain_origin:
     got = await read_to_eof(reader)
     writer.close()
     assert got.startswith(b"HTTP/1.1 501 "), got
-    assert got.endswith(b"protocol upgrades are not relayed\n"), got
+    assert b"not relayed" in got.partition(b"\r\n\r\n")[2], got  # one clear body
     await asyncio.sleep(0.2)
     assert not [s for s in plain_origin.requests if b"case=websocket" in s.head]
+
+
+async def test_an_h2c_upgrade_offer_is_dropped_not_refused(
+    fw: Forward, plain_origin: RawOrigin
+) -> None:
+    """``Upgrade: h2c`` (``curl --http2 http://…``) is an offer a server may ignore: the proxy
+    drops it with the other hop-by-hop headers and relays HTTP/1.1, as the mitmproxy engine
+    does (its DisableH2C) — it is no WebSocket to refuse."""
+    host, port = fw.url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(
+            b"GET http://127.0.0.1:%d/echo?case=h2c HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+            b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+            b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n"
+            % (plain_origin.port, plain_origin.port)
+        )
+        rhead, rbody = await read_response(reader)
+    finally:
+        writer.close()
+    assert rhead.startswith(b"HTTP/1.1 200") and rbody == rpc_result(b""), rhead + rbody
+    (seen,) = [s for s in plain_origin.requests if b"case=h2c" in s.head]
+    assert seen.header("upgrade") is None and seen.header("http2-settings") is None, seen.head
 
 
 # --------------------------------------------------------------------------- --engine
