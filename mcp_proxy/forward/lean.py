@@ -52,6 +52,7 @@ import ssl
 import sys
 import tempfile
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -93,6 +94,11 @@ LEAN_OPTIONS = frozenset(
 SNI_ATTR = "mcptape_sni"
 #: The longest proxy request head (CONNECT line and headers) accepted.
 MAX_PROXY_HEAD = 64 * 1024
+#: Host names whose TLS context (certificate) is kept, most recently used first (mitmproxy
+#: keeps 100 certificates).
+LEAF_CACHE = 256
+#: How long a new connection may take to send its proxy request (and a tunnel its first byte).
+ENTRY_IDLE = 75.0
 #: How long a host has for its TLS handshake with the proxy.
 HANDSHAKE_TIMEOUT = 30.0
 _HTTP_METHODS = (b"GET ", b"POST ", b"PUT ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"PATCH ")
@@ -162,25 +168,27 @@ class LeafContexts:
     """
 
     def __init__(self, conf: Path, basename: str = "mitmproxy") -> None:
-        from cryptography.hazmat.primitives import serialization
         from mitmproxy import certs
 
         self.store = certs.CertStore.from_store(conf, basename, 2048)
         self.dir = Path(tempfile.mkdtemp(prefix="mcptape-leaf-"))
-        key_pem = self.store.default_privatekey.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-        self.key_file = self.dir / "key.pem"
-        self.key_file.write_bytes(key_pem)
-        self.key_file.chmod(0o600)
-        self._contexts: dict[str, ssl.SSLContext] = {}
+        # The CA's own file (its key, then its certificate) keys every leaf: no copy of the
+        # key outside the confdir (a temporary one would outlive a crash of the proxy).
+        self.key_file = conf / f"{basename}-ca.pem"
+        self._contexts: OrderedDict[str, ssl.SSLContext] = OrderedDict()
+        self._made = 0
 
     def context(self, name: str) -> ssl.SSLContext:
-        ctx = self._contexts.get(name)
+        """The context for ``name``; the :data:`LEAF_CACHE` most recently used are kept (a new
+        name costs a certificate: ~3 ms of CPU on the event loop)."""
+        contexts = self._contexts
+        ctx = contexts.get(name)
         if ctx is None:
-            ctx = self._contexts[name] = self._make(name)
+            ctx = contexts[name] = self._make(name)
+            if len(contexts) > LEAF_CACHE:
+                contexts.popitem(last=False)
+        else:
+            contexts.move_to_end(name)
         return ctx
 
     def _make(self, name: str) -> ssl.SSLContext:
@@ -192,10 +200,14 @@ class LeafContexts:
             alt = x509.DNSName(name.encode("idna").decode())
         entry = self.store.get_cert(name, [alt])
         pem = entry.cert.to_pem() + b"".join(c.to_pem() for c in entry.chain_certs)
-        path = self.dir / f"{len(self._contexts)}.pem"
+        self._made += 1
+        path = self.dir / f"{self._made}.pem"
         path.write_bytes(pem)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(path, self.key_file)
+        try:
+            ctx.load_cert_chain(path, self.key_file)
+        finally:
+            path.unlink()  # loaded: the file is not needed any more
         ctx.set_alpn_protocols(["http/1.1"])
         # One TLS 1.3 session ticket, not OpenSSL's two: hosts open a connection per call
         # without resuming (the SDK's httpx keeps no sessions), and each ticket costs the proxy
@@ -335,14 +347,24 @@ class _Entry(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
         self.target: Target | None = None
+        self.idle: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.engine.pending.add(transport)  # type: ignore[arg-type]
         if self.engine.guard is not None and not self.engine.guard(transport):
             transport.close()
+            return
+        self.idle = self.engine.loop.call_later(ENTRY_IDLE, transport.close)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._handed_on()
+
+    def _handed_on(self) -> None:
+        """This connection is no longer waiting on its first bytes (or is gone)."""
+        if self.idle is not None:
+            self.idle.cancel()
+            self.idle = None
         if self.transport is not None:
             self.engine.pending.discard(self.transport)
 
@@ -350,7 +372,7 @@ class _Entry(asyncio.Protocol):
         transport = self.transport
         assert transport is not None
         if self.target is not None:
-            self.engine.pending.discard(transport)
+            self._handed_on()
             self.engine.open_tunnel(transport, self.target, data)
             return
         self.buf += data
@@ -363,7 +385,7 @@ class _Entry(asyncio.Protocol):
         parts = line.split(b" ")
         if parts[0] != b"CONNECT":
             # An absolute-form request (plain-HTTP proxying): the HTTP server takes over.
-            self.engine.pending.discard(transport)
+            self._handed_on()
             self.engine.serve_http(transport, None, bytes(self.buf))
             return
         where = parse_authority(parts[1], 443) if len(parts) == 3 else None
@@ -657,9 +679,12 @@ class LeanForward:
             absolute_form = False
         if req.method == "CONNECT":
             return plain_response(400, "mcptape forward proxy: CONNECT inside a tunnel\n")
-        if req.headers.get("upgrade") is not None:
+        upgrade = req.headers.get("upgrade")
+        if upgrade is not None and upgrade.strip().lower() != "h2c":
             # Not forwarded at all: stripping the (hop-by-hop) Upgrade and relaying the request
-            # would leave the host wondering why its WebSocket never opened.
+            # would leave the host wondering why its WebSocket never opened. An h2c offer is
+            # one a server may ignore: it is dropped with the hop-by-hop headers (mitmproxy's
+            # DisableH2C does the same).
             return plain_response(
                 501,
                 "mcptape forward proxy: protocol upgrades (WebSocket) are not relayed by the "
@@ -866,11 +891,29 @@ class LeanForward:
         flow.response = mresp
         self._hook("responseheaders", flow)
         stream = mresp.stream
-        return stream if callable(stream) else None
+        return _guarded(stream) if callable(stream) else None
 
     def _ensure_response(self, flow: Any, resp: Any, arrived: float) -> None:
         if flow.response is None:
             self._response_headers(flow, resp, arrived)
+
+
+def _guarded(tee: Callable[[bytes], Any]) -> Callable[[bytes], None]:
+    """The addon's stream callable, given copies only: the bytes already went to the host, so
+    a failure in it is logged once and ends the copying — never the host's stream."""
+    broken = False
+
+    def copy(data: bytes) -> None:
+        nonlocal broken
+        if broken:
+            return
+        try:
+            tee(data)
+        except Exception:
+            broken = True
+            log.exception("mcptape: the addon's stream callable failed; the rest is not copied")
+
+    return copy
 
 
 def print_refused(ca: Path) -> Callable[[str, str], None]:
