@@ -1,11 +1,11 @@
 """The lean forward engine: mcptape's own CONNECT proxy, driving the same mitmproxy addon.
 
 Why it exists: through mitmproxy, one MCP call over a fresh HTTPS connection — what the Python
-SDK does for every call of the 2025-11-25 era — cost the proxy 11–13 ms of CPU, nearly all of it
-the Python of mitmproxy's layers (events, commands, hooks per connection and per request;
-``benchmarks/bench_forward.py --profile``), and a forwarded call took 2.2 times a direct one. On
-the relay's own core (httptools, a pooled upstream) the same call costs the proxy about a tenth of
-that. mitmproxy stays one flag away (``--engine mitmproxy``) and is chosen by itself when
+SDK does for every call of the 2025-11-25 era — cost the proxy 6.6–13 ms of CPU (tuned and as
+shipped, by machine), nearly all of it the Python of mitmproxy's layers (events, commands, hooks
+per connection and per request; ``benchmarks/bench_forward.py --profile``), and a forwarded call
+took 2.3–3 times a direct one. On the relay's own core (httptools, a pooled upstream) the same
+call costs the proxy about 2 ms, ×1.4 (docs/forward-proxy.md has the figures). mitmproxy stays one flag away (``--engine mitmproxy``) and is chosen by itself when
 ``config.yaml`` asks for what only it does (scripts, proxy auth, upstream proxies, …).
 
 What it is, per host connection:
