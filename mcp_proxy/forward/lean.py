@@ -36,6 +36,10 @@ TLS refused, reset mid-body, host gone). A ``stream`` callable it sets is handed
 *after* the chunk was written to the host: the lean engine forwards, the addon records a copy,
 and nothing can rewrite the bytes. Only mcptape's addon runs here.
 
+Its other rooms: :mod:`mcp_proxy.forward.contexts` (the TLS contexts on both sides),
+:mod:`mcp_proxy.forward.tunnel` (where a tunnel goes, raw pipes) and
+:mod:`mcp_proxy.forward.guard` (who may connect beyond loopback).
+
 Errors the engine answers itself: ``502`` (upstream unreachable, TLS with it failed, closed
 before its response) with the reason in the body and ``X-Mcptape-Error``, ``400`` for a
 malformed proxy request, ``501`` for protocol upgrades (WebSocket) inside a tunnel.
@@ -45,18 +49,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
-import shutil
 import ssl
 import sys
-import tempfile
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
+from mcp_proxy.forward.contexts import SNI_ATTR, LeafContexts
+from mcp_proxy.forward.tunnel import Pipe, Target, feed, parse_authority
 from mcp_proxy.relay.http.common import HOP_BY_HOP_B, TAIL_READ
 from mcp_proxy.relay.http.forward import build_request_head
 from mcp_proxy.relay.http.front import (
@@ -68,14 +70,7 @@ from mcp_proxy.relay.http.front import (
 )
 from mcp_proxy.relay.http.upstream import UpstreamPool
 
-__all__ = [
-    "LEAN_OPTIONS",
-    "ClientGuard",
-    "LeafContexts",
-    "LeanForward",
-    "Target",
-    "upstream_context",
-]
+__all__ = ["LEAN_OPTIONS", "LeanForward", "print_refused"]
 
 log = logging.getLogger("mcptape.forward")
 
@@ -90,146 +85,14 @@ LEAN_OPTIONS = frozenset(
         "block_private",
     }
 )
-#: Where the SNI callback leaves the name a host sent (on its ``SSLObject``).
-SNI_ATTR = "mcptape_sni"
 #: The longest proxy request head (CONNECT line and headers) accepted.
 MAX_PROXY_HEAD = 64 * 1024
-#: Host names whose TLS context (certificate) is kept, most recently used first (mitmproxy
-#: keeps 100 certificates).
-LEAF_CACHE = 256
 #: How long a new connection may take to send its proxy request (and a tunnel its first byte).
 ENTRY_IDLE = 75.0
 #: How long a host has for its TLS handshake with the proxy.
 HANDSHAKE_TIMEOUT = 30.0
 _HTTP_METHODS = (b"GET ", b"POST ", b"PUT ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"PATCH ")
 _CONNECTED = b"HTTP/1.1 200 Connection established\r\n\r\n"
-
-
-class Target(NamedTuple):
-    """The origin a tunnel (or an absolute-form request) goes to."""
-
-    scheme: str
-    host: str
-    port: int
-    #: The name the host gave in its TLS SNI when it differs from ``host`` (a CONNECT to an
-    #: address): the upstream is then asked for, and verified as, that name — as mitmproxy does.
-    sni: str | None = None
-
-    @property
-    def authority(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        default = 443 if self.scheme == "https" else 80
-        return host if self.port == default else f"{host}:{self.port}"
-
-
-def parse_authority(raw: bytes, default_port: int) -> tuple[str, int] | None:
-    """``host:port`` (or ``[v6]:port``) of a CONNECT line; None when it is not one."""
-    try:
-        text = raw.decode("ascii")
-    except UnicodeDecodeError:
-        return None
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port_text = rest[1:] if rest.startswith(":") else ""
-    else:
-        host, _, port_text = text.rpartition(":") if ":" in text else (text, "", "")
-    if not host or any(c in host for c in "/ @\\"):
-        return None
-    if not port_text:
-        return host, default_port
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        return None
-    return host, int(port_text)
-
-
-def upstream_context(options: dict[str, Any]) -> ssl.SSLContext:
-    """The TLS context for upstream connections, from mitmproxy's option names: the system's
-    trust plus ``ssl_verify_upstream_trusted_ca``/``_confdir``, or none with ``ssl_insecure``."""
-    ctx = ssl.create_default_context()
-    cafile = options.get("ssl_verify_upstream_trusted_ca")
-    capath = options.get("ssl_verify_upstream_trusted_confdir")
-    if cafile or capath:
-        ctx.load_verify_locations(cafile=cafile or None, capath=capath or None)
-    if options.get("ssl_insecure"):
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    ctx.set_alpn_protocols(["http/1.1"])
-    return ctx
-
-
-class LeafContexts:
-    """Server-side TLS contexts per host name, with certificates from mitmproxy's CA.
-
-    mitmproxy's :class:`~mitmproxy.certs.CertStore` makes the certificates (the names, the
-    extensions and the CA's key as every leaf's key, exactly as the mitmproxy engine shows
-    hosts); the stdlib ``ssl`` module serves them (C: no Python per TLS record beyond asyncio's).
-    One context per name, kept while the proxy runs; its PEM file sits in a private temporary
-    directory removed at :meth:`close`.
-    """
-
-    def __init__(self, conf: Path, basename: str = "mitmproxy") -> None:
-        from mitmproxy import certs
-
-        self.store = certs.CertStore.from_store(conf, basename, 2048)
-        self.dir = Path(tempfile.mkdtemp(prefix="mcptape-leaf-"))
-        # The CA's own file (its key, then its certificate) keys every leaf: no copy of the
-        # key outside the confdir (a temporary one would outlive a crash of the proxy).
-        self.key_file = conf / f"{basename}-ca.pem"
-        self._contexts: OrderedDict[str, ssl.SSLContext] = OrderedDict()
-        self._made = 0
-
-    def context(self, name: str) -> ssl.SSLContext:
-        """The context for ``name``; the :data:`LEAF_CACHE` most recently used are kept (a new
-        name costs a certificate: ~3 ms of CPU on the event loop)."""
-        contexts = self._contexts
-        ctx = contexts.get(name)
-        if ctx is None:
-            ctx = contexts[name] = self._make(name)
-            if len(contexts) > LEAF_CACHE:
-                contexts.popitem(last=False)
-        else:
-            contexts.move_to_end(name)
-        return ctx
-
-    def _make(self, name: str) -> ssl.SSLContext:
-        from cryptography import x509
-
-        try:
-            alt: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(name))
-        except ValueError:
-            alt = x509.DNSName(name.encode("idna").decode())
-        entry = self.store.get_cert(name, [alt])
-        pem = entry.cert.to_pem() + b"".join(c.to_pem() for c in entry.chain_certs)
-        self._made += 1
-        path = self.dir / f"{self._made}.pem"
-        path.write_bytes(pem)
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        try:
-            ctx.load_cert_chain(path, self.key_file)
-        finally:
-            path.unlink()  # loaded: the file is not needed any more
-        ctx.set_alpn_protocols(["http/1.1"])
-        # One TLS 1.3 session ticket, not OpenSSL's two: hosts open a connection per call
-        # without resuming (the SDK's httpx keeps no sessions), and each ticket costs the proxy
-        # CPU on every handshake. Not none: the ticket's segment is what acknowledges the
-        # host's Finished at once — without it a host without TCP_NODELAY holds its first
-        # request until the proxy's delayed ACK (40 ms; measured).
-        ctx.num_tickets = 1
-        ctx.sni_callback = self._sni
-        return ctx
-
-    def _sni(self, obj: ssl.SSLObject, name: str | None, ctx: ssl.SSLContext) -> None:
-        """A host whose SNI names another host than its CONNECT line gets that host's cert
-        (and the upstream is asked for that name: see :class:`TunnelFront`)."""
-        if name:
-            setattr(obj, SNI_ATTR, name)
-            with contextlib.suppress(Exception):
-                chosen = self.context(name)
-                if chosen is not ctx:
-                    obj.context = chosen
-
-    def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class TunnelFront(FrontProtocol):
@@ -252,91 +115,6 @@ class TunnelFront(FrontProtocol):
                 self.target = target._replace(sni=sni)
                 self.client.sni = sni
         super().connection_made(transport)
-
-
-class ClientGuard:
-    """mitmproxy's ``block_global``/``block_private``, for a proxy not bound to loopback.
-
-    An intercepting proxy reachable from the internet is an open relay that reads TLS: as in
-    mitmproxy, clients with a global address are refused by default (``block_global: false`` in
-    ``config.yaml`` allows them), private ones only with ``block_private: true``. Loopback
-    clients always pass. Each refusal is one stderr line (per address).
-    """
-
-    def __init__(self, block_global: bool = True, block_private: bool = False) -> None:
-        self.block_global = block_global
-        self.block_private = block_private
-        self._said: set[str] = set()
-
-    def __call__(self, transport: asyncio.BaseTransport) -> bool:
-        peer = transport.get_extra_info("peername")
-        if not peer:
-            return True  # a Unix socket or a test transport: nothing to judge
-        text = str(peer[0]).rsplit("%", 1)[0]
-        try:
-            address = ipaddress.ip_address(text)
-        except ValueError:
-            return False
-        if isinstance(address, ipaddress.IPv6Address):
-            address = address.ipv4_mapped or address
-        if address.is_loopback:
-            return True
-        why = None
-        if self.block_private and address.is_private:
-            why = "block_private"
-        elif self.block_global and address.is_global:
-            why = "block_global"
-        if why is None:
-            return True
-        if text not in self._said:
-            self._said.add(text)
-            print(
-                f"mcptape: forward proxy: refused a client at {text} ({why}; see "
-                "docs/forward-proxy.md)",
-                file=sys.stderr,
-                flush=True,
-            )
-        return False
-
-
-class _Pipe(asyncio.Protocol):
-    """One half of a raw TCP tunnel: what arrives is written to the other side.
-
-    An end of input is passed on as a half-close (``write_eof``); once both sides have ended
-    theirs, both connections are closed — nothing else would close them.
-    """
-
-    def __init__(self, peer: asyncio.Transport, done: Callable[[], None]) -> None:
-        self.peer = peer
-        self.done = done
-        self.transport: asyncio.Transport | None = None
-        self.other: _Pipe | None = None
-        self.ended = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        self.peer.write(data)
-
-    def eof_received(self) -> bool:
-        self.ended = True
-        other = self.other
-        if (other is not None and other.ended) or not self.peer.can_write_eof():
-            self.peer.close()
-            return False  # this side closes too
-        self.peer.write_eof()
-        return True
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.peer.close()
-        self.done()
-
-    def pause_writing(self) -> None:
-        self.peer.pause_reading()
-
-    def resume_writing(self) -> None:
-        self.peer.resume_reading()
 
 
 class _Entry(asyncio.Protocol):
@@ -413,17 +191,6 @@ class _Entry(asyncio.Protocol):
             )
         )
         self.transport.close()
-
-
-def _feed(proto: Any, data: bytes) -> None:
-    """Give a (buffered) protocol bytes already read from its transport."""
-    view = memoryview(data)
-    while view:
-        buf = proto.get_buffer(len(view))
-        n = min(len(buf), len(view))
-        buf[:n] = view[:n]
-        proto.buffer_updated(n)
-        view = view[n:]
 
 
 class LeanForward:
@@ -557,7 +324,7 @@ class LeanForward:
         )
         transport.set_protocol(proto)
         proto.connection_made(transport)
-        _feed(proto, hello)  # the ClientHello, read to tell TLS from the rest
+        feed(proto, hello)  # the ClientHello, read to tell TLS from the rest
         waiter.add_done_callback(lambda f: self._handshake_done(f, transport, target))
 
     def _handshake_done(
@@ -586,7 +353,7 @@ class LeanForward:
         async def connect() -> None:
             try:
                 up, _ = await self.loop.create_connection(
-                    lambda: _Pipe(transport, done), target.host, target.port
+                    lambda: Pipe(transport, done), target.host, target.port
                 )
             except OSError:
                 transport.close()
@@ -595,8 +362,8 @@ class LeanForward:
             if transport.is_closing():  # the host left while the upstream was dialled
                 up.close()
                 return
-            down = _Pipe(up, done)  # type: ignore[arg-type]
-            up_half: _Pipe = up.get_protocol()  # type: ignore[assignment]
+            down = Pipe(up, done)  # type: ignore[arg-type]
+            up_half: Pipe = up.get_protocol()  # type: ignore[assignment]
             down.other, up_half.other = up_half, down
             transport.set_protocol(down)
             down.connection_made(transport)

@@ -316,13 +316,9 @@ async def _serve_lean(run: _Run, options: dict[str, Any]) -> int:
     import ssl
 
     from mcp_proxy.forward.certs import create_ec_ca
-    from mcp_proxy.forward.lean import (
-        ClientGuard,
-        LeafContexts,
-        LeanForward,
-        print_refused,
-        upstream_context,
-    )
+    from mcp_proxy.forward.contexts import LeafContexts, upstream_context
+    from mcp_proxy.forward.guard import ClientGuard
+    from mcp_proxy.forward.lean import LeanForward, print_refused
     from mcp_proxy.netutil import is_loopback
 
     conf = run.conf

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from mcp_proxy.forward import lean
+from mcp_proxy.forward import contexts, lean
 from mcp_proxy.forward.certs import create_ec_ca
-from mcp_proxy.forward.lean import ClientGuard, LeafContexts
+from mcp_proxy.forward.contexts import LeafContexts
+from mcp_proxy.forward.guard import ClientGuard
 
 
 class Peer:
@@ -74,7 +75,7 @@ def test_certificate_cache_is_bounded_and_leaves_no_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     create_ec_ca(tmp_path)
-    monkeypatch.setattr(lean, "LEAF_CACHE", 3)
+    monkeypatch.setattr(contexts, "LEAF_CACHE", 3)
     leaves = LeafContexts(tmp_path)
     try:
         first = leaves.context("a.test")
