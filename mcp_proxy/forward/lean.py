@@ -337,6 +337,8 @@ class LeanForward:
         if self.on_tls_refused is None:
             return
         if isinstance(exc, ssl.SSLError) and exc.reason:
+            if "ALERT" not in exc.reason and "CERTIFICATE" not in exc.reason:
+                return  # not a refusal of the certificate (no TLS at all, a broken hello…)
             self.on_tls_refused(target.host, str(exc.reason))
         elif not isinstance(exc, TimeoutError):
             # Python hosts (asyncio TLS) refuse a certificate by closing, without an alert.
@@ -355,7 +357,7 @@ class LeanForward:
                 up, _ = await self.loop.create_connection(
                     lambda: Pipe(transport, done), target.host, target.port
                 )
-            except OSError:
+            except (OSError, UnicodeError, ValueError):  # refused, unresolvable, not a name
                 transport.close()
                 done()
                 return
@@ -414,7 +416,8 @@ class LeanForward:
         flow = self._http.HTTPFlow(conn.client, server, live=True)
         flow.metadata["mcptape_engine"] = "mcptape"
         flow.request = self._http.Request(
-            target.host,
+            # Bracketed IPv6: mitmproxy builds its URLs by joining host and port as they are.
+            f"[{target.host}]" if ":" in target.host else target.host,
             target.port,
             req.method.encode("ascii", "replace"),
             target.scheme.encode(),

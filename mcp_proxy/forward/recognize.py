@@ -73,9 +73,17 @@ class RequestView:
 
 
 def origin_of(url: str) -> str:
-    """``scheme://host:port`` of an absolute URL (default ports kept explicit for keys)."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    """``scheme://host:port`` of an absolute URL (default ports kept explicit for keys).
+
+    Never raises: a URL that does not parse — mitmproxy writes an IPv6 host without brackets
+    (``http://::1:8080/``) — is keyed by its whole network location instead.
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        scheme, _, rest = url.partition("://")
+        return f"{scheme}://{rest.split('/', 1)[0]}"
     host = parts.hostname or ""
     if ":" in host:
         host = f"[{host}]"

@@ -8,6 +8,8 @@ rest.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -31,21 +33,36 @@ class Target(NamedTuple):
         return host if self.port == default else f"{host}:{self.port}"
 
 
+#: A host name as RFC 3986 allows it (``reg-name``, IPv4 addresses included).
+_REG_NAME = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=%-]+")
+
+
 def parse_authority(raw: bytes, default_port: int) -> tuple[str, int] | None:
-    """``host:port`` (or ``[v6]:port``) of a CONNECT line; None when it is not one."""
+    """``host:port`` (or ``[v6]:port``) of a CONNECT line; None when it is not one.
+
+    The host is a name made of RFC 3986 ``reg-name`` characters or a bracketed IPv6 address:
+    anything else (brackets in a name, spaces, ``@``) is refused here, before it reaches a
+    resolver, a certificate or a URL.
+    """
     try:
         text = raw.decode("ascii")
     except UnicodeDecodeError:
         return None
     if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port_text = rest[1:] if rest.startswith(":") else ""
+        host, closed, rest = text[1:].partition("]")
+        if not closed or (rest and not rest.startswith(":")):
+            return None
+        port_text = rest[1:]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return None
     else:
         host, _, port_text = text.rpartition(":") if ":" in text else (text, "", "")
-    if not host or any(c in host for c in "/ @\\"):
-        return None
+        if not _REG_NAME.fullmatch(host):
+            return None
     if not port_text:
-        return host, default_port
+        return (host, default_port) if ":" not in text[text.rfind("]") + 1 :] else None
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         return None
     return host, int(port_text)

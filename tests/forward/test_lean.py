@@ -829,3 +829,18 @@ def test_the_cas_private_key_is_not_copied_out_of_the_confdir(
         own.returncode = own.proc.returncode
     keys = [p for p in tmp.rglob("*") if p.is_file() and b"PRIVATE KEY" in p.read_bytes()]
     assert not keys, keys
+
+
+async def test_an_ipv6_target_is_recorded_with_a_bracketed_url(fw: Forward) -> None:
+    """Found by tests/fuzz/test_forward_fuzz.py: an absolute-form request to ``[::1]`` made the
+    addon raise (mitmproxy joins an IPv6 host and its port without brackets: ``http://::1:1/``),
+    and a traceback reached the user's terminal. Nothing listens on port 1: the proxy's 502."""
+    rpc_body = b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+    tag = f"v6-{time.monotonic_ns()}"
+    async with httpx2.AsyncClient(proxy=fw.url, trust_env=False, timeout=30) as client:
+        r = await client.post(f"http://[::1]:1/mcp?{tag}", content=rpc_body, headers=JSON_HEADERS)
+    assert r.status_code == 502
+    (ex,) = wait_exchanges(fw, tag)
+    assert ex["url"] == f"http://[::1]:1/mcp?{tag}" and ex["outcome"] == "upstream_error"
+    assert [bytes(f["raw"]) for f in frames_of(fw, ex["id"])] == [rpc_body]
+    assert not [ln for ln in fw.stderr if "Traceback" in ln]
