@@ -59,7 +59,14 @@ def parse_authority(raw: bytes, default_port: int) -> tuple[str, int] | None:
             return None
     else:
         host, _, port_text = text.rpartition(":") if ":" in text else (text, "", "")
-        if not _REG_NAME.fullmatch(host):
+        if ":" in host:
+            # An IPv6 address without its brackets, then a port: what httpx writes in an
+            # absolute-form target (``http://::1:8080/``); taken as it means it.
+            try:
+                ipaddress.IPv6Address(host)
+            except ValueError:
+                return None
+        elif not _REG_NAME.fullmatch(host):
             return None
     if not port_text:
         return (host, default_port) if ":" not in text[text.rfind("]") + 1 :] else None

@@ -834,7 +834,8 @@ def test_the_cas_private_key_is_not_copied_out_of_the_confdir(
 async def test_an_ipv6_target_is_recorded_with_a_bracketed_url(fw: Forward) -> None:
     """Found by tests/fuzz/test_forward_fuzz.py: an absolute-form request to ``[::1]`` made the
     addon raise (mitmproxy joins an IPv6 host and its port without brackets: ``http://::1:1/``),
-    and a traceback reached the user's terminal. Nothing listens on port 1: the proxy's 502."""
+    and a traceback reached the user's terminal. Nothing listens on port 1: the proxy's 502.
+    (httpx writes the target without brackets, ``http://::1:1/mcp``; the proxy takes it.)"""
     rpc_body = b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
     tag = f"v6-{time.monotonic_ns()}"
     async with httpx2.AsyncClient(proxy=fw.url, trust_env=False, timeout=30) as client:
