@@ -47,8 +47,8 @@ class LeafContexts:
     mitmproxy's :class:`~mitmproxy.certs.CertStore` makes the certificates (the names, the
     extensions and the CA's key as every leaf's key, exactly as the mitmproxy engine shows
     hosts); the stdlib ``ssl`` module serves them (C: no Python per TLS record beyond asyncio's).
-    One context per name, kept while the proxy runs; its PEM file sits in a private temporary
-    directory removed at :meth:`close`.
+    One context per name, the :data:`LEAF_CACHE` most recently used kept; each certificate's PEM
+    file lives in a private temporary directory only until it is loaded.
     """
 
     def __init__(self, conf: Path, basename: str = "mitmproxy") -> None:

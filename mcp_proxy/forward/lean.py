@@ -54,6 +54,7 @@ import ssl
 import sys
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -183,12 +184,7 @@ class _Entry(asyncio.Protocol):
         self.transport.write(
             b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
             b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
-            % (
-                status,
-                b"Bad Request" if status == 400 else b"Request Header Fields Too Large",
-                len(body),
-                body,
-            )
+            % (status, HTTPStatus(status).phrase.encode(), len(body), body)
         )
         self.transport.close()
 
@@ -444,9 +440,6 @@ class LeanForward:
                     400, "mcptape forward proxy: send CONNECT or an absolute http:// URL\n"
                 )
             target, path = absolute
-            absolute_form = True
-        else:
-            absolute_form = False
         if req.method == "CONNECT":
             return plain_response(400, "mcptape forward proxy: CONNECT inside a tunnel\n")
         upgrade = req.headers.get("upgrade")
@@ -465,7 +458,7 @@ class LeanForward:
             await req.send_continue()
         body = await req.content.read() if req.body_exists else b""
         # An absolute-form target wins over the host's Host header (RFC 9112 §3.2.2).
-        host_value = None if absolute_form else req.headers.get("host")
+        host_value = req.headers.get("host") if conn.target is not None else None
         host_header = (host_value or target.authority).encode("utf-8", "surrogateescape")
         head = build_request_head(
             req.method, path, req.raw_headers, host_header, body_exists=req.body_exists
@@ -572,9 +565,7 @@ class LeanForward:
             await rr.prepare(req)
             await rr.write_eof()
             self._response_headers(flow, resp, arrived)
-            flow.response.raw_content = b""
-            flow.response.timestamp_end = time.time()
-            self._hook("response", flow)
+            self._responded(flow, b"")
             return rr
         if resp.has_buffered_body() and resp.content.is_eof():
             # Whole already (a small JSON answer): head and body in one write, then the addon.
@@ -583,13 +574,9 @@ class LeanForward:
             rr.body = body
             await rr.send(req)
             tee = self._response_headers(flow, resp, arrived)
-            if tee is not None:
-                if body:
-                    tee(body)
-            else:
-                flow.response.raw_content = body
-            flow.response.timestamp_end = time.time()
-            self._hook("response", flow)
+            if tee is not None and body:
+                tee(body)
+            self._responded(flow, body if tee is None else None)
             return rr
         tee = None
         parts: list[bytes] | None = None
@@ -638,11 +625,16 @@ class LeanForward:
             resp.close()
             self._error(flow, f"peer closed connection: {exc or type(exc).__name__}")
             raise ConnectionResetError(str(exc)) from exc
-        flow.response.timestamp_end = time.time()
-        if parts is not None:
-            flow.response.raw_content = b"".join(parts)
-        self._hook("response", flow)
+        self._responded(flow, b"".join(parts) if parts is not None else None)
         return rr
+
+    def _responded(self, flow: Any, body: bytes | None) -> None:
+        """The response went out whole: its body for the addon (None: it streamed a copy, or
+        does not follow this flow), then its ``response`` hook."""
+        if body is not None:
+            flow.response.raw_content = body
+        flow.response.timestamp_end = time.time()
+        self._hook("response", flow)
 
     def _response_headers(
         self, flow: Any, resp: Any, arrived: float
