@@ -28,13 +28,11 @@ from mcp_proxy.analysis.model import Exchange, Outcome, finding_record
 from mcp_proxy.analysis.stats import merge_stats, method_stats, sorted_stats
 from mcp_proxy.analysis.taxonomy import NAMES, classify_error
 from mcp_proxy.errors import StoreError
+from mcp_proxy.limits import ANALYSIS_CACHE as CACHE_SIZE
+from mcp_proxy.limits import INLINE_LIMIT
 from mcp_proxy.store.queries import Store
 
 log = logging.getLogger(__name__)
-
-#: Sessions up to this many frames are analysed whole when a page needs it (≈ 0.2 s).
-INLINE_LIMIT = 20_000
-CACHE_SIZE = 32
 
 
 def _tone(outcome: Outcome) -> str:

@@ -21,6 +21,7 @@ from markupsafe import Markup, escape
 
 from mcp_proxy.frames import strip_line_end, text_or_none
 from mcp_proxy.headers import decode_header_value as _decode_header_value
+from mcp_proxy.limits import TEXT_LIMIT, TREE_DEPTH, TREE_LIMIT
 from mcp_proxy.render import human_size, parse_json_safely
 
 #: Characters that must never reach the page as themselves: C0/C1 controls (except tab and
@@ -41,15 +42,6 @@ _INVISIBLE = frozenset(
         *range(0xFFF9, 0xFFFC),
     ]
 )
-
-#: Rendering a huge frame as a tree would make a multi-megabyte page; beyond this size the
-#: detail view shows the head of the text and offers the raw bytes as a download.
-TREE_LIMIT = 256 * 1024
-TEXT_LIMIT = 512 * 1024
-#: Levels of nesting the tree unfolds; deeper values are left to the raw text below it. A frame
-#: nested 1,200 levels deep is recordable, and neither Python's recursion limit nor a browser
-#: laying out 1,200 nested ``<details>`` should decide whether its page answers.
-TREE_DEPTH = 64
 
 
 def vis(text: Any) -> Markup:

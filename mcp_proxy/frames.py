@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from mcp_proxy.limits import FULL_PARSE_LIMIT, MAX_ID_TEXT
+
 
 class Direction(StrEnum):
     C2S = "c2s"  # host (client) → server
@@ -46,12 +48,6 @@ class Kind(StrEnum):
     #: Looks like JSON but could not be decoded here (nested deeper than the parser allows, or
     #: the classifier itself failed): the bytes are kept, nothing is derived from them.
     UNDECODABLE = "undecodable"
-
-
-#: Frames larger than this are classified from a bounded look at their head and tail instead of
-#: a full parse, so that a 64 MiB message does not cost several times its size in memory while it
-#: is recorded. ``Classified.partial`` says when that happened.
-FULL_PARSE_LIMIT = 8 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -96,10 +92,6 @@ def id_key(value: Any) -> str | None:
         # A lone surrogate ("\ud800") cannot be stored as text: keep its JSON escape instead.
         return json.dumps(value, separators=(",", ":"))
     return text
-
-
-#: The longest id text a ``msg_id`` column holds (``frames.msg_id`` is VARCHAR(300)).
-MAX_ID_TEXT = 300
 
 
 def column_id(key: str | None) -> str | None:

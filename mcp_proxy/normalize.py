@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_proxy.limits import MAX_DEPTH
+
 #: What always differs between two runs of one conversation, as JSONPaths over a step document
 #: (``{"method", "params", "result", "error", "notifications"}``).
 DEFAULT_IGNORES = ("$.._meta", "$..progressToken")
@@ -22,12 +24,6 @@ DEFAULT_MASKS = ("$..requestState",)
 #: What the comparison never looks at (it is not part of a step document at all).
 NEVER_COMPARED = ("request ids", "timestamps", "session ids", "HTTP headers")
 OPAQUE = "<opaque>"
-#: Deepest nesting a step value keeps. JSON-RPC messages of real servers nest a few dozen levels;
-#: a frame nested ~1,200 levels deep is still recordable (and parses), but every recursive walk
-#: over it (normalising, comparing, rendering) would exhaust Python's stack. Below this depth a
-#: value is replaced by :func:`too_deep_marker`, which keeps a digest so that two different deep
-#: values still compare as different.
-MAX_DEPTH = 128
 TOO_DEEP = "<nested too deep"
 
 

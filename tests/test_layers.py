@@ -29,6 +29,8 @@ CORE = (
     "mcp_proxy.errors",
     "mcp_proxy.osutil",
     "mcp_proxy.netutil",
+    "mcp_proxy.limits",
+    "mcp_proxy.bounded",
 )
 #: What a relay may hand its bytes to: the recorder contract (and the redaction policy the
 #: relay applies to what it hands over, and the handshake facts the relay needs to group).

@@ -37,8 +37,6 @@ KINDS = (
     "batch",
     "undecodable",
 )
-#: Frames read around one request on a session too big to analyse whole.
-SPAN_LIMIT = 5000
 SESSION_FILTERS = ("q", "method", "text", "transport", "era", "status", "severity", "tag")
 
 

@@ -10,7 +10,6 @@ from dashboard import analysis as an
 from dashboard import present
 from dashboard.app import ANALYST, QUERIES, STORE, render
 from dashboard.views._common import (
-    SPAN_LIMIT,
     exchange_out,
     finding_out,
     frame_detail,
@@ -21,6 +20,7 @@ from dashboard.views._common import (
 )
 from mcp_proxy.analysis.model import Exchange
 from mcp_proxy.errors import NotFoundError
+from mcp_proxy.limits import SPAN_LIMIT
 from mcp_proxy.render import frame_json
 
 

@@ -18,6 +18,7 @@ from orjson import loads as _orjson_loads
 from mcp_proxy.analysis.catalogue import CATALOGUE, SEVERITY_RANK, Severity
 from mcp_proxy.analysis.version import ANALYZER_VERSION
 from mcp_proxy.frames import has_long_number
+from mcp_proxy.limits import MAX_SEQS, PER_CODE_CAP
 from mcp_proxy.protocol import ERA_INITIALIZE, ERA_MODERN, KNOWN_VERSIONS
 from mcp_proxy.protocol import META_PREFIX as META
 
@@ -429,12 +430,6 @@ def finding_order(f: Finding | Mapping[str, Any]) -> tuple[int, int, str, int]:
         code, ident = str(f.get("code") or ""), int(f.get("id") or 0)
     first = int(seqs[0]) if seqs else 0
     return (-SEVERITY_RANK.get(severity, -1), first, code, ident)
-
-
-#: Individual findings kept per code; beyond that they are folded into one "… and N more".
-PER_CODE_CAP = 50
-#: Frame references kept per finding (a proof, not a copy of the session).
-MAX_SEQS = 1000
 
 
 class FindingSink:

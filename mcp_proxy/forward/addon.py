@@ -50,6 +50,7 @@ from mcp_proxy.forward.recognize import (
 from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.framing import SSEEvent, SSEParser
 from mcp_proxy.headers import mcp_headers
+from mcp_proxy.limits import MAX_RECORDED_BODY, STREAM_ABOVE
 from mcp_proxy.recorder.contract import Producer
 from mcp_proxy.redact import ENV_REDACT, Redactor
 from mcp_proxy.relay.http.common import default_reason, meta_body
@@ -69,12 +70,6 @@ __all__ = ["McpTape"]
 
 log = logging.getLogger("mcptape.forward")
 
-#: The most bytes of one body kept for the recording (everything is forwarded).
-MAX_RECORDED_BODY = 64 << 20
-#: Non-MCP bodies (OAuth, discovery documents) are kept in exchange meta up to this size.
-#: Responses with a Content-Length above this (or none, when not JSON) are streamed, not
-#: buffered by mitmproxy.
-STREAM_ABOVE = 1 << 20
 
 KIND_MCP = "mcp"
 KIND_MAYBE = "maybe-sse"  # a GET asking for an event stream: MCP if its first event says so

@@ -60,7 +60,8 @@ from typing import Any
 
 from mcp_proxy.forward.contexts import SNI_ATTR, LeafContexts
 from mcp_proxy.forward.tunnel import Pipe, Target, feed, parse_authority
-from mcp_proxy.relay.http.common import HOP_BY_HOP_B, TAIL_READ
+from mcp_proxy.limits import ENTRY_IDLE, HANDSHAKE_TIMEOUT, MAX_PROXY_HEAD, TAIL_READ
+from mcp_proxy.relay.http.common import HOP_BY_HOP_B
 from mcp_proxy.relay.http.forward import build_request_head
 from mcp_proxy.relay.http.front import (
     FrontProtocol,
@@ -86,12 +87,6 @@ LEAN_OPTIONS = frozenset(
         "block_private",
     }
 )
-#: The longest proxy request head (CONNECT line and headers) accepted.
-MAX_PROXY_HEAD = 64 * 1024
-#: How long a new connection may take to send its proxy request (and a tunnel its first byte).
-ENTRY_IDLE = 75.0
-#: How long a host has for its TLS handshake with the proxy.
-HANDSHAKE_TIMEOUT = 30.0
 _HTTP_METHODS = (b"GET ", b"POST ", b"PUT ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"PATCH ")
 _CONNECTED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections import deque
 from typing import IO
 
-#: Largest piece handed to the pipe from the spill file at once.
-READ_SIZE = 1 << 20
+from mcp_proxy.limits import BACKLOG_READ as READ_SIZE
 
 
 class Backlog:

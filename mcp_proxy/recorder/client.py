@@ -35,6 +35,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.frames import Channel, Direction, Frame
+from mcp_proxy.limits import MAX_RESTARTS, PIPE_SIZE
 from mcp_proxy.recorder.backlog import Backlog
 from mcp_proxy.recorder.contract import (
     Chunk,
@@ -64,9 +65,6 @@ if TYPE_CHECKING:
     from mcp_proxy.recorder.httpraw import RawHttp
 
 F_SETPIPE_SZ = 1031  # Linux fcntl: grow the pipe so bursts rarely touch the backlog
-PIPE_SIZE = 1 << 20
-#: How many times a dead worker is replaced before recording stops (the relay goes on).
-MAX_RESTARTS = 3
 
 
 def _say(msg: str) -> None:

@@ -32,6 +32,7 @@ import signal
 import sys
 import time
 
+from mcp_proxy.limits import BATCH_BYTES, FINISH_PATIENCE, GROUP_GRACE, READ_BYTES
 from mcp_proxy.recorder.contract import ITEM_TYPES, Chunk
 from mcp_proxy.recorder.runner import BatchRunner
 from mcp_proxy.recorder.wire import (
@@ -46,20 +47,10 @@ from mcp_proxy.recorder.wire import (
     Watch,
 )
 
-#: Seconds a server group gets between SIGTERM and SIGKILL when its relay vanished.
-GROUP_GRACE = 2.0
-#: Seconds the worker keeps retrying at the end while the database refuses writes (full disk,
-#: a lock): what it owes the database (gaps, the session's end) is written once it can be.
-FINISH_PATIENCE = 120.0
 #: Milliseconds an idle worker sleeps at most while the database owes it rows.
 OWING_WAKE_MS = 500
 #: Seconds a thread waiting for the GIL waits before asking for it (Python's default: 0.005).
 SWITCH_INTERVAL = 0.0005
-#: Bytes of frames per batch under a burst: one batch is built while the one before is written,
-#: so the recorder holds two (~5,800 small frames each, ~3 MiB of rows each).
-BATCH_BYTES = 512 << 10
-#: Bytes per read of the pipe: a batch is cut after a read, so a read is well under a batch.
-READ_BYTES = 128 << 10
 
 
 class _Session:

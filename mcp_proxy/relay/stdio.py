@@ -40,13 +40,13 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.errors import UserError
 from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.limits import STDIO_READ as READ_SIZE
 from mcp_proxy.osutil import write_all
 from mcp_proxy.recorder.contract import Producer
 
 if TYPE_CHECKING:  # imported when rules exist: the plain relay's start-up stays as it was
     from mcp_proxy.relay.stdio_faults import FaultDecider, FaultPumps
 
-READ_SIZE = 1 << 16
 #: Signals forwarded to the server (SIGHUP does not exist on Windows).
 FORWARDED_SIGNALS = tuple(
     s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None

@@ -13,12 +13,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from mcp_proxy.errors import BadValueError, NotFoundError
+from mcp_proxy.limits import NOTE_MAX
 from mcp_proxy.store.base import StoreBase
 from mcp_proxy.store.filters import TAG_RE
 from mcp_proxy.store.schema import annotations as notes_table
 from mcp_proxy.store.schema import frames
-
-NOTE_MAX = 20_000
 
 
 class AnnotationQueries(StoreBase):

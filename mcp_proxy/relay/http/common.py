@@ -19,27 +19,15 @@ from yarl import URL
 from mcp_proxy.errors import UserError
 from mcp_proxy.frames import Frame
 from mcp_proxy.headers import HOP_BY_HOP
+from mcp_proxy.limits import (
+    META_BODY_LIMIT,
+)
 from mcp_proxy.netutil import is_loopback
 from mcp_proxy.redact import Redactor
 
 if TYPE_CHECKING:
     from mcp_proxy.relay.http.upstream import UpstreamResponse
 
-#: Request bodies up to this size (with a Content-Length) are read whole before forwarding —
-#: one write upstream; larger or chunked bodies stream through.
-SMALL_BODY = 1 << 20
-#: Response bodies with a Content-Length up to this size are read whole and sent in one write.
-SMALL_RESPONSE = 256 * 1024
-#: The most bytes of one body kept for the recording (the relay forwards everything).
-MAX_RECORDED_BODY = 64 << 20
-#: Non-MCP bodies (OAuth, discovery documents) are kept in exchange meta up to this size.
-META_BODY_LIMIT = 64 << 10
-#: How long the rest of an event stream is read after the host left with its response.
-TAIL_READ = 1.0
-#: Seconds in-flight exchanges get to finish when the relay stops.
-SHUTDOWN_GRACE = 2.0
-#: How much of a GET event-stream is held back looking for a legacy ``endpoint`` event.
-ENDPOINT_HOLD_LIMIT = 64 << 10
 
 HOP_BY_HOP_B = frozenset(h.encode() for h in HOP_BY_HOP)
 #: Response headers not forwarded. ``Content-Length`` is forwarded as the upstream sent it

@@ -19,8 +19,8 @@ from typing import Any
 import aiohttp
 
 from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.limits import MAX_RECORDED_BODY
 from mcp_proxy.relay.http.common import (
-    MAX_RECORDED_BODY,
     HostCheck,
     RecorderLike,
     RelayConfig,

@@ -35,6 +35,16 @@ from typing import Any, NamedTuple
 import httptools
 from multidict import CIMultiDict
 
+from mcp_proxy.limits import (
+    BODY_HIGH,
+    KEEPALIVE_IDLE,
+    LINGER,
+    MAX_FIELD,
+    MAX_HEAD,
+    MAX_LINE,
+    MAX_QUEUED,
+)
+
 __all__ = [
     "FrontRequest",
     "FrontServer",
@@ -42,19 +52,6 @@ __all__ = [
     "plain_response",
 ]
 
-#: Longest request line (method, target, version) accepted.
-MAX_LINE = 64 * 1024
-#: Longest header field (name or value) accepted, and the longest head as a whole.
-MAX_FIELD = 64 * 1024
-MAX_HEAD = 256 * 1024
-#: A request body buffered past this pauses reading from the host (flow control).
-BODY_HIGH = 1 << 20
-#: Pipelined requests queued behind the one being handled before reading pauses.
-MAX_QUEUED = 8
-#: An idle keep-alive connection is closed after this many seconds (aiohttp's default).
-KEEPALIVE_IDLE = 75.0
-#: How long the rest of a body the upstream did not take is read (and dropped) before closing.
-LINGER = 10.0
 
 _NO_BODY_STATUS = frozenset((204, 304))
 

@@ -34,12 +34,9 @@ import aiohttp
 
 from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.framing import SSEEvent, SSEParser
+from mcp_proxy.limits import ENDPOINT_HOLD_LIMIT, MAX_RECORDED_BODY, SMALL_RESPONSE, TAIL_READ
 from mcp_proxy.relay.http.common import (
-    ENDPOINT_HOLD_LIMIT,
     HOP_BY_HOP_B,
-    MAX_RECORDED_BODY,
-    SMALL_RESPONSE,
-    TAIL_READ,
     decode_header,
     decompress,
     default_reason,

@@ -22,7 +22,8 @@ import aiohttp
 
 from mcp_proxy.errors import UserError
 from mcp_proxy.frames import Channel, Direction
-from mcp_proxy.relay.http.common import SHUTDOWN_GRACE, SMALL_BODY, decode_header
+from mcp_proxy.limits import SHUTDOWN_GRACE, SMALL_BODY
+from mcp_proxy.relay.http.common import decode_header
 from mcp_proxy.relay.http.exchange import Exchange
 from mcp_proxy.relay.http.forward import RequestHead, build_request_head
 from mcp_proxy.relay.http.front import (

@@ -40,6 +40,8 @@ from urllib.parse import parse_qs
 
 from orjson import loads as _fast_loads
 
+from mcp_proxy.limits import IDENTITY_PARSE_LIMIT as PARSE_LIMIT
+
 __all__ = [
     "RULE_CLIENT",
     "RULE_LEGACY_SSE",
@@ -74,10 +76,6 @@ _CLIENT_INFO_RE = re.compile(
     rb'"(?:io\.modelcontextprotocol/clientInfo|clientInfo)"\s*:\s*(\{[^{}]*\})'
 )
 _METHOD_RE = re.compile(rb'"method"\s*:\s*"([^"\\]{1,200})"')
-
-#: Bodies up to this size are parsed in full to find the client identity; larger ones are
-#: searched with a bounded regular expression over their head instead.
-PARSE_LIMIT = 256 * 1024
 
 
 class RecorderLike(Protocol):

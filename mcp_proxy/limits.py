@@ -1,0 +1,131 @@
+"""Every byte, count and time budget of mcptape, each with its reason.
+
+mcptape sits between two peers and trusts neither to be small: a compressed body may inflate
+a thousandfold, a chunked stream may never end, an id may be megabytes long, a JSON value may
+nest a million levels deep. Every buffer, cache, pool, map and queue that holds what a peer sent
+is sized here, in one place, so that a new buffer nobody sized stands out in review and the
+limits are easy to find and to test. What happens at each limit is in docs/reliability.md
+("Limits"): past a limit mcptape forwards anyway, records what fits and says so with a finding.
+
+This module is core: it imports nothing of the project. The bounded helpers that enforce these
+limits (bounded inflate, capped reads, an LRU with an idle sweep) live in ``mcp_proxy.bounded``.
+"""
+
+from __future__ import annotations
+
+# --- The stdio relay ---
+
+#: Bytes per read of a stdio stream: one read is one write to the peer and one record, never a line
+#: buffer (a longer line simply takes several reads).
+STDIO_READ = 1 << 16
+
+# --- The HTTP relay (reverse: ``record --upstream``), also served by the lean forward engine ---
+
+#: Request bodies up to this size (with a Content-Length) are read whole before forwarding — one
+#: write upstream; larger or chunked bodies stream through.
+SMALL_BODY = 1 << 20
+#: Response bodies with a Content-Length up to this size are read whole and sent in one write.
+SMALL_RESPONSE = 256 * 1024
+#: The most bytes of one body kept for the recording (the relay forwards everything).
+MAX_RECORDED_BODY = 64 << 20
+#: Non-MCP bodies (OAuth, discovery documents) are kept in exchange meta up to this size.
+META_BODY_LIMIT = 64 << 10
+#: How long the rest of an event stream is read after the host left with its response.
+TAIL_READ = 1.0
+#: Seconds in-flight exchanges get to finish when the relay stops.
+SHUTDOWN_GRACE = 2.0
+#: How much of a GET event-stream is held back looking for a legacy ``endpoint`` event.
+ENDPOINT_HOLD_LIMIT = 64 << 10
+#: Longest request line (method, target, version) accepted.
+MAX_LINE = 64 * 1024
+#: Longest header field (name or value) accepted.
+MAX_FIELD = 64 * 1024
+#: Longest request head (request line and headers) accepted as a whole.
+MAX_HEAD = 256 * 1024
+#: A request body buffered past this pauses reading from the host (flow control).
+BODY_HIGH = 1 << 20
+#: Pipelined requests queued behind the one being handled before reading pauses.
+MAX_QUEUED = 8
+#: An idle keep-alive connection is closed after this many seconds (aiohttp's default).
+KEEPALIVE_IDLE = 75.0
+#: How long the rest of a body the upstream did not take is read (and dropped) before closing.
+LINGER = 10.0
+#: Bodies up to this size are parsed in full to find the client identity; larger ones are searched
+#: with a bounded regular expression over their head instead.
+IDENTITY_PARSE_LIMIT = 256 * 1024
+
+# --- The forward proxy (``record --forward``) ---
+
+#: The longest proxy request head (CONNECT line and headers) accepted.
+MAX_PROXY_HEAD = 64 * 1024
+#: How long a new connection may take to send its proxy request (and a tunnel its first byte).
+ENTRY_IDLE = 75.0
+#: How long a host has for its TLS handshake with the proxy.
+HANDSHAKE_TIMEOUT = 30.0
+#: Responses with a Content-Length above this (or none, when not JSON) are streamed by the
+#: mitmproxy engine, not buffered by it.
+STREAM_ABOVE = 1 << 20
+
+# --- The recorder: the pipe from a relay, its backlog, the recorder process ---
+
+#: Bytes of the relay → recorder pipe (Linux F_SETPIPE_SZ): bursts rarely touch the backlog.
+PIPE_SIZE = 1 << 20
+#: How many times a dead worker is replaced before recording stops (the relay goes on).
+MAX_RESTARTS = 3
+#: Largest piece handed to the pipe from the spill file at once.
+BACKLOG_READ = 1 << 20
+#: Seconds a server group gets between SIGTERM and SIGKILL when its relay vanished.
+GROUP_GRACE = 2.0
+#: Seconds the worker keeps retrying at the end while the database refuses writes (full disk, a
+#: lock): what it owes the database (gaps, the session's end) is written once it can be.
+FINISH_PATIENCE = 120.0
+#: Bytes of frames per batch under a burst: one batch is built while the one before is written, so
+#: the recorder holds two (~5,800 small frames each, ~3 MiB of rows each).
+BATCH_BYTES = 512 << 10
+#: Bytes per read of the pipe: a batch is cut after a read, so a read is well under a batch.
+READ_BYTES = 128 << 10
+
+# --- Classifying and comparing frames ---
+
+#: Frames larger than this are classified from a bounded look at their head and tail instead of a
+#: full parse, so that a 64 MiB message does not cost several times its size in memory while it is
+#: recorded. ``Classified.partial`` says when that happened.
+FULL_PARSE_LIMIT = 8 * 1024 * 1024
+#: The longest id text a ``msg_id`` column holds (``frames.msg_id`` is VARCHAR(300)).
+MAX_ID_TEXT = 300
+#: Deepest nesting a step value keeps. JSON-RPC messages of real servers nest a few dozen levels; a
+#: frame nested ~1,200 levels deep is still recordable (and parses), but every recursive walk over
+#: it (normalising, comparing, rendering) would exhaust Python's stack. Below this depth a value is
+#: replaced by :func:`too_deep_marker`, which keeps a digest so that two different deep values
+#: still compare as different.
+MAX_DEPTH = 128
+
+# --- Analysis ---
+
+#: Individual findings kept per code; beyond that they are folded into one "… and N more".
+PER_CODE_CAP = 50
+#: Frame references kept per finding (a proof, not a copy of the session).
+MAX_SEQS = 1000
+
+# --- The store, import and export ---
+
+#: Characters of one annotation's text: a note, not a copy of a recording.
+NOTE_MAX = 20_000
+
+# --- The dashboard ---
+
+#: Rendering a huge frame as a tree would make a multi-megabyte page; beyond this size the detail
+#: view shows the head of the text and offers the raw bytes as a download.
+TREE_LIMIT = 256 * 1024
+#: Bytes of a frame's text shown on its page before the rest is offered as a download.
+TEXT_LIMIT = 512 * 1024
+#: Levels of nesting the tree unfolds; deeper values are left to the raw text below it. A frame
+#: nested 1,200 levels deep is recordable, and neither Python's recursion limit nor a browser
+#: laying out 1,200 nested ``<details>`` should decide whether its page answers.
+TREE_DEPTH = 64
+#: Sessions up to this many frames are analysed whole when a page needs it (≈ 0.2 s).
+INLINE_LIMIT = 20_000
+#: Analyses the dashboard keeps (LRU), one per session and revision.
+ANALYSIS_CACHE = 32
+#: Frames read around one request on a session too big to analyse whole.
+SPAN_LIMIT = 5000
