@@ -218,6 +218,7 @@ async def replay_confirm(request: web.Request) -> web.Response:
     here = os.getcwd()
     recorded_cwd = s.get("cwd")
     data = {
+        "imported_from": imported_from(s),
         "session": {"id": s["id"], "name": s.get("name"), "transport": s.get("transport")},
         "command": argv,
         "upstream": upstream,
@@ -232,6 +233,19 @@ async def replay_confirm(request: web.Request) -> web.Response:
         "reason": None if argv or s.get("transport") != "stdio" else _why_not(s),
     }
     return render(request, "replay.html", data)
+
+
+def imported_from(session: dict[str, Any]) -> str | None:
+    """The file an imported session came from (``mcptape import``), None for a local recording.
+
+    Its command and cwd are whatever that file says: the replay page says so before it offers
+    to run them.
+    """
+    meta = session.get("meta")
+    found = meta.get("imported_from") if isinstance(meta, dict) else None
+    if not isinstance(found, dict):
+        return None
+    return str(found.get("origin") or "a recording file")
 
 
 def _why_not(s: dict[str, Any]) -> str:

@@ -31,6 +31,9 @@ from tests.helpers import db as rdb
 
 pytestmark = pytest.mark.timeout(90)
 
+#: The example recordings shipped with the project.
+RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
+
 #: What the "different" session's echo says: changed content that must be shown escaped.
 EVIL = "<script>window.__pwned=1</script>hi"
 
@@ -192,6 +195,33 @@ async def test_replay_confirm_page_shows_the_command(tc: TestClient, small: Smal
     assert shown and command[-1] in shown.group(1)
     assert 'name="confirm" value="yes"' in html
     assert f'value="{TOKEN}"' in html  # the token field the POST needs
+
+
+async def test_replay_page_says_when_the_command_comes_from_an_imported_file(
+    tmp_path: Path, small: Small
+) -> None:
+    """An imported session's command is whatever the file says: the page says so plainly
+    (and a session recorded here says nothing of the kind)."""
+    from mcp_proxy.recording.database import import_file
+
+    src = RECORDINGS / "basic-legacy.mcptape.jsonl"
+    url = f"sqlite:///{tmp_path / 'imported.db'}"
+    _, result = import_file(src, url)
+    ((_, sid),) = result.sessions
+    app = create_app(url, token=TOKEN, poll_interval=0.05)
+    async with TestClient(TestServer(app, host="127.0.0.1")) as c:
+        html = await get_html(c, f"/sessions/{sid}/replay")
+        data = await get_json(c, f"/sessions/{sid}/replay.json")
+    assert '<pre class="cmd" id="replay-command">' in html
+    shown = re.search(r'<p class="note" id="replay-imported">(.*?)</p>', html, re.S)
+    assert shown, html
+    text = re.sub(r"<[^>]+>", "", shown.group(1))
+    assert f"This command comes from the imported file {src}" in text
+    assert "not from a recording made on this machine: check it before you run it." in text
+    assert data["imported_from"] == str(src)
+    async with TestClient(TestServer(create_app(small.url, token=TOKEN), host="127.0.0.1")) as c:
+        local = await get_html(c, f"/sessions/{small.ids['one']}/replay")
+    assert "replay-imported" not in local and "imported file" not in local
 
 
 async def test_replay_refused_without_token_or_confirmation(tc: TestClient, small: Small) -> None:
