@@ -190,16 +190,37 @@ def http_out(h: dict[str, Any]) -> dict[str, Any]:
 
 
 async def read_form(request: web.Request) -> dict[str, str]:
+    """The fields of a form post, or of its JSON twin: a flat object of text (or numbers).
+
+    A JSON body nested deeper than the parser follows is refused for what it is (not blamed
+    on a recorded frame by the RecursionError fallback), and so is a field that is not text.
+    """
+    what = _form_name(request)
     if request.content_type == "application/json":
         try:
             body = await request.json()
+        except RecursionError as exc:
+            raise BadRequest(
+                f"the {what} body is nested too deeply: send a flat JSON object of text fields"
+            ) from exc
         except ValueError as exc:
             raise BadRequest("the body is not JSON") from exc
         if not isinstance(body, dict):
             raise BadRequest("the body must be a JSON object")
+        for key, value in body.items():
+            if isinstance(value, dict | list):
+                raise BadRequest(f"{key!r} must be text in the {what} body, not a JSON value")
         return {k: str(v) for k, v in body.items() if v is not None}
     form = await request.post()
     return {k: v for k, v in form.items() if isinstance(v, str)}
+
+
+def _form_name(request: web.Request) -> str:
+    """What a form post is about, for its error messages ("annotation", "replay", …)."""
+    parts = [p for p in request.path.split("/") if p and not p.isdigit()]
+    if any(p.startswith("annotations") for p in parts):
+        return "annotation"
+    return parts[-1].removesuffix(".json") if parts else "request"
 
 
 def back(form: dict[str, str], default: str) -> str:

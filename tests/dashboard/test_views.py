@@ -288,3 +288,46 @@ async def test_sessions_live_stream_reports_counts(client: TestClient, recording
     assert {u["id"] for u in data["updates"]} == set(recordings.ids.values())
     assert all(u["status"] == "ended" and u["frame_count"] > 0 for u in data["updates"])
     assert data["newer"] == 3  # every session started after epoch second 1
+
+
+#: Nesting far beyond what Python's JSON parser can follow (its recursion limit is ~1,000).
+DEEP_BODY = 100_000
+
+
+@pytest.mark.parametrize(
+    ("body", "blamed"),
+    [
+        ("[" * DEEP_BODY + "]" * DEEP_BODY, "nested too deeply"),
+        ('{"note": ' + "[" * DEEP_BODY + "]" * DEEP_BODY + "}", "nested too deeply"),
+        ('{"note": ' + "[" * 500 + "]" * 500 + "}", "'note' must be text"),
+        ('{"tag": {"a": {"b": 1}}}', "'tag' must be text"),
+    ],
+    ids=["deep-body", "deep-note", "nested-note", "object-tag"],
+)
+async def test_a_deeply_nested_annotation_body_is_refused_for_itself(
+    client: TestClient, recordings: Recordings, body: str, blamed: str
+):
+    """A 100k-deep annotation body is a 400 about the annotation's body, never a 422 blaming "a
+    frame in this session" (issue 22, item 15); and nothing was added."""
+    sid = recordings.ids["hostile"]
+    headers = {**AUTH, "X-Mcptape-Token": TOKEN, "Content-Type": "application/json"}
+    before = len((await get_json(client, f"/sessions/{sid}.json"))["annotations"])
+    r = await client.post(f"/sessions/{sid}/annotations.json", data=body, headers=headers)
+    err = (await r.json())["error"]
+    assert r.status == 400, err
+    assert "annotation" in err["message"] and blamed in err["message"], err
+    assert "frame" not in err["message"] and "\n" not in err["message"]
+    assert len((await get_json(client, f"/sessions/{sid}.json"))["annotations"]) == before
+
+
+async def test_a_note_of_brackets_is_only_text(client: TestClient, recordings: Recordings):
+    """A note is text: 1,000 opening brackets are kept as written, not parsed."""
+    sid = recordings.ids["hostile"]
+    headers = {**AUTH, "X-Mcptape-Token": TOKEN}
+    note = "[" * 1000
+    r = await client.post(f"/sessions/{sid}/annotations.json", json={"note": note}, headers=headers)
+    assert r.status == 201, await r.text()
+    added = (await r.json())["annotation"]
+    assert added["note"] == note
+    r = await client.delete(f"/annotations/{added['id']}.json", headers=headers)
+    assert r.status == 200, await r.text()
