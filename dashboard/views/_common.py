@@ -8,6 +8,7 @@ everywhere (a session, a finding, an exchange, an annotation look the same on ev
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -250,14 +251,31 @@ async def send(response: web.StreamResponse, event: str, data: Any) -> None:
     await response.write(f"event: {event}\ndata: {payload}\n\n".encode())
 
 
-async def follow(request: web.Request, body: Any) -> web.StreamResponse:
-    """Run a live stream's loop as a tracked task so shutdown can end it."""
+def client_gone(request: web.Request) -> bool:
+    """Whether the browser that opened this request has left (its connection is closing)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+async def follow(
+    request: web.Request, body: Callable[[web.StreamResponse], Awaitable[None]]
+) -> web.StreamResponse:
+    """Open a live stream and run its loop (``body``) as a tracked task so shutdown can end it.
+
+    A browser that leaves the page (closes the tab, navigates away, drops the connection) ends
+    the stream quietly: the loop stops at its next turn (``client_gone``), or at the write
+    that finds the connection reset — never a traceback on the dashboard's stderr.
+    """
     task = asyncio.current_task()
     streams = request.app[STREAMS]
     if task is not None:
         streams.add(task)
+    response = await sse(request)
     try:
-        return await body()
+        await body(response)
+    except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one
+        pass
     finally:
         if task is not None:
             streams.discard(task)
+    return response

@@ -16,6 +16,7 @@ from dashboard.views._common import (
     SEQ_MAX,
     back,
     changed,
+    client_gone,
     exchange_out,
     finding_out,
     follow,
@@ -26,7 +27,6 @@ from dashboard.views._common import (
     read_form,
     send,
     session_out,
-    sse,
     url,
 )
 from mcp_proxy.analysis.model import Exchange
@@ -274,11 +274,10 @@ async def session_live(request: web.Request) -> web.StreamResponse:
     interval = request.app[SETTINGS]["poll_interval"]
     row_tpl = request.app[JINJA].get_template("_timeline_rows.html")
 
-    async def body() -> web.StreamResponse:
-        response = await sse(request)
+    async def body(response: web.StreamResponse) -> None:
         idle = 0.0
         tf.after = last
-        while True:
+        while not client_gone(request):
             rows, _more = await timeline_rows(request, s, tf, live=True)
             if rows:
                 tf.after = max(r["seq"] for r in rows if r["seq"])
@@ -295,7 +294,7 @@ async def session_live(request: web.Request) -> web.StreamResponse:
                     "status",
                     {"status": status, "frame_count": cur["frame_count"] if cur else None},
                 )
-                return response
+                return
             idle += interval
             if idle >= 15:
                 await response.write(b": keep-alive\n\n")

@@ -13,12 +13,12 @@ from dashboard.app import ANALYST, QUERIES, SETTINGS, render
 from dashboard.views._common import (
     SESSION_FILTERS,
     BadRequest,
+    client_gone,
     follow,
     int_param,
     opt,
     send,
     session_out,
-    sse,
     time_param,
     url,
 )
@@ -106,10 +106,9 @@ async def sessions_live(request: web.Request) -> web.StreamResponse:
         raise BadRequest("newest must be a timestamp") from exc
     interval = max(request.app[SETTINGS]["poll_interval"], 0.5)
 
-    async def body() -> web.StreamResponse:
-        response = await sse(request)
+    async def body(response: web.StreamResponse) -> None:
         sent: dict[str, Any] = {}
-        while True:
+        while not client_gone(request):
             rows = await q.sessions_by_id(ids)
             counts = await q.session_counts([r["id"] for r in rows])
             updates = []
