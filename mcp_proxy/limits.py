@@ -129,3 +129,14 @@ INLINE_LIMIT = 20_000
 ANALYSIS_CACHE = 32
 #: Frames read around one request on a session too big to analyse whole.
 SPAN_LIMIT = 5000
+
+# --- CLI and faults ---
+
+#: The most seconds a time flag takes (``--connect-timeout``, ``--idle-cut``, ``mock --timeout``,
+#: ``replay --timeout`` …): a week. Longer is a slip (milliseconds typed as seconds, an exponent)
+#: that would look like a hang; "wait for ever" is the flags' own 0 where they have one.
+MAX_FLAG_SECONDS = 7 * 24 * 3600.0
+#: The largest ``nth=``/``times=`` a fault rule takes: a billion frames, more than any session
+#: records. A larger count could never fire, so it is a typo (``nth=10000000000000000000000000``),
+#: refused with one line rather than accepted silently.
+MAX_FAULT_COUNT = 1_000_000_000

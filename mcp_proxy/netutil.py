@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 
-__all__ = ["is_loopback"]
+__all__ = ["is_loopback", "port_problem"]
 
 
 def is_loopback(host: str) -> bool:
@@ -24,3 +24,13 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
+
+
+def port_problem(port: int | None) -> str | None:
+    """Why ``port`` cannot be listened on as given (None when it can): 0 (any) to 65535.
+
+    One rule and one message for every command that takes ``--port``.
+    """
+    if port is not None and not 0 <= port <= 65535:
+        return f"--port {port}: not a TCP port (0-65535; 0 picks a free one)"
+    return None

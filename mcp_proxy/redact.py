@@ -289,6 +289,15 @@ def _compile_path(spec: str) -> tuple[str, ...]:
     parts = tuple(p for p in spec.split(".") if p != "")
     if not parts:
         raise ValueError(f"empty JSON path: {spec!r}")
+    for part in parts:
+        # Brackets and a partial wildcard are JSONPath habits this syntax does not have: taken
+        # as literal keys they would silently redact nothing.
+        if "[" in part or "]" in part or ("*" in part and part not in ("*", "**")):
+            shown = spec if len(spec) <= 60 else spec[:57] + "…"
+            raise ValueError(
+                f"{shown!r} is not a redaction path: dot-separated keys, * for one key or index,"
+                " ** for any depth (e.g. params.arguments.query, result.content.*.text, **.ssn)"
+            )
     return parts
 
 

@@ -7,11 +7,15 @@ module is imported when the CLI starts, including for ``mcptape record``.
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from mcp_proxy.limits import MAX_FLAG_SECONDS
 
 if TYPE_CHECKING:
     from mcp_proxy.store.queries import Store
@@ -77,3 +81,51 @@ def check_limit(limit: int) -> int | None:
     from mcp_proxy.store.filters import check_limit as check
 
     return check(limit)
+
+
+# --- Flag values checked by the parser itself: one line and exit 2 before anything starts ---
+
+
+def port_value(port: int | None) -> int | None:
+    """``--port``: 0 (any free port) to 65535, one rule and message for every command."""
+    from mcp_proxy.cli import fail
+    from mcp_proxy.netutil import port_problem
+
+    problem = port_problem(port)
+    if problem is not None:
+        fail(problem)
+    return port
+
+
+def seconds_value(*, zero: str | None = None) -> Callable[[float], float]:
+    """A callback for a time flag: a finite number of seconds above 0, at most a week.
+
+    ``zero`` says what 0 means for a flag that takes it (e.g. "waits for ever"); without it
+    0 is refused too, since a timeout of 0 s fails everything at once.
+    """
+    week = f"{MAX_FLAG_SECONDS:g}"
+
+    def check(value: float) -> float:
+        low_ok = value > 0 or (value == 0 and zero is not None)
+        if not math.isfinite(value) or not low_ok or value > MAX_FLAG_SECONDS:
+            lowest = "0 or more" if zero is not None else "more than 0"
+            raise typer.BadParameter(
+                f"{value:g} is not a number of seconds ({lowest}, at most {week}"
+                + (f"; 0 {zero})" if zero is not None else ")")
+            )
+        return value
+
+    return check
+
+
+def redact_paths_value(paths: list[str] | None) -> list[str] | None:
+    """``--redact-path``: each path must parse (a typo would otherwise redact nothing)."""
+    if not paths:
+        return paths
+    from mcp_proxy.redact import Redactor
+
+    try:
+        Redactor.from_options(paths=paths)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return paths

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from mcp_proxy.cli import app, fail, handle_errors
+from mcp_proxy.commands.common import port_value
 from mcp_proxy.netutil import is_loopback as _is_loopback
 
 
@@ -20,7 +21,9 @@ def dashboard(
             "--db", help="Database path or URL (default: MCPTAPE_DB or the user data dir)."
         ),
     ] = None,
-    port: Annotated[int, typer.Option("--port", help="Port (0 picks a free one).")] = 6280,
+    port: Annotated[
+        int, typer.Option("--port", help="Port (0 picks a free one).", callback=port_value)
+    ] = 6280,
     host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
     allow_remote: Annotated[
         bool,
@@ -52,8 +55,6 @@ def dashboard(
             " the URL is the only protection (no TLS).",
             file=sys.stderr,
         )
-    if not 0 <= port <= 65535:
-        fail(f"--port {port} is not a port number")
     url = resolve_url(db)
     require_database(url)  # the dashboard only reads: it never creates a database
     ensure_schema(url)  # a clear database error before the server starts, not on first page

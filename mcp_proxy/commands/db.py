@@ -38,12 +38,14 @@ def status(
     """Where the database's schema stands against this mcptape.
 
     Exit status: 0 when it is current, 3 when it needs `mcptape db upgrade`, is newer than this
-    mcptape, or cannot be reached; an empty database is reported (exit 0: it is created on first
-    use).
+    mcptape, or cannot be reached, 4 when there is no SQLite file at the path (none is created);
+    an empty database is reported (exit 0: it is created on first use).
     """
+    from mcp_proxy.commands.common import require_database
     from mcp_proxy.store.engine import auto_migrates, resolve_url, schema_state
 
     url = resolve_url(db)
+    require_database(url)  # status only looks: a --db typo must not create a database
     st = schema_state(url)
     advice = {
         "current": "up to date",

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from mcp_proxy.cli import app, fail, handle_errors
+from mcp_proxy.commands.common import port_value, redact_paths_value, seconds_value
 
 
 @app.command(
@@ -44,7 +45,10 @@ def record(
             " (chosen by itself when mitmproxy's config.yaml needs it).",
         ),
     ] = None,
-    port: Annotated[int, typer.Option("--port", help="Local port for --upstream.")] = 8765,
+    port: Annotated[
+        int,
+        typer.Option("--port", help="Local port for --upstream or --forward.", callback=port_value),
+    ] = 8765,
     host: Annotated[
         str, typer.Option("--host", help="Local address for --upstream.")
     ] = "127.0.0.1",
@@ -66,6 +70,7 @@ def record(
             "--redact-path",
             help="Also redact this JSON path in bodies, e.g. params.arguments.query or **.ssn"
             " (repeatable).",
+            callback=redact_paths_value,
         ),
     ] = None,
     idle_cut: Annotated[
@@ -73,16 +78,23 @@ def record(
         typer.Option(
             "--idle-cut",
             help="--upstream: seconds of idleness that end a sessionless (2026-07-28) group.",
+            callback=seconds_value(),
         ),
     ] = 300.0,
     connect_timeout: Annotated[
-        float, typer.Option("--connect-timeout", help="--upstream: seconds to connect (504).")
+        float,
+        typer.Option(
+            "--connect-timeout",
+            help="--upstream: seconds to connect (504).",
+            callback=seconds_value(),
+        ),
     ] = 10.0,
     response_timeout: Annotated[
         float,
         typer.Option(
             "--response-timeout",
             help="--upstream: seconds to wait for response headers (504); 0 waits for ever.",
+            callback=seconds_value(zero="waits for ever"),
         ),
     ] = 0.0,
     allow_host: Annotated[

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from mcp_proxy.cli import app, handle_errors
+from mcp_proxy.errors import UserError
 from mcp_proxy.recording.registry import declared_names
 
 DbOption = Annotated[
@@ -69,16 +70,42 @@ def _counting(advance: Callable[[int], None] | None, done: list[int]) -> Callabl
 
 
 def _write_out(output: str, chunks: Iterable[bytes]) -> bool:
-    """Write the chunks to ``output`` (a file, atomically, or ``-``); True for stdout."""
+    """Write the chunks to ``output`` (a file, atomically, or ``-``); True for stdout.
+
+    A file is replaced atomically (temp file + rename). Something that exists and is not a
+    regular file (``/dev/full``, a FIFO, ``/dev/stdout``) is written in place, never replaced
+    by a rename — and a failed write there (no space left) is one line and exit 2, like a
+    file that cannot be written.
+    """
+    from pathlib import Path
+
     from mcp_proxy.recording.model import write_file
 
     if output == "-":
-        for chunk in chunks:
-            sys.stdout.buffer.write(chunk)
-        sys.stdout.buffer.flush()
+        _write_stream(sys.stdout.buffer, chunks, "stdout")
         return True
+    target = Path(output)
+    if target.exists() and not target.is_file() and not target.is_dir():
+        try:
+            with open(target, "wb") as fh:
+                _write_stream(fh, chunks, output)
+        except OSError as exc:
+            raise UserError(f"cannot write {output}: {exc.strerror or exc}") from exc
+        return False
     write_file(output, chunks)
     return False
+
+
+def _write_stream(out: Any, chunks: Iterable[bytes], name: str) -> None:
+    """Write and flush ``chunks`` to an open binary stream; an I/O error is one clear line."""
+    try:
+        for chunk in chunks:
+            out.write(chunk)
+        out.flush()
+    except BrokenPipeError:
+        raise  # `mcptape export … -o - | head`: the CLI's boundary treats it as the end
+    except OSError as exc:
+        raise UserError(f"cannot write {name}: {exc.strerror or exc}") from exc
 
 
 @app.command()
@@ -105,6 +132,7 @@ def export(
     db: DbOption = None,
 ) -> None:
     """Write sessions to a file in a recording format (deterministic bytes), or send them."""
+    from mcp_proxy.commands.common import require_database
     from mcp_proxy.recording.database import read_sessions, resolve_sessions
     from mcp_proxy.recording.registry import output_format
     from mcp_proxy.store.engine import resolve_url
@@ -115,9 +143,10 @@ def export(
     writer = chosen.need_writer() if not sending else None
 
     url = resolve_url(db)
+    require_database(url)  # export only reads: a --db typo must not create a database
 
     async def resolve() -> list[dict[str, Any]]:
-        store = await Store.open(url)
+        store = await Store.open(url, create=False)
         try:
             return await resolve_sessions(store, sessions)
         finally:
@@ -142,8 +171,6 @@ def export(
     n = recording.frame_total
     if sending:
         if chosen.send is None:
-            from mcp_proxy.errors import UserError
-
             raise UserError(f"{chosen.name} cannot be sent to a URL; give a file name with -o")
         with progress_bar(f"sending {chosen.name}", n) as advance:
             summary = chosen.send(recording, output, advance)

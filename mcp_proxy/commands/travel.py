@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from mcp_proxy.cli import app, fail, handle_errors
+from mcp_proxy.commands.common import port_value, seconds_value
 
 DbOption = Annotated[
     str | None,
@@ -48,6 +49,17 @@ def _with_config(ignore: list[str] | None, *sources: str) -> list[str]:
             if path not in out:
                 out.append(path)
     return out
+
+
+def _require_database_for(db: str | None, *sources: str) -> None:
+    """A SOURCE that is a session (not a FILE) is read from ``--db``, which must exist: a typo
+    there must not create a database (exit 4, "no database at PATH")."""
+    from mcp_proxy.commands.common import require_database
+    from mcp_proxy.recording.database import split_source
+    from mcp_proxy.store.engine import resolve_url
+
+    if any(split_source(source) is None for source in sources):
+        require_database(resolve_url(db))
 
 
 def _print_json(obj: Any) -> None:
@@ -83,6 +95,8 @@ def diff(
     from mcp_proxy.diff import diff_sessions, render_text
     from mcp_proxy.normalize import JsonPathError
     from mcp_proxy.recording.database import load_source
+
+    _require_database_for(db, a, b)
 
     async def go() -> Any:
         _, sa_ = await load_source(a, db)
@@ -187,7 +201,10 @@ def replay(
         Pacing, typer.Option("--pacing", help="fast (default) or recorded (keep the gaps).")
     ] = Pacing.fast,
     timeout: Annotated[
-        float, typer.Option("--timeout", help="Seconds to wait for each awaited answer.")
+        float,
+        typer.Option(
+            "--timeout", help="Seconds to wait for each awaited answer.", callback=seconds_value()
+        ),
     ] = 15.0,
     ignore: IgnoreOption = None,
     name: Annotated[
@@ -218,6 +235,8 @@ def replay(
     if directory is not None and command and upstream:
         fail("give the server as -- COMMAND… or as --upstream URL, not both")
     kw: dict[str, Any] = {"timeout": timeout, "pacing": pacing.value, "name": name}
+    if directory is None:
+        _require_database_for(db, source)
     if directory is not None:
         _replay_directory(directory, list(command or []), upstream, ignore, fmt, db, kw)
     ignore = _with_config(ignore, source)
@@ -306,7 +325,11 @@ def mock(
     ] = None,
     port: Annotated[
         int | None,
-        typer.Option("--port", help="Serve Streamable HTTP on this port (0 = any); else stdio."),
+        typer.Option(
+            "--port",
+            help="Serve Streamable HTTP on this port (0 = any); else stdio.",
+            callback=port_value,
+        ),
     ] = None,
     host: Annotated[str, typer.Option("--host", help="Address for --port.")] = "127.0.0.1",
     record_mode: Annotated[
@@ -325,7 +348,12 @@ def mock(
         typer.Option("--no-repeat", help="A used-up match is a miss (default: the last repeats)."),
     ] = False,
     timeout: Annotated[
-        float, typer.Option("--timeout", help="Seconds to wait for a client or upstream answer.")
+        float,
+        typer.Option(
+            "--timeout",
+            help="Seconds to wait for a client or upstream answer.",
+            callback=seconds_value(),
+        ),
     ] = 30.0,
     fault: Annotated[
         list[str] | None,
@@ -357,6 +385,7 @@ def mock(
     check_port(port)
     if command and upstream:
         fail("give either -- COMMAND… or --upstream URL, not both")
+    _require_database_for(db, source)
     ignore = _with_config(ignore, source)
     try:
         Normalizer.build(ignore or [])

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_proxy.errors import UserError
+from mcp_proxy.limits import MAX_FAULT_COUNT
 
 __all__ = [
     "ACTIONS",
@@ -113,14 +114,24 @@ def _duration_ms(value: Any, where: str) -> float:
     return number * 1000 if m.group(2) == "s" else number
 
 
-def _integer(value: Any, where: str, *, minimum: int | None = None) -> int:
+def _integer(
+    value: Any, where: str, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
     try:
         number = int(str(value), 0) if not isinstance(value, int) else value
     except ValueError:
-        raise _fail(where, f"{value!r} is not an integer") from None
+        raise _fail(where, f"{_shown(value)} is not an integer") from None
     if isinstance(number, bool) or (minimum is not None and number < minimum):
-        raise _fail(where, f"{value!r} must be an integer ≥ {minimum}")
+        raise _fail(where, f"{_shown(value)} must be an integer ≥ {minimum}")
+    if maximum is not None and number > maximum:
+        raise _fail(where, f"{_shown(value)} is more than {maximum:,} (a count that never comes)")
     return number
+
+
+def _shown(value: Any) -> str:
+    """A value for a message: quoted, and cut when it is long (a message stays one short line)."""
+    text = repr(str(value)) if not isinstance(value, int) else str(value)
+    return text if len(text) <= 40 else text[:37] + "…"
 
 
 def _choice(value: Any, allowed: Sequence[str], where: str) -> str:
@@ -133,7 +144,7 @@ def _match_value(key: str, value: Any, where: str) -> Any:
     if key == "direction":
         return DIRECTIONS[_choice(value, tuple(DIRECTIONS), where)]
     if key in ("nth", "times"):
-        return _integer(value, where, minimum=1)
+        return _integer(value, where, minimum=1, maximum=MAX_FAULT_COUNT)
     if key == "seed":
         return _integer(value, where)
     if key == "p":
@@ -144,7 +155,13 @@ def _match_value(key: str, value: Any, where: str) -> Any:
         if not 0.0 <= p <= 1.0:
             raise _fail(where, f"{value!r} is not a probability between 0 and 1")
         return p
+    if not str(value).strip():
+        raise _fail(where, f"{key}= is empty (give a glob, e.g. {key}={_EXAMPLE[key]})")
     return str(value)
+
+
+#: What a glob match key looks like, for the message about an empty one.
+_EXAMPLE = {"method": "tools/call", "name": "search"}
 
 
 def _setting(action: str, key: str, value: Any, where: str) -> Any:

@@ -25,6 +25,7 @@ from mcp_proxy.mock.http import encode, serve_http
 from mcp_proxy.mock.index import MockIndex
 from mcp_proxy.mock.session import MockSession
 from mcp_proxy.mock.upstream import Upstream, make_upstream
+from mcp_proxy.netutil import port_problem
 from mcp_proxy.normalize import safe_loads
 from mcp_proxy.osutil import write_all
 from mcp_proxy.recording.model import Recording, SessionRecording
@@ -150,8 +151,9 @@ class MockOptions:
 
 def check_port(port: int | None) -> None:
     """A port is 0 (any) to 65535; anything else is a usage error, not a traceback."""
-    if port is not None and not 0 <= port <= 65535:
-        raise UserError(f"--port {port}: not a TCP port (0-65535; 0 picks a free one)")
+    problem = port_problem(port)
+    if problem is not None:
+        raise UserError(problem)
 
 
 def _load_for_mock(opts: MockOptions) -> tuple[list[SessionRecording], Path | None]:
