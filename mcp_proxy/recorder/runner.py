@@ -96,6 +96,9 @@ class BatchRunner:
         self._warned_gap = False
         self._open_failures = 0
         self._next_open = 0.0
+        #: Frames the sessions taken over (:class:`Resume`) already had counted as lost when
+        #: this recorder took over: the last line on stderr tells the session's whole loss.
+        self.prior_gaps = 0
 
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> bool:
@@ -181,6 +184,9 @@ class BatchRunner:
             if not exists and isinstance(info.get("row"), dict):
                 self.builder.feed(SessionStart(dict(info["row"])))
             self.builder.adopt(sid, last_seq=last, frame_count=count)
+            self.prior_gaps += gaps
+            if gaps and self.stats.loss_reason is None:
+                self.stats.loss_reason = item.reason or "the recorder process died"
             lost = int(info.get("sent", 0)) - count - gaps
             self.builder.count_gap(sid, lost, item.reason or "the recorder process died")
             if isinstance(info.get("end"), dict):
@@ -280,13 +286,11 @@ class BatchRunner:
     def summary(self) -> str | None:
         """The last line to print when something was lost (None when the recording is whole)."""
         self._sync_stats()
-        if not self.stats.frames_lost:
+        lost = self.stats.frames_lost + self.prior_gaps
+        if not lost:
             return None
         why = self.stats.loss_reason or self.stats.last_error or "unknown cause"
-        return (
-            f"recording incomplete: {self.stats.frames_lost} frame(s) were relayed but not"
-            f" recorded ({why})"
-        )
+        return f"recording incomplete: {lost} frame(s) were relayed but not recorded ({why})"
 
 
 @dataclass(slots=True)

@@ -156,10 +156,9 @@ def _exchange_batches(sid: str, n: int, *, per_batch: int = 500) -> list[Batch]:
             seq += 1
             row = {"session_id": sid, "method": "POST", "url": "/", "started_at": 1.0}
             batch.exchanges.append((local, row))
-            batch.frames.append(
-                FrameRow(sid, seq, 1.0, seq, "c2s", "http", "request", "m", str(seq), None, 2,
-                         True, False, b"{}", local, None, None, None)  # fmt: skip
-            )
+            frame = FrameRow(sid, seq, 1.0, seq, "c2s", "http", "request", "m", str(seq), None, 2,
+                             True, False, b"{}", local, None, None, None)  # fmt: skip
+            batch.frames.append(frame)
         out.append(batch)
     out.append(Batch(exchange_updates=[(x, {"ended_at": 2.0}) for x in pending]))
     return out
@@ -181,8 +180,12 @@ def test_the_exchange_id_map_forgets_exchanges_that_ended(tmp_path: Path) -> Non
     writer.close()
     con = sqlite3.connect(db)
     # every frame kept its link, every exchange got its end
-    assert con.execute("SELECT COUNT(*) FROM frames WHERE http_exchange_id IS NULL").fetchone()[0] == 0
-    assert con.execute("SELECT COUNT(*) FROM http_exchanges WHERE ended_at IS NULL").fetchone()[0] == 0
+    assert (
+        con.execute("SELECT COUNT(*) FROM frames WHERE http_exchange_id IS NULL").fetchone()[0] == 0
+    )
+    assert (
+        con.execute("SELECT COUNT(*) FROM http_exchanges WHERE ended_at IS NULL").fetchone()[0] == 0
+    )
 
 
 def test_exchanges_that_never_end_are_bounded_and_counted() -> None:
