@@ -94,6 +94,7 @@ class BatchRunner:
         self.stats = RecorderStats()
         self.retry_delays = retry_delays
         self._warned_gap = False
+        self._warned_forgot = False
         self._open_failures = 0
         self._next_open = 0.0
         #: Frames the sessions taken over (:class:`Resume`) already had counted as lost when
@@ -264,6 +265,15 @@ class BatchRunner:
             return
         self.stats.batches += 1
         self.stats.frames_written += len(batch.frames) - len(outcome.lost)
+        if batch.exchanges and not self._warned_forgot and self.writer is not None:
+            forgot = self.writer.exchange_ids.forgotten
+            if forgot:
+                self._warned_forgot = True
+                self._warn(
+                    f"recorder: more than {self.writer.exchange_ids.open_limit} HTTP exchanges"
+                    " open at once; the oldest are forgotten (what still comes for them is"
+                    " recorded without its exchange link)"
+                )
         if outcome.lost:
             reason = "the database refused these rows"
             self.builder.count_lost(outcome.lost, reason)

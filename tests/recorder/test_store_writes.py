@@ -197,3 +197,27 @@ def test_exchanges_that_never_end_are_bounded_and_counted() -> None:
     assert ids.get(14) is None and ids.get(15) == 115  # the oldest went first
     ids.end(range(15, 25))
     assert len(ids) == 3 and [ids.get(i) for i in (21, 22, 23, 24)] == [None, 122, 123, 124]
+
+
+def test_the_recorder_says_once_when_it_forgets_open_exchanges(tmp_path: Path) -> None:
+    """Past ``MAX_OPEN_EXCHANGES`` (here made small) the oldest open exchange is forgotten:
+    the recorder says so on stderr, once; its later frames are still recorded."""
+    from mcp_proxy.frames import Channel, Direction, Frame
+    from mcp_proxy.recorder.contract import ExchangeStart, FrameItem, SessionStart
+    from mcp_proxy.recorder.runner import BatchRunner
+
+    said: list[str] = []
+    runner = BatchRunner("sqlite:///" + str(tmp_path / "f.db"), warn=said.append)
+    assert runner.open() and runner.writer is not None
+    runner.writer.exchange_ids.open_limit = 3
+    sid = "f" * 32
+    runner.feed(SessionStart({"id": sid, "transport": "http", "status": "live", "started_at": 1}))
+    for round_ in range(2):
+        for local in range(round_ * 5, round_ * 5 + 5):
+            runner.feed(ExchangeStart(sid, local, {"method": "POST", "url": "/", "started_at": 1}))
+        runner.flush()
+    late = Frame(Direction.S2C, Channel.HTTP, b"{}", 1, 1.0, http_exchange=0)
+    runner.feed(FrameItem(sid, late))
+    stats = runner.finish()
+    assert stats.frames_written == 1 and runner.writer.exchange_ids.forgotten == 7
+    assert len([s for s in said if "HTTP exchanges open at once" in s]) == 1, said
