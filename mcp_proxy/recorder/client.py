@@ -19,6 +19,9 @@ that costs the relay up to a switch interval on every hop (measured: p99 added l
   the thread waiting on the child sees it exit), says so on stderr once, and starts a new worker
   that takes over the sessions (:class:`~mcp_proxy.recorder.contract.Resume`): it counts what
   the dead one had not written as a gap, from the number of frames handed over.
+- After ``MAX_RESTARTS`` replacements died too, nothing is handed over any more, but every frame
+  relayed is still counted; :meth:`RecorderClient.close` then starts a last worker that records
+  that loss and the sessions' end (its last line on stderr gives the session's whole loss).
 """
 
 from __future__ import annotations
