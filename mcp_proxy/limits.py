@@ -84,6 +84,15 @@ FINISH_PATIENCE = 120.0
 BATCH_BYTES = 512 << 10
 #: Bytes per read of the pipe: a batch is cut after a read, so a read is well under a batch.
 READ_BYTES = 128 << 10
+#: HTTP exchanges the recorder remembers (local id → database id) while they are open, so that
+#: their later updates and frames find their row. An exchange is forgotten when it ends; these
+#: are for exchanges that never end (a stream left open for the life of a relay): past this the
+#: oldest is forgotten, and what still comes for it is written without its exchange link
+#: (counted in ``BatchWriter.exchanges_forgotten``). ~100 bytes each: ~10 MB at the limit.
+MAX_OPEN_EXCHANGES = 100_000
+#: Exchanges that ended, still remembered: the tail of an event stream read after the host left
+#: (``TAIL_READ``) may bring a frame or an update after the exchange's end.
+ENDED_EXCHANGES_KEPT = 4096
 
 # --- Classifying and comparing frames ---
 

@@ -19,6 +19,9 @@ that costs the relay up to a switch interval on every hop (measured: p99 added l
   the thread waiting on the child sees it exit), says so on stderr once, and starts a new worker
   that takes over the sessions (:class:`~mcp_proxy.recorder.contract.Resume`): it counts what
   the dead one had not written as a gap, from the number of frames handed over.
+- After ``MAX_RESTARTS`` replacements died too, nothing is handed over any more, but every frame
+  relayed is still counted; :meth:`RecorderClient.close` then starts a last worker that records
+  that loss and the sessions' end (its last line on stderr gives the session's whole loss).
 """
 
 from __future__ import annotations
@@ -122,6 +125,11 @@ class RecorderClient(Producer):
         self._closing = False
         self._dead = False
         self._lost_records = 0
+        #: Frames in those records (handed to no worker: counted in ``_sent`` all the same, so
+        #: the last recorder process records them as a gap).
+        self._lost_frames = 0
+        #: Recorder processes that died while the relay ran (or while finishing).
+        self.deaths = 0
         #: Frames handed over per session, and the sessions' first rows: what a new worker
         #: needs to take over after a crash.
         self._sent: dict[str, int] = {}
@@ -183,13 +191,19 @@ class RecorderClient(Producer):
     def _worker_died_locked(self, how: str) -> None:
         """Say so once, drop what was bound for the dead worker, start a new one."""
         self.worker_death = how
+        self.deaths += 1
         with contextlib.suppress(OSError):
             os.close(self._fd)
         self._fd = -1
         self._backlog.clear()  # partial records; their frames are counted in _sent
         if self._closing or self.restarts >= MAX_RESTARTS:
             self._dead = True
-            _say(f"the recorder process died ({how}); recording stopped, traffic is still relayed")
+            if not self._closing:
+                _say(
+                    f"the recorder process died ({how}), {self.deaths} times; recording stopped,"
+                    " traffic is still relayed (what is not recorded is counted, and recorded"
+                    " as a gap when the relay ends)"
+                )
             self._wake.notify()
             return
         if self.restarts == 0:
@@ -213,12 +227,16 @@ class RecorderClient(Producer):
 
     def _resume(self, how: str) -> Resume:
         """What a new worker needs to take over: each session's row, count and end, if any."""
+        if self.deaths > 1:
+            reason = f"the recorder process died {self.deaths} times, the last {how}"
+        else:
+            reason = f"the recorder process died ({how})"
         return Resume(
             {
                 sid: {"row": row, "sent": self._sent.get(sid, 0), "end": self._ends.get(sid)}
                 for sid, row in self._rows.items()
             },
-            reason=f"the recorder process died ({how})",
+            reason=reason,
         )
 
     def close(self, timeout: float | None = 60.0) -> None:
@@ -238,26 +256,37 @@ class RecorderClient(Producer):
                     os.close(self._fd)
             self._fd = -1
             proc = self.proc
+        recovered = False
         if proc is not None:
             try:
                 status = proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 _say("the recorder is still writing; it finishes in the background")
             else:
-                if status != 0 and not self._dead:
-                    self._recover(describe_exit(status), timeout)
-        if self._lost_records:
+                if self._dead:
+                    # Recording stopped (every replacement died, or one died while finishing):
+                    # a last recorder process records what was not recorded, and the end.
+                    _say(
+                        f"recording stopped after the recorder process died {self.deaths}"
+                        " time(s); a last one records what was not recorded as a recording gap"
+                    )
+                    recovered = self._recover(self.worker_death or describe_exit(status), timeout)
+                elif status != 0:
+                    self.deaths += 1
+                    _say(
+                        f"the recorder process died ({describe_exit(status)}) while finishing;"
+                        " a new one records what was lost as a recording gap"
+                    )
+                    recovered = self._recover(describe_exit(status), timeout)
+        if self._lost_records and not recovered:
+            # (When a last recorder process recorded the loss, its line — the last — says it.)
             _say(
-                f"recording gap: {self._lost_records} record(s) could not be handed to the"
-                " recorder process"
+                f"recording gap: {self._lost_records} record(s) ({self._lost_frames} frame(s))"
+                " could not be handed to the recorder process"
             )
 
-    def _recover(self, how: str, timeout: float | None) -> None:
-        """The worker died while finishing: a new one records the loss and the sessions' end."""
-        _say(
-            f"the recorder process died ({how}) while finishing; a new one records what was"
-            " lost as a recording gap"
-        )
+    def _recover(self, how: str, timeout: float | None) -> bool:
+        """A new worker records the loss and the sessions' end; True when it did."""
         try:
             with self._lock:
                 self._spawn_locked()
@@ -269,9 +298,14 @@ class RecorderClient(Producer):
                 view = view[os.write(fd, view) :]
             os.close(fd)
             assert self.proc is not None
-            self.proc.wait(timeout)
+            status = self.proc.wait(timeout)
         except (OSError, subprocess.TimeoutExpired) as exc:
             _say(f"cannot record the loss ({exc}); the session may stay 'live'")
+            return False
+        if status != 0:
+            _say(f"cannot record the loss (the last recorder process: {describe_exit(status)})")
+            return False
+        return True
 
     # ------------------------------------------------------------------ sending
     @staticmethod
@@ -286,6 +320,7 @@ class RecorderClient(Producer):
                 self._sent[sid] = self._sent.get(sid, 0) + frames
             if self._dead or self._fd < 0:  # stopped, or handed over after close()
                 self._lost_records += 1
+                self._lost_frames += frames
                 return
             if not self._backlog and not self._refused:
                 total = sum(len(p) for p in parts)

@@ -94,8 +94,12 @@ class BatchRunner:
         self.stats = RecorderStats()
         self.retry_delays = retry_delays
         self._warned_gap = False
+        self._warned_forgot = False
         self._open_failures = 0
         self._next_open = 0.0
+        #: Frames the sessions taken over (:class:`Resume`) already had counted as lost when
+        #: this recorder took over: the last line on stderr tells the session's whole loss.
+        self.prior_gaps = 0
 
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> bool:
@@ -181,6 +185,9 @@ class BatchRunner:
             if not exists and isinstance(info.get("row"), dict):
                 self.builder.feed(SessionStart(dict(info["row"])))
             self.builder.adopt(sid, last_seq=last, frame_count=count)
+            self.prior_gaps += gaps
+            if gaps and self.stats.loss_reason is None:
+                self.stats.loss_reason = item.reason or "the recorder process died"
             lost = int(info.get("sent", 0)) - count - gaps
             self.builder.count_gap(sid, lost, item.reason or "the recorder process died")
             if isinstance(info.get("end"), dict):
@@ -258,6 +265,15 @@ class BatchRunner:
             return
         self.stats.batches += 1
         self.stats.frames_written += len(batch.frames) - len(outcome.lost)
+        if batch.exchanges and not self._warned_forgot and self.writer is not None:
+            forgot = self.writer.exchange_ids.forgotten
+            if forgot:
+                self._warned_forgot = True
+                self._warn(
+                    f"recorder: more than {self.writer.exchange_ids.open_limit} HTTP exchanges"
+                    " open at once; the oldest are forgotten (what still comes for them is"
+                    " recorded without its exchange link)"
+                )
         if outcome.lost:
             reason = "the database refused these rows"
             self.builder.count_lost(outcome.lost, reason)
@@ -280,13 +296,11 @@ class BatchRunner:
     def summary(self) -> str | None:
         """The last line to print when something was lost (None when the recording is whole)."""
         self._sync_stats()
-        if not self.stats.frames_lost:
+        lost = self.stats.frames_lost + self.prior_gaps
+        if not lost:
             return None
         why = self.stats.loss_reason or self.stats.last_error or "unknown cause"
-        return (
-            f"recording incomplete: {self.stats.frames_lost} frame(s) were relayed but not"
-            f" recorded ({why})"
-        )
+        return f"recording incomplete: {lost} frame(s) were relayed but not recorded ({why})"
 
 
 @dataclass(slots=True)

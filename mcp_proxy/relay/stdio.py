@@ -150,17 +150,37 @@ class StdioRelay:
         #: recorder: the session ends only after what was forwarded is recorded (that pump is
         #: never joined — it may block reading the host for ever).
         self._handover = threading.Lock()
+        #: The host→server stream's end was handed to the recorder: by its pump at the host's
+        #: EOF, or by :meth:`run` when the server ended first (the session's end must come after
+        #: it; an end handed over after the recorder closed was reported as a lost record).
+        self._host_stream_ended = False
 
     # ------------------------------------------------------------------ helpers
     def _tee(
         self, direction: Direction, channel: Channel, data: bytes, mono: int, wall: float
     ) -> None:
         if self.recorder is not None and self.session_id is not None:
+            if direction is Direction.C2S and self._host_stream_ended:
+                return  # written after the session ended, to a server that is gone
             self.recorder.put_chunk(self.session_id, direction, channel, data, mono, wall)
 
     def _eos(self, direction: Direction, channel: Channel) -> None:
         if self.recorder is not None and self.session_id is not None:
             self.recorder.end_stream(self.session_id, direction, channel)
+
+    def _end_host_stream(self) -> None:
+        """Hand over the end of the host→server stream, once: at the host's EOF, or when the
+        session ends first (the host may keep its stdin open, or close it only after seeing the
+        server's stdout end — by then the recorder may be closed). Waits (a little) for a chunk
+        being forwarded to be handed over first."""
+        held = self._handover.acquire(timeout=2)
+        try:
+            if not self._host_stream_ended:
+                self._host_stream_ended = True
+                self._eos(Direction.C2S, Channel.STDIO)
+        finally:
+            if held:
+                self._handover.release()
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         exe = self.argv[0]
@@ -210,7 +230,7 @@ class StdioRelay:
                             self._stdin_broken = True
                     self._tee(Direction.C2S, Channel.STDIO, chunk, mono, wall)
         finally:
-            self._eos(Direction.C2S, Channel.STDIO)
+            self._end_host_stream()
             with contextlib.suppress(OSError):
                 os.close(server_stdin)
 
@@ -238,7 +258,7 @@ class StdioRelay:
         try:
             pumps.pump(Direction.C2S, self.stdin_fd)
         finally:
-            self._eos(Direction.C2S, Channel.STDIO)
+            self._end_host_stream()
             pumps.close_server_stdin()
 
     def _faulted_server_to_host(self, pumps: FaultPumps, server_stdout: int) -> None:
@@ -339,8 +359,8 @@ class StdioRelay:
         t_out.join(5)
         t_err.join(5)
         exit_code, exit_signal = (128 - status, -status) if status < 0 else (status, None)
-        if self._handover.acquire(timeout=2):
-            self._handover.release()
+        # What the host sent is handed over, and its stream ended, before the session ends.
+        self._end_host_stream()
         if self.recorder is not None and self.session_id is not None:
             # A signal we forwarded, or one a fault rule sent, is no crash of the server's own.
             injected = self._fault_pumps is not None and self._fault_pumps.killed_with is not None

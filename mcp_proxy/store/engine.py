@@ -184,13 +184,49 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+#: A recording holds what hosts and servers said — prompts, tool results, whatever credentials
+#: redaction did not know — so only its owner may read it: a SQLite file mcptape creates is
+#: ``0600`` (SQLite gives its ``-wal`` and ``-shm`` files the main file's mode), a directory it
+#: creates for one ``0700``. Files and folders that already exist keep the mode they have.
+PRIVATE_FILE = 0o600
+PRIVATE_DIR = 0o700
+
+
+def _private_dirs(folder: Path) -> None:
+    """Create ``folder`` and every missing parent, each readable by its owner only."""
+    missing: list[Path] = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for each in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another recorder made it meanwhile
+            each.mkdir(mode=PRIVATE_DIR)
+
+
+def private_file(path: Path) -> None:
+    """Create ``path`` empty with mode ``0600`` unless it exists (an existing file is left as
+    it is). An empty file is an empty SQLite database."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
 def _prepare_sqlite_file(url: str) -> None:
+    """The one place a SQLite database file is created, for every engine (record, import,
+    ``db copy``, the dashboard, …): its folder ``0700`` and the file ``0600`` when new."""
     path = sqlite_path(url)
-    if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create the database folder {path.parent}: {exc}") from exc
+    if path is None:
+        return
+    try:
+        _private_dirs(path.parent)
+    except OSError as exc:
+        raise StoreError(f"cannot create the database folder {path.parent}: {exc}") from exc
+    try:
+        private_file(path)
+    except OSError as exc:
+        raise StoreError(f"cannot create the database {path}: {exc}") from exc
 
 
 def sync_engine(url: str) -> Engine:
@@ -339,6 +375,7 @@ def _migration_lock(url: str) -> Iterator[None]:
         yield
         return
     lock_path = path.with_name(path.name + ".migrate.lock")
+    private_file(lock_path)
     with open(lock_path, "a+b") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         try:

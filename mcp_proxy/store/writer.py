@@ -23,12 +23,13 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from itertools import chain
 from operator import itemgetter
 from typing import Any, Protocol
 
+from mcp_proxy.limits import ENDED_EXCHANGES_KEPT, MAX_OPEN_EXCHANGES
 from mcp_proxy.store.codes import encode_known
 from mcp_proxy.store.columns import STORED_FRAME_COLS
 from mcp_proxy.store.rows import (
@@ -79,16 +80,72 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+class ExchangeIds:
+    """The producers' local HTTP exchange ids → database ids, bounded.
+
+    An exchange is remembered from the commit of its row until it ends (an ``ended_at`` in its
+    row or in an update), then among the last ``ended_limit`` ended ones (a late frame or update
+    still finds it), then forgotten: a relay that runs for weeks keeps only its open exchanges.
+    Exchanges that never end are bounded too: past ``open_limit`` the oldest is forgotten and
+    counted in ``forgotten`` (``limits.MAX_OPEN_EXCHANGES``, docs/reliability.md "Limits").
+    """
+
+    __slots__ = ("_ended", "_open", "ended_limit", "forgotten", "open_limit")
+
+    def __init__(
+        self, open_limit: int = MAX_OPEN_EXCHANGES, ended_limit: int = ENDED_EXCHANGES_KEPT
+    ) -> None:
+        self._open: dict[int, int] = {}  # insertion order: the oldest first
+        self._ended: dict[int, int] = {}
+        self.open_limit = open_limit
+        self.ended_limit = ended_limit
+        #: Open exchanges forgotten because there were more than ``open_limit``.
+        self.forgotten = 0
+
+    def __len__(self) -> int:
+        return len(self._open) + len(self._ended)
+
+    def get(self, local: int) -> int | None:
+        db_id = self._open.get(local)
+        return db_id if db_id is not None else self._ended.get(local)
+
+    def add(self, new_ids: dict[int, int]) -> None:
+        """Exchanges whose rows were committed."""
+        opened = self._open
+        opened.update(new_ids)
+        while len(opened) > self.open_limit:
+            del opened[next(iter(opened))]
+            self.forgotten += 1
+
+    def end(self, locals_: Iterable[int]) -> None:
+        """Exchanges that ended (committed): kept a while among the ended, then forgotten."""
+        ended = self._ended
+        for local in locals_:
+            db_id = self._open.pop(local, None)
+            if db_id is not None:
+                ended[local] = db_id
+        while len(ended) > self.ended_limit:
+            del ended[next(iter(ended))]
+
+
+def _ended_in(batch: Batch) -> list[int]:
+    """Local ids of the exchanges that ``batch`` ends (a row or an update with ``ended_at``)."""
+    out = [local for local, row in batch.exchanges if row.get("ended_at") is not None]
+    out += [local for local, f in batch.exchange_updates if f.get("ended_at") is not None]
+    return out
+
+
 class BatchWriter:
     """Writes :class:`Batch` objects through a backend; remembers HTTP exchange ids.
 
-    ``exchange_ids`` maps the producers' local exchange ids to database ids, filled only after
-    a commit (a rolled-back batch must not leave ids pointing at nothing).
+    ``exchange_ids`` (:class:`ExchangeIds`) maps the producers' local exchange ids to database
+    ids, filled only after a commit (a rolled-back batch must not leave ids pointing at
+    nothing) and emptied as exchanges end.
     """
 
     def __init__(self, backend: Backend, *, clock: Callable[[], float] = time.time) -> None:
         self.backend = backend
-        self.exchange_ids: dict[int, int] = {}
+        self.exchange_ids = ExchangeIds()
         self._clock = clock
 
     @classmethod
@@ -123,7 +180,9 @@ class BatchWriter:
             if self.backend.is_transient(exc):
                 raise TransientWriteError(_one_line(exc)) from exc
             return self._write_row_by_row(batch)
-        self.exchange_ids.update(new_ids)
+        self.exchange_ids.add(new_ids)
+        if batch.exchanges or batch.exchange_updates:
+            self.exchange_ids.end(_ended_in(batch))
         return []
 
     def _apply(self, batch: Batch) -> dict[int, int]:
@@ -222,12 +281,13 @@ class BatchWriter:
             self._each(lambda c, r: b.insert_findings(c, [r]), finding)
         for sid, gap in batch.gaps.items():
             self._each(partial(self._op_gap, sid, gap), {})
+        self.exchange_ids.end(_ended_in(batch))
         return lost
 
     def _op_new_exchange(
         self, local: int, updates: list[tuple[int, dict[str, Any]]], conn: Any, row: dict[str, Any]
     ) -> None:
-        self.exchange_ids.update(self._exchanges(conn, [(local, row)], updates))
+        self.exchange_ids.add(self._exchanges(conn, [(local, row)], updates))
 
     def _op_exchange_update(self, local: int, conn: Any, fields: dict[str, Any]) -> None:
         self._exchanges(conn, [], [(local, fields)])

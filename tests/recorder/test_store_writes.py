@@ -141,3 +141,83 @@ def test_a_batch_of_many_rows_with_a_huge_frame_among_them_goes_in_whole(tmp_pat
     assert con.execute(
         "SELECT raw FROM frames WHERE seq = ?", (backend._multi + 3,)
     ).fetchone() == (huge,)
+
+
+def _exchange_batches(sid: str, n: int, *, per_batch: int = 500) -> list[Batch]:
+    """``n`` exchanges of one session: inserted open in one batch, ended by an update in the
+    next (as the HTTP relay does for a streamed response), each with a frame."""
+    out = [Batch(sessions=[{"id": sid, "transport": "http", "status": "live", "started_at": 1.0}])]
+    pending: list[int] = []
+    seq = 0
+    for start in range(0, n, per_batch):
+        batch = Batch(exchange_updates=[(x, {"ended_at": 2.0, "status": 200}) for x in pending])
+        pending = list(range(start, min(n, start + per_batch)))
+        for local in pending:
+            seq += 1
+            row = {"session_id": sid, "method": "POST", "url": "/", "started_at": 1.0}
+            batch.exchanges.append((local, row))
+            frame = FrameRow(sid, seq, 1.0, seq, "c2s", "http", "request", "m", str(seq), None, 2,
+                             True, False, b"{}", local, None, None, None)  # fmt: skip
+            batch.frames.append(frame)
+        out.append(batch)
+    out.append(Batch(exchange_updates=[(x, {"ended_at": 2.0}) for x in pending]))
+    return out
+
+
+def test_the_exchange_id_map_forgets_exchanges_that_ended(tmp_path: Path) -> None:
+    """Issue 22, defect 5: the map grew by one entry per exchange for the life of a relay."""
+    from mcp_proxy.limits import ENDED_EXCHANGES_KEPT
+
+    db = tmp_path / "ex.db"
+    open_for_writing("sqlite:///" + str(db)).dispose()
+    writer = BatchWriter(SqliteBackend(str(db)))
+    n = ENDED_EXCHANGES_KEPT + 3000
+    for batch in _exchange_batches("e" * 32, n):
+        assert writer.write(batch) == []
+    ids = writer.exchange_ids
+    assert len(ids) <= ENDED_EXCHANGES_KEPT  # only a window of recently ended ones
+    assert ids.get(0) is None and ids.get(n - 1) is not None
+    writer.close()
+    con = sqlite3.connect(db)
+    # every frame kept its link, every exchange got its end
+    assert (
+        con.execute("SELECT COUNT(*) FROM frames WHERE http_exchange_id IS NULL").fetchone()[0] == 0
+    )
+    assert (
+        con.execute("SELECT COUNT(*) FROM http_exchanges WHERE ended_at IS NULL").fetchone()[0] == 0
+    )
+
+
+def test_exchanges_that_never_end_are_bounded_and_counted() -> None:
+    from mcp_proxy.store.writer import ExchangeIds
+
+    ids = ExchangeIds(open_limit=10, ended_limit=3)
+    ids.add({i: 100 + i for i in range(25)})
+    assert len(ids) == 10 and ids.forgotten == 15
+    assert ids.get(14) is None and ids.get(15) == 115  # the oldest went first
+    ids.end(range(15, 25))
+    assert len(ids) == 3 and [ids.get(i) for i in (21, 22, 23, 24)] == [None, 122, 123, 124]
+
+
+def test_the_recorder_says_once_when_it_forgets_open_exchanges(tmp_path: Path) -> None:
+    """Past ``MAX_OPEN_EXCHANGES`` (here made small) the oldest open exchange is forgotten:
+    the recorder says so on stderr, once; its later frames are still recorded."""
+    from mcp_proxy.frames import Channel, Direction, Frame
+    from mcp_proxy.recorder.contract import ExchangeStart, FrameItem, SessionStart
+    from mcp_proxy.recorder.runner import BatchRunner
+
+    said: list[str] = []
+    runner = BatchRunner("sqlite:///" + str(tmp_path / "f.db"), warn=said.append)
+    assert runner.open() and runner.writer is not None
+    runner.writer.exchange_ids.open_limit = 3
+    sid = "f" * 32
+    runner.feed(SessionStart({"id": sid, "transport": "http", "status": "live", "started_at": 1}))
+    for round_ in range(2):
+        for local in range(round_ * 5, round_ * 5 + 5):
+            runner.feed(ExchangeStart(sid, local, {"method": "POST", "url": "/", "started_at": 1}))
+        runner.flush()
+    late = Frame(Direction.S2C, Channel.HTTP, b"{}", 1, 1.0, http_exchange=0)
+    runner.feed(FrameItem(sid, late))
+    stats = runner.finish()
+    assert stats.frames_written == 1 and runner.writer.exchange_ids.forgotten == 7
+    assert len([s for s in said if "HTTP exchanges open at once" in s]) == 1, said
