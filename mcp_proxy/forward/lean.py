@@ -60,8 +60,8 @@ from typing import Any
 
 from mcp_proxy.forward.contexts import SNI_ATTR, LeafContexts
 from mcp_proxy.forward.tunnel import Pipe, Target, feed, parse_authority
+from mcp_proxy.headers import end_to_end
 from mcp_proxy.limits import ENTRY_IDLE, HANDSHAKE_TIMEOUT, MAX_PROXY_HEAD, TAIL_READ
-from mcp_proxy.relay.http.common import HOP_BY_HOP_B
 from mcp_proxy.relay.http.forward import build_request_head
 from mcp_proxy.relay.http.front import (
     FrontProtocol,
@@ -545,13 +545,12 @@ class LeanForward:
     async def _respond(self, req: FrontRequest, flow: Any, resp: Any) -> RelayResponse:
         """Forward the response; the addon's hooks run after the bytes they concern went out."""
         arrived = time.time()
-        raw = resp.raw_headers
-        out_raw = [(k, v) for k, v in raw if k.lower() not in HOP_BY_HOP_B]
+        out_raw = end_to_end(resp.raw_headers)
         rr = RelayResponse(
             status=resp.status,
             reason=resp.reason,
             raw=out_raw,
-            has_length=resp.content_length is not None,
+            has_length=any(k.lower() == b"content-length" for k, _ in out_raw),
         )
         if req.method == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200:
             # No body (aiohttp hands an empty payload of its own): the head as it came — a

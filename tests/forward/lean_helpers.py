@@ -18,6 +18,8 @@ Routes (by path):
   ``/head-length``: (for ``HEAD``) ``Content-Length: 42`` and no body.
 - ``/no-content``: ``204``; ``/not-modified``: ``304`` with an ``ETag``.
 - ``/blob?mib=N``: N MiB of octets, chunked (traffic that is not MCP).
+- ``/secret-hop``: a JSON answer whose ``Connection`` names ``X-Secret-Hop`` (hop-by-hop: it
+  must not reach the host).
 - anything else: ``404``.
 """
 
@@ -183,6 +185,15 @@ async def _serve(
                     await writer.drain()
                 writer.write(b"0\r\n\r\n")
                 await writer.drain()
+            elif parts.path == "/secret-hop":
+                out = rpc_result(body)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Connection: close, X-Secret-Hop\r\nX-Secret-Hop: 1\r\nX-Kept: 2\r\n"
+                    b"Content-Length: %d\r\n\r\n%b" % (len(out), out)
+                )
+                await writer.drain()
+                return
             elif parts.path == "/no-content":
                 writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
                 await writer.drain()
