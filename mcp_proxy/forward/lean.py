@@ -58,10 +58,20 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
+from mcp_proxy.bounded import IdleLru
 from mcp_proxy.forward.contexts import SNI_ATTR, LeafContexts
 from mcp_proxy.forward.tunnel import Pipe, Target, feed, parse_authority
 from mcp_proxy.headers import end_to_end
-from mcp_proxy.limits import ENTRY_IDLE, HANDSHAKE_TIMEOUT, MAX_PROXY_HEAD, TAIL_READ
+from mcp_proxy.limits import (
+    ENTRY_IDLE,
+    HANDSHAKE_TIMEOUT,
+    MAX_IDLE_PER_POOL,
+    MAX_PROXY_HEAD,
+    MAX_UPSTREAM_POOLS,
+    POOL_SWEEP_INTERVAL,
+    TAIL_READ,
+    UPSTREAM_IDLE,
+)
 from mcp_proxy.relay.http.forward import build_request_head
 from mcp_proxy.relay.http.front import (
     FrontProtocol,
@@ -195,9 +205,12 @@ class LeanForward:
         *,
         on_tls_refused: Callable[[str, str], None] | None = None,
         guard: Callable[[asyncio.BaseTransport], bool] | None = None,
+        upstream_idle: float = UPSTREAM_IDLE,
     ) -> None:
         """``guard``: asked for each new host connection (False: it is closed at once); see
-        :class:`ClientGuard` — not needed when listening on loopback only."""
+        :class:`ClientGuard` — not needed when listening on loopback only. ``upstream_idle``:
+        seconds an upstream connection (and a per-origin pool) stays unused before it is
+        closed."""
         from mitmproxy import connection, flow, http
 
         self._connection = connection
@@ -208,7 +221,13 @@ class LeanForward:
         self.upstream_ssl = upstream_ssl
         self.loop = asyncio.get_running_loop()
         self.front = FrontServer(self.handle, self._log_error)
-        self.pools: dict[Target, UpstreamPool] = {}
+        self.upstream_idle = upstream_idle
+        #: One pool per upstream origin, the least recently used dropped past
+        #: MAX_UPSTREAM_POOLS; a timer closes idle connections and drops idle pools.
+        self.pools: IdleLru[Target, UpstreamPool] = IdleLru(
+            MAX_UPSTREAM_POOLS, upstream_idle, lambda _, pool: pool.close_idle()
+        )
+        self.pools.arm(self.loop, min(POOL_SWEEP_INTERVAL, upstream_idle), UpstreamPool.sweep)
         self.pending: set[asyncio.Transport] = set()
         self.pipes: set[asyncio.Transport] = set()
         self.on_tls_refused = on_tls_refused
@@ -250,7 +269,7 @@ class LeanForward:
             task.cancel()
         if self.tails:
             await asyncio.wait(list(self.tails), timeout=grace)
-        for pool in self.pools.values():
+        for pool in self.pools.clear():
             await pool.close()
         # The addon finishes what the closing handlers reported with call_soon (its error
         # hook): let that run before the caller closes the addon and its recorder.
@@ -370,13 +389,16 @@ class LeanForward:
     def pool(self, target: Target) -> UpstreamPool:
         pool = self.pools.get(target)
         if pool is None:
-            pool = self.pools[target] = UpstreamPool(
+            pool = UpstreamPool(
                 target.host,
                 target.port,
                 tls=target.scheme == "https",
+                keepalive=self.upstream_idle,
+                max_idle=MAX_IDLE_PER_POOL,
                 ssl_context=self.upstream_ssl if target.scheme == "https" else None,
                 server_hostname=target.sni,
             )
+            self.pools.put(target, pool)
         return pool
 
     # ------------------------------------------------------------------ requests

@@ -15,13 +15,18 @@ Peak memory is read from ``/proc/<pid>/status`` (``VmHWM``) of a proxy started f
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import ssl
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx2
 import pytest
 
-from tests.forward.conftest import Forward, TLSFiles
+from tests.forward.conftest import Forward, TLSFiles, run_forward
 from tests.forward.lean_helpers import RawOrigin, connect_tunnel, raw_origin, read_response
+from tests.helpers.db import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -59,3 +64,70 @@ async def test_headers_a_response_connection_names_do_not_reach_the_host(
     assert b"x-secret-hop" not in lower, resp_head
     assert b"\r\nconnection:" not in lower
     assert body.startswith(b'{"jsonrpc"')
+
+
+# --------------------------------------------------------------------------- idle upstreams
+def upstream_sockets(pid: int, ports: set[int]) -> int:
+    """Established TCP sockets of process ``pid`` whose remote port is one of ``ports``."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    n = 0
+    for table in ("tcp", "tcp6"):
+        lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        for line in lines:
+            cols = line.split()
+            remote_port = int(cols[2].rsplit(":", 1)[1], 16)
+            if cols[3] == "01" and remote_port in ports and cols[9] in inodes:
+                n += 1
+    return n
+
+
+async def _keepalive_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A keep-alive origin: every request answered with a small JSON body, connection kept."""
+    with contextlib.suppress(Exception):
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            await reader.readexactly(length)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+            )
+            await writer.drain()
+
+
+async def test_idle_upstream_connections_are_closed_by_a_timer(
+    tmp_path: Path, confdir: Path
+) -> None:
+    """20 origins, one call each, then nothing: every upstream socket is closed once the idle
+    limit (0.5 s here) has passed. Before, the limit was checked only when a pool was used
+    again, so all 20 stayed open for the proxy's life."""
+    servers = [await asyncio.start_server(_keepalive_echo, "127.0.0.1", 0) for _ in range(20)]
+    ports = {s.sockets[0].getsockname()[1] for s in servers}
+    env = {"MCPTAPE_FORWARD_UPSTREAM_IDLE": "0.5"}
+    try:
+        with run_forward(tmp_path / "idle.db", confdir, env=env) as proxy:
+            pid = proxy.proc.pid
+            async with httpx2.AsyncClient(proxy=proxy.url, trust_env=False) as client:
+                for port in sorted(ports):
+                    r = await client.post(f"http://127.0.0.1:{port}/x?case=idle", content=b"{}")
+                    assert r.status_code == 200 and r.content == b"{}"
+                # Still open right after (each pool kept its connection for reuse)…
+                assert upstream_sockets(pid, ports) > 0
+                # …and all closed once idle past the limit, with no further request.
+                closed = await asyncio.to_thread(
+                    wait_until, lambda: upstream_sockets(pid, ports) == 0, 15.0
+                )
+                assert closed, f"{upstream_sockets(pid, ports)} upstream sockets still open"
+                # A pool dropped for idleness is made again on the next call.
+                r = await client.post(f"http://127.0.0.1:{min(ports)}/x?case=idle", content=b"{}")
+                assert r.status_code == 200
+    finally:
+        for s in servers:
+            s.close()
