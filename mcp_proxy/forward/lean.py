@@ -53,7 +53,7 @@ import logging
 import ssl
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -67,8 +67,10 @@ from mcp_proxy.limits import (
     HANDSHAKE_TIMEOUT,
     MAX_IDLE_PER_POOL,
     MAX_PROXY_HEAD,
+    MAX_RECORDED_BODY,
     MAX_UPSTREAM_POOLS,
     POOL_SWEEP_INTERVAL,
+    SMALL_BODY,
     TAIL_READ,
     UPSTREAM_IDLE,
 )
@@ -82,7 +84,13 @@ from mcp_proxy.relay.http.front import (
 )
 from mcp_proxy.relay.http.upstream import UpstreamPool
 
-__all__ = ["LEAN_OPTIONS", "LeanForward", "print_refused"]
+__all__ = [
+    "LEAN_OPTIONS",
+    "REQUEST_SIZE",
+    "RESPONSE_SIZE",
+    "LeanForward",
+    "print_refused",
+]
 
 log = logging.getLogger("mcptape.forward")
 
@@ -97,8 +105,40 @@ LEAN_OPTIONS = frozenset(
         "block_private",
     }
 )
+#: ``flow.metadata`` keys: the whole size of a streamed body when the flow holds only the first
+#: ``MAX_RECORDED_BODY`` bytes of it (the addon then records the frame as cut).
+REQUEST_SIZE = "mcptape_request_size"
+RESPONSE_SIZE = "mcptape_response_size"
 _HTTP_METHODS = (b"GET ", b"POST ", b"PUT ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"PATCH ")
 _CONNECTED = b"HTTP/1.1 200 Connection established\r\n\r\n"
+
+
+class Kept:
+    """What the recording keeps of a body that streams through: its first
+    ``MAX_RECORDED_BODY`` bytes, and the size of the whole."""
+
+    __slots__ = ("kept", "parts", "size")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.kept = 0
+        self.size = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.kept < MAX_RECORDED_BODY:
+            piece = chunk[: MAX_RECORDED_BODY - self.kept]
+            self.parts.append(piece)
+            self.kept += len(piece)
+
+    def take(self) -> bytes:
+        """The kept bytes, once (the parts are let go)."""
+        parts, self.parts = self.parts, []
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    @property
+    def cut(self) -> bool:
+        return self.size > self.kept
 
 
 class TunnelFront(FrontProtocol):
@@ -473,31 +513,48 @@ class LeanForward:
         head_expect = req.headers.get("expect")
         if head_expect is not None and head_expect.strip().lower() == "100-continue":
             await req.send_continue()
-        body = await req.content.read() if req.body_exists else b""
+        length = req.content_length
+        # A body up to SMALL_BODY with a length is read whole (one write upstream); a larger or
+        # chunked one streams through the pool's body writer (the reverse relay's path),
+        # its first MAX_RECORDED_BODY bytes kept for the recording.
+        streamed = req.body_exists and (length is None or length > SMALL_BODY)
+        body = await req.content.read() if req.body_exists and not streamed else b""
         # An absolute-form target wins over the host's Host header (RFC 9112 §3.2.2).
         host_value = req.headers.get("host") if conn.target is not None else None
         host_header = (host_value or target.authority).encode("utf-8", "surrogateescape")
         head = build_request_head(
             req.method, path, req.raw_headers, host_header, body_exists=req.body_exists
         )
-        wire = body
-        if head.chunked:
-            wire = (b"%x\r\n%b\r\n" % (len(body), body) if body else b"") + b"0\r\n\r\n"
         flow: Any = None
+        kept = Kept() if streamed else None
 
         def on_sent() -> None:
-            # The request went upstream: now the addon gets its flow (the bytes go first).
+            # The request went upstream (a streamed body: all of it, or the response came
+            # first): now the addon gets its flow (the bytes go first).
             nonlocal flow
-            flow = self._flow(conn, target, req, path, body, started)
+            if flow is not None:
+                return
+            sent = body
+            if kept is not None:
+                sent = kept.take()
+            flow = self._flow(conn, target, req, path, sent, started)
+            if kept is not None and kept.cut:
+                flow.metadata[REQUEST_SIZE] = kept.size
             self._hook("request", flow)
 
+        wire: bytes | AsyncIterator[bytes] | None = body or None
+        if kept is not None:
+            wire = _stream_body(req, kept, on_sent)
         try:
             resp = await self.pool(target).request(
-                head.head, wire or None, head_only=req.method == "HEAD", on_sent=on_sent
+                head.head,
+                wire,
+                head_only=req.method == "HEAD",
+                chunked=head.chunked,
+                on_sent=None if streamed else on_sent,
             )
         except asyncio.CancelledError:
-            if flow is None:
-                on_sent()
+            on_sent()
             self._error(flow, "Client disconnected.")
             raise
         except Exception as exc:
@@ -510,6 +567,7 @@ class LeanForward:
             out = plain_response(502, f"mcptape forward proxy: {msg}\n")
             out.headers["X-Mcptape-Error"] = "upstream-error"
             return out
+        on_sent()  # a streamed body the upstream answered before taking it whole
         return await self._respond(req, flow, resp)
 
     def _host_left(self, resp: Any, flow: Any, tee: Callable[[bytes], Any] | None) -> None:
@@ -595,7 +653,7 @@ class LeanForward:
             self._responded(flow, body if tee is None else None)
             return rr
         tee = None
-        parts: list[bytes] | None = None
+        kept: Kept | None = None
         host_write = True  # a ConnectionError while writing is the host's going
         try:
             await rr.prepare(req)
@@ -603,9 +661,9 @@ class LeanForward:
             if not resp.has_buffered_body():
                 rr.flush_head()  # a quiet event stream must still show its head
             tee = self._response_headers(flow, resp, arrived)
-            # The whole body for the addon's ``response`` hook — unless it streams (tee) or
-            # does not follow this flow (other traffic: forwarded, never held in memory).
-            parts = [] if tee is None and "mcptape" in flow.metadata else None
+            # The body for the addon's ``response`` hook, up to MAX_RECORDED_BODY — unless it
+            # streams (tee) or does not follow this flow (other traffic: never held in memory).
+            kept = Kept() if tee is None and "mcptape" in flow.metadata else None
             last = False
             while not last:
                 chunk = await content.readany()
@@ -621,8 +679,8 @@ class LeanForward:
                     break
                 if tee is not None:
                     tee(chunk)  # a copy, after it went
-                elif parts is not None:
-                    parts.append(chunk)
+                elif kept is not None:
+                    kept.add(chunk)
             resp.release()
         except asyncio.CancelledError:
             self._ensure_response(flow, resp, arrived)
@@ -641,7 +699,9 @@ class LeanForward:
             resp.close()
             self._error(flow, f"peer closed connection: {exc or type(exc).__name__}")
             raise ConnectionResetError(str(exc)) from exc
-        self._responded(flow, b"".join(parts) if parts is not None else None)
+        if kept is not None and kept.cut:
+            flow.metadata[RESPONSE_SIZE] = kept.size
+        self._responded(flow, kept.take() if kept is not None else None)
         return rr
 
     def _responded(self, flow: Any, body: bytes | None) -> None:
@@ -674,6 +734,17 @@ class LeanForward:
     def _ensure_response(self, flow: Any, resp: Any, arrived: float) -> None:
         if flow.response is None:
             self._response_headers(flow, resp, arrived)
+
+
+async def _stream_body(
+    req: FrontRequest, kept: Kept, done: Callable[[], None]
+) -> AsyncIterator[bytes]:
+    """The host's body, chunk by chunk, for the upstream pool's body writer; a copy of its first
+    ``MAX_RECORDED_BODY`` bytes kept after each chunk went; ``done`` once the last one went."""
+    async for chunk in req.content.iter_any():
+        yield chunk
+        kept.add(chunk)
+    done()
 
 
 def _guarded(tee: Callable[[bytes], Any]) -> Callable[[bytes], None]:

@@ -16,16 +16,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import ssl
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
 
-from tests.forward.conftest import Forward, TLSFiles, run_forward
-from tests.forward.lean_helpers import RawOrigin, connect_tunnel, raw_origin, read_response
+from tests.forward.conftest import Forward, TLSFiles, run_forward, wait_exchanges
+from tests.forward.lean_helpers import (
+    RawOrigin,
+    big_json,
+    connect_tunnel,
+    raw_origin,
+    read_response,
+)
 from tests.helpers.db import wait_until
 
 pytestmark = pytest.mark.timeout(180)
@@ -131,3 +138,95 @@ async def test_idle_upstream_connections_are_closed_by_a_timer(
     finally:
         for s in servers:
             s.close()
+
+
+# --------------------------------------------------------------------------- large bodies
+BIG_MIB = 256
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+async def warm_up(client: httpx2.AsyncClient, origin: RawOrigin) -> None:
+    """One small MCP call first: the proxy's imports and pools are in place before measuring."""
+    body = b'{"jsonrpc":"2.0","id":0,"method":"ping"}'
+    r = await client.post(f"{origin.origin}/echo?case=warm", content=body)
+    assert r.status_code == 200
+
+
+@pytest.mark.parametrize("framing", ["chunked", "length"])
+async def test_a_large_upload_streams_through_with_flat_memory(
+    tmp_path: Path, confdir: Path, framing: str
+) -> None:
+    """A 256 MiB MCP request body (streamed from a generator by the host) reaches the upstream
+    byte-exact while the proxy's peak RSS stays flat; the recording keeps its first
+    MAX_RECORDED_BODY bytes, marked cut. Before, the lean engine read the whole body (and a
+    chunked one was copied again to re-frame it): a 2 GiB upload went past 3 GiB."""
+    piece = (b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"a":"' + b"x" * (1 << 20))[
+        : 1 << 20
+    ]
+    h = hashlib.sha256()
+    for _ in range(BIG_MIB):
+        h.update(piece)
+    want = {"size": BIG_MIB << 20, "sha256": h.hexdigest()}
+
+    async def body() -> AsyncIterator[bytes]:
+        for _ in range(BIG_MIB):
+            yield piece
+
+    headers = {"Content-Type": "application/json"}
+    if framing == "length":
+        headers["Content-Length"] = str(BIG_MIB << 20)
+    with raw_origin() as origin, run_forward(tmp_path / "up.db", confdir) as proxy:
+        async with httpx2.AsyncClient(proxy=proxy.url, trust_env=False, timeout=120) as client:
+            await warm_up(client, origin)
+            before = peak_rss_mib(proxy.proc.pid)
+            r = await client.post(
+                f"{origin.origin}/sink?case=upload-{framing}", content=body(), headers=headers
+            )
+            assert r.status_code == 200
+            assert r.json() == want
+            grew = peak_rss_mib(proxy.proc.pid) - before
+        assert grew < 200, f"the proxy's peak RSS grew {grew:.0f} MiB for a {BIG_MIB} MiB upload"
+        rows = wait_exchanges(proxy, f"upload-{framing}")
+        assert rows[0]["request_size"] == BIG_MIB << 20
+
+
+async def test_a_large_chunked_json_response_streams_with_flat_memory(
+    tmp_path: Path, confdir: Path
+) -> None:
+    """A 512 MiB ``application/json`` MCP answer without a Content-Length reaches the host
+    byte-exact while the proxy's peak RSS stays flat; the recording keeps its first
+    MAX_RECORDED_BODY bytes, marked cut. Before, the lean engine held the whole body for the
+    addon (a 1 GiB answer took it past 3 GiB; this one: +530 MiB). What is left is the
+    recording of the 64 MiB it keeps: measured +128 to +257 MiB (the kept bytes, joined once
+    for the addon, joined and sliced again by the recorder client when its pipe is full)."""
+    h = hashlib.sha256()
+    size = 0
+    for part in big_json(2 * BIG_MIB):
+        h.update(part)
+        size += len(part)
+    want = h.hexdigest()
+    with raw_origin() as origin, run_forward(tmp_path / "down.db", confdir) as proxy:
+        async with httpx2.AsyncClient(proxy=proxy.url, trust_env=False, timeout=120) as client:
+            await warm_up(client, origin)
+            before = peak_rss_mib(proxy.proc.pid)
+            got = hashlib.sha256()
+            n = 0
+            call = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}'
+            url = f"{origin.origin}/big-json?mib={2 * BIG_MIB}&case=down"
+            async with client.stream("POST", url, content=call) as resp:
+                assert resp.status_code == 200
+                assert "content-length" not in resp.headers
+                async for chunk in resp.aiter_raw():
+                    got.update(chunk)
+                    n += len(chunk)
+            grew = peak_rss_mib(proxy.proc.pid) - before
+        assert (n, got.hexdigest()) == (size, want)
+        assert grew < 320, f"the proxy's peak RSS grew {grew:.0f} MiB for {2 * BIG_MIB} MiB"
+        rows = wait_exchanges(proxy, "case=down")
+        assert rows[0]["response_size"] == size
