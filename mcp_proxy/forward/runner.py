@@ -215,6 +215,17 @@ def config_options(conf: Path) -> dict[str, Any]:
     return {str(k): v for k, v in data.items()}
 
 
+def warn_insecure() -> None:
+    """``ssl_insecure``: said loudly, once, whichever engine runs (as ``--no-redact`` is)."""
+    print(
+        "mcptape: WARNING: upstream certificates are NOT verified (ssl_insecure in config.yaml). "
+        "Anyone on the path to a server can read and change the traffic the proxy forwards and "
+        "records. Use this only for local debugging.",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def choose_engine(asked: str | None, options: dict[str, Any]) -> tuple[str, str | None]:
     """Which engine runs, and why mitmproxy when it was not asked for.
 
@@ -266,6 +277,8 @@ async def serve_forward(
     check_ca(conf)
     options = {**config_options(conf), **(extra_options or {})}
     chosen, why = choose_engine(engine or os.environ.get(ENV_ENGINE), options)
+    if options.get("ssl_insecure"):
+        warn_insecure()
     run = _Run(
         conf, db_url, host, port, name, redactor, idle_cut, record_all, announce, _stop_event(stop)
     )

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
+import trustme
 
 from tests.forward.conftest import Forward, TLSFiles, run_forward, wait_exchanges
 from tests.forward.lean_helpers import (
@@ -230,3 +231,50 @@ async def test_a_large_chunked_json_response_streams_with_flat_memory(
         assert grew < 320, f"the proxy's peak RSS grew {grew:.0f} MiB for {2 * BIG_MIB} MiB"
         rows = wait_exchanges(proxy, "case=down")
         assert rows[0]["response_size"] == size
+
+
+# --------------------------------------------------------------------------- upstream trust
+@pytest.fixture(scope="module")
+def own_confdir(private_dir: Path) -> Path:
+    """A confdir of the module's own: its config.yaml is rewritten per case."""
+    d = private_dir / "mitm-trust"
+    d.mkdir()
+    return d
+
+
+async def _status_through(proxy: Forward, origin: RawOrigin, case: str) -> int:
+    async with proxy.http_client() as client:
+        r = await client.post(f"{origin.origin}/echo?case={case}", content=b"{}")
+        return r.status_code
+
+
+@pytest.mark.parametrize("engine", ["lean", "mitmproxy"])
+async def test_both_engines_trust_certifi_or_the_configured_ca_only(
+    tmp_path: Path, own_confdir: Path, tls_files: TLSFiles, tls_origin: RawOrigin, engine: str
+) -> None:
+    """One rule (mitmproxy's): certifi's bundle, replaced by ``ssl_verify_upstream_trusted_ca``
+    when set. An upstream signed by a CA that only ``SSL_CERT_FILE`` (the system store's
+    override) names is refused by both engines; before, the lean engine trusted the system
+    store (plus the configured CA) and let it through while mitmproxy refused it."""
+    env = {"SSL_CERT_FILE": str(tls_files.ca_pem), "SSL_CERT_DIR": str(tmp_path)}
+    (own_confdir / "config.yaml").write_text("{}\n")
+    with run_forward(tmp_path / "t.db", own_confdir, "--engine", engine, env=env) as proxy:
+        assert await _status_through(proxy, tls_origin, f"trust-none-{engine}") == 502
+    other = tmp_path / "other-ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(other))
+    # The configured CA replaces the default: SSL_CERT_FILE's CA is still not trusted.
+    (own_confdir / "config.yaml").write_text(f"ssl_verify_upstream_trusted_ca: {other}\n")
+    with run_forward(tmp_path / "t2.db", own_confdir, "--engine", engine, env=env) as proxy:
+        assert await _status_through(proxy, tls_origin, f"trust-other-{engine}") == 502
+    assert not [line for line in proxy.stderr if "NOT verified" in line]
+
+
+@pytest.mark.parametrize("engine", ["lean", "mitmproxy"])
+async def test_ssl_insecure_is_said_loudly_by_both_engines(
+    tmp_path: Path, own_confdir: Path, tls_origin: RawOrigin, engine: str
+) -> None:
+    (own_confdir / "config.yaml").write_text("ssl_insecure: true\n")
+    with run_forward(tmp_path / "i.db", own_confdir, "--engine", engine) as proxy:
+        assert await _status_through(proxy, tls_origin, f"insecure-{engine}") == 200
+        warned = [line for line in proxy.stderr if "NOT verified" in line]
+    assert len(warned) == 1 and warned[0].startswith("mcptape: WARNING:"), proxy.stderr
