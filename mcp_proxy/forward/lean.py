@@ -19,15 +19,20 @@ What it is, per host connection:
    ``host:port`` untouched and unrecorded (the upstream is dialled once the host spoke first,
    as with mitmproxy's lazy connection strategy).
 3. **Each HTTP request** is parsed by the relay's host-facing server
-   (:mod:`mcp_proxy.relay.http.front`), its body read whole (as mitmproxy does), its head
-   rewritten by :func:`~mcp_proxy.relay.http.forward.build_request_head` (hop-by-hop headers
+   (:mod:`mcp_proxy.relay.http.front`), its body read whole up to ``SMALL_BODY`` (larger or
+   chunked: streamed upstream, the first ``MAX_RECORDED_BODY`` bytes kept for the addon), its
+   head rewritten by :func:`~mcp_proxy.relay.http.forward.build_request_head` (hop-by-hop headers
    dropped, every other byte as the host sent it) and sent over a keep-alive connection pooled
    per upstream origin (:class:`~mcp_proxy.relay.http.upstream.UpstreamPool`) — shared by all of
    a host's connections, so a host that reconnects per call costs one TLS handshake (the host's)
-   instead of two.
+   instead of two. The pools live in a :class:`~mcp_proxy.bounded.IdleLru` (at most
+   ``MAX_UPSTREAM_POOLS``); its timer closes connections idle past ``UPSTREAM_IDLE`` and drops
+   pools unused as long.
 4. **The response** is forwarded as it arrives, chunk by chunk (event streams included: each
    event reaches the host when the upstream wrote it); a response that is whole at once goes out
-   in one write.
+   in one write. Headers are forwarded but the hop-by-hop ones, those ``Connection`` names too
+   (:func:`mcp_proxy.headers.end_to_end`); the addon gets at most ``MAX_RECORDED_BODY`` bytes of
+   a body it does not stream.
 
 The addon (:class:`~mcp_proxy.forward.addon.McpTape`) sees what mitmproxy would show it: an
 ``HTTPFlow`` with ``request`` (after the request went upstream — the bytes go first),
