@@ -26,6 +26,7 @@ import httpx2
 import pytest
 import trustme
 
+from mcp_proxy.relay.http.upstream import UpstreamPool
 from tests.forward.conftest import Forward, TLSFiles, run_forward, wait_exchanges
 from tests.forward.lean_helpers import (
     RawOrigin,
@@ -278,3 +279,31 @@ async def test_ssl_insecure_is_said_loudly_by_both_engines(
         assert await _status_through(proxy, tls_origin, f"insecure-{engine}") == 200
         warned = [line for line in proxy.stderr if "NOT verified" in line]
     assert len(warned) == 1 and warned[0].startswith("mcptape: WARNING:"), proxy.stderr
+
+
+async def test_a_pool_keeps_at_most_max_idle_connections_and_sweeps_them() -> None:
+    """``UpstreamPool``: a burst of parallel calls leaves at most ``max_idle`` connections idle
+    (the oldest closed first); ``sweep`` closes those idle past ``keepalive``."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        await _keepalive_echo(reader, writer)
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = UpstreamPool("127.0.0.1", port, tls=False, keepalive=3600, max_idle=2)
+    head = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n"
+    try:
+        resps = await asyncio.gather(*(pool.request(head, b"{}") for _ in range(4)))
+        for r in resps:
+            assert await r.read() == b"{}"
+            r.release()
+        assert len(accepted) == 4
+        assert pool.idle_count == 2
+        assert pool.sweep() == 0  # none idle past an hour
+        pool.keepalive = 0.0
+        assert pool.sweep() == 2 and pool.idle_count == 0
+    finally:
+        await pool.close()
+        server.close()
