@@ -77,6 +77,10 @@ POOL_SWEEP_INTERVAL = 1.0
 #: talking to thousands of origins (a crawler through ``HTTPS_PROXY``) holds at most this many
 #: pools' sockets, each pool's in-flight requests finishing on their own connections.
 MAX_UPSTREAM_POOLS = 256
+#: When the upstream cannot be reached before a streamed request body went out, how long the
+#: lean engine still reads the host's body (up to ``MAX_RECORDED_BODY`` kept) so the failed
+#: exchange is recorded with it, as the reverse relay does.
+REQUEST_DRAIN = 5.0
 #: Idle keep-alive connections one upstream pool keeps; a burst of parallel calls leaves at
 #: most this many open afterwards (the oldest closed first).
 MAX_IDLE_PER_POOL = 32

@@ -75,6 +75,7 @@ from mcp_proxy.limits import (
     MAX_RECORDED_BODY,
     MAX_UPSTREAM_POOLS,
     POOL_SWEEP_INTERVAL,
+    REQUEST_DRAIN,
     SMALL_BODY,
     TAIL_READ,
     UPSTREAM_IDLE,
@@ -564,6 +565,8 @@ class LeanForward:
             raise
         except Exception as exc:
             msg = str(exc) or type(exc).__name__
+            if kept is not None and flow is None and not kept.size:
+                await _drain(req, kept)  # never sent: read it for the recording, briefly
             if flow is None:
                 on_sent()
             elif "closed" not in msg.lower():
@@ -750,6 +753,14 @@ async def _stream_body(
         yield chunk
         kept.add(chunk)
     done()
+
+
+async def _drain(req: FrontRequest, kept: Kept) -> None:
+    """Read what the host still sends (``REQUEST_DRAIN`` s at most), keeping the capped copy."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(REQUEST_DRAIN):
+            async for chunk in req.content.iter_any():
+                kept.add(chunk)
 
 
 def _guarded(tee: Callable[[bytes], Any]) -> Callable[[bytes], None]:

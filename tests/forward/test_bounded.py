@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import socket
 import ssl
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -27,7 +28,7 @@ import pytest
 import trustme
 
 from mcp_proxy.relay.http.upstream import UpstreamPool
-from tests.forward.conftest import Forward, TLSFiles, run_forward, wait_exchanges
+from tests.forward.conftest import Forward, TLSFiles, frames_of, run_forward, wait_exchanges
 from tests.forward.lean_helpers import (
     RawOrigin,
     big_json,
@@ -307,3 +308,32 @@ async def test_a_pool_keeps_at_most_max_idle_connections_and_sweeps_them() -> No
     finally:
         await pool.close()
         server.close()
+
+
+async def test_a_streamed_request_to_a_down_upstream_is_recorded_with_its_body(
+    fw: Forward,
+) -> None:
+    """A chunked MCP request whose upstream is down: the host gets the 502 and the exchange is
+    recorded as MCP, with the body the host sent (read aside briefly, as the reverse relay
+    does), although nothing of it went upstream."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    call = b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}'
+
+    async def body() -> AsyncIterator[bytes]:
+        yield call[:20]
+        yield call[20:]
+
+    async with httpx2.AsyncClient(proxy=fw.url, trust_env=False, timeout=30) as client:
+        r = await client.post(
+            f"http://127.0.0.1:{port}/mcp?case=down-streamed",
+            content=body(),
+            headers={"Content-Type": "application/json"},
+        )
+    assert r.status_code == 502
+    (ex,) = wait_exchanges(fw, "case=down-streamed")
+    assert ex["outcome"] == "upstream_error"
+    frames = frames_of(fw, ex["id"])
+    assert [f["direction"] for f in frames] == ["c2s"]
+    assert frames[0]["method"] == "tools/call"
