@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_proxy.bounded import IdleLru
+from mcp_proxy.forward.bodies import Kept, drain, stream_body
 from mcp_proxy.forward.contexts import SNI_ATTR, LeafContexts
 from mcp_proxy.forward.tunnel import Pipe, Target, feed, parse_authority
 from mcp_proxy.headers import end_to_end
@@ -72,10 +73,8 @@ from mcp_proxy.limits import (
     HANDSHAKE_TIMEOUT,
     MAX_IDLE_PER_POOL,
     MAX_PROXY_HEAD,
-    MAX_RECORDED_BODY,
     MAX_UPSTREAM_POOLS,
     POOL_SWEEP_INTERVAL,
-    REQUEST_DRAIN,
     SMALL_BODY,
     TAIL_READ,
     UPSTREAM_IDLE,
@@ -117,34 +116,6 @@ REQUEST_SIZE = "mcptape_request_size"
 RESPONSE_SIZE = "mcptape_response_size"
 _HTTP_METHODS = (b"GET ", b"POST ", b"PUT ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"PATCH ")
 _CONNECTED = b"HTTP/1.1 200 Connection established\r\n\r\n"
-
-
-class Kept:
-    """What the recording keeps of a body that streams through: its first
-    ``MAX_RECORDED_BODY`` bytes, and the size of the whole."""
-
-    __slots__ = ("kept", "parts", "size")
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-        self.kept = 0
-        self.size = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.size += len(chunk)
-        if self.kept < MAX_RECORDED_BODY:
-            piece = chunk[: MAX_RECORDED_BODY - self.kept]
-            self.parts.append(piece)
-            self.kept += len(piece)
-
-    def take(self) -> bytes:
-        """The kept bytes, once (the parts are let go)."""
-        parts, self.parts = self.parts, []
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    @property
-    def cut(self) -> bool:
-        return self.size > self.kept
 
 
 class TunnelFront(FrontProtocol):
@@ -550,7 +521,7 @@ class LeanForward:
 
         wire: bytes | AsyncIterator[bytes] | None = body or None
         if kept is not None:
-            wire = _stream_body(req, kept, on_sent)
+            wire = stream_body(req, kept, on_sent)
         try:
             resp = await self.pool(target).request(
                 head.head,
@@ -566,7 +537,7 @@ class LeanForward:
         except Exception as exc:
             msg = str(exc) or type(exc).__name__
             if kept is not None and flow is None and not kept.size:
-                await _drain(req, kept)  # never sent: read it for the recording, briefly
+                await drain(req, kept)  # never sent: read it for the recording, briefly
             if flow is None:
                 on_sent()
             elif "closed" not in msg.lower():
@@ -742,25 +713,6 @@ class LeanForward:
     def _ensure_response(self, flow: Any, resp: Any, arrived: float) -> None:
         if flow.response is None:
             self._response_headers(flow, resp, arrived)
-
-
-async def _stream_body(
-    req: FrontRequest, kept: Kept, done: Callable[[], None]
-) -> AsyncIterator[bytes]:
-    """The host's body, chunk by chunk, for the upstream pool's body writer; a copy of its first
-    ``MAX_RECORDED_BODY`` bytes kept after each chunk went; ``done`` once the last one went."""
-    async for chunk in req.content.iter_any():
-        yield chunk
-        kept.add(chunk)
-    done()
-
-
-async def _drain(req: FrontRequest, kept: Kept) -> None:
-    """Read what the host still sends (``REQUEST_DRAIN`` s at most), keeping the capped copy."""
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(REQUEST_DRAIN):
-            async for chunk in req.content.iter_any():
-                kept.add(chunk)
 
 
 def _guarded(tee: Callable[[bytes], Any]) -> Callable[[bytes], None]:
