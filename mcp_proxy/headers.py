@@ -17,14 +17,16 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = [
     "HOP_BY_HOP",
+    "HOP_BY_HOP_B",
     "MCP_HEADER_PREFIXES",
     "decode_header_value",
     "display_header_value",
+    "end_to_end",
     "hop_by_hop_names",
     "is_mcp_header",
     "mcp_headers",
@@ -48,6 +50,9 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
+
+#: :data:`HOP_BY_HOP` as bytes, for the relays' raw header pairs.
+HOP_BY_HOP_B = frozenset(h.encode() for h in HOP_BY_HOP)
 
 #: Header names (lower case) whose values MCP defines; kept per exchange and decoded for display.
 MCP_HEADER_PREFIXES = ("mcp-", "last-event-id")
@@ -124,3 +129,34 @@ def hop_by_hop_names(connection_values: Iterable[str]) -> frozenset[str]:
         if token.strip()
     }
     return HOP_BY_HOP | extra if extra else HOP_BY_HOP
+
+
+def end_to_end(
+    pairs: Iterable[tuple[bytes, bytes]], *, keep: frozenset[bytes] = frozenset()
+) -> list[tuple[bytes, bytes]]:
+    """The raw header pairs a proxy forwards, in order, as they came (RFC 9110 §7.6.1).
+
+    Dropped: the :data:`HOP_BY_HOP` headers and every header a ``Connection`` header names
+    (``Connection: close, X-Secret-Hop`` drops ``X-Secret-Hop``), except the lower-case names in
+    ``keep`` (a request's ``Host``, which the relay rewrites, must survive a ``Connection: host``).
+    The one rule every relay path uses (reverse requests and responses, the lean forward engine).
+    """
+    out: list[tuple[bytes, bytes]] = []
+    tokens: list[bytes] | None = None
+    hop = HOP_BY_HOP_B
+    for kb, vb in pairs:
+        low = kb.lower()
+        if low in hop:
+            if low == b"connection":
+                tokens = [vb] if tokens is None else [*tokens, vb]
+            continue
+        out.append((kb, vb))
+    if tokens is not None:
+        named = _connection_names(tokens) - keep
+        if named:
+            out = [p for p in out if p[0].lower() not in named]
+    return out
+
+
+def _connection_names(values: Sequence[bytes]) -> set[bytes]:
+    return {t.strip().lower() for t in b",".join(values).split(b",") if t.strip()}

@@ -65,6 +65,25 @@ HANDSHAKE_TIMEOUT = 30.0
 #: Responses with a Content-Length above this (or none, when not JSON) are streamed by the
 #: mitmproxy engine, not buffered by it.
 STREAM_ABOVE = 1 << 20
+#: Seconds a pooled upstream connection of the lean engine stays open unused: under the 5 s of
+#: uvicorn and Node servers, so the proxy drops it before the server closes it under a request
+#: (requests are never re-sent). A per-origin pool unused this long is dropped too.
+#: ``MCPTAPE_FORWARD_UPSTREAM_IDLE`` (seconds) overrides it at start-up (tests).
+UPSTREAM_IDLE = 4.0
+#: How often the lean engine's timer closes idle upstream connections and drops idle pools: a
+#: connection is closed at most this long after its idle time ran out.
+POOL_SWEEP_INTERVAL = 1.0
+#: Per-origin upstream pools the lean engine keeps (least recently used dropped first): a host
+#: talking to thousands of origins (a crawler through ``HTTPS_PROXY``) holds at most this many
+#: pools' sockets, each pool's in-flight requests finishing on their own connections.
+MAX_UPSTREAM_POOLS = 256
+#: When the upstream cannot be reached before a streamed request body went out, how long the
+#: lean engine still reads the host's body (up to ``MAX_RECORDED_BODY`` kept) so the failed
+#: exchange is recorded with it, as the reverse relay does.
+REQUEST_DRAIN = 5.0
+#: Idle keep-alive connections one upstream pool keeps; a burst of parallel calls leaves at
+#: most this many open afterwards (the oldest closed first).
+MAX_IDLE_PER_POOL = 32
 
 # --- The recorder: the pipe from a relay, its backlog, the recorder process ---
 

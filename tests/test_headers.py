@@ -10,6 +10,7 @@ from mcp_proxy.headers import (
     HOP_BY_HOP,
     decode_header_value,
     display_header_value,
+    end_to_end,
     hop_by_hop_names,
     is_mcp_header,
     mcp_headers,
@@ -80,3 +81,26 @@ def test_hop_by_hop_names() -> None:
     assert hop_by_hop_names([]) == HOP_BY_HOP
     names = hop_by_hop_names(["keep-alive, X-Trace", " Foo "])
     assert {"x-trace", "foo", "connection", "transfer-encoding"} <= names
+
+
+def test_end_to_end_drops_hop_by_hop_and_connection_named_headers() -> None:
+    pairs = [
+        (b"Content-Type", b"application/json"),
+        (b"Connection", b"close, X-Secret-Hop"),
+        (b"X-Secret-Hop", b"1"),
+        (b"Keep-Alive", b"timeout=5"),
+        (b"connection", b" x-other ,"),
+        (b"X-Other", b"2"),
+        (b"Host", b"h"),
+        (b"X-Kept", b"3"),
+    ]
+    assert end_to_end(pairs) == [
+        (b"Content-Type", b"application/json"),
+        (b"Host", b"h"),
+        (b"X-Kept", b"3"),
+    ]
+    # A name to keep survives a Connection that names it (a request's Host).
+    named_host = [(b"Connection", b"Host"), (b"Host", b"h")]
+    assert end_to_end(named_host, keep=frozenset({b"host"})) == [(b"Host", b"h")]
+    assert end_to_end(named_host) == []
+    assert end_to_end([]) == []

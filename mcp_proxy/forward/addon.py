@@ -420,6 +420,11 @@ class McpTape:
         flow.metadata["mcptape"] = ex
         ex.authorization = view.header("authorization")
         ex.request_size = len(body)
+        # The lean engine streamed a larger body: the flow holds its first MAX_RECORDED_BODY bytes.
+        whole = flow.metadata.get("mcptape_request_size")
+        cut = isinstance(whole, int) and whole > len(body)
+        if cut:
+            ex.request_size = whole
         red = self.redactor
         rec_headers = red.headers([[k, v] for k, v in headers])
         ex.fields = {
@@ -451,12 +456,15 @@ class McpTape:
                         body,
                         time.monotonic_ns(),
                         ex.fields["started_at"],
-                        True,
+                        not cut,
                         extra={"content_type": ctype},
                     ),
                 )
             else:
                 meta["request_body"] = meta_body(self.redactor, body, ctype)
+            if cut:
+                meta["request_body_recorded"] = len(body)
+                meta["request_body_streamed"] = True
         # Where it belongs, when the request says so.
         router = ex.router
         sid = view.header("mcp-session-id")
@@ -667,7 +675,14 @@ class McpTape:
             return
         body = resp.raw_content or b""
         ex.response_size = len(body)
-        self._record_body(ex, body, resp.headers.get("content-type", ""), complete=True)
+        # The lean engine streamed a larger body: the flow holds its first MAX_RECORDED_BODY bytes.
+        whole = flow.metadata.get("mcptape_response_size")
+        cut = isinstance(whole, int) and whole > len(body)
+        if cut:
+            ex.response_size = whole
+            ex.meta["response_body_recorded"] = len(body)
+        ctype = resp.headers.get("content-type", "")
+        self._record_body(ex, body, ctype, complete=not cut)
         self._on_response(ex, flow)
         self.finish(ex, "complete")
 

@@ -2,8 +2,8 @@
 
 Host side: mitmproxy's :class:`~mitmproxy.certs.CertStore` makes the certificates (the names, the
 extensions, the CA's key as every leaf's key — exactly what the mitmproxy engine shows hosts); the
-stdlib ``ssl`` module serves them. Upstream side: the system's trust plus what mitmproxy's
-``config.yaml`` options add, under mitmproxy's option names.
+stdlib ``ssl`` module serves them. Upstream side: mitmproxy's rule under mitmproxy's option
+names (certifi's bundle, or the CA ``config.yaml`` names instead), so both engines trust the same.
 """
 
 from __future__ import annotations
@@ -27,13 +27,19 @@ LEAF_CACHE = 256
 
 
 def upstream_context(options: dict[str, Any]) -> ssl.SSLContext:
-    """The TLS context for upstream connections, from mitmproxy's option names: the system's
-    trust plus ``ssl_verify_upstream_trusted_ca``/``_confdir``, or none with ``ssl_insecure``."""
-    ctx = ssl.create_default_context()
-    cafile = options.get("ssl_verify_upstream_trusted_ca")
-    capath = options.get("ssl_verify_upstream_trusted_confdir")
-    if cafile or capath:
-        ctx.load_verify_locations(cafile=cafile or None, capath=capath or None)
+    """The TLS context for upstream connections, with mitmproxy's rule and option names (one
+    rule for both engines, docs/forward-proxy.md "Which upstreams are trusted"): certifi's
+    bundle (Mozilla's list, what mitmproxy ships with) — not the system's store, nor
+    ``SSL_CERT_FILE`` — unless ``ssl_verify_upstream_trusted_ca``/``_confdir`` name the trust,
+    which then *replaces* it; no verification at all with ``ssl_insecure``."""
+    cafile = options.get("ssl_verify_upstream_trusted_ca") or None
+    capath = options.get("ssl_verify_upstream_trusted_confdir") or None
+    if cafile is None and capath is None:
+        import certifi
+
+        cafile = certifi.where()
+    # With a cafile or capath, create_default_context loads only those (no default paths).
+    ctx = ssl.create_default_context(cafile=cafile, capath=capath)
     if options.get("ssl_insecure"):
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE

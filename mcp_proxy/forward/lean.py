@@ -19,15 +19,20 @@ What it is, per host connection:
    ``host:port`` untouched and unrecorded (the upstream is dialled once the host spoke first,
    as with mitmproxy's lazy connection strategy).
 3. **Each HTTP request** is parsed by the relay's host-facing server
-   (:mod:`mcp_proxy.relay.http.front`), its body read whole (as mitmproxy does), its head
-   rewritten by :func:`~mcp_proxy.relay.http.forward.build_request_head` (hop-by-hop headers
+   (:mod:`mcp_proxy.relay.http.front`), its body read whole up to ``SMALL_BODY`` (larger or
+   chunked: streamed upstream, the first ``MAX_RECORDED_BODY`` bytes kept for the addon), its
+   head rewritten by :func:`~mcp_proxy.relay.http.forward.build_request_head` (hop-by-hop headers
    dropped, every other byte as the host sent it) and sent over a keep-alive connection pooled
    per upstream origin (:class:`~mcp_proxy.relay.http.upstream.UpstreamPool`) — shared by all of
    a host's connections, so a host that reconnects per call costs one TLS handshake (the host's)
-   instead of two.
+   instead of two. The pools live in a :class:`~mcp_proxy.bounded.IdleLru` (at most
+   ``MAX_UPSTREAM_POOLS``); its timer closes connections idle past ``UPSTREAM_IDLE`` and drops
+   pools unused as long.
 4. **The response** is forwarded as it arrives, chunk by chunk (event streams included: each
    event reaches the host when the upstream wrote it); a response that is whole at once goes out
-   in one write.
+   in one write. Headers are forwarded but the hop-by-hop ones, those ``Connection`` names too
+   (:func:`mcp_proxy.headers.end_to_end`); the addon gets at most ``MAX_RECORDED_BODY`` bytes of
+   a body it does not stream.
 
 The addon (:class:`~mcp_proxy.forward.addon.McpTape`) sees what mitmproxy would show it: an
 ``HTTPFlow`` with ``request`` (after the request went upstream — the bytes go first),
@@ -53,15 +58,27 @@ import logging
 import ssl
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
+from mcp_proxy.bounded import IdleLru
+from mcp_proxy.forward.bodies import Kept, drain, stream_body
 from mcp_proxy.forward.contexts import SNI_ATTR, LeafContexts
 from mcp_proxy.forward.tunnel import Pipe, Target, feed, parse_authority
-from mcp_proxy.limits import ENTRY_IDLE, HANDSHAKE_TIMEOUT, MAX_PROXY_HEAD, TAIL_READ
-from mcp_proxy.relay.http.common import HOP_BY_HOP_B
+from mcp_proxy.headers import end_to_end
+from mcp_proxy.limits import (
+    ENTRY_IDLE,
+    HANDSHAKE_TIMEOUT,
+    MAX_IDLE_PER_POOL,
+    MAX_PROXY_HEAD,
+    MAX_UPSTREAM_POOLS,
+    POOL_SWEEP_INTERVAL,
+    SMALL_BODY,
+    TAIL_READ,
+    UPSTREAM_IDLE,
+)
 from mcp_proxy.relay.http.forward import build_request_head
 from mcp_proxy.relay.http.front import (
     FrontProtocol,
@@ -72,7 +89,13 @@ from mcp_proxy.relay.http.front import (
 )
 from mcp_proxy.relay.http.upstream import UpstreamPool
 
-__all__ = ["LEAN_OPTIONS", "LeanForward", "print_refused"]
+__all__ = [
+    "LEAN_OPTIONS",
+    "REQUEST_SIZE",
+    "RESPONSE_SIZE",
+    "LeanForward",
+    "print_refused",
+]
 
 log = logging.getLogger("mcptape.forward")
 
@@ -87,6 +110,10 @@ LEAN_OPTIONS = frozenset(
         "block_private",
     }
 )
+#: ``flow.metadata`` keys: the whole size of a streamed body when the flow holds only the first
+#: ``MAX_RECORDED_BODY`` bytes of it (the addon then records the frame as cut).
+REQUEST_SIZE = "mcptape_request_size"
+RESPONSE_SIZE = "mcptape_response_size"
 _HTTP_METHODS = (b"GET ", b"POST ", b"PUT ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"PATCH ")
 _CONNECTED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 
@@ -195,9 +222,12 @@ class LeanForward:
         *,
         on_tls_refused: Callable[[str, str], None] | None = None,
         guard: Callable[[asyncio.BaseTransport], bool] | None = None,
+        upstream_idle: float = UPSTREAM_IDLE,
     ) -> None:
         """``guard``: asked for each new host connection (False: it is closed at once); see
-        :class:`ClientGuard` — not needed when listening on loopback only."""
+        :class:`ClientGuard` — not needed when listening on loopback only. ``upstream_idle``:
+        seconds an upstream connection (and a per-origin pool) stays unused before it is
+        closed."""
         from mitmproxy import connection, flow, http
 
         self._connection = connection
@@ -208,7 +238,13 @@ class LeanForward:
         self.upstream_ssl = upstream_ssl
         self.loop = asyncio.get_running_loop()
         self.front = FrontServer(self.handle, self._log_error)
-        self.pools: dict[Target, UpstreamPool] = {}
+        self.upstream_idle = upstream_idle
+        #: One pool per upstream origin, the least recently used dropped past
+        #: MAX_UPSTREAM_POOLS; a timer closes idle connections and drops idle pools.
+        self.pools: IdleLru[Target, UpstreamPool] = IdleLru(
+            MAX_UPSTREAM_POOLS, upstream_idle, lambda _, pool: pool.close_idle()
+        )
+        self.pools.arm(self.loop, min(POOL_SWEEP_INTERVAL, upstream_idle), UpstreamPool.sweep)
         self.pending: set[asyncio.Transport] = set()
         self.pipes: set[asyncio.Transport] = set()
         self.on_tls_refused = on_tls_refused
@@ -250,7 +286,7 @@ class LeanForward:
             task.cancel()
         if self.tails:
             await asyncio.wait(list(self.tails), timeout=grace)
-        for pool in self.pools.values():
+        for pool in self.pools.clear():
             await pool.close()
         # The addon finishes what the closing handlers reported with call_soon (its error
         # hook): let that run before the caller closes the addon and its recorder.
@@ -370,13 +406,16 @@ class LeanForward:
     def pool(self, target: Target) -> UpstreamPool:
         pool = self.pools.get(target)
         if pool is None:
-            pool = self.pools[target] = UpstreamPool(
+            pool = UpstreamPool(
                 target.host,
                 target.port,
                 tls=target.scheme == "https",
+                keepalive=self.upstream_idle,
+                max_idle=MAX_IDLE_PER_POOL,
                 ssl_context=self.upstream_ssl if target.scheme == "https" else None,
                 server_hostname=target.sni,
             )
+            self.pools.put(target, pool)
         return pool
 
     # ------------------------------------------------------------------ requests
@@ -451,35 +490,54 @@ class LeanForward:
         head_expect = req.headers.get("expect")
         if head_expect is not None and head_expect.strip().lower() == "100-continue":
             await req.send_continue()
-        body = await req.content.read() if req.body_exists else b""
+        length = req.content_length
+        # A body up to SMALL_BODY with a length is read whole (one write upstream); a larger or
+        # chunked one streams through the pool's body writer (the reverse relay's path),
+        # its first MAX_RECORDED_BODY bytes kept for the recording.
+        streamed = req.body_exists and (length is None or length > SMALL_BODY)
+        body = await req.content.read() if req.body_exists and not streamed else b""
         # An absolute-form target wins over the host's Host header (RFC 9112 §3.2.2).
         host_value = req.headers.get("host") if conn.target is not None else None
         host_header = (host_value or target.authority).encode("utf-8", "surrogateescape")
         head = build_request_head(
             req.method, path, req.raw_headers, host_header, body_exists=req.body_exists
         )
-        wire = body
-        if head.chunked:
-            wire = (b"%x\r\n%b\r\n" % (len(body), body) if body else b"") + b"0\r\n\r\n"
         flow: Any = None
+        kept = Kept() if streamed else None
 
         def on_sent() -> None:
-            # The request went upstream: now the addon gets its flow (the bytes go first).
+            # The request went upstream (a streamed body: all of it, or the response came
+            # first): now the addon gets its flow (the bytes go first).
             nonlocal flow
-            flow = self._flow(conn, target, req, path, body, started)
+            if flow is not None:
+                return
+            sent = body
+            if kept is not None:
+                sent = kept.take()
+            flow = self._flow(conn, target, req, path, sent, started)
+            if kept is not None and kept.cut:
+                flow.metadata[REQUEST_SIZE] = kept.size
             self._hook("request", flow)
 
+        wire: bytes | AsyncIterator[bytes] | None = body or None
+        if kept is not None:
+            wire = stream_body(req, kept, on_sent)
         try:
             resp = await self.pool(target).request(
-                head.head, wire or None, head_only=req.method == "HEAD", on_sent=on_sent
+                head.head,
+                wire,
+                head_only=req.method == "HEAD",
+                chunked=head.chunked,
+                on_sent=None if streamed else on_sent,
             )
         except asyncio.CancelledError:
-            if flow is None:
-                on_sent()
+            on_sent()
             self._error(flow, "Client disconnected.")
             raise
         except Exception as exc:
             msg = str(exc) or type(exc).__name__
+            if kept is not None and flow is None and not kept.size:
+                await drain(req, kept)  # never sent: read it for the recording, briefly
             if flow is None:
                 on_sent()
             elif "closed" not in msg.lower():
@@ -488,6 +546,7 @@ class LeanForward:
             out = plain_response(502, f"mcptape forward proxy: {msg}\n")
             out.headers["X-Mcptape-Error"] = "upstream-error"
             return out
+        on_sent()  # a streamed body the upstream answered before taking it whole
         return await self._respond(req, flow, resp)
 
     def _host_left(self, resp: Any, flow: Any, tee: Callable[[bytes], Any] | None) -> None:
@@ -545,13 +604,12 @@ class LeanForward:
     async def _respond(self, req: FrontRequest, flow: Any, resp: Any) -> RelayResponse:
         """Forward the response; the addon's hooks run after the bytes they concern went out."""
         arrived = time.time()
-        raw = resp.raw_headers
-        out_raw = [(k, v) for k, v in raw if k.lower() not in HOP_BY_HOP_B]
+        out_raw = end_to_end(resp.raw_headers)
         rr = RelayResponse(
             status=resp.status,
             reason=resp.reason,
             raw=out_raw,
-            has_length=resp.content_length is not None,
+            has_length=any(k.lower() == b"content-length" for k, _ in out_raw),
         )
         if req.method == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200:
             # No body (aiohttp hands an empty payload of its own): the head as it came — a
@@ -574,7 +632,7 @@ class LeanForward:
             self._responded(flow, body if tee is None else None)
             return rr
         tee = None
-        parts: list[bytes] | None = None
+        kept: Kept | None = None
         host_write = True  # a ConnectionError while writing is the host's going
         try:
             await rr.prepare(req)
@@ -582,9 +640,9 @@ class LeanForward:
             if not resp.has_buffered_body():
                 rr.flush_head()  # a quiet event stream must still show its head
             tee = self._response_headers(flow, resp, arrived)
-            # The whole body for the addon's ``response`` hook — unless it streams (tee) or
-            # does not follow this flow (other traffic: forwarded, never held in memory).
-            parts = [] if tee is None and "mcptape" in flow.metadata else None
+            # The body for the addon's ``response`` hook, up to MAX_RECORDED_BODY — unless it
+            # streams (tee) or does not follow this flow (other traffic: never held in memory).
+            kept = Kept() if tee is None and "mcptape" in flow.metadata else None
             last = False
             while not last:
                 chunk = await content.readany()
@@ -600,8 +658,8 @@ class LeanForward:
                     break
                 if tee is not None:
                     tee(chunk)  # a copy, after it went
-                elif parts is not None:
-                    parts.append(chunk)
+                elif kept is not None:
+                    kept.add(chunk)
             resp.release()
         except asyncio.CancelledError:
             self._ensure_response(flow, resp, arrived)
@@ -620,7 +678,9 @@ class LeanForward:
             resp.close()
             self._error(flow, f"peer closed connection: {exc or type(exc).__name__}")
             raise ConnectionResetError(str(exc)) from exc
-        self._responded(flow, b"".join(parts) if parts is not None else None)
+        if kept is not None and kept.cut:
+            flow.metadata[RESPONSE_SIZE] = kept.size
+        self._responded(flow, kept.take() if kept is not None else None)
         return rr
 
     def _responded(self, flow: Any, body: bytes | None) -> None:

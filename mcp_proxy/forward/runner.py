@@ -35,6 +35,7 @@ __all__ = [
     "ENV_CONFDIR",
     "ENV_ENGINE",
     "ENV_TUNING",
+    "ENV_UPSTREAM_IDLE",
     "ca_cert_path",
     "choose_engine",
     "environment_lines",
@@ -52,6 +53,27 @@ ENV_ENGINE = "MCPTAPE_FORWARD_ENGINE"
 #: out when a user's script misbehaves. (The CA's key is the confdir's, whatever this says.)
 ENV_TUNING = "MCPTAPE_FORWARD_TUNING"
 DEFAULT_CONFDIR = "~/.mitmproxy"
+
+
+#: Seconds an idle upstream connection of the lean engine stays open (default
+#: ``limits.UPSTREAM_IDLE``), read once at start-up; tests shorten it.
+ENV_UPSTREAM_IDLE = "MCPTAPE_FORWARD_UPSTREAM_IDLE"
+
+
+def upstream_idle() -> float:
+    """The lean engine's upstream idle limit: ``MCPTAPE_FORWARD_UPSTREAM_IDLE`` or the default."""
+    from mcp_proxy.limits import UPSTREAM_IDLE
+
+    raw = os.environ.get(ENV_UPSTREAM_IDLE, "").strip()
+    if not raw:
+        return UPSTREAM_IDLE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise UserError(f"{ENV_UPSTREAM_IDLE}={raw!r}: give seconds, more than 0 and at most 3600")
+    return value
 
 
 def confdir() -> Path:
@@ -193,6 +215,17 @@ def config_options(conf: Path) -> dict[str, Any]:
     return {str(k): v for k, v in data.items()}
 
 
+def warn_insecure() -> None:
+    """``ssl_insecure``: said loudly, once, whichever engine runs (as ``--no-redact`` is)."""
+    print(
+        "mcptape: WARNING: upstream certificates are NOT verified (ssl_insecure in config.yaml). "
+        "Anyone on the path to a server can read and change the traffic the proxy forwards and "
+        "records. Use this only for local debugging.",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def choose_engine(asked: str | None, options: dict[str, Any]) -> tuple[str, str | None]:
     """Which engine runs, and why mitmproxy when it was not asked for.
 
@@ -244,6 +277,8 @@ async def serve_forward(
     check_ca(conf)
     options = {**config_options(conf), **(extra_options or {})}
     chosen, why = choose_engine(engine or os.environ.get(ENV_ENGINE), options)
+    if options.get("ssl_insecure"):
+        warn_insecure()
     run = _Run(
         conf, db_url, host, port, name, redactor, idle_cut, record_all, announce, _stop_event(stop)
     )
@@ -350,7 +385,14 @@ async def _serve_lean(run: _Run, options: dict[str, Any]) -> int:
             block_private=bool(options.get("block_private", False)),
         )
     refused = print_refused(ca_cert_path(conf))
-    proxy = LeanForward(addon, leaves, up_ctx, on_tls_refused=refused, guard=guard)
+    proxy = LeanForward(
+        addon,
+        leaves,
+        up_ctx,
+        on_tls_refused=refused,
+        guard=guard,
+        upstream_idle=upstream_idle(),
+    )
     try:
         try:
             bound = await proxy.listen(run.host, run.port)

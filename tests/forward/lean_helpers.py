@@ -17,7 +17,11 @@ Routes (by path):
 - ``/streamed-head``: (for ``HEAD``) a head with ``Transfer-Encoding: chunked`` and no body;
   ``/head-length``: (for ``HEAD``) ``Content-Length: 42`` and no body.
 - ``/no-content``: ``204``; ``/not-modified``: ``304`` with an ``ETag``.
+- ``/sink``: a body of any size hashed as it arrives (never held): answers its size and SHA-256.
+- ``/big-json?mib=N``: an ``application/json`` JSON-RPC answer of N MiB, chunked (no length).
 - ``/blob?mib=N``: N MiB of octets, chunked (traffic that is not MCP).
+- ``/secret-hop``: a JSON answer whose ``Connection`` names ``X-Secret-Hop`` (hop-by-hop: it
+  must not reach the host).
 - anything else: ``404``.
 """
 
@@ -85,6 +89,48 @@ PROGRESS = (
 ANSWER = b'event: message\ndata: {"jsonrpc":"2.0","id":1,"result":{}}\n\n'
 
 
+def big_json(mib: int) -> Iterator[bytes]:
+    """A JSON-RPC result of about ``mib`` MiB, in 1 MiB pieces (the same bytes every time)."""
+    yield b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"'
+    piece = (bytes(range(97, 123)) * 40330)[: 1 << 20]  # 1 MiB of letters
+    for _ in range(mib):
+        yield piece
+    yield b'"}]}}'
+
+
+async def _hash_body(reader: asyncio.StreamReader, head: bytes) -> tuple[int, str]:
+    """(size, SHA-256) of a request body with a length or chunked, read piece by piece."""
+    h = hashlib.sha256()
+    size = 0
+    if b"\r\ntransfer-encoding: chunked" in head.lower():
+        while True:
+            line = await reader.readuntil(b"\r\n")
+            n = int(line.split(b";")[0].strip(), 16)
+            while n:
+                data = await reader.read(min(n, 1 << 20))
+                if not data:
+                    raise asyncio.IncompleteReadError(b"", n)
+                h.update(data)
+                size += len(data)
+                n -= len(data)
+            await reader.readexactly(2)
+            if line.split(b";")[0].strip() == b"0":
+                return size, h.hexdigest()
+    n = 0
+    for line in head.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"content-length":
+            n = int(v.strip())
+    while n:
+        data = await reader.read(min(n, 1 << 20))
+        if not data:
+            raise asyncio.IncompleteReadError(b"", n)
+        h.update(data)
+        size += len(data)
+        n -= len(data)
+    return size, h.hexdigest()
+
+
 async def _read_body(reader: asyncio.StreamReader, head: bytes) -> tuple[bytes, bytes]:
     """(wire bytes, decoded body) of a request whose head is ``head``."""
     lower = head.lower()
@@ -119,12 +165,34 @@ async def _serve(
                 head = await reader.readuntil(b"\r\n\r\n")
             except (asyncio.IncompleteReadError, ConnectionError):
                 return
-            wire, body = await _read_body(reader, head)
-            origin.requests.append(Seen(head, wire, body))
             target = head.split(b" ", 2)[1].decode("latin-1")
             parts = urlsplit(target)
             query = parse_qs(parts.query)
-            if parts.path == "/echo":
+            if parts.path == "/sink":
+                # A large upload, hashed as it arrives (never held): its size and SHA-256.
+                size, digest = await _hash_body(reader, head)
+                origin.requests.append(Seen(head, b"", b""))
+                out = json.dumps({"size": size, "sha256": digest}).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%b" % (len(out), out)
+                )
+                await writer.drain()
+                continue
+            wire, body = await _read_body(reader, head)
+            origin.requests.append(Seen(head, wire, body))
+            if parts.path == "/big-json":
+                # An MCP answer of N MiB, application/json, chunked (no Content-Length).
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n"
+                )
+                for piece in big_json(int(query.get("mib", ["1"])[0])):
+                    writer.write(b"%x\r\n%b\r\n" % (len(piece), piece))
+                    await writer.drain()
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+            elif parts.path == "/echo":
                 out = rpc_result(body)
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -183,6 +251,15 @@ async def _serve(
                     await writer.drain()
                 writer.write(b"0\r\n\r\n")
                 await writer.drain()
+            elif parts.path == "/secret-hop":
+                out = rpc_result(body)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Connection: close, X-Secret-Hop\r\nX-Secret-Hop: 1\r\nX-Kept: 2\r\n"
+                    b"Content-Length: %d\r\n\r\n%b" % (len(out), out)
+                )
+                await writer.drain()
+                return
             elif parts.path == "/no-content":
                 writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
                 await writer.drain()

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mcp_proxy.relay.http.common import HOP_BY_HOP_B, decode_header
+from mcp_proxy.headers import end_to_end
+from mcp_proxy.relay.http.common import decode_header
 
 __all__ = ["BODY_METHODS", "RequestHead", "build_request_head"]
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+#: Kept even when the host's ``Connection`` names it: ``Host`` is rewritten, never dropped.
+_KEEP = frozenset({b"host"})
 
 
 @dataclass(slots=True)
@@ -52,27 +55,23 @@ def build_request_head(
 ) -> RequestHead:
     """The upstream request head for a host request (see the module docstring for the rules).
 
-    One pass over the host's pairs, as bytes: only the few values the relay acts on are decoded
+    The host's pairs as bytes, hop-by-hop ones dropped (:func:`mcp_proxy.headers.end_to_end`,
+    the one rule of every relay path); only the few values the relay acts on are decoded
     (session id, credential, ``Connection`` tokens, ``Expect``); the others go out as they came.
     """
     parts = [
         b"%b %b HTTP/1.1\r\n"
         % (method.encode("ascii"), raw_path.encode("utf-8", "surrogateescape"))
     ]
-    connection_tokens: list[bytes] | None = None
     session_hdr: str | None = None
     authorization: str | None = None
     has_mcp = False
     has_length = False
     has_host = False
     expect_continue = False
-    hop = HOP_BY_HOP_B
-    for kb, vb in raw_headers:
+    # Hop-by-hop headers and those the host's Connection names go (Host stays: rewritten).
+    for kb, vb in end_to_end(raw_headers, keep=_KEEP):
         lowb = kb.lower()
-        if lowb in hop:
-            if lowb == b"connection":
-                connection_tokens = [*(connection_tokens or ()), vb]
-            continue
         if lowb[:4] == b"mcp-":
             has_mcp = True
             if lowb == b"mcp-session-id":
@@ -89,12 +88,6 @@ def build_request_head(
             expect_continue = expect_continue or vb.strip().lower() == b"100-continue"
             continue
         parts.append(b"%b: %b\r\n" % (kb, vb))
-    if connection_tokens is not None:
-        named = {
-            t.strip().lower() for t in b",".join(connection_tokens).split(b",") if t.strip()
-        } - {b"host"}
-        if named:
-            parts = [parts[0], *(p for p in parts[1:] if p.split(b":", 1)[0].lower() not in named)]
     if not has_host:
         parts.insert(1, b"Host: %b\r\n" % host_header)
     # Forward chunked only when the host sent a body without a length.

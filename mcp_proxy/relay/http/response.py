@@ -34,9 +34,9 @@ import aiohttp
 
 from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.framing import SSEEvent, SSEParser
+from mcp_proxy.headers import end_to_end
 from mcp_proxy.limits import ENDPOINT_HOLD_LIMIT, MAX_RECORDED_BODY, SMALL_RESPONSE, TAIL_READ
 from mcp_proxy.relay.http.common import (
-    HOP_BY_HOP_B,
     decode_header,
     decompress,
     default_reason,
@@ -135,27 +135,16 @@ class ResponseSide(RelayCore):
         status = resp.status
         # The upstream's pairs go to the host as bytes, hop-by-hop ones dropped; the recording
         # gets them raw too (described by the recorder, see Exchange.response_headers).
-        out: list[tuple[bytes, bytes]] = []
         new_session: str | None = None
-        conn_tokens: list[bytes] | None = None
         has_length = False
         raw_headers = resp.raw_headers
-        for kb, vb in raw_headers:
+        out = end_to_end(raw_headers)
+        for kb, vb in out:
             low = kb.lower()
-            if low in HOP_BY_HOP_B:
-                if low == b"connection":
-                    conn_tokens = [*(conn_tokens or ()), vb]
-                continue
             if low == b"content-length":
                 has_length = True
             elif low == b"mcp-session-id":
                 new_session = decode_header(vb)
-            out.append((kb, vb))
-        if conn_tokens is not None:
-            named = {t.strip().lower() for t in b",".join(conn_tokens).split(b",") if t.strip()}
-            if named:
-                out = [p for p in out if p[0].lower() not in named]
-                has_length = any(p[0].lower() == b"content-length" for p in out)
         ctype = resp.headers.get("Content-Type", "")
         is_sse = ctype.lower().startswith("text/event-stream")
         if is_sse:

@@ -173,11 +173,13 @@ class UpstreamPool:
         connect_timeout: float = 10.0,
         keepalive: float = 4.0,
         max_field_size: int = 64 * 1024,
+        max_idle: int | None = None,
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
     ) -> None:
         """``ssl_context``: the TLS context when ``tls`` (default: the system's trust);
-        ``server_hostname``: the name sent (SNI) and verified, when not ``host``."""
+        ``server_hostname``: the name sent (SNI) and verified, when not ``host``;
+        ``max_idle``: idle connections kept at most (the oldest closed first; None: no cap)."""
         self.host = host
         self.port = port
         self.server_hostname = server_hostname or host
@@ -187,6 +189,8 @@ class UpstreamPool:
         self.connect_timeout = connect_timeout
         self.keepalive = keepalive
         self.max_field_size = max_field_size
+        self.max_idle = max_idle
+        #: Idle connections, oldest first, with the monotonic time each went idle.
         self._idle: list[tuple[UpstreamConnection, float]] = []
         self._closed = False
 
@@ -226,7 +230,28 @@ class UpstreamPool:
         if self._closed or not proto.is_connected() or proto.should_close:
             proto.close()
             return
-        self._idle.append((proto, time.monotonic()))
+        idle = self._idle
+        idle.append((proto, time.monotonic()))
+        if self.max_idle is not None and len(idle) > self.max_idle:
+            oldest, _ = idle.pop(0)
+            oldest.close()
+
+    @property
+    def idle_count(self) -> int:
+        return len(self._idle)
+
+    def sweep(self) -> int:
+        """Close the connections idle for ``keepalive`` seconds or more (the oldest are first:
+        only the stale ones are looked at); how many were closed. A timer calls this (the forward
+        proxy's pools): otherwise the idle limit is only checked when the pool is used again."""
+        limit = time.monotonic() - self.keepalive
+        idle = self._idle
+        n = 0
+        while idle and (idle[0][1] <= limit or not idle[0][0].is_connected()):
+            proto, _ = idle.pop(0)
+            proto.close()
+            n += 1
+        return n
 
     async def request(
         self,
@@ -299,6 +324,10 @@ class UpstreamPool:
             return  # the upstream stopped reading (it answered early, or went away)
 
     async def close(self) -> None:
+        self.close_idle()
+
+    def close_idle(self) -> None:
+        """No more requests: close the idle connections now; those in use close when released."""
         self._closed = True
         while self._idle:
             proto, _ = self._idle.pop()
