@@ -33,6 +33,7 @@ from mcp_proxy.recording.model import (
     SessionRecording,
     pick,
 )
+from mcp_proxy.store.rows import storable
 
 if TYPE_CHECKING:
     from mcp_proxy.redact import Redactor
@@ -69,6 +70,12 @@ def import_redactor(redact: bool | None = None) -> Redactor:
             return env
         redact = env is None
     return redactor_for_recording(redact)
+
+
+def _texts(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's text values as a text column holds them: a lone surrogate (``"\\ud800"`` in the
+    file's JSON, no UTF-8) escaped, as the recorder stores it. JSON columns need no help."""
+    return {k: storable(v) if type(v) is str else v for k, v in row.items()}
 
 
 def _policy(redactor: Redactor | None) -> Redactor:
@@ -126,11 +133,14 @@ class _Importer:
     def _open(self, s: SessionRecording) -> _Written:
         done = self.written.get(s.id)
         if done is None:
-            new_id, key = self.writer.session(_session_row(s))
+            new_id, key = self.writer.session(_texts(_session_row(s)))
             done = self.written[s.id] = _Written(new_id, key)
         if s.exchanges:  # the ones declared since the last page: written, then let go
             exchanges = [
-                {"id": ex["id"], **_redacted_exchange(pick(ex, EXCHANGE_FIELDS), self.redactor)}
+                {
+                    "id": ex["id"],
+                    **_texts(_redacted_exchange(pick(ex, EXCHANGE_FIELDS), self.redactor)),
+                }
                 for ex in s.exchanges
             ]
             done.exchange_ids.update(self.writer.exchanges(done.new_id, exchanges))
@@ -242,7 +252,7 @@ def _findings(s: SessionRecording, done: _Written) -> list[dict[str, Any]]:
         row.setdefault("title", row["code"])
         row.setdefault("source", "recorder")
         row.setdefault("created_at", float(s.session.get("started_at") or 0.0))
-        out.append(row)
+        out.append(_texts(row))
     return out
 
 
@@ -251,11 +261,13 @@ def _notes(s: SessionRecording, done: _Written) -> list[dict[str, Any]]:
     for an in s.annotations:
         seq = an.get("frame_seq")
         out.append(
-            {
-                **pick(an, ANNOTATION_FIELDS),
-                "frame_seq": done.new_seq(seq) if isinstance(seq, int) else None,
-                "created_at": float(an.get("created_at") or s.session["started_at"]),
-            }
+            _texts(
+                {
+                    **pick(an, ANNOTATION_FIELDS),
+                    "frame_seq": done.new_seq(seq) if isinstance(seq, int) else None,
+                    "created_at": float(an.get("created_at") or s.session["started_at"]),
+                }
+            )
         )
     return out
 

@@ -200,3 +200,24 @@ def test_times_at_the_edges() -> None:
     assert not validate.is_time(253_402_300_800.0)
     assert not validate.is_time(float("nan")) and not validate.is_time(True)
     datetime.fromtimestamp(253_402_300_799.0, UTC)
+
+
+def test_text_with_a_lone_surrogate_is_stored_escaped(tmp_path: Path) -> None:
+    """A session name, a finding's title, a note that say ``"\\ud800"`` in the file's JSON go in
+    escaped, as the recorder stores such text (once a traceback from the database driver)."""
+    recs = _records()
+    session = next(r for r in recs if r.get("type") == "session")
+    session["name"] = "x\ud800"
+    sid = session["id"]
+    end = recs.pop()
+    recs.append({"type": "finding", "session": sid, "code": "x", "title": "t\udc00"})
+    recs.append({"type": "annotation", "session": sid, "frame_seq": 1, "note": "n\udc00"})
+    recs.append({**end, "findings": 1, "annotations": 1})
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))  # ensure_ascii: "\ud800"
+    db = tmp_path / "s.db"
+    done = run_cli("import", str(path), "--db", str(db))
+    assert done.returncode == 0, done.stderr
+    assert rdb.rows(db, "SELECT name FROM sessions") == [{"name": "x\\ud800"}]
+    assert rdb.rows(db, "SELECT title FROM findings") == [{"title": "t\\udc00"}]
+    assert rdb.rows(db, "SELECT note FROM annotations") == [{"note": "n\\udc00"}]
