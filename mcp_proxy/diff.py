@@ -39,6 +39,19 @@ from mcp_proxy.recording.model import SessionRecording
 # ============================================================================ conversations
 
 
+def comparable(method: str) -> str:
+    """A method as the database holds it: a lone surrogate (``"\\ud800"`` in the frame's JSON,
+    not UTF-8) as the six characters ``\\ud800``. A session read from a file has the method its
+    bytes say, the same session in the database the stored one: compared this way, a session
+    and its own export are the same."""
+    if type(method) is str and not method.isascii():
+        try:
+            method.encode("utf-8")
+        except UnicodeEncodeError:
+            return method.encode("utf-8", "backslashreplace").decode("utf-8")
+    return method
+
+
 @dataclass
 class Step:
     """One unit of a conversation: an exchange (request + outcome) or a lone notification.
@@ -67,6 +80,11 @@ class Step:
     #: True when a compared value nested beyond :data:`MAX_DEPTH` and was clipped to a digest.
     too_deep: bool = False
 
+    @property
+    def key(self) -> tuple[str, str]:
+        """What two steps must share to be aligned: direction and method (:func:`comparable`)."""
+        return self.direction, comparable(self.method)
+
     def clip(self) -> Step:
         """Clip the compared values to :data:`MAX_DEPTH` (in place); ``events``/``response``
         keep the recorded messages whole, for a mock to serve them as they were."""
@@ -81,7 +99,7 @@ class Step:
 
     def document(self) -> dict[str, Any]:
         """The JSON the diff compares (before normalisation)."""
-        doc: dict[str, Any] = {"method": self.method, "params": self.params}
+        doc: dict[str, Any] = {"method": comparable(self.method), "params": self.params}
         if self.outcome == "result":
             doc["result"] = self.result
         elif self.outcome == "error":
@@ -419,8 +437,8 @@ def align(
     Weight = 1 + params similarity, so among equal-method candidates the closest params win;
     unmatched steps come out as one-sided rows in conversation order.
     """
-    ka = [(s.direction, s.method) for s in a]
-    kb = [(s.direction, s.method) for s in b]
+    ka = [s.key for s in a]
+    kb = [s.key for s in b]
     pa = [norm(s.params) for s in a]
     pb = [norm(s.params) for s in b]
     n, m = len(a), len(b)
@@ -508,14 +526,12 @@ def _rejoin_moved(pairs: list[Pair], norm: Normalizer) -> list[Pair]:
     out: list[Pair] = []
     for p in pairs:
         if p.status == "only_a" and p.a is not None:
-            key = (p.a.direction, p.a.method)
+            key = p.a.key
             match = next(
                 (
                     k
                     for k in only_b
-                    if k not in used
-                    and (b := pairs[k].b) is not None
-                    and (b.direction, b.method) == key
+                    if k not in used and (b := pairs[k].b) is not None and b.key == key
                 ),
                 None,
             )

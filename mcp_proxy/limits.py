@@ -139,6 +139,29 @@ MAX_SEQS = 1000
 
 #: Characters of one annotation's text: a note, not a copy of a recording.
 NOTE_MAX = 20_000
+#: Bytes read from a recording file at a time by ``import`` (JSON Lines): the file is streamed,
+#: never read whole, so an import's memory does not grow with the file.
+IMPORT_READ = 1 << 20
+#: The longest line of a JSON Lines recording ``import`` reads (and ``diff``/``replay`` of a file).
+#: A frame holds at most ``MAX_RECORDED_BODY`` bytes; as JSON text (escapes) or base64 it takes a
+#: few times that. A longer line was not written by mcptape: it is refused, naming its line.
+IMPORT_LINE_MAX = 8 * MAX_RECORDED_BODY
+#: Frames an import holds before it writes them (one page: one ``executemany`` or ``COPY``, and
+#: what the redaction prefilter looks at together); more frames never mean more memory.
+IMPORT_PAGE = 5000
+#: SQLite page cache of an import's connection, in KiB. Five indexes on frames: with SQLite's
+#: default 2 MiB a large import spends its time re-reading index pages; 16 MiB measured as fast as
+#: 64 MiB (which was a third of a 1M-frame import's peak memory, held to the end).
+IMPORT_SQLITE_CACHE_KIB = 16 * 1024
+#: Method name → code entries an import caches; past it the cache starts over (a file whose every
+#: frame has its own method costs a lookup per page, not memory per method).
+IMPORT_METHOD_CACHE = 10_000
+#: The latest time an imported recording may give (seconds since the epoch; 9999-12-31): the
+#: dashboard, ``sessions`` and ``show`` turn times into dates, which end there.
+IMPORT_TIME_MAX = 253_402_300_799.0
+#: The largest ``seq`` of an imported frame (the ``frame_rows.seq`` and ``annotations.frame_seq``
+#: columns are 32-bit integers).
+IMPORT_SEQ_MAX = 2**31 - 1
 
 # --- The dashboard ---
 

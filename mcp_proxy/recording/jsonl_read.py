@@ -1,23 +1,30 @@
 """Reading mcptape's JSON Lines recordings: parsing, validation and version upgrades.
 
 The reading half of :mod:`mcp_proxy.recording.jsonl` (the format's module, which re-exports
-what is public here). Two results from one validator: :func:`loads_recording` builds the model
-(a dict per frame, for diff, replay and mock), :func:`loads_rows` gives an import each session's
-frames as row tuples in ``FRAME_COLUMNS`` order. Every problem is one line naming the file,
-the line and the reason.
+what is public here). Three results from one reader (:func:`read_rows`): :func:`loads_recording`
+builds the model (a dict per frame, for diff, replay and mock), :func:`loads_rows` gives each
+session's frames as row tuples in ``FRAME_COLUMNS`` order, and :func:`stream_rows` reads a file
+a block at a time and hands an import its frames a page at a time (memory bounded whatever the
+file's size). Every value is checked (:mod:`mcp_proxy.recording.validate`); every problem is
+one line naming the file, the line and the reason.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterator
-from typing import Any
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, BinaryIO
 
 from orjson import loads as _orjson_loads
 
 from mcp_proxy import __version__
+from mcp_proxy.errors import NotFoundError, UserError
 from mcp_proxy.frames import FULL_PARSE_LIMIT, Channel, Direction, Kind, classify, has_long_number
+from mcp_proxy.limits import IMPORT_LINE_MAX, IMPORT_READ, IMPORT_SEQ_MAX, IMPORT_TIME_MAX
+from mcp_proxy.recording import validate
 from mcp_proxy.recording.model import (
     ANNOTATION_FIELDS,
     EXCHANGE_FIELDS,
@@ -104,31 +111,93 @@ _JSON_SPACE = " \t\r"
 
 
 def _lines(data: bytes, origin: str) -> Records:
-    """Each non-blank line's record, with its line number.
+    """Each non-blank line's record of a file's bytes in memory, with its line number."""
+    return _block_lines((data,), origin, lambda: data)
+
+
+def _block_lines(blocks: Iterable[bytes], origin: str, whole: Callable[[], bytes]) -> Records:
+    """Each non-blank line's record, with its line number, from blocks of whole lines.
 
     Each line's bytes go to orjson (~3× the C scanner, and no decoding of the whole file
-    first): a line it reads as an object is json's object too, unless the file has a run of
-    19+ digits somewhere (orjson reads an integer past 64 bits as a float; then every line goes
-    the json way). Whatever it refuses or reads as another type goes the json way
-    (:func:`_slow_line`), which names the line's problem.
+    first): a line it reads as an object is json's object too, unless its block has a run of
+    19+ digits somewhere (orjson reads an integer past 64 bits as a float; then every line of
+    the block goes the json way). Whatever it refuses or reads as another type goes the json way
+    (:func:`_slow_line`), which names the line's problem. ``whole`` gives the file's bytes, only
+    for saying what a file that is not JSON Lines is.
     """
-    fast = not has_long_number(data)
     loads = _orjson_loads
-    for lineno, line in enumerate(data.split(b"\n"), start=1):
-        if fast and line[:1] == b"{":
-            try:
-                rec = loads(line)
-            except ValueError:  # orjson.JSONDecodeError is a ValueError
-                rec = None
-            if type(rec) is dict:
-                yield lineno, rec
+    lineno = 0
+    for block in blocks:
+        fast = not has_long_number(block)
+        for lineno, line in enumerate(block.split(b"\n"), start=lineno + 1):  # noqa: B020
+            if fast and line[:1] == b"{":
+                try:
+                    rec = loads(line)
+                except ValueError:  # orjson.JSONDecodeError is a ValueError
+                    rec = None
+                if type(rec) is dict:
+                    yield lineno, rec
+                    continue
+            if not line.strip(_BLANK_B):
                 continue
-        if not line.strip(_BLANK_B):
-            continue
-        yield lineno, _slow_line(data, line, origin, lineno, fast)
+            yield lineno, _slow_line(whole, line, origin, lineno, fast)
 
 
-def _slow_line(data: bytes, line: bytes, origin: str, lineno: int, fast: bool) -> dict[str, Any]:
+def _open(path: str | os.PathLike[str]) -> BinaryIO:
+    """A recording file opened for reading; a missing or unreadable file is one clear line."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError as exc:
+        raise NotFoundError(f"no such recording file: {path}") from exc
+    except IsADirectoryError as exc:
+        raise UserError(f"{path} is a directory, not a recording file") from exc
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def read_head(path: str | os.PathLike[str], n: int) -> bytes:
+    """The first ``n`` bytes of a recording file (what tells its format)."""
+    with _open(path) as f:
+        try:
+            return f.read(n)
+        except OSError as exc:
+            raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def file_blocks(path: str | os.PathLike[str], origin: str) -> Iterator[bytes]:
+    """A file's bytes as blocks of whole lines (the last ``\\n`` of a block left off), read
+    :data:`~mcp_proxy.limits.IMPORT_READ` bytes at a time: memory of one block and one line,
+    whatever the file's size. A line longer than ``IMPORT_LINE_MAX`` is refused, naming it."""
+    with _open(path) as f:
+        carry = b""
+        lines = 0
+        while True:
+            try:
+                chunk = f.read(IMPORT_READ)
+            except OSError as exc:
+                raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
+            if not chunk:
+                break
+            cut = chunk.rfind(b"\n")
+            if cut < 0:
+                carry += chunk
+                if len(carry) > IMPORT_LINE_MAX:
+                    raise RecordingFormatError(
+                        f"{origin} line {lines + 1}: longer than {IMPORT_LINE_MAX} bytes"
+                        " (not written by mcptape)"
+                    )
+                continue
+            block = carry + chunk[:cut]
+            carry = chunk[cut + 1 :]
+            lines += block.count(b"\n") + 1
+            yield block
+        if carry:
+            yield carry
+
+
+def _slow_line(
+    whole: Callable[[], bytes], line: bytes, origin: str, lineno: int, fast: bool
+) -> dict[str, Any]:
     """One line the fast path did not take, read by ``json``: its record, or the error that
     names the line (not UTF-8, not JSON, not an object, nested too deeply)."""
     try:
@@ -154,9 +223,9 @@ def _slow_line(data: bytes, line: bytes, origin: str, lineno: int, fast: bool) -
             f"{origin} line {lineno}: nested too deeply to read (not written by mcptape)"
         ) from None
     except (StopIteration, ValueError) as exc:
-        raise RecordingFormatError(_not_json(data, origin, lineno, ValueError(str(exc)))) from None
+        raise RecordingFormatError(_not_json(whole, origin, lineno, ValueError(str(exc)))) from None
     if end != len(body):
-        raise RecordingFormatError(_not_json(data, origin, lineno, ValueError("extra data")))
+        raise RecordingFormatError(_not_json(whole, origin, lineno, ValueError("extra data")))
     if type(rec) is not dict:
         raise RecordingFormatError(f"{origin} line {lineno}: a record must be a JSON object")
     return rec
@@ -175,17 +244,18 @@ def _byte_lines(data: bytes, origin: str, first: int = 1) -> Records:
                 f"{origin} line {lineno}: nested too deeply to read (not written by mcptape)"
             ) from None
         except (UnicodeDecodeError, ValueError) as exc:
-            raise RecordingFormatError(_not_json(data, origin, lineno, exc)) from exc
+            raise RecordingFormatError(_not_json(lambda: data, origin, lineno, exc)) from exc
         if not isinstance(rec, dict):
             raise RecordingFormatError(f"{origin} line {lineno}: a record must be a JSON object")
         yield lineno, rec
 
 
-def _not_json(data: bytes, origin: str, lineno: int, exc: Exception) -> str:
+def _not_json(whole: Callable[[], bytes], origin: str, lineno: int, exc: Exception) -> str:
     """Why a line is not JSON, said in the user's terms (a HAR file is the common case)."""
     if isinstance(exc, UnicodeDecodeError):
         return f"{origin} line {lineno}: not UTF-8 (truncated or edited by hand?)"
-    if lineno == 1 and data.lstrip()[:1] in (b"{", b"["):
+    data = whole() if lineno == 1 else b""
+    if data.lstrip()[:1] in (b"{", b"["):
         try:
             doc = json.loads(data)
         except (ValueError, RecursionError):
@@ -297,6 +367,9 @@ def frame_row(rec: dict[str, Any], where: str, trusted: bool = False) -> tuple[A
         type(seq) is not int
         or type(ts) is not float
         or type(mono) is not int
+        or not 0 < seq <= IMPORT_SEQ_MAX
+        or not 0.0 <= ts <= IMPORT_TIME_MAX
+        or not _INT64_LO <= mono <= _INT64_HI
         or type(text) is not str
         or direction not in _DIRECTIONS
         or channel not in _CHANNELS
@@ -321,16 +394,21 @@ def frame_row(rec: dict[str, Any], where: str, trusted: bool = False) -> tuple[A
 _RARE_KEYS = frozenset(("exchange", "complete", "sse_id", "sse_event", "base64"))
 
 
+_INT64_LO, _INT64_HI = -(2**63), 2**63 - 1
+
+
 def _frame_row_checked(rec: dict[str, Any], where: str, trusted: bool) -> tuple[Any, ...]:
     seq = rec.get("seq")
     if type(seq) is not int:
         _need(rec, "seq", int, where)
     ts = rec.get("ts")
     if type(ts) is not float:
-        ts = float(_need(rec, "ts", (int, float), where))
+        _need(rec, "ts", (int, float), where)
     mono = rec.get("mono_ns", 0)
-    if type(mono) is not int:
-        raise RecordingFormatError(f"{where}: field 'mono_ns' must be an integer")
+    why = validate.frame_problem(seq, ts, mono)
+    if why is not None:
+        raise RecordingFormatError(f"{where}: {why}")
+    ts = float(ts)  # type: ignore[arg-type]
     direction = rec.get("dir")
     if direction not in _DIRECTIONS:
         raise RecordingFormatError(f'{where}: \'dir\' must be "c2s" or "s2c"')
@@ -345,6 +423,9 @@ def _frame_row_checked(rec: dict[str, Any], where: str, trusted: bool) -> tuple[
     exchange = rec.get("exchange")
     if exchange is not None and type(exchange) is not int:
         raise RecordingFormatError(f"{where}: 'exchange' must be an integer")
+    for name in ("sse_id", "sse_event"):
+        if rec.get(name) is not None and type(rec[name]) is not str:
+            raise RecordingFormatError(f"{where}: field {name!r} must be a string")
     return (
         seq,
         ts,
@@ -387,6 +468,10 @@ def _header(stream: Records, origin: str) -> tuple[int, dict[str, Any]]:
     return version, header
 
 
+#: Called with a session and a page of its frame rows, which it owns from then on.
+OnPage = Callable[[SessionRecording, list[tuple[Any, ...]]], None]
+
+
 class _Reader:
     """Builds the model from validated records, one record at a time."""
 
@@ -405,13 +490,14 @@ class _Reader:
         }
         self.exchange_ids: dict[str, set[int]] = {}
         self.pending = 0
-        #: Each session's frames as row tuples (``FRAME_COLUMNS``), by session id.
+        #: Each session's frames not handed on yet, as row tuples (``FRAME_COLUMNS``), by id.
         self.rows: dict[str, list[tuple[Any, ...]]] = {}
+        #: Each session's last frame ``seq`` (frames must come in order).
+        self.last: dict[str, int] = {}
 
     def session(self, rec: dict[str, Any], where: str) -> None:
-        sid = _need(rec, "id", str, where)
-        _need(rec, "transport", str, where)
-        _need(rec, "started_at", (int, float), where)
+        _check(rec, validate.SESSION, where)
+        sid = rec["id"]
         if sid in self.sessions:
             raise RecordingFormatError(f"{where}: session {sid[:8]} appears twice")
         row = pick(rec, SESSION_FIELDS)
@@ -419,6 +505,7 @@ class _Reader:
         self.sessions[sid] = SessionRecording(row)
         self.exchange_ids[sid] = set()
         self.rows[sid] = []
+        self.last[sid] = 0
         self.order.append(self.sessions[sid])
         self.counts["sessions"] += 1
 
@@ -430,30 +517,29 @@ class _Reader:
         if kind == "frame":
             self.frame(owner, rec, where)
         elif kind == "http_exchange":
-            n = _need(rec, "n", int, where)
-            _need(rec, "method", str, where)
-            _need(rec, "url", str, where)
-            _need(rec, "started_at", (int, float), where)
+            _check(rec, validate.EXCHANGE, where)
+            n = rec["n"]
             owner.exchanges.append({"id": n, **pick(rec, EXCHANGE_FIELDS)})
             self.exchange_ids[owner.id].add(n)
             self.counts["http_exchanges"] += 1
         elif kind == "finding":
-            _need(rec, "code", str, where)
+            _check(rec, validate.FINDING, where)
             owner.findings.append(pick(rec, FINDING_FIELDS))
             self.counts["findings"] += 1
         else:
+            _check(rec, validate.ANNOTATION, where)
             owner.annotations.append(pick(rec, ANNOTATION_FIELDS))
             self.counts["annotations"] += 1
 
     def frame(self, owner: SessionRecording, rec: dict[str, Any], where: str) -> None:
         row = frame_row(rec, where, self.trusted)
-        rows = self.rows[owner.id]
-        if rows and row[0] <= rows[-1][0]:
+        if row[0] <= self.last[owner.id]:
             raise RecordingFormatError(f"{where}: frame seq {row[0]} is out of order")
         ex = row[13]
         if ex is not None and ex not in self.exchange_ids[owner.id]:
             raise RecordingFormatError(f"{where}: frame refers to unknown http exchange {ex}")
-        rows.append(row)
+        self.last[owner.id] = row[0]
+        self.rows[owner.id].append(row)
         self.counts["frames"] += 1
         if self.progress is not None:
             self.pending += 1
@@ -477,6 +563,12 @@ class _Reader:
                 )
 
 
+def _check(rec: dict[str, Any], fields: validate.Fields, where: str) -> None:
+    why = validate.problem(rec, fields)
+    if why is not None:
+        raise RecordingFormatError(f"{where}: {why}")
+
+
 _OWNED = frozenset(("http_exchange", "frame", "finding", "annotation"))
 
 
@@ -491,7 +583,8 @@ def loads_recording(
 
     Raises :class:`RecordingFormatError` with one line (file, line number, reason) for anything
     that is not a complete, well-formed recording: a truncated file, a hand-edit that broke a
-    line or a count, an unknown format version, a HAR file given as JSON Lines.
+    line or a count, an unknown format version, a HAR file given as JSON Lines, a value no
+    recording holds (``docs/recording-format.md``, "Values").
     """
     recording, rows = loads_rows(data, origin, progress, reclassify=reclassify)
     for s, frames in zip(recording.sessions, rows, strict=True):
@@ -507,14 +600,71 @@ def loads_rows(
     *,
     reclassify: bool = False,
 ) -> tuple[Recording, list[list[tuple[Any, ...]]]]:
-    """:func:`loads_recording` for an import: the sessions without their frames, and each
-    session's frames as row tuples (``FRAME_COLUMNS`` order), validated the same way.
+    """:func:`loads_recording` as row tuples: the sessions without their frames, and each
+    session's frames as row tuples (``FRAME_COLUMNS`` order), validated the same way."""
+    if not data.strip():
+        raise RecordingFormatError(f"{origin} is empty")
+    return read_rows(_lines(data, origin), origin, progress, reclassify=reclassify)
+
+
+def stream_rows(
+    path: str | os.PathLike[str],
+    on_page: OnPage,
+    page: int,
+    progress: Progress | None = None,
+    *,
+    reclassify: bool = False,
+) -> Recording:
+    """Read, upgrade and validate a recording file as a stream (what ``import`` does): each
+    session's frames are handed to ``on_page`` as soon as ``page`` of them are read, and the
+    rest after the file's last line was checked. Memory is a block of the file, a page per
+    session and what the file says about its sessions (exchanges, findings, annotations) —
+    never its frames. Raises :class:`RecordingFormatError` as :func:`loads_recording` does,
+    possibly after pages were handed on (an import writes in one transaction)."""
+    origin = str(path)
+
+    def whole() -> bytes:
+        return _file_head(path, IMPORT_READ * 64)
+
+    blocks = file_blocks(path, origin)
+    recording, rest = read_rows(
+        _block_lines(blocks, origin, whole),
+        origin,
+        progress,
+        reclassify=reclassify,
+        on_page=on_page,
+        page=page,
+    )
+    for s, rows in zip(recording.sessions, rest, strict=True):
+        if rows:
+            on_page(s, rows)
+    return recording
+
+
+def _file_head(path: str | os.PathLike[str], limit: int) -> bytes:
+    """A file's bytes if it is no longer than ``limit`` (for a hint about what it is), else b""."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError:
+        return b""
+    return data if len(data) <= limit else b""
+
+
+def read_rows(
+    stream: Records,
+    origin: str,
+    progress: Progress | None = None,
+    *,
+    reclassify: bool = False,
+    on_page: OnPage | None = None,
+    page: int = sys.maxsize,
+) -> tuple[Recording, list[list[tuple[Any, ...]]]]:
+    """The records of ``stream`` (a file's lines) read and checked: the sessions without their
+    frames, and each session's frames not handed to ``on_page`` (all of them without it).
 
     A dict per frame was a third of an import's time, for fields the store wants as a tuple.
     """
-    if not data.strip():
-        raise RecordingFormatError(f"{origin} is empty")
-    stream = _lines(data, origin)
     version, header = _header(stream, origin)
     records: Records = stream
     for v in range(version, FORMAT_VERSION):
@@ -528,10 +678,12 @@ def loads_rows(
     end: dict[str, Any] | None = None
     last_line = 1
     rows_of = reader.rows
+    last_of = reader.last
     exchange_ids = reader.exchange_ids
     row_of = frame_row
     step = PROGRESS_STEP
     pending = 0
+    handed = 0
     for lineno, rec in records:
         last_line = lineno
         kind = rec.get("type")
@@ -547,16 +699,21 @@ def loads_rows(
             except RecordingFormatError:
                 row_of(rec, f"{origin} line {lineno}", trusted)
                 raise
-            if rows and row[0] <= rows[-1][0]:
+            if row[0] <= last_of[sid]:
                 raise RecordingFormatError(
                     f"{origin} line {lineno}: frame seq {row[0]} is out of order"
                 )
+            last_of[sid] = row[0]
             ex = row[13]
             if ex is not None and ex not in exchange_ids[sid]:
                 raise RecordingFormatError(
                     f"{origin} line {lineno}: frame refers to unknown http exchange {ex}"
                 )
             rows.append(row)
+            if len(rows) >= page and on_page is not None:
+                rows_of[sid] = []
+                handed += len(rows)
+                on_page(reader.sessions[sid], rows)
             if progress is not None:
                 pending += 1
                 if pending >= step:
@@ -574,7 +731,7 @@ def loads_rows(
             end = rec
         else:
             raise RecordingFormatError(f"{where}: unknown record type {kind!r}")
-    reader.counts["frames"] += sum(len(r) for r in rows_of.values())
+    reader.counts["frames"] += handed + sum(len(r) for r in rows_of.values())
     reader.pending += pending
     reader.check_end(end, last_line)
     recording = Recording(reader.order, origin=origin, version=version)

@@ -147,6 +147,21 @@ def _exchange_attrs(ex: Any, base: dict[str, Any]) -> tuple[dict[str, Any], str 
     return attrs, None
 
 
+def _utf8(value: Any) -> Any:
+    """A string as OTLP can carry it: a lone surrogate (``"\\ud800"`` in a frame's JSON, which
+    no UTF-8 holds) written as the six characters ``\\ud800``, as the database stores it."""
+    if type(value) is str and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
+def _utf8_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    return {key: _utf8(value) for key, value in attrs.items()}
+
+
 def _ns(ts: float | None) -> int:
     return round((ts or 0.0) * 1e9)
 
@@ -162,7 +177,7 @@ def session_spans(s: SessionRecording) -> list[ReadableSpan]:
     analysis = analyse(s)
     resource = Resource({"service.name": "mcptape", "service.version": __version__})
     scope = InstrumentationScope("mcptape", __version__)
-    base = _session_attrs(s)
+    base = _utf8_attrs(_session_attrs(s))
     trace_id = _ident(16, "trace", s.id)
     root = SpanContext(trace_id, _ident(8, "session", s.id), False, TraceFlags(1))
     frames = {f["seq"]: f for f in s.frames}
@@ -182,6 +197,7 @@ def session_spans(s: SessionRecording) -> list[ReadableSpan]:
     ]
     for ex in analysis.exchanges:
         attrs, failure = _exchange_attrs(ex, base)
+        attrs, failure = _utf8_attrs(attrs), _utf8(failure)
         request = frames.get(ex.request_seq)
         joined = _traceparent(parse_json(bytes(request["raw"]))) if request else None
         span_id = _ident(8, "exchange", s.id, ex.request_seq)
@@ -196,7 +212,7 @@ def session_spans(s: SessionRecording) -> list[ReadableSpan]:
         end = ex.response_ts if ex.response_ts is not None else ex.request_ts
         spans.append(
             ReadableSpan(
-                name=name,
+                name=_utf8(name),
                 context=ctx,
                 parent=parent,
                 resource=resource,

@@ -4,8 +4,8 @@ Export and import move whole sessions, tens of thousands of frames at a time, so
 go through the dashboard's async read API (one awaited round trip per page of rows) nor through
 the recorder (built for a live trickle of frames, with classification, numbering and handshake
 tracking that an import already has from the file). This module reads a session's rows in
-pages over one sync connection and writes an imported session in one transaction with
-``executemany`` — the store keeps every SQL statement; callers see plain dicts.
+pages over one sync connection and writes an import in one transaction, a page of frames at a
+time (:class:`ImportWriter`) — the store keeps every SQL statement; callers see plain dicts.
 
 It imports nothing of the project above the store: the recording package converts these rows
 to and from its model.
@@ -14,7 +14,7 @@ to and from its model.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ from sqlalchemy.engine import Engine
 
 from mcp_proxy.errors import StoreError
 from mcp_proxy.frames import column_id
+from mcp_proxy.limits import IMPORT_METHOD_CACHE, IMPORT_SQLITE_CACHE_KIB
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store import schema
 from mcp_proxy.store.columns import (
@@ -39,7 +40,14 @@ from mcp_proxy.store.columns import (
 from mcp_proxy.store.rows import storable
 from mcp_proxy.store.schema import findings, frames, http_exchanges, methods, sessions
 
-__all__ = ["EXPORT_COLUMNS", "FRAME_COLUMNS", "RecordingStore", "SessionRows", "class_key_parts"]
+__all__ = [
+    "EXPORT_COLUMNS",
+    "FRAME_COLUMNS",
+    "ImportWriter",
+    "RecordingStore",
+    "SessionRows",
+    "class_key_parts",
+]
 
 #: The columns :meth:`RecordingStore.iter_frame_codes` gives, in order. ``class_key`` folds a
 #: frame's direction, channel, kind and method codes into one integer (:func:`class_key_parts`).
@@ -81,8 +89,8 @@ _MSG_ID_MAX = 300
 _SSE_ID_MAX = 200
 _SSE_EVENT_MAX = 100
 PAGE = 10_000
-#: SQLite page cache for an import's connection, in KiB.
-BULK_CACHE_KIB = 64 * 1024
+#: SQLite page cache for an import's connection, in KiB (``limits.IMPORT_SQLITE_CACHE_KIB``).
+BULK_CACHE_KIB = IMPORT_SQLITE_CACHE_KIB
 
 
 def _short(exc: BaseException) -> str:
@@ -243,99 +251,150 @@ class RecordingStore:
             raise StoreError(_short(exc)) from exc
 
     # ------------------------------------------------------------------ writing
-    def import_session(
-        self,
-        session: dict[str, Any],
-        exchanges: Sequence[dict[str, Any]],
-        frame_pages: Iterable[tuple[Sequence[tuple[Any, ...]], Collection[int]]],
-        recorded: Sequence[dict[str, Any]],
-        notes: Sequence[dict[str, Any]],
-    ) -> tuple[str, int]:
-        """Write one session in one transaction; returns its new id and the frames written.
+    def import_writer(self) -> ImportWriter:
+        """A writer for one import, in one transaction (use it as a context manager)."""
+        return ImportWriter(self.engine)
 
-        ``exchanges`` carry their per-session number as ``id``. ``frame_pages`` are pages of
-        frame rows (:data:`FRAME_COLUMNS` order) in recording order, each with the positions
-        of its rows to mark ``redacted``; frames are numbered 1, 2, … here (the rows' own
-        ``seq`` is ignored) and point at the exchange numbers, which become database ids.
-        Derived columns are made storable as the recorder makes them (:func:`storable`: lone
-        surrogates escaped, integers beyond 64 bits dropped; text cut to its column; a long id
-        shortened by :func:`mcp_proxy.frames.column_id`) — the raw bytes, which they are
-        derived from, always go in whole. Frames go to ``frame_rows`` directly, with their
-        codes: ``executemany`` on SQLite, binary ``COPY`` on PostgreSQL.
-        """
+
+class ImportWriter:
+    """One import's writes, in one transaction: nothing is kept unless :meth:`commit` is reached.
+
+    Sessions are written as the file declares them (:meth:`session`), their exchanges and frames
+    a page at a time (:meth:`exchanges`, :meth:`frames`), their findings, annotations and final
+    counts at the end (:meth:`finish`). Frames go to ``frame_rows`` directly, with their codes:
+    ``executemany`` on SQLite, binary ``COPY`` on PostgreSQL. Leaving the ``with`` block without
+    :meth:`commit` (a bad line further on, an interrupt) rolls everything back.
+
+    Derived columns are made storable as the recorder makes them (:func:`storable`: lone
+    surrogates escaped, integers beyond 64 bits dropped; text cut to its column; a long id
+    shortened by :func:`mcp_proxy.frames.column_id`) — the raw bytes, which they are derived
+    from, always go in whole.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        from mcp_proxy.store.writes import frame_insert_sql
+
+        self.engine = engine
+        self.pg = engine.dialect.name == "postgresql"
+        self.sql = None if self.pg else frame_insert_sql(engine)
+        #: Method name (as the file has it) → code; bounded (``IMPORT_METHOD_CACHE``).
+        self.methods: dict[str, int] = {}
+        self._conn: sa.Connection | None = None
+        self._trans: sa.RootTransaction | None = None
+
+    def __enter__(self) -> ImportWriter:
+        try:
+            self._conn = self.engine.connect()
+            self._trans = self._conn.begin()
+            if not self.pg:
+                # Five indexes on frames: with SQLite's default 2 MiB page cache a large import
+                # spends its time re-reading index pages. This connection only.
+                self._conn.exec_driver_sql(f"PRAGMA cache_size = -{BULK_CACHE_KIB}")
+        except sa.exc.DBAPIError as exc:
+            self.__exit__(None, None, None)
+            raise StoreError(f"import failed: {_short(exc)}") from exc
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            if self._trans is not None and self._trans.is_active:
+                self._trans.rollback()
+        finally:
+            conn.close()
+
+    @property
+    def conn(self) -> sa.Connection:
+        if self._conn is None:
+            raise StoreError("import failed: the writer is closed")
+        return self._conn
+
+    def commit(self) -> None:
+        try:
+            if self._trans is not None:
+                self._trans.commit()
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(f"import failed: {_short(exc)}") from exc
+
+    def session(self, session: dict[str, Any]) -> tuple[str, int]:
+        """Insert a session row (a new id; ``frame_count`` 0 until :meth:`finish`): its id, key."""
+        from mcp_proxy.store.codes import resolve
+
         new_id = uuid.uuid4().hex
         row = {k: v for k, v in session.items() if k in sessions.c and k != "id"}
         row.update(id=new_id, frame_count=0)
+        keys: dict[str, int] = {}
         try:
-            with self.engine.begin() as conn:
-                if self.engine.dialect.name == "sqlite":
-                    # Five indexes on frames: with SQLite's default 2 MiB page cache a large
-                    # import spends its time re-reading index pages. This connection only.
-                    conn.exec_driver_sql(f"PRAGMA cache_size = -{BULK_CACHE_KIB}")
-                conn.execute(sessions.insert(), [row])
-                ids = self._insert_exchanges(conn, new_id, exchanges)
-                count, last = self._insert_frames(conn, new_id, frame_pages, ids)
-                conn.execute(
-                    sessions.update()
-                    .where(sessions.c.id == new_id)
-                    .values(frame_count=count, updated_at=row.get("updated_at") or last)
-                )
-                if recorded:
-                    conn.execute(findings.insert(), [{**f, "session_id": new_id} for f in recorded])
-                if notes:
-                    conn.execute(
-                        schema.annotations.insert(), [{**n, "session_id": new_id} for n in notes]
-                    )
+            self.conn.execute(sessions.insert(), [row])
+            resolve(self.conn.connection.driver_connection, keys, {}, [(new_id,) + (None,) * 7])
         except sa.exc.DBAPIError as exc:
             raise StoreError(f"import failed: {_short(exc)}") from exc
-        return new_id, count
+        key = keys.get(new_id)
+        if key is None:
+            raise StoreError(f"import failed: session {new_id} has no key")
+        return new_id, key
 
-    @staticmethod
-    def _insert_exchanges(
-        conn: sa.Connection, session_id: str, exchanges: Sequence[dict[str, Any]]
-    ) -> dict[int, int]:
+    def exchanges(self, session_id: str, exchanges: Sequence[dict[str, Any]]) -> dict[int, int]:
+        """Insert exchanges (each with its per-session number as ``id``): number → database id."""
         if not exchanges:
             return {}
         names = [c.name for c in http_exchanges.c if c.name not in ("id", "session_id")]
         params = [{"session_id": session_id, **{n: ex.get(n) for n in names}} for ex in exchanges]
         stmt = http_exchanges.insert().returning(http_exchanges.c.id, sort_by_parameter_order=True)
-        result = conn.execute(stmt, params)
-        return {int(ex["id"]): int(db[0]) for ex, db in zip(exchanges, result, strict=True)}
+        try:
+            result = self.conn.execute(stmt, params)
+            return {int(ex["id"]): int(db[0]) for ex, db in zip(exchanges, result, strict=True)}
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(f"import failed: {_short(exc)}") from exc
 
-    def _insert_frames(
+    def frames(
         self,
-        conn: sa.Connection,
-        session_id: str,
-        frame_pages: Iterable[tuple[Sequence[tuple[Any, ...]], Collection[int]]],
+        key: int,
+        before: int,
+        page: Sequence[tuple[Any, ...]],
+        marked: Collection[int],
         exchange_ids: dict[int, int],
-    ) -> tuple[int, float | None]:
-        from mcp_proxy.store.codes import resolve
-        from mcp_proxy.store.writes import frame_insert_sql
-
+    ) -> None:
+        """Write a page of frame rows (:data:`FRAME_COLUMNS` order), numbered after ``before``
+        (the rows' own ``seq`` is ignored), ``marked`` rows flagged ``redacted``."""
+        if not page:
+            return
+        conn = self.conn
         dbapi = conn.connection.driver_connection
-        keys: dict[str, int] = {}
-        resolve(dbapi, keys, {}, [(session_id,) + (None,) * 7])
-        key = keys.get(session_id)
-        if key is None:
-            raise StoreError(f"import failed: session {session_id} has no key")
-        pg = self.engine.dialect.name == "postgresql"
-        sql = None if pg else frame_insert_sql(self.engine)
-        methods: dict[str, int] = {}
-        count = 0
-        last: float | None = None
-        for page, marked in frame_pages:
-            if not page:
-                continue
-            stored = _stored_page(dbapi, key, count, page, marked, exchange_ids, methods)
-            if pg:
+        if len(self.methods) > IMPORT_METHOD_CACHE:
+            self.methods.clear()
+        try:
+            stored = _stored_page(dbapi, key, before, page, marked, exchange_ids, self.methods)
+            if self.pg:
                 from mcp_proxy.store import pg as pg_mod
 
                 pg_mod.copy_into(conn, "frame_rows", STORED_FRAME_COLS, stored)
             else:
-                conn.exec_driver_sql(sql, stored)  # type: ignore[arg-type]
-            count += len(page)
-            last = page[-1][1]
-        return count, last
+                conn.exec_driver_sql(self.sql, stored)  # type: ignore[arg-type]
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(f"import failed: {_short(exc)}") from exc
+
+    def finish(
+        self,
+        session_id: str,
+        values: dict[str, Any],
+        recorded: Sequence[dict[str, Any]],
+        notes: Sequence[dict[str, Any]],
+    ) -> None:
+        """A session's last word: its row's ``values`` (frame count, times), findings, notes."""
+        conn = self.conn
+        try:
+            conn.execute(sessions.update().where(sessions.c.id == session_id).values(**values))
+            if recorded:
+                conn.execute(findings.insert(), [{**f, "session_id": session_id} for f in recorded])
+            if notes:
+                conn.execute(
+                    schema.annotations.insert(), [{**n, "session_id": session_id} for n in notes]
+                )
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(f"import failed: {_short(exc)}") from exc
 
 
 _INT64 = (-(2**63), 2**63 - 1)
