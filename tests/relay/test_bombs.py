@@ -35,6 +35,7 @@ import brotli
 import pytest
 
 from mcp_proxy.limits import MAX_INFLATED_BODY
+from mcp_proxy.relay.http.common import cut_findings, decode_for_record
 from tests.forward.conftest import run_forward
 from tests.helpers.db import wait_until
 from tests.relay.conftest import Proxy, run_proxy
@@ -153,6 +154,25 @@ def test_the_cheap_bombs_are_valid_streams() -> None:
     assert gzip.decompress(_gzip_stream(8 * MIB)) == bytes(8 * MIB)
     assert zlib.decompress(_deflate_stream(8 * MIB)) == bytes(8 * MIB)
     assert brotli.decompress(_brotli_stream(48 * MIB)) == bytes(48 * MIB)
+
+
+def test_decode_for_record_keeps_the_limit_whole_and_cuts_past_it() -> None:
+    """The near miss and the trigger of ``recorder.body_cut``, without a process (fast)."""
+    exact = decode_for_record(_gzip_stream(MAX_INFLATED_BODY), "gzip", "response", None)
+    assert exact.complete and exact.note is None and exact.data == bytes(MAX_INFLATED_BODY)
+    over = decode_for_record(_gzip_stream(MAX_INFLATED_BODY + MIB), "gzip", "request", None)
+    assert not over.complete and over.data == bytes(MAX_INFLATED_BODY)
+    assert over.note is not None
+    cut = over.note["request_body_inflate_cut"]
+    assert cut == {"coding": "gzip", "wire_size": cut["wire_size"], "recorded": MAX_INFLATED_BODY}
+    (finding,) = cut_findings(over.note)
+    assert finding["code"] == "recorder.body_cut" and finding["severity"] == "warning"
+    assert "request body (gzip" in finding["detail"]
+    assert cut_findings({"response_body_inflate_broken": {}}) == []
+    broken = decode_for_record(_gzip_stream(8 * MIB)[:-100], "gzip", "response", None)
+    assert not broken.complete and broken.note and "response_body_inflate_broken" in broken.note
+    junk = decode_for_record(b"not gzip", "gzip", "response", "application/json")
+    assert junk.data is None and junk.note and "not decoded" in junk.note["response_body"]["note"]
 
 
 # --------------------------------------------------------------------------- the origin
