@@ -28,6 +28,13 @@ SMALL_BODY = 1 << 20
 SMALL_RESPONSE = 256 * 1024
 #: The most bytes of one body kept for the recording (the relay forwards everything).
 MAX_RECORDED_BODY = 64 << 20
+#: The most bytes a compressed body (``Content-Encoding`` gzip, deflate, br, zstd) is inflated
+#: to for the recording: a 5 MB gzip body of zeros inflates to 5 GiB and a 1 MB brotli one to
+#: more, so decoding stops at the recorded-body limit. The body itself is forwarded unchanged.
+MAX_INFLATED_BODY = MAX_RECORDED_BODY
+#: Bytes of compressed input handed to a decoder per step, and bytes of output asked of it per
+#: step: what a decoder holds beyond the inflated body itself stays this small.
+INFLATE_STEP = 1 << 20
 #: Non-MCP bodies (OAuth, discovery documents) are kept in exchange meta up to this size.
 META_BODY_LIMIT = 64 << 10
 #: How long the rest of an event stream is read after the host left with its response.

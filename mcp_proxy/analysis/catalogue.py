@@ -109,6 +109,19 @@ _e(
     item carried may be missing from the recording. Please report it with the detail.""",
     "",
 )
+_e(
+    "recorder.body_cut",
+    W,
+    "A body was recorded in part",
+    """Written by the HTTP relay and the forward proxy, not the analyzer: a compressed request or
+    response body (Content-Encoding gzip, deflate, br or zstd) inflates past the most mcptape
+    decodes for the recording (64 MiB, the recorded-body limit) — a decompression bomb, or a
+    huge message. The body was forwarded unchanged, byte for byte; the recording keeps its first
+    64 MiB decoded, as a frame marked incomplete, and the exchange's meta says so
+    (request_body_inflate_cut / response_body_inflate_cut: coding, size on the wire, bytes
+    recorded).""",
+    f"{RFC9110}#name-content-encoding",
+)
 
 # ------------------------------------------------------------------------------ JSON-RPC errors
 _e(
@@ -973,6 +986,7 @@ FOREIGN_CODES = frozenset(
         "recorder.undecodable",
         "recorder.value_escaped",
         "recorder.internal_error",
+        "recorder.body_cut",
         "forward.upstream_tls",
     }
     | {e.code for e in _ENTRIES if e.area == "inject"}

@@ -53,7 +53,7 @@ from mcp_proxy.headers import mcp_headers
 from mcp_proxy.limits import MAX_RECORDED_BODY, STREAM_ABOVE
 from mcp_proxy.recorder.contract import Producer
 from mcp_proxy.redact import ENV_REDACT, Redactor
-from mcp_proxy.relay.http.common import default_reason, meta_body
+from mcp_proxy.relay.http.common import cut_findings, decode_for_record, default_reason, meta_body
 from mcp_proxy.relay.http.sessions import (
     RULE_CLIENT,
     RULE_LEGACY_SSE,
@@ -345,6 +345,8 @@ class McpTape:
         final.update(ex.late)
         rec = self.recorder
         assert ex.entry is not None
+        for finding in cut_findings(ex.meta):  # a body cut for the recording (a bomb)
+            self.add_finding(ex, **finding)
         if ex.local_id is None:
             ex.fields.update(final)
             if rec is not None:
@@ -446,6 +448,12 @@ class McpTape:
         facts = view.body_facts() if kind == KIND_MCP else None
         ex.facts = facts
         ctype = view.header("content-type")
+        coding = (view.header("content-encoding") or "identity").strip().lower()
+        complete = True
+        if body and coding != "identity":  # decoded after it went, bounded (a bomb's head)
+            decoded = decode_for_record(body, coding, "request", ctype)
+            meta.update(decoded.note or {})
+            body, complete = decoded.data or b"", decoded.complete
         if body:
             if kind == KIND_MCP:
                 self.frame(
@@ -456,7 +464,7 @@ class McpTape:
                         body,
                         time.monotonic_ns(),
                         ex.fields["started_at"],
-                        not cut,
+                        complete and not cut,
                         extra={"content_type": ctype},
                     ),
                 )
@@ -760,16 +768,12 @@ class McpTape:
         if not body or ex.kind == KIND_DROPPED:
             return
         encoding = ex.meta.get("content_encoding")
-        if encoding:
-            decoded = _decode(body, encoding)
-            if decoded is None:
-                ex.meta["response_body"] = {
-                    "size": len(body),
-                    "content_type": ctype,
-                    "note": f"{encoding}-encoded body not decoded for the recording",
-                }
+        if encoding:  # bounded: a decompression bomb costs MAX_INFLATED_BODY bytes at most
+            decoded = decode_for_record(body, encoding, "response", ctype)
+            ex.meta.update(decoded.note or {})
+            if decoded.data is None:
                 return
-            body = decoded
+            body, complete = decoded.data, complete and decoded.complete
         jsonish = ctype.lower().startswith("application/json") or body.lstrip()[:1] in (b"{", b"[")
         if ex.kind == KIND_MCP and jsonish:
             self.frame(
@@ -786,16 +790,6 @@ class McpTape:
             )
         else:
             ex.meta["response_body"] = meta_body(self.redactor, body, ctype)
-
-
-def _decode(body: bytes, encoding: str) -> bytes | None:
-    try:
-        from mitmproxy.net import encoding as mencoding
-
-        out = mencoding.decode(body, encoding)
-    except Exception:
-        return None
-    return out if isinstance(out, bytes) else None
 
 
 # body_facts is re-exported for the OAuth linker and tests (one parser of request bodies).

@@ -21,7 +21,7 @@ class Backlog:
     def __init__(self, *, memory_limit: int = 16 << 20, disk_limit: int = 1 << 30) -> None:
         self.memory_limit = memory_limit
         self.disk_limit = disk_limit
-        self._mem: deque[bytes] = deque()
+        self._mem: deque[bytes | memoryview] = deque()
         self._mem_bytes = 0
         self._file: IO[bytes] | None = None
         self._read = 0  # next byte of the spill file to hand out
@@ -39,7 +39,7 @@ class Backlog:
     def memory_bytes(self) -> int:
         return self._mem_bytes
 
-    def append(self, data: bytes, *, force: bool = False) -> bool:
+    def append(self, data: bytes | memoryview, *, force: bool = False) -> bool:
         """Queue ``data`` after everything queued; False (nothing queued) past the disk limit.
 
         ``force`` queues it anyway: for the small records that carry no frames (a session's
@@ -62,7 +62,7 @@ class Backlog:
         self.spilled_total += len(data)
         return True
 
-    def peek(self) -> bytes:
+    def peek(self) -> bytes | memoryview:
         """The next bytes to write (memory first, then the file); empty when nothing is queued."""
         if self._mem:
             return self._mem[0]

@@ -334,12 +334,13 @@ class RecorderClient(Producer):
                     return
                 if n == total:
                     return
-                rest = b"".join(parts)[n:]
+                # A view, not a slice: a slice would copy a 64 MiB frame once more.
+                rest: bytes | memoryview = memoryview(b"".join(parts))[n:]
             else:
                 rest = b"".join(parts)
             self._queue_locked(rest, sid, frames)
 
-    def _queue_locked(self, record: bytes, sid: str | None, frames: int) -> None:
+    def _queue_locked(self, record: bytes | memoryview, sid: str | None, frames: int) -> None:
         """Into the backlog (memory, then a spill file); past its disk limit, count the loss."""
         if self._refused:
             self._backlog.append(self._pack(self._lost_item()), force=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import socket
+import socketserver
+import threading
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -270,3 +272,73 @@ def test_session_without_delete_ends_at_its_last_exchange(
     assert stopped_at - session["ended_at"] > 2.0
     grouping = session["meta"]["grouping"]
     assert grouping["ended_by"] == "relay stopped" and grouping["open_ended"] is True
+
+
+# --------------------------------------------------------------------------- issue 22, defect 18
+class _RawUpstream(socketserver.ThreadingTCPServer):
+    """An upstream that takes any head (aiohttp's server would refuse two Hosts itself) and
+    keeps the raw heads it got; it answers every request with one small JSON-RPC result."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _RawHandler)
+        self.heads: list[bytes] = []
+
+
+class _RawHandler(socketserver.StreamRequestHandler):
+    server: _RawUpstream
+
+    def handle(self) -> None:
+        while True:
+            lines = []
+            length = 0
+            while (line := self.rfile.readline(65536)) not in (b"\r\n", b""):
+                lines.append(line)
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if not lines:
+                return
+            self.server.heads.append(b"".join(lines))
+            self.rfile.read(length)
+            body = b'{"jsonrpc":"2.0","id":1,"result":{}}'
+            self.wfile.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+            )
+
+
+def test_two_host_headers_are_refused(proxy: Any) -> None:
+    """A loopback ``Host`` then ``Host: evil.example``: 400 from the relay, nothing upstream.
+
+    The Host check read only the first value, so a second one passed it and went upstream
+    with the request (RFC 9112 §3.2: a request with more than one Host gets a 400). The next
+    request (a new connection: a refusal closes) is answered as usual.
+    """
+    up = _RawUpstream()
+    threading.Thread(target=up.serve_forever, daemon=True).start()
+    try:
+        with proxy(f"http://127.0.0.1:{up.server_address[1]}/mcp") as px:
+            netloc = urlsplit(px.url).netloc.encode()
+            body = rpc("ping")
+            for hosts in (
+                b"Host: %b\r\nHost: evil.example\r\n" % netloc,
+                b"Host: %b\r\nhost: %b\r\n" % (netloc, netloc),
+            ):
+                request = (
+                    b"POST /mcp HTTP/1.1\r\n%bContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%b" % (hosts, len(body), body)
+                )
+                head, data = raw_head(px.url, request)
+                assert head.startswith(b"HTTP/1.1 400 "), (head, data)
+                assert b"Host" in data, data
+            assert up.heads == []
+            status, _, _ = http_raw(px.url, "POST", "/mcp", H_JSON, rpc("ping", id_=2))
+            assert status == 200
+            assert len(up.heads) == 1 and up.heads[0].lower().count(b"host:") == 1
+            assert px.stop() == 0
+    finally:
+        up.shutdown()
+        up.server_close()

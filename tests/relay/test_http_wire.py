@@ -165,7 +165,29 @@ def test_gzip_body_relayed_compressed_recorded_decoded(
         assert px.stop() == 0
     (frame,) = px.frames()
     assert frame["raw"] == b'{"jsonrpc":"2.0","id":1,"result":{"gz":true}}'
+    assert frame["complete"] == 1
     assert px.exchanges()[0]["meta"]["content_encoding"] == "gzip"
+    # The near miss of recorder.body_cut (tests/relay/test_bombs.py): a whole body, no finding.
+    assert not px.query("SELECT 1 FROM findings WHERE code = 'recorder.body_cut'")
+
+
+def test_gzip_request_body_relayed_compressed_recorded_decoded(
+    proxy: Any, fake_upstream: FakeUpstream
+) -> None:
+    """A compressed request body goes upstream as sent; its frame is the decoded message."""
+    body = rpc("ping", id_=7)
+    packed = gzip.compress(body)
+    with proxy(fake_upstream.origin + "/rpc") as px:
+        headers = [*H_JSON, ("Content-Encoding", "gzip")]
+        status, _, _ = http_raw(px.url, "POST", "/rpc", headers, packed)
+        # (aiohttp's server inflates what it got: the compressed bytes arrived whole and valid;
+        # tests/relay/test_bombs.py compares the exact bytes with a raw origin.)
+        seen = fake_upstream.seen[-1]
+        assert status == 200 and seen["body"] == body
+        assert ["Content-Encoding", "gzip"] in seen["raw_headers"]
+        assert px.stop() == 0
+    c2s = [f for f in px.frames() if f["direction"] == "c2s"]
+    assert [(bytes(f["raw"]), f["complete"], f["kind"]) for f in c2s] == [(body, 1, "request")]
 
 
 def read_sse_raw(base: str, path: str, method: str = "GET") -> tuple[bytes, list[float]]:

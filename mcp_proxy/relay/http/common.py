@@ -10,18 +10,15 @@ import contextlib
 import ipaddress
 import json
 import socket
-import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from yarl import URL
 
+from mcp_proxy.bounded import InflateError, inflate
 from mcp_proxy.errors import UserError
 from mcp_proxy.frames import Frame
-from mcp_proxy.headers import HOP_BY_HOP
-from mcp_proxy.limits import (
-    META_BODY_LIMIT,
-)
+from mcp_proxy.limits import MAX_INFLATED_BODY, META_BODY_LIMIT
 from mcp_proxy.netutil import is_loopback
 from mcp_proxy.redact import Redactor
 
@@ -29,10 +26,6 @@ if TYPE_CHECKING:
     from mcp_proxy.relay.http.upstream import UpstreamResponse
 
 
-HOP_BY_HOP_B = frozenset(h.encode() for h in HOP_BY_HOP)
-#: Response headers not forwarded. ``Content-Length`` is forwarded as the upstream sent it
-#: (name, casing, place): the relay never re-frames a body it relays.
-RESPONSE_DROP = HOP_BY_HOP
 MCP_SESSION_ID = "Mcp-Session-Id"
 
 
@@ -221,18 +214,67 @@ def default_reason(status: int) -> str:
     return reason
 
 
-def decompress(body: bytes, encoding: str) -> bytes | None:
+#: The finding a body cut for the recording gets (analysis/catalogue.py).
+BODY_CUT = "recorder.body_cut"
+BODY_CUT_TITLE = "A body was recorded in part"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedBody:
+    """A ``Content-Encoding``'d body as the recording keeps it (:func:`decode_for_record`)."""
+
+    #: The decoded bytes to record, or None when the body is not decoded (``note`` says why).
+    data: bytes | None
+    #: False when ``data`` is not the whole decoded body (cut at the limit, or the coded stream
+    #: broke off).
+    complete: bool
+    #: What to add to the exchange's meta (a cut, a body left undecoded), or None; a cut one
+    #: (``<side>_body_inflate_cut``) calls for a finding (:func:`cut_findings`).
+    note: dict[str, Any] | None = None
+
+
+def decode_for_record(body: bytes, coding: str, side: str, ctype: str | None) -> RecordedBody:
+    """Decode a compressed ``side`` ("request" or "response") body for the recording, bounded.
+
+    The body was forwarded unchanged before this runs; what is recorded is at most
+    ``MAX_INFLATED_BODY`` decoded bytes (a decompression bomb costs that much, not what it
+    inflates to), marked incomplete, with a note and a finding. Shared by the reverse relay and
+    the forward proxy."""
     try:
-        if encoding in ("gzip", "x-gzip"):
-            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
-        if encoding == "deflate":
-            try:
-                return zlib.decompress(body)
-            except zlib.error:
-                return zlib.decompress(body, -zlib.MAX_WBITS)
-    except zlib.error:
-        return None
-    return None
+        got = inflate(body, coding, MAX_INFLATED_BODY)
+    except InflateError as exc:
+        note = {
+            "size": len(body),
+            "content_type": ctype,
+            "note": f"{coding}-encoded body not decoded for the recording ({exc})",
+        }
+        return RecordedBody(None, False, {f"{side}_body": note})
+    if got.cut:
+        cut = {"coding": coding, "wire_size": len(body), "recorded": len(got.data)}
+        return RecordedBody(got.data, False, {f"{side}_body_inflate_cut": cut})
+    if not got.ended:
+        broken = {"coding": coding, "wire_size": len(body), "recorded": len(got.data)}
+        return RecordedBody(got.data, False, {f"{side}_body_inflate_broken": broken})
+    return RecordedBody(got.data, True)
+
+
+def cut_findings(meta: dict[str, Any]) -> list[dict[str, str]]:
+    """The ``recorder.body_cut`` findings an exchange's meta calls for (one per cut body)."""
+    out = []
+    for side in ("request", "response"):
+        cut = meta.get(f"{side}_body_inflate_cut")
+        if cut is None:
+            continue
+        detail = (
+            f"The {side} body ({cut['coding']}, {cut['wire_size']} bytes on the wire) inflates "
+            f"past {cut['recorded']} bytes, the most decoded for the recording (a decompression "
+            "bomb, or a huge message). It was forwarded unchanged; the recording keeps its first "
+            f"{cut['recorded']} decoded bytes, marked incomplete."
+        )
+        out.append(
+            {"code": BODY_CUT, "severity": "warning", "title": BODY_CUT_TITLE, "detail": detail}
+        )
+    return out
 
 
 class RecorderLike(Protocol):

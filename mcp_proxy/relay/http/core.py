@@ -25,6 +25,7 @@ from mcp_proxy.relay.http.common import (
     RecorderLike,
     RelayConfig,
     Target,
+    decode_for_record,
     jsonrpc_error_body,
 )
 from mcp_proxy.relay.http.common import meta_body as summarize_body
@@ -141,6 +142,9 @@ class RelayCore:
         if peer:
             meta["peer"] = peer
         fields = ex.fields
+        complete = True
+        if body and ex.req_coding:
+            body, complete = self._request_for_record(ex, body)
         if body:
             if not (ex.attached and ex.is_mcp):
                 # Parsed only when it can change something: whether the body is JSON-RPC (off
@@ -159,7 +163,7 @@ class RelayCore:
                         body,
                         ex.mono0,
                         ex.wall0,
-                        True,
+                        complete,
                         extra={"content_type": ex.req_ctype},
                     )
                 )
@@ -289,6 +293,12 @@ class RelayCore:
         if truncated:
             ex.meta["request_body_recorded"] = len(raw)
         ex.meta["request_body_streamed"] = True
+        if ex.req_coding:
+            decoded, whole = self._request_for_record(ex, raw)
+            if decoded is None:
+                return
+            raw = decoded
+            truncated = truncated or not whole
         if ex.is_mcp or raw[:1] in (b"{", b"["):
             ex.frame(
                 WireFrame(
@@ -303,6 +313,17 @@ class RelayCore:
             )
         else:
             ex.meta["request_body"] = self.meta_body(raw, ex.req_ctype)
+
+    def _request_for_record(self, ex: Exchange, raw: bytes) -> tuple[bytes | None, bool]:
+        """A compressed request body decoded (bounded) for the recording: (bytes or None when
+        it is not decoded, whether they are the whole body). Runs after it was forwarded."""
+        coding = (ex.req_coding or "").strip().lower()
+        if not coding or coding == "identity":
+            return raw, True
+        decoded = decode_for_record(raw, coding, "request", ex.req_ctype)
+        if decoded.note:
+            ex.meta.update(decoded.note)
+        return decoded.data, decoded.complete
 
     def meta_body(self, raw: bytes, ctype: str | None) -> dict[str, Any]:
         return summarize_body(self.redactor, raw, ctype)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.frames import Frame
 from mcp_proxy.recorder.httpraw import decode_pairs, describe
+from mcp_proxy.relay.http.common import cut_findings
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE, BodyFacts, SessionEntry
 
 if TYPE_CHECKING:
@@ -74,6 +75,7 @@ class Exchange:
         "raw_resp",
         "raw_sent",
         "relay",
+        "req_coding",
         "req_ctype",
         "request_size",
         "responded",
@@ -107,6 +109,8 @@ class Exchange:
         self.body_streaming = False
         self.body_done = False
         self.req_ctype: str | None = None
+        #: The request's Content-Encoding (its body is decoded, bounded, for the recording).
+        self.req_coding: str | None = None
         self.is_mcp = False
         self.outcome: str | None = None
         self.want_register = False
@@ -263,6 +267,14 @@ class Exchange:
         key, rule, grouping = self.fallback or router.keyless(self.authorization)
         self.attach(router.get(key, rule, grouping=grouping))
 
+    def _add_cut_findings(self) -> None:
+        """A body cut for the recording (a decompression bomb) says so with a finding."""
+        add = getattr(self.relay.recorder, "add_finding", None)
+        if add is None or self.entry is None:
+            return
+        for finding in cut_findings(self.meta):
+            add(self.entry.session_id, **finding)
+
     def frame(self, frame: Frame) -> None:
         if self.local_id is None:
             self.pending.append(frame)
@@ -291,6 +303,7 @@ class Exchange:
         self.state = RecState.DONE
         self.outcome = outcome
         self.attach_fallback()
+        self._add_cut_findings()
         if self.sse_comments:
             self.meta["sse_comments"] = self.sse_comments
         final = {

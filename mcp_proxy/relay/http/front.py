@@ -544,11 +544,11 @@ class FrontProtocol(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._refuse(501, "protocol upgrades are not relayed")
-        except _HeadTooLarge as exc:
+        except _Refused as exc:
             self._refuse(exc.status, exc.text)
         except httptools.HttpParserError as exc:
             cause = exc.__context__
-            if isinstance(cause, _HeadTooLarge):
+            if isinstance(cause, _Refused):
                 self._refuse(cause.status, cause.text)
             else:
                 self._refuse(400, "malformed HTTP request")
@@ -591,17 +591,17 @@ class FrontProtocol(asyncio.Protocol):
     def on_url(self, url: bytes) -> None:
         self._head_size += len(url)
         if self._head_size > MAX_LINE:
-            raise _HeadTooLarge(414, "request line too long")
+            raise _Refused(414, "request line too long")
         self._url.append(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         # llhttp may call back with a field in pieces; they are joined here.
         self._head_size += len(name) + len(value)
         if self._head_size > MAX_HEAD:
-            raise _HeadTooLarge(431, "request head too large")
+            raise _Refused(431, "request head too large")
         hdrs = self._hdrs
         if len(value) > MAX_FIELD or len(name) > MAX_FIELD:
-            raise _HeadTooLarge(431, "request header field too large")
+            raise _Refused(431, "request header field too large")
         hdrs.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -609,8 +609,15 @@ class FrontProtocol(asyncio.Protocol):
         raw_path = b"".join(self._url).decode("utf-8", "surrogateescape")
         length: int | None = None
         chunked = False
+        hosts = 0
         for k, v in self._hdrs:
-            if len(k) == 14 and k.lower() == b"content-length":
+            if len(k) == 4 and k.lower() == b"host":
+                hosts += 1
+                if hosts > 1:
+                    # The Host check reads one value; a second (``evil.example`` after a
+                    # loopback name) would pass it and go upstream. RFC 9112 §3.2: a 400.
+                    raise _Refused(400, "more than one Host header")
+            elif len(k) == 14 and k.lower() == b"content-length":
                 try:
                     length = int(v)
                 except ValueError:
@@ -707,7 +714,9 @@ class FrontProtocol(asyncio.Protocol):
             self._arm_idle()
 
 
-class _HeadTooLarge(Exception):
+class _Refused(Exception):
+    """A request head the relay will not take (too large, two Hosts): its status and text."""
+
     def __init__(self, status: int, text: str) -> None:
         super().__init__(text)
         self.status = status

@@ -37,8 +37,8 @@ from mcp_proxy.framing import SSEEvent, SSEParser
 from mcp_proxy.headers import end_to_end
 from mcp_proxy.limits import ENDPOINT_HOLD_LIMIT, MAX_RECORDED_BODY, SMALL_RESPONSE, TAIL_READ
 from mcp_proxy.relay.http.common import (
+    decode_for_record,
     decode_header,
-    decompress,
     default_reason,
     quickack,
     quickack_socket,
@@ -454,15 +454,14 @@ class ResponseSide(RelayCore):
         if not body:
             return
         if encoding and encoding != "identity":
-            decoded = decompress(body, encoding)
-            if decoded is None:
-                ex.meta["response_body"] = {
-                    "size": len(body),
-                    "content_type": ctype,
-                    "note": f"{encoding}-encoded body not decoded for the recording",
-                }
+            # After forwarding, bounded: a decompression bomb costs MAX_INFLATED_BODY bytes.
+            decoded = decode_for_record(body, encoding, "response", ctype)
+            if decoded.note:
+                ex.meta.update(decoded.note)
+            if decoded.data is None:
                 return
-            body = decoded
+            body = decoded.data
+            complete = complete and decoded.complete
         jsonish = ctype.lower().startswith("application/json") or body.lstrip()[:1] in (b"{", b"[")
         if jsonish and (is_mcp or body_facts(body).is_jsonrpc):
             # A JSON body of an MCP exchange is a frame even when it is not valid JSON-RPC

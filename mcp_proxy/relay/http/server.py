@@ -148,6 +148,8 @@ class HTTPRelay(ResponseSide):
         if rh.expect_continue:
             await request.send_continue()
         ex.req_ctype = request.headers.get("Content-Type")
+        if request.body_exists:
+            ex.req_coding = request.headers.get("Content-Encoding")
         ex.is_mcp = self._is_mcp_path(path)
         ex.pre = (request, rh.rec_headers, rh.has_mcp, raw_path, None)
         body: bytes | None = None
