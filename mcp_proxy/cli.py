@@ -26,7 +26,7 @@ app = typer.Typer(
     name="mcptape",
     help="A flight recorder for the Model Context Protocol.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -154,6 +154,55 @@ def classic_help(command: Any, help_names: list[str] | None = None) -> Any:
     return command
 
 
+#: One example per command (and sub-command), shown at the end of its ``--help``; keyed by the
+#: command path after ``mcptape`` ("" is the top level). tests/test_help.py checks that every
+#: command has one and that it parses.
+EXAMPLES: dict[str, str] = {
+    "": "mcptape demo",
+    "record": "mcptape record --name fs -- npx -y @modelcontextprotocol/server-filesystem .",
+    "sessions": "mcptape sessions --since 2h",
+    "show": "mcptape show fs --exchanges",
+    "tail": "mcptape tail fs --from-start",
+    "demo": "mcptape demo --no-browser",
+    "export": "mcptape export fs -o fs.jsonl",
+    "import": "mcptape import session.har",
+    "formats": "mcptape formats",
+    "diff": "mcptape diff fs.jsonl fs",
+    "replay": "mcptape replay fs.jsonl -- npx -y @modelcontextprotocol/server-filesystem .",
+    "mock": "mcptape mock fs.jsonl --port 8080",
+    "install": "mcptape install --host claude-desktop --dry-run",
+    "uninstall": "mcptape uninstall --host claude-desktop",
+    "hosts": "mcptape hosts --format json",
+    "doctor": "mcptape doctor --fix",
+    "dashboard": "mcptape dashboard --port 8765",
+    "check": "mcptape check fs --fail-on warning",
+    "stats": "mcptape stats --name fs --since 3d",
+    "db": "mcptape db status",
+    "db status": "mcptape db status --json",
+    "db upgrade": "mcptape db upgrade --db postgresql://mcptape@db.example/mcptape",
+    "db copy": "mcptape db copy laptop.db postgresql://mcptape@db.example/mcptape",
+}
+
+
+def with_examples(command: Any, path: str = "") -> Any:
+    """Give ``command`` and its sub-commands their ``Example:`` epilog from :data:`EXAMPLES`."""
+    example = EXAMPLES.get(path)
+    if example is not None and not command.epilog:
+        command.epilog = f"Example: {example}"
+    for name, sub in getattr(command, "commands", {}).items():
+        with_examples(sub, f"{path} {name}".strip())
+    return command
+
+
+def build_command() -> Any:
+    """The click command tree of ``mcptape``: every command registered, classic metavars and an
+    example in every ``--help``."""
+    import typer.main
+
+    _register_commands()
+    return with_examples(classic_help(typer.main.get_command(app)))
+
+
 def _click_exceptions() -> Any:
     """The exception module of the click that typer runs on.
 
@@ -178,8 +227,6 @@ def _command_path(argv: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: parser errors are one line and exit 2, like ours."""
-    import typer.main
-
     click = _click_exceptions()
     # Whatever a recording holds (a lone surrogate decoded from JSON's "\ud800") is printed as
     # its escape rather than failing the command half-way through its output.
@@ -188,9 +235,8 @@ def main(argv: list[str] | None = None) -> None:
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
 
-    _register_commands()
     argv = sys.argv[1:] if argv is None else argv
-    command = classic_help(typer.main.get_command(app))
+    command = build_command()
     try:
         code = command.main(args=argv, prog_name="mcptape", standalone_mode=False)
     except click.NoArgsIsHelpError as exc:

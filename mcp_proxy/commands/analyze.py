@@ -26,8 +26,8 @@ from mcp_proxy.commands.common import (
     parse_time,
 )
 
-#: ``check`` found something at or above ``--fail-on`` (the MCP Inspector CLI uses 5 for "the
-#: thing you asked about failed", a tool error; this is our equivalent).
+#: ``check`` found something at or above ``--fail-on`` (mcptape's own code, distinct from 1 for
+#: an unexpected failure; see docs/cli-exit-codes.md).
 EXIT_FINDINGS = 5
 
 

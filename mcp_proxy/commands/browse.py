@@ -86,8 +86,8 @@ def show(
 ) -> None:
     """Print a session's frames in order (or its exchanges), then its findings.
 
-    Findings (text mode) are the recorder's and the analyzer's; ``mcptape check`` prints them
-    alone, and as JSON. With ``--format json`` only frames (or exchanges) are printed, one JSON
+    Findings (text mode) are the recorder's and the analyzer's; `mcptape check` prints them
+    alone, and as JSON. With `--format json` only frames (or exchanges) are printed, one JSON
     object per line.
     """
     out = sys.stdout

@@ -11,13 +11,16 @@ import asyncio
 import contextlib
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from mcp_proxy.cli import app, handle_errors
 from mcp_proxy.errors import UserError
 from mcp_proxy.recording.registry import declared_names
+
+if TYPE_CHECKING:
+    from mcp_proxy.recording.registry import Format
 
 DbOption = Annotated[
     str | None,
@@ -108,6 +111,20 @@ def _write_stream(out: Any, chunks: Iterable[bytes], name: str) -> None:
         raise UserError(f"cannot write {name}: {exc.strerror or exc}") from exc
 
 
+def _sender(fmt: str | None) -> Format:
+    """The format for ``export -o http(s)://…``: the one named, else the one format that sends
+    (an http(s) URL names no file suffix to go by, and only a sending format can use it)."""
+    from mcp_proxy.recording.registry import formats, get_format
+
+    if fmt is not None:
+        return get_format(fmt)
+    senders = [f for f in formats() if f.send is not None]
+    if len(senders) != 1:
+        names = ", ".join(f.name for f in senders) or "none"
+        raise UserError(f"give --format for an http(s) URL (formats that send: {names})")
+    return senders[0]
+
+
 @app.command()
 @handle_errors
 def export(
@@ -119,7 +136,8 @@ def export(
         typer.Option(
             "--output",
             "-o",
-            help="File to write ('-' for stdout), or an http(s) URL for formats that send.",
+            help="File to write ('-' for stdout), or an http(s) URL to send to"
+            " (otlp, the format that sends, unless --format says otherwise).",
         ),
     ],
     fmt: Annotated[
@@ -138,8 +156,8 @@ def export(
     from mcp_proxy.store.engine import resolve_url
     from mcp_proxy.store.queries import Store
 
-    chosen = output_format(output, fmt)
     sending = output.startswith(("http://", "https://"))
+    chosen = _sender(fmt) if sending else output_format(output, fmt)
     writer = chosen.need_writer() if not sending else None
 
     url = resolve_url(db)
@@ -209,7 +227,7 @@ def import_(
     ] = False,
 ) -> None:
     """Load a recording file into the database (each session gets a new id), redacted as
-    ``record`` redacts."""
+    `record` redacts."""
     from mcp_proxy.recording.database import import_file, import_redactor
     from mcp_proxy.store.engine import resolve_url
 

@@ -1,0 +1,144 @@
+"""The command line as other tools' users expect it: shell completion, an example in every
+``--help``, no reStructuredText in help, and docs that say what the commands do (issue #29)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from mcp_proxy.cli import EXAMPLES, build_command, main
+from tests.travel.conftest import GOLDEN, run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _walk(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    yield path, command
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from _walk(sub, (*path, name))
+
+
+COMMANDS = [path for path, _ in _walk(build_command())]
+
+
+def test_the_tree_is_walked() -> None:
+    assert ("show",) in COMMANDS and ("db", "copy") in COMMANDS and len(COMMANDS) > 20
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "mcptape")
+def test_every_help_has_an_example_and_no_rst(
+    path: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([*path, "--help"])
+    out = capsys.readouterr().out
+    assert exited.value.code == 0
+    assert "Example: mcptape" in out, out
+    assert "``" not in out, out
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES), ids=lambda p: p or "mcptape")
+def test_every_example_names_its_command_and_parses(path: str) -> None:
+    words = shlex.split(EXAMPLES[path])
+    depth = len(path.split())
+    assert words[0] == "mcptape" and " ".join(words[1 : 1 + depth]) == path
+    command = dict(_walk(build_command()))[tuple(path.split())]
+    # A bad option, a bad value or a missing argument raises click's UsageError here.
+    ctx = command.make_context(" ".join(words[: 1 + depth]), words[1 + depth :])
+    assert ctx.command is command
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_scripts_generate_for_each_shell_without_the_shell(shell: str) -> None:
+    """Click's ``_MCPTAPE_COMPLETE=source_SHELL`` protocol: the script is generated, not run."""
+    env = {**os.environ, "_MCPTAPE_COMPLETE": f"source_{shell}"}
+    out = run_cli(env=env)
+    assert out.returncode == 0, out.stderr
+    assert "_MCPTAPE_COMPLETE=complete_" + shell in out.stdout
+    if shell != "fish":
+        assert "_mcptape_completion" in out.stdout
+
+
+def test_bash_completion_completes_command_names() -> None:
+    env = {
+        **os.environ,
+        "_MCPTAPE_COMPLETE": "complete_bash",
+        "COMP_WORDS": "mcptape sh",
+        "COMP_CWORD": "1",
+    }
+    out = run_cli(env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["show"]
+
+
+def test_top_level_help_offers_completion() -> None:
+    out = run_cli("--help")
+    assert "--install-completion" in out.stdout and "--show-completion" in out.stdout
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    paths: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.paths.append(self.path)
+        self.send_response(200)  # an empty ExportTraceServiceResponse is zero bytes
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def traces_url() -> Iterator[str]:
+    _Receiver.paths = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_export_to_an_http_url_sends_otlp_as_formats_says(tmp_path: Path, traces_url: str) -> None:
+    """`mcptape formats` says `-o http://…/v1/traces` sends: without --format it must."""
+    listed = run_cli("formats")
+    assert "-o http://…/v1/traces sends" in listed.stdout
+    db = str(tmp_path / "t.db")
+    imported = run_cli("import", str(GOLDEN / "v2-http.jsonl"), "--db", db)
+    assert imported.returncode == 0, imported.stderr
+    sid = imported.stdout.split()[0]
+    sent = run_cli("export", sid, "-o", traces_url, "--db", db)
+    assert sent.returncode == 0, sent.stderr
+    assert "sent 2 span(s)" in sent.stderr
+    assert _Receiver.paths == ["/v1/traces"]
+    named = run_cli("export", sid, "--format", "jsonl", "-o", traces_url, "--db", db)
+    assert named.returncode == 2 and "cannot be sent" in named.stderr
+
+
+def test_the_exit_code_doc_names_only_commands_that_exist() -> None:
+    """`hosts doctor` was named; the command is `mcptape doctor` (hosts has no sub-commands)."""
+    doc = (ROOT / "docs" / "cli-exit-codes.md").read_text()
+    groups = {p[0] for p in COMMANDS if len(p) == 2}
+    leaves = {p[0] for p in COMMANDS if len(p) == 1} - groups
+    for first, second in re.findall(r"`(?:mcptape )?([a-z]+) ([a-z]+)", doc):
+        assert not (first in leaves and second in leaves), f"`{first} {second}` is no command"
+    assert "Inspector" not in doc  # the claim about its exit codes nobody could confirm
+
+
+def test_the_pytest_doc_says_async_tests_need_a_runner() -> None:
+    doc = (ROOT / "docs" / "pytest.md").read_text()
+    assert "async def" in doc
+    assert 'asyncio_mode = "auto"' in doc and "pytest-asyncio" in doc
