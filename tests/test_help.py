@@ -142,3 +142,41 @@ def test_the_pytest_doc_says_async_tests_need_a_runner() -> None:
     doc = (ROOT / "docs" / "pytest.md").read_text()
     assert "async def" in doc
     assert 'asyncio_mode = "auto"' in doc and "pytest-asyncio" in doc
+
+
+def test_import_progress_bar_has_the_files_size_as_its_total(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The "reading" bar showed an unknown total for a file whose size is known."""
+    import contextlib
+
+    import mcp_proxy.commands.recording as recording_commands
+
+    bars: dict[str, list[Any]] = {}
+
+    @contextlib.contextmanager
+    def bar(label: str, total: int | None, unit: str = "frames") -> Iterator[Any]:
+        seen = bars[label] = [total, unit, 0]
+
+        def advance(n: int) -> None:
+            seen[2] += n
+
+        yield advance
+
+    build_command()  # registers the commands (imports their modules)
+    monkeypatch.setattr(recording_commands, "progress_bar", bar)
+    source = GOLDEN / "v2-http.jsonl"
+    with pytest.raises(SystemExit) as exited:
+        main(["import", str(source), "--db", str(tmp_path / "p.db")])
+    assert exited.value.code == 0, capsys.readouterr().err
+    size = source.stat().st_size
+    assert bars["reading"] == [size, "bytes", size]
+    har = tmp_path / "s.har"  # a format read whole (not streamed): its bytes count too
+    sid = capsys.readouterr().out.split()[0]
+    with pytest.raises(SystemExit) as exited:
+        main(["export", sid, "-o", str(har), "--db", str(tmp_path / "p.db")])
+    assert exited.value.code == 0
+    with pytest.raises(SystemExit) as exited:
+        main(["import", str(har), "--db", str(tmp_path / "q.db")])
+    assert exited.value.code == 0, capsys.readouterr().err
+    assert bars["reading"] == [har.stat().st_size, "bytes", har.stat().st_size]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any
@@ -29,7 +30,9 @@ DbOption = Annotated[
 
 
 @contextlib.contextmanager
-def progress_bar(label: str, total: int | None) -> Iterator[Callable[[int], None] | None]:
+def progress_bar(
+    label: str, total: int | None, unit: str = "frames"
+) -> Iterator[Callable[[int], None] | None]:
     """A callback that advances a rich progress bar on stderr, or None when not on a terminal."""
     if not sys.stderr.isatty():
         yield None
@@ -47,7 +50,7 @@ def progress_bar(label: str, total: int | None) -> Iterator[Callable[[int], None
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("frames"),
+        TextColumn(unit),
         TimeRemainingColumn(),
         console=Console(stderr=True),
         transient=True,
@@ -231,15 +234,19 @@ def import_(
     from mcp_proxy.recording.database import import_file, import_redactor
     from mcp_proxy.store.engine import resolve_url
 
+    try:
+        size: int | None = os.stat(file).st_size or None  # a pipe or /dev/stdin: 0, unknown
+    except OSError:
+        size = None  # import_file says why the file cannot be read
     with (
-        progress_bar("reading", None) as read_advance,
+        progress_bar("reading", size, unit="bytes") as read_bytes,
         progress_bar("importing", None) as advance,
     ):
         recording, result = import_file(
             file,
             resolve_url(db),
             fmt,
-            read_progress=read_advance,
+            read_bytes=read_bytes,
             progress=advance,
             redactor=import_redactor(False) if no_redact else None,
         )

@@ -339,27 +339,33 @@ def import_file(
     read_progress: Progress | None = None,
     progress: Progress | None = None,
     redactor: Redactor | None = None,
+    read_bytes: Progress | None = None,
 ) -> tuple[Recording, ImportResult]:
     """``mcptape import FILE``: read it in whatever format it is and import it, in one
     transaction. The returned recording holds the sessions without their frames.
 
     A JSON Lines file streams into the database a page at a time (:func:`stream_rows`); other
-    formats are read into the model first (:func:`import_recording`).
+    formats are read into the model first (:func:`import_recording`). ``read_bytes`` is told
+    of the file's bytes as they are read (``read_progress`` counts frames).
     """
     from mcp_proxy.recording.jsonl_read import read_head, stream_rows
-    from mcp_proxy.recording.model import read_bytes
+    from mcp_proxy.recording.model import read_bytes as read_file_bytes
     from mcp_proxy.recording.registry import detect, get_format
     from mcp_proxy.store.recordings import RecordingStore
 
     chosen = get_format(fmt) if fmt is not None else detect(path, read_head(path, 4096))
     if chosen is not None and chosen.name != "jsonl":
-        data = read_bytes(path)
+        data = read_file_bytes(path)
+        if read_bytes is not None:
+            read_bytes(len(data))
         recording = chosen.need_reader()(data, str(path), read_progress)
         del data
         return recording, import_recording(recording, db_url, progress=progress, redactor=redactor)
     with RecordingStore(db_url, write=True) as rs, rs.import_writer() as writer:
         importer = _Importer(writer, _policy(redactor), progress, None)
-        recording = stream_rows(path, importer.page, IMPORT_PAGE, read_progress)
+        recording = stream_rows(
+            path, importer.page, IMPORT_PAGE, read_progress, read_bytes=read_bytes
+        )
         result = importer.finish(recording)
         writer.commit()
     return recording, result

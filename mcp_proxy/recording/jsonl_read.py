@@ -164,10 +164,13 @@ def read_head(path: str | os.PathLike[str], n: int) -> bytes:
             raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def file_blocks(path: str | os.PathLike[str], origin: str) -> Iterator[bytes]:
+def file_blocks(
+    path: str | os.PathLike[str], origin: str, read_bytes: Progress | None = None
+) -> Iterator[bytes]:
     """A file's bytes as blocks of whole lines (the last ``\\n`` of a block left off), read
     :data:`~mcp_proxy.limits.IMPORT_READ` bytes at a time: memory of one block and one line,
-    whatever the file's size. A line longer than ``IMPORT_LINE_MAX`` is refused, naming it."""
+    whatever the file's size. A line longer than ``IMPORT_LINE_MAX`` is refused, naming it.
+    ``read_bytes`` is told of each read's size (a progress bar whose total is the file's)."""
     with _open(path) as f:
         carry = b""
         lines = 0
@@ -178,6 +181,8 @@ def file_blocks(path: str | os.PathLike[str], origin: str) -> Iterator[bytes]:
                 raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
             if not chunk:
                 break
+            if read_bytes is not None:
+                read_bytes(len(chunk))
             cut = chunk.rfind(b"\n")
             if cut < 0:
                 carry += chunk
@@ -614,6 +619,7 @@ def stream_rows(
     progress: Progress | None = None,
     *,
     reclassify: bool = False,
+    read_bytes: Progress | None = None,
 ) -> Recording:
     """Read, upgrade and validate a recording file as a stream (what ``import`` does): each
     session's frames are handed to ``on_page`` as soon as ``page`` of them are read, and the
@@ -626,7 +632,7 @@ def stream_rows(
     def whole() -> bytes:
         return _file_head(path, IMPORT_READ * 64)
 
-    blocks = file_blocks(path, origin)
+    blocks = file_blocks(path, origin, read_bytes)
     recording, rest = read_rows(
         _block_lines(blocks, origin, whole),
         origin,
