@@ -8,10 +8,9 @@ Measures, each through the forward proxy and direct, in the same run:
 1. Official SDK client <-> SDK server over Streamable HTTP behind TLS (a test-made CA),
    sequential ``tools/call`` echo, both eras (``legacy`` = 2025-11-25 handshake, ``auto`` =
    2026-07-28). The legs (direct; ``record --forward`` — its default lean engine; ``--engine
-   mitmproxy``, tuned, same P-256 CA; mitmproxy as shipped — ``--engine mitmproxy`` with
-   ``MCPTAPE_FORWARD_TUNING=off``: mitmproxy's own addon manager, TLS addon and debug checks,
-   with the RSA-2048 CA mitmproxy makes; with ``--rsa-leg`` ``record --forward`` with that RSA
-   CA, and with ``--mitmdump`` plain ``mitmdump`` and ``mitmdump -s addons/mcptape.py``)
+   mitmproxy`` — mitmproxy as it ships, same P-256 CA; with ``--rsa-leg`` ``record --forward``
+   with the RSA-2048 CA mitmproxy makes, and with ``--mitmdump`` plain ``mitmdump`` and
+   ``mitmdump -s addons/mcptape.py``)
    run in rounds, interleaved and rotated, so that the
    noise of a shared machine falls on all of them; each figure is min / median / max over the
    rounds: wall time per call, its ratio to the direct leg of the same round (target <= 1.5 on
@@ -32,7 +31,7 @@ table; read it with the machine's load in mind (``uptime`` is shown).
 
 ``--profile FILE`` instead runs only ``record --forward`` under cProfile (on the proxy's
 main-thread CPU clock, from after 20 warm-up calls) for ``--calls`` calls per era (``--eras``;
-``--untuned``, ``--ca rsa`` for the figures before) and prints where the proxy's time went
+``--ca rsa`` for the figures before) and prints where the proxy's time went
 (cumulative and own time of the top functions); ``FILE.<era>`` stays for ``python -m pstats``.
 cProfile slows Python code about four times and C code (OpenSSL) not at all: read it for
 shares and for C functions, not for totals.
@@ -68,7 +67,6 @@ import httpx2  # noqa: E402
 import trustme  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from mcp_proxy.forward.runner import ENV_TUNING  # noqa: E402
 from mcp_proxy.testing.client import make_client  # noqa: E402
 from tests.forward.conftest import TLSFiles, run_forward, start_tls_server  # noqa: E402
 
@@ -392,13 +390,10 @@ def profile(args: argparse.Namespace, modes: tuple[str, ...]) -> int:
         tls = make_tls(d)
         conf = make_conf(d, tls, args.ca)
         srv = stack.enter_context(start_tls_server(tls, "--mode", "stateful"))
-        env = {ENV_TUNING: "off"} if args.untuned else None
         for mode in modes:
             out = Path(f"{args.profile}.{mode}").resolve()
             prefix = (sys.executable, "-c", PROFILER, str(out))
-            with run_forward(
-                d / f"{mode}.db", conf, "--engine", args.engine, prefix=prefix, env=env
-            ) as fw:
+            with run_forward(d / f"{mode}.db", conf, "--engine", args.engine, prefix=prefix) as fw:
                 ms = asyncio.run(profiled_calls(srv.url, fw, mode, args.calls))
                 assert fw.stop() == 0
             print(f"\n{mode} era: {args.calls} calls, proxy CPU {ms:.2f} ms/call under cProfile")
@@ -424,15 +419,9 @@ def main() -> int:
         "default addons, its own dispatch)",
     )
     ap.add_argument(
-        "--no-stock",
-        action="store_true",
-        help="skip the mitmproxy-as-shipped leg (--engine mitmproxy, MCPTAPE_FORWARD_TUNING=off,"
-        " RSA CA)",
-    )
-    ap.add_argument(
         "--no-mitmproxy",
         action="store_true",
-        help="skip the --engine mitmproxy leg (tuned, the same P-256 CA)",
+        help="skip the --engine mitmproxy leg (mitmproxy as shipped, the same P-256 CA)",
     )
     ap.add_argument(
         "--engine",
@@ -441,9 +430,6 @@ def main() -> int:
         help="with --profile: the engine profiled",
     )
     ap.add_argument("--profile", metavar="FILE", help="profile record --forward (see above)")
-    ap.add_argument(
-        "--untuned", action="store_true", help="with --profile: MCPTAPE_FORWARD_TUNING=off"
-    )
     ap.add_argument(
         "--ca",
         choices=("ec", "rsa"),
@@ -478,15 +464,6 @@ def main() -> int:
         if not args.no_mitmproxy:
             mitm = stack.enter_context(run_forward(d / "mitm.db", conf, "--engine", "mitmproxy"))
             legs.append(LegSpec("  --engine mitmproxy", mitm.url, mitm.ca_cert, mitm.proc.pid))
-        if not args.no_stock:
-            conf_stock = make_conf(d, tls, "rsa", "mitm-stock")
-            env = {ENV_TUNING: "off"}
-            stock = stack.enter_context(
-                run_forward(d / "stock.db", conf_stock, "--engine", "mitmproxy", env=env)
-            )
-            legs.append(
-                LegSpec("  (mitmproxy as shipped)", stock.url, stock.ca_cert, stock.proc.pid)
-            )
         if args.rsa_leg:
             conf_rsa = make_conf(d, tls, "rsa", "mitm-rsa")
             rsa = stack.enter_context(run_forward(d / "rsa.db", conf_rsa))

@@ -5,8 +5,9 @@ recorder: ``lean`` (the default, :mod:`mcp_proxy.forward.lean`: mcptape's own CO
 the HTTP relay's core, about a tenth of mitmproxy's CPU per call) and ``mitmproxy`` (``--engine
 mitmproxy``, or chosen by itself when ``config.yaml`` sets an option only mitmproxy implements).
 
-For the mitmproxy engine, mitmproxy's own master API runs here (the addons mitmdump loads, without its terminal log and
-flow dumper), on our event loop, with :class:`~mcp_proxy.forward.addon.McpTape` added and a
+For the mitmproxy engine, mitmproxy as it ships — its own master, addon manager, TLS addon and
+bytecode, nothing patched or replaced — runs here (the addons mitmdump loads, without its
+terminal log and flow dumper), on our event loop, with :class:`~mcp_proxy.forward.addon.McpTape` added and a
 :class:`~mcp_proxy.recorder.client.RecorderClient` shared with it. On start it prints, in a few
 lines, the proxy address, where mitmproxy's CA certificate is and the environment common hosts
 need to use it. Options a user would give ``mitmdump --set`` are read from
@@ -34,7 +35,6 @@ __all__ = [
     "ENGINES",
     "ENV_CONFDIR",
     "ENV_ENGINE",
-    "ENV_TUNING",
     "ENV_UPSTREAM_IDLE",
     "ca_cert_path",
     "choose_engine",
@@ -47,11 +47,6 @@ ENV_CONFDIR = "MCPTAPE_MITMPROXY_CONFDIR"
 ENGINES = ("lean", "mitmproxy")
 #: The engine when ``--engine`` is not given (``lean`` or ``mitmproxy``).
 ENV_ENGINE = "MCPTAPE_FORWARD_ENGINE"
-#: ``off``: mitmproxy as shipped — its own addon manager instead of
-#: :mod:`mcp_proxy.forward.dispatch`'s and its own TLS addon instead of
-#: :mod:`mcp_proxy.forward.tls`'s: for comparison (benchmarks/bench_forward.py), or to rule them
-#: out when a user's script misbehaves. (The CA's key is the confdir's, whatever this says.)
-ENV_TUNING = "MCPTAPE_FORWARD_TUNING"
 DEFAULT_CONFDIR = "~/.mitmproxy"
 
 
@@ -157,17 +152,11 @@ ADDONS = (
 )
 
 
-def _addons(tuned: bool) -> list[Any]:
-    """mitmproxy's addons of :data:`ADDONS`, in its order; tuned, its TLS addon is
-    :class:`~mcp_proxy.forward.tls.LeanTlsConfig` (no key conversion per host connection)."""
+def _addons() -> list[Any]:
+    """mitmproxy's own addons of :data:`ADDONS`, in its order, as it ships them."""
     from mitmproxy import addons
 
-    chosen = [a for a in addons.default_addons() if type(a).__name__ in ADDONS]
-    if tuned:
-        from mcp_proxy.forward.tls import LeanTlsConfig
-
-        chosen = [LeanTlsConfig() if type(a).__name__ == "TlsConfig" else a for a in chosen]
-    return chosen
+    return [a for a in addons.default_addons() if type(a).__name__ in ADDONS]
 
 
 class _Errors(logging.Handler):
@@ -427,19 +416,11 @@ async def _serve_mitmproxy(run: _Run, extra_options: dict[str, Any] | None, why:
     mitm_log = logging.getLogger("mitmproxy")
     mitm_log.addHandler(errors)
     master = Master(opts)
-    tuned = os.environ.get(ENV_TUNING, "").strip().lower() != "off"
-    if tuned:
-        # Same addons, same order, same errors; only the per-event bookkeeping is lighter
-        # (mcp_proxy/forward/dispatch.py).
-        from mcp_proxy.forward.dispatch import LeanAddonManager
-
-        opts.changed.disconnect(master.addons._configure_all)
-        master.addons = LeanAddonManager(master)
     try:
         # Before TlsConfig is added (it makes an RSA CA when there is none): a CA made here
         # has a P-256 key, the key of every host-side handshake (mcp_proxy/forward/certs.py).
         create_ec_ca(conf)
-        master.addons.add(*_addons(tuned))
+        master.addons.add(*_addons())
         opts.update(connection_strategy="lazy")
         _load_config(opts, conf)
         if opts.deferred:
@@ -506,12 +487,6 @@ def record_forward(
     """``mcptape record --forward``: serve until SIGINT/SIGTERM; exit status."""
     from mcp_proxy.forward import require_mitmproxy
 
-    if os.environ.get(ENV_TUNING, "").strip().lower() != "off":
-        # Before mitmproxy's first import: its modules without their debug-only checks
-        # (mcp_proxy/forward/optimize.py).
-        from mcp_proxy.forward.optimize import install
-
-        install()
     require_mitmproxy()
     redactor = redactor_for_recording(redact, redact_headers, redact_paths)
     logging.getLogger("mitmproxy").setLevel(logging.WARNING)
