@@ -172,12 +172,15 @@ _OAUTH_COMPANIONS = frozenset(
 # sign) for a name the tables above call a credential; ``Bearer xyz`` after any name.
 _KEY_CHARS = rb"A-Za-z0-9_\-"
 _ASSIGN = re.compile(
-    rb"(?P<pre>(?:(?P<q>[\"'])|(?<![" + _KEY_CHARS + rb"]))(?P<key>[" + _KEY_CHARS + rb"]{1,64})"
-    rb"(?(q)(?P=q))[ \t]?(?P<sep>[:=])[ \t]*(?P<scheme>(?i:bearer|basic|token)[ \t]+)?)"
+    rb"(?:(?P<q>[\"'])|(?<![" + _KEY_CHARS + rb"]))(?P<key>[" + _KEY_CHARS + rb"]{1,64})"
+    rb"(?(q)(?P=q))[ \t]?(?P<sep>[:=])[ \t]*(?:(?i:bearer|basic|token)[ \t]+)?"
+)
+#: The value after a credential's name (read only then: a name that is no credential must not
+#: hide the next one inside its value, "config: api_key: VALUE", and a run like "a:a:a:…" must
+#: not be read once per name — linear time on any input).
+_VALUE = re.compile(
     rb"(?!\[REDACTED\]|(?:null|true|false)\b)"
-    # The value is only looked at (not consumed): a name that is no credential must not hide
-    # the next one inside its value ("config: api_key: VALUE").
-    rb"(?=(?P<val>\"(?:[^\"\\]|\\.)*\"|'[^'\n]*'|[^\s\"',;&})\]]+))",
+    rb"(?:\"(?:[^\"\\]|\\.)*\"|'[^'\n]*'|[^\s\"',;&})\]]+)",
     re.DOTALL,
 )
 #: ``Bearer`` takes any credential of 8 or more characters; ``Basic``/``token`` only one that
@@ -296,17 +299,6 @@ def is_sensitive_key(name: str) -> bool:
     return n.endswith(_KEY_SUFFIXES) or any(p in n for p in _KEY_PARTS)
 
 
-def _secret_value(m: re.Match[bytes]) -> bool:
-    """True when an ``_ASSIGN`` match names a credential (its value is to be replaced)."""
-    key = m.group("key").decode("ascii")
-    if is_sensitive_key(key):
-        return True
-    if key.lower() != _CODE_KEY:
-        return False
-    # ``code=…`` always; ``code: 5`` is an error or exit code, not an OAuth code
-    return m.group("sep") == b"=" or not m.group("val").lstrip(b"\"'")[:1].isdigit()
-
-
 def _bearer_sub(m: re.Match[bytes]) -> bytes:
     return (m.group("bearer") or m.group("scheme")) + b" " + _REDACTED_B
 
@@ -317,12 +309,21 @@ def redact_text(raw: bytes) -> tuple[bytes, bool]:
     parts: list[bytes] = []
     done = 0
     for m in _ASSIGN.finditer(raw):
-        if m.start() < done or not _secret_value(m):
-            continue  # inside a value already replaced, or no credential's name
-        val = m.group("val")
+        if m.start() < done:
+            continue  # inside a value already replaced
+        key = m.group("key").decode("ascii")
+        code = not is_sensitive_key(key)
+        if code and key.lower() != _CODE_KEY:
+            continue  # no credential's name: its value is not even read
+        v = _VALUE.match(raw, m.end())
+        if v is None:
+            continue
+        val = v.group()
+        if code and m.group("sep") == b":" and val.lstrip(b"\"'")[:1].isdigit():
+            continue  # ``code: 5`` is an error or exit code; ``code=…`` is always redacted
         quote = val[:1] if val[:1] in (b'"', b"'") else b""
         parts += (raw[done : m.end()], quote, _REDACTED_B, quote)
-        done = m.end("val")
+        done = v.end()
     out = b"".join((*parts, raw[done:])) if parts else raw
     out = _BEARER.sub(_bearer_sub, out)
     return out, out != raw

@@ -428,3 +428,16 @@ def test_secrets_on_stderr_and_in_tool_text_never_reach_the_disk(tmp_path: Path)
     stored = [bytes(r["raw"]) for r in rdb.rows(db, "SELECT raw FROM frames ORDER BY seq")]
     assert b"api_key: [REDACTED]\n" in stored
     assert any(b"api_key: [REDACTED], auth=[REDACTED]; Bearer [REDACTED]" in r for r in stored)
+
+
+@pytest.mark.parametrize("unit", [b"a:", b"token:", b'pin: "', b"x=", b"token aaaaaaaaa1 "])
+def test_the_value_rules_take_linear_time_on_hostile_text(unit: bytes) -> None:
+    """A name's value is read only for a credential's name, and once: 256 KiB of ``a:a:a:…``
+    after a ``token`` (a stderr line a hostile server may write) took minutes when every name
+    read its value up to the end of the run; it takes well under a second."""
+    import time
+
+    raw = b"token " + unit * ((256 << 10) // len(unit))
+    started = time.process_time()
+    Redactor().frame(Frame(Direction.S2C, Channel.STDERR, raw + b"\n", 0, 0.0))
+    assert time.process_time() - started < 15.0
