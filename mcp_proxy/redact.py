@@ -66,6 +66,7 @@ __all__ = [
     "Redactor",
     "is_sensitive_header",
     "is_sensitive_key",
+    "redact_text",
 ]
 
 REDACTED = "[REDACTED]"
