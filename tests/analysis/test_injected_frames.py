@@ -160,3 +160,25 @@ def test_fault_end_is_read_from_the_relays_disconnect_finding() -> None:
     assert fault_end(rows) == rule + ", SIGKILL"
     assert fault_end([{"code": "inject.disconnect", "detail": "not json"}]) == "disconnect"
     assert fault_end(rows[:1]) is None
+
+
+@pytest.mark.parametrize(("exit_code", "exit_signal"), [(0, None), (None, 9)])
+def test_stats_and_analysis_agree_on_a_session_a_fault_ended(
+    exit_code: int | None, exit_signal: int | None
+) -> None:
+    """``close-stdin`` (the server exits 0) and ``kill`` (signal 9): the pending call is the
+    fault's (aborted) in the full analysis and in the streaming statistics alike."""
+    from mcp_proxy.analysis.quickstats import STATS_COLUMNS, quick_stats
+    from mcp_proxy.analysis.stats import method_stats, sorted_stats
+
+    w = Wire.initialized()
+    w.request("tools/call", 2, {"name": "echo", "arguments": {}})
+    w.end("ended", exit_code=exit_code, exit_signal=exit_signal)
+    w.session["fault_end"] = "disconnect mode=close-stdin"
+    a = w.analyze()
+    assert [e.outcome for e in a.exchanges if e.method == "tools/call"] == ["aborted"]
+    assert {f.code for f in a.findings} >= {"inject.ended_with_pending"}
+    assert "exchange.no_response" not in {f.code for f in a.findings}
+    rows = [tuple(f.get(c) for c in STATS_COLUMNS) for f in w.frames]
+    quick = [s.as_dict() for s in sorted_stats(quick_stats(rows, w.session))]
+    assert quick == [s.as_dict() for s in sorted_stats(method_stats(a.exchanges))]
