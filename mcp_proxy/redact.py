@@ -205,6 +205,17 @@ _SHORT = 6
 _CONTEXTS = (b'"', b"'", b"\\", b":", b"=", b" :", b" =", b"\t:", b"\t=")
 
 
+#: The one key spelt exactly like this is MCP plumbing (``_meta.progressToken``, in every 2026
+#: request and progress notification) and never redacted (``_TOKEN_ALLOW``): the prefilter
+#: ignores it, quotes included, so ``"token"`` alone no longer sends every such frame to the
+#: parser. Only the exact quoted key goes: ``"myProgressToken"`` or a value that merely contains
+#: the word still hits ``token``.
+_PLUMBING_KEY = b'"progresstoken"'
+#: What the plumbing key is replaced with: its quotes stay, so that a word sharing one of them
+#: (``"progressToken"code":…``, which the fallback still reads as a ``"code"`` field) is seen.
+_PLUMBING_LEFT = b'""'
+
+
 def _covered(name: str) -> bool:
     return name.endswith(_KEY_SUFFIXES) or any(p in name for p in _KEY_PARTS)
 
@@ -224,19 +235,13 @@ def _prefilter_words() -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
     # the body to the parser. KELVIN SIGN is the one character ``str.lower()`` turns into an
     # ASCII letter ("to\u212aen" is "token" to the redactor).
     words |= {b"\\u", "\u212a".encode()}
+    # The plumbing key cut out behind an escaped quote was no key: ``"\"progressToken": …`` is
+    # the key ``"progressToken``, a credential's name to the rules.
+    words.add(b"\\" + _PLUMBING_LEFT)
     return tuple(sorted(words)), tuple(sorted(k.encode() for k in short))
 
 
 _PREFILTER_WORDS, _SHORT_NAMES = _prefilter_words()
-#: The one key spelt exactly like this is MCP plumbing (``_meta.progressToken``, in every 2026
-#: request and progress notification) and never redacted (``_TOKEN_ALLOW``): the prefilter
-#: ignores it, quotes included, so ``"token"`` alone no longer sends every such frame to the
-#: parser. Only the exact quoted key goes: ``"myProgressToken"`` or a value that merely contains
-#: the word still hits ``token``.
-_PLUMBING_KEY = b'"progresstoken"'
-#: What the plumbing key is replaced with: its quotes stay, so that a word sharing one of them
-#: (``"progressToken"code":…``, which the fallback still reads as a ``"code"`` field) is seen.
-_PLUMBING_LEFT = b'""'
 #: Bodies above this size are prefiltered a window of this size at a time (no copy of them).
 _BIG = 1 << 20
 #: From this size on (a relay's read of many lines) the prefilter is one substring search per

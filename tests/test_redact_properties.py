@@ -18,7 +18,7 @@ import json
 from typing import Any
 from unittest import mock
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mcp_proxy.frames import Channel, Direction, Frame
@@ -114,6 +114,9 @@ SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 
 @SETTINGS
 @given(LINE)
+# found by this test: the plumbing key cut out behind an escaped quote (the JSON key
+# '"progressToken', a credential's name) let the body through unlooked
+@example('"progressToken')
 def test_what_the_prefilter_lets_through_the_redactor_leaves_alone(text: str) -> None:
     for frame in frames_of(text):
         changed = full(frame).raw != frame.raw
