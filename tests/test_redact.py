@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +18,8 @@ from mcp_proxy.redact import (
     is_sensitive_key,
     redactor_from_env,
 )
+from tests.conftest import mcptape_cmd
+from tests.helpers import db as rdb
 
 R = Redactor()
 
@@ -344,3 +349,95 @@ def test_the_prefilter_never_lets_through_what_the_redactor_would_change(
     # What the redactor does with no prefilter at all: the same.
     monkeypatch.setattr(Redactor, "needs_look", lambda self, raw: True)
     assert Redactor().frame(frame).raw == looked.raw
+
+
+# ----------------------------------------------------------- issue #22, defect 19: end to end
+#: Secrets a server writes on stderr (one a line) and in a tool result's text, each a shape the
+#: value rules must catch; ``api_key: VALUE`` is the one that reached the disk in clear.
+PLANTED_STDERR = [
+    "api_key: s3cr3t-A1",
+    "API-KEY = s3cr3t-A2",
+    "Authorization: Bearer s3cr3t-A3xyz",
+    "login password=s3cr3t-A4 ok",
+    "{'client_secret': 's3cr3t-A5'}",
+    '{"access_token": "s3cr3t-A6"}',
+    "pin : s3cr3t-A7",
+    "retrying with token s3cr3t-A8-0123",
+    "otp\t= s3cr3t-A9",
+]
+PLANTED_TEXT = "config: api_key: s3cr3t-B1, auth=s3cr3t-B2; Bearer s3cr3t-B3xyz"
+LEAKY_SERVER = f"""
+import json, sys
+for line in {PLANTED_STDERR!r}:
+    print(line, file=sys.stderr, flush=True)
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    result = {{"content": [{{"type": "text", "text": {PLANTED_TEXT!r}}}]}}
+    if msg["method"] == "initialize":
+        result = {{"protocolVersion": "2025-11-25", "capabilities": {{"tools": {{}}}},
+                  "serverInfo": {{"name": "leaky", "version": "1"}}}}
+    print(json.dumps({{"jsonrpc": "2.0", "id": msg["id"], "result": result}}), flush=True)
+"""
+
+
+@pytest.mark.timeout(90)
+def test_secrets_on_stderr_and_in_tool_text_never_reach_the_disk(tmp_path: Path) -> None:
+    """Through the real stdio relay into SQLite: no planted value in the database file, its
+    WAL (looked at while the relay still runs, then after) or ``mcptape export``."""
+    (tmp_path / "rec").mkdir()
+    db = tmp_path / "rec" / "leak.sqlite"
+    # The script is a file: on the command line its text would be the session's ``command``.
+    server = tmp_path / "leaky_server.py"
+    server.write_text(LEAKY_SERVER)
+    argv = [*mcptape_cmd(), "record", "--db", str(db), "--name", "leaky", "--"]
+    proc = subprocess.Popen(
+        [*argv, sys.executable, str(server)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "h"}}
+    call = {"name": "show_config", "arguments": {}}
+    for i, (method, params) in enumerate([("initialize", init), ("tools/call", call)], 1):
+        msg = {"jsonrpc": "2.0", "id": i, "method": method, "params": params}
+        proc.stdin.write(json.dumps(msg).encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == i
+    want = len(PLANTED_STDERR) + 4  # the stderr lines, two requests, two responses
+
+    def recorded() -> bool:
+        return len(rdb.rows(db, "SELECT seq FROM frames")) >= want
+
+    try:
+        assert rdb.wait_until(recorded, timeout=30)
+        live = {p.name: p.read_bytes() for p in db.parent.iterdir()}  # db, -wal, -shm
+        assert f"{db.name}-wal" in live or db.name in live
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+        proc.stdout.close()
+    after = {p.name: p.read_bytes() for p in db.parent.iterdir()}
+    exported = subprocess.run(
+        [*mcptape_cmd(), "export", "leaky", "--db", str(db), "-o", "-", "--format", "jsonl"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert exported.returncode == 0, exported.stderr
+    for where, data in [*live.items(), *after.items(), ("export", exported.stdout)]:
+        assert b"s3cr3t" not in data, (where, data[data.find(b"s3cr3t") - 60 :][:120])
+    stored = [bytes(r["raw"]) for r in rdb.rows(db, "SELECT raw FROM frames ORDER BY seq")]
+    assert b"api_key: [REDACTED]\n" in stored
+    assert any(b"api_key: [REDACTED], auth=[REDACTED]; Bearer [REDACTED]" in r for r in stored)
+
+
+@pytest.mark.parametrize("unit", [b"a:", b"token:", b'pin: "', b"x=", b"token aaaaaaaaa1 "])
+def test_the_value_rules_take_linear_time_on_hostile_text(unit: bytes) -> None:
+    """A name's value is read only for a credential's name, and once: 256 KiB of ``a:a:a:…``
+    after a ``token`` (a stderr line a hostile server may write) took minutes when every name
+    read its value up to the end of the run; it takes well under a second."""
+    import time
+
+    raw = b"token " + unit * ((256 << 10) // len(unit))
+    started = time.process_time()
+    Redactor().frame(Frame(Direction.S2C, Channel.STDERR, raw + b"\n", 0, 0.0))
+    assert time.process_time() - started < 15.0

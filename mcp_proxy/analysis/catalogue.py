@@ -393,6 +393,17 @@ _e(
     f"{RFC9110}#name-421-misdirected-request",
 )
 _e(
+    "http.foreign_host",
+    W,
+    "The host addressed another host (refused by mcptape)",
+    """The host's request carried a Host header that is not the relay's own address, so mcptape
+    answered 421 itself (DNS-rebinding protection, as the SDK servers do) and nothing went
+    upstream. The server never saw the request: this is about the host (a wrong URL, a proxy
+    forwarding its own Host, or a page trying DNS rebinding). Point the host at the relay's
+    address, or allow the name with ``--allow-host``.""",
+    f"{RFC9110}#name-421-misdirected-request",
+)
+_e(
     "http.rate_limited",
     W,
     "HTTP 429 Too Many Requests",
@@ -961,6 +972,16 @@ _e(
     """Reported by ``mcptape check`` (not stored): what the host did after a fault mcptape
     injected — retried the request, cancelled it (``notifications/cancelled``), or moved on to
     other requests. Which of them is right depends on the fault; the point is to see it.""",
+    "",
+)
+_e(
+    "inject.ended_with_pending",
+    I,
+    "A fault rule ended the session while requests were pending",
+    """Reported by the analyzer: a ``disconnect`` fault rule (``mode=kill`` or ``close-stdin``)
+    cut the connection while some of the host's requests were still waiting for an answer. The
+    recording shows it as mcptape's doing: the server's exit or signal that follows is not a
+    crash, and the host did not stop the server — the answers were never going to come.""",
     "",
 )
 _e(

@@ -152,7 +152,7 @@ def _analyze(
     http = {int(r["id"]): r for r in http_exchanges if r.get("id") is not None}
     facts = session_facts(msgs, session, http)
     sink = FindingSink()
-    pairing = pair(msgs, facts, http, sink)
+    pairing = pair(msgs, facts, http, sink, decoder.injected)
     _forget_notification_bytes(msgs)
     taxonomy_findings(msgs, pairing, facts, http, sink)
     protocol_checks(msgs, pairing, facts, http, sink)

@@ -19,10 +19,17 @@ place that knows them. Pure: rows in, objects out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mcp_proxy.analysis.facts import FRAME_COLUMNS, decode, header, session_facts
+from mcp_proxy.analysis.facts import (
+    FRAME_COLUMNS,
+    Injected,
+    decode,
+    header,
+    injected_answers,
+    session_facts,
+)
 from mcp_proxy.analysis.model import (
     ERA_INITIALIZE,
     META,
@@ -70,10 +77,13 @@ class _Pairing:
         facts: SessionFacts,
         http: Mapping[int, Mapping[str, Any]],
         sink: FindingSink,
+        injected: Sequence[Injected] = (),
     ) -> None:
         self.facts = facts
         self.http = http
         self.sink = sink
+        #: Answers mcptape injected in the server's place (fault rules), by request id.
+        self.injected_answers = injected_answers(injected)
         self.exchanges: list[Exchange] = []
         self.chains: list[Chain] = []
         self.pending: dict[tuple[str, str], list[Exchange]] = {}
@@ -532,6 +542,15 @@ class _Pairing:
                 " their answers are lost.",
                 [e.request_seq for e in ends.lost],
             )
+        if ends.faulted:
+            self.sink.add(
+                "inject.ended_with_pending",
+                f"a fault rule ended the session ({facts.fault_end}) with"
+                f" {len(ends.faulted)} of the host's request(s) pending: {_names(ends.faulted)}",
+                "mcptape cut the connection on purpose (docs/faults.md) while these requests"
+                " waited for their answers; neither the host nor the server ended the session.",
+                [e.request_seq for e in ends.faulted],
+            )
         if ends.abandoned:
             self.sink.add(
                 "transport.host_ended_with_pending",
@@ -587,9 +606,12 @@ class _Pairing:
         facts = self.facts
         row = self.http.get(ex.http) if ex.http is not None else None
         outcome = str(row.get("outcome") or "") if row else ""
+        answer = self._injected_answer(ex)
         if ex.cancel_seq is not None:
             ex.outcome = Outcome.CANCELLED
             self._cancel_finding(ex, f"cancelled by frame #{ex.cancel_seq}", [ex.cancel_seq])
+        elif answer is not None:
+            _answered_by_fault(ex, answer)
         elif ex.method == "subscriptions/listen":
             ex.outcome = Outcome.PENDING if facts.live else Outcome.CLOSED
         elif row is not None and _http_refused(row, outcome):
@@ -606,6 +628,9 @@ class _Pairing:
         elif _crashed(facts):
             ex.outcome = Outcome.LOST
             ends.lost.append(ex)
+        elif facts.fault_end is not None:
+            ex.outcome = Outcome.ABORTED
+            ends.faulted.append(ex)
         elif _host_stopped(facts):
             ex.outcome = Outcome.ABORTED
             ends.abandoned.append(ex)
@@ -625,6 +650,13 @@ class _Pairing:
         else:
             ex.outcome = Outcome.NO_RESPONSE
             self._no_response(ex)
+
+    def _injected_answer(self, ex: Exchange) -> Injected | None:
+        """The answer a fault rule gave this host request in the server's place, if any."""
+        for answer in self.injected_answers.get(ex.msg_id, ()):
+            if answer.seq > ex.request_seq:
+                return answer
+        return None
 
     def _host_aborted(self, ex: Exchange) -> None:
         """The host closed the HTTP connection of its own pending request."""
@@ -661,6 +693,18 @@ class _Pairing:
             [ex.request_seq, *extra],
             exchange=ex.index,
         )
+
+
+def _answered_by_fault(ex: Exchange, answer: Injected) -> None:
+    """The host got an answer mcptape injected (``error``, ``tool-error``): answered."""
+    ex.response_seq = answer.seq
+    ex.response_ts = answer.ts
+    ex.latency_ms = max(0.0, (answer.ts - ex.request_ts) * 1000.0)
+    if answer.kind == "error":
+        ex.outcome = Outcome.ERROR
+        ex.error_code = answer.error_code
+    else:
+        ex.outcome = Outcome.TOOL_ERROR if answer.tool_error else Outcome.OK
 
 
 def _side(direction: str) -> str:
@@ -714,11 +758,12 @@ def _names(exchanges: list[Exchange]) -> str:
 class _Ends:
     """Host requests that a session's end left unanswered, by why."""
 
-    __slots__ = ("abandoned", "lost")
+    __slots__ = ("abandoned", "faulted", "lost")
 
     def __init__(self) -> None:
         self.lost: list[Exchange] = []  # the server crashed
         self.abandoned: list[Exchange] = []  # the host stopped the server
+        self.faulted: list[Exchange] = []  # a fault rule cut the connection
 
 
 class Pairing:
@@ -738,14 +783,17 @@ def pair(
     facts: SessionFacts,
     http: Mapping[int, Mapping[str, Any]] | None = None,
     sink: FindingSink | None = None,
+    injected: Sequence[Injected] = (),
 ) -> Pairing:
     """Pair requests and responses, attach notifications, chain MRTR rounds.
 
     A message's parsed body is released once it has been handled (the checks that need it
     later parse it again from its bytes): holding every parsed body until the end made the
-    analysis of a million frames grow by over a kilobyte per frame.
+    analysis of a million frames grow by over a kilobyte per frame. ``injected`` are the frames
+    mcptape put on the wire (``Decoder.injected``): an answer injected in the server's place
+    answers its request.
     """
-    p = _Pairing(facts, http or {}, sink or FindingSink())
+    p = _Pairing(facts, http or {}, sink or FindingSink(), injected)
     w = p.w
     w.msgs = msgs
     deferred = w.deferred

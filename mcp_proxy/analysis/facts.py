@@ -91,6 +91,10 @@ class Injected(NamedTuple):
     kind: str
     method: str | None
     msg_id: str | None
+    #: An injected answer (s2c response or error): its error code, or a tool result with
+    #: ``isError: true`` (``tool-error``). What the host got instead of the server's answer.
+    error_code: int | None = None
+    tool_error: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +106,37 @@ class Injected(NamedTuple):
             "method": self.method,
             "msg_id": self.msg_id,
         }
+
+
+def _injected(
+    seq: int,
+    ts: float,
+    direction: str,
+    kind: str,
+    method: str | None,
+    msg_id: str | None,
+    code: int | None,
+    raw: bytes | None,
+) -> Injected:
+    tool_error = False
+    if kind == "response" and raw:  # rare (faults only): parse to tell a tool-error apart
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            body = None
+        result = body.get("result") if isinstance(body, dict) else None
+        tool_error = isinstance(result, dict) and result.get("isError") is True
+    return Injected(seq, ts, direction, kind, method, msg_id, code, tool_error)
+
+
+def injected_answers(injected: Iterable[Injected]) -> dict[str, list[Injected]]:
+    """Answers mcptape injected in the server's place (``error``, ``tool-error`` faults), by
+    the id of the host request they answer: the host got them, so the request is answered."""
+    out: dict[str, list[Injected]] = {}
+    for i in injected:
+        if i.direction == "s2c" and i.kind in ("response", "error") and i.msg_id is not None:
+            out.setdefault(i.msg_id, []).append(i)
+    return out
 
 
 class Decoder:
@@ -178,7 +213,7 @@ class Decoder:
         if channel == INJECT:
             # Bytes mcptape put on the wire in a peer's place (fault injection): not the
             # peer's messages, so neither paired nor checked; kept aside for the views.
-            self.injected.append(Injected(seq, ts, direction, kind, method, msg_id))
+            self.injected.append(_injected(seq, ts, direction, kind, method, msg_id, code, raw))
             return
         m = Msg(seq, ts, mono, direction, channel, kind, method, msg_id, code, size or 0,
                 complete is None or bool(complete), bool(partial), http, raw, _UNPARSED,
@@ -246,6 +281,7 @@ def session_facts(
         status=str(s.get("status") or "ended"),
         exit_code=s.get("exit_code"),
         exit_signal=s.get("exit_signal"),
+        fault_end=s.get("fault_end"),
         transport=str(s.get("transport") or "stdio"),
     )
     init_id: str | None = None

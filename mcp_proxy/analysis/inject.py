@@ -45,7 +45,13 @@ _ENDS_CONNECTION = ("inject.disconnect",)
 #: faults (delay, throttle, duplicate, reorder) the answer still comes; only a cancel — the host
 #: gave up before it arrived — is worth reporting.
 _DENYING = ("inject.drop", "inject.corrupt", "inject.error", "inject.tool_error", "inject.http")
-_REAL = ("stdio", "http", "sse")  # channels a peer really sent on (not inject, not stderr)
+_REAL = ("stdio", "http", "sse")
+#: ``inject.*`` codes the analysis writes about faults (not a fired rule of the relay's).
+_ANALYZER_CODES = (
+    "inject.reaction",
+    "inject.host_silent",
+    "inject.ended_with_pending",
+)  # channels a peer really sent on (not inject, not stderr)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +115,7 @@ def injections(
     out = []
     for f in findings:
         code = str(f.get("code") or "")
-        if not code.startswith("inject.") or code in ("inject.reaction", "inject.host_silent"):
+        if not code.startswith("inject.") or code in _ANALYZER_CODES:
             continue
         detail = _detail(f)
         direction = str(detail.get("direction") or "")

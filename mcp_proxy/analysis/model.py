@@ -499,6 +499,9 @@ class SessionFacts:
     status: str = "ended"  # live | ended | crashed (from the session row; "ended" when unknown)
     exit_code: int | None = None
     exit_signal: int | None = None
+    #: The fault rule that cut the connection (``disconnect``, docs/faults.md), as the recorder's
+    #: ``inject.disconnect`` finding tells it: the session's end was mcptape's doing.
+    fault_end: str | None = None
     initialize_seq: int | None = None
     initialize_result_seq: int | None = None
     initialize_failed: bool = False

@@ -152,7 +152,9 @@ class QuickStats:
         for row in rows:
             channel = row[2]
             if channel == _INJECT:
-                continue  # mcptape's own bytes: never paired (Analysis.injected)
+                # mcptape's own bytes: an injected answer answers its request (the analysis
+                # pairs them, Analysis.injected); sessions with faults are few.
+                raise NeedsFullAnalysis("frames injected by fault rules")
             self.i += 1
             if held:
                 self._age(row[0])
@@ -180,7 +182,9 @@ class QuickStats:
                 found = decoded[shape] = shapes(shape)
             direction, channel, kind, method = found
             if channel == _INJECT:
-                continue  # mcptape's own bytes: never paired (Analysis.injected)
+                # mcptape's own bytes: an injected answer answers its request (the analysis
+                # pairs them, Analysis.injected); sessions with faults are few.
+                raise NeedsFullAnalysis("frames injected by fault rules")
             self.i += 1
             if held:
                 self._age(mono)
@@ -397,7 +401,7 @@ class QuickStats:
             return Outcome.PENDING
         if status == "crashed":
             return Outcome.LOST
-        if stopped:
+        if self.session.get("fault_end") or stopped:
             return Outcome.ABORTED
         return Outcome.NO_RESPONSE
 

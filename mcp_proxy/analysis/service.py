@@ -30,7 +30,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mcp_proxy.analysis.catalogue import SUMMARY_CODE
@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "enrich",
+    "fault_end",
     "finding_rows",
     "findings_view",
     "fingerprint",
@@ -80,6 +81,24 @@ def session_view(session: dict[str, Any]) -> dict[str, Any]:
     view = dict(session)
     view["status"] = session_status(session)
     return view
+
+
+def fault_end(recorded: Iterable[Mapping[str, Any]]) -> str | None:
+    """The fault rule that cut a session's connection, from the relay's ``inject.disconnect``
+    finding (``disconnect mode=kill …``, with its signal), or None: what tells the analysis that
+    the session's end was mcptape's doing, not the host's or the server's."""
+    for f in recorded:
+        if f.get("code") != "inject.disconnect":
+            continue
+        try:
+            detail = json.loads(f.get("detail") or "{}")
+        except (TypeError, ValueError):
+            detail = {}
+        if not isinstance(detail, dict):
+            detail = {}
+        rule = str(detail.get("rule") or "disconnect")
+        return rule + (f", {detail['signal']}" if detail.get("signal") else "")
+    return None
 
 
 def fingerprint(session: dict[str, Any]) -> dict[str, Any]:
@@ -226,6 +245,7 @@ async def session_analysis(
     """
     http = await store.http_exchanges(session["id"])
     view = session_view(session)
+    view["fault_end"] = fault_end(await store.recorded_findings(session["id"]))
     if threaded and sqlite_path(store.url) is not None:
         analysis = await asyncio.to_thread(
             _load_and_analyze, store.url, str(session["id"]), view, http
@@ -301,8 +321,10 @@ async def sessions_stats(
     parts = []
     for s in sessions:
         http = await store.http_exchanges(s["id"])
+        view = session_view(s)
+        view["fault_end"] = fault_end(await store.recorded_findings(s["id"]))
         try:
-            parts.append(_quick_stats(store.url, s, http, by_name=by_name))
+            parts.append(_quick_stats(store.url, view, http, by_name=by_name))
             continue
         except NeedsFullAnalysis:
             pass
@@ -319,8 +341,9 @@ STATS_BATCH = 20_000
 def _quick_stats(
     url: str, session: dict[str, Any], http: list[dict[str, Any]], *, by_name: bool
 ) -> dict[StatsKey, MethodStats]:
-    """One session's per-method numbers in one streaming pass, or :class:`NeedsFullAnalysis`."""
-    q = QuickStats(session_view(session), http, by_name=by_name)
+    """One session's per-method numbers in one streaming pass, or :class:`NeedsFullAnalysis`
+    (``session`` as :func:`session_view` gives it, with its ``fault_end``)."""
+    q = QuickStats(session, http, by_name=by_name)
     path = sqlite_path(url)
     if path is not None:
         # frame_rows as stored: direction/channel/kind/method as one integer per row

@@ -15,6 +15,7 @@ an expired session, 413, 421, 5xx, or a body with a null id).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -416,6 +417,20 @@ def _http_findings(
             continue
         if status < 400:
             continue
+        refused = _refused_host(row)
+        if refused is not None:
+            # mcptape answered itself (nothing went upstream): the host's doing, not the server's.
+            explained.add(hid)
+            sink.add(
+                "http.foreign_host",
+                f"{what}: HTTP {status} from mcptape: the host addressed {refused!r}",
+                f"The request named Host {refused!r}, which is not the relay's address; mcptape"
+                " refused it (DNS-rebinding protection) and the server never saw it. Point the"
+                " host at the relay's address, or allow the name with --allow-host.",
+                seqs,
+                exchange=req.index if req else None,
+            )
+            continue
         body_note = ""
         if errs:
             e0 = errs[0]
@@ -521,6 +536,26 @@ def _http_findings(
         )
     _status_agreement(msgs, facts, http, sink, fallback)
     return explained
+
+
+def _refused_host(row: Mapping[str, Any]) -> str | None:
+    """The Host a request named when mcptape itself refused it (421, ``host-not-allowed``:
+    the exchange's meta says ``synthesized.by = mcptape``), else None."""
+    meta = row.get("meta")
+    if isinstance(meta, (str, bytes)):
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            return None
+    if not isinstance(meta, dict):
+        return None
+    made = meta.get("synthesized")
+    if not isinstance(made, dict) or made.get("by") != "mcptape":
+        return None
+    if made.get("kind") != "host-not-allowed":
+        return None
+    host = meta.get("refused_host")
+    return host if isinstance(host, str) else "?"
 
 
 def _status_agreement(

@@ -2,4 +2,4 @@
 
 #: Bump whenever a change to the analysis can change its output for the same frames: stored
 #: findings of another version are recomputed on the next read.
-ANALYZER_VERSION = "2"
+ANALYZER_VERSION = "3"

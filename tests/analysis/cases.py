@@ -332,6 +332,20 @@ _status_case("http.server_error", 503)
 _status_case("http.client_error", 418)
 
 
+@case("http.foreign_host")
+def _(t: bool) -> Wire:
+    # The host named a Host that is not the relay's: mcptape answered 421 itself (nothing went
+    # upstream) vs. the same 421 from the server (http.misdirected, the server's refusal).
+    w = http_init()
+    w.exchange(status=421, outcome="refused" if t else "complete")
+    if t:
+        w.http_exchanges[-1]["meta"] = {
+            "refused_host": "evil.example",
+            "synthesized": {"by": "mcptape", "status": 421, "kind": "host-not-allowed"},
+        }
+    return w.end()
+
+
 @case("http.session_not_found")
 def _(t: bool) -> Wire:
     w = http_init()

@@ -23,8 +23,9 @@ def test_trigger(code: str) -> None:
         if f.code == code:
             assert f.title and "\n" not in f.title
             # HTTP-level findings on exchanges that carry no JSON-RPC frame (a bare 401, the
-            # OAuth dance's metadata and token requests) point at no frame.
-            frameless = ("http.unauthorized", "http.auth_challenge")
+            # OAuth dance's metadata and token requests, a request mcptape refused before
+            # reading its body) point at no frame.
+            frameless = ("http.unauthorized", "http.auth_challenge", "http.foreign_host")
             assert f.frame_seqs or code in frameless or code.startswith("oauth."), f
 
 

@@ -86,3 +86,99 @@ def test_exchange_view_shows_injected_frames_apart(recorded: tuple[Path, str]) -
     assert [i["seq"] for i in items if i.get("injected")] == [5, 8]
     calls = [i for i in items if i.get("method") == "tools/call" and not i.get("injected")]
     assert [i["response_seq"] for i in calls] == [6, 9]
+
+
+# ------------------------------------------------------------- issue #22, defect 9 (b) and (c)
+def _answered_by_mcptape(kind: str) -> Wire:
+    """A call only mcptape answered (the server's answer never came), and one nobody did."""
+    w = Wire.initialized()
+    w.request("tools/call", 2, {"name": "echo", "arguments": {}})
+    if kind == "error":
+        w.error(2, -32000, "nope", channel="inject")
+    else:
+        w.result(2, {"content": [{"type": "text", "text": "x"}], "isError": True}, channel="inject")
+    w.request("tools/call", 3, {"name": "hang", "arguments": {}})
+    return w.end()
+
+
+@pytest.mark.parametrize(("kind", "outcome"), [("error", "error"), ("tool-error", "tool_error")])
+def test_a_request_answered_by_an_injected_answer_is_answered(kind: str, outcome: str) -> None:
+    a = _answered_by_mcptape(kind).analyze()
+    calls = {e.msg_id: e for e in a.exchanges if e.method == "tools/call"}
+    assert calls["2"].outcome == outcome and calls["2"].response_seq == 5
+    assert calls["2"].error_code == (-32000 if kind == "error" else None)
+    assert calls["3"].outcome == "no_response"  # the near miss: nobody answered it
+    unanswered = [f.title for f in a.findings if f.code == "exchange.no_response"]
+    assert unanswered == ["tools/call hang (id 3) was never answered"]
+
+
+def test_an_injected_answer_before_the_request_answers_nothing() -> None:
+    """Only an answer after the request answers it (ids are reused)."""
+    w = Wire.initialized()
+    w.error(2, -32000, "nope", channel="inject")
+    w.request("tools/call", 2, {"name": "echo", "arguments": {}})
+    a = w.end().analyze()
+    assert [e.outcome for e in a.exchanges if e.method == "tools/call"] == ["no_response"]
+
+
+def test_stats_of_a_session_with_injected_frames_take_the_full_analysis() -> None:
+    from mcp_proxy.analysis.quickstats import STATS_COLUMNS, NeedsFullAnalysis, quick_stats
+
+    w = _answered_by_mcptape("error")
+    with pytest.raises(NeedsFullAnalysis):
+        quick_stats([tuple(f.get(c) for c in STATS_COLUMNS) for f in w.frames], w.session)
+
+
+def _killed(fault_end: str | None) -> Wire:
+    w = Wire.initialized()
+    w.request("tools/call", 2, {"name": "echo", "arguments": {}})
+    w.end("ended", exit_code=None, exit_signal=9)
+    w.session["fault_end"] = fault_end
+    return w
+
+
+def test_a_session_a_fault_ended_blames_the_fault() -> None:
+    a = _killed("disconnect mode=kill signal=KILL, SIGKILL").analyze()
+    found = {f.code: f for f in a.findings}
+    assert "transport.host_ended_with_pending" not in found
+    ended = found["inject.ended_with_pending"]
+    assert ended.title.startswith("a fault rule ended the session (disconnect mode=kill")
+    assert [e.outcome for e in a.exchanges if e.method == "tools/call"] == ["aborted"]
+    # the near miss: the same end without a fault is the host's signal
+    found = {f.code for f in _killed(None).analyze().findings}
+    assert "transport.host_ended_with_pending" in found and "inject.ended_with_pending" not in found
+
+
+def test_fault_end_is_read_from_the_relays_disconnect_finding() -> None:
+    from mcp_proxy.analysis.service import fault_end
+
+    rule = "disconnect mode=kill signal=KILL method=tools/call"
+    rows = [
+        {"code": "inject.delay", "detail": json.dumps({"rule": "delay ms=5"})},
+        {"code": "inject.disconnect", "detail": json.dumps({"rule": rule, "signal": "SIGKILL"})},
+    ]
+    assert fault_end(rows) == rule + ", SIGKILL"
+    assert fault_end([{"code": "inject.disconnect", "detail": "not json"}]) == "disconnect"
+    assert fault_end(rows[:1]) is None
+
+
+@pytest.mark.parametrize(("exit_code", "exit_signal"), [(0, None), (None, 9)])
+def test_stats_and_analysis_agree_on_a_session_a_fault_ended(
+    exit_code: int | None, exit_signal: int | None
+) -> None:
+    """``close-stdin`` (the server exits 0) and ``kill`` (signal 9): the pending call is the
+    fault's (aborted) in the full analysis and in the streaming statistics alike."""
+    from mcp_proxy.analysis.quickstats import STATS_COLUMNS, quick_stats
+    from mcp_proxy.analysis.stats import method_stats, sorted_stats
+
+    w = Wire.initialized()
+    w.request("tools/call", 2, {"name": "echo", "arguments": {}})
+    w.end("ended", exit_code=exit_code, exit_signal=exit_signal)
+    w.session["fault_end"] = "disconnect mode=close-stdin"
+    a = w.analyze()
+    assert [e.outcome for e in a.exchanges if e.method == "tools/call"] == ["aborted"]
+    assert {f.code for f in a.findings} >= {"inject.ended_with_pending"}
+    assert "exchange.no_response" not in {f.code for f in a.findings}
+    rows = [tuple(f.get(c) for c in STATS_COLUMNS) for f in w.frames]
+    quick = [s.as_dict() for s in sorted_stats(quick_stats(rows, w.session))]
+    assert quick == [s.as_dict() for s in sorted_stats(method_stats(a.exchanges))]
