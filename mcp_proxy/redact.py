@@ -66,6 +66,7 @@ __all__ = [
     "Redactor",
     "is_sensitive_header",
     "is_sensitive_key",
+    "redact_argv",
     "redact_text",
 ]
 
@@ -307,6 +308,32 @@ def is_sensitive_key(name: str) -> bool:
 
 def _bearer_sub(m: re.Match[bytes]) -> bytes:
     return (m.group("bearer") or m.group("scheme")) + b" " + _REDACTED_B
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """A command line as it may be stored: the value of a credential's flag (``--api-key X``,
+    ``--token=X``) is replaced, and every other argument goes through the value rules of
+    :func:`redact_text` (``API_KEY=X`` handed to ``env``, ``Authorization: Bearer X``)."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if arg.startswith("-") and len(arg) > 1:
+            name, eq, _ = arg.lstrip("-").partition("=")
+            if name and is_sensitive_key(name):
+                if eq:
+                    out.append(arg[: arg.index("=") + 1] + REDACTED)
+                else:
+                    out.append(arg)
+                    hide_next = True
+                continue
+        raw = arg.encode("utf-8", "surrogateescape")
+        red, changed = redact_text(raw)
+        out.append(red.decode("utf-8", "surrogateescape") if changed else arg)
+    return out
 
 
 def redact_text(raw: bytes) -> tuple[bytes, bool]:

@@ -53,7 +53,7 @@ from mcp_proxy.recorder.contract import (
     SessionStart,
     SessionUpdate,
 )
-from mcp_proxy.redact import Redactor
+from mcp_proxy.redact import Redactor, redact_argv
 from mcp_proxy.store.rows import Batch, FrameRow, Gap, storable
 
 UNDECODABLE_CODE = "recorder.undecodable"
@@ -442,6 +442,9 @@ class BatchBuilder:
 
     def _on_session(self, item: SessionStart) -> None:
         row = {k: storable(v) for k, v in item.row.items()}
+        command = row.get("command")
+        if self.redact is not None and isinstance(command, list):
+            row["command"] = redact_argv([str(a) for a in command])
         st = self.session(row["id"])
         st.started_at = row.get("started_at")
         if isinstance(row.get("meta"), dict):

@@ -97,3 +97,35 @@ def test_opting_out_records_in_clear_and_says_so(
     s = session(db, how)
     assert "off" in json.loads(s["meta"])["redaction"]
     assert all(f["redacted"] is None for f in rdb.frames(db, s["id"]))
+
+
+def test_a_credential_on_the_server_command_line_never_reaches_the_database(
+    tmp_path: Path,
+) -> None:
+    """``mcptape record -- server --api-key X`` stored X in ``sessions.command`` (the frames
+    were redacted, the command line was not)."""
+    db = tmp_path / "argv.db"
+    argv = [
+        *ECHO,
+        "--api-key",
+        "argv-hunter2",
+        "--token=tok-hunter2",
+        "API_KEY=env-hunter2",
+        "--verbose",
+        "plain-arg",
+    ]
+    proc = record(db, argv, name="argv")
+    _, err = proc.communicate(PAYLOAD, timeout=60)
+    assert proc.returncode == 0, err
+    assert b"hunter2" not in _files(db)
+    command = session(db, "argv")["command"]
+    if isinstance(command, str):
+        command = json.loads(command)
+    assert command[-6:] == [
+        "--api-key",
+        "[REDACTED]",
+        "--token=[REDACTED]",
+        "API_KEY=[REDACTED]",
+        "--verbose",
+        "plain-arg",
+    ]
