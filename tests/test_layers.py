@@ -139,6 +139,36 @@ RULES = (
     ),
 )
 
+#: Uses of another module's private name that predate the check (issue #24): the list may
+#: only shrink. A new use fails the test; a fixed one fails it too until its line goes.
+PRIVATE_USES_ALLOWED = frozenset(
+    {
+        "mcp_proxy.analysis.facts imports mcp_proxy.analysis.model._UNPARSED",
+        "mcp_proxy.commands.db uses mcp_proxy.store.engine._short",
+        "mcp_proxy.forward.oauth imports mcp_proxy.forward.addon._Ex",
+        "mcp_proxy.relay.http.core imports mcp_proxy.relay.http.front._V11",
+        "mcp_proxy.relay.http.fault_events imports mcp_proxy.relay.http.fault_core._Faults",
+        "mcp_proxy.relay.http.fault_events imports mcp_proxy.relay.http.fault_core._accepted",
+        "mcp_proxy.relay.http.fault_events imports mcp_proxy.relay.http.fault_core._answer_body",
+        "mcp_proxy.relay.http.fault_events imports mcp_proxy.relay.http.fault_core._event_bytes",
+        "mcp_proxy.relay.http.fault_events imports mcp_proxy.relay.http.fault_core._reset",
+        "mcp_proxy.relay.http.fault_events imports mcp_proxy.relay.http.fault_core._spawn",
+        "mcp_proxy.relay.http.faults imports mcp_proxy.relay.http.fault_core._ANSWERS",
+        "mcp_proxy.relay.http.faults imports mcp_proxy.relay.http.fault_core._Faults",
+        "mcp_proxy.relay.http.faults imports mcp_proxy.relay.http.fault_core._accepted",
+        "mcp_proxy.relay.http.faults imports mcp_proxy.relay.http.fault_core._answer_body",
+        "mcp_proxy.relay.http.faults imports mcp_proxy.relay.http.fault_core._reset",
+        "mcp_proxy.relay.http.faults imports mcp_proxy.relay.http.fault_core._spawn",
+        "mcp_proxy.relay.http.faults imports mcp_proxy.relay.http.fault_core._throttle_s",
+        "mcp_proxy.store.base uses mcp_proxy.store.engine._short",
+        "mcp_proxy.store.copy uses mcp_proxy.store.engine._short",
+        "mcp_proxy.store.queries uses mcp_proxy.store.engine._short",
+        "mcp_proxy.store.recordings uses mcp_proxy.store.engine._short",
+        "mcp_proxy.store.status imports mcp_proxy.store.engine._short",
+        "mcp_proxy.store.stream uses mcp_proxy.store.engine._short",
+    }
+)
+
 #: Modules allowed over the size limit because they are data tables, not logic.
 DATA_TABLES = ("mcp_proxy/analysis/catalogue.py",)
 MAX_LINES = 820  # "~800"
@@ -212,6 +242,108 @@ def violations(root: Path, rules: Iterable[Rule] = RULES) -> list[str]:
     return found
 
 
+def _is_module(root: Path, name: str) -> bool:
+    path = root.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _resolve(node: ast.ImportFrom, module: str, is_pkg: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    base = base[: len(base) - node.level + (1 if is_pkg else 0)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else None
+    return None
+
+
+@dataclass
+class _PrivateScan:
+    """One module's uses of other project modules' private names (``_x``, not ``__x__``)."""
+
+    root: Path
+    module: str
+    is_pkg: bool
+    project: tuple[str, ...]
+    found: list[str]
+
+    def imports(self, body: ast.AST, names: dict[str, str]) -> dict[str, str]:
+        """``names`` plus the project modules ``body``'s imports bind (nested defs aside)."""
+        out = dict(names)
+        for node in _own_nodes(body):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    bound = alias.asname or alias.name.split(".")[0]
+                    out.pop(bound, None)  # a third-party name shadows a project one
+                    if _under(alias.name, self.project):
+                        out[bound] = alias.name if alias.asname else bound
+            elif isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    out.pop(alias.asname or alias.name, None)
+                self.from_import(node, out)
+        return out
+
+    def from_import(self, node: ast.ImportFrom, out: dict[str, str]) -> None:
+        target = _resolve(node, self.module, self.is_pkg)
+        if not _under(target, self.project):
+            return
+        for alias in node.names:
+            full = f"{target}.{alias.name}"
+            if _is_module(self.root, full):
+                out[alias.asname or alias.name] = full
+            elif _private(alias.name) and target != self.module:
+                self.found.append(f"{self.module} imports {full}")
+
+    def scope(self, body: ast.AST, names: dict[str, str]) -> None:
+        """Check ``body`` (a module or a function) with the module names visible in it."""
+        names = self.imports(body, names)
+        if isinstance(body, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            for arg in ast.walk(body.args):
+                if isinstance(arg, ast.arg):
+                    names.pop(arg.arg, None)
+        for node in _own_nodes(body):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                self.scope(node, names)
+            elif isinstance(node, ast.Attribute) and _private(node.attr):
+                head, _, rest = (_dotted(node.value) or "").partition(".")
+                owner = ".".join(filter(None, [names.get(head), rest]))
+                if head in names and owner != self.module and _is_module(self.root, owner):
+                    self.found.append(f"{self.module} uses {owner}.{node.attr}")
+
+
+def _own_nodes(body: ast.AST) -> Iterable[ast.AST]:
+    """Every node under ``body`` except those inside nested functions (those are scopes)."""
+    stack = list(ast.iter_child_nodes(body))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def private_uses(root: Path) -> list[str]:
+    """``module imports other._x`` / ``module uses other._x``: one line per use of another
+    project module's private name (the house rule "no module calls another's private names")."""
+    project = tuple(p for p in PACKAGES if (root / p).is_dir())
+    found: list[str] = []
+    for path in sorted(f for p in project for f in (root / p).rglob("*.py")):
+        module = module_name(path, root)
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        _PrivateScan(root, module, path.name == "__init__.py", project, found).scope(tree, {})
+    return sorted(set(found))
+
+
 def _is_elif(parent: ast.AST, child: ast.AST) -> bool:
     """``elif`` is an ``If`` alone in its parent's ``orelse``: the same level, not a deeper one."""
     return isinstance(parent, ast.If) and isinstance(child, ast.If) and parent.orelse == [child]
@@ -255,6 +387,49 @@ def test_the_project_keeps_its_layers() -> None:
 
 def test_modules_stay_small_and_flat() -> None:
     assert shape_problems(ROOT) == []
+
+
+def test_no_new_use_of_another_modules_private_names() -> None:
+    found = set(private_uses(ROOT))
+    new = sorted(found - PRIVATE_USES_ALLOWED)
+    gone = sorted(PRIVATE_USES_ALLOWED - found)
+    assert not new, "no module calls another module's private names:\n" + "\n".join(new)
+    assert not gone, "fixed: remove from PRIVATE_USES_ALLOWED:\n" + "\n".join(gone)
+
+
+def test_the_private_check_catches_each_form(tmp_path: Path) -> None:
+    """``from m import _x``, ``m._x`` (via ``import … as``, ``from pkg import m``, a dotted
+    ``import``, a function-local import); not a parameter or a third-party name that shadows a
+    module, nor a module's own private names."""
+    _write(tmp_path, "mcp_proxy/__init__.py", "")
+    _write(tmp_path, "addons/__init__.py", "_third_party = 1\n")
+    _write(tmp_path, "mcp_proxy/a.py", "_x = 1\nprint(_x)\n")
+    _write(tmp_path, "mcp_proxy/pkg/__init__.py", "")
+    _write(tmp_path, "mcp_proxy/pkg/b.py", "import mcp_proxy.a\n_y = mcp_proxy.a._x\n")
+    _write(
+        tmp_path,
+        "mcp_proxy/c.py",
+        """\
+        from mcp_proxy.a import _x
+        from mcp_proxy.pkg import b
+        import mcp_proxy.a as alias
+        from mitmproxy import addons
+        print(b._y, alias._x, addons._third_party)
+
+        def f(a):
+            return a._own
+
+        def g():
+            from mcp_proxy import a
+            return a._x
+        """,
+    )
+    assert private_uses(tmp_path) == [
+        "mcp_proxy.c imports mcp_proxy.a._x",
+        "mcp_proxy.c uses mcp_proxy.a._x",
+        "mcp_proxy.c uses mcp_proxy.pkg.b._y",
+        "mcp_proxy.pkg.b uses mcp_proxy.a._x",
+    ]
 
 
 def _write(root: Path, rel: str, text: str) -> None:
