@@ -420,7 +420,7 @@ class DiffResult:
         }
 
 
-def _similarity(a: Any, b: Any) -> float:
+def similarity(a: Any, b: Any) -> float:
     if a == b:
         return 1.0
     ta, tb = canonical(a), canonical(b)
@@ -458,14 +458,14 @@ def align(
         for j in range(m - 1, -1, -1):
             best = max(below[j], row[j + 1])
             if ka[i] == kb[j]:
-                best = max(best, 1.0 + _similarity(pa[i], pb[j]) + below[j + 1])
+                best = max(best, 1.0 + similarity(pa[i], pb[j]) + below[j + 1])
             row[j] = best
     out: list[tuple[int | None, int | None]] = []
     i = j = 0
     while i < n and j < m:
         if (
             ka[i] == kb[j]
-            and abs(score[i][j] - (1.0 + _similarity(pa[i], pb[j]) + score[i + 1][j + 1])) < 1e-9
+            and abs(score[i][j] - (1.0 + similarity(pa[i], pb[j]) + score[i + 1][j + 1])) < 1e-9
         ):
             out.append((i, j))
             i += 1

@@ -1,14 +1,13 @@
 """``python -m mcp_proxy.mock SOURCE …`` = ``mcptape mock SOURCE …``.
 
-For hosts without the console script on PATH, e.g. the pytest plugin's stdio command. It goes
-through the console script's own entry point (the mock package itself never imports the CLI).
+For hosts without the console script on PATH, e.g. the pytest plugin's stdio command. It runs
+the mock's own command line (:mod:`mcp_proxy.mock.command`): the mock room never imports the CLI.
 """
 
 from __future__ import annotations
 
 import sys
 
-from mcp_proxy.entry import main
+from mcp_proxy.mock.command import main
 
-sys.argv = ["mcptape", "mock", *sys.argv[1:]]
-main()
+sys.exit(main(sys.argv[1:]))

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_proxy.diff import Step, _similarity, conversation, json_changes
+from mcp_proxy.diff import Step, conversation, json_changes, similarity
 from mcp_proxy.normalize import Normalizer, canonical, clip_depth
 from mcp_proxy.recording.model import SessionRecording
 from mcp_proxy.redact import REDACTED
@@ -218,7 +218,7 @@ class MockIndex:
                 continue
             seen.add(ident)
             same_method = 1.0 if e.step.method == method else 0.0
-            scored.append((same_method + _similarity(norm, e.norm_params), e))
+            scored.append((same_method + similarity(norm, e.norm_params), e))
         scored.sort(key=lambda t: -t[0])
         return [self._explain(e, method, norm) for _, e in scored[:limit]]
 

@@ -110,7 +110,7 @@ _BLANK_B = b" \t\r\x0b\x0c"
 _JSON_SPACE = " \t\r"
 
 
-def _lines(data: bytes, origin: str) -> Records:
+def line_records(data: bytes, origin: str) -> Records:
     """Each non-blank line's record of a file's bytes in memory, with its line number."""
     return _block_lines((data,), origin, lambda: data)
 
@@ -609,7 +609,7 @@ def loads_rows(
     session's frames as row tuples (``FRAME_COLUMNS`` order), validated the same way."""
     if not data.strip():
         raise RecordingFormatError(f"{origin} is empty")
-    return read_rows(_lines(data, origin), origin, progress, reclassify=reclassify)
+    return read_rows(line_records(data, origin), origin, progress, reclassify=reclassify)
 
 
 def stream_rows(

@@ -26,12 +26,9 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mcp_proxy.recording.model import Progress, Recording, SessionRecording, analyse
-
-if TYPE_CHECKING:
-    from mcp_proxy.diff import DiffResult
 
 _BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _FINE = frozenset({"ok", "input_required", "closed", "pending"})
@@ -222,10 +219,42 @@ def check_junit(
 
 
 # ============================================================================ replay
+# What :func:`replay_junit` reads of a comparison, as protocols: ``mcptape.diff.DiffResult``
+# satisfies them, and this room (below ``diff.py`` in docs/architecture.md) never imports it.
+
+
+class ComparedChange(Protocol):
+    """One difference inside an aligned pair (``diff.Change``)."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+class ComparedPair(Protocol):
+    """One row of two aligned conversations (``diff.Pair``)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def title(self) -> str: ...
+    @property
+    def changes(self) -> Sequence[ComparedChange]: ...
+
+
+class Comparison(Protocol):
+    """Two conversations aligned (``diff.DiffResult``)."""
+
+    @property
+    def a_label(self) -> str: ...
+    @property
+    def b_label(self) -> str: ...
+    @property
+    def pairs(self) -> Sequence[ComparedPair]: ...
+    @property
+    def notes(self) -> Sequence[str]: ...
 
 
 def replay_junit(
-    result: DiffResult | None, name: str = "replay", notes: Sequence[str] = ()
+    result: Comparison | None, name: str = "replay", notes: Sequence[str] = ()
 ) -> bytes:
     """``mcptape replay --format junit``: one case per exchange of the recorded conversation.
 

@@ -86,11 +86,11 @@ LINES = [
 @pytest.mark.parametrize("long_number", [False, True])
 def test_records_read_as_json_reads_them(long_number: bool) -> None:
     """orjson reads the lines it can; every record is the one json reads, line numbers kept."""
-    from mcp_proxy.recording.jsonl import _lines
+    from mcp_proxy.recording.jsonl import line_records
 
     lines = [*LINES, b'{"big":12345678901234567890123}' if long_number else b'{"n":1}']
     data = b"\n".join(lines) + b"\n"
-    got = list(_lines(data, "x"))
+    got = list(line_records(data, "x"))
     want = [(n, json.loads(line)) for n, line in enumerate(lines, start=1) if line.strip()]
     assert repr(got) == repr(want)
 
@@ -104,8 +104,8 @@ def test_records_read_as_json_reads_them(long_number: bool) -> None:
     ],
 )
 def test_bad_lines_still_name_their_problem(line: bytes, why: str) -> None:
-    from mcp_proxy.recording.jsonl import _lines
+    from mcp_proxy.recording.jsonl import line_records
     from mcp_proxy.recording.model import RecordingFormatError
 
     with pytest.raises(RecordingFormatError, match=why):
-        list(_lines(b'{"ok":1}\n' + line + b"\n", "f.jsonl"))
+        list(line_records(b'{"ok":1}\n' + line + b"\n", "f.jsonl"))
