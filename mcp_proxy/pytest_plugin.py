@@ -123,7 +123,7 @@ def mock_argv(
     ignore: tuple[str, ...] | list[str] = (),
 ) -> list[str]:
     """The command line that runs ``mcptape mock`` with this interpreter."""
-    argv = [sys.executable, "-m", "mcp_proxy.mock", str(path), "--record-mode", mode]
+    argv = [sys.executable, "-m", "mcp_proxy", "mock", str(path), "--record-mode", mode]
     if port is not None:
         argv += ["--port", str(port)]
     for path_expr in ignore:

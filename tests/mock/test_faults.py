@@ -51,7 +51,7 @@ STDIO_RULES = [
 
 
 def faulty_stdio(*rules: str) -> StdioServerParameters:
-    args = ["-m", "mcp_proxy.mock", BASIC]
+    args = ["-m", "mcp_proxy", "mock", BASIC]
     for rule in rules:
         args += ["--fault", rule]
     return StdioServerParameters(command=PY, args=args, env=child_env())

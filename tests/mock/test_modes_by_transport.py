@@ -69,7 +69,7 @@ class Mock:
         if self.transport == "stdio":
             env = child_env()
             yield StdioServerParameters(
-                command=PY, args=["-m", "mcp_proxy.mock", *self.args], env=env
+                command=PY, args=["-m", "mcp_proxy", "mock", *self.args], env=env
             )
             return
         argv = [*mcptape_cmd(), "mock", "--port", "0", *self.args]

@@ -52,7 +52,9 @@ def http_mock(*args: str) -> Iterator[tuple[str, AnnouncedChild]]:
 
 
 def stdio_mock(*args: str) -> StdioServerParameters:
-    return StdioServerParameters(command=PY, args=["-m", "mcp_proxy.mock", *args], env=child_env())
+    return StdioServerParameters(
+        command=PY, args=["-m", "mcp_proxy", "mock", *args], env=child_env()
+    )
 
 
 async def echo(target: Any, *texts: str) -> list[str]:

@@ -106,7 +106,9 @@ async def test_forward_proxy_recording_replays_and_mocks(tmp_path: Path) -> None
 
 
 def _mock_stdio(*args: str) -> StdioServerParameters:
-    return StdioServerParameters(command=PY, args=["-m", "mcp_proxy.mock", *args], env=child_env())
+    return StdioServerParameters(
+        command=PY, args=["-m", "mcp_proxy", "mock", *args], env=child_env()
+    )
 
 
 async def _echo(target: StdioServerParameters, *texts: str) -> list[Any]:

@@ -37,7 +37,9 @@ def _through_record(
 
 
 def _mock_params(*args: str) -> StdioServerParameters:
-    return StdioServerParameters(command=PY, args=["-m", "mcp_proxy.mock", *args], env=child_env())
+    return StdioServerParameters(
+        command=PY, args=["-m", "mcp_proxy", "mock", *args], env=child_env()
+    )
 
 
 @pytest.mark.parametrize(("mode", "recorded_on", "imported_on"), crossed(["auto", "legacy"]))
@@ -220,7 +222,7 @@ def test_mock_new_episodes_forwards_misses_and_extends_the_file(tmp_path: Path) 
 def test_mock_miss_is_a_jsonrpc_error_listing_the_nearest(tmp_path: Path) -> None:
     """Raw stdio: a request never recorded gets an error naming how it differs; no hang."""
     proc = subprocess.Popen(
-        [PY, "-m", "mcp_proxy.mock", str(RECORDINGS / "basic-legacy.mcptape.jsonl")],
+        [PY, "-m", "mcp_proxy", "mock", str(RECORDINGS / "basic-legacy.mcptape.jsonl")],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
