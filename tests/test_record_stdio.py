@@ -72,6 +72,7 @@ SERVER_BYTES = [
 ]
 
 
+@pytest.mark.smoke  # the stdio relay's end-to-end recording on PostgreSQL in the default run
 def test_bytes_pass_unchanged_both_ways_and_recording_reproduces_the_streams(
     tmp_path: Path, db_path: Path
 ) -> None:
