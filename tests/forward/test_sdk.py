@@ -88,10 +88,16 @@ MODES = [
     ("stateful", "legacy", "mitmproxy"),
     ("stateless", "auto", "mitmproxy"),
 ]
+#: The mitmproxy engine's one test in the default run (the others run under --full).
+SMOKE = ("stateful", "legacy", "mitmproxy")
 
 
 @pytest.mark.parametrize(
-    ("server", "mode", "engine"), MODES, ids=[f"{s}-{m}-{e}" for s, m, e in MODES]
+    ("server", "mode", "engine"),
+    [
+        pytest.param(*m, id="-".join(m), marks=[pytest.mark.smoke] if m == SMOKE else [])
+        for m in MODES
+    ],
 )
 async def test_sdk_over_https_identical_and_recorded(
     server: str,
