@@ -3,7 +3,10 @@ for as long as saying it usually takes)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
+from collections.abc import Callable
 from typing import IO
 
 from tests.helpers.db import wait_until
@@ -36,3 +39,20 @@ class StreamWatch:
         """All the stream said, once it closed (the child exited)."""
         self._thread.join(timeout)
         return self.text()
+
+
+#: Seconds a *negative* check gives the system before it looks (nothing was said, nothing was
+#: recorded, a process is still alive): what would have happened has by now. The one sleep the
+#: suite keeps for that, short, named, in one place.
+QUIET = 0.3
+
+
+async def until(predicate: Callable[[], bool], within: float = 30.0) -> bool:
+    """:func:`tests.helpers.db.wait_until` for a test that runs on the event loop it waits for:
+    polls without blocking the loop."""
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
