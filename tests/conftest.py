@@ -29,7 +29,7 @@ import itertools
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Container, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -184,6 +184,13 @@ def corpus_phases() -> tuple[Any, ...]:
     if running_full():
         return tuple(Phase)
     return (Phase.explicit,)
+
+
+def matrix(values: Iterable[Any], keep: Container[Any]) -> list[Any]:
+    """``values`` as parameters (ids as before) where only those in ``keep`` run in the default
+    run; the others are marked ``full`` (a transport × era matrix whose every cell is the same
+    code path but one: the cells kept are the ones that differ)."""
+    return [v if v in keep else pytest.param(v, marks=pytest.mark.full) for v in values]
 
 
 def matrix_only(item: pytest.Item) -> str | None:

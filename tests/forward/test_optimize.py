@@ -38,6 +38,7 @@ def compiled(prefix: Path, package: str) -> tuple[set[str], set[str]]:
     return opt, plain
 
 
+@pytest.mark.full  # the mitmproxy engine's start-up tuning: the forward-engine matrix
 @pytest.mark.parametrize("tuning", ["on", "off"])
 async def test_record_forward_loads_mitmproxy_optimized(
     tuning: str, tmp_path: Path, confdir: Path, tls_files: TLSFiles, tls_stateless: TLSServer
