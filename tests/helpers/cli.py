@@ -5,11 +5,13 @@ covered by the tests that start ``mcptape record`` and ``mcptape dashboard`` as 
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import io
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 
 def run_mcptape(
@@ -26,11 +28,8 @@ def run_mcptape(
     saved_env, saved_streams = dict(os.environ), (sys.stdout, sys.stderr)
     os.environ.update(env or {})
     sys.stdout, sys.stderr = stdout, stderr
-    code = 0
     try:
-        main(list(args))
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        code = _in_a_plain_thread(lambda: _exit_code(main, list(args)))
     finally:
         stdout.flush()
         stderr.flush()
@@ -40,3 +39,22 @@ def run_mcptape(
     return subprocess.CompletedProcess(
         ["mcptape", *args], code, out.getvalue().decode("utf-8"), err.getvalue().decode("utf-8")
     )
+
+
+def _exit_code(main: Callable[[list[str]], None], argv: list[str]) -> int:
+    try:
+        main(argv)
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    return 0
+
+
+def _in_a_plain_thread(call: Callable[[], int]) -> int:
+    """``call()`` here, or in a thread of its own when an event loop runs here (an async test):
+    a command may run its own loop (``asyncio.run``), which cannot nest."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return call()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(call).result()
