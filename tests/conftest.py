@@ -220,7 +220,8 @@ _LEFT_OUT: dict[str, int] = {}
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The default run leaves the matrix (:func:`matrix_only`) to ``--full``; ``--only-full``
-    runs just that part. Deselected tests are counted in the summary, never silently lost."""
+    runs just that part, and the modules marked ``corpus`` again (their generated examples,
+    :func:`corpus_phases`). Deselected tests are counted in the summary, never silently lost."""
     only = bool(config.getoption("only_full"))
     if full_run(config) and not only:
         return
@@ -228,7 +229,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     drop: list[pytest.Item] = []
     for item in items:
         why = matrix_only(item)
-        if (why is None) != only:
+        if (why is None) != only or (only and item.get_closest_marker("corpus")):
             keep.append(item)
         else:
             drop.append(item)
@@ -250,6 +251,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "full: runs only in the whole matrix (--full), e.g. a corpus starting processes per example",
+    )
+    config.addinivalue_line(
+        "markers",
+        "corpus: a hypothesis corpus (corpus_phases): its example in the default run, its "
+        "generated examples under --full and --only-full",
     )
     config.addinivalue_line(
         "markers",

@@ -36,7 +36,7 @@ from tests.fuzz import hostile
 from tests.fuzz.test_http_fuzz import _Upstream, upstream
 from tests.helpers import db as rdb
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.corpus]
 
 MCP_HEADERS = {
     "Content-Type": "application/json",

@@ -33,7 +33,7 @@ from tests.fuzz import hostile
 from tests.fuzz.viewers import VIEWERS
 from tests.helpers import db as rdb
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.corpus]
 
 #: The seed ``derandomize=True`` derived from this test's source before it was split into
 #: viewer shares (``function_digest``); pinned so every share, and every later edit of the

@@ -36,7 +36,7 @@ from tests.helpers import db as rdb
 
 PEER = Path(__file__).with_name("peer.py")
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.corpus]
 
 #: The seed ``derandomize=True`` derived from this test's source before it was split into
 #: viewer shares (``function_digest``); pinned so every share, and every later edit of the
