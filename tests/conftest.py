@@ -190,7 +190,15 @@ def matrix(values: Iterable[Any], keep: Container[Any]) -> list[Any]:
     """``values`` as parameters (ids as before) where only those in ``keep`` run in the default
     run; the others are marked ``full`` (a transport × era matrix whose every cell is the same
     code path but one: the cells kept are the ones that differ)."""
-    return [v if v in keep else pytest.param(v, marks=pytest.mark.full) for v in values]
+    full = pytest.mark.full
+    return [
+        v
+        if v in keep
+        else pytest.param(*v, marks=full)
+        if isinstance(v, tuple)
+        else pytest.param(v, marks=full)
+        for v in values
+    ]
 
 
 def matrix_only(item: pytest.Item) -> str | None:
@@ -429,11 +437,15 @@ def crossed(values: list[str]) -> list[Any]:
     in each role — both dialects covered, and recordings moved between them, without running
     the test more often: ``[("auto", "sqlite", "postgresql"), ("legacy", "postgresql",
     "sqlite")]`` (one dialect enabled, or the default run without ``--full``: it in both
-    roles). The test asks ``db_factory`` for the
+    roles; the other values marked ``full``). The test asks ``db_factory`` for the
     two databases; a PostgreSQL param fails or skips as :func:`pg_server` says."""
-    dialects = DIALECTS if running_full() else DIALECTS[:1]  # the default run: SQLite alone
+    full = running_full()
+    dialects = DIALECTS if full else DIALECTS[:1]  # the default run: SQLite alone …
     out = []
     for i, value in enumerate(values):
         first, second = dialects[i % len(dialects)], dialects[(i + 1) % len(dialects)]
-        out.append(pytest.param(value, first, second, id=f"{value}-{first}-to-{second}"))
+        marks = [pytest.mark.full] if i and not full else []  # … and the first value alone
+        out.append(
+            pytest.param(value, first, second, id=f"{value}-{first}-to-{second}", marks=marks)
+        )
     return out
