@@ -15,6 +15,12 @@ PostgreSQL comes from ``MCPTAPE_TEST_PG`` (``.ci/run`` starts a cluster and sets
 cluster this session starts itself. When neither works, the PostgreSQL half fails in CI
 (``CI`` set) and is skipped elsewhere, with the reason printed at the end of the run.
 ``MCPTAPE_TEST_DIALECTS=sqlite`` runs only the SQLite half.
+
+The test pyramid (README "Tests"): the default run (``uv run pytest``) runs the PostgreSQL half
+only where the store is the subject (:data:`PG_CONTRACT`) and in the tests marked ``smoke``
+(one end-to-end recording per transport), the mitmproxy forward engine only where marked
+``smoke``, and leaves tests marked ``full`` out; ``--full`` (or ``MCPTAPE_TEST_FULL=1``) runs
+everything, ``--only-full`` just what the default leaves out (:func:`matrix_only`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import itertools
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Container, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -102,11 +108,11 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
     Most of the suite's time is spent waiting on subprocesses it starts (relays, SDK servers,
     ``mcptape`` commands, Chromium), so one process keeps about one of two cores busy; two
-    workers keep both. ``--dist loadgroup``: a module's tests stay on one worker (module
-    fixtures start once), and modules marked ``xdist_group`` share a worker (their session
-    fixtures are built once). Every worker has its own temporary folders and its own
-    PostgreSQL databases (names carry the pid). ``-n N`` on the command line wins;
-    ``MCPTAPE_TEST_WORKERS=N`` sets the count (``0``: serial)."""
+    workers keep both. ``--dist loadfile``: a module's tests stay on one worker (module
+    fixtures start once); the costly session fixtures are built once per run into files that
+    every worker copies (``tests/helpers/shared.py``). Every worker has its own temporary
+    folders and its own PostgreSQL databases (names carry the pid). ``-n N`` on the command
+    line wins; ``MCPTAPE_TEST_WORKERS=N`` sets the count (``0``: serial)."""
     option = config.option
     if not hasattr(option, "numprocesses") or hasattr(config, "workerinput"):
         return  # xdist not installed / disabled, or this is a worker
@@ -122,112 +128,124 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     if workers > 1:
         option.numprocesses = workers
         if option.dist == "no":
-            option.dist = "loadgroup"
-            os.environ[LOADGROUP_ENV] = "1"  # for the workers (see _loadgroup)
-            # Hand groups out in the order pytest_collection_modifyitems gives them (longest
-            # first), not re-sorted by their number of tests.
-            option.loadscopereorder = False
+            option.dist = "loadfile"
 
 
-#: Packages whose session fixtures are costly (recorded sessions, a generated 60k-frame
-#: database, upstream servers, TLS servers and a shared forward proxy): under xdist each runs
-#: on one worker, so those are built once per run, not once per worker.
-WORKER_GROUPS = ("tests/dashboard/", "tests/forward/")
+# --------------------------------------------------------------------------- the test pyramid
+FULL_ENV = "MCPTAPE_TEST_FULL"
 
-#: Modules whose tests share no module fixture and each take long (the fuzz suites, one test
-#: per share of viewers): each test is a group of its own, so the two workers share them.
-PER_TEST_GROUPS = ("tests/fuzz/",)
-
-#: Seconds a group took on one worker, for the groups that take long: the whole-suite run of
-#: 2026-12-01 (session 5, two workers, the machine shared and loaded: load average median 9)
-#: and session 4's serial figures for the modules that run did not reach; only their order
-#: matters. xdist hands groups out in the order they come: the longest go first, so that the
-#: short ones at the end even out the two workers instead of one long group running alone at
-#: the end of the run (longest processing time first). Groups not listed follow, most tests
-#: first. A stale figure costs balance only, never a result.
-GROUP_SECONDS: dict[str, float] = {
-    "tests/dashboard/": 650,
-    "tests/forward/": 450,
-    "tests/fuzz/test_stdio_fuzz.py::test_hostile_stdio_session_is_relayed_recorded_and_viewable[cli-move-and-pages]": 250,
-    "tests/fuzz/test_stdio_fuzz.py::test_hostile_stdio_session_is_relayed_recorded_and_viewable[cli-read]": 230,
-    "tests/analysis/test_cli.py": 250,
-    "tests/mock/test_modes_by_transport.py": 230,
-    "tests/analysis/test_real_http.py": 210,
-    "tests/recording/test_hardening.py": 160,
-    "tests/fuzz/test_http_fuzz.py::test_hostile_http_bodies_are_relayed_recorded_and_viewable[cli-move-and-pages]": 150,
-    "tests/fuzz/test_http_fuzz.py::test_hostile_http_bodies_are_relayed_recorded_and_viewable[cli-read]": 130,
-    "tests/faults/test_http_faults.py": 130,
-    "tests/analysis/test_real_sessions.py": 130,
-    "tests/mock/test_record_modes.py": 100,
-    "tests/recording/test_otlp.py": 65,
-    "tests/faults/test_stdio_faults.py": 65,
-    "tests/faults/test_http_faults_stateless.py": 63,
-    "tests/recording/test_har_chromium.py": 60,
-    "tests/analysis/test_real_false_findings.py": 60,
-    "tests/mock/test_faults.py": 60,
-    "tests/faults/test_http_faults_legacy.py": 53,
-    "tests/recording/test_har_mitmproxy.py": 50,
-    "tests/faults/test_stdio_disconnect.py": 46,
-}
+#: Where the PostgreSQL half of a dialect-parametrised test stays in the default run: the
+#: dialect contract suite over the store API (and the recorder's PostgreSQL-only paths).
+#: Elsewhere a test keeps it only when marked ``smoke`` (one end-to-end recording per
+#: transport); the rest of the dialect matrix runs under ``--full``.
+PG_CONTRACT = (
+    "tests/store/",
+    "tests/recorder/test_pg_",
+    "tests/recorder/test_pipeline.py",  # the recorder's pipelined PostgreSQL writer
+    "tests/test_recorder.py::",  # the recorder's batches into each store
+)
 
 
-def group_of(nodeid: str) -> str:
-    """The xdist group of a test: its module, its package for :data:`WORKER_GROUPS`, the test
-    itself for :data:`PER_TEST_GROUPS` (parameters included)."""
-    path = nodeid.split("::", 1)[0]
-    if path.startswith(PER_TEST_GROUPS):
-        return nodeid
-    return next((g for g in WORKER_GROUPS if path.startswith(g)), path)
-
-
-LOADGROUP_ENV = "MCPTAPE_TEST_LOADGROUP"
-
-
-def _loadgroup(config: pytest.Config) -> bool:
-    """Whether tests are handed out by group: ``--dist loadgroup`` on the controller. A worker
-    sees ``dist = "no"`` and ``loadgroup = True`` (pytest-xdist ``remote.setup_config``) only
-    when ``--dist loadgroup`` was on the command line; when :func:`pytest_cmdline_main` chose
-    it, the workers learn it from :data:`LOADGROUP_ENV`, which they inherit."""
-    return (
-        bool(getattr(config.option, "loadgroup", False))
-        or getattr(config.option, "dist", "no") == "loadgroup"
-        or os.environ.get(LOADGROUP_ENV) == "1"
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("mcptape", "mcptape's test pyramid")
+    group.addoption(
+        "--full",
+        action="store_true",
+        help="run the whole matrix: both dialects everywhere, both forward engines and the "
+        f"hypothesis corpora that start real processes ({FULL_ENV}=1 does the same)",
+    )
+    group.addoption(
+        "--only-full",
+        action="store_true",
+        help="run only what the default run leaves out (CI runs the default, then this)",
     )
 
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under ``--dist loadgroup`` hand out work in the groups of :func:`group_of`.
+def full_run(config: pytest.Config) -> bool:
+    """Whether this run is the whole matrix (``--full``, ``--only-full`` or ``MCPTAPE_TEST_FULL``)."""
+    env = os.environ.get(FULL_ENV, "").lower() not in ("", "0", "false", "no")
+    return bool(config.getoption("full") or config.getoption("only_full") or env)
 
-    pytest-xdist's own ``loadgroup`` groups by an ``@group`` suffix that its worker hook writes
-    into ``item._nodeid``; pytest 9 derives ``nodeid`` from ``item._id`` instead, so the suffix
-    never reaches the controller and every test became a group of its own (pytest 9.2, xdist
-    3.8, seen in session 5: a module's tests ran on both workers, each building the module's
-    fixtures, and the dashboard's session recordings were made twice). The scheduler below
-    reads the group from the test id itself, which needs nothing from the workers."""
-    if getattr(config.option, "dist", "no") != "loadgroup":
+
+_RUN: list[pytest.Config] = []
+
+
+def running_full() -> bool:
+    """:func:`full_run` for code that runs at collection (module-level parametrisations)."""
+    return bool(_RUN) and full_run(_RUN[0])
+
+
+def corpus_phases() -> tuple[Any, ...]:
+    """Hypothesis phases of a corpus that starts real processes per example: in the default
+    run its explicit ``@example`` alone (one example of every hostile kind at its door); the
+    generated examples, and shrinking, under ``--full``."""
+    from hypothesis import Phase
+
+    if running_full():
+        return tuple(Phase)
+    return (Phase.explicit,)
+
+
+def matrix(values: Iterable[Any], keep: Container[Any]) -> list[Any]:
+    """``values`` as parameters (ids as before) where only those in ``keep`` run in the default
+    run; the others are marked ``full`` (a transport × era matrix whose every cell is the same
+    code path but one: the cells kept are the ones that differ)."""
+    full = pytest.mark.full
+    return [
+        v
+        if v in keep
+        else pytest.param(*v, marks=full)
+        if isinstance(v, tuple)
+        else pytest.param(v, marks=full)
+        for v in values
+    ]
+
+
+def matrix_only(item: pytest.Item) -> str | None:
+    """Why the default run leaves ``item`` to ``--full`` (None: it runs in the default run).
+
+    - marked ``full`` (e.g. a hypothesis corpus starting real processes per example);
+    - a parameter of ``postgresql`` outside :data:`PG_CONTRACT` and not marked ``smoke``;
+    - a forward ``engine`` parameter of ``mitmproxy`` not marked ``smoke``.
+    """
+    if item.get_closest_marker("full"):
+        return "full"
+    if item.get_closest_marker("smoke"):
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    if any(isinstance(v, str) and v == "postgresql" for v in params.values()):
+        if not item.nodeid.startswith(PG_CONTRACT):
+            return "postgresql"
+    if params.get("engine") == "mitmproxy":
+        return "mitmproxy engine"
+    return None
 
-    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
-        def _split_scope(self, nodeid: str) -> str:
-            return group_of(nodeid)
 
-    return GroupScheduling(config, log)
+_LEFT_OUT: dict[str, int] = {}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` (see :func:`pytest_cmdline_main`) keep each group's tests
-    together and the groups longest first (:data:`GROUP_SECONDS`), in the same order on every
-    worker: the controller hands the groups out in this order
-    (:func:`pytest_xdist_make_scheduler`)."""
-    if not _loadgroup(config):
+    """The default run leaves the matrix (:func:`matrix_only`) to ``--full``; ``--only-full``
+    runs just that part, and the modules marked ``corpus`` again (their generated examples,
+    :func:`corpus_phases`). Deselected tests are counted in the summary, never silently lost."""
+    only = bool(config.getoption("only_full"))
+    if full_run(config) and not only:
         return
-    groups: dict[str, list[pytest.Item]] = {}
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
-        groups.setdefault(group_of(item.nodeid), []).append(item)
-    order = sorted(groups, key=lambda g: (-GROUP_SECONDS.get(g, 0.0), -len(groups[g]), g))
-    items[:] = [item for group in order for item in groups[group]]
+        why = matrix_only(item)
+        if (why is None) != only or (only and item.get_closest_marker("corpus")):
+            keep.append(item)
+        else:
+            drop.append(item)
+            if why is not None:
+                _LEFT_OUT[why] = _LEFT_OUT.get(why, 0) + 1
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def _uid() -> str:
@@ -237,6 +255,21 @@ def _uid() -> str:
 
 def pytest_configure(config: pytest.Config) -> None:
     _bytecode_for_subprocesses()
+    _RUN[:] = [config]
+    config.addinivalue_line(
+        "markers",
+        "full: runs only in the whole matrix (--full), e.g. a corpus starting processes per example",
+    )
+    config.addinivalue_line(
+        "markers",
+        "corpus: a hypothesis corpus (corpus_phases): its example in the default run, its "
+        "generated examples under --full and --only-full",
+    )
+    config.addinivalue_line(
+        "markers",
+        "smoke: keeps its PostgreSQL / mitmproxy-engine parameters in the default run (the one "
+        "end-to-end example of its kind)",
+    )
     config.addinivalue_line(
         "markers",
         "both_dialects: run the module's db_path/db_url tests on SQLite and on PostgreSQL",
@@ -312,6 +345,13 @@ def _reported_problem(terminalreporter: pytest.TerminalReporter) -> str | None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    config = terminalreporter.config
+    if not full_run(config):
+        counts = ", ".join(f"{why}: {n}" for why, n in sorted(_LEFT_OUT.items()))
+        terminalreporter.write_line(
+            "default run: the dialect and forward-engine matrix and the hypothesis corpora "
+            f"are left to `uv run pytest --full`{f' ({counts})' if counts else ''}"
+        )
     problem = _reported_problem(terminalreporter)
     if problem:
         verdict = "FAILED (CI)" if in_ci() else "skipped"
@@ -396,10 +436,16 @@ def crossed(values: list[str]) -> list[Any]:
     *recording* dialect and an *import* dialect, so that across the params each dialect serves
     in each role — both dialects covered, and recordings moved between them, without running
     the test more often: ``[("auto", "sqlite", "postgresql"), ("legacy", "postgresql",
-    "sqlite")]`` (one dialect enabled: it in both roles). The test asks ``db_factory`` for the
+    "sqlite")]`` (one dialect enabled, or the default run without ``--full``: it in both
+    roles; the other values marked ``full``). The test asks ``db_factory`` for the
     two databases; a PostgreSQL param fails or skips as :func:`pg_server` says."""
+    full = running_full()
+    dialects = DIALECTS if full else DIALECTS[:1]  # the default run: SQLite alone …
     out = []
     for i, value in enumerate(values):
-        first, second = DIALECTS[i % len(DIALECTS)], DIALECTS[(i + 1) % len(DIALECTS)]
-        out.append(pytest.param(value, first, second, id=f"{value}-{first}-to-{second}"))
+        first, second = dialects[i % len(dialects)], dialects[(i + 1) % len(dialects)]
+        marks = [pytest.mark.full] if i and not full else []  # … and the first value alone
+        out.append(
+            pytest.param(value, first, second, id=f"{value}-{first}-to-{second}", marks=marks)
+        )
     return out

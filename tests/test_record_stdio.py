@@ -17,6 +17,8 @@ import pytest
 
 from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
+from tests.helpers.db import wait_until
+from tests.helpers.watch import StreamWatch
 
 pytestmark = pytest.mark.both_dialects
 
@@ -72,6 +74,7 @@ SERVER_BYTES = [
 ]
 
 
+@pytest.mark.smoke  # the stdio relay's end-to-end recording on PostgreSQL in the default run
 def test_bytes_pass_unchanged_both_ways_and_recording_reproduces_the_streams(
     tmp_path: Path, db_path: Path
 ) -> None:
@@ -289,8 +292,10 @@ def test_kill_9_keeps_everything_relayed_a_second_earlier(db_path: Path) -> None
         proc.stdin.write(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % i)
         proc.stdin.flush()
         assert json.loads(proc.stdout.readline())["id"] == i
-    time.sleep(1.2)
-    proc.kill()
+    # Everything relayed is in the database before the kill (the recorder writes within a
+    # second: the condition, not a sleep) …
+    assert wait_until(lambda: len(rdb.frames(db_path, _only_session(db_path)["id"])) >= 2 * n)
+    proc.kill()  # … and the kill -9 of the relay loses none of it
     proc.wait()
     s = _only_session(db_path)
     frames = rdb.frames(db_path, s["id"])
@@ -326,7 +331,8 @@ def test_recording_gap_is_counted_and_recorded_not_silent(db_path: Path) -> None
         stderr=subprocess.PIPE,
         env=env,
     )
-    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    stderr = StreamWatch(proc.stderr)
     _wait_for_session(db_path)
     locker = sqlite3.connect(db_path, timeout=5, isolation_level=None)
     locker.execute("BEGIN EXCLUSIVE")
@@ -335,13 +341,13 @@ def test_recording_gap_is_counted_and_recorded_not_silent(db_path: Path) -> None
             proc.stdin.write(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % i)
             proc.stdin.flush()
             assert json.loads(proc.stdout.readline())["id"] == i  # traffic keeps flowing
-        time.sleep(2.5)  # longer than the writer's retries
+        stderr.wait_for("recording gap")  # the writer gave up its retries
     finally:
         locker.execute("ROLLBACK")
         locker.close()
     proc.stdin.close()
     proc.wait(timeout=30)
-    err = proc.stderr.read().decode() if proc.stderr else ""
+    err = stderr.rest()
     assert proc.returncode == 0
     assert "recording gap" in err
     s = next(x for x in rdb.sessions(db_path) if x["name"] == "gap")
@@ -431,13 +437,14 @@ def test_a_gap_at_the_start_never_loses_the_session_row(db_path: Path) -> None:
         stderr=subprocess.PIPE,
         env=env,
     )
-    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    stderr = StreamWatch(proc.stderr)
     try:
         for i in range(20):
             proc.stdin.write(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % i)
             proc.stdin.flush()
             assert json.loads(proc.stdout.readline())["id"] == i
-        time.sleep(4)  # the recorder starts, fails its first batches, counts them
+        stderr.wait_for("recording gap")  # the recorder started, failed its first batches
     finally:
         locker.execute("ROLLBACK")
         locker.close()

@@ -67,7 +67,7 @@ def test_write_all_to_a_closed_reader() -> None:
 
 def test_stop_process_escalates_to_sigkill() -> None:
     """A child that ignores SIGTERM is killed after the timeout, and reaped."""
-    code = "import signal, time, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    code = "import signal, time, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"  # scenario: lives until killed
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     assert proc.stdout is not None
     proc.stdout.readline()
@@ -79,8 +79,9 @@ def test_stop_process_escalates_to_sigkill() -> None:
 def test_stop_process_group_stops_grandchildren() -> None:
     code = (
         "import subprocess, sys, time; "
+        # scenario: both live until killed
         "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-        "print(c.pid, flush=True); time.sleep(60)"
+        "print(c.pid, flush=True); time.sleep(60)"  # scenario: the parent too
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True

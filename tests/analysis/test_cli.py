@@ -10,7 +10,7 @@ import pytest
 
 from mcp_proxy.testing.factories import Wire
 from tests.analysis.cases import CASES
-from tests.conftest import mcptape_cmd
+from tests.helpers.cli import run_mcptape
 
 pytestmark = pytest.mark.both_dialects
 
@@ -18,15 +18,8 @@ pytestmark = pytest.mark.both_dialects
 def run(
     db: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    import os
-
-    return subprocess.run(
-        [*mcptape_cmd(), *args, "--db", str(db)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **(env or {})},
-    )
+    """Read-only commands: in-process through the real entry point (tests/helpers/cli.py)."""
+    return run_mcptape(*args, "--db", str(db), env=env)
 
 
 @pytest.fixture

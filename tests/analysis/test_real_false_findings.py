@@ -167,7 +167,9 @@ async def test_http_session_length_is_its_traffic_not_the_relay_lifetime(db_path
             async with make_client(local, mode="auto") as client:
                 await client.call_tool("echo", {"text": "one"})
                 await client.call_tool("echo", {"text": "two"})
-            await anyio.sleep(2.0)  # the relay keeps running after the client is done
+            # The relay keeps running after the client is done, longer than the 1.5 s of
+            # traffic the assertion below allows.
+            await anyio.sleep(2.0)  # scenario: a relay outliving its traffic
     [s] = rdb.sessions(db_path)
     a = analysed(db_path, "no-delete")
     assert a.facts.open_ended, a.facts

@@ -1,7 +1,9 @@
 """Debian's Chromium driven by Playwright, and a real ``mcptape dashboard`` process to point it at.
 
 Never ``playwright install``: the browser is the distribution's (``apt-get install chromium``,
-which ``.ci/run`` does). If it is missing the tests fail with that instruction rather than skip.
+which ``.ci/run`` does). If it is missing, a browser test is skipped locally with that
+instruction as its one-line reason, and fails in CI (``CI`` set), as the PostgreSQL half does.
+``MCPTAPE_CHROMIUM`` points the lookup at another binary.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import mcptape_cmd
+from tests.conftest import in_ci, mcptape_cmd
 
-CHROMIUM = os.environ.get("MCPTAPE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ENV = "MCPTAPE_CHROMIUM"
+DEFAULT_CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -29,14 +32,23 @@ CHROMIUM_ARGS = [
 ]
 
 
+def chromium_path() -> str:
+    """Where the browser is looked for (read at each call, so a test can move it)."""
+    return os.environ.get(CHROMIUM_ENV) or DEFAULT_CHROMIUM
+
+
 def require_chromium() -> str:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(
-            f"Chromium not found at {CHROMIUM}: install Debian's package with "
-            "`apt-get update && apt-get install -y chromium` (CI's .ci/run does this)",
-            pytrace=False,
+    """The browser's path; skipped locally (failed in CI) with the install command if missing."""
+    path = chromium_path()
+    if not Path(path).exists():
+        message = (
+            f"Chromium not found at {path}: install it with "
+            "`apt-get install chromium` (.ci/run does this)"
         )
-    return CHROMIUM
+        if in_ci():
+            pytest.fail(message + " (CI requires the browser tests)", pytrace=False)
+        pytest.skip(message)
+    return path
 
 
 def launch(playwright):  # type: ignore[no-untyped-def]

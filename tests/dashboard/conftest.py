@@ -31,6 +31,7 @@ from mcp_proxy.testing.client import (
 from mcp_proxy.testing.process import server_argv
 from tests.conftest import DIALECTS, fresh_db, mcptape_cmd
 from tests.helpers import db as rdb
+from tests.helpers.shared import built_once, copy_sqlite
 
 TOKEN = "test-token-0123456789"
 #: What a hostile server puts in its name, its tool output, its stdout and its stderr.
@@ -110,22 +111,38 @@ def session_ids(db: Path | str) -> dict[str, str]:
     return {r["name"]: r["id"] for r in rdb.rows(db, "SELECT id, name FROM sessions")}
 
 
+def record_all(db: Path | str) -> None:
+    """The three sessions every dashboard test reads, recorded into ``db``."""
+
+    async def go() -> None:
+        await record_demo(db, "demo-legacy", "legacy")
+        await record_demo(db, "demo-modern", "auto")
+        await record_hostile(db)
+
+    run_async(go)
+
+
 @pytest.fixture(scope="session", params=DIALECTS)
 def recordings(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Recordings]:
-    """The three sessions, recorded once per dialect for the whole run."""
-    with fresh_db(request.param, request, tmp_path_factory.mktemp("dashboard")) as db:
+    """The three sessions, recorded once per dialect for the whole run: on SQLite into one
+    file that each xdist worker copies (``tests/helpers/shared.py``), on PostgreSQL per worker."""
+    folder = tmp_path_factory.mktemp("dashboard")
+    if request.param == "sqlite":
+        built = built_once(tmp_path_factory, "dashboard-recordings.db", record_all)
+        db: Path | str = copy_sqlite(built, folder / "rec.db")
+        yield _recordings(db)
+        return
+    with fresh_db(request.param, request, folder) as db:
+        record_all(db)
+        yield _recordings(db)
 
-        async def go() -> None:
-            await record_demo(db, "demo-legacy", "legacy")
-            await record_demo(db, "demo-modern", "auto")
-            await record_hostile(db)
 
-        run_async(go)
-        ids = session_ids(db)
-        assert set(ids) == {"demo-legacy", "demo-modern", "hostile"}, ids
-        yield Recordings(db=db, url=rdb.url_of(db), ids=ids)
+def _recordings(db: Path | str) -> Recordings:
+    ids = session_ids(db)
+    assert set(ids) == {"demo-legacy", "demo-modern", "hostile"}, ids
+    return Recordings(db=db, url=rdb.url_of(db), ids=ids)
 
 
 #: For a test whose subject is not the store (a process's command line, a browser's clicks) and
@@ -186,6 +203,15 @@ def bench_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
     from dashboard.analysis import INLINE_LIMIT
 
     bench = load_bench()
-    db = tmp_path_factory.mktemp("bench") / "bench.db"
-    big = bench.generate(db, sessions_n=400, frames_n=60_000, big=INLINE_LIMIT + 5_000)
+
+    def build(path: Path) -> None:
+        bench.generate(path, sessions_n=400, frames_n=60_000, big=INLINE_LIMIT + 5_000)
+
+    db = copy_sqlite(
+        built_once(tmp_path_factory, "bench.db", build),
+        tmp_path_factory.mktemp("bench") / "bench.db",
+    )
+    big = next(
+        r["id"] for r in rdb.rows(db, "SELECT id FROM sessions ORDER BY frame_count DESC LIMIT 1")
+    )
     return db, big, bench.exchange_seq(db, big)

@@ -23,6 +23,7 @@ import anyio
 
 from mcp_proxy.testing.client import make_client, tool_text
 from mcp_proxy.testing.misbehave_http import MisbehavingServer
+from tests.helpers.db import wait_until
 from tests.relay.conftest import Upstream, start_upstream
 from tests.relay.launch import relay_process
 
@@ -61,6 +62,16 @@ class Relay:
             return int(rows[0]["m"] or 0) if rows else 0
 
         return top("frames"), top("findings"), top("http_exchanges")
+
+    def wait_finished(self, since: tuple[int, int, int], within: float = 20.0) -> None:
+        """Wait until the exchanges since ``since`` are recorded, finished, with their frames."""
+
+        def finished() -> bool:
+            exchanges = self.query("SELECT outcome FROM http_exchanges WHERE id > ?", since[2])
+            frames = self.query("SELECT id FROM frames WHERE id > ? LIMIT 1", since[0])
+            return bool(exchanges and frames) and all(e["outcome"] for e in exchanges)
+
+        assert wait_until(finished, within), "the exchange was never recorded as finished"
 
     def wait_recorded(
         self, since: tuple[int, int, int], code: str, within: float = 20.0

@@ -388,7 +388,8 @@ def test_no_rule_no_trace(g: Rig) -> None:
     out = anyio.run(lambda: call(g.relay.url, mode="legacy"))
     g.relay.set_rules("")
     assert out == ("result", False, "héllo")
-    time.sleep(0.8)
+    # Once the exchange is recorded, so would an inject frame or finding be (one batch).
+    g.relay.wait_finished(mark)
     frames = g.relay.query("SELECT * FROM frames WHERE id > ?", mark[0])
     assert frames and not [f for f in frames if f["channel"] == "inject"]
     assert not g.relay.query(

@@ -303,8 +303,15 @@ def test_reorder_swaps_two_answers(rig: Rig) -> None:
 def test_no_rule_no_finding_and_the_relay_stays_exact(rig: Rig) -> None:
     rig.set_rules()
     before = len(rdb.rows(rig.db, "SELECT id FROM findings WHERE code LIKE 'inject.%'"))
-    assert call(rig.proxy, "echo", {"text": "plain"}) == ("result", False, "plain")
-    time.sleep(0.5)
+    text = f"plain-{time.monotonic_ns()}"
+    assert call(rig.proxy, "echo", {"text": text}) == ("result", False, text)
+
+    def answer_recorded() -> bool:
+        frames = rdb.frames(rig.db, rig.session_id())
+        return any(f["direction"] == "s2c" and text.encode() in bytes(f["raw"]) for f in frames)
+
+    # Once the answer is recorded, so would an inject finding be (one batch).
+    assert rdb.wait_until(answer_recorded), "the answer was never recorded"
     after = len(rdb.rows(rig.db, "SELECT id FROM findings WHERE code LIKE 'inject.%'"))
     assert after == before
 

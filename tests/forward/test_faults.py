@@ -21,6 +21,7 @@ import pytest
 import trustme
 
 from tests.forward.conftest import Forward, TLSServer, frames_of, wait_exchanges
+from tests.helpers.watch import QUIET
 from tests.relay.conftest import MCPTAPE
 
 pytestmark = pytest.mark.timeout(120)
@@ -164,7 +165,7 @@ async def test_other_traffic_untouched_and_unrecorded(
         r = await client.get(f"{origin}/timed?n=2&gap=0&probe=untouched")
         r404 = await client.get(f"{origin}/nothing-here")
     assert r.content.count(b"notifications/message") == 2 and r404.status_code == 404
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(QUIET)  # a negative check: they would have been recorded by now
     mine = [e for e in fw.exchanges() if "probe=untouched" in e["url"] or "nothing" in e["url"]]
     assert not mine
 

@@ -271,7 +271,7 @@ async def test_token_refresh_recorded_in_the_session(
             transport = streamable_http_client(srv.url, http_client=client)
             async with make_client(transport, mode="legacy") as c:
                 await c.call_tool("echo", {"text": "before"})
-                await asyncio.sleep(3)  # the access token expires
+                await asyncio.sleep(3)  # scenario: the access token expires
                 after = await c.call_tool("echo", {"text": "after"})
     assert not after.is_error
     mcp_origin = srv.url.rsplit("/", 1)[0]

@@ -33,6 +33,8 @@ from tests.forward.conftest import (
     wait_exchanges,
 )
 from tests.forward.tee import TeeTransport
+from tests.helpers import db as rdb
+from tests.helpers.db import PgServer
 from tests.relay.test_http_sdk import check_recording
 
 pytestmark = pytest.mark.timeout(
@@ -88,10 +90,16 @@ MODES = [
     ("stateful", "legacy", "mitmproxy"),
     ("stateless", "auto", "mitmproxy"),
 ]
+#: The mitmproxy engine's one test in the default run (the others run under --full).
+SMOKE = ("stateful", "legacy", "mitmproxy")
 
 
 @pytest.mark.parametrize(
-    ("server", "mode", "engine"), MODES, ids=[f"{s}-{m}-{e}" for s, m, e in MODES]
+    ("server", "mode", "engine"),
+    [
+        pytest.param(*m, id="-".join(m), marks=[pytest.mark.smoke] if m == SMOKE else [])
+        for m in MODES
+    ],
 )
 async def test_sdk_over_https_identical_and_recorded(
     server: str,
@@ -119,6 +127,32 @@ async def test_sdk_over_https_identical_and_recorded(
     assert all(e["meta"]["forward"] for e in fw.exchanges())
     if (server, mode) == ("stateful", "legacy"):
         await dashboard_shows(fw, "fwd-rec")
+
+
+@pytest.mark.smoke
+async def test_a_forward_recording_on_postgresql(
+    confdir: Path, tls_files: TLSFiles, tls_stateful: TLSServer, pg_server: PgServer
+) -> None:
+    """The forward proxy's end-to-end recording on PostgreSQL, in the default run (the other
+    forward tests record into SQLite; the store's dialects are tests/store's subject)."""
+    db = pg_server.create_database()
+    try:
+        direct = await scripted(direct_client(tls_files), tls_stateful.url, "legacy")
+        with run_forward(db, confdir, "--name", "fwd-pg") as fw:  # type: ignore[arg-type]
+            client, _ = fw.tee_client()
+            relayed = await scripted(client, tls_stateful.url, "legacy")
+            assert fw.stop() == 0
+        assert relayed == direct
+        [session] = [s for s in rdb.sessions(db) if s["name"] == "fwd-pg"]
+        frames = rdb.frames(db, session["id"])
+        methods = {f["method"] for f in frames if f["direction"] == "c2s"}
+        assert {"initialize", "tools/call"} <= methods, methods
+        exchanges = rdb.rows(
+            db, "SELECT url, status FROM http_exchanges WHERE session_id = ?", session["id"]
+        )
+        assert exchanges and all(e["url"] == tls_stateful.url for e in exchanges)
+    finally:
+        pg_server.drop_database(db)
 
 
 async def dashboard_shows(fw: Forward, name: str) -> None:

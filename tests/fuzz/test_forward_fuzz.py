@@ -30,12 +30,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mcp_proxy.forward.tunnel import parse_authority
+from tests.conftest import corpus_phases
 from tests.forward.conftest import Forward, run_forward
 from tests.fuzz import hostile
 from tests.fuzz.test_http_fuzz import _Upstream, upstream
 from tests.helpers import db as rdb
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.corpus]
 
 MCP_HEADERS = {
     "Content-Type": "application/json",
@@ -80,6 +81,7 @@ bodies = st.lists(hostile.lines, min_size=1, max_size=12)
     max_examples=2,
     deadline=None,
     derandomize=True,
+    phases=corpus_phases(),  # the default run: the @example alone; --full: the corpus
     database=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -168,6 +170,7 @@ def _exchange(proxy_url: str, data: bytes, cuts: list[int]) -> None:
     max_examples=60,
     deadline=None,
     derandomize=True,
+    phases=corpus_phases(),  # the default run: the @example alone; --full: the corpus
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

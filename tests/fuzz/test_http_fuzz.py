@@ -28,11 +28,12 @@ from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 
 from tests.analysis.test_real_http import relayed
+from tests.conftest import corpus_phases
 from tests.fuzz import hostile
 from tests.fuzz.viewers import VIEWERS
 from tests.helpers import db as rdb
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.corpus]
 
 #: The seed ``derandomize=True`` derived from this test's source before it was split into
 #: viewer shares (``function_digest``); pinned so every share, and every later edit of the
@@ -145,6 +146,7 @@ bodies = st.lists(hostile.lines, min_size=1, max_size=12)
     max_examples=1,
     deadline=None,
     derandomize=True,
+    phases=corpus_phases(),  # the default run: the @example alone; --full: the corpus
     database=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

@@ -29,14 +29,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, seed, settings
 
-from tests.conftest import mcptape_cmd
+from tests.conftest import corpus_phases, mcptape_cmd
 from tests.fuzz import hostile
 from tests.fuzz.viewers import VIEWERS, recording_problems
 from tests.helpers import db as rdb
 
 PEER = Path(__file__).with_name("peer.py")
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.corpus]
 
 #: The seed ``derandomize=True`` derived from this test's source before it was split into
 #: viewer shares (``function_digest``); pinned so every share, and every later edit of the
@@ -83,6 +83,7 @@ def relay_once(tmp: Path, c2s: bytes, s2c: bytes) -> tuple[Path, str, list[str]]
     max_examples=2,
     deadline=None,
     derandomize=True,
+    phases=corpus_phases(),  # the default run: the @example alone; --full: the corpus
     database=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

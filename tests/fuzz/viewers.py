@@ -80,9 +80,9 @@ def move_and_page_problems(db: Path, sid: str, tmp: Path) -> list[str]:
 #: The viewers of a recorded session in two shares of about equal cost (each ``mcptape``
 #: command starts a Python process, ~1.3 s of CPU: the four reading commands in one share;
 #: export, import, diff and the in-process dashboard pages in the other). A fuzz test runs
-#: once per share on the same examples (a pinned seed), and each share is a pytest-xdist group
-#: of its own (``tests/conftest.py`` ``PER_TEST_GROUPS``), so one fuzz suite runs on both
-#: workers at once instead of one worker spending minutes on it. Together the shares make
+#: once per share on the same examples (a pinned seed); the default run relays only the
+#: explicit example of every hostile kind, ``--full`` the generated corpus too
+#: (``tests/conftest.py`` ``corpus_phases``). Together the shares make
 #: exactly the checks the single test made, at the cost of relaying each example twice (~1.4 s
 #: of CPU; three shares cost more in relaying than they gained in balance).
 VIEWERS: dict[str, Callable[[Path, str, Path], list[str]]] = {

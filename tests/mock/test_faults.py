@@ -233,7 +233,7 @@ async def test_http_faults_look_like_a_real_failing_server(tmp_path: Path) -> No
         # The rules file is re-read when it changes: now the first progress notification is
         # overtaken by the log after it, and the third log is sent twice.
         rules_file.write_text(REORDER)
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.3)  # scenario: the file is looked at every 0.25 s at most
         slow_call = {**call, "params": {"name": "slow", "arguments": slow}}
         slow_call["params"]["_meta"] = {"progressToken": "p"}
         status, _, body = post(url, slow_call)

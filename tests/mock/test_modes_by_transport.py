@@ -29,7 +29,7 @@ from mcp_proxy.childproc import AnnouncedChild
 from mcp_proxy.recording.registry import read_recording
 from mcp_proxy.testing.client import SCRIPTED_PRESETS, make_client, tool_text
 from mcp_proxy.testing.process import start_http_server
-from tests.conftest import mcptape_cmd
+from tests.conftest import matrix, mcptape_cmd
 from tests.travel.conftest import PY, child_env, server
 
 pytestmark = pytest.mark.timeout(240)
@@ -116,7 +116,10 @@ def echoed(session: Any) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("transport", list(TRANSPORTS))
+# The default run: stdio, stateful HTTP and legacy SSE; --full: the stateless flavours too.
+@pytest.mark.parametrize(
+    "transport", matrix(TRANSPORTS, keep={"stdio", "http-stateful", "legacy-sse"})
+)
 async def test_record_modes(transport: str, tmp_path: Path) -> None:
     file = tmp_path / f"{transport}.mcptape.jsonl"
     want = "stdio" if transport == "stdio" else "http"

@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 
 
 def echo() -> int:
@@ -45,8 +45,7 @@ def stubborn(child: bool) -> int:
         pids.append(int(grandchild.stdout.readline()))
     sys.stdout.write(" ".join(map(str, pids)) + "\n")
     sys.stdout.flush()
-    while True:  # stdin EOF changes nothing
-        time.sleep(1)
+    threading.Event().wait()  # stdin EOF changes nothing; only SIGKILL ends it
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import db as rdb
+from tests.helpers.watch import StreamWatch
 from tests.recorder.util import ECHO, findings, frame_count, record, session, wait_for
 
 
@@ -57,6 +58,7 @@ def test_frames_relayed_while_the_disk_is_full_are_counted_in_the_database(
     db = small_disk / "rec.db"
     proc = record(db, ECHO, name="full", env={"MCPTAPE_BUSY_TIMEOUT_MS": "100"})
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    stderr = StreamWatch(proc.stderr)
     sent = 0
 
     def exchange(n: int) -> None:
@@ -73,7 +75,7 @@ def test_frames_relayed_while_the_disk_is_full_are_counted_in_the_database(
     _fill(filler)
     try:
         exchange(100)  # relayed while nothing can be written
-        time.sleep(2.5)  # longer than the recorder's retries
+        stderr.wait_for("recording gap")  # the recorder gave up its retries
     finally:
         filler.unlink()
     exchange(20)
@@ -82,12 +84,12 @@ def test_frames_relayed_while_the_disk_is_full_are_counted_in_the_database(
     try:
         exchange(100)
         proc.stdin.close()
-        time.sleep(6)  # well past the retries of any one batch
+        time.sleep(2)  # scenario: past the retries of any one batch (~1.5 s), it still waits
         assert proc.poll() is None  # still waiting to write what it owes the database
     finally:
         filler.unlink()
     assert proc.wait(timeout=60) == 0
-    err = proc.stderr.read().decode()
+    err = stderr.rest()
     s = session(db, "full")
     recorded = len(rdb.frames(db, s["id"]))
     assert s["status"] == "ended"

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from tests.helpers import db as rdb
+from tests.helpers.watch import QUIET
 from tests.recorder.util import (
     ECHO,
     PY,
@@ -126,7 +127,7 @@ def test_sigterm_is_still_forwarded_to_the_server_once(db_path: Path) -> None:
     assert proc.stdout is not None
     pid = int(proc.stdout.readline())
     proc.send_signal(signal.SIGTERM)  # forwarded; the stubborn server ignores it
-    time.sleep(0.5)
+    time.sleep(QUIET)  # a negative check: neither has exited
     assert alive(pid) and proc.poll() is None
     proc.kill()
     proc.wait()

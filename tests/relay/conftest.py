@@ -390,7 +390,7 @@ class FakeUpstream:
                 f"event: endpoint\r\ndata: {self.origin}/legacy/messages?session_id=abc123\r\n\r\n".encode()
             )
             try:
-                await asyncio.sleep(30)
+                await asyncio.Event().wait()  # held open until the client or relay leaves
             except asyncio.CancelledError:
                 self.closed_early.append(path)
                 raise
@@ -409,7 +409,7 @@ class FakeUpstream:
             return resp
         if path == "/slow-headers":
             try:
-                await asyncio.sleep(30)
+                await asyncio.Event().wait()  # held open until the client or relay leaves
             except asyncio.CancelledError:
                 self.closed_early.append(path)
                 raise

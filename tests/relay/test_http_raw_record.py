@@ -25,6 +25,7 @@ from mcp_proxy.redact import Redactor
 from mcp_proxy.relay.http.common import RelayConfig
 from mcp_proxy.relay.http.server import HTTPRelay
 from mcp_proxy.relay.http.wire import WireFrame
+from tests.helpers.watch import until
 from tests.relay.fake_pool import FakeUpstreamPool
 from tests.relay.test_http_units import JSON_REPLY, RESULT, ListRecorder
 
@@ -267,7 +268,8 @@ def test_events_after_the_host_left_keep_the_described_meta() -> None:
 
         try:
             await asyncio.to_thread(host)
-            await asyncio.sleep(0.8)
+            # The rest of the stream (0.3 s later) is read aside and ends the exchange.
+            assert await until(lambda: any(c[0] == "update_exchange" for c in rec.calls), 10)
         finally:
             await relay.close()
         return rec

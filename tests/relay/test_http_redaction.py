@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.db import wait_until
 from tests.relay.conftest import FakeUpstream, Proxy
 from tests.relay.test_http_wire import H_JSON, http_raw
 
@@ -89,10 +90,12 @@ def test_secrets_never_reach_the_database(proxy: Any, fake_upstream: FakeUpstrea
     extra = ("--redact-header", "X-Custom", "--redact-path", "params.arguments.query")
     with proxy(fake_upstream.origin + "/mcp", *extra) as px:
         seed(px)
-        # Read the files while the proxy is still running (WAL not checkpointed yet) …
-        import time
 
-        time.sleep(0.5)
+        # Read the files while the proxy is still running (WAL not checkpointed yet) …
+        def last_recorded() -> bool:
+            return any("/sse-secret" in e["url"] and e["outcome"] for e in px.exchanges())
+
+        assert wait_until(last_recorded)  # the recorder wrote the three exchanges
         live = db_bytes(px.db)
         assert px.stop() == 0
     # … and after it stopped.

@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from mcp_proxy.testing.client import CallbackRecorder, make_client, run_scripted_session, tool_text
+from tests.conftest import matrix
 from tests.relay.conftest import Proxy, Upstream, local_url, start_upstream
 
 pytestmark = pytest.mark.timeout(180)  # the first test starts three SDK servers
@@ -100,7 +101,13 @@ MODES = [
 ]
 
 
-@pytest.mark.parametrize(("server", "mode"), MODES, ids=[f"{s}-{m}" for s, m in MODES])
+#: The default run: each server once, both eras; --full: every server in both eras.
+SDK_KEPT = {("stateful", "legacy"), ("stateless", "auto"), ("json", "auto")}
+
+
+@pytest.mark.parametrize(
+    ("server", "mode"), matrix(MODES, SDK_KEPT), ids=[f"{s}-{m}" for s, m in MODES]
+)
 async def test_sdk_session_identical_and_recorded(
     server: str,
     mode: str,

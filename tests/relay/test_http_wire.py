@@ -589,7 +589,9 @@ def test_stop_with_an_open_stream(proxy: Any, fake_upstream: FakeUpstream) -> No
             f"GET /sse-timed?n=1000&gap=0.05 HTTP/1.1\r\nHost: {u.netloc}\r\n"
             "Accept: text/event-stream\r\n\r\n".encode()
         )
-        time.sleep(0.5)
+        got = b""
+        while got.count(b"\r\n\r\n") < 6:  # the stream is open, has carried a few events
+            got += s.recv(65536)
         t0 = time.monotonic()
         assert px.stop() == 0
         assert time.monotonic() - t0 < 15

@@ -51,7 +51,7 @@ def build() -> MCPServer:
     async def interrupted(ctx: Context, steps: int = 2) -> str:
         await ctx.report_progress(1, steps, "before the break")
         await ctx.close_sse_stream()
-        await anyio.sleep(0.5)
+        await anyio.sleep(0.3)  # scenario: the rest comes after the reconnect (or is replayed)
         for step in range(2, steps + 1):
             await ctx.report_progress(step, steps, "after the break")
         return f"finished {steps} steps across a reconnect"

@@ -34,7 +34,7 @@ from mcp_proxy.testing.client import (
     run_scripted_session,
 )
 from mcp_proxy.testing.process import READY_PREFIX, server_argv
-from tests.conftest import mcptape_cmd
+from tests.conftest import matrix, mcptape_cmd
 from tests.travel.conftest import PY, run_cli
 
 pytestmark = pytest.mark.timeout(240)
@@ -125,7 +125,8 @@ async def _scripted(url: str, mode: str) -> dict[str, object]:
         return await run_scripted_session(client, rec)
 
 
-@pytest.mark.parametrize("flavour", list(FLAVOURS))
+# The default run: the Streamable HTTP and legacy SSE flavours; --full: every flavour.
+@pytest.mark.parametrize("flavour", matrix(FLAVOURS, keep={"stateful-2026", "legacy-sse"}))
 async def test_replay_and_mock(flavour: str, tmp_path: Path, servers: Servers) -> None:
     transport, flags, mode = FLAVOURS[flavour]
     db = tmp_path / "rec.db"

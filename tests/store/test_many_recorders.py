@@ -166,6 +166,7 @@ def _http_client(base: str) -> list[bytes]:
     return sent
 
 
+@pytest.mark.full  # a load test (50 recorder processes): the store's contract is tested above
 def test_fifty_recorders_into_one_postgresql(team_db: str):
     with Upstream() as up:
         upstream = f"http://127.0.0.1:{up.port}/mcp"

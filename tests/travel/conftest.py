@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import mcptape_cmd
+from tests.helpers.cli import run_mcptape
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings"
@@ -17,8 +18,15 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 PY = sys.executable
 
 
+#: Commands that only read a recording (a file or the database) and print or write a file:
+#: run in-process through the real entry point (tests/helpers/cli.py), not a Python start-up each.
+IN_PROCESS = frozenset({"diff", "sessions", "show", "stats", "check", "export"})
+
+
 def run_cli(*args: str, timeout: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:
-    """Run ``mcptape ARGS`` as a user would; never a shell."""
+    """Run ``mcptape ARGS`` as a user would; never a shell (read-only commands: in-process)."""
+    if args and args[0] in IN_PROCESS and not kw:
+        return run_mcptape(*args)
     return subprocess.run(
         [*mcptape_cmd(), *args],
         capture_output=True,

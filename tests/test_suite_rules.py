@@ -1,0 +1,79 @@
+"""Rules the test suite keeps about itself (issues #22 and #25)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.dashboard import browser
+
+
+def test_a_missing_chromium_skips_locally_with_the_install_command(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory
+) -> None:
+    monkeypatch.setenv(browser.CHROMIUM_ENV, f"{tmp_path}/no-chromium-here")
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        browser.require_chromium()
+    reason = str(skipped.value)
+    assert "no-chromium-here" in reason and "apt-get install chromium" in reason
+    assert "\n" not in reason
+
+
+def test_a_missing_chromium_fails_in_ci(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory
+) -> None:
+    monkeypatch.setenv(browser.CHROMIUM_ENV, f"{tmp_path}/no-chromium-here")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="apt-get install chromium"):
+        browser.require_chromium()
+
+
+TESTS = Path(__file__).resolve().parent
+LITERAL_SLEEP = re.compile(r"sleep\(\s*(\d*\.?\d+)\s*\)")
+#: Long sleeps that are the scenario itself, not synchronisation (each says so on its line or
+#: the line before with ``scenario:``): a token that must expire, a quiet time the analysis
+#: must tell from traffic, a recorder that must still be waiting past its retries, children
+#: that live until killed. The list may shrink, never grow unnoticed.
+SCENARIO_SLEEPS = {
+    "analysis/test_real_false_findings.py",
+    "forward/test_oauth.py",
+    "recorder/test_full_disk.py",
+    "test_util.py",
+}
+
+
+def long_sleeps() -> list[tuple[str, int, str, bool]]:
+    """Every ``sleep(<literal ≥ 0.5>)`` under tests/: (file, line, text, marked scenario)."""
+    found = []
+    for path in sorted(TESTS.rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for n, line in enumerate(lines):
+            for m in LITERAL_SLEEP.finditer(line):
+                if float(m.group(1)) >= 0.5:
+                    scenario = "scenario:" in line or (n > 0 and "scenario:" in lines[n - 1])
+                    name = path.relative_to(TESTS).as_posix()
+                    found.append((name, n + 1, line.strip(), scenario))
+    return found
+
+
+def test_no_long_sleep_is_used_as_synchronisation() -> None:
+    """A test waits for the condition (``tests.helpers.db.wait_until``, ``watch.until``,
+    ``StreamWatch.wait_for``), never for a guess at how long it takes."""
+    found = long_sleeps()
+    unmarked = [f"{f}:{n}: {text}" for f, n, text, scenario in found if not scenario]
+    assert not unmarked, "\n".join(unmarked)
+    assert {f for f, *_ in found} <= SCENARIO_SLEEPS, sorted({f for f, *_ in found})
+
+
+def test_the_sleep_rule_sees_a_long_sleep() -> None:
+    def literal(text: str) -> str | None:
+        m = LITERAL_SLEEP.search(text)
+        return m.group(1) if m else None
+
+    sleep = "sleep("  # written apart, so that this file has no long sleep of its own
+    assert literal(f"    time.{sleep}2.5)  # wait for it") == "2.5"
+    assert literal(f"await asyncio.{sleep}.5)") == ".5"
+    assert literal(f"time.{sleep}delay)") is None
