@@ -113,6 +113,7 @@ def test_mock_serves_a_deep_recording_and_survives_deep_requests(tmp_path: Path)
     assert replies[4]["result"] == {}
 
 
+@pytest.mark.full  # ~30 s of a real replay; the deep-frame paths stay in the default run below
 def test_replay_of_a_deep_recording_is_a_reported_difference(tmp_path: Path) -> None:
     deep = _deep_recording(tmp_path)
     proc = run_cli(
