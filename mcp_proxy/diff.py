@@ -35,6 +35,7 @@ from mcp_proxy.normalize import (
     clip_depth,
 )
 from mcp_proxy.recording.model import SessionRecording
+from mcp_proxy.store.rows import utf8_text
 
 # ============================================================================ conversations
 
@@ -44,12 +45,7 @@ def comparable(method: str) -> str:
     not UTF-8) as the six characters ``\\ud800``. A session read from a file has the method its
     bytes say, the same session in the database the stored one: compared this way, a session
     and its own export are the same."""
-    if type(method) is str and not method.isascii():
-        try:
-            method.encode("utf-8")
-        except UnicodeEncodeError:
-            return method.encode("utf-8", "backslashreplace").decode("utf-8")
-    return method
+    return utf8_text(method) if type(method) is str else method
 
 
 @dataclass

@@ -46,6 +46,7 @@ from mcp_proxy.recording.model import (
     SessionRecording,
     analyse,
 )
+from mcp_proxy.store.rows import utf8_text
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -150,12 +151,7 @@ def _exchange_attrs(ex: Any, base: dict[str, Any]) -> tuple[dict[str, Any], str 
 def _utf8(value: Any) -> Any:
     """A string as OTLP can carry it: a lone surrogate (``"\\ud800"`` in a frame's JSON, which
     no UTF-8 holds) written as the six characters ``\\ud800``, as the database stores it."""
-    if type(value) is str and not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    return value
+    return utf8_text(value) if type(value) is str else value
 
 
 def _utf8_attrs(attrs: dict[str, Any]) -> dict[str, Any]:

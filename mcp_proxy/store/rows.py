@@ -161,6 +161,19 @@ def gap_finding(session_id: str, gap: Gap, now: float) -> dict[str, Any]:
     }
 
 
+def utf8_text(value: str) -> str:
+    """``value`` as UTF-8 can hold it: a lone surrogate (``"\\ud800"`` in a frame's JSON decodes
+    to one) as the six characters ``\\ud800``, as the database stores it. The one rule for
+    every place that must write or compare such text (the store, OTLP, diff)."""
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
 def storable(value: Any) -> Any:
     """``value`` as a scalar column can hold it: lone surrogates escaped, ints past 64 bits None.
 
@@ -168,11 +181,7 @@ def storable(value: Any) -> Any:
     the driver refuses ``"\\ud800"`` (not encodable as UTF-8) and ``2**64`` (no SQL type).
     """
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "backslashreplace").decode("utf-8")
-        return value
+        return utf8_text(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return value if _INT64[0] <= value <= _INT64[1] else None
     return value
