@@ -6,15 +6,14 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from mcp_proxy.cli import EXAMPLES, build_command, main
+from tests.helpers.otlp import Receiver, otlp_receiver
 from tests.travel.conftest import GOLDEN, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,35 +83,13 @@ def test_top_level_help_offers_completion() -> None:
     assert "--install-completion" in out.stdout and "--show-completion" in out.stdout
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    paths: ClassVar[list[str]] = []
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.paths.append(self.path)
-        self.send_response(200)  # an empty ExportTraceServiceResponse is zero bytes
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
-def traces_url() -> Iterator[str]:
-    _Receiver.paths = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
-    finally:
-        server.shutdown()
-        server.server_close()
+def otlp() -> Iterator[Receiver]:
+    with otlp_receiver() as rec:
+        yield rec
 
 
-def test_export_to_an_http_url_sends_otlp_as_formats_says(tmp_path: Path, traces_url: str) -> None:
+def test_export_to_an_http_url_sends_otlp_as_formats_says(tmp_path: Path, otlp: Receiver) -> None:
     """`mcptape formats` says `-o http://…/v1/traces` sends: without --format it must."""
     listed = run_cli("formats")
     assert "-o http://…/v1/traces sends" in listed.stdout
@@ -120,11 +97,11 @@ def test_export_to_an_http_url_sends_otlp_as_formats_says(tmp_path: Path, traces
     imported = run_cli("import", str(GOLDEN / "v2-http.jsonl"), "--db", db)
     assert imported.returncode == 0, imported.stderr
     sid = imported.stdout.split()[0]
-    sent = run_cli("export", sid, "-o", traces_url, "--db", db)
+    sent = run_cli("export", sid, "-o", otlp.url, "--db", db)
     assert sent.returncode == 0, sent.stderr
     assert "sent 2 span(s)" in sent.stderr
-    assert _Receiver.paths == ["/v1/traces"]
-    named = run_cli("export", sid, "--format", "jsonl", "-o", traces_url, "--db", db)
+    assert [path for path, _, _ in otlp.received] == ["/v1/traces"]
+    named = run_cli("export", sid, "--format", "jsonl", "-o", otlp.url, "--db", db)
     assert named.returncode == 2 and "cannot be sent" in named.stderr
 
 

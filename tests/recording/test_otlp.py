@@ -5,22 +5,20 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from google.protobuf.json_format import ParseDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from mcp_proxy.recording.otlp import iter_otlp_json
 from mcp_proxy.recording.registry import read_recording
+from tests.helpers.otlp import Receiver, otlp_receiver
 from tests.recording.conftest import GOLDEN, RECORDINGS, jsonl_with_frames, run_cli
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -117,54 +115,23 @@ def test_otlp_json_is_valid_otlp_and_follows_the_mcp_conventions(traced: Path) -
     assert joined.status.message == "Unknown tool: echo"
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    """A minimal OTLP/HTTP traces receiver: decodes the protobuf body, answers as OTLP does."""
-
-    received: ClassVar[list[tuple[str, str, ExportTraceServiceRequest]]] = []
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.headers.get("Content-Encoding") == "gzip":
-            import gzip
-
-            body = gzip.decompress(body)
-        msg = ExportTraceServiceRequest.FromString(body)
-        self.received.append((self.path, str(self.headers.get("Content-Type")), msg))
-        out = ExportTraceServiceResponse().SerializeToString()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
-def receiver() -> Iterator[str]:
-    _Receiver.received = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
-    finally:
-        server.shutdown()
-        server.server_close()
+def otlp() -> Iterator[Receiver]:
+    with otlp_receiver() as rec:
+        yield rec
 
 
 def test_export_sends_spans_to_an_otlp_http_endpoint_and_writes_otlp_json(
-    tmp_path: Path, receiver: str, any_db: Path | str
+    tmp_path: Path, otlp: Receiver, any_db: Path | str
 ) -> None:
     db = str(any_db)
     imported = run_cli("import", str(GOLDEN / "v2-http.jsonl"), "--db", db)
     assert imported.returncode == 0, imported.stderr
     sid = imported.stdout.split()[0]
-    sent = run_cli("export", sid, "--format", "otlp", "-o", receiver, "--db", db)
+    sent = run_cli("export", sid, "--format", "otlp", "-o", otlp.url, "--db", db)
     assert sent.returncode == 0, sent.stderr
     assert "sent 2 span(s)" in sent.stderr
-    ((path, ctype, msg),) = _Receiver.received
+    ((path, ctype, msg),) = otlp.received
     assert path == "/v1/traces" and ctype == "application/x-protobuf"
     spans = _spans(msg)
     call = next(s for s in spans if s.name != "mcp session")
