@@ -236,11 +236,18 @@ class RelayCore:
         kept = 0
         async for chunk in request.content.iter_any():
             ex.request_size += len(chunk)
-            yield chunk
+            # Kept before the yield (a reference, no copy below the cap): when the upstream
+            # answers right after this chunk went out (a 413), the generator is not resumed,
+            # and a copy taken after the yield would lose bytes that crossed the wire.
             if kept < MAX_RECORDED_BODY:
-                piece = chunk[: MAX_RECORDED_BODY - kept]
+                piece = (
+                    chunk
+                    if len(chunk) <= MAX_RECORDED_BODY - kept
+                    else chunk[: MAX_RECORDED_BODY - kept]
+                )
                 parts.append(piece)
                 kept += len(piece)
+            yield chunk
         self._finish_request_body(ex, complete=True)
 
     async def _drain_request(self, request: FrontRequest, ex: Exchange) -> None:
