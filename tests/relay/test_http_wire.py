@@ -511,10 +511,14 @@ def test_oversized_body_streams_through(proxy: Any, up_stateful: Upstream) -> No
         assert (p_status, p_body) == (d_status, d_body) == (413, d_body)
         assert px.stop() == 0
     # The upstream refused after its first MiBs: the frame holds what it was given, marked
-    # incomplete (the rest never reached it).
-    (frame,) = [f for f in px.frames() if f["direction"] == "c2s"]
-    assert 0 < frame["size"] < len(big) and frame["complete"] == 0
-    assert frame["raw"] == big[: frame["size"]]
+    # incomplete (the rest never reached it). On a loaded machine the refusal can come before
+    # the relay handed the upstream any of the body: then there is nothing to record as sent,
+    # and the exchange below still says the body was not taken.
+    c2s = [f for f in px.frames() if f["direction"] == "c2s"]
+    assert len(c2s) <= 1
+    for frame in c2s:
+        assert 0 < frame["size"] < len(big) and frame["complete"] == 0
+        assert frame["raw"] == big[: frame["size"]]
     ex = px.exchanges()[0]
     assert ex["status"] == 413 and ex["outcome"] == "complete"
     assert ex["meta"]["request_body_not_taken"] is True
