@@ -7,6 +7,7 @@ module is imported when the CLI starts, including for ``mcptape record``.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable
@@ -31,10 +32,24 @@ class Format(StrEnum):
     json = "json"
 
 
+#: ``--format text|json`` for a command that prints a result (the same help everywhere).
+FormatOption = Annotated[Format, typer.Option("--format", help="text or json.")]
+
+
 def json_errors(fmt: str) -> None:
     """With --format json, errors also come as one JSON line on stderr (for scripts)."""
     if fmt == Format.json:
         os.environ.setdefault("MCPTAPE_ERROR_FORMAT", "json")
+
+
+def print_json(doc: object, *, line: bool = False) -> None:
+    """A command's result as one JSON document on stdout, flushed.
+
+    ``line``: on one line (what a long-running command prints when it is ready, for a script
+    to read with one ``readline``); otherwise indented, as the other ``--format json`` outputs.
+    """
+    text = json.dumps(doc, ensure_ascii=False, default=str, indent=None if line else 2)
+    print(text, flush=True)
 
 
 async def open_store(db: str | None) -> Store:

@@ -8,13 +8,14 @@ newer schema than it knows refuses it with a clear message instead of writing in
 
 from __future__ import annotations
 
-import json
 import sys
+from dataclasses import asdict, dataclass
 from typing import Annotated
 
 import typer
 
 from mcp_proxy.cli import EXIT_STORE, app, fail, handle_errors
+from mcp_proxy.commands.common import Format, FormatOption, json_errors, print_json
 
 db_app = typer.Typer(
     name="db",
@@ -29,11 +30,27 @@ DbOption = Annotated[
 ]
 
 
+@dataclass(frozen=True)
+class StatusResult:
+    """What ``db status`` found (``--format json`` prints it as it is)."""
+
+    url: str
+    dialect: str
+    revision: str | None
+    head: str
+    state: str
+    auto_upgrade: bool
+    message: str
+
+
 @db_app.command("status")
 @handle_errors
 def status(
     db: DbOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    fmt: FormatOption = Format.text,
+    as_json: Annotated[
+        bool, typer.Option("--json", hidden=True, help="Deprecated: --format json.")
+    ] = False,
 ) -> None:
     """Where the database's schema stands against this mcptape.
 
@@ -44,43 +61,52 @@ def status(
     from mcp_proxy.commands.common import require_database
     from mcp_proxy.store.engine import auto_migrates, resolve_url, schema_state
 
+    if as_json:
+        fmt = Format.json
+    json_errors(fmt)
     url = resolve_url(db)
     require_database(url)  # status only looks: a --db typo must not create a database
     st = schema_state(url)
+    auto = auto_migrates(url)
     advice = {
         "current": "up to date",
         "empty": "empty: the schema is created on first use (or now, with `mcptape db upgrade`)",
         "behind": (
             "behind: it is upgraded the next time mcptape opens it"
-            if auto_migrates(url)
+            if auto
             else "behind: run `mcptape db upgrade` once (recorders refuse it until then)"
         ),
         "newer": "newer than this mcptape: upgrade mcptape to use it",
     }[st.state]
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "url": st.url,
-                    "dialect": st.dialect,
-                    "revision": st.current,
-                    "head": st.head,
-                    "state": st.state,
-                    "auto_upgrade": auto_migrates(url),
-                }
-            )
-        )
+    result = StatusResult(st.url, st.dialect, st.current, st.head, st.state, auto, advice)
+    if fmt is Format.json:
+        print_json(asdict(result))
     else:
-        print(f"database  {st.url} ({st.dialect})")
-        print(f"schema    {st.current or '-'} (this mcptape: {st.head})")
-        print(f"state     {advice}")
-    if st.state in ("behind", "newer") and not (st.state == "behind" and auto_migrates(url)):
+        print(f"database  {result.url} ({result.dialect})")
+        print(f"schema    {result.revision or '-'} (this mcptape: {result.head})")
+        print(f"state     {result.message}")
+    if st.state in ("behind", "newer") and not (st.state == "behind" and auto):
         raise typer.Exit(EXIT_STORE)
+
+
+@dataclass(frozen=True)
+class UpgradeResult:
+    """What ``db upgrade`` did: the schema revision before and after (``None``: empty)."""
+
+    url: str
+    before: str | None
+    after: str
+    upgraded: bool
+
+    def text(self) -> str:
+        if not self.upgraded:
+            return f"{self.url}: already at schema {self.after}"
+        return f"{self.url}: schema {self.before or 'empty'} → {self.after}"
 
 
 @db_app.command("upgrade")
 @handle_errors
-def upgrade(db: DbOption = None) -> None:
+def upgrade(db: DbOption = None, fmt: FormatOption = Format.text) -> None:
     """Create the schema or migrate it to this mcptape's revision.
 
     Safe to run twice, and by two people at once: PostgreSQL orders them with a lock and
@@ -89,6 +115,7 @@ def upgrade(db: DbOption = None) -> None:
     from mcp_proxy.errors import StoreError
     from mcp_proxy.store import engine as engine_mod
 
+    json_errors(fmt)
     url = engine_mod.resolve_url(db)
     st = engine_mod.schema_state(url)
     if st.state == "newer":
@@ -98,18 +125,20 @@ def upgrade(db: DbOption = None) -> None:
             EXIT_STORE,
         )
     if st.state == "current":
-        print(f"{st.url}: already at schema {st.head}")
-        return
-    try:
-        before = engine_mod.upgrade(url)
-    except StoreError:
-        raise
-    except Exception as exc:  # alembic's errors and the driver's: one line
-        raise StoreError(f"cannot migrate the database: {engine_mod._short(exc)}") from exc
-    if before == st.head:  # someone else upgraded it while we waited for the lock
-        print(f"{st.url}: already at schema {st.head}")
-        return
-    print(f"{st.url}: schema {before or 'empty'} → {st.head}")
+        result = UpgradeResult(st.url, st.current, st.head, upgraded=False)
+    else:
+        try:
+            before = engine_mod.upgrade(url)
+        except StoreError:
+            raise
+        except Exception as exc:  # alembic's errors and the driver's: one line
+            raise StoreError(f"cannot migrate the database: {engine_mod._short(exc)}") from exc
+        # before == head: someone else upgraded it while we waited for the lock
+        result = UpgradeResult(st.url, before, st.head, upgraded=before != st.head)
+    if fmt is Format.json:
+        print_json(asdict(result))
+    else:
+        print(result.text())
 
 
 @db_app.command("copy")
@@ -122,6 +151,7 @@ def copy(
         typer.Option("--session", "-s", help="Copy only this session id (repeatable)."),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+    fmt: FormatOption = Format.text,
 ) -> None:
     """Copy recordings from SRC to DST (e.g. a laptop's SQLite file into the team's PostgreSQL).
 
@@ -132,6 +162,7 @@ def copy(
     from mcp_proxy.store.copy import copy_store
     from mcp_proxy.store.engine import display_url, resolve_url
 
+    json_errors(fmt)
     src_url, dst_url = resolve_url(src), resolve_url(dst)
 
     def progress(line: str) -> None:
@@ -141,6 +172,9 @@ def copy(
     result = copy_store(src_url, dst_url, only=session or None, progress=progress)
     if not quiet and sys.stderr.isatty():
         print(file=sys.stderr)
+    if fmt is Format.json:
+        print_json({"from": display_url(src_url), "to": display_url(dst_url), **asdict(result)})
+        return
     print(
         f"{display_url(src_url)} → {display_url(dst_url)}: {result.copied} session(s) copied,"
         f" {result.replaced} updated, {result.unchanged} already there;"

@@ -9,15 +9,16 @@ is reported and the others still go ahead (the exit code says something failed).
 
 from __future__ import annotations
 
-import json
 import sys
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from mcp_proxy.cli import EXIT_NOT_FOUND, app, fail, handle_errors
-from mcp_proxy.errors import UserError
+from mcp_proxy.commands.common import Format, FormatOption, json_errors, print_json
+from mcp_proxy.errors import UserError, report
 
 if TYPE_CHECKING:
     from mcp_proxy.hosts import ConfigTarget, HostEnv, Plan
@@ -97,95 +98,218 @@ _MARK = {
 }
 
 
-def _print_plan(plan: Plan) -> None:
-    print(f"{plan.target.label}: {plan.target.path}")
-    if not plan.outcomes:
-        print(
-            "  no MCP servers configured"
-            if plan.op == "install"
-            else "  nothing wrapped by mcptape"
-        )
-    shown = [o for o in plan.outcomes if o.status != "missing"]
-    if plan.outcomes and not shown:
-        print("  none of the named servers is here")
-    width = max((len(o.server) for o in shown), default=0)
-    for o in shown:
-        print(f"  {_MARK[o.status]:8} {o.server:{width}}  {o.message}")
+@dataclass
+class ServerResult:
+    """One server of a config file: what install/uninstall did (or would do) with it."""
+
+    server: str
+    status: str
+    message: str
+
+
+@dataclass
+class TargetResult:
+    """One config file: its plan and what became of it (``--format json`` prints these)."""
+
+    host: str
+    title: str
+    config: str
+    #: The servers the plan looked at (not those named with --server that are not here).
+    servers: list[ServerResult] = field(default_factory=list)
+    #: The file has something to change; ``written``: it was written (never with --dry-run).
+    changed: bool = False
+    written: bool = False
+    #: With --dry-run: the unified diff of what would be written, and why it could not be.
+    diff: str | None = None
+    note: str | None = None
+    backup: str | None = None
+    #: uninstall: "backup" (the file's exact bytes from before install) or "entries" (entry by
+    #: entry: the file was edited since, and the pre-install copy stays at ``backup``).
+    restored: str | None = None
+    next: str | None = None
+    #: Why this config failed (the others still went ahead), with its exit code.
+    error: str | None = None
+    exit_code: int = 0
+    #: False when the config could not even be read: there is no plan to show.
+    planned: bool = True
+    #: --server named servers and none of them is in this config.
+    none_named_here: bool = False
+
+
+@dataclass
+class RunResult:
+    """What install/uninstall did to every target, rendered as text or as one JSON document."""
+
+    op: str
+    dry_run: bool
+    targets: list[TargetResult] = field(default_factory=list)
+    #: Servers named with --server that no config has.
+    missing: list[str] = field(default_factory=list)
+    #: install: the database wrapped entries record to (written into each entry).
+    db: str | None = None
+    #: With --host, a failed write ends the command with this error (after the report).
+    fatal: UserError | None = None
+
+    @property
+    def written(self) -> int:
+        return sum(1 for t in self.targets if t.written)
+
+    def to_json(self) -> dict[str, Any]:
+        targets = []
+        for t in self.targets:
+            row = asdict(t)
+            del row["planned"], row["none_named_here"]
+            targets.append(row)
+        return {
+            "op": self.op,
+            "dry_run": self.dry_run,
+            "targets": targets,
+            "missing": self.missing,
+            "written": self.written,
+            "db": self.db,
+        }
+
+    def print_text(self) -> None:
+        """The human report on stdout; failed configs are named on stderr."""
+        for t in self.targets:
+            if t.planned:
+                self._print_target(t)
+        if self.fatal is not None:
+            return  # the error says the rest (one line, from the CLI's boundary)
+        failed = [t for t in self.targets if t.error is not None]
+        if self.dry_run:
+            print("dry run: nothing was written")
+        elif self.written == 0 and not failed and not self.missing:
+            print("nothing to change")
+        if self.db is not None and self.written:
+            print(f"recordings go to {self.db} (see them with: mcptape sessions)")
+        for t in failed:
+            print(f"mcptape: {t.title}: {t.error}", file=sys.stderr)
+
+    def _print_target(self, t: TargetResult) -> None:
+        print(f"{t.title}: {t.config}")
+        if not t.servers and not t.none_named_here:
+            print(
+                "  no MCP servers configured"
+                if self.op == "install"
+                else "  nothing wrapped by mcptape"
+            )
+        if t.none_named_here:
+            print("  none of the named servers is here")
+        width = max((len(o.server) for o in t.servers), default=0)
+        for o in t.servers:
+            print(f"  {_MARK[o.status]:8} {o.server:{width}}  {o.message}")
+        if t.diff is not None:
+            sys.stdout.write(t.diff)
+        if t.note is not None:
+            print(f"  note: {t.note}")
+        if self.op == "install" and t.written and t.backup:
+            print(f"  backup: {t.backup}")
+        if t.restored == "backup":
+            print("  the file is back to its exact bytes from before install")
+        elif t.restored == "entries":
+            print(
+                f"  restored entry by entry (the file was edited since install); the"
+                f" pre-install copy stays at {t.backup}"
+            )
+        if t.next is not None:
+            print(f"  next: {t.next}")
+
+    def finish(self, fmt: Format) -> None:
+        """Print the report, then end as the outcome says: the error of a failed --host write,
+        exit 4 for servers no config has, else the worst failed config's code."""
+        if fmt is Format.json:
+            print_json(self.to_json())
+            for t in self.targets:
+                if t.error is not None and self.fatal is None:
+                    report(f"{t.title}: {t.error}", t.exit_code)
+        else:
+            self.print_text()
+        if self.fatal is not None:
+            raise self.fatal
+        if self.missing:
+            fail(
+                f"no server named {', '.join(repr(s) for s in self.missing)} in"
+                f" {', '.join(t.title for t in self.targets)}",
+                EXIT_NOT_FOUND,
+            )
+        codes = [t.exit_code for t in self.targets if t.error is not None]
+        if codes:
+            raise typer.Exit(max(codes))
+
+
+def _planned(plan: Plan, dry_run: bool) -> TargetResult:
+    """A plan as a result, before anything is written (``--dry-run``: with its diff)."""
+    from mcp_proxy.hosts import check_writable
+
+    t = plan.target
+    result = TargetResult(
+        t.selector,
+        t.label,
+        str(t.path),
+        [
+            ServerResult(o.server, o.status, o.message)
+            for o in plan.outcomes
+            if o.status != "missing"
+        ],
+        changed=plan.changed,
+    )
+    result.none_named_here = bool(plan.outcomes) and not result.servers
+    if plan.changed and dry_run:
+        result.diff = plan.diff()
+        try:
+            check_writable(t.path, plan.snapshot)
+        except UserError as exc:
+            result.note = str(exc)
+    return result
 
 
 def _run(
-    op: str,
+    result: RunResult,
     host: str | None,
     servers: list[str] | None,
-    dry_run: bool,
     os_name: OsChoice | None,
     make_plan: Any,
-) -> int:
-    """Plan → print → apply for every target; one failing target does not stop the others.
-
-    Returns how many files were written.
-    """
-    from mcp_proxy.hosts import apply_plan, check_writable
+) -> None:
+    """Plan → apply for every target, into ``result``; one failing target does not stop the
+    others (with ``--host``, its failure is the command's error)."""
+    from mcp_proxy.hosts import apply_plan
 
     targets = _targets(host, os_name)
-    failures: list[tuple[str, UserError]] = []
     seen: set[str] = set()
-    changed = 0
     for t in targets:
         try:
             plan = make_plan(t)
         except UserError as exc:
             if host is not None:
                 raise
-            failures.append((t.label, exc))
+            failed = TargetResult(t.selector, t.label, str(t.path), planned=False)
+            failed.error, failed.exit_code = str(exc), exc.exit_code
+            result.targets.append(failed)
             continue
         seen.update(o.server for o in plan.outcomes if o.status != "missing")
-        _print_plan(plan)
-        if not plan.changed:
-            continue
-        if dry_run:
-            sys.stdout.write(plan.diff())
-            try:
-                check_writable(plan.target.path, plan.snapshot)
-            except UserError as exc:
-                print(f"  note: {exc}")
+        done = _planned(plan, result.dry_run)
+        result.targets.append(done)
+        if not plan.changed or result.dry_run:
             continue
         try:
-            done = apply_plan(plan)
+            applied = apply_plan(plan)
         except UserError as exc:
+            done.error, done.exit_code = str(exc), exc.exit_code
             if host is not None:
-                raise
-            failures.append((t.label, exc))
+                result.fatal = exc
+                return
             continue
-        changed += 1
-        if op == "install" and done.backup:
-            print(f"  backup: {done.backup}")
-        if op == "uninstall":
+        done.written = True
+        done.backup = str(applied.backup) if applied.backup else None
+        if result.op == "uninstall":
             if plan.from_backup:
-                print("  the file is back to its exact bytes from before install")
-            elif done.backup_kept and done.backup:
-                print(
-                    f"  restored entry by entry (the file was edited since install); the"
-                    f" pre-install copy stays at {done.backup}"
-                )
+                done.restored = "backup"
+            elif applied.backup_kept and applied.backup:
+                done.restored = "entries"
         if plan.target.host:
-            print(f"  next: {plan.target.host.restart}")
-    missing = [s for s in servers or () if s not in seen]
-    if dry_run:
-        print("dry run: nothing was written")
-    elif changed == 0 and not failures and not missing:
-        print("nothing to change")
-    for label, error in failures:
-        print(f"mcptape: {label}: {error}", file=sys.stderr)
-    if missing:
-        fail(
-            f"no server named {', '.join(repr(s) for s in missing)} in"
-            f" {', '.join(t.label for t in targets)}",
-            EXIT_NOT_FOUND,
-        )
-    if failures:
-        raise typer.Exit(max(error.exit_code for _, error in failures))
-    return changed
+            done.next = plan.target.host.restart
+    result.missing = [s for s in servers or () if s not in seen]
 
 
 def _pinned_db(db: str | None) -> str:
@@ -232,6 +356,7 @@ def install(
     ] = False,
     mcptape_path: MctapeOption = None,
     os_name: OsOption = None,
+    fmt: FormatOption = Format.text,
 ) -> None:
     """Make a host launch its MCP servers through `mcptape record`.
 
@@ -245,20 +370,21 @@ def install(
     """
     from mcp_proxy.hosts import find_mcptape, plan_install
 
+    json_errors(fmt)
     servers = _selection(server, all_)
     exe = find_mcptape(mcptape_path)
     pinned = _pinned_db(db)
-    written = _run(
-        "install",
+    result = RunResult("install", dry_run, db=pinned)
+    _run(
+        result,
         host,
         servers,
-        dry_run,
         os_name,
         lambda t: plan_install(t, mcptape=exe, servers=servers, db=pinned, force=force),
     )
-    if written:
+    if result.written:
         _prepare_db(pinned)
-        print(f"recordings go to {pinned} (see them with: mcptape sessions)")
+    result.finish(fmt)
 
 
 def _prepare_db(db: str) -> None:
@@ -286,6 +412,7 @@ def uninstall(
     all_: AllOption = False,
     dry_run: DryRunOption = False,
     os_name: OsOption = None,
+    fmt: FormatOption = Format.text,
 ) -> None:
     """Put the host's server entries back as they were before `mcptape install`.
 
@@ -294,32 +421,24 @@ def uninstall(
     """
     from mcp_proxy.hosts import plan_uninstall
 
+    json_errors(fmt)
     servers = _selection(server, all_)
-    _run(
-        "uninstall",
-        host,
-        servers,
-        dry_run,
-        os_name,
-        lambda t: plan_uninstall(t, servers=servers),
-    )
-
-
-class Format(StrEnum):
-    text = "text"
-    json = "json"
+    result = RunResult("uninstall", dry_run)
+    _run(result, host, servers, os_name, lambda t: plan_uninstall(t, servers=servers))
+    result.finish(fmt)
 
 
 @app.command()
 @handle_errors
 def hosts(
     host: HostOption = None,
-    fmt: Annotated[Format, typer.Option("--format", help="text or json.")] = Format.text,
+    fmt: FormatOption = Format.text,
     os_name: OsOption = None,
 ) -> None:
     """List known hosts, where their config is, and which servers record through mcptape."""
     from mcp_proxy.hosts import HOSTS, ConfigNotFound, ConfigTarget, list_servers, resolve_targets
 
+    json_errors(fmt)
     env = _env(os_name)
     if host is None:
         targets = [ConfigTarget(h.config_path(env), h) for h in HOSTS.values()]
@@ -340,7 +459,7 @@ def hosts(
             row["servers"] = []
         out.append(row)
     if fmt is Format.json:
-        print(json.dumps(out, indent=2))
+        print_json(out)
         return
     for row in out:
         suffix = "" if row["state"] == "found" else f"  ({row['state']})"
@@ -367,6 +486,7 @@ def doctor(
     ] = False,
     mcptape_path: MctapeOption = None,
     os_name: OsOption = None,
+    fmt: FormatOption = Format.text,
 ) -> None:
     """Check the database and every host config that records through mcptape; say what to fix.
 
@@ -384,19 +504,21 @@ def doctor(
     from mcp_proxy.store.engine import ensure_schema, resolve_url
     from mcp_proxy.store.status import database_status
 
+    json_errors(fmt)
     env = _env(os_name)
+    checks: list[Check] = []
     try:
         exe: str | None = find_mcptape(mcptape_path)
     except UserError as exc:
         if mcptape_path:
             raise
         exe = None
-        print(f"warn     mcptape executable: {exc}")
+        checks.append(Check("warn", "mcptape executable", str(exc)))
     if host is None:
         targets = [ConfigTarget(h.config_path(env), h) for h in HOSTS.values()]
     else:
         targets = resolve_targets(host, env)
-    checks: list[Check] = check_targets(targets, exe, report_missing=host is not None)
+    checks += check_targets(targets, exe, report_missing=host is not None)
 
     # Databases: the one this shell uses, and every one a wrapped entry pins.
     urls: dict[str, list[str]] = {resolve_url(db): ["this shell"]}
@@ -413,8 +535,10 @@ def doctor(
         status = database_status(url)
         note = f" (used by {', '.join(users)})"
         if status.state == "behind":
-            migrate = fix or (
-                sys.stdin.isatty() and typer.confirm(f"{subject}: {status.message}. Migrate now?")
+            migrate = fix or (  # never a question on stdout when it carries JSON
+                fmt is Format.text
+                and sys.stdin.isatty()
+                and typer.confirm(f"{subject}: {status.message}. Migrate now?")
             )
             if migrate:
                 ensure_schema(url)
@@ -436,11 +560,14 @@ def doctor(
                 " mcptape sessions to see each",
             )
         )
-    for c in checks:
-        print(f"{c.level:8} {c.subject}: {c.message}")
-        if c.fix and c.level != "ok":
-            print(f"{'':8}   fix: {c.fix}")
     problems = sum(1 for c in checks if c.level == "problem")
-    print(f"{problems} problem(s) found" if problems else "no problems found")
+    if fmt is Format.json:
+        print_json({"checks": [asdict(c) for c in checks], "problems": problems})
+    else:
+        for c in checks:
+            print(f"{c.level:8} {c.subject}: {c.message}")
+            if c.fix and c.level != "ok":
+                print(f"{'':8}   fix: {c.fix}")
+        print(f"{problems} problem(s) found" if problems else "no problems found")
     if problems:
         raise typer.Exit(1)
