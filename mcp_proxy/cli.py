@@ -178,7 +178,7 @@ EXAMPLES: dict[str, str] = {
     "check": "mcptape check fs --fail-on warning",
     "stats": "mcptape stats --name fs --since 3d",
     "db": "mcptape db status",
-    "db status": "mcptape db status --json",
+    "db status": "mcptape db status --format json",
     "db upgrade": "mcptape db upgrade --db postgresql://mcptape@db.example/mcptape",
     "db copy": "mcptape db copy laptop.db postgresql://mcptape@db.example/mcptape",
 }

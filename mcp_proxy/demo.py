@@ -11,6 +11,7 @@ import asyncio
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +104,18 @@ def _drive_http(db_url: str, name: str) -> dict[str, Any]:
             stop_process(relay)
 
 
-def run_demo(db_url: str, *, out: Callable[[str], None] = print) -> list[str]:
-    """Record the demo sessions and print them; returns the new session ids."""
+@dataclass(frozen=True)
+class DemoSession:
+    """One session the demo recorded."""
+
+    id: str
+    name: str
+    transport: str
+    protocol_version: str | None
+
+
+def run_demo(db_url: str, *, out: Callable[[str], None] = print) -> list[DemoSession]:
+    """Record the demo sessions and print them; returns the new sessions, in recording order."""
     from mcp_proxy.render import cli_name, frame_oneline, session_line
     from mcp_proxy.store.queries import Store
 
@@ -124,27 +135,31 @@ def run_demo(db_url: str, *, out: Callable[[str], None] = print) -> list[str]:
             f"{result['fail']['is_error']}, {len(result['progress'])} progress updates"
         )
 
-    async def show() -> list[str]:
+    async def show() -> list[DemoSession]:
         store = await Store.open(db_url)
-        ids = []
+        recorded = []
         try:
             for name, _ in runs:
                 s = await store.resolve_session(name)
-                ids.append(s["id"])
+                recorded.append(
+                    DemoSession(
+                        str(s["id"]), name, str(s.get("transport")), s.get("protocol_version")
+                    )
+                )
                 out("")
                 out(session_line(s))
                 async for f in store.iter_frames(s["id"]):
                     out("  " + frame_oneline(f, width=150))
         finally:
             await store.close()
-        return ids
+        return recorded
 
-    ids = asyncio.run(show())
+    recorded = asyncio.run(show())
     out("")
     out("Next:")
     for line in next_steps(cli_name()):
         out(line)
-    return ids
+    return recorded
 
 
 #: What to try after the demo: (arguments, what it does). Printed with the way the user runs

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from mcp_proxy.cli import app, fail, handle_errors
-from mcp_proxy.commands.common import port_value
+from mcp_proxy.commands.common import Format, FormatOption, json_errors, port_value, print_json
 from mcp_proxy.netutil import is_loopback as _is_loopback
 
 
@@ -33,10 +33,13 @@ def dashboard(
             "token sees all recorded traffic).",
         ),
     ] = False,
+    fmt: FormatOption = Format.text,
 ) -> None:
     """Browse, explain and annotate recorded traffic in a browser.
 
     Prints the address to open; it carries this run's token, which every request needs.
+    With --format json that line is one JSON object, {"url": ...}, printed once the server
+    listens (a script reads one line).
     """
     import asyncio
 
@@ -44,6 +47,7 @@ def dashboard(
     from mcp_proxy.commands.common import require_database
     from mcp_proxy.store.engine import ensure_schema, resolve_url
 
+    json_errors(fmt)
     if not _is_loopback(host):
         if not allow_remote:
             fail(
@@ -61,7 +65,10 @@ def dashboard(
     extra = frozenset() if _is_loopback(host) else frozenset({host.lower()})
 
     def announce(address: str) -> None:
-        print(f"mcptape dashboard: {address}", flush=True)
+        if fmt is Format.json:
+            print_json({"url": address}, line=True)
+        else:
+            print(f"mcptape dashboard: {address}", flush=True)
         print(
             "  (Ctrl-C to stop; the token in the address is needed for every request)",
             file=sys.stderr,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from mcp_proxy.cli import app, handle_errors
+from mcp_proxy.commands import common
 from mcp_proxy.errors import UserError
 from mcp_proxy.recording.registry import declared_names
 
@@ -261,15 +262,32 @@ def import_(
 
 @app.command("formats")
 @handle_errors
-def formats_() -> None:
+def formats_(fmt: common.FormatOption = common.Format.text) -> None:
     """List the recording formats: what export writes and import reads."""
     from mcp_proxy.recording.registry import formats
 
-    for f in formats():
-        can = "/".join(
-            w for w, ok in (("export", f.write), ("import", f.read), ("send", f.send)) if ok
+    common.json_errors(fmt)
+    rows = [
+        (f, [w for w, ok in (("export", f.write), ("import", f.read), ("send", f.send)) if ok])
+        for f in formats()
+    ]
+    if fmt is common.Format.json:
+        common.print_json(
+            [
+                {
+                    "name": f.name,
+                    "title": f.title,
+                    "suffixes": list(f.suffixes),
+                    "media_type": f.media_type,
+                    "can": can,
+                    "transports": list(f.transports),
+                }
+                for f, can in rows
+            ]
         )
-        print(f"{f.name:<7} {can:<20} {', '.join(f.suffixes):<24} {f.title}")
+        return
+    for f, can in rows:
+        print(f"{f.name:<7} {'/'.join(can):<20} {', '.join(f.suffixes):<24} {f.title}")
 
 
 __all__ = ["export", "formats_", "import_", "progress_bar"]

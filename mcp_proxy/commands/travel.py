@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from mcp_proxy.cli import app, fail, handle_errors
+from mcp_proxy.commands import common
 from mcp_proxy.commands.common import port_value, seconds_value
 
 DbOption = Annotated[
@@ -371,8 +372,13 @@ def mock(
         int | None, typer.Option("--seed", help="Seed for rules with p= (repeatable runs).")
     ] = None,
     db: DbOption = None,
+    fmt: common.FormatOption = common.Format.text,
 ) -> None:
     """Stand in for a server, answering from a recording (stdio, or HTTP with --port).
+
+    It says where it listens once it does: on stderr, or with --format json as one JSON line
+    on stdout ({"url", "source", "mode"}). --format json needs --port: a stdio mock's stdout
+    is the MCP channel itself.
 
     mcptape mock recordings/basic.mcptape.jsonl                  # a host launches this
     mcptape mock recordings/basic.mcptape.jsonl --port 8765      # http://127.0.0.1:8765/mcp
@@ -382,7 +388,10 @@ def mock(
     from mcp_proxy.mock.serve import check_port
     from mcp_proxy.normalize import JsonPathError, Normalizer
 
+    common.json_errors(fmt)
     check_port(port)
+    if fmt is common.Format.json and port is None:
+        fail("--format json needs --port: a stdio mock's stdout is the MCP channel")
     if command and upstream:
         fail("give either -- COMMAND… or --upstream URL, not both")
     _require_database_for(db, source)
@@ -393,7 +402,10 @@ def mock(
         fail(str(exc))
 
     def announce(url: str) -> None:
-        print(f"mcptape mock: serving {source} at {url}", file=sys.stderr, flush=True)
+        if fmt is common.Format.json:
+            common.print_json({"url": url, "source": source, "mode": record_mode.value}, line=True)
+        else:
+            print(f"mcptape mock: serving {source} at {url}", file=sys.stderr, flush=True)
 
     raise typer.Exit(
         run_mock(
