@@ -75,6 +75,9 @@ class Step:
     response: dict[str, Any] | None = None
     #: True when a compared value nested beyond :data:`MAX_DEPTH` and was clipped to a digest.
     too_deep: bool = False
+    #: Milliseconds from the request to its answer as recorded (None: unanswered or unknown);
+    #: never compared, reported (a replay's JUnit case time).
+    latency_ms: float | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -147,6 +150,7 @@ def conversation(session: SessionRecording) -> list[Step]:
             "none",
             seqs=[ex.request_seq],
             request_id=ex.msg_id,
+            latency_ms=ex.latency_ms,
         )
         attached.add(ex.request_seq)
         resp = ex.response.body if ex.response is not None else None

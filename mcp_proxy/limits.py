@@ -169,6 +169,9 @@ IMPORT_TIME_MAX = 253_402_300_799.0
 #: The largest ``seq`` of an imported frame (the ``frame_rows.seq`` and ``annotations.frame_seq``
 #: columns are 32-bit integers).
 IMPORT_SEQ_MAX = 2**31 - 1
+#: Characters of JSON one compared value (a replay's changed result) takes in a JUnit failure's
+#: text: a CI report says what changed, it is no copy of the recording.
+JUNIT_VALUE_MAX = 2000
 
 # --- The dashboard ---
 

@@ -12,15 +12,31 @@ line buried in a log. Three builders share one writer:
 - :func:`replay_junit` — for ``mcptape replay --format junit``: one test case per exchange of
   the recorded conversation, failed when the live server answered differently.
 
-The XML is built with :mod:`xml.etree.ElementTree` (escaping done by the library); characters
-XML 1.0 cannot hold (NUL and other C0 controls, which recorded bytes may contain) are replaced.
-The shape is the de-facto schema (Ant/Jenkins ``junit-4.xsd``): ``testsuites`` > ``testsuite``
-(name, tests, failures, errors, skipped, time, timestamp) > ``testcase`` (classname, name, time)
-> ``failure`` (message, type, text).
+A case's ``time`` is its exchange's latency in seconds, from the recorded request and answer
+(a replay: the live server's answer; a finding: the exchange it is about); 0 only when that is
+unknown (no answer, a finding about no exchange, or ``check``'s stored findings, which keep no
+exchange). A failure's ``message`` is one line for people; its text is one JSON document
+(``json.dumps``: the outcome and frames, the finding, or the changes), for tools.
+
+The XML is built with :mod:`xml.etree.ElementTree` (escaping and serialisation done by the
+library); characters XML 1.0 cannot hold (NUL and other C0 controls, which recorded bytes may
+contain) are replaced. The shape is the de-facto schema (Ant/Jenkins ``junit-4.xsd``):
+``testsuites`` > ``testsuite`` (name, tests, failures, errors, skipped, time, timestamp) >
+``testcase`` (classname, name, time) > ``failure`` (message, type, text); the tests read it back
+with junitparser, as CI tools do.
+
+Why not junitparser as the writer (it was tried, issue #29): it builds the same ElementTree
+elements, so it would add a dependency for the schema's ~40 lines of element names here, and
+it brings what this writer must avoid: its ``add_testcase`` recounts the whole suite on every
+case (quadratic in a session's exchanges), it writes ``time`` as Python's ``str(float)``
+(``1e-05`` is no ``xs:decimal``), it switches to lxml's elements when lxml happens to be
+installed (other bytes, and lxml refuses the control characters instead of writing them), and
+it pretty-prints through ``minidom``, which re-indents the text of a failure.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
@@ -28,6 +44,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from mcp_proxy.limits import JUNIT_VALUE_MAX
 from mcp_proxy.recording.model import Progress, Recording, SessionRecording, analyse
 
 _BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -37,6 +54,26 @@ _FINE = frozenset({"ok", "input_required", "closed", "pending"})
 def _clean(text: object) -> str:
     """Text XML 1.0 can hold: forbidden characters become U+FFFD."""
     return _BAD_XML.sub("\ufffd", str(text))
+
+
+def _json_text(doc: object) -> str:
+    """A failure's text: one JSON document (a lone surrogate in it becomes U+FFFD in the XML,
+    which keeps it JSON; control characters are escaped by ``json.dumps`` already)."""
+    return json.dumps(doc, ensure_ascii=False, default=str)
+
+
+def _bounded(value: Any) -> Any:
+    """A compared value as it goes into a failure's JSON: whole up to :data:`JUNIT_VALUE_MAX`
+    characters of JSON, else its first characters and its length."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    if len(text) <= JUNIT_VALUE_MAX:
+        return value
+    return {"truncated": text[:JUNIT_VALUE_MAX], "chars": len(text)}
+
+
+def _seconds(latency_ms: float | None) -> float:
+    """A latency in milliseconds as a case's time in seconds (0 when unknown)."""
+    return max(0.0, latency_ms) / 1000.0 if latency_ms is not None else 0.0
 
 
 @dataclass
@@ -72,7 +109,7 @@ def _suite_element(suite: Suite) -> ET.Element:
             "failures": str(failures),
             "errors": "0",
             "skipped": "0",
-            "time": f"{sum(c.time for c in suite.cases):.3f}",
+            "time": f"{sum(c.time for c in suite.cases):.6f}",
         },
     )
     if suite.timestamp is not None:
@@ -89,7 +126,7 @@ def _suite_element(suite: Suite) -> ET.Element:
             {
                 "classname": _clean(case.classname),
                 "name": _clean(case.name),
-                "time": f"{case.time:.3f}",
+                "time": f"{case.time:.6f}",
             },
         )
         if case.failure is not None:
@@ -98,7 +135,7 @@ def _suite_element(suite: Suite) -> ET.Element:
                 "failure",
                 {"message": _clean(case.failure), "type": _clean(case.failure_type or "failure")},
             )
-            fail.text = _clean(case.details or case.failure)
+            fail.text = _clean(case.details or _json_text({"message": case.failure}))
         if case.output:
             ET.SubElement(tc, "system-out").text = _clean(case.output)
     return el
@@ -129,15 +166,23 @@ def _exchange_case(label: str, ex: Any) -> Case:
     case = Case(
         classname=label,
         name=f"#{ex.index} {ex.direction} {ex.method}{target} (id {ex.msg_id})",
-        time=(ex.latency_ms or 0.0) / 1000.0,
+        time=_seconds(ex.latency_ms),
     )
     if ex.outcome not in _FINE:
         what = ex.error_message or ex.outcome.replace("_", " ")
         code = f" {ex.error_code}" if ex.error_code is not None else ""
         case.failure = f"{ex.outcome}{code}: {what}"
         case.failure_type = ex.error_class or ex.outcome
-        case.details = f"request frame #{ex.request_seq}" + (
-            f", response frame #{ex.response_seq}" if ex.response_seq is not None else ""
+        case.details = _json_text(
+            {
+                "outcome": ex.outcome,
+                "error_class": ex.error_class,
+                "error_code": ex.error_code,
+                "error_message": ex.error_message,
+                "request_seq": ex.request_seq,
+                "response_seq": ex.response_seq,
+                "latency_ms": ex.latency_ms,
+            }
         )
     return case
 
@@ -156,9 +201,12 @@ def session_suite(s: SessionRecording) -> Suite:
         },
     )
     suite.cases.extend(_exchange_case(label, ex) for ex in analysis.exchanges)
-    suite.cases.extend(
-        _finding_case(label + ".findings", f.as_dict(), "error") for f in analysis.findings
-    )
+    by_index = {ex.index: ex for ex in analysis.exchanges}
+    for f in analysis.findings:
+        about = by_index.get(f.exchange) if f.exchange is not None else None
+        case = _finding_case(label + ".findings", f.as_dict(), "error")
+        case.time = _seconds(about.latency_ms) if about is not None else 0.0
+        suite.cases.append(case)
     return suite
 
 
@@ -188,7 +236,16 @@ def _finding_case(classname: str, f: dict[str, Any], fail_on: str) -> Case:
     if fail_on != "never" and at_least(severity, fail_on):
         case.failure = str(f.get("title") or f.get("code"))
         case.failure_type = str(f.get("code"))
-        case.details = str(f.get("detail") or case.failure)
+        case.details = _json_text(
+            {
+                "code": f.get("code"),
+                "severity": severity,
+                "title": f.get("title"),
+                "detail": f.get("detail"),
+                "frame_seqs": list(seqs),
+                "exchange": f.get("exchange"),
+            }
+        )
     return case
 
 
@@ -229,11 +286,20 @@ class ComparedChange(Protocol):
     def to_json(self) -> dict[str, Any]: ...
 
 
+class ComparedStep(Protocol):
+    """One side of an aligned pair (``diff.Step``)."""
+
+    @property
+    def latency_ms(self) -> float | None: ...
+
+
 class ComparedPair(Protocol):
     """One row of two aligned conversations (``diff.Pair``)."""
 
     @property
     def status(self) -> str: ...
+    @property
+    def b(self) -> ComparedStep | None: ...
     @property
     def title(self) -> str: ...
     @property
@@ -267,24 +333,29 @@ def replay_junit(
     title = f"replay {result.a_label} → {result.b_label}" if result else f"replay {name}"
     suite = Suite(name=title)
     for n, pair in enumerate(result.pairs if result else [], start=1):
-        case = Case(classname=label, name=f"#{n} {pair.title}")
+        live = pair.b  # the case's time: how long the live server took to answer
+        case = Case(
+            classname=label,
+            name=f"#{n} {pair.title}",
+            time=_seconds(live.latency_ms) if live is not None else 0.0,
+        )
         if pair.status != "same":
-            changes = [c.to_json() for c in pair.changes]
+            changes = [
+                {k: _bounded(v) if k in ("a", "b") else v for k, v in c.to_json().items()}
+                for c in pair.changes
+            ]
             case.failure = {
                 "changed": f"answered differently ({len(changes)} change(s))",
                 "only_a": "recorded but not replayed (the live server was not asked or ended)",
                 "only_b": "the live conversation has an exchange the recording does not",
             }.get(pair.status, pair.status)
             case.failure_type = pair.status
-            case.details = "\n".join(
-                f"{c['path']}: {c['kind']} {c.get('a', '')!s:.200} → {c.get('b', '')!s:.200}"
-                for c in changes
-            )
+            case.details = _json_text({"status": pair.status, "changes": changes})
         suite.cases.append(case)
     for note in [*(result.notes if result else []), *notes]:
-        suite.cases.append(
-            Case(classname=label, name=f"problem: {note}", failure=note, failure_type="problem")
-        )
+        problem = Case(classname=label, name=f"problem: {note}", failure_type="problem")
+        problem.failure, problem.details = note, _json_text({"problem": note})
+        suite.cases.append(problem)
     if not suite.cases:
         suite.cases.append(Case(classname=label, name="nothing to compare"))
     return junit_xml([suite], "mcptape replay")

@@ -8,6 +8,7 @@ writes one JUnit document.
 
 from __future__ import annotations
 
+import json
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -68,10 +69,14 @@ def test_replay_directory_replays_every_recording_and_keeps_going(tmp_path: Path
         for c in suites["basic-legacy"].iter("testcase")
         if c.find("failure") is not None
     }
-    assert (
-        "$.result.content[0].text: changed hello, wire → HELLO, WIRE"
-        in failed["#4 → tools/call echo"]
-    )
+    echo = json.loads(failed["#4 → tools/call echo"])  # a failure's text is JSON
+    assert echo["status"] == "changed"
+    assert {
+        "path": "$.result.content[0].text",
+        "kind": "changed",
+        "a": "hello, wire",
+        "b": "HELLO, WIRE",
+    } in echo["changes"]
     assert root.get("failures") == str(len(failed))
 
     # A directory with nothing to replay: one line, exit 2.
