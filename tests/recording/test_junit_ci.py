@@ -130,3 +130,24 @@ def test_check_failures_are_json(tmp_path: Path) -> None:
         detail = _failure_json(case)
         assert detail["severity"] == "error" and detail["code"] == case.result[0].type
         assert isinstance(detail["frame_seqs"], list)
+
+
+def test_a_long_changed_value_is_cut_and_the_text_stays_json() -> None:
+    """Past ``JUNIT_VALUE_MAX`` characters a compared value is its head and its length."""
+    from mcp_proxy.diff import diff_sessions
+    from mcp_proxy.limits import JUNIT_VALUE_MAX
+    from mcp_proxy.recording.junit import replay_junit
+    from mcp_proxy.recording.registry import read_recording
+
+    a = read_recording(REC).one()
+    b = read_recording(REC).one()
+    long = "x" * (3 * JUNIT_VALUE_MAX)
+    for f in b.frames:
+        if f["direction"] == "s2c" and f["msg_id"] == "3":  # the echo's answer
+            f["raw"] = f["raw"].replace(
+                b'"result":{', b'"result":{"extra":"' + long.encode() + b'",'
+            )
+    (failed,) = [c for c in _cases(replay_junit(diff_sessions(a, b), "long")) if not c.is_passed]
+    (change,) = _failure_json(failed)["changes"]
+    assert change["kind"] == "added" and change["b"]["chars"] == len(long) + 2
+    assert change["b"]["truncated"] == json.dumps(long)[:JUNIT_VALUE_MAX]
