@@ -137,7 +137,7 @@ def stream_jsonl(
     page whatever the session's size, and no frame becomes a dict. Building a dict per frame
     and reading through the decoding view were most of an export's time.
     """
-    from mcp_proxy.recording.jsonl import frame_chunks_from_rows, iter_jsonl_parts
+    from mcp_proxy.recording.jsonl import frame_chunks, iter_jsonl_parts
     from mcp_proxy.store.recordings import RecordingStore, class_key_parts
 
     with RecordingStore(url) as rs:
@@ -160,7 +160,7 @@ def stream_jsonl(
                     annotations=rows.annotations,
                 )
                 pages = rs.iter_frame_codes(sid)
-                yield head, frame_chunks_from_rows(sid, pages, classes, numbers)
+                yield head, frame_chunks(sid, pages, classes, numbers)
 
         yield from iter_jsonl_parts(parts(), progress)
 

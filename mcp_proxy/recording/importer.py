@@ -31,6 +31,7 @@ from mcp_proxy.recording.model import (
     Progress,
     Recording,
     SessionRecording,
+    frame_rows,
     pick,
 )
 from mcp_proxy.store.rows import storable
@@ -272,34 +273,6 @@ def _notes(s: SessionRecording, done: _Written) -> list[dict[str, Any]]:
     return out
 
 
-def _model_rows(s: SessionRecording) -> Rows:
-    """The model's frame dicts as row tuples (formats read into the model: HAR)."""
-    out: Rows = []
-    for f in s.frames:
-        raw = bytes(f["raw"])
-        out.append(
-            (
-                f["seq"],
-                float(f["ts"]),
-                int(f.get("mono_ns") or 0),
-                f["direction"],
-                f["channel"],
-                f["kind"],
-                f.get("method"),
-                f.get("msg_id"),
-                f.get("error_code"),
-                len(raw),
-                bool(f.get("complete", True)),
-                bool(f.get("partial_parse", False)),
-                raw,
-                f.get("http_exchange_id"),
-                f.get("sse_id"),
-                f.get("sse_event"),
-            )
-        )
-    return out
-
-
 def import_recording(
     recording: Recording,
     db_url: str,
@@ -323,7 +296,7 @@ def import_recording(
     with RecordingStore(db_url, write=True) as rs, rs.import_writer() as writer:
         importer = _Importer(writer, _policy(redactor), progress, extra_meta)
         for s in recording.sessions:
-            rows = _model_rows(s)
+            rows = list(frame_rows(s.frames))
             for start in range(0, len(rows), IMPORT_PAGE):
                 importer.page(s, rows[start : start + IMPORT_PAGE])
         result = importer.finish(recording)
