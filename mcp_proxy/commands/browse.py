@@ -153,45 +153,28 @@ def _session_head(s: dict[str, Any]) -> str:
 
 
 def _print_frames(url: str, sid: str, fmt: Format, *, body: bool, no_stderr: bool) -> None:
-    """Every frame of a session, streamed: one batch of rows and one write per 5,000 frames
-    (a 1,000,000-frame session prints with bounded memory)."""
+    """Every frame of a session, streamed through the one renderer: one batch of rows and one
+    write per 5,000 frames (a 1,000,000-frame session prints with bounded memory). On SQLite
+    ``frame_rows`` as stored (rows by shape); elsewhere the stream's rows, shaped by their
+    four strings."""
+    from mcp_proxy.render import SHAPED_COLUMNS, FrameRenderer, same_shape, shaped_rows
     from mcp_proxy.store.engine import sqlite_path
+    from mcp_proxy.store.stream import frame_batches, shaped_batches
 
     path = sqlite_path(url)
+    batches: Iterator[list[tuple[Any, ...]]]
     if path is not None:
-        _print_shaped(str(path), sid, fmt, body=body, no_stderr=no_stderr)
-        return
-    from functools import partial
-
-    from mcp_proxy.render import frame_json_line, frame_text
-    from mcp_proxy.store.columns import CHANNEL
-    from mcp_proxy.store.stream import frame_batches
-
+        shapes, batches = shaped_batches(str(path), sid, SHAPED_COLUMNS)
+        renderer = FrameRenderer(shapes)
+    else:
+        batches = (shaped_rows(rows) for rows in frame_batches(url, sid))
+        renderer = FrameRenderer(same_shape)
     write = sys.stdout.write
-    render = frame_json_line if fmt == Format.json else partial(frame_text, body=body)
-    for rows in frame_batches(url, sid):
-        if no_stderr:
-            lines = [render(r) for r in rows if r[CHANNEL] != "stderr"]
-        else:
-            lines = [render(r) for r in rows]
-        if lines:
-            lines.append("")
-            write("\n".join(lines))
-
-
-def _print_shaped(path: str, sid: str, fmt: Format, *, body: bool, no_stderr: bool) -> None:
-    """:func:`_print_frames` on SQLite: ``frame_rows`` as stored, rendered per shape (the same
-    lines; ``mcp_proxy.render.ShapedRenderer``)."""
-    from mcp_proxy.render import SHAPED_COLUMNS, ShapedRenderer
-    from mcp_proxy.store.stream import shaped_batches
-
-    write = sys.stdout.write
-    shapes, batches = shaped_batches(path, sid, SHAPED_COLUMNS)
-    renderer = ShapedRenderer(shapes)
     json_mode = fmt == Format.json
+    shape_of = renderer.shapes
     for rows in batches:
         if no_stderr:
-            rows = [r for r in rows if shapes(r[2])[1] != "stderr"]
+            rows = [r for r in rows if shape_of(r[2])[1] != "stderr"]
         lines = renderer.json(rows) if json_mode else renderer.text(rows, body=body)
         if lines:
             lines.append("")
