@@ -25,6 +25,7 @@ from mcp_proxy.recording.model import (
     Progress,
     Recording,
     SessionRecording,
+    frame_dicts,
 )
 
 if TYPE_CHECKING:
@@ -52,27 +53,24 @@ __all__ = [
 
 
 def read_session(url: str, session_id: str, progress: Progress | None = None) -> SessionRecording:
-    """One session (by exact id) as a :class:`SessionRecording`, read in bulk (sync)."""
-    from mcp_proxy.store.columns import FRAME_COLUMNS
+    """One session (by exact id) as a :class:`SessionRecording` (sync): its frames from the one
+    bulk stream of frame rows (:func:`~mcp_proxy.store.stream.frame_batches`), as the model's
+    dicts (:func:`~mcp_proxy.recording.model.frame_dicts`), exchange ids as numbers."""
     from mcp_proxy.store.recordings import RecordingStore
+    from mcp_proxy.store.stream import frame_batches
 
     with RecordingStore(url) as rs:
         rows = rs.session_rows(session_id)
-        numbers = {ex["id"]: n for n, ex in enumerate(rows.exchanges, start=1)}
-        frames: list[dict[str, Any]] = []
-        ex_col = FRAME_COLUMNS.index("http_exchange_id")
-        complete_col = FRAME_COLUMNS.index("complete")
-        partial_col = FRAME_COLUMNS.index("partial_parse")
-        for page in rs.iter_frames(session_id):
-            for t in page:
-                f = dict(zip(FRAME_COLUMNS, t, strict=True))
-                f["complete"] = bool(t[complete_col])
-                f["partial_parse"] = bool(t[partial_col])
-                if t[ex_col] is not None:
-                    f["http_exchange_id"] = numbers.get(t[ex_col])
-                frames.append(f)
-            if progress is not None:
-                progress(len(page))
+    numbers = {ex["id"]: n for n, ex in enumerate(rows.exchanges, start=1)}
+    frames: list[dict[str, Any]] = []
+    for page in frame_batches(url, session_id):
+        frames += frame_dicts(
+            (*t[:10], bool(t[10]), bool(t[11]), t[12], None if t[13] is None else numbers.get(t[13]),
+             *t[14:])
+            for t in page
+        )  # fmt: skip
+        if progress is not None:
+            progress(len(page))
     return SessionRecording(
         session=rows.session,
         exchanges=[{**ex, "id": numbers[ex["id"]]} for ex in rows.exchanges],

@@ -38,7 +38,7 @@ from mcp_proxy.store.columns import (
     keyset_pages,
 )
 from mcp_proxy.store.rows import storable
-from mcp_proxy.store.schema import findings, frames, http_exchanges, methods, sessions
+from mcp_proxy.store.schema import findings, http_exchanges, methods, sessions
 
 __all__ = [
     "EXPORT_COLUMNS",
@@ -164,41 +164,6 @@ class RecordingStore:
             .order_by(schema.annotations.c.created_at, schema.annotations.c.id)
         )
         return SessionRows(found[0], exchanges, recorded, notes)
-
-    def iter_frames(self, session_id: str, page: int = PAGE) -> Iterator[list[tuple[Any, ...]]]:
-        """A session's frames in seq order, a page of row tuples (:data:`FRAME_COLUMNS`) at a time.
-
-        Keyset pages over the ``(session_id, seq)`` index, so memory stays one page whatever the
-        session's size, and a page costs one statement. Rows come from the DBAPI cursor as they
-        are (SQLAlchemy's per-row result objects were most of an export's read time): booleans
-        may be 0/1 on SQLite; the caller makes them booleans.
-        """
-        cols = [frames.c[name] for name in FRAME_COLUMNS]
-        stmt = (
-            sa.select(*cols)
-            .where(frames.c.session_id == sa.bindparam("sid"), frames.c.seq > sa.bindparam("after"))
-            .order_by(frames.c.seq)
-            .limit(page)
-        )
-        compiled = stmt.compile(dialect=self.engine.dialect)
-        sql = str(compiled)
-        order = tuple(compiled.positiontup or ()) if compiled.positional else None
-        after = -1  # seq starts at 1; must fit a 32-bit INTEGER on PostgreSQL
-        try:
-            with self.engine.connect() as conn:
-                cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-                try:
-
-                    def bind(after: int) -> Any:
-                        values = compiled.construct_params({"sid": session_id, "after": after})
-                        return tuple(values[k] for k in order) if order else values
-
-                    for rows in keyset_pages(cursor, sql, bind, page, after=after):
-                        yield [tuple(r) for r in rows]
-                finally:
-                    cursor.close()
-        except (sa.exc.DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
-            raise StoreError(_short(exc)) from exc
 
     def _dbapi_cursor(self, conn: sa.Connection) -> Any:
         return conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]

@@ -4,8 +4,10 @@
 with bounded memory. Row dictionaries from the async API cost more than printing the frame, so
 this reader is synchronous, fetches in batches and yields tuples in the fixed order of
 :data:`~mcp_proxy.store.columns.FRAME_COLUMNS`: for SQLite straight from the standard library's
-driver (``shaped_batches``: ``frame_rows`` as stored), elsewhere through SQLAlchemy with a
-server-side cursor (imported only then).
+driver (``shaped_batches``: ``frame_rows`` as stored), elsewhere from the driver's cursor in
+keyset pages (SQLAlchemy, imported only then, opens the connection). Bulk reads of frames take
+this one stream (``show``, the analysis, a session read into the model); pages and small
+queries take the async store (``queries.py``, ``pages.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from mcp_proxy.store.columns import (
     DIRECTION_NAMES,
     FRAME_COLUMNS,
     KIND_NAMES,
+    keyset_pages,
     stream_sql,
 )
 
@@ -56,23 +59,45 @@ def frame_batches(
     if path is not None:
         yield from _sqlite_rows(str(path), session_id, batch, columns)
         return
-    # Other dialects through SQLAlchemy, imported here: a SQLite reader never needs it.
+    yield from _dbapi_rows(url, session_id, batch, columns)
+
+
+def _dbapi_rows(
+    url: str, session_id: str, batch: int, columns: tuple[str, ...]
+) -> Iterator[list[tuple[Any, ...]]]:
+    """Other dialects: keyset pages of the ``frames`` view on the ``(session_id, seq)`` index,
+    straight from the driver's cursor (one statement a page; SQLAlchemy, imported here, only
+    opens the connection and writes the statement: a SQLite reader never needs it)."""
     import sqlalchemy as sa
 
     from mcp_proxy.store.schema import frames
 
-    engine = engine_mod.sync_engine(url)
+    wanted = columns if "seq" in columns else (*columns, "seq")
     stmt = (
-        sa.select(*(frames.c[name] for name in columns))
-        .where(frames.c.session_id == session_id)
+        sa.select(*(frames.c[name] for name in wanted))
+        .where(frames.c.session_id == sa.bindparam("sid"), frames.c.seq > sa.bindparam("after"))
         .order_by(frames.c.seq)
+        .limit(batch)
     )
+    engine = engine_mod.sync_engine(url)
+    compiled = stmt.compile(dialect=engine.dialect)
+    order = tuple(compiled.positiontup or ()) if compiled.positional else None
+
+    def bind(after: int) -> Any:
+        values = compiled.construct_params({"sid": session_id, "after": after})
+        return tuple(values[k] for k in order) if order else values
+
+    extra = len(wanted) > len(columns)
     try:
         with engine.connect() as conn:
-            result = conn.execution_options(stream_results=True, yield_per=batch).execute(stmt)
-            for part in result.partitions():
-                yield [tuple(row) for row in part]
-    except sa.exc.DBAPIError as exc:
+            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                pages = keyset_pages(cursor, str(compiled), bind, batch, key_at=wanted.index("seq"))
+                for rows in pages:
+                    yield [r[:-1] for r in rows] if extra else rows
+            finally:
+                cursor.close()
+    except (sa.exc.DBAPIError, engine.dialect.loaded_dbapi.Error) as exc:
         raise StoreError(engine_mod._short(exc)) from exc
     finally:
         engine.dispose()
