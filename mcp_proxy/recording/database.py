@@ -1,7 +1,8 @@
 """The database side of recordings: load sessions into the model, import the model back.
 
 Loading resolves session references through the store's read API (id prefix or name) and then
-reads each session's rows in bulk through :mod:`mcp_proxy.store.recordings` in a worker thread,
+reads each session's rows in bulk (its frames from :func:`mcp_proxy.store.stream.frame_batches`,
+the rest through :mod:`mcp_proxy.store.recordings`) in a worker thread,
 so the dashboard's event loop is never blocked by a 50,000-frame export. Importing writes each
 session in one transaction, with new ids, so importing a file twice never collides.
 """

@@ -1,12 +1,14 @@
 """Reading mcptape's JSON Lines recordings: parsing, validation and version upgrades.
 
 The reading half of :mod:`mcp_proxy.recording.jsonl` (the format's module, which re-exports
-what is public here). Three results from one reader (:func:`read_rows`): :func:`loads_recording`
-builds the model (a dict per frame, for diff, replay and mock), :func:`loads_rows` gives each
-session's frames as row tuples in ``FRAME_COLUMNS`` order, and :func:`stream_rows` reads a file
-a block at a time and hands an import its frames a page at a time (memory bounded whatever the
-file's size). Every value is checked (:mod:`mcp_proxy.recording.validate`); every problem is
-one line naming the file, the line and the reason.
+what is public here). One reader (:func:`read_rows`), lines to row tuples in ``FRAME_COLUMNS``
+order, each frame classified from its bytes (never from what the file says): :func:`stream_rows`
+reads a file a block at a time and hands an import its frames a page at a time (memory bounded
+whatever the file's size), :func:`loads_rows` reads bytes in memory, and
+:func:`loads_recording` builds the model from those rows (a dict per frame, for diff, replay
+and mock: :func:`~mcp_proxy.recording.model.frame_dicts`). Every value is checked
+(:mod:`mcp_proxy.recording.validate`); every problem is one line naming the file, the line and
+the reason.
 """
 
 from __future__ import annotations
