@@ -23,7 +23,7 @@ from mcp_proxy.render import (
     same_shape,
     shaped_rows,
 )
-from mcp_proxy.store.stream import SHOW_COLUMNS
+from mcp_proxy.store.columns import FRAME_COLUMNS
 
 BODIES = [
     b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}\n',
@@ -79,7 +79,7 @@ def rows() -> list[tuple]:
                 "raw": raw,
                 **extra,
             }
-            out.append(tuple(f[c] for c in SHOW_COLUMNS))
+            out.append(tuple(f[c] for c in FRAME_COLUMNS))
     return out
 
 
@@ -114,7 +114,7 @@ def _render(row: tuple, *, body: bool = True) -> str:
 
 @pytest.mark.parametrize("row", rows(), ids=lambda r: f"{r[0]}-{r[4]}")
 def test_every_shape_of_frame_prints_as_promised(row: tuple) -> None:
-    f = dict(zip(SHOW_COLUMNS, row, strict=True))
+    f = dict(zip(FRAME_COLUMNS, row, strict=True))
     line = FrameRenderer(same_shape).json(shaped_rows([row]))[0]
     assert "\n" not in line
     assert json.loads(line) == _expected_json(f)
@@ -173,10 +173,10 @@ def test_text_bodies_of_random_json_are_indented_as_json_dumps_writes_them() -> 
     for i in range(3000):
         value = _random_value(rng)
         raw = json.dumps(value, ensure_ascii=rng.random() < 0.5).encode() + b"\n"
-        f = {c: None for c in SHOW_COLUMNS}
+        f = {c: None for c in FRAME_COLUMNS}
         f.update(seq=i, ts=1796058497.25, direction="c2s", channel="stdio", kind="request",
                  method="m", size=len(raw), complete=1, partial_parse=0, raw=raw)  # fmt: skip
-        row = tuple(f[c] for c in SHOW_COLUMNS)
+        row = tuple(f[c] for c in FRAME_COLUMNS)
         want = json.dumps(value, indent=2, ensure_ascii=False)
         if len(want) < 20_000:
             head = renderer.text(shaped_rows([row]), body=False)[0]

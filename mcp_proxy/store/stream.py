@@ -27,15 +27,7 @@ from mcp_proxy.store.columns import (
     stream_sql,
 )
 
-#: Kept for callers of the old name: the tuples carry :data:`FRAME_COLUMNS`, the store's one list.
-SHOW_COLUMNS = FRAME_COLUMNS
 BATCH = 5000
-
-
-def stream_frames(url: str, session_id: str, *, batch: int = BATCH) -> Iterator[tuple[Any, ...]]:
-    """The session's frames in order, as tuples of :data:`FRAME_COLUMNS` (memory: one batch)."""
-    for rows in frame_batches(url, session_id, batch=batch):
-        yield from rows
 
 
 def frame_batches(
