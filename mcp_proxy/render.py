@@ -12,7 +12,7 @@ import base64
 import json
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from orjson import OPT_INDENT_2 as _INDENT_2
@@ -20,7 +20,7 @@ from orjson import dumps as _orjson_dumps
 from orjson import loads as _orjson_loads
 
 from mcp_proxy.frames import parse_json, strip_line_end, text_or_none
-from mcp_proxy.limits import RENDER_SHAPES
+from mcp_proxy.limits import SHAPE_CACHE
 from mcp_proxy.store.queries import duration, session_status
 
 ARROWS = {"c2s": "→", "s2c": "←"}
@@ -271,9 +271,9 @@ def injected_text(item: Any) -> str:
 # ``show`` prints every frame of sessions of a million frames. One renderer, over rows of
 # SHAPED_COLUMNS: direction, channel, kind and method come as one key, the frame's *shape*, and
 # what a shape prints (the JSON keys and strings, the text header's arrow, label and method) is
-# built once per shape. On SQLite the shape is the stored integer
-# (mcp_proxy.store.stream.shaped_batches); rows of FRAME_COLUMNS (another dialect, a dict from
-# the dashboard) take their four strings as the shape (shaped_rows, dict_row, same_shape).
+# built once per shape. From the store the shape is the stored integer
+# (mcp_proxy.store.stream.shaped_pages); a frame as a dict (the dashboard's, tail's) takes its
+# four strings as the shape (dict_row, same_shape).
 
 #: The columns a :class:`FrameRenderer` reads, in this order (``show`` asks for them).
 SHAPED_COLUMNS: tuple[str, ...] = (
@@ -293,19 +293,8 @@ BODY_CHARS = 20_000
 
 
 def same_shape(shape: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
-    """The shape of rows whose shape is their four strings already (:func:`shaped_rows`)."""
+    """The shape of rows whose shape is their four strings already (:func:`dict_row`)."""
     return shape
-
-
-def shaped_rows(rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Rows of ``FRAME_COLUMNS`` as rows of :data:`SHAPED_COLUMNS` (shape: the four strings,
-    decoded by :func:`same_shape`)."""
-    return [
-        (seq, ts, (direction, channel, kind, method), msg_id, code, size, complete, raw, hx,
-         sse_id, sse_event)
-        for (seq, ts, _mono, direction, channel, kind, method, msg_id, code, size, complete,
-             _partial, raw, hx, sse_id, sse_event) in rows
-    ]  # fmt: skip
 
 
 def dict_row(f: dict[str, Any]) -> tuple[Any, ...]:
@@ -486,7 +475,7 @@ class FrameRenderer:
             f'"direction": {_json_value(direction)}, "channel": {_json_value(channel)}, '
             f'"kind": {_json_value(kind)}, "method": {_json_value(method)}, '
         )
-        if len(self._json) >= RENDER_SHAPES:
+        if len(self._json) >= SHAPE_CACHE:
             self._json.clear()
         found = self._json[shape] = (middle, channel == INJECT)
         return found
@@ -533,7 +522,7 @@ class FrameRenderer:
         if method:
             mid += " " + safe(method)
         general = channel == "stderr" or kind in ("noise", "stderr")
-        if len(self._text) >= RENDER_SHAPES:
+        if len(self._text) >= SHAPE_CACHE:
             self._text.clear()
         found = self._text[shape] = (mid, general)
         return found

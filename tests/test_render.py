@@ -17,11 +17,11 @@ import pytest
 
 from mcp_proxy.render import (
     FrameRenderer,
+    dict_row,
     frame_json,
     frame_oneline,
     safe,
     same_shape,
-    shaped_rows,
 )
 from mcp_proxy.store.columns import FRAME_COLUMNS
 
@@ -109,13 +109,15 @@ def _expected_json(f: dict) -> dict:
 
 
 def _render(row: tuple, *, body: bool = True) -> str:
-    return FrameRenderer(same_shape).text(shaped_rows([row]), body=body)[0]
+    return FrameRenderer(same_shape).text(
+        [dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))], body=body
+    )[0]
 
 
 @pytest.mark.parametrize("row", rows(), ids=lambda r: f"{r[0]}-{r[4]}")
 def test_every_shape_of_frame_prints_as_promised(row: tuple) -> None:
     f = dict(zip(FRAME_COLUMNS, row, strict=True))
-    line = FrameRenderer(same_shape).json(shaped_rows([row]))[0]
+    line = FrameRenderer(same_shape).json([dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))])[0]
     assert "\n" not in line
     assert json.loads(line) == _expected_json(f)
     assert frame_json(f) == _expected_json(f)  # the dashboard's adapter: the same object
@@ -179,9 +181,13 @@ def test_text_bodies_of_random_json_are_indented_as_json_dumps_writes_them() -> 
         row = tuple(f[c] for c in FRAME_COLUMNS)
         want = json.dumps(value, indent=2, ensure_ascii=False)
         if len(want) < 20_000:
-            head = renderer.text(shaped_rows([row]), body=False)[0]
+            head = renderer.text(
+                [dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))], body=False
+            )[0]
             body = "\n".join("    " + line for line in safe(want).splitlines())
-            assert renderer.text(shaped_rows([row])) == [f"{head}\n{body}"], raw
+            assert renderer.text([dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))]) == [
+                f"{head}\n{body}"
+            ], raw
 
 
 def test_cli_name_is_what_works_where_the_user_is(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -153,28 +153,19 @@ def _session_head(s: dict[str, Any]) -> str:
 
 
 def _print_frames(url: str, sid: str, fmt: Format, *, body: bool, no_stderr: bool) -> None:
-    """Every frame of a session, streamed through the one renderer: one batch of rows and one
-    write per 5,000 frames (a 1,000,000-frame session prints with bounded memory). On SQLite
-    ``frame_rows`` as stored (rows by shape); elsewhere the stream's rows, shaped by their
-    four strings."""
-    from mcp_proxy.render import SHAPED_COLUMNS, FrameRenderer, same_shape, shaped_rows
-    from mcp_proxy.store.engine import sqlite_path
-    from mcp_proxy.store.stream import frame_batches, shaped_batches
+    """Every frame of a session, streamed through the one renderer: ``frame_rows`` as stored
+    (rows by shape, ``shaped_pages``), one batch of rows and one write per 5,000 frames (a
+    1,000,000-frame session prints with bounded memory)."""
+    from mcp_proxy.render import SHAPED_COLUMNS, FrameRenderer
+    from mcp_proxy.store.stream import shaped_pages
 
-    path = sqlite_path(url)
-    batches: Iterator[list[tuple[Any, ...]]]
-    if path is not None:
-        shapes, batches = shaped_batches(str(path), sid, SHAPED_COLUMNS)
-        renderer = FrameRenderer(shapes)
-    else:
-        batches = (shaped_rows(rows) for rows in frame_batches(url, sid))
-        renderer = FrameRenderer(same_shape)
+    shapes, batches = shaped_pages(url, sid, SHAPED_COLUMNS)
+    renderer = FrameRenderer(shapes)
     write = sys.stdout.write
     json_mode = fmt == Format.json
-    shape_of = renderer.shapes
     for rows in batches:
         if no_stderr:
-            rows = [r for r in rows if shape_of(r[2])[1] != "stderr"]
+            rows = [r for r in rows if shapes(r[2])[1] != "stderr"]
         lines = renderer.json(rows) if json_mode else renderer.text(rows, body=body)
         if lines:
             lines.append("")

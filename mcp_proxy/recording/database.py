@@ -125,43 +125,52 @@ def read_sessions(
     return Recording([read_session(url, sid, progress) for sid in session_ids], origin="database")
 
 
+#: What an export reads of each frame (:func:`~mcp_proxy.store.stream.shaped_pages`): the
+#: writer's row (:data:`~mcp_proxy.recording.jsonl.WriteRow`), the shape as its class key.
+EXPORT_COLUMNS = (
+    "seq", "ts", "mono_ns", "shape", "msg_id", "error_code", "complete", "raw",
+    "http_exchange_id", "sse_id", "sse_event",
+)  # fmt: skip
+
+
 def stream_jsonl(
     url: str, session_ids: Sequence[str], progress: Progress | None = None
 ) -> Iterator[bytes]:
     """Sessions by exact id as JSON Lines, straight from the store (what ``export`` writes).
 
     The same bytes as ``iter_jsonl(read_sessions(...))`` (a test keeps them equal) without the
-    model in between: frames stream from ``frame_rows`` a page at a time as stored tuples
-    (:meth:`~mcp_proxy.store.recordings.RecordingStore.iter_frame_codes`), so memory stays one
-    page whatever the session's size, and no frame becomes a dict. Building a dict per frame
-    and reading through the decoding view were most of an export's time.
+    model in between: frames stream from ``frame_rows`` a page at a time as stored, their
+    direction, channel, kind and method as one shape
+    (:func:`~mcp_proxy.store.stream.shaped_pages`, as ``show`` reads them), into the one frame
+    writer; memory stays one page whatever the session's size, and no frame becomes a dict.
     """
+    from mcp_proxy.errors import StoreError
     from mcp_proxy.recording.jsonl import frame_chunks, iter_jsonl_parts
-    from mcp_proxy.store.recordings import RecordingStore, class_key_parts
+    from mcp_proxy.store.recordings import RecordingStore
+    from mcp_proxy.store.stream import shaped_pages
+
+    def parts(rs: RecordingStore) -> Iterator[tuple[SessionRecording, Any]]:
+        for sid in session_ids:
+            rows = rs.session_rows(sid)
+            numbers = {ex["id"]: n for n, ex in enumerate(rows.exchanges, start=1)}
+            head = SessionRecording(
+                session=rows.session,
+                exchanges=[{**ex, "id": numbers[ex["id"]]} for ex in rows.exchanges],
+                findings=rows.findings,
+                annotations=rows.annotations,
+            )
+            shapes, pages = shaped_pages(url, sid, EXPORT_COLUMNS)
+
+            def classes(shape: int, shapes: Any = shapes) -> tuple[Any, Any, Any, Any]:
+                names = shapes(shape)
+                if None in names[:3]:
+                    raise StoreError(f"frame shape {shape} holds a code this mcptape does not know")
+                return names  # type: ignore[no-any-return]
+
+            yield head, frame_chunks(sid, pages, classes, numbers)
 
     with RecordingStore(url) as rs:
-        names: dict[int, str] = {}
-
-        def classes(key: int) -> tuple[str, str, str, str | None]:
-            direction, channel, kind, code = class_key_parts(key)
-            if code is not None and code not in names:
-                names.update(rs.method_names())
-            return direction, channel, kind, None if code is None else names.get(code)
-
-        def parts() -> Iterator[tuple[SessionRecording, Any]]:
-            for sid in session_ids:
-                rows = rs.session_rows(sid)
-                numbers = {ex["id"]: n for n, ex in enumerate(rows.exchanges, start=1)}
-                head = SessionRecording(
-                    session=rows.session,
-                    exchanges=[{**ex, "id": numbers[ex["id"]]} for ex in rows.exchanges],
-                    findings=rows.findings,
-                    annotations=rows.annotations,
-                )
-                pages = rs.iter_frame_codes(sid)
-                yield head, frame_chunks(sid, pages, classes, numbers)
-
-        yield from iter_jsonl_parts(parts(), progress)
+        yield from iter_jsonl_parts(parts(rs), progress)
 
 
 async def export_bytes(store: Store, refs: Sequence[str], fmt: str = "jsonl") -> bytes:

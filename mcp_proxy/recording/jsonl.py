@@ -84,9 +84,9 @@ def _middle(key: tuple[Any, ...]) -> str:
 
 
 #: A frame row as the writer takes it: ``(seq, ts, mono_ns, class, msg_id, error_code,
-#: complete, raw, exchange, sse_id, sse_event)`` — the store's ``EXPORT_COLUMNS`` order, where
+#: complete, raw, exchange, sse_id, sse_event)`` — ``recording.database.EXPORT_COLUMNS``, where
 #: ``class`` is any key that the writer's ``classes`` turns into ``(direction, channel, kind,
-#: method)`` (a stored class code; a tuple of the four for rows of the model).
+#: method)`` (a stored shape integer; a tuple of the four for rows of the model).
 WriteRow = tuple[Any, ...]
 #: A session's frame lines, as chunks: given the counts to keep and the progress callback.
 FrameChunks = Callable[[dict[str, int], Progress | None], Iterator[bytes]]

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from mcp_proxy.errors import StoreError
+from mcp_proxy.limits import SHAPE_CACHE
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.columns import (
     CHANNEL_NAMES,
@@ -140,6 +141,11 @@ SHAPE_SQL = (
     f"{_bounded('direction')} + {_bounded('channel')} * {_CH} + {_bounded('kind')} * {_KI}"
     f" + COALESCE(method_code + 1, 0) * {_ME}"
 )
+#: The same on PostgreSQL, whose integers are 32 bits unless told (a method code past 126
+#: times ``_ME`` would overflow).
+SHAPE_SQL_BIGINT = SHAPE_SQL.replace(
+    "COALESCE(method_code + 1, 0)", "CAST(COALESCE(method_code + 1, 0) AS BIGINT)"
+)
 
 
 class Shapes:
@@ -152,6 +158,8 @@ class Shapes:
     def __call__(self, shape: int) -> tuple[str | None, str | None, str | None, str | None]:
         found = self.cache.get(shape)
         if found is None:
+            if len(self.cache) >= SHAPE_CACHE:
+                self.cache.clear()
             m = shape // _ME
             found = self.cache[shape] = (
                 DIRECTION_NAMES.get(shape % _CH),
@@ -162,22 +170,86 @@ class Shapes:
         return found
 
 
-def shaped_batches(
-    path: str, session_id: str, columns: tuple[str, ...], *, batch: int = BATCH
-) -> tuple[Shapes, Iterator[list[tuple[Any, ...]]]]:
-    """A SQLite session's rows of ``columns`` in ``seq`` order, read from ``frame_rows`` as
-    stored: names of :data:`FRAME_COLUMNS` other than direction/channel/kind/method, and
-    ``"shape"`` (those four as one integer, decoded by the returned :class:`Shapes`).
-
-    The session key and the method names are read first (an unknown session has no rows);
-    the batches then stream. ``tests/analysis/test_fast_readers.py`` holds the decoded rows
-    equal to the view's on hostile and real recordings.
-    """
+def _stored_columns(columns: tuple[str, ...]) -> None:
     bad = (
         set(columns) - (set(FRAME_COLUMNS) - {"direction", "channel", "kind", "method"}) - {"shape"}
     )
     if bad:
         raise ValueError(f"not stored frame columns: {sorted(bad)}")
+
+
+def shaped_pages(
+    url: str, session_id: str, columns: tuple[str, ...], *, batch: int = BATCH
+) -> tuple[Shapes, Iterator[list[tuple[Any, ...]]]]:
+    """A session's rows of ``columns`` in ``seq`` order, read from ``frame_rows`` as stored:
+    names of :data:`FRAME_COLUMNS` other than direction/channel/kind/method, and ``"shape"``
+    (those four as one integer, decoded by the returned :class:`Shapes`). On SQLite
+    :func:`shaped_batches`; elsewhere keyset pages from the driver's cursor. What ``show`` and
+    ``export`` read."""
+    _stored_columns(columns)
+    path = engine_mod.sqlite_path(url)
+    if path is not None:
+        return shaped_batches(str(path), session_id, columns, batch=batch)
+    import sqlalchemy as sa
+
+    engine = engine_mod.sync_engine(url)
+    try:
+        with engine.connect() as conn:
+            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            cursor.execute("SELECT key FROM session_keys WHERE id = %s", (session_id,))
+            found = cursor.fetchone()
+            cursor.execute("SELECT code, name FROM methods")
+            methods = {int(code): str(name) for code, name in cursor.fetchall()}
+            cursor.close()
+    except (sa.exc.DBAPIError, engine.dialect.loaded_dbapi.Error) as exc:
+        engine.dispose()
+        raise StoreError(engine_mod._short(exc)) from exc
+    if found is None:
+        engine.dispose()
+        return Shapes(methods), iter(())
+    wanted = columns if "seq" in columns else (*columns, "seq")
+    cols = ", ".join(SHAPE_SQL_BIGINT if c == "shape" else c for c in wanted)
+    sql = (
+        f"SELECT {cols} FROM frame_rows WHERE session_key = %s AND seq > %s"
+        f" ORDER BY seq LIMIT {int(batch)}"
+    )
+    return Shapes(methods), _keyset(
+        engine, sql, found[0], batch, wanted, len(wanted) > len(columns)
+    )
+
+
+def _keyset(
+    engine: Any, sql: str, key: int, batch: int, wanted: tuple[str, ...], extra: bool
+) -> Iterator[list[tuple[Any, ...]]]:
+    import sqlalchemy as sa
+
+    try:
+        with engine.connect() as conn:
+            cursor = conn.connection.dbapi_connection.cursor()
+            try:
+                pages = keyset_pages(
+                    cursor, sql, lambda after: (key, after), batch, key_at=wanted.index("seq")
+                )
+                for rows in pages:
+                    yield [r[:-1] for r in rows] if extra else rows
+            finally:
+                cursor.close()
+    except (sa.exc.DBAPIError, engine.dialect.loaded_dbapi.Error) as exc:
+        raise StoreError(engine_mod._short(exc)) from exc
+    finally:
+        engine.dispose()
+
+
+def shaped_batches(
+    path: str, session_id: str, columns: tuple[str, ...], *, batch: int = BATCH
+) -> tuple[Shapes, Iterator[list[tuple[Any, ...]]]]:
+    """:func:`shaped_pages` of a SQLite file, with the standard library's driver alone.
+
+    The session key and the method names are read first (an unknown session has no rows);
+    the batches then stream. ``tests/analysis/test_fast_readers.py`` holds the decoded rows
+    equal to the view's on hostile and real recordings.
+    """
+    _stored_columns(columns)
     conn = _connect(path)
     try:
         found = conn.execute("SELECT key FROM session_keys WHERE id = ?", (session_id,)).fetchone()

@@ -28,7 +28,7 @@ from mcp_proxy.analysis.quickstats import (
 from mcp_proxy.analysis.stats import sorted_stats
 from mcp_proxy.recording import read_recording
 from mcp_proxy.recording.database import import_recording
-from mcp_proxy.render import SHAPED_COLUMNS, FrameRenderer, same_shape, shaped_rows
+from mcp_proxy.render import SHAPED_COLUMNS, FrameRenderer, dict_row, same_shape
 from mcp_proxy.store.columns import FRAME_COLUMNS
 from mcp_proxy.store.engine import ensure_schema
 from mcp_proxy.store.stream import frame_batches, shaped_batches
@@ -134,7 +134,10 @@ def test_the_shaped_renderer_prints_what_the_row_renderers_print(
         shapes, batches = shaped_batches(str(db), sid, SHAPED_COLUMNS, batch=11)
         renderer = FrameRenderer(shapes)
         view = FrameRenderer(same_shape)
-        view_rows = [shaped_rows(rows) for rows in frame_batches(url, sid)]
+        view_rows = [
+            [dict_row(dict(zip(FRAME_COLUMNS, r, strict=True))) for r in rows]
+            for rows in frame_batches(url, sid)
+        ]
         if mode == "json":
             fast = [line for rows in batches for line in renderer.json(rows)]
             slow = [line for rows in view_rows for line in view.json(rows)]

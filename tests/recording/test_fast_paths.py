@@ -184,3 +184,33 @@ def test_the_one_frame_stream_pages_every_frame_in_order(
             tuple(bytes(w[picked[c]]) if c == "raw" else w[picked[c]] for c in cols)
             for w in want
         ]  # fmt: skip
+
+
+def test_show_and_export_name_every_method_of_a_session_of_many(
+    any_db_url: str, tmp_path: Path
+) -> None:
+    """``show`` and ``export`` read frames as stored, direction/channel/kind/method folded into
+    one integer (``store.stream.shaped_pages``): a method code past 126 times 2**24 would not fit
+    PostgreSQL's 32-bit arithmetic. 300 methods: each frame printed and exported with its own."""
+    from tests.recording.conftest import run_cli
+
+    methods = [f"tools/m{i}" for i in range(300)]
+    extra = [{"text": json.dumps({"jsonrpc": "2.0", "method": m}) + "\n"} for m in methods]
+    src = tmp_path / "many.mcptape.jsonl"
+    src.write_bytes(jsonl_with_frames(RECORDINGS / "basic-legacy.mcptape.jsonl", extra))
+    done = run_cli("import", str(src), "--db", any_db_url)
+    assert done.returncode == 0, done.stderr
+    shown = run_cli("show", "basic-legacy", "--db", any_db_url, "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    printed = [json.loads(line)["method"] for line in shown.stdout.splitlines()]
+    assert printed[-300:] == methods
+    text = run_cli("show", "basic-legacy", "--db", any_db_url, "--no-body").stdout
+    assert [line.split()[-3] for line in text.splitlines() if "tools/m" in line] == methods
+    out = tmp_path / "back.mcptape.jsonl"
+    exported = run_cli("export", "basic-legacy", "--db", any_db_url, "-o", str(out))
+    assert exported.returncode == 0, exported.stderr
+    back = [
+        rec.get("method") for rec in map(json.loads, out.read_text().splitlines())
+        if rec.get("type") == "frame"
+    ]  # fmt: skip
+    assert back[-300:] == methods
