@@ -461,9 +461,8 @@ class FrameRenderer:
         #: Set while a body is decoded when it holds a float (or NaN/Infinity): orjson writes
         #: some floats differently from ``json.dumps`` (``1e16``, not ``1e+16``).
         self._floats: list[bool] = []
-        self._decode = json.JSONDecoder(
-            parse_float=self._saw_float, parse_constant=self._saw_float
-        ).decode
+        #: ``json``'s decoder that sets the flag, made when a body first needs it.
+        self._decode: Callable[[str], Any] | None = None
 
     def _saw_float(self, text: str) -> float:
         self._floats.append(True)
@@ -584,6 +583,10 @@ class FrameRenderer:
         _direction, channel, kind, _method = self.shapes(shape)
         if general or len(data) > BODY_CHARS:
             return _block(head, channel, kind, data)
+        if self._decode is None:
+            self._decode = json.JSONDecoder(
+                parse_float=self._saw_float, parse_constant=self._saw_float
+            ).decode
         self._floats.clear()
         try:  # (parse_json without its checks: small, and not noise)
             msg = self._decode(data.decode("utf-8"))
