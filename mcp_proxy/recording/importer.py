@@ -19,6 +19,7 @@ import os
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass, field
+from itertools import batched
 from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.frames import Frame
@@ -281,8 +282,9 @@ def import_recording(
     progress: Progress | None = None,
     redactor: Redactor | None = None,
 ) -> ImportResult:
-    """Load a recording (the model) into a database, in one transaction, each session with a
-    new id.
+    """Load a recording (the model: a HAR file read) into a database, in one transaction, each
+    session with a new id: its frames become rows (:func:`~mcp_proxy.recording.model.frame_rows`)
+    and take the one import path, a page at a time, as a JSON Lines file's do.
 
     The original id, the file and its format version are kept in ``meta["imported_from"]``.
     Frames are renumbered 1, 2, … as a live recording numbers them; findings and annotations
@@ -296,9 +298,8 @@ def import_recording(
     with RecordingStore(db_url, write=True) as rs, rs.import_writer() as writer:
         importer = _Importer(writer, _policy(redactor), progress, extra_meta)
         for s in recording.sessions:
-            rows = list(frame_rows(s.frames))
-            for start in range(0, len(rows), IMPORT_PAGE):
-                importer.page(s, rows[start : start + IMPORT_PAGE])
+            for page in batched(frame_rows(s.frames), IMPORT_PAGE):
+                importer.page(s, list(page))
         result = importer.finish(recording)
         writer.commit()
     return result
