@@ -35,8 +35,8 @@ CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECOD
 def write_recording(path: Path, frames: int, generator: str | None = None) -> None:
     """A JSON Lines recording of one session of ``frames`` frames, streamed to ``path``.
 
-    ``generator`` defaults to this mcptape (the import then keeps the recorded kinds, as it does
-    for its own exports); another name makes the import classify every frame again.
+    ``generator`` defaults to this mcptape; it is informative only (an import classifies every
+    frame from its bytes, whoever wrote the file).
     """
     from mcp_proxy import __version__
 

@@ -163,6 +163,10 @@ IMPORT_SQLITE_CACHE_KIB = 16 * 1024
 #: Method name → code entries an import caches; past it the cache starts over (a file whose every
 #: frame has its own method costs a lookup per page, not memory per method).
 IMPORT_METHOD_CACHE = 10_000
+#: Frame shapes (direction, channel, kind, method) whose decoded names (``store.stream.Shapes``)
+#: or printed pieces (``render.FrameRenderer``) one reader keeps; past it the cache starts over
+#: (a session whose every frame has its own method costs building them again, not memory).
+SHAPE_CACHE = 4096
 #: The latest time an imported recording may give (seconds since the epoch; 9999-12-31): the
 #: dashboard, ``sessions`` and ``show`` turn times into dates, which end there.
 IMPORT_TIME_MAX = 253_402_300_799.0

@@ -1,7 +1,9 @@
 """Text rendering of sessions and frames for the terminal (``show``, ``tail``, ``sessions``).
 
 Pure functions from store rows to strings; the JSON renderings are what ``--format json``
-prints, so scripts see exactly the fields people see.
+prints, so scripts see exactly the fields people see. Frames have one renderer,
+:class:`FrameRenderer`, over row tuples; the dict entry points (:func:`frame_json`,
+:func:`frame_header`) are thin adapters over it.
 """
 
 from __future__ import annotations
@@ -10,13 +12,15 @@ import base64
 import json
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from orjson import OPT_INDENT_2 as _INDENT_2
 from orjson import dumps as _orjson_dumps
+from orjson import loads as _orjson_loads
 
 from mcp_proxy.frames import parse_json, strip_line_end, text_or_none
-from mcp_proxy.store.columns import FRAME_COLUMNS
+from mcp_proxy.limits import SHAPE_CACHE
 from mcp_proxy.store.queries import duration, session_status
 
 ARROWS = {"c2s": "→", "s2c": "←"}
@@ -67,14 +71,6 @@ def parse_json_safely(raw: bytes | bytearray) -> Any:
     """
     try:
         return parse_json(raw)
-    except RecursionError:
-        return None
-
-
-def pretty_json(msg: Any) -> str | None:
-    """``msg`` indented for people, or None when it is nested too deep to indent."""
-    try:
-        return json.dumps(msg, indent=2, ensure_ascii=False)
     except RecursionError:
         return None
 
@@ -171,86 +167,20 @@ def session_line(s: dict[str, Any]) -> str:
 
 
 def frame_json(f: dict[str, Any]) -> dict[str, Any]:
-    """One frame as ``show --format json`` prints it."""
-    raw: bytes = f.get("raw") or b""
-    text = text_or_none(raw)
-    out: dict[str, Any] = {
-        "seq": f["seq"],
-        "ts": f["ts"],
-        "direction": f["direction"],
-        "channel": f["channel"],
-        "kind": f["kind"],
-        "method": f.get("method"),
-        "id": json_id(f.get("msg_id")),
-        "size": f["size"],
-        "complete": bool(f.get("complete", True)),
-    }
-    if f.get("error_code") is not None:
-        out["error_code"] = f["error_code"]
-    if f.get("http_exchange_id") is not None:
-        out["http_exchange_id"] = f["http_exchange_id"]
-    if f.get("sse_id") is not None or f.get("sse_event") is not None:
-        out["sse"] = {"id": f.get("sse_id"), "event": f.get("sse_event")}
-    if f["channel"] == INJECT:
-        out["injected"] = True
-    if text is not None:
-        out["text"] = text
-    else:
-        out["base64"] = base64.b64encode(raw).decode("ascii")
-    return out
+    """One frame (a row as a dict: the dashboard's, ``tail``'s) as ``show --format json``
+    prints it: a thin adapter over :class:`FrameRenderer`, the one renderer."""
+    return json.loads(FrameRenderer(same_shape).json([dict_row(f)])[0])  # type: ignore[no-any-return]
 
 
 def frame_header(f: dict[str, Any], session_name: str | None = None) -> str:
-    arrow = ARROWS.get(f["direction"], "?")
-    label = f["kind"]
-    if f["channel"] == "stderr":
-        label = "stderr"
-    bits = [f"#{f['seq']:<5}", clock(f["ts"])]
-    if session_name:
-        bits.append(f"[{safe(session_name)}]")
-    bits.append(arrow)
-    if f["channel"] == INJECT:
-        bits.append(INJECTED_MARK)
-    bits.append(f"{label:12}")
-    if f.get("method"):
-        bits.append(safe(f["method"]))
-    if f.get("msg_id") is not None:
-        bits.append(f"id={safe(f['msg_id'])}")
-    if f.get("error_code") is not None:
-        bits.append(f"code={f['error_code']}")
-    bits.append(f"({human_size(int(f['size']))})")
-    if not f.get("complete", True):
-        bits.append("[cut short]")
-    return " ".join(bits)
-
-
-def frame_body(f: dict[str, Any], *, max_chars: int = 20_000) -> str:
-    raw: bytes = f.get("raw") or b""
-    if f["channel"] == "stderr":
-        text = text_or_none(strip_line_end(raw))
-        return safe(text if text is not None else repr(raw))
-    msg = parse_json_safely(raw) if f["kind"] not in ("noise", "stderr") else None
-    pretty = pretty_json(msg) if msg is not None else None
-    if pretty is not None:
-        text = pretty
-    else:
-        t = text_or_none(strip_line_end(raw))
-        text = t if t is not None else "(not UTF-8) " + repr(strip_line_end(raw)[:2000])
-    if len(text) > max_chars:
-        text = (
-            text[:max_chars] + f"\n… ({len(text) - max_chars} more characters; use --format json)"
-        )
-    return safe(text)
-
-
-def frame_block(f: dict[str, Any], *, body: bool = True) -> str:
-    head = frame_header(f)
-    if not body:
+    """The text header ``show`` prints for a frame (a row as a dict), the session's name after
+    the clock when given: a thin adapter over :class:`FrameRenderer`."""
+    row = dict_row(f)
+    head = FrameRenderer(same_shape).text([row], body=False)[0]
+    if not session_name:
         return head
-    content = frame_body(f)
-    if f["channel"] == "stderr":
-        return f"{head}  {content}"
-    return head + "\n" + "\n".join("    " + line for line in content.splitlines())
+    at = len(f"#{row[0]:<5} ") + len(_clock_fast(row[1]))
+    return f"{head[:at]} [{safe(session_name)}]{head[at:]}"
 
 
 def frame_oneline(f: dict[str, Any], session_name: str | None = None, width: int = 160) -> str:
@@ -337,16 +267,43 @@ def injected_text(item: Any) -> str:
     )
 
 
-# ---------------------------------------------------------------------------------- streaming
-# `show` prints every frame of sessions of a million frames: the functions below take the
-# tuples of mcp_proxy.store.columns.FRAME_COLUMNS and produce exactly what frame_json (as JSON
-# text) and frame_block produce for the same row, without building dictionaries or running the
-# pure-Python indenting JSON encoder (tests/test_render.py holds them equal).
+# ------------------------------------------------------------------------------- the renderer
+# ``show`` prints every frame of sessions of a million frames. One renderer, over rows of
+# SHAPED_COLUMNS: direction, channel, kind and method come as one key, the frame's *shape*, and
+# what a shape prints (the JSON keys and strings, the text header's arrow, label and method) is
+# built once per shape. From the store the shape is the stored integer
+# (mcp_proxy.store.stream.shaped_pages); a frame as a dict (the dashboard's, tail's) takes its
+# four strings as the shape (dict_row, same_shape).
+
+#: The columns a :class:`FrameRenderer` reads, in this order (``show`` asks for them).
+SHAPED_COLUMNS: tuple[str, ...] = (
+    "seq", "ts", "shape", "msg_id", "error_code", "size", "complete", "raw", "http_exchange_id",
+    "sse_id", "sse_event",
+)  # fmt: skip
+
+#: Decodes a shape into ``(direction, channel, kind, method)``.
+type ShapeNames = Callable[[Any], tuple[Any, Any, Any, Any]]
 
 _encode_str = json.encoder.encode_basestring  # type: ignore[attr-defined]  # C, ensure_ascii=False
 _LINE_BREAKS_RE = re.compile("[\x85\u2028\u2029]")
 _SPECIAL_RE = re.compile(_UNSAFE_RE.pattern[:-1] + "\x85\u2028\u2029]")
 _clock_cache: dict[int, str] = {}
+#: Characters of a body shown in text; past them it is cut, pointing at ``--format json``.
+BODY_CHARS = 20_000
+
+
+def same_shape(shape: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
+    """The shape of rows whose shape is their four strings already (:func:`dict_row`)."""
+    return shape
+
+
+def dict_row(f: dict[str, Any]) -> tuple[Any, ...]:
+    """A frame row as a dict (the async store's) as a row of :data:`SHAPED_COLUMNS`."""
+    return (
+        f["seq"], f["ts"], (f["direction"], f["channel"], f["kind"], f.get("method")),
+        f.get("msg_id"), f.get("error_code"), f["size"], f.get("complete", True),
+        f.get("raw") or b"", f.get("http_exchange_id"), f.get("sse_id"), f.get("sse_event"),
+    )  # fmt: skip
 
 
 def _clock_fast(ts: float) -> str:
@@ -365,56 +322,12 @@ def _json_value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _id_text(msg_id: str | None) -> str:
-    if not msg_id:
-        return "null"
+def _id_text(msg_id: str) -> str:
+    """A stored id as JSON text (the common case, a small integer, as it is)."""
     if msg_id.isdigit() and msg_id.isascii() and (msg_id[0] != "0" or msg_id == "0"):
-        return msg_id  # the common case: a small integer id, stored as its JSON text
-    return _json_value(json_id(msg_id))
-
-
-#: ``"direction": …, "channel": …, "kind": …, "method": …, `` per combination: a session has
-#: a few dozen, and encoding four strings per frame was a third of a JSON line's cost.
-_MIDDLES: dict[tuple[Any, ...], str] = {}
-
-
-def _middle(key: tuple[Any, ...]) -> str:
-    direction, channel, kind, method = key
-    text = (
-        f'"direction": {_encode_str(direction)}, "channel": {_encode_str(channel)}, '
-        f'"kind": {_encode_str(kind)}, "method": '
-        f"{_encode_str(method) if method is not None else 'null'}, "
-    )
-    if len(_MIDDLES) < 4096:
-        _MIDDLES[key] = text
-    return text
-
-
-def frame_json_line(row: tuple[Any, ...]) -> str:
-    """``json.dumps(frame_json(f), ensure_ascii=False)`` for a row of ``FRAME_COLUMNS``."""
-    (seq, ts, _mono, direction, channel, kind, method, msg_id, error_code, size, complete, _partial,
-     raw, hx, sse_id, sse_event) = row  # fmt: skip
-    key = (direction, channel, kind, method)
-    middle = _MIDDLES.get(key) or _middle(key)
-    if msg_id is None:
-        ident = "null"
-    elif msg_id.isdigit() and msg_id.isascii() and (msg_id[0] != "0" or msg_id == "0"):
-        ident = msg_id  # the common case: a small integer id, stored as its JSON text
-    else:
-        ident = _id_text(msg_id)
-    head = (
-        f'{{"seq": {seq}, "ts": {ts if type(ts) is float else float(ts)!r}, {middle}"id": {ident},'
-        f' "size": {size}, "complete": {"true" if complete or complete is None else "false"}'
-    )
-    if error_code is not None or hx is not None or sse_id is not None or sse_event is not None:
-        head += _extras(error_code, hx, sse_id, sse_event)
-    if channel == INJECT:
-        head += ', "injected": true'
-    data = raw if type(raw) is bytes else bytes(raw or b"")
-    try:
-        return f'{head}, "text": {_encode_str(data.decode("utf-8"))}}}'
-    except UnicodeDecodeError:
-        return f'{head}, "base64": "{base64.b64encode(data).decode("ascii")}"}}'
+        return msg_id
+    value = json_id(msg_id)
+    return "null" if value is None else _json_value(value)
 
 
 def _extras(error_code: Any, hx: Any, sse_id: Any, sse_event: Any) -> str:
@@ -468,108 +381,9 @@ def _pretty(value: Any, pad: str, out: list[str]) -> None:
     out.append("\n" + pad + ("}" if t is dict else "]"))
 
 
-#: Set while decoding a body when it holds a float (or NaN/Infinity): orjson writes some floats
-#: differently from ``json.dumps`` (``1e16``, not ``1e+16``), so such a body is indented by
-#: :func:`_pretty` instead.
-_FLOATS: list[bool] = []
-
-
-def _saw_float(text: str) -> float:
-    _FLOATS.append(True)
-    return float(text)
-
-
-def _saw_constant(text: str) -> float:
-    _FLOATS.append(True)
-    return float(text)  # "NaN", "Infinity", "-Infinity", as json.loads reads them
-
-
-_decode_flagged = json.JSONDecoder(parse_float=_saw_float, parse_constant=_saw_constant).decode
-
-
-def _indent_c(msg: Any) -> str | None:
-    """``json.dumps(msg, indent=2, ensure_ascii=False)`` with every line after the first
-    indented by four more spaces, in C (orjson); None for what orjson writes differently or
-    refuses (floats are kept away by the caller; integers past 64 bits, lone surrogates and
-    nesting past orjson's limit raise here).
-
-    The same bytes for every value without floats (tests/test_render.py compares them on
-    random values): the same separators, key order and string escapes (``"``, ``\\`` and
-    controls; everything else written as is, as ``ensure_ascii=False`` does).
-    """
-    try:
-        data = _orjson_dumps(msg, option=_INDENT_2)
-    except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
-        return None
-    return data.decode("utf-8").replace("\n", "\n    ")
-
-
-def frame_text(row: tuple[Any, ...], *, body: bool = True) -> str:
-    """``frame_block(f, body=body)`` for a row of ``FRAME_COLUMNS``."""
-    (seq, ts, _mono, direction, channel, kind, method, msg_id, error_code, size, complete, _partial,
-     raw, _hx, _sid, _sev) = row  # fmt: skip
-    label = "stderr" if channel == "stderr" else kind
-    head = f"#{seq:<5} {_clock_fast(ts)} {ARROWS.get(direction, '?')} {label:12}"
-    if channel == INJECT:
-        head = (
-            f"#{seq:<5} {_clock_fast(ts)} {ARROWS.get(direction, '?')} {INJECTED_MARK} {label:12}"
-        )
-    if method:
-        head += " " + safe(method)
-    if msg_id is not None:
-        head += f" id={safe(msg_id)}"
-    if error_code is not None:
-        head += f" code={error_code}"
-    head += f" ({human_size(int(size))})"
-    if not (complete or complete is None):
-        head += " [cut short]"
-    if not body:
-        return head
-    data = bytes(raw or b"")
-    if channel == "stderr" or kind in ("noise", "stderr") or len(data) > 20_000:
-        # Rare shapes (and frames that may be cut at 20,000 characters): the general path.
-        f = dict(zip(FRAME_COLUMNS, row, strict=True))
-        return frame_block(f, body=True)
-    _FLOATS.clear()
-    try:  # (parse_json without its checks: small, and not noise)
-        msg = _decode_flagged(data.decode("utf-8"))
-    except (ValueError, RecursionError):
-        msg = None
-    if msg is None or not isinstance(msg, (dict, list)):
-        return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
-    text = _indent_c(msg) if not _FLOATS else None
-    if text is None:
-        out: list[str] = []
-        try:
-            _pretty(msg, "    ", out)
-        except RecursionError:
-            return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
-        text = "".join(out)
-    if len(text) > 20_000:  # cut at 20,000 characters: the general path
-        return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
-    if _SPECIAL_RE.search(text):  # rare: one scan for both kinds of special characters
-        if _LINE_BREAKS_RE.search(text):  # str.splitlines() breaks there: the general path
-            return frame_block(dict(zip(FRAME_COLUMNS, row, strict=True)), body=True)
-        text = safe(text)
-    return f"{head}\n    {text}"
-
-
-# ----------------------------------------------------------------------------- shaped batches
-# ``show`` on SQLite reads ``frame_rows`` as stored (mcp_proxy.store.stream.shaped_batches):
-# direction, channel, kind and method come as one integer, the frame's *shape*, and what a
-# shape prints (the JSON keys and strings, the text header's arrow, label and method) is built
-# once per shape. Each batch becomes one list of lines. The output is the one frame_json_line
-# and frame_text give for the same frame (tests/test_render.py, tests/analysis/test_fast_readers.py).
-
-#: The columns a :class:`ShapedRenderer` reads, in this order (``show`` asks for them).
-SHAPED_COLUMNS: tuple[str, ...] = (
-    "seq", "ts", "shape", "msg_id", "error_code", "size", "complete", "raw", "http_exchange_id",
-    "sse_id", "sse_event",
-)  # fmt: skip
-
 #: A digit before ``.``/``e``/``E``: every JSON float has one (a fraction or an exponent follows
 #: its digits). A body without one holds no float, so orjson reads it as ``json.loads`` does (and
-#: ``_indent_c`` writes it as ``json.dumps``); one with a match (a float, or a string such as
+#: writes it indented as ``json.dumps``); one with a match (a float, or a string such as
 #: ``"v1.2"``) takes the general path. The JSON-RPC version member, in every message, is
 #: removed before the scan (its ``"2.0"`` is a string). Invalid JSON fails in orjson and takes
 #: the general path too. So do integers of 19 digits or more: orjson reads one past 64 bits as
@@ -584,7 +398,6 @@ def _floatish(data: bytes) -> bool:
     return _FLOAT_DIGIT(data.replace(v1, b"").replace(v2, b"")) is not None
 
 
-_orjson_loads = __import__("orjson").loads
 _sizes: dict[int, str] = {}
 
 
@@ -597,34 +410,77 @@ def _size_text(size: int) -> str:
     return text
 
 
-class ShapedRenderer:
-    """Renders batches of :data:`SHAPED_COLUMNS` rows; ``shapes`` decodes a shape into
-    ``(direction, channel, kind, method)`` (:class:`mcp_proxy.store.stream.Shapes`)."""
+def _indent_c(msg: Any) -> str | None:
+    """``json.dumps(msg, indent=2, ensure_ascii=False)`` with every line after the first
+    indented by four more spaces, in C (orjson); None for what orjson writes differently or
+    refuses (floats are kept away by the caller; integers past 64 bits, lone surrogates and
+    nesting past orjson's limit raise here)."""
+    try:
+        data = _orjson_dumps(msg, option=_INDENT_2)
+    except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
+        return None
+    return data.decode("utf-8").replace("\n", "\n    ")
 
-    def __init__(self, shapes: Any) -> None:
+
+def _block(head: str, channel: Any, kind: Any, data: bytes) -> str:
+    """A frame's header and body as text, the general way: any bytes (stderr, noise, not UTF-8,
+    too deep to parse), a body cut at :data:`BODY_CHARS`, line separators."""
+    if channel == "stderr":
+        text = text_or_none(strip_line_end(data))
+        return f"{head}  {safe(text if text is not None else repr(data))}"
+    msg = parse_json_safely(data) if kind not in ("noise", "stderr") else None
+    text = None
+    if msg is not None:
+        out: list[str] = []
+        try:
+            _pretty(msg, "", out)
+            text = "".join(out)
+        except RecursionError:
+            text = None
+    if text is None:
+        t = text_or_none(strip_line_end(data))
+        text = t if t is not None else "(not UTF-8) " + repr(strip_line_end(data)[:2000])
+    if len(text) > BODY_CHARS:
+        text = (
+            text[:BODY_CHARS] + f"\n… ({len(text) - BODY_CHARS} more characters; use --format json)"
+        )
+    return head + "\n" + "\n".join("    " + line for line in safe(text).splitlines())
+
+
+class FrameRenderer:
+    """The one renderer of frames, for ``show`` (text and ``--format json``), ``tail`` and the
+    dashboard's JSON: batches of :data:`SHAPED_COLUMNS` rows in, one line (or block) per row
+    out. ``shapes`` decodes a row's shape into ``(direction, channel, kind, method)``
+    (:class:`mcp_proxy.store.stream.Shapes` for stored integers, :func:`same_shape`)."""
+
+    def __init__(self, shapes: ShapeNames) -> None:
         self.shapes = shapes
-        self._json: dict[int, tuple[str, bool]] = {}
-        #: shape → (header after the clock, general path needed, channel)
-        self._text: dict[int, tuple[str, bool, Any]] = {}
+        self._json: dict[Any, tuple[str, bool]] = {}
+        #: shape → (header after the clock, general path needed)
+        self._text: dict[Any, tuple[str, bool]] = {}
+        #: Set while a body is decoded when it holds a float (or NaN/Infinity): orjson writes
+        #: some floats differently from ``json.dumps`` (``1e16``, not ``1e+16``).
+        self._floats: list[bool] = []
+        #: ``json``'s decoder that sets the flag, made when a body first needs it.
+        self._decode: Callable[[str], Any] | None = None
 
-    def full_row(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
-        """The row as a :data:`FRAME_COLUMNS` tuple (mono_ns and partial_parse not read: None)."""
-        seq, ts, shape, msg_id, error_code, size, complete, raw, hx, sse_id, sse_event = row
-        direction, channel, kind, method = self.shapes(shape)
-        return (seq, ts, None, direction, channel, kind, method, msg_id, error_code, size,
-                complete, None, raw, hx, sse_id, sse_event)  # fmt: skip
+    def _saw_float(self, text: str) -> float:
+        self._floats.append(True)
+        return float(text)  # also "NaN", "Infinity", "-Infinity", as json.loads reads them
 
-    def _json_shape(self, shape: int) -> tuple[str, bool]:
+    def _json_shape(self, shape: Any) -> tuple[str, bool]:
         direction, channel, kind, method = self.shapes(shape)
         middle = (
             f'"direction": {_json_value(direction)}, "channel": {_json_value(channel)}, '
             f'"kind": {_json_value(kind)}, "method": {_json_value(method)}, '
         )
+        if len(self._json) >= SHAPE_CACHE:
+            self._json.clear()
         found = self._json[shape] = (middle, channel == INJECT)
         return found
 
     def json(self, rows: list[tuple[Any, ...]]) -> list[str]:
-        """``frame_json_line`` of each row."""
+        """Each row as ``show --format json`` prints it: one JSON object per line."""
         cache = self._json
         out: list[str] = []
         append = out.append
@@ -657,26 +513,28 @@ class ShapedRenderer:
                 append(f'{head}, "base64": "{base64.b64encode(data).decode("ascii")}"}}')
         return out
 
-    def _text_shape(self, shape: int) -> tuple[str, bool, Any]:
+    def _text_shape(self, shape: Any) -> tuple[str, bool]:
         direction, channel, kind, method = self.shapes(shape)
         label = "stderr" if channel == "stderr" else kind
         mark = f" {INJECTED_MARK}" if channel == INJECT else ""
-        mid = f" {ARROWS.get(direction, '?')}{mark} {label:12}"  # type: ignore[arg-type]
+        mid = f" {ARROWS.get(direction, '?')}{mark} {label:12}"
         if method:
             mid += " " + safe(method)
         general = channel == "stderr" or kind in ("noise", "stderr")
-        found = self._text[shape] = (mid, general, channel)
+        if len(self._text) >= SHAPE_CACHE:
+            self._text.clear()
+        found = self._text[shape] = (mid, general)
         return found
 
     def text(self, rows: list[tuple[Any, ...]], *, body: bool = True) -> list[str]:
-        """``frame_text(row, body=body)`` of each row (``no_stderr``: without the stderr channel)."""
+        """Each row as ``show`` prints it: its header line and (``body``) its indented body."""
         cache = self._text
         out: list[str] = []
         append = out.append
         clocks, loads, dumps, floatish = _clock_cache, _orjson_loads, _orjson_dumps, _floatish
         for row in rows:
             seq, ts, shape, msg_id, error_code, size, complete, raw = row[:8]
-            mid, general, _channel = cache.get(shape) or self._text_shape(shape)
+            mid, general = cache.get(shape) or self._text_shape(shape)
             base = clocks.get(int(ts))
             if base is None:
                 head = f"#{seq:<5} {_clock_fast(ts)}{mid}"
@@ -698,7 +556,7 @@ class ShapedRenderer:
                 continue
             data = raw if type(raw) is bytes else bytes(raw or b"")
             text = None
-            if not general and len(data) <= 20_000 and not floatish(data):
+            if not general and len(data) <= BODY_CHARS and not floatish(data):
                 try:
                     msg = loads(data)
                     pretty = dumps(msg, option=_INDENT_2)
@@ -713,8 +571,41 @@ class ShapedRenderer:
                         text = pretty.decode("utf-8").replace("\n", "\n    ")
                         if _SPECIAL_RE.search(text):
                             text = None
-            if text is None or len(text) > 20_000:
-                append(frame_text(self.full_row(row), body=True))
+            if text is None or len(text) > BODY_CHARS:
+                append(self._slow(head, general, shape, data))
                 continue
             append(f"{head}\n    {text}")
         return out
+
+    def _slow(self, head: str, general: bool, shape: Any, data: bytes) -> str:
+        """A body the C path did not take: floats (read with ``json``, so they print as
+        ``json.dumps`` writes them), then anything else by :func:`_block`."""
+        _direction, channel, kind, _method = self.shapes(shape)
+        if general or len(data) > BODY_CHARS:
+            return _block(head, channel, kind, data)
+        if self._decode is None:
+            self._decode = json.JSONDecoder(
+                parse_float=self._saw_float, parse_constant=self._saw_float
+            ).decode
+        self._floats.clear()
+        try:  # (parse_json without its checks: small, and not noise)
+            msg = self._decode(data.decode("utf-8"))
+        except (ValueError, RecursionError):
+            msg = None
+        if msg is None or not isinstance(msg, (dict, list)):
+            return _block(head, channel, kind, data)
+        text = _indent_c(msg) if not self._floats else None
+        if text is None:
+            out: list[str] = []
+            try:
+                _pretty(msg, "    ", out)
+            except RecursionError:
+                return _block(head, channel, kind, data)
+            text = "".join(out)
+        if len(text) > BODY_CHARS:
+            return _block(head, channel, kind, data)
+        if _SPECIAL_RE.search(text):  # rare: one scan for both kinds of special characters
+            if _LINE_BREAKS_RE.search(text):  # str.splitlines() breaks there
+                return _block(head, channel, kind, data)
+            text = safe(text)
+        return f"{head}\n    {text}"

@@ -1,27 +1,29 @@
-"""The streaming renderers of ``show`` print exactly what the general ones print.
+"""The one frame renderer (:class:`FrameRenderer`) prints what ``show`` promises.
 
-``frame_json_line`` and ``frame_text`` exist for speed (a million frames to a pipe); every
-shape of frame — JSON of every type, ids of every kind, stderr, noise, invalid UTF-8, control
-and bidi characters, line separators, deep nesting, cut frames, SSE and HTTP fields — must come
-out byte for byte as ``frame_json``/``frame_block`` render it.
+``--format json``: one object per frame with the documented fields (the id as its JSON value,
+the bytes as ``text`` or ``base64``). Text: a header line, then the body indented as
+``json.dumps(indent=2)`` writes it, with terminal escapes neutralised — for every shape of frame:
+JSON of every type, ids of every kind, stderr, noise, invalid UTF-8, control and bidi
+characters, line separators, deep nesting, cut frames, SSE and HTTP fields.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 
 import pytest
 
 from mcp_proxy.render import (
-    SHAPED_COLUMNS,
-    ShapedRenderer,
-    frame_block,
+    FrameRenderer,
+    dict_row,
     frame_json,
-    frame_json_line,
-    frame_text,
+    frame_oneline,
+    safe,
+    same_shape,
 )
-from mcp_proxy.store.stream import SHOW_COLUMNS
+from mcp_proxy.store.columns import FRAME_COLUMNS
 
 BODIES = [
     b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}\n',
@@ -77,30 +79,73 @@ def rows() -> list[tuple]:
                 "raw": raw,
                 **extra,
             }
-            out.append(tuple(f[c] for c in SHOW_COLUMNS))
+            out.append(tuple(f[c] for c in FRAME_COLUMNS))
     return out
 
 
+def _expected_json(f: dict) -> dict:
+    """``show --format json``'s object for a frame, as docs and scripts read it."""
+    raw = f["raw"]
+    try:
+        body = {"text": raw.decode("utf-8")}
+    except UnicodeDecodeError:
+        body = {"base64": base64.b64encode(raw).decode("ascii")}
+    try:
+        ident = json.loads(f["msg_id"]) if f["msg_id"] else None
+    except ValueError:
+        ident = f["msg_id"]  # an id the store cut short stays text
+    out = {
+        "seq": f["seq"], "ts": f["ts"], "direction": f["direction"], "channel": f["channel"],
+        "kind": f["kind"], "method": f["method"], "id": ident, "size": f["size"],
+        "complete": bool(f["complete"]),
+    }  # fmt: skip
+    if f["error_code"] is not None:
+        out["error_code"] = f["error_code"]
+    if f["http_exchange_id"] is not None:
+        out["http_exchange_id"] = f["http_exchange_id"]
+    if f["sse_id"] is not None or f["sse_event"] is not None:
+        out["sse"] = {"id": f["sse_id"], "event": f["sse_event"]}
+    return {**out, **body}
+
+
+def _render(row: tuple, *, body: bool = True) -> str:
+    return FrameRenderer(same_shape).text(
+        [dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))], body=body
+    )[0]
+
+
 @pytest.mark.parametrize("row", rows(), ids=lambda r: f"{r[0]}-{r[4]}")
-def test_streaming_renderers_equal_the_general_ones(row: tuple) -> None:
-    f = dict(zip(SHOW_COLUMNS, row, strict=True))
-    assert frame_json_line(row) == json.dumps(frame_json(f), ensure_ascii=False)
-    assert frame_text(row) == frame_block(f)
-    assert frame_text(row, body=False) == frame_block(f, body=False)
-    renderer, shaped = _shaped(f)
-    assert renderer.json([shaped]) == [frame_json_line(row)]
-    assert renderer.text([shaped]) == [frame_block(f)]
-    assert renderer.text([shaped], body=False) == [frame_block(f, body=False)]
-
-
-def _shaped(f: dict) -> tuple[ShapedRenderer, tuple]:
-    """A renderer of ``show``'s SQLite path and ``f`` as its row (shape 7 stands for the
-    frame's direction, channel, kind and method)."""
-    renderer = ShapedRenderer(
-        {7: (f["direction"], f["channel"], f["kind"], f["method"])}.__getitem__
-    )
-    row = tuple(7 if c == "shape" else f[c] for c in SHAPED_COLUMNS)
-    return renderer, row
+def test_every_shape_of_frame_prints_as_promised(row: tuple) -> None:
+    f = dict(zip(FRAME_COLUMNS, row, strict=True))
+    line = FrameRenderer(same_shape).json([dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))])[0]
+    assert "\n" not in line
+    assert json.loads(line) == _expected_json(f)
+    assert frame_json(f) == _expected_json(f)  # the dashboard's adapter: the same object
+    head = _render(row, body=False)
+    text = _render(row)
+    assert text.startswith(head) and head.startswith(f"#{f['seq']:<5} ")
+    assert f"({f['size']} B)" in head or "KiB" in head
+    assert ("[cut short]" in head) is (not f["complete"])
+    # Nothing that could rewrite a terminal, whatever the bytes held.
+    for ch in ("\x1b", "\u202e", "\x00", "\x7f", "\ud800"):
+        assert ch not in text
+    rest = text[len(head) :]
+    if f["channel"] == "stderr":
+        assert rest.startswith("  ") and "\n" not in rest
+        return
+    lines = rest.split("\n")[1:]
+    assert all(line.startswith("    ") for line in lines)
+    body = "\n".join(line[4:] for line in lines)
+    raw = f["raw"]
+    if raw.startswith(b"\xff"):
+        assert body.startswith("(not UTF-8) ")
+    elif len(raw) > 20_000:
+        assert "more characters; use --format json" in body
+    elif f["kind"] not in ("noise", "stderr") and raw.startswith(b'{"jsonrpc'):
+        want = json.dumps(json.loads(raw), indent=2, ensure_ascii=False)
+        assert body == "\n".join(safe(want).splitlines())
+    oneline = frame_oneline(f, "s\u202e")
+    assert oneline.startswith(head[: len(f"#{f['seq']:<5} ") + 12] + " [s\\u202e] ")
 
 
 def _random_value(rng: random.Random, depth: int = 0) -> object:
@@ -122,19 +167,27 @@ def _random_value(rng: random.Random, depth: int = 0) -> object:
     return rng.choice([True, False, None, 0, -1])
 
 
-def test_text_bodies_of_random_json_render_as_the_general_path() -> None:
-    """The C indenter (orjson) is used only where it writes what ``json.dumps`` writes."""
+def test_text_bodies_of_random_json_are_indented_as_json_dumps_writes_them() -> None:
+    """The C indenter (orjson) is used only where it writes what ``json.dumps`` writes; floats,
+    long integers and everything else it writes differently are indented the general way."""
     rng = random.Random(12)
+    renderer = FrameRenderer(same_shape)
     for i in range(3000):
-        raw = json.dumps(_random_value(rng), ensure_ascii=rng.random() < 0.5).encode() + b"\n"
-        f = {c: None for c in SHOW_COLUMNS}
+        value = _random_value(rng)
+        raw = json.dumps(value, ensure_ascii=rng.random() < 0.5).encode() + b"\n"
+        f = {c: None for c in FRAME_COLUMNS}
         f.update(seq=i, ts=1796058497.25, direction="c2s", channel="stdio", kind="request",
                  method="m", size=len(raw), complete=1, partial_parse=0, raw=raw)  # fmt: skip
-        row = tuple(f[c] for c in SHOW_COLUMNS)
-        if len(raw) < 20_000:
-            assert frame_text(row) == frame_block(f), raw
-            renderer, shaped = _shaped(f)
-            assert renderer.text([shaped]) == [frame_block(f)], raw
+        row = tuple(f[c] for c in FRAME_COLUMNS)
+        want = json.dumps(value, indent=2, ensure_ascii=False)
+        if len(want) < 20_000:
+            head = renderer.text(
+                [dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))], body=False
+            )[0]
+            body = "\n".join("    " + line for line in safe(want).splitlines())
+            assert renderer.text([dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))]) == [
+                f"{head}\n{body}"
+            ], raw
 
 
 def test_cli_name_is_what_works_where_the_user_is(monkeypatch: pytest.MonkeyPatch) -> None:

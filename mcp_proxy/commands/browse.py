@@ -153,41 +153,15 @@ def _session_head(s: dict[str, Any]) -> str:
 
 
 def _print_frames(url: str, sid: str, fmt: Format, *, body: bool, no_stderr: bool) -> None:
-    """Every frame of a session, streamed: one batch of rows and one write per 5,000 frames
-    (a 1,000,000-frame session prints with bounded memory)."""
-    from mcp_proxy.store.engine import sqlite_path
+    """Every frame of a session, streamed through the one renderer: ``frame_rows`` as stored
+    (rows by shape, ``shaped_pages``), one batch of rows and one write per 5,000 frames (a
+    1,000,000-frame session prints with bounded memory)."""
+    from mcp_proxy.render import SHAPED_COLUMNS, FrameRenderer
+    from mcp_proxy.store.stream import shaped_pages
 
-    path = sqlite_path(url)
-    if path is not None:
-        _print_shaped(str(path), sid, fmt, body=body, no_stderr=no_stderr)
-        return
-    from functools import partial
-
-    from mcp_proxy.render import frame_json_line, frame_text
-    from mcp_proxy.store.columns import CHANNEL
-    from mcp_proxy.store.stream import frame_batches
-
+    shapes, batches = shaped_pages(url, sid, SHAPED_COLUMNS)
+    renderer = FrameRenderer(shapes)
     write = sys.stdout.write
-    render = frame_json_line if fmt == Format.json else partial(frame_text, body=body)
-    for rows in frame_batches(url, sid):
-        if no_stderr:
-            lines = [render(r) for r in rows if r[CHANNEL] != "stderr"]
-        else:
-            lines = [render(r) for r in rows]
-        if lines:
-            lines.append("")
-            write("\n".join(lines))
-
-
-def _print_shaped(path: str, sid: str, fmt: Format, *, body: bool, no_stderr: bool) -> None:
-    """:func:`_print_frames` on SQLite: ``frame_rows`` as stored, rendered per shape (the same
-    lines; ``mcp_proxy.render.ShapedRenderer``)."""
-    from mcp_proxy.render import SHAPED_COLUMNS, ShapedRenderer
-    from mcp_proxy.store.stream import shaped_batches
-
-    write = sys.stdout.write
-    shapes, batches = shaped_batches(path, sid, SHAPED_COLUMNS)
-    renderer = ShapedRenderer(shapes)
     json_mode = fmt == Format.json
     for rows in batches:
         if no_stderr:

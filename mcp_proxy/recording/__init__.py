@@ -34,7 +34,6 @@ _LAZY = {
     "FORMAT_VERSION": "jsonl",
     "UPGRADES": "jsonl",
     "dumps_jsonl": "jsonl",
-    "frame_record": "jsonl",
     "iter_jsonl": "jsonl",
     "loads_recording": "jsonl",
     "STATUS_TEXT": "har",

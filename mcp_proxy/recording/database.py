@@ -1,7 +1,8 @@
 """The database side of recordings: load sessions into the model, import the model back.
 
 Loading resolves session references through the store's read API (id prefix or name) and then
-reads each session's rows in bulk through :mod:`mcp_proxy.store.recordings` in a worker thread,
+reads each session's rows in bulk (its frames from :func:`mcp_proxy.store.stream.frame_batches`,
+the rest through :mod:`mcp_proxy.store.recordings`) in a worker thread,
 so the dashboard's event loop is never blocked by a 50,000-frame export. Importing writes each
 session in one transaction, with new ids, so importing a file twice never collides.
 """
@@ -25,6 +26,7 @@ from mcp_proxy.recording.model import (
     Progress,
     Recording,
     SessionRecording,
+    frame_dicts,
 )
 
 if TYPE_CHECKING:
@@ -52,27 +54,24 @@ __all__ = [
 
 
 def read_session(url: str, session_id: str, progress: Progress | None = None) -> SessionRecording:
-    """One session (by exact id) as a :class:`SessionRecording`, read in bulk (sync)."""
-    from mcp_proxy.store.columns import FRAME_COLUMNS
+    """One session (by exact id) as a :class:`SessionRecording` (sync): its frames from the one
+    bulk stream of frame rows (:func:`~mcp_proxy.store.stream.frame_batches`), as the model's
+    dicts (:func:`~mcp_proxy.recording.model.frame_dicts`), exchange ids as numbers."""
     from mcp_proxy.store.recordings import RecordingStore
+    from mcp_proxy.store.stream import frame_batches
 
     with RecordingStore(url) as rs:
         rows = rs.session_rows(session_id)
-        numbers = {ex["id"]: n for n, ex in enumerate(rows.exchanges, start=1)}
-        frames: list[dict[str, Any]] = []
-        ex_col = FRAME_COLUMNS.index("http_exchange_id")
-        complete_col = FRAME_COLUMNS.index("complete")
-        partial_col = FRAME_COLUMNS.index("partial_parse")
-        for page in rs.iter_frames(session_id):
-            for t in page:
-                f = dict(zip(FRAME_COLUMNS, t, strict=True))
-                f["complete"] = bool(t[complete_col])
-                f["partial_parse"] = bool(t[partial_col])
-                if t[ex_col] is not None:
-                    f["http_exchange_id"] = numbers.get(t[ex_col])
-                frames.append(f)
-            if progress is not None:
-                progress(len(page))
+    numbers = {ex["id"]: n for n, ex in enumerate(rows.exchanges, start=1)}
+    frames: list[dict[str, Any]] = []
+    for page in frame_batches(url, session_id):
+        frames += frame_dicts(
+            (*t[:10], bool(t[10]), bool(t[11]), t[12], None if t[13] is None else numbers.get(t[13]),
+             *t[14:])
+            for t in page
+        )  # fmt: skip
+        if progress is not None:
+            progress(len(page))
     return SessionRecording(
         session=rows.session,
         exchanges=[{**ex, "id": numbers[ex["id"]]} for ex in rows.exchanges],
@@ -126,43 +125,52 @@ def read_sessions(
     return Recording([read_session(url, sid, progress) for sid in session_ids], origin="database")
 
 
+#: What an export reads of each frame (:func:`~mcp_proxy.store.stream.shaped_pages`): the
+#: writer's row (:data:`~mcp_proxy.recording.jsonl.WriteRow`), the shape as its class key.
+EXPORT_COLUMNS = (
+    "seq", "ts", "mono_ns", "shape", "msg_id", "error_code", "complete", "raw",
+    "http_exchange_id", "sse_id", "sse_event",
+)  # fmt: skip
+
+
 def stream_jsonl(
     url: str, session_ids: Sequence[str], progress: Progress | None = None
 ) -> Iterator[bytes]:
     """Sessions by exact id as JSON Lines, straight from the store (what ``export`` writes).
 
     The same bytes as ``iter_jsonl(read_sessions(...))`` (a test keeps them equal) without the
-    model in between: frames stream from ``frame_rows`` a page at a time as stored tuples
-    (:meth:`~mcp_proxy.store.recordings.RecordingStore.iter_frame_codes`), so memory stays one
-    page whatever the session's size, and no frame becomes a dict. Building a dict per frame
-    and reading through the decoding view were most of an export's time.
+    model in between: frames stream from ``frame_rows`` a page at a time as stored, their
+    direction, channel, kind and method as one shape
+    (:func:`~mcp_proxy.store.stream.shaped_pages`, as ``show`` reads them), into the one frame
+    writer; memory stays one page whatever the session's size, and no frame becomes a dict.
     """
-    from mcp_proxy.recording.jsonl import frame_chunks_from_rows, iter_jsonl_parts
-    from mcp_proxy.store.recordings import RecordingStore, class_key_parts
+    from mcp_proxy.errors import StoreError
+    from mcp_proxy.recording.jsonl import frame_chunks, iter_jsonl_parts
+    from mcp_proxy.store.recordings import RecordingStore
+    from mcp_proxy.store.stream import shaped_pages
+
+    def parts(rs: RecordingStore) -> Iterator[tuple[SessionRecording, Any]]:
+        for sid in session_ids:
+            rows = rs.session_rows(sid)
+            numbers = {ex["id"]: n for n, ex in enumerate(rows.exchanges, start=1)}
+            head = SessionRecording(
+                session=rows.session,
+                exchanges=[{**ex, "id": numbers[ex["id"]]} for ex in rows.exchanges],
+                findings=rows.findings,
+                annotations=rows.annotations,
+            )
+            shapes, pages = shaped_pages(url, sid, EXPORT_COLUMNS)
+
+            def classes(shape: int, shapes: Any = shapes) -> tuple[Any, Any, Any, Any]:
+                names = shapes(shape)
+                if None in names[:3]:
+                    raise StoreError(f"frame shape {shape} holds a code this mcptape does not know")
+                return names  # type: ignore[no-any-return]
+
+            yield head, frame_chunks(sid, pages, classes, numbers)
 
     with RecordingStore(url) as rs:
-        names: dict[int, str] = {}
-
-        def classes(key: int) -> tuple[str, str, str, str | None]:
-            direction, channel, kind, code = class_key_parts(key)
-            if code is not None and code not in names:
-                names.update(rs.method_names())
-            return direction, channel, kind, None if code is None else names.get(code)
-
-        def parts() -> Iterator[tuple[SessionRecording, Any]]:
-            for sid in session_ids:
-                rows = rs.session_rows(sid)
-                numbers = {ex["id"]: n for n, ex in enumerate(rows.exchanges, start=1)}
-                head = SessionRecording(
-                    session=rows.session,
-                    exchanges=[{**ex, "id": numbers[ex["id"]]} for ex in rows.exchanges],
-                    findings=rows.findings,
-                    annotations=rows.annotations,
-                )
-                pages = rs.iter_frame_codes(sid)
-                yield head, frame_chunks_from_rows(sid, pages, classes, numbers)
-
-        yield from iter_jsonl_parts(parts(), progress)
+        yield from iter_jsonl_parts(parts(rs), progress)
 
 
 async def export_bytes(store: Store, refs: Sequence[str], fmt: str = "jsonl") -> bytes:

@@ -19,6 +19,7 @@ import os
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass, field
+from itertools import batched
 from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.frames import Frame
@@ -31,6 +32,7 @@ from mcp_proxy.recording.model import (
     Progress,
     Recording,
     SessionRecording,
+    frame_rows,
     pick,
 )
 from mcp_proxy.store.rows import storable
@@ -272,34 +274,6 @@ def _notes(s: SessionRecording, done: _Written) -> list[dict[str, Any]]:
     return out
 
 
-def _model_rows(s: SessionRecording) -> Rows:
-    """The model's frame dicts as row tuples (formats read into the model: HAR)."""
-    out: Rows = []
-    for f in s.frames:
-        raw = bytes(f["raw"])
-        out.append(
-            (
-                f["seq"],
-                float(f["ts"]),
-                int(f.get("mono_ns") or 0),
-                f["direction"],
-                f["channel"],
-                f["kind"],
-                f.get("method"),
-                f.get("msg_id"),
-                f.get("error_code"),
-                len(raw),
-                bool(f.get("complete", True)),
-                bool(f.get("partial_parse", False)),
-                raw,
-                f.get("http_exchange_id"),
-                f.get("sse_id"),
-                f.get("sse_event"),
-            )
-        )
-    return out
-
-
 def import_recording(
     recording: Recording,
     db_url: str,
@@ -308,8 +282,9 @@ def import_recording(
     progress: Progress | None = None,
     redactor: Redactor | None = None,
 ) -> ImportResult:
-    """Load a recording (the model) into a database, in one transaction, each session with a
-    new id.
+    """Load a recording (the model: a HAR file read) into a database, in one transaction, each
+    session with a new id: its frames become rows (:func:`~mcp_proxy.recording.model.frame_rows`)
+    and take the one import path, a page at a time, as a JSON Lines file's do.
 
     The original id, the file and its format version are kept in ``meta["imported_from"]``.
     Frames are renumbered 1, 2, … as a live recording numbers them; findings and annotations
@@ -323,9 +298,8 @@ def import_recording(
     with RecordingStore(db_url, write=True) as rs, rs.import_writer() as writer:
         importer = _Importer(writer, _policy(redactor), progress, extra_meta)
         for s in recording.sessions:
-            rows = _model_rows(s)
-            for start in range(0, len(rows), IMPORT_PAGE):
-                importer.page(s, rows[start : start + IMPORT_PAGE])
+            for page in batched(frame_rows(s.frames), IMPORT_PAGE):
+                importer.page(s, list(page))
         result = importer.finish(recording)
         writer.commit()
     return result

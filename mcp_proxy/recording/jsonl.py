@@ -10,9 +10,11 @@ Three rules shape the code (the format itself is documented in ``docs/recording-
 - **Old files keep loading.** The header names a format version; older versions pass through a
   chain of upgrade steps (:data:`UPGRADES`), each a small stream transformer, before validation.
 
-A frame line is assembled from pre-encoded pieces instead of a dict per frame (an export from
-the database streams stored rows: :func:`frame_chunks_from_rows`), and reading
-(:mod:`mcp_proxy.recording.jsonl_read`) parses each line once.
+One writer (:func:`frame_chunks`) assembles a frame line from pre-encoded pieces of a row
+tuple, never a dict per frame: an export from the database streams stored rows through it,
+the model (mock, replay, HAR) reaches it through :func:`mcp_proxy.recording.model.frame_rows`.
+One reader (:mod:`mcp_proxy.recording.jsonl_read`) parses each line once into row tuples and
+classifies every frame from its bytes.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from mcp_proxy.recording.jsonl_read import (
     PROGRESS_STEP,
     UPGRADES,
     Records,
-    frame_from_record,
     frame_row,
     line_records,
     loads_recording,
@@ -46,8 +47,8 @@ from mcp_proxy.recording.model import (
     Progress,
     Recording,
     SessionRecording,
+    frame_rows,
     pick,
-    raw_fields,
 )
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
@@ -60,36 +61,10 @@ def _dump(record: dict[str, Any]) -> bytes:
     return _encode(record).encode("utf-8") + b"\n"
 
 
-def frame_record(session_id: str, f: dict[str, Any]) -> dict[str, Any]:
-    """The file record of one frame row (informative fields only when they say something)."""
-    rec: dict[str, Any] = {
-        "type": "frame",
-        "session": session_id,
-        "seq": f["seq"],
-        "ts": f["ts"],
-        "mono_ns": f["mono_ns"],
-        "dir": f["direction"],
-        "channel": f["channel"],
-        "kind": f.get("kind"),
-    }
-    for key, name in _OPTIONAL:
-        if f.get(key) is not None:
-            rec[name] = f[key]
-    if not f.get("complete", True):
-        rec["complete"] = False
-    rec.update(raw_fields(bytes(f["raw"])))
-    return rec
-
-
-_OPTIONAL = (
-    ("method", "method"),
-    ("msg_id", "id"),
-    ("error_code", "error_code"),
-    ("http_exchange_id", "exchange"),
-    ("sse_id", "sse_id"),
-    ("sse_event", "sse_event"),
-)
-_KEYS = {name: f',"{name}":' for _, name in _OPTIONAL}
+_KEYS = {
+    name: f',"{name}":'
+    for name in ("method", "id", "error_code", "exchange", "sse_id", "sse_event")
+}
 
 
 def _json(value: Any) -> str:
@@ -99,147 +74,39 @@ def _json(value: Any) -> str:
     return _encode(value)
 
 
-def _frame_line(prefix: str, f: dict[str, Any]) -> bytes:
-    """:func:`frame_record` as a line, without building the dict (the export's hot loop).
-
-    Produces exactly the bytes ``_dump(frame_record(...))`` would (a test keeps them equal):
-    the same key order, and strings through the same C encoder ``json.dumps`` uses. The
-    direction, channel, kind and method of a frame repeat across a session: their JSON is
-    made once per combination (:func:`_middle`).
-    """
-    ts = f["ts"]
-    get = f.get
-    key = (f["direction"], f["channel"], get("kind"), get("method"))
-    middle = _MIDDLES.get(key) if type(key[0]) is str and type(key[1]) is str else None
-    if middle is None:
-        middle = _middle(key)
-    line = (
-        f'{prefix}{f["seq"]},"ts":{float.__repr__(ts) if type(ts) is float else _encode(ts)}'
-        f',"mono_ns":{f["mono_ns"]}{middle}'
-    )
-    msg_id = get("msg_id")
-    if msg_id is not None:
-        line += ',"id":' + (_quote(msg_id) if type(msg_id) is str else _encode(msg_id))
-    for k in _RARE:
-        value = get(k)
-        if value is not None:
-            line += _KEYS[_RARE_NAMES[k]] + _json(value)
-    if not get("complete", True):
-        line += ',"complete":false'
-    raw = f["raw"]
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return f'{line},"base64":"{base64.b64encode(raw).decode("ascii")}"}}\n'.encode()
-    return f'{line},"text":{_quote(text)}}}\n'.encode()
-
-
-#: ``,"dir":…,"channel":…,"kind":…[,"method":…]`` per combination seen (a session has a few).
-_MIDDLES: dict[tuple[Any, ...], str] = {}
-_RARE = ("error_code", "http_exchange_id", "sse_id", "sse_event")
-_RARE_NAMES = dict(_OPTIONAL)
-
-
 def _middle(key: tuple[Any, ...]) -> str:
+    """``,"dir":…,"channel":…,"kind":…[,"method":…]`` of a frame's four class fields."""
     direction, channel, kind, method = key
     text = f',"dir":{_json(direction)},"channel":{_json(channel)},"kind":{_json(kind)}'
     if method is not None:
         text += _KEYS["method"] + _json(method)
-    if all(v is None or type(v) is str for v in key) and len(_MIDDLES) < 4096:
-        _MIDDLES[key] = text
     return text
 
 
-def _frame_lines(
-    s: SessionRecording, counts: dict[str, int], progress: Progress | None
-) -> Iterator[bytes]:
-    prefix = '{"type":"frame","session":' + _encode(s.id) + ',"seq":'
-    batch: list[bytes] = []
-    for f in s.frames:
-        if not isinstance(f["seq"], int) or not isinstance(f["mono_ns"], int):
-            batch.append(_dump(frame_record(s.id, f)))  # odd types: the general path
-        else:
-            batch.append(_frame_line(prefix, f))
-        if len(batch) >= PROGRESS_STEP:
-            counts["frames"] += len(batch)
-            yield b"".join(batch)
-            if progress is not None:
-                progress(len(batch))
-            batch = []
-    if batch:
-        counts["frames"] += len(batch)
-        yield b"".join(batch)
-        if progress is not None:
-            progress(len(batch))
-
-
+#: A frame row as the writer takes it: ``(seq, ts, mono_ns, class, msg_id, error_code,
+#: complete, raw, exchange, sse_id, sse_event)`` — ``recording.database.EXPORT_COLUMNS``, where
+#: ``class`` is any key that the writer's ``classes`` turns into ``(direction, channel, kind,
+#: method)`` (a stored shape integer; a tuple of the four for rows of the model).
+WriteRow = tuple[Any, ...]
 #: A session's frame lines, as chunks: given the counts to keep and the progress callback.
 FrameChunks = Callable[[dict[str, int], Progress | None], Iterator[bytes]]
 
 
-def iter_jsonl(recording: Recording, progress: Progress | None = None) -> Iterator[bytes]:
-    """The recording as JSON Lines, in chunks of whole lines (pure, deterministic)."""
-    return iter_jsonl_parts(((s, _model_frames(s)) for s in recording.sessions), progress)
-
-
-def _model_frames(s: SessionRecording) -> FrameChunks:
-    def chunks(counts: dict[str, int], progress: Progress | None) -> Iterator[bytes]:
-        return _frame_lines(s, counts, progress)
-
-    return chunks
-
-
-def iter_jsonl_parts(
-    parts: Iterable[tuple[SessionRecording, FrameChunks]], progress: Progress | None = None
-) -> Iterator[bytes]:
-    """JSON Lines from sessions whose frames come from elsewhere: each part is a session (its
-    ``frames`` unused) and the function that writes its frame lines. :func:`iter_jsonl` gives
-    the model's frames; an export from the database streams pages of stored rows
-    (:func:`frame_chunks_from_rows`) and never holds the session in memory."""
-    yield _dump(
-        {"format": FORMAT_NAME, "version": FORMAT_VERSION, "generator": f"mcptape {__version__}"}
-    )
-    counts = {"sessions": 0, "http_exchanges": 0, "frames": 0, "findings": 0, "annotations": 0}
-    for s, frame_chunks in parts:
-        sid = s.id
-        yield _dump({"type": "session", **pick(s.session, SESSION_FIELDS)})
-        counts["sessions"] += 1
-        for ex in s.exchanges:
-            yield _dump(
-                {
-                    "type": "http_exchange",
-                    "session": sid,
-                    "n": ex["id"],
-                    **pick(ex, EXCHANGE_FIELDS),
-                }
-            )
-            counts["http_exchanges"] += 1
-        yield from frame_chunks(counts, progress)
-        for fi in s.findings:
-            yield _dump({"type": "finding", "session": sid, **pick(fi, FINDING_FIELDS)})
-            counts["findings"] += 1
-        for an in s.annotations:
-            yield _dump({"type": "annotation", "session": sid, **pick(an, ANNOTATION_FIELDS)})
-            counts["annotations"] += 1
-    yield _dump({"type": "end", **counts})
-
-
-def frame_chunks_from_rows(
+def frame_chunks(
     session_id: str,
-    pages: Iterable[Sequence[tuple[Any, ...]]],
-    classes: Callable[[int], tuple[str, str, str, str | None]],
-    exchange_numbers: dict[int, int],
+    pages: Iterable[Sequence[WriteRow]],
+    classes: Callable[[Any], tuple[Any, Any, Any, Any]],
+    exchange_numbers: dict[int, int] | None = None,
 ) -> FrameChunks:
-    """Frame lines from stored rows (``EXPORT_COLUMNS`` of :mod:`mcp_proxy.store.recordings`),
-    a chunk per page: the bytes :func:`_frame_line` writes for the same frame as a dict (a test
-    keeps them equal), without the dict.
+    """The one frame writer: frame lines from pages of :data:`WriteRow`, a chunk per page.
 
-    ``classes`` turns a row's ``class_key`` into ``(direction, channel, kind, method)``; its JSON
-    is made once per key. ``exchange_numbers`` maps a database exchange id to its number in the
-    session. Lines of a page are joined as text and encoded once.
+    ``classes`` turns a row's class key into ``(direction, channel, kind, method)``; its JSON
+    is made once per key. ``exchange_numbers`` maps a row's exchange (a database id) to its
+    number in the session; None: the rows carry the numbers already. Lines of a page are
+    joined as text and encoded once.
     """
     prefix = '{"type":"frame","session":' + _encode(session_id) + ',"seq":'
-    middles: dict[int, str] = {}
+    middles: dict[Any, str] = {}
 
     def chunks(counts: dict[str, int], progress: Progress | None) -> Iterator[bytes]:
         for page in pages:
@@ -254,12 +121,12 @@ def frame_chunks_from_rows(
 
 def _row_lines(
     prefix: str,
-    page: Sequence[tuple[Any, ...]],
-    middles: dict[int, str],
-    classes: Callable[[int], tuple[str, str, str, str | None]],
-    numbers: dict[int, int],
+    page: Sequence[WriteRow],
+    middles: dict[Any, str],
+    classes: Callable[[Any], tuple[Any, Any, Any, Any]],
+    numbers: dict[int, int] | None,
 ) -> str:
-    """One page of stored rows as frame lines (the export's hot loop)."""
+    """One page of rows as frame lines (the export's hot loop)."""
     out: list[str] = []
     append = out.append
     quote = _quote
@@ -272,9 +139,11 @@ def _row_lines(
             f',"mono_ns":{mono}{middle}'
         )
         if msg_id is not None:
-            line += ',"id":' + quote(msg_id)
+            line += ',"id":' + (quote(msg_id) if type(msg_id) is str else _encode(msg_id))
         if code is not None or ex is not None or sse_id is not None or sse_event is not None:
-            line += _rare_fields(code, None if ex is None else numbers.get(ex), sse_id, sse_event)
+            if ex is not None and numbers is not None:
+                ex = numbers.get(ex)
+            line += _rare_fields(code, ex, sse_id, sse_event)
         if not complete:
             line += ',"complete":false'
         if type(raw) is not bytes:
@@ -298,6 +167,65 @@ def _rare_fields(code: Any, exchange: Any, sse_id: Any, sse_event: Any) -> str:
         if value is not None:
             text += _KEYS[name] + _json(value)
     return text
+
+
+def _model_pages(s: SessionRecording) -> Iterator[list[WriteRow]]:
+    """The model's frames as pages of :data:`WriteRow` (their class key: the four fields)."""
+    page: list[WriteRow] = []
+    for r in frame_rows(s.frames):
+        page.append((r[0], r[1], r[2], r[3:7], *r[7:9], r[10], *r[12:]))
+        if len(page) >= PROGRESS_STEP:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
+def _same(key: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
+    return key
+
+
+def iter_jsonl(recording: Recording, progress: Progress | None = None) -> Iterator[bytes]:
+    """The recording as JSON Lines, in chunks of whole lines (pure, deterministic): the
+    model's frames through the one frame writer (:func:`frame_chunks`)."""
+    return iter_jsonl_parts(
+        ((s, frame_chunks(s.id, _model_pages(s), _same)) for s in recording.sessions), progress
+    )
+
+
+def iter_jsonl_parts(
+    parts: Iterable[tuple[SessionRecording, FrameChunks]], progress: Progress | None = None
+) -> Iterator[bytes]:
+    """JSON Lines from sessions and their frame writers: each part is a session (its
+    ``frames`` unused) and the :func:`frame_chunks` that writes its frame lines (from the
+    model, :func:`iter_jsonl`; or from pages of stored rows, which an export from the database
+    streams without holding the session in memory)."""
+    yield _dump(
+        {"format": FORMAT_NAME, "version": FORMAT_VERSION, "generator": f"mcptape {__version__}"}
+    )
+    counts = {"sessions": 0, "http_exchanges": 0, "frames": 0, "findings": 0, "annotations": 0}
+    for s, chunks in parts:
+        sid = s.id
+        yield _dump({"type": "session", **pick(s.session, SESSION_FIELDS)})
+        counts["sessions"] += 1
+        for ex in s.exchanges:
+            yield _dump(
+                {
+                    "type": "http_exchange",
+                    "session": sid,
+                    "n": ex["id"],
+                    **pick(ex, EXCHANGE_FIELDS),
+                }
+            )
+            counts["http_exchanges"] += 1
+        yield from chunks(counts, progress)
+        for fi in s.findings:
+            yield _dump({"type": "finding", "session": sid, **pick(fi, FINDING_FIELDS)})
+            counts["findings"] += 1
+        for an in s.annotations:
+            yield _dump({"type": "annotation", "session": sid, **pick(an, ANNOTATION_FIELDS)})
+            counts["annotations"] += 1
+    yield _dump({"type": "end", **counts})
 
 
 def dumps_jsonl(recording: Recording) -> bytes:
@@ -352,9 +280,7 @@ __all__ = [
     "UPGRADES",
     "Records",
     "dumps_jsonl",
-    "frame_chunks_from_rows",
-    "frame_from_record",
-    "frame_record",
+    "frame_chunks",
     "frame_row",
     "iter_jsonl",
     "iter_jsonl_parts",

@@ -1,12 +1,14 @@
 """Reading mcptape's JSON Lines recordings: parsing, validation and version upgrades.
 
 The reading half of :mod:`mcp_proxy.recording.jsonl` (the format's module, which re-exports
-what is public here). Three results from one reader (:func:`read_rows`): :func:`loads_recording`
-builds the model (a dict per frame, for diff, replay and mock), :func:`loads_rows` gives each
-session's frames as row tuples in ``FRAME_COLUMNS`` order, and :func:`stream_rows` reads a file
-a block at a time and hands an import its frames a page at a time (memory bounded whatever the
-file's size). Every value is checked (:mod:`mcp_proxy.recording.validate`); every problem is
-one line naming the file, the line and the reason.
+what is public here). One reader (:func:`read_rows`), lines to row tuples in ``FRAME_COLUMNS``
+order, each frame classified from its bytes (never from what the file says): :func:`stream_rows`
+reads a file a block at a time and hands an import its frames a page at a time (memory bounded
+whatever the file's size), :func:`loads_rows` reads bytes in memory, and
+:func:`loads_recording` builds the model from those rows (a dict per frame, for diff, replay
+and mock: :func:`~mcp_proxy.recording.model.frame_dicts`). Every value is checked
+(:mod:`mcp_proxy.recording.validate`); every problem is one line naming the file, the line and
+the reason.
 """
 
 from __future__ import annotations
@@ -20,9 +22,8 @@ from typing import Any, BinaryIO
 
 from orjson import loads as _orjson_loads
 
-from mcp_proxy import __version__
 from mcp_proxy.errors import NotFoundError, UserError
-from mcp_proxy.frames import FULL_PARSE_LIMIT, Channel, Direction, Kind, classify, has_long_number
+from mcp_proxy.frames import Channel, Direction, classify, has_long_number
 from mcp_proxy.limits import IMPORT_LINE_MAX, IMPORT_READ, IMPORT_SEQ_MAX, IMPORT_TIME_MAX
 from mcp_proxy.recording import validate
 from mcp_proxy.recording.model import (
@@ -34,10 +35,10 @@ from mcp_proxy.recording.model import (
     Recording,
     RecordingFormatError,
     SessionRecording,
+    frame_dicts,
     pick,
     raw_fields,
 )
-from mcp_proxy.store.columns import FRAME_COLUMNS
 
 FORMAT_NAME = "mcptape-recording"
 #: The version this mcptape writes. Readers accept every version from 1 up to this one.
@@ -306,57 +307,13 @@ def _frame_raw(rec: dict[str, Any], where: str) -> bytes:
     raise RecordingFormatError(f"{where}: a frame needs 'text' or 'base64'")
 
 
-_KINDS = frozenset(k.value for k in Kind)
-_NEED_METHOD = frozenset((Kind.REQUEST.value, Kind.NOTIFICATION.value))
-_NEED_ID = frozenset((Kind.REQUEST.value, Kind.RESPONSE.value, Kind.ERROR.value))
-#: The ``frames.method`` column's length: a method this long may have been cut to fit.
-_METHOD_COLUMN = 200
-
-
-def _recorded_class(rec: dict[str, Any], raw: bytes) -> tuple[Any, ...] | None:
-    """The record's own kind, method, id and error code, when they can stand for a reclassify.
-
-    Only for files this very mcptape wrote (the reader checks the generator): their fields came
-    from the classifier that would run now, so parsing every frame a second time would only
-    repeat it — that second parse was half of an import's time. Anything odd (a missing or
-    unknown kind, a wrong type, a frame too big to have been parsed in full) is reclassified.
-    """
-    kind = rec.get("kind")
-    if kind not in _KINDS or len(raw) > FULL_PARSE_LIMIT:
-        return None
-    method = rec.get("method")
-    msg_id = rec.get("id")
-    code = rec.get("error_code")
-    if (
-        (method is not None and type(method) is not str)
-        or (msg_id is not None and type(msg_id) is not str)
-        or (code is not None and type(code) is not int)
-    ):
-        return None
-    # A message kind without the field it is defined by: the database could not hold the value
-    # (too long, a lone surrogate), so the export left it out. Recompute it from the bytes.
-    if (method is None and kind in _NEED_METHOD) or (msg_id is None and kind in _NEED_ID):
-        return None
-    # A value the database may have altered to hold it (an escaped surrogate, a method cut to
-    # its column, an id's short stand-in): the bytes say what it really was.
-    if (method is not None and ("\\" in method or len(method) >= _METHOD_COLUMN)) or (
-        msg_id is not None and ("\\" in msg_id or "…#" in msg_id)
-    ):
-        return None
-    return kind, method, msg_id, code, False
-
-
-def frame_from_record(rec: dict[str, Any], where: str, trusted: bool = False) -> dict[str, Any]:
-    """A file's frame record → a frame row dict (validated; kind, method and id recomputed)."""
-    return dict(zip(FRAME_COLUMNS, frame_row(rec, where, trusted), strict=True))
-
-
-def frame_row(rec: dict[str, Any], where: str, trusted: bool = False) -> tuple[Any, ...]:
+def frame_row(rec: dict[str, Any], where: str) -> tuple[Any, ...]:
     """A file's frame record → a frame row tuple (``FRAME_COLUMNS`` order), validated.
 
-    With ``trusted`` (the file was written by this mcptape), the record's own kind, method, id
-    and error code are kept when well-formed instead of being recomputed from the bytes. A
-    tuple, not a dict: an import moves it to the store as it is.
+    The bytes decide: kind, method, id and error code are classified from the frame's bytes
+    (:func:`mcp_proxy.frames.classify`), never taken from the record, whoever wrote the file
+    (its header's say-so is no proof). A tuple, not a dict: an import moves it to the store as
+    it is.
 
     The common record (every field of the right type, UTF-8 ``text``, none of the rare fields)
     is read with one lookup per field; anything else takes :func:`_frame_row_checked`, which
@@ -367,7 +324,7 @@ def frame_row(rec: dict[str, Any], where: str, trusted: bool = False) -> tuple[A
             rec["seq"], rec["ts"], rec["mono_ns"], rec["dir"], rec["channel"], rec["text"]
         )  # fmt: skip
     except KeyError:
-        return _frame_row_checked(rec, where, trusted)
+        return _frame_row_checked(rec, where)
     if (
         type(seq) is not int
         or type(ts) is not float
@@ -380,18 +337,15 @@ def frame_row(rec: dict[str, Any], where: str, trusted: bool = False) -> tuple[A
         or channel not in _CHANNELS
         or not _RARE_KEYS.isdisjoint(rec)
     ):
-        return _frame_row_checked(rec, where, trusted)
+        return _frame_row_checked(rec, where)
     try:
         raw = text.encode("utf-8")
     except UnicodeEncodeError:
-        return _frame_row_checked(rec, where, trusted)
-    known = _recorded_class(rec, raw) if trusted else None
-    if known is None:
-        c = classify(raw, channel)
-        known = (c.kind.value, c.method, c.msg_id, c.error_code, c.partial)
+        return _frame_row_checked(rec, where)
+    c = classify(raw, channel)
     return (
-        seq, ts, mono, direction, channel, *known[:4], len(raw), True, known[4], raw,
-        None, None, None,
+        seq, ts, mono, direction, channel, c.kind.value, c.method, c.msg_id, c.error_code,
+        len(raw), True, c.partial, raw, None, None, None,
     )  # fmt: skip
 
 
@@ -402,7 +356,7 @@ _RARE_KEYS = frozenset(("exchange", "complete", "sse_id", "sse_event", "base64")
 _INT64_LO, _INT64_HI = -(2**63), 2**63 - 1
 
 
-def _frame_row_checked(rec: dict[str, Any], where: str, trusted: bool) -> tuple[Any, ...]:
+def _frame_row_checked(rec: dict[str, Any], where: str) -> tuple[Any, ...]:
     seq = rec.get("seq")
     if type(seq) is not int:
         _need(rec, "seq", int, where)
@@ -421,10 +375,7 @@ def _frame_row_checked(rec: dict[str, Any], where: str, trusted: bool) -> tuple[
     if channel not in _CHANNELS:
         raise RecordingFormatError(f"{where}: unknown channel {channel!r}")
     raw = _frame_raw(rec, where)
-    known = _recorded_class(rec, raw) if trusted else None
-    if known is None:
-        c = classify(raw, channel)
-        known = (c.kind.value, c.method, c.msg_id, c.error_code, c.partial)
+    c = classify(raw, channel)
     exchange = rec.get("exchange")
     if exchange is not None and type(exchange) is not int:
         raise RecordingFormatError(f"{where}: 'exchange' must be an integer")
@@ -437,10 +388,13 @@ def _frame_row_checked(rec: dict[str, Any], where: str, trusted: bool) -> tuple[
         mono,
         direction,
         channel,
-        *known[:4],
+        c.kind.value,
+        c.method,
+        c.msg_id,
+        c.error_code,
         len(raw),
         rec.get("complete", True) is not False,
-        known[4],
+        c.partial,
         raw,
         exchange,
         rec.get("sse_id"),
@@ -448,8 +402,9 @@ def _frame_row_checked(rec: dict[str, Any], where: str, trusted: bool) -> tuple[
     )
 
 
-def _header(stream: Records, origin: str) -> tuple[int, dict[str, Any]]:
-    """Read and check the header line; returns the file's format version and the header."""
+def _header(stream: Records, origin: str) -> int:
+    """Read and check the header line; returns the file's format version (what else the header
+    says, such as its ``generator``, is informative: it decides nothing)."""
     try:
         _, header = next(stream)
     except StopIteration:
@@ -470,7 +425,7 @@ def _header(stream: Records, origin: str) -> tuple[int, dict[str, Any]]:
             f"{origin} is format version {version}, newer than this mcptape reads"
             f" (up to {FORMAT_VERSION}); upgrade mcptape"
         )
-    return version, header
+    return version
 
 
 #: Called with a session and a page of its frame rows, which it owns from then on.
@@ -480,9 +435,8 @@ OnPage = Callable[[SessionRecording, list[tuple[Any, ...]]], None]
 class _Reader:
     """Builds the model from validated records, one record at a time."""
 
-    def __init__(self, origin: str, progress: Progress | None, trusted: bool) -> None:
+    def __init__(self, origin: str, progress: Progress | None) -> None:
         self.origin = origin
-        self.trusted = trusted
         self.progress = progress
         self.sessions: dict[str, SessionRecording] = {}
         self.order: list[SessionRecording] = []
@@ -537,7 +491,7 @@ class _Reader:
             self.counts["annotations"] += 1
 
     def frame(self, owner: SessionRecording, rec: dict[str, Any], where: str) -> None:
-        row = frame_row(rec, where, self.trusted)
+        row = frame_row(rec, where)
         if row[0] <= self.last[owner.id]:
             raise RecordingFormatError(f"{where}: frame seq {row[0]} is out of order")
         ex = row[13]
@@ -581,8 +535,6 @@ def loads_recording(
     data: bytes,
     origin: str = "recording",
     progress: Progress | None = None,
-    *,
-    reclassify: bool = False,
 ) -> Recording:
     """Parse, upgrade and validate a recording file's bytes (pure).
 
@@ -591,9 +543,9 @@ def loads_recording(
     line or a count, an unknown format version, a HAR file given as JSON Lines, a value no
     recording holds (``docs/recording-format.md``, "Values").
     """
-    recording, rows = loads_rows(data, origin, progress, reclassify=reclassify)
+    recording, rows = loads_rows(data, origin, progress)
     for s, frames in zip(recording.sessions, rows, strict=True):
-        s.frames = [dict(zip(FRAME_COLUMNS, r, strict=True)) for r in frames]
+        s.frames = frame_dicts(frames)
         frames.clear()  # one copy of a big session at a time
     return recording
 
@@ -602,14 +554,12 @@ def loads_rows(
     data: bytes,
     origin: str = "recording",
     progress: Progress | None = None,
-    *,
-    reclassify: bool = False,
 ) -> tuple[Recording, list[list[tuple[Any, ...]]]]:
     """:func:`loads_recording` as row tuples: the sessions without their frames, and each
     session's frames as row tuples (``FRAME_COLUMNS`` order), validated the same way."""
     if not data.strip():
         raise RecordingFormatError(f"{origin} is empty")
-    return read_rows(line_records(data, origin), origin, progress, reclassify=reclassify)
+    return read_rows(line_records(data, origin), origin, progress)
 
 
 def stream_rows(
@@ -618,7 +568,6 @@ def stream_rows(
     page: int,
     progress: Progress | None = None,
     *,
-    reclassify: bool = False,
     read_bytes: Progress | None = None,
 ) -> Recording:
     """Read, upgrade and validate a recording file as a stream (what ``import`` does): each
@@ -637,7 +586,6 @@ def stream_rows(
         _block_lines(blocks, origin, whole),
         origin,
         progress,
-        reclassify=reclassify,
         on_page=on_page,
         page=page,
     )
@@ -662,7 +610,6 @@ def read_rows(
     origin: str,
     progress: Progress | None = None,
     *,
-    reclassify: bool = False,
     on_page: OnPage | None = None,
     page: int = sys.maxsize,
 ) -> tuple[Recording, list[list[tuple[Any, ...]]]]:
@@ -671,16 +618,11 @@ def read_rows(
 
     A dict per frame was a third of an import's time, for fields the store wants as a tuple.
     """
-    version, header = _header(stream, origin)
+    version = _header(stream, origin)
     records: Records = stream
     for v in range(version, FORMAT_VERSION):
         records = UPGRADES[v](records)
-    trusted = (
-        not reclassify
-        and version == FORMAT_VERSION
-        and header.get("generator") == f"mcptape {__version__}"
-    )
-    reader = _Reader(origin, progress, trusted)
+    reader = _Reader(origin, progress)
     end: dict[str, Any] | None = None
     last_line = 1
     rows_of = reader.rows
@@ -701,9 +643,9 @@ def read_rows(
                 reader.owned(rec, "frame", f"{origin} line {lineno}")  # raises: unknown session
                 continue
             try:
-                row = row_of(rec, "", trusted)
+                row = row_of(rec, "")
             except RecordingFormatError:
-                row_of(rec, f"{origin} line {lineno}", trusted)
+                row_of(rec, f"{origin} line {lineno}")
                 raise
             if row[0] <= last_of[sid]:
                 raise RecordingFormatError(

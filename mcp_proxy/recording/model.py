@@ -17,6 +17,7 @@ from typing import Any
 
 from mcp_proxy.errors import NotFoundError, UserError
 from mcp_proxy.frames import parse_json, text_or_none
+from mcp_proxy.store.columns import FRAME_COLUMNS
 
 #: Session columns carried by recordings, in file order. ``pid`` is left out: it means nothing
 #: elsewhere.
@@ -176,6 +177,37 @@ def frame_messages(s: SessionRecording) -> Iterator[tuple[dict[str, Any], Any]]:
             msg = parse_json(bytes(f["raw"]))
             if msg is not None:
                 yield f, msg
+
+
+def frame_rows(frames: Iterable[dict[str, Any]]) -> Iterator[tuple[Any, ...]]:
+    """The model's frame dicts as frame rows (``FRAME_COLUMNS`` order): the one adapter from
+    the model to the row every writer takes (JSON Lines, an import)."""
+    for f in frames:
+        raw = bytes(f["raw"])
+        yield (
+            f["seq"],
+            float(f["ts"]),
+            int(f.get("mono_ns") or 0),
+            f["direction"],
+            f["channel"],
+            f.get("kind"),
+            f.get("method"),
+            f.get("msg_id"),
+            f.get("error_code"),
+            len(raw),
+            bool(f.get("complete", True)),
+            bool(f.get("partial_parse", False)),
+            raw,
+            f.get("http_exchange_id"),
+            f.get("sse_id"),
+            f.get("sse_event"),
+        )
+
+
+def frame_dicts(rows: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Frame rows as the model's frame dicts (for diff, replay and mock, which read fields by
+    name): the one adapter from the row back to the model."""
+    return [dict(zip(FRAME_COLUMNS, r, strict=True)) for r in rows]
 
 
 def write_file(path: str | os.PathLike[str], chunks: Iterable[bytes]) -> None:

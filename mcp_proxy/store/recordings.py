@@ -14,7 +14,7 @@ to and from its model.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,59 +28,20 @@ from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store import schema
 from mcp_proxy.store.columns import (
     CHANNEL_CODES,
-    CHANNEL_NAMES,
     DIRECTION_CODES,
-    DIRECTION_NAMES,
     FRAME_COLUMNS,
     KIND_CODES,
-    KIND_NAMES,
     STORED_FRAME_COLS,
-    keyset_pages,
 )
 from mcp_proxy.store.rows import storable
-from mcp_proxy.store.schema import findings, frames, http_exchanges, methods, sessions
+from mcp_proxy.store.schema import findings, http_exchanges, sessions
 
 __all__ = [
-    "EXPORT_COLUMNS",
     "FRAME_COLUMNS",
     "ImportWriter",
     "RecordingStore",
     "SessionRows",
-    "class_key_parts",
 ]
-
-#: The columns :meth:`RecordingStore.iter_frame_codes` gives, in order. ``class_key`` folds a
-#: frame's direction, channel, kind and method codes into one integer (:func:`class_key_parts`).
-EXPORT_COLUMNS = (
-    "seq", "ts", "mono_ns", "class_key", "msg_id", "error_code", "complete", "raw",
-    "http_exchange_id", "sse_id", "sse_event",
-)  # fmt: skip
-_EXPORT_SQL = (
-    "f.seq", "f.ts", "f.mono_ns",
-    "f.direction + 2 * f.channel + 16 * f.kind"
-    " + 256 * CAST(COALESCE(f.method_code, -1) + 1 AS BIGINT)",
-    "f.msg_id", "f.error_code", "f.complete", "f.raw", "f.http_exchange_id", "f.sse_id",
-    "f.sse_event",
-)  # fmt: skip
-assert max(DIRECTION_CODES.values()) < 2 and max(CHANNEL_CODES.values()) < 8
-assert max(KIND_CODES.values()) < 16  # the fields of a class key must not overlap
-
-
-def class_key_parts(key: int) -> tuple[str, str, str, int | None]:
-    """``(direction, channel, kind, method code or None)`` of an export row's ``class_key``.
-
-    Raises ``StoreError`` for a code this mcptape does not know (a database written by a newer
-    one; the schema check refuses those first).
-    """
-    try:
-        return (
-            DIRECTION_NAMES[key & 1],
-            CHANNEL_NAMES[(key >> 1) & 7],
-            KIND_NAMES[(key >> 4) & 15],
-            (key >> 8) - 1 if key >> 8 else None,
-        )
-    except KeyError:
-        raise StoreError(f"frame class {key} holds a code this mcptape does not know") from None
 
 
 #: Column limits of the schema that a derived value must fit (the raw bytes always go in whole).
@@ -88,7 +49,6 @@ _METHOD_MAX = 200
 _MSG_ID_MAX = 300
 _SSE_ID_MAX = 200
 _SSE_EVENT_MAX = 100
-PAGE = 10_000
 #: SQLite page cache for an import's connection, in KiB (``limits.IMPORT_SQLITE_CACHE_KIB``).
 BULK_CACHE_KIB = IMPORT_SQLITE_CACHE_KIB
 
@@ -164,91 +124,6 @@ class RecordingStore:
             .order_by(schema.annotations.c.created_at, schema.annotations.c.id)
         )
         return SessionRows(found[0], exchanges, recorded, notes)
-
-    def iter_frames(self, session_id: str, page: int = PAGE) -> Iterator[list[tuple[Any, ...]]]:
-        """A session's frames in seq order, a page of row tuples (:data:`FRAME_COLUMNS`) at a time.
-
-        Keyset pages over the ``(session_id, seq)`` index, so memory stays one page whatever the
-        session's size, and a page costs one statement. Rows come from the DBAPI cursor as they
-        are (SQLAlchemy's per-row result objects were most of an export's read time): booleans
-        may be 0/1 on SQLite; the caller makes them booleans.
-        """
-        cols = [frames.c[name] for name in FRAME_COLUMNS]
-        stmt = (
-            sa.select(*cols)
-            .where(frames.c.session_id == sa.bindparam("sid"), frames.c.seq > sa.bindparam("after"))
-            .order_by(frames.c.seq)
-            .limit(page)
-        )
-        compiled = stmt.compile(dialect=self.engine.dialect)
-        sql = str(compiled)
-        order = tuple(compiled.positiontup or ()) if compiled.positional else None
-        after = -1  # seq starts at 1; must fit a 32-bit INTEGER on PostgreSQL
-        try:
-            with self.engine.connect() as conn:
-                cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-                try:
-
-                    def bind(after: int) -> Any:
-                        values = compiled.construct_params({"sid": session_id, "after": after})
-                        return tuple(values[k] for k in order) if order else values
-
-                    for rows in keyset_pages(cursor, sql, bind, page, after=after):
-                        yield [tuple(r) for r in rows]
-                finally:
-                    cursor.close()
-        except (sa.exc.DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
-            raise StoreError(_short(exc)) from exc
-
-    def _dbapi_cursor(self, conn: sa.Connection) -> Any:
-        return conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-
-    def _marker(self) -> str:
-        return "?" if self.engine.dialect.name == "sqlite" else "%s"
-
-    def method_names(self) -> dict[int, str]:
-        """``methods.code`` → name: what an export decodes ``frame_rows.method_code`` with."""
-        try:
-            with self.engine.connect() as conn:
-                return {
-                    int(c): str(n)
-                    for c, n in conn.execute(sa.select(methods.c.code, methods.c.name))
-                }
-        except sa.exc.DBAPIError as exc:
-            raise StoreError(_short(exc)) from exc
-
-    def iter_frame_codes(
-        self, session_id: str, page: int = PAGE
-    ) -> Iterator[list[tuple[Any, ...]]]:
-        """A session's frames as stored, in seq order, a page of :data:`EXPORT_COLUMNS` tuples at
-        a time: what ``export`` writes, read without the ``frames`` view.
-
-        The view joins ``session_keys`` and ``methods`` per row and decodes three codes with
-        ``CASE``; an export needs none of it — the session key is looked up once, the method
-        names once per database, and direction, channel, kind and method come folded into one
-        integer (:func:`class_key_parts`) that the writer looks up in a small dict per
-        combination. Keyset pages on ``(session_key, seq)``, one statement each, rows straight
-        from the DBAPI cursor.
-        """
-        mark = self._marker()
-        sql = (
-            f"SELECT {', '.join(_EXPORT_SQL)} FROM frame_rows AS f"
-            f" WHERE f.session_key = {mark} AND f.seq > {mark} ORDER BY f.seq LIMIT {int(page)}"
-        )
-        try:
-            with self.engine.connect() as conn:
-                cursor = self._dbapi_cursor(conn)
-                try:
-                    cursor.execute(f"SELECT key FROM session_keys WHERE id = {mark}", (session_id,))
-                    found = cursor.fetchone()
-                    if found is None:
-                        return
-                    key = int(found[0])
-                    yield from keyset_pages(cursor, sql, lambda after: (key, after), page)
-                finally:
-                    cursor.close()
-        except (sa.exc.DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
-            raise StoreError(_short(exc)) from exc
 
     # ------------------------------------------------------------------ writing
     def import_writer(self) -> ImportWriter:

@@ -4,8 +4,10 @@
 with bounded memory. Row dictionaries from the async API cost more than printing the frame, so
 this reader is synchronous, fetches in batches and yields tuples in the fixed order of
 :data:`~mcp_proxy.store.columns.FRAME_COLUMNS`: for SQLite straight from the standard library's
-driver (``shaped_batches``: ``frame_rows`` as stored), elsewhere through SQLAlchemy with a
-server-side cursor (imported only then).
+driver (``shaped_batches``: ``frame_rows`` as stored), elsewhere from the driver's cursor in
+keyset pages (SQLAlchemy, imported only then, opens the connection). Bulk reads of frames take
+this one stream (``show``, the analysis, a session read into the model); pages and small
+queries take the async store (``queries.py``, ``pages.py``).
 """
 
 from __future__ import annotations
@@ -15,24 +17,18 @@ from collections.abc import Iterator
 from typing import Any
 
 from mcp_proxy.errors import StoreError
+from mcp_proxy.limits import SHAPE_CACHE
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.columns import (
     CHANNEL_NAMES,
     DIRECTION_NAMES,
     FRAME_COLUMNS,
     KIND_NAMES,
+    keyset_pages,
     stream_sql,
 )
 
-#: Kept for callers of the old name: the tuples carry :data:`FRAME_COLUMNS`, the store's one list.
-SHOW_COLUMNS = FRAME_COLUMNS
 BATCH = 5000
-
-
-def stream_frames(url: str, session_id: str, *, batch: int = BATCH) -> Iterator[tuple[Any, ...]]:
-    """The session's frames in order, as tuples of :data:`FRAME_COLUMNS` (memory: one batch)."""
-    for rows in frame_batches(url, session_id, batch=batch):
-        yield from rows
 
 
 def frame_batches(
@@ -56,23 +52,45 @@ def frame_batches(
     if path is not None:
         yield from _sqlite_rows(str(path), session_id, batch, columns)
         return
-    # Other dialects through SQLAlchemy, imported here: a SQLite reader never needs it.
+    yield from _dbapi_rows(url, session_id, batch, columns)
+
+
+def _dbapi_rows(
+    url: str, session_id: str, batch: int, columns: tuple[str, ...]
+) -> Iterator[list[tuple[Any, ...]]]:
+    """Other dialects: keyset pages of the ``frames`` view on the ``(session_id, seq)`` index,
+    straight from the driver's cursor (one statement a page; SQLAlchemy, imported here, only
+    opens the connection and writes the statement: a SQLite reader never needs it)."""
     import sqlalchemy as sa
 
     from mcp_proxy.store.schema import frames
 
-    engine = engine_mod.sync_engine(url)
+    wanted = columns if "seq" in columns else (*columns, "seq")
     stmt = (
-        sa.select(*(frames.c[name] for name in columns))
-        .where(frames.c.session_id == session_id)
+        sa.select(*(frames.c[name] for name in wanted))
+        .where(frames.c.session_id == sa.bindparam("sid"), frames.c.seq > sa.bindparam("after"))
         .order_by(frames.c.seq)
+        .limit(batch)
     )
+    engine = engine_mod.sync_engine(url)
+    compiled = stmt.compile(dialect=engine.dialect)
+    order = tuple(compiled.positiontup or ()) if compiled.positional else None
+
+    def bind(after: int) -> Any:
+        values = compiled.construct_params({"sid": session_id, "after": after})
+        return tuple(values[k] for k in order) if order else values
+
+    extra = len(wanted) > len(columns)
     try:
         with engine.connect() as conn:
-            result = conn.execution_options(stream_results=True, yield_per=batch).execute(stmt)
-            for part in result.partitions():
-                yield [tuple(row) for row in part]
-    except sa.exc.DBAPIError as exc:
+            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                pages = keyset_pages(cursor, str(compiled), bind, batch, key_at=wanted.index("seq"))
+                for rows in pages:
+                    yield [r[:-1] for r in rows] if extra else rows
+            finally:
+                cursor.close()
+    except (sa.exc.DBAPIError, engine.dialect.loaded_dbapi.Error) as exc:
         raise StoreError(engine_mod._short(exc)) from exc
     finally:
         engine.dispose()
@@ -123,6 +141,11 @@ SHAPE_SQL = (
     f"{_bounded('direction')} + {_bounded('channel')} * {_CH} + {_bounded('kind')} * {_KI}"
     f" + COALESCE(method_code + 1, 0) * {_ME}"
 )
+#: The same on PostgreSQL, whose integers are 32 bits unless told (a method code past 126
+#: times ``_ME`` would overflow).
+SHAPE_SQL_BIGINT = SHAPE_SQL.replace(
+    "COALESCE(method_code + 1, 0)", "CAST(COALESCE(method_code + 1, 0) AS BIGINT)"
+)
 
 
 class Shapes:
@@ -135,6 +158,8 @@ class Shapes:
     def __call__(self, shape: int) -> tuple[str | None, str | None, str | None, str | None]:
         found = self.cache.get(shape)
         if found is None:
+            if len(self.cache) >= SHAPE_CACHE:
+                self.cache.clear()
             m = shape // _ME
             found = self.cache[shape] = (
                 DIRECTION_NAMES.get(shape % _CH),
@@ -145,22 +170,86 @@ class Shapes:
         return found
 
 
-def shaped_batches(
-    path: str, session_id: str, columns: tuple[str, ...], *, batch: int = BATCH
-) -> tuple[Shapes, Iterator[list[tuple[Any, ...]]]]:
-    """A SQLite session's rows of ``columns`` in ``seq`` order, read from ``frame_rows`` as
-    stored: names of :data:`FRAME_COLUMNS` other than direction/channel/kind/method, and
-    ``"shape"`` (those four as one integer, decoded by the returned :class:`Shapes`).
-
-    The session key and the method names are read first (an unknown session has no rows);
-    the batches then stream. ``tests/analysis/test_fast_readers.py`` holds the decoded rows
-    equal to the view's on hostile and real recordings.
-    """
+def _stored_columns(columns: tuple[str, ...]) -> None:
     bad = (
         set(columns) - (set(FRAME_COLUMNS) - {"direction", "channel", "kind", "method"}) - {"shape"}
     )
     if bad:
         raise ValueError(f"not stored frame columns: {sorted(bad)}")
+
+
+def shaped_pages(
+    url: str, session_id: str, columns: tuple[str, ...], *, batch: int = BATCH
+) -> tuple[Shapes, Iterator[list[tuple[Any, ...]]]]:
+    """A session's rows of ``columns`` in ``seq`` order, read from ``frame_rows`` as stored:
+    names of :data:`FRAME_COLUMNS` other than direction/channel/kind/method, and ``"shape"``
+    (those four as one integer, decoded by the returned :class:`Shapes`). On SQLite
+    :func:`shaped_batches`; elsewhere keyset pages from the driver's cursor. What ``show`` and
+    ``export`` read."""
+    _stored_columns(columns)
+    path = engine_mod.sqlite_path(url)
+    if path is not None:
+        return shaped_batches(str(path), session_id, columns, batch=batch)
+    import sqlalchemy as sa
+
+    engine = engine_mod.sync_engine(url)
+    try:
+        with engine.connect() as conn:
+            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            cursor.execute("SELECT key FROM session_keys WHERE id = %s", (session_id,))
+            found = cursor.fetchone()
+            cursor.execute("SELECT code, name FROM methods")
+            methods = {int(code): str(name) for code, name in cursor.fetchall()}
+            cursor.close()
+    except (sa.exc.DBAPIError, engine.dialect.loaded_dbapi.Error) as exc:
+        engine.dispose()
+        raise StoreError(engine_mod._short(exc)) from exc
+    if found is None:
+        engine.dispose()
+        return Shapes(methods), iter(())
+    wanted = columns if "seq" in columns else (*columns, "seq")
+    cols = ", ".join(SHAPE_SQL_BIGINT if c == "shape" else c for c in wanted)
+    sql = (
+        f"SELECT {cols} FROM frame_rows WHERE session_key = %s AND seq > %s"
+        f" ORDER BY seq LIMIT {int(batch)}"
+    )
+    return Shapes(methods), _keyset(
+        engine, sql, found[0], batch, wanted, len(wanted) > len(columns)
+    )
+
+
+def _keyset(
+    engine: Any, sql: str, key: int, batch: int, wanted: tuple[str, ...], extra: bool
+) -> Iterator[list[tuple[Any, ...]]]:
+    import sqlalchemy as sa
+
+    try:
+        with engine.connect() as conn:
+            cursor = conn.connection.dbapi_connection.cursor()
+            try:
+                pages = keyset_pages(
+                    cursor, sql, lambda after: (key, after), batch, key_at=wanted.index("seq")
+                )
+                for rows in pages:
+                    yield [r[:-1] for r in rows] if extra else rows
+            finally:
+                cursor.close()
+    except (sa.exc.DBAPIError, engine.dialect.loaded_dbapi.Error) as exc:
+        raise StoreError(engine_mod._short(exc)) from exc
+    finally:
+        engine.dispose()
+
+
+def shaped_batches(
+    path: str, session_id: str, columns: tuple[str, ...], *, batch: int = BATCH
+) -> tuple[Shapes, Iterator[list[tuple[Any, ...]]]]:
+    """:func:`shaped_pages` of a SQLite file, with the standard library's driver alone.
+
+    The session key and the method names are read first (an unknown session has no rows);
+    the batches then stream. ``tests/analysis/test_fast_readers.py`` holds the decoded rows
+    equal to the view's on hostile and real recordings.
+    """
+    _stored_columns(columns)
     conn = _connect(path)
     try:
         found = conn.execute("SELECT key FROM session_keys WHERE id = ?", (session_id,)).fetchone()

@@ -28,7 +28,7 @@ from mcp_proxy.analysis.quickstats import (
 from mcp_proxy.analysis.stats import sorted_stats
 from mcp_proxy.recording import read_recording
 from mcp_proxy.recording.database import import_recording
-from mcp_proxy.render import SHAPED_COLUMNS, ShapedRenderer, frame_json_line, frame_text
+from mcp_proxy.render import SHAPED_COLUMNS, FrameRenderer, dict_row, same_shape
 from mcp_proxy.store.columns import FRAME_COLUMNS
 from mcp_proxy.store.engine import ensure_schema
 from mcp_proxy.store.stream import frame_batches, shaped_batches
@@ -125,21 +125,26 @@ def test_a_code_no_name_is_known_for_reads_as_null(tmp_path: Path) -> None:
 def test_the_shaped_renderer_prints_what_the_row_renderers_print(
     recorded: tuple[Path, list[str]], mode: str
 ) -> None:
-    """``show``'s SQLite path (rows by shape) prints the lines the reference renderers print
-    for the view's rows: every frame of every session."""
+    """``show``'s SQLite path (rows by shape) prints the lines the renderer prints for the
+    view's rows (shaped by their four strings): every frame of every session."""
     db, sids = recorded
     url = "sqlite:///" + str(db)
     lines = 0
     for sid in sids:
         shapes, batches = shaped_batches(str(db), sid, SHAPED_COLUMNS, batch=11)
-        renderer = ShapedRenderer(shapes)
+        renderer = FrameRenderer(shapes)
+        view = FrameRenderer(same_shape)
+        view_rows = [
+            [dict_row(dict(zip(FRAME_COLUMNS, r, strict=True))) for r in rows]
+            for rows in frame_batches(url, sid)
+        ]
         if mode == "json":
             fast = [line for rows in batches for line in renderer.json(rows)]
-            slow = [frame_json_line(r) for rows in frame_batches(url, sid) for r in rows]
+            slow = [line for rows in view_rows for line in view.json(rows)]
         else:
             body = mode == "text"
             fast = [line for rows in batches for line in renderer.text(rows, body=body)]
-            slow = [frame_text(r, body=body) for rows in frame_batches(url, sid) for r in rows]
+            slow = [line for rows in view_rows for line in view.text(rows, body=body)]
         assert fast == slow, sid
         lines += len(fast)
     assert lines > 500

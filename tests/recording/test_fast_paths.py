@@ -1,9 +1,9 @@
-"""The fast paths of export and import give exactly what the model paths give, on both dialects.
+"""Export and import of rows, on both dialects.
 
 ``export`` streams JSON Lines straight from ``frame_rows`` (``stream_jsonl``) and ``import``
-writes rows without the model; these tests hold them to the bytes and rows of the general code
-(``iter_jsonl`` over ``read_sessions``, and ``import_recording`` over the model), on every
-committed recording plus frames chosen to hit every branch of the hand-written line: base64
+writes rows a page at a time; these tests hold the export to what the sessions read into the
+model export (the same writer, fed from another reader), and the import to the file's rows, on
+every committed recording plus frames chosen to hit every branch of the frame line: base64
 bytes, a cut-short frame, HTTP exchanges, SSE ids, JSON-RPC errors, values the database had to
 make storable, control characters and non-ASCII text.
 """
@@ -90,7 +90,8 @@ def test_streamed_export_reads_back_with_every_odd_frame(imported: tuple[str, li
     assert tail[3]["raw"] == b"\xff\xfe not utf-8\n"
     assert tail[4]["raw"] == ODD[4]["text"].encode()
     assert tail[5]["channel"] == "stderr" and tail[6]["raw"] == b""
-    assert tail[1]["error_code"] is None and tail[2]["method"] == "long"
+    # From the bytes, whatever the file says: the column could not hold a code past 64 bits.
+    assert tail[1]["error_code"] == 2**70 and tail[2]["method"] == "long"
     assert tail[7]["method"] == "m" * 250  # recomputed from the bytes: the column held 200
     assert tail[8]["error_code"] == -32601 and tail[8]["kind"] == "error"
     assert (tail[9]["sse_id"], tail[9]["sse_event"]) == ("ev-\u00e9 1", "message")
@@ -130,11 +131,11 @@ def _stored(url: str, sid: str) -> list[tuple[object, ...]]:
         engine.dispose()
 
 
-def test_the_row_import_stores_what_the_model_import_stores(
+def test_an_import_redacts_a_page_at_a_time_and_marks_what_it_changed(
     imported: tuple[str, list[str]], tmp_path: Path
 ) -> None:
-    """``import_file`` (rows, prefiltered a page at a time) against ``import_recording`` (the
-    model, the general path), redaction on: the same rows, secrets gone from both and marked."""
+    """``import_file`` with redaction on (the default policy): the rows of the file, secrets
+    gone and those frames marked ``redacted``; a HAR file goes through the same row import."""
     from mcp_proxy.recording.database import import_file
 
     url, _ids = imported
@@ -143,13 +144,73 @@ def test_the_row_import_stores_what_the_model_import_stores(
     secret.write_bytes(jsonl_with_frames(src, SECRETS))
     marked = []
     for path in (secret, GOLDEN / "v2-http.jsonl"):
-        _rec, fast = import_file(path, url, redactor=Redactor())
+        _rec, done = import_file(path, url, redactor=Redactor())
         model = loads_recording(path.read_bytes(), str(path))
-        slow = import_recording(model, url, redactor=Redactor())
-        assert fast.counts == slow.counts == [len(s.frames) for s in model.sessions]
-        for (_a, one), (_b, two) in zip(fast.sessions, slow.sessions, strict=True):
-            rows = _stored(url, one)
-            assert rows == _stored(url, two)
+        assert done.counts == [len(s.frames) for s in model.sessions]
+        for (_a, new_id), s in zip(done.sessions, model.sessions, strict=True):
+            rows = _stored(url, new_id)
+            assert [r[0] for r in rows] == [f["seq"] for f in s.frames]
             assert all(SECRET.encode() not in bytes(r[12]) for r in rows)
+            kept = [r[12] for r in rows if not r[15]]
+            assert kept == [f["raw"] for f in s.frames if SECRET.encode() not in f["raw"]]
             marked += [r[0] for r in rows if r[15]]
     assert len(marked) == len(SECRETS)
+
+
+@pytest.mark.parametrize("columns", [None, ("kind", "raw", "msg_id")])
+def test_the_one_frame_stream_pages_every_frame_in_order(
+    imported: tuple[str, list[str]], columns: tuple[str, ...] | None
+) -> None:
+    """``frame_batches`` (``show``, the analysis, ``read_session``): on SQLite the driver, on
+    PostgreSQL keyset pages from the driver's cursor; every frame once, in ``seq`` order, the
+    columns asked for (``seq`` not among them: still paged by it), pages of at most ``batch``."""
+    from mcp_proxy.store.columns import FRAME_COLUMNS
+    from mcp_proxy.store.stream import frame_batches
+
+    url, ids = imported
+    sid = ids[-1]
+    want = _stored(url, sid)
+    cols = columns or FRAME_COLUMNS
+    pages = list(frame_batches(url, sid, batch=4, columns=cols))
+    assert all(0 < len(p) <= 4 for p in pages)
+    got = [r for p in pages for r in p]
+    picked = {"seq": 0, "kind": 5, "msg_id": 7, "raw": 12}
+    if columns is None:
+        assert [r[0] for r in got] == [r[0] for r in want]
+        assert [bytes(r[12]) for r in got] == [bytes(r[12]) for r in want]
+    else:
+        assert [tuple(bytes(v) if c == "raw" else v for c, v in zip(cols, r, strict=True))
+                for r in got] == [
+            tuple(bytes(w[picked[c]]) if c == "raw" else w[picked[c]] for c in cols)
+            for w in want
+        ]  # fmt: skip
+
+
+def test_show_and_export_name_every_method_of_a_session_of_many(
+    any_db_url: str, tmp_path: Path
+) -> None:
+    """``show`` and ``export`` read frames as stored, direction/channel/kind/method folded into
+    one integer (``store.stream.shaped_pages``): a method code past 126 times 2**24 would not fit
+    PostgreSQL's 32-bit arithmetic. 300 methods: each frame printed and exported with its own."""
+    from tests.recording.conftest import run_cli
+
+    methods = [f"tools/m{i}" for i in range(300)]
+    extra = [{"text": json.dumps({"jsonrpc": "2.0", "method": m}) + "\n"} for m in methods]
+    src = tmp_path / "many.mcptape.jsonl"
+    src.write_bytes(jsonl_with_frames(RECORDINGS / "basic-legacy.mcptape.jsonl", extra))
+    done = run_cli("import", str(src), "--db", any_db_url)
+    assert done.returncode == 0, done.stderr
+    shown = run_cli("show", "basic-legacy", "--db", any_db_url, "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    printed = [json.loads(line)["method"] for line in shown.stdout.splitlines()]
+    assert printed[-300:] == methods
+    text = run_cli("show", "basic-legacy", "--db", any_db_url, "--no-body").stdout
+    assert [line.split()[-3] for line in text.splitlines() if "tools/m" in line] == methods
+    out = tmp_path / "back.mcptape.jsonl"
+    exported = run_cli("export", "basic-legacy", "--db", any_db_url, "-o", str(out))
+    assert exported.returncode == 0, exported.stderr
+    back = [
+        rec.get("method") for rec in map(json.loads, out.read_text().splitlines())
+        if rec.get("type") == "frame"
+    ]  # fmt: skip
+    assert back[-300:] == methods

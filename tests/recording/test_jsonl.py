@@ -1,15 +1,17 @@
-"""JSON Lines internals that the speed work relies on: the hand-assembled frame line equals the
-general encoder's, and a file keeps its classification only when this mcptape wrote it."""
+"""JSON Lines: the one frame writer round-trips odd frames, the bytes decide a frame's
+classification whoever wrote the file, and records are read as json reads them."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from mcp_proxy import __version__
-from mcp_proxy.recording.jsonl import _dump, _frame_line, frame_record, loads_recording
-from tests.recording.conftest import RECORDINGS
+from mcp_proxy.recording.jsonl import dumps_jsonl, loads_recording
+from mcp_proxy.recording.model import Recording, SessionRecording
+from tests.recording.conftest import RECORDINGS, db_frames, run_cli
 
 BASE = {
     "seq": 7,
@@ -39,11 +41,24 @@ CASES = [
 
 
 @pytest.mark.parametrize("extra", CASES, ids=range(len(CASES)))
-def test_fast_frame_line_equals_the_general_encoder(extra: dict[str, object]) -> None:
+def test_the_one_writer_round_trips_odd_frames(extra: dict[str, object]) -> None:
+    """Each frame, written by the one frame writer and read back, keeps its bytes and every
+    field the file carries (kind, method and id are the bytes' own, read back from them)."""
     f = {**BASE, **extra}
     sid = "0123456789abcdef0123456789abcdef"
-    prefix = '{"type":"frame","session":"' + sid + '","seq":'
-    assert _frame_line(prefix, f) == _dump(frame_record(sid, f))
+    session = {"id": sid, "transport": "http", "started_at": 1796002460.0}
+    exchange = {"id": 3, "method": "POST", "url": "http://127.0.0.1/mcp", "started_at": 1.0}
+    data = dumps_jsonl(Recording([SessionRecording(session, [exchange], [f])]))
+    line = data.split(b"\n")[3]
+    assert json.loads(line)["ts"] == f["ts"]
+    back = loads_recording(data, "x").one().frames[0]
+    assert back["raw"] == f["raw"]
+    for name in ("seq", "ts", "mono_ns", "direction", "channel", "sse_id", "sse_event"):
+        assert back[name] == f[name], name
+    assert back["complete"] is bool(f["complete"])
+    assert back["http_exchange_id"] == f["http_exchange_id"]
+    again = dumps_jsonl(Recording([SessionRecording(session, [exchange], [back])]))
+    assert loads_recording(again, "x").one().frames == [back]
 
 
 def _with(generator: str, edit: bytes = b"", to: bytes = b"") -> bytes:
@@ -54,18 +69,24 @@ def _with(generator: str, edit: bytes = b"", to: bytes = b"") -> bytes:
     return json.dumps(header, separators=(",", ":")).encode() + b"\n" + rest.replace(edit, to, 1)
 
 
-def test_a_file_from_this_mcptape_keeps_its_kinds_and_others_are_reclassified() -> None:
-    # A (contrived) hand edit of an informative field shows which path was taken.
+@pytest.mark.parametrize("generator", [f"mcptape {__version__}", "mcptape 0.0.1"])
+def test_the_bytes_decide_a_frames_kind_whoever_wrote_the_file(
+    tmp_path: Path, generator: str
+) -> None:
+    """Issue #24: an import once believed the kind, method and id a file's frame records said
+    when the header named this very mcptape as the writer; a file that says so (any file can)
+    and lies about a frame got the lie stored. Now the bytes are classified, always."""
     edit = b'"kind":"request","method":"tools/list"'
-    to = b'"kind":"notification","method":"tools/list"'
-    ours = loads_recording(_with(f"mcptape {__version__}", edit, to), "x").one()
-    theirs = loads_recording(_with("mcptape 0.0.1", edit, to), "x").one()
-    kinds = [f["kind"] for f in ours.frames if f["method"] == "tools/list"]
-    assert kinds == ["notification"]
-    assert [f["kind"] for f in theirs.frames if f["method"] == "tools/list"] == ["request"]
-    forced = loads_recording(_with(f"mcptape {__version__}", edit, to), "x", reclassify=True)
-    assert [f["kind"] for f in forced.one().frames if f["method"] == "tools/list"] == ["request"]
-    # A request record without its method (the database could not hold it) is reclassified.
+    to = b'"kind":"notification","method":"tools/lost"'
+    path = tmp_path / "lying.mcptape.jsonl"
+    path.write_bytes(_with(generator, edit, to))
+    db = tmp_path / "x.db"
+    done = run_cli("import", str(path), "--db", str(db))
+    assert done.returncode == 0, done.stderr
+    frames = db_frames(db)
+    asked = [f for f in frames if f["msg_id"] == "2" and f["direction"] == "c2s"]
+    assert [(f["kind"], f["method"]) for f in asked] == [("request", "tools/list")]
+    # A request record without its method (the database could not hold it): from the bytes too.
     gap = loads_recording(
         _with(f"mcptape {__version__}", b',"method":"tools/list"', b""), "x"
     ).one()
