@@ -141,6 +141,14 @@ MAX_DEPTH = 128
 PER_CODE_CAP = 50
 #: Frame references kept per finding (a proof, not a copy of the session).
 MAX_SEQS = 1000
+#: How far (monotonic ns) the pairing looks ahead for a message of the other side that a
+#: message refers to: the relay stamps each direction on its own thread, so a host's retry can be
+#: stamped a scheduling slice before the server result it answers (analysis/reorder.py).
+REORDER_WINDOW_NS = 100_000_000
+#: Messages the incremental pairing holds ahead of the one it handles (at most; fewer once one
+#: is past :data:`REORDER_WINDOW_NS`): the bound of its look-ahead buffer, whatever the session's
+#: size.
+REORDER_LOOKAHEAD = 5_000
 
 # --- The store, import and export ---
 
