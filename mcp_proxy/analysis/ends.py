@@ -40,10 +40,10 @@ def named(ex: Exchange) -> str:
 
 
 def _crashed(facts: SessionFacts) -> bool:
-    """The server died on its own: the relay says so (``_crashed``) for a non-zero exit or a
+    """The server died on its own: the relay says so (``crashed``) for a non-zero exit or a
     signal it did not forward. A signal the host sent through the relay ends the session
     normally (``ended`` with ``exit_signal``): that is how many hosts close a stdio server."""
-    return facts.status == "_crashed"
+    return facts.status == "crashed"
 
 
 def _host_stopped(facts: SessionFacts) -> bool:
@@ -98,7 +98,7 @@ class SessionEnd:
         self.sink = sink
         #: Answers mcptape injected in the server's place (fault rules), by request id.
         self.injected_answers = injected_answers(injected)
-        self.lost: list[Exchange] = []  # the server _crashed
+        self.lost: list[Exchange] = []  # the server crashed
         self.abandoned: list[Exchange] = []  # the host stopped the server
         self.faulted: list[Exchange] = []  # a fault rule cut the connection
 
