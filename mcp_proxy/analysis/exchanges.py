@@ -53,19 +53,20 @@ from mcp_proxy.protocol import LOG_LEVELS, NAME_PARAM
 #: Re-exported: :mod:`mcp_proxy.diff` pairs sessions with the same functions.
 __all__ = ["FRAME_COLUMNS", "Paired", "Pairing", "decode", "header", "pair", "session_facts"]
 
-#: Bytes of a request that may make it an MRTR retry (or spell anything in escapes).
-_MRTR_BYTES = re.compile(rb"requestState|inputResponses|\\u").search
-#: Bytes of a result that may make its outcome other than ``ok``.
-_NOT_PLAIN = re.compile(rb"input_required|\\u").search
 #: ``"isError": true`` as JSON may write it (the body is parsed to see whether it is top-level).
 _IS_ERROR_TRUE = re.compile(rb'"isError"[ \t\n\r]*:[ \t\n\r]*true').search
 
 
+def _may_chain(raw: bytes) -> bool:
+    """Bytes of a request that may make it an MRTR retry (or spell anything in escapes)."""
+    return b"requestState" in raw or b"inputResponses" in raw or b"\\u" in raw
+
+
 def _plain_result(method: str, raw: bytes) -> bool:
     """A response whose bytes cannot make it an MRTR round or a tool error: ``ok`` unread."""
-    if _NOT_PLAIN(raw) is not None:
+    if b"input_required" in raw or b"\\u" in raw:
         return False
-    return method != "tools/call" or _IS_ERROR_TRUE(raw) is None
+    return method != "tools/call" or b"isError" not in raw or _IS_ERROR_TRUE(raw) is None
 
 
 #: A response slower than this is reported as ``exchange.slow`` (info).
@@ -147,6 +148,11 @@ class Pairing:
         self.w.push(m)
         self._drain(False)
 
+    def feed_many(self, msgs: Sequence[Msg | Mark]) -> None:
+        """:meth:`feed` for several messages at once (one look at the window for all)."""
+        self.w.buf.extend(msgs)
+        self._drain(False)
+
     def _drain(self, final: bool) -> None:
         """Handle every message whose look-ahead is in (all of them when ``final``): the
         window's rule (:class:`~mcp_proxy.analysis.reorder.Window`), inline because it runs
@@ -209,7 +215,7 @@ class Pairing:
         assert m.method is not None and m.msg_id is not None
         # Without keep, a request whose bytes cannot be an MRTR retry is read for its name
         # only: its token, log level and envelope serve notifications and findings.
-        light = not self.keep and m.raw is not None and _MRTR_BYTES(m.raw) is None
+        light = not self.keep and m.raw is not None and not _may_chain(m.raw)
         if m.direction == "c2s" and not light:
             state = m.params.get("requestState")
             if (
@@ -707,7 +713,11 @@ def pair(
     answers its request.
     """
     p = Pairing(facts, http, sink, injected)
-    feed = p.feed
-    for m in msgs:
-        feed(m)
+    for i in range(0, len(msgs), _SLICE):
+        p.feed_many(msgs[i : i + _SLICE])
     return p.finish()
+
+
+#: Messages :func:`pair` hands the pairing at once (the window's buffer stays this much over
+#: its look-ahead).
+_SLICE = 1024

@@ -329,7 +329,6 @@ def stream_stats(
     :class:`~mcp_proxy.analysis.stats.StatsPass` (``session`` as :func:`session_view` gives it,
     with its ``fault_end``)."""
     p = StatsPass(session, http_rows, by_name=by_name)
-    decoder = p.decoder
     sid = str(session["id"])
     path = sqlite_path(url)
     with gc_paused():
@@ -338,10 +337,10 @@ def stream_stats(
                 str(path), sid, SHAPED_FRAME_COLUMNS, batch=STATS_BATCH
             )
             for rows in batches:
-                decoder.feed_shaped(rows, shapes)
+                p.feed_shaped(rows, shapes)
         else:
             for rows in frame_batches(url, sid, batch=STATS_BATCH):
-                decoder.feed(rows)
+                p.feed(rows)
         return p.finish()
 
 

@@ -8,13 +8,14 @@ happened, which is what a person comparing two runs expects to see.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_proxy.analysis.exchanges import Pairing
 from mcp_proxy.analysis.facts import Decoder, FactsBuilder, Injected
 from mcp_proxy.analysis.model import Exchange, Msg, Outcome
+from mcp_proxy.analysis.reorder import Mark
 
 
 def percentile(sorted_values: list[float], p: float) -> float | None:
@@ -140,8 +141,9 @@ def _outcome_kinds(kind: str, method: str | None) -> bool:
 
 
 class StatsPass:
-    """One session's per-method numbers in one streaming pass: feed :attr:`decoder` the
-    session's frame rows in ``seq`` order, then :meth:`finish`.
+    """One session's per-method numbers in one streaming pass: :meth:`feed` (or
+    :meth:`feed_shaped`) the session's frame rows in ``seq`` order, batch by batch, then
+    :meth:`finish`.
 
     Each message an outcome depends on is decoded, read for the handshake
     (:class:`FactsBuilder`) and paired (:class:`Pairing` without ``keep``) as it comes, then
@@ -169,16 +171,37 @@ class StatsPass:
             on_final=self.table.add,
             names=by_name,
         )
-        feed_facts, feed_pairing = self.facts.feed, self.pairing.feed
+        #: messages decoded from the current batch of rows, on their way to the pairing
+        self.held: list[Msg | Mark] = []
+        feed_facts, hold = self.facts.feed, self.held.append
 
         def emit(m: Msg) -> None:
             feed_facts(m)
-            feed_pairing(m)
+            hold(m)
 
-        self.decoder = Decoder(emit, reads=_outcome_kinds, mark=feed_pairing)
+        def mark(m: Mark) -> None:
+            hold(m)
+
+        self.decoder = Decoder(emit, reads=_outcome_kinds, mark=mark)
         self.decoder.injected = injected
 
+    def flush(self) -> None:
+        """Hand the messages decoded so far to the pairing (after each batch of rows)."""
+        self.pairing.feed_many(self.held)
+        self.held.clear()
+
+    def feed(self, rows: Iterable[Any]) -> None:
+        """The session's next frame rows (any shape :meth:`Decoder.feed` takes)."""
+        self.decoder.feed(rows)
+        self.flush()
+
+    def feed_shaped(self, rows: Iterable[Sequence[Any]], shapes: Callable[[int], Any]) -> None:
+        """The next rows as ``frame_rows`` stores them (:meth:`Decoder.feed_shaped`)."""
+        self.decoder.feed_shaped(rows, shapes)
+        self.flush()
+
     def finish(self) -> dict[StatsKey, MethodStats]:
+        self.flush()
         self.facts.finish()
         self.pairing.finish()
         return self.table.stats

@@ -126,7 +126,7 @@ def test_stats_count_an_answer_mcptape_injected_as_the_analysis_does() -> None:
 
     w = _answered_by_mcptape("error")
     p = StatsPass(w.session)
-    p.decoder.feed(w.frames)
+    p.feed(w.frames)
     got = [s.as_dict() for s in sorted_stats(p.finish())]
     assert got == [s.as_dict() for s in sorted_stats(method_stats(w.analyze().exchanges))]
     assert next(r for r in got if r["method"] == "tools/call")["errors"] == 1
@@ -182,6 +182,6 @@ def test_stats_and_analysis_agree_on_a_session_a_fault_ended(
     assert {f.code for f in a.findings} >= {"inject.ended_with_pending"}
     assert "exchange.no_response" not in {f.code for f in a.findings}
     p = StatsPass(w.session)
-    p.decoder.feed(w.frames)
+    p.feed(w.frames)
     quick = [s.as_dict() for s in sorted_stats(p.finish())]
     assert quick == [s.as_dict() for s in sorted_stats(method_stats(a.exchanges))]

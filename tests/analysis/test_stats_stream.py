@@ -35,7 +35,7 @@ def _both(w: Wire, *, by_name: bool) -> tuple[Any, Any]:
     """(``check``'s exchanges counted, ``stats``'s streaming pass) tables."""
     whole = _table(method_stats(w.analyze().exchanges, by_name=by_name))
     p = StatsPass(w.session, w.http_exchanges, by_name=by_name)
-    p.decoder.feed(w.frames)
+    p.feed(w.frames)
     return whole, _table(p.finish())
 
 
