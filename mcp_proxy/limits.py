@@ -120,6 +120,15 @@ MAX_OPEN_EXCHANGES = 100_000
 #: (``TAIL_READ``) may bring a frame or an update after the exchange's end.
 ENDED_EXCHANGES_KEPT = 4096
 
+#: Ended sessions the recorder process holds for analysis (their findings stored when the
+#: session ends, so the first ``check`` is a read): past it an ended session is not queued and
+#: its first ``check`` analyses it instead.
+SETTLE_QUEUE = 1000
+#: Seconds the recorder process, its recording written, waits for the analysis of the sessions
+#: that ended (the relay waits up to 60 s for the recorder process): past it the process exits
+#: and those sessions' first ``check`` analyses them instead.
+SETTLE_PATIENCE = 30.0
+
 # --- Classifying and comparing frames ---
 
 #: Frames larger than this are classified from a bounded look at their head and tail instead of a

@@ -18,7 +18,9 @@ Entry points:
   findings, facts), computed now; stores its findings when the stored ones are stale;
 - :func:`sessions_stats` — per-method numbers over one or many sessions: what ``mcptape stats``
   prints;
-- :func:`refresh` — force a recomputation.
+- :func:`refresh` — force a recomputation;
+- :func:`settle` — store an ended session's findings if they are not current (the recorder
+  process, when a session ends).
 
 The analysis itself is CPU work; ``threaded=True`` runs it in a worker thread so that an event
 loop serving pages keeps answering meanwhile.
@@ -65,6 +67,7 @@ __all__ = [
     "session_findings",
     "session_view",
     "sessions_stats",
+    "settle",
     "sort_rows",
 ]
 
@@ -342,6 +345,27 @@ def stream_stats(
             for rows in frame_batches(url, sid, batch=STATS_BATCH):
                 p.feed(rows)
         return p.finish()
+
+
+def settle(url: str, session_id: str) -> bool:
+    """Store the findings of a session that ended, unless current ones are stored: what the
+    recorder process does once a session's rows are written (``mcp_proxy.recorder_process``),
+    so that the first ``check`` is a read. True when it analysed the session."""
+    return asyncio.run(_settle(url, session_id))
+
+
+async def _settle(url: str, session_id: str) -> bool:
+    store = await Store.open(url)
+    try:
+        session = await store.get_session(session_id)
+        if session is None or session_status(session) == "live":
+            return False
+        if is_fresh(session, await store.analysis_summary(session_id)):
+            return False
+        await refresh(store, session)
+        return True
+    finally:
+        await store.close()
 
 
 def enrich(row: dict[str, Any]) -> dict[str, Any]:
