@@ -33,7 +33,13 @@ import sys
 import time
 from collections.abc import Callable
 
-from mcp_proxy.limits import BATCH_BYTES, FINISH_PATIENCE, GROUP_GRACE, READ_BYTES
+from mcp_proxy.limits import (
+    BATCH_BYTES,
+    FINISH_PATIENCE,
+    GROUP_GRACE,
+    READ_BYTES,
+    SETTLE_QUEUE,
+)
 from mcp_proxy.recorder.contract import ITEM_TYPES, Chunk, SessionUpdate
 from mcp_proxy.recorder.runner import BatchRunner
 from mcp_proxy.recorder.settle import Settler
@@ -102,7 +108,7 @@ class _Session:
             self.runner.feed(obj)  # type: ignore[arg-type]
             if kind is SessionUpdate:
                 status = obj.fields.get("status")  # type: ignore[attr-defined]
-                if status is not None and status != "live":
+                if status is not None and status != "live" and len(self.ended) < SETTLE_QUEUE:
                     self.ended.append(obj.session_id)  # type: ignore[attr-defined]
         elif kind is Watch:
             self.watch = obj.pgid  # type: ignore[attr-defined]
@@ -203,9 +209,6 @@ def serve(
         if not state.bye and state.watch is not None:
             end_group(state.watch)  # the relay vanished: its server must not outlive it
         runner.finish(patience=FINISH_PATIENCE)
-    line = runner.summary()
-    if line:
-        print(f"mcptape: {line}", file=sys.stderr, flush=True)
     if settler is not None:
         if state.ended and not runner.owes():
             settler.hand(state.ended)
@@ -217,6 +220,9 @@ def serve(
                 file=sys.stderr,
                 flush=True,
             )
+    line = runner.summary()  # the last line: what was recorded, or not
+    if line:
+        print(f"mcptape: {line}", file=sys.stderr, flush=True)
     return 0
 
 
