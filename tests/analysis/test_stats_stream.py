@@ -26,6 +26,9 @@ from mcp_proxy.store.queries import Store
 from mcp_proxy.testing.factories import Wire, envelope
 from tests.analysis.cases import CASES
 
+#: The store-backed test runs on SQLite (frame_rows as stored) and PostgreSQL (the view's rows).
+pytestmark = pytest.mark.both_dialects
+
 
 def _table(stats: dict[Any, Any]) -> list[dict[str, Any]]:
     return [s.as_dict() for s in sorted_stats(stats)]
