@@ -19,13 +19,14 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict, deque
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, TypedDict
 
 from mcp_proxy.analysis import service
 from mcp_proxy.analysis.catalogue import CATALOGUE, SUMMARY_CODE
 from mcp_proxy.analysis.core import Analysis, analyze
 from mcp_proxy.analysis.model import Exchange, Outcome, finding_record
-from mcp_proxy.analysis.stats import merge_stats, method_stats, sorted_stats
+from mcp_proxy.analysis.stats import MethodStats
 from mcp_proxy.analysis.taxonomy import NAMES, classify_error
 from mcp_proxy.errors import StoreError
 from mcp_proxy.limits import ANALYSIS_CACHE as CACHE_SIZE
@@ -179,35 +180,55 @@ def finding_dict(f: Any) -> dict[str, Any]:
     return finding_record(f)
 
 
-def stats_of(analyses: list[Analysis]) -> dict[str, Any]:
-    """Per-method numbers and error counts by taxonomy area, over one or many sessions."""
-    merged = merge_stats(method_stats(a.exchanges) for a in analyses)
-    methods = []
-    for st in sorted_stats(merged):
+class CodeCount(TypedDict):
+    code: str
+    title: str
+    severity: str
+    count: int
+
+
+class AreaCount(TypedDict):
+    area: str
+    count: int
+    codes: list[CodeCount]
+
+
+def method_rows(stats: list[MethodStats]) -> list[dict[str, Any]]:
+    """The stats page's method rows: :meth:`MethodStats.as_dict` plus the fastest latency."""
+    rows = []
+    for st in stats:
         d = st.as_dict()
-        lat = sorted(st.latencies)
-        d["latency_ms"]["min"] = lat[0] if lat else None
-        methods.append(d)
-    areas: dict[str, dict[str, Any]] = {}
-    for a in analyses:
-        for f in a.findings:
-            if f.code == SUMMARY_CODE:
-                continue
-            entry = CATALOGUE.get(f.code)
-            area = entry.area if entry else f.code.split(".", 1)[0]
-            bucket = areas.setdefault(area, {"area": area, "count": 0, "codes": {}})
-            bucket["count"] += 1
-            code = bucket["codes"].setdefault(
-                f.code,
-                {
-                    "code": f.code,
-                    "title": entry.title if entry else f.code,
-                    "severity": f.severity,
-                    "count": 0,
-                },
+        d["latency_ms"]["min"] = min(st.latencies) if st.latencies else None
+        rows.append(d)
+    return rows
+
+
+def findings_by_area(records: Iterable[dict[str, Any]]) -> list[AreaCount]:
+    """Analyzer findings (records of :func:`~mcp_proxy.analysis.model.finding_record`)
+    counted by taxonomy area and code, the busiest first."""
+    areas: dict[str, AreaCount] = {}
+    codes: dict[tuple[str, str], CodeCount] = {}
+    for f in records:
+        code = str(f.get("code") or "")
+        if code == SUMMARY_CODE or f.get("source") != "analyzer":
+            continue
+        entry = CATALOGUE.get(code)
+        area = entry.area if entry else code.split(".", 1)[0]
+        bucket = areas.get(area)
+        if bucket is None:
+            bucket = areas[area] = AreaCount(area=area, count=0, codes=[])
+        bucket["count"] += 1
+        c = codes.get((area, code))
+        if c is None:
+            c = codes[(area, code)] = CodeCount(
+                code=code,
+                title=entry.title if entry else code,
+                severity=str(f.get("severity") or "info"),
+                count=0,
             )
-            code["count"] += 1
-    errors = sorted(areas.values(), key=lambda b: -b["count"])
-    for b in errors:
-        b["codes"] = sorted(b["codes"].values(), key=lambda c: -c["count"])
-    return {"methods": methods, "errors": errors}
+            bucket["codes"].append(c)
+        c["count"] += 1
+    out = sorted(areas.values(), key=lambda b: -b["count"])
+    for b in out:
+        b["codes"].sort(key=lambda c: -c["count"])
+    return out

@@ -120,6 +120,15 @@ MAX_OPEN_EXCHANGES = 100_000
 #: (``TAIL_READ``) may bring a frame or an update after the exchange's end.
 ENDED_EXCHANGES_KEPT = 4096
 
+#: Ended sessions the recorder process holds for analysis (their findings stored when the
+#: session ends, so the first ``check`` is a read): past it an ended session is not queued and
+#: its first ``check`` analyses it instead.
+SETTLE_QUEUE = 1000
+#: Seconds the recorder process, its recording written, waits for the analysis of the sessions
+#: that ended (the relay waits up to 60 s for the recorder process): past it the process exits
+#: and those sessions' first ``check`` analyses them instead.
+SETTLE_PATIENCE = 30.0
+
 # --- Classifying and comparing frames ---
 
 #: Frames larger than this are classified from a bounded look at their head and tail instead of a
@@ -141,6 +150,14 @@ MAX_DEPTH = 128
 PER_CODE_CAP = 50
 #: Frame references kept per finding (a proof, not a copy of the session).
 MAX_SEQS = 1000
+#: How far (monotonic ns) the pairing looks ahead for a message of the other side that a
+#: message refers to: the relay stamps each direction on its own thread, so a host's retry can be
+#: stamped a scheduling slice before the server result it answers (analysis/reorder.py).
+REORDER_WINDOW_NS = 100_000_000
+#: Messages the incremental pairing holds ahead of the one it handles (at most; fewer once one
+#: is past :data:`REORDER_WINDOW_NS`): the bound of its look-ahead buffer, whatever the session's
+#: size.
+REORDER_LOOKAHEAD = 5_000
 
 # --- The store, import and export ---
 

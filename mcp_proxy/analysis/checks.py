@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mcp_proxy.analysis.exchanges import Pairing
+from mcp_proxy.analysis.exchanges import Paired
 from mcp_proxy.analysis.facts import header
 from mcp_proxy.analysis.model import (
     ERA_INITIALIZE,
@@ -100,7 +100,7 @@ def client_feature_missing(method: str, params: Mapping[str, Any], caps: Any) ->
 
 def protocol_checks(
     msgs: list[Msg],
-    pairing: Pairing,
+    pairing: Paired,
     facts: SessionFacts,
     http: Mapping[int, Mapping[str, Any]],
     sink: FindingSink,
@@ -198,7 +198,7 @@ def _lifecycle(msgs: list[Msg], facts: SessionFacts, sink: FindingSink) -> None:
 
 
 # ------------------------------------------------------------------------------ 2026-07-28 shape
-def _modern_shape(pairing: Pairing, facts: SessionFacts, sink: FindingSink) -> None:
+def _modern_shape(pairing: Paired, facts: SessionFacts, sink: FindingSink) -> None:
     if not facts.modern:
         return
     missing: list[Exchange] = []
@@ -251,9 +251,7 @@ def _input_requests_lacking(ex: Exchange, client_missing: dict[tuple[str, str], 
             )
 
 
-def _capabilities(
-    msgs: list[Msg], pairing: Pairing, facts: SessionFacts, sink: FindingSink
-) -> None:
+def _capabilities(msgs: list[Msg], pairing: Paired, facts: SessionFacts, sink: FindingSink) -> None:
     server_caps = facts.server_caps
     unadvertised: dict[str, list[Exchange]] = {}
     client_missing: dict[tuple[str, str], list[int]] = {}
@@ -337,7 +335,7 @@ def _capabilities(
 
 
 # ------------------------------------------------------------------------------ lists & cursors
-def _lists(pairing: Pairing, facts: SessionFacts, sink: FindingSink) -> None:
+def _lists(pairing: Paired, facts: SessionFacts, sink: FindingSink) -> None:
     walk_of: dict[tuple[str, str], int] = {}
     seen: dict[int, dict[str, int]] = {}
     returned: dict[str, set[str]] = {}
@@ -425,7 +423,7 @@ def _lists(pairing: Pairing, facts: SessionFacts, sink: FindingSink) -> None:
 # ------------------------------------------------------------------------------ HTTP headers
 def _http_headers(
     msgs: list[Msg],
-    pairing: Pairing,
+    pairing: Paired,
     facts: SessionFacts,
     http: Mapping[int, Mapping[str, Any]],
     sink: FindingSink,

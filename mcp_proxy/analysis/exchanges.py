@@ -19,15 +19,20 @@ place that knows them. Pure: rows in, objects out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from mcp_proxy.analysis.ends import (
+    SessionEnd,
+    named,
+    side,
+)
 from mcp_proxy.analysis.facts import (
     FRAME_COLUMNS,
     Injected,
     decode,
     header,
-    injected_answers,
     session_facts,
 )
 from mcp_proxy.analysis.model import (
@@ -40,25 +45,34 @@ from mcp_proxy.analysis.model import (
     Outcome,
     SessionFacts,
 )
-from mcp_proxy.analysis.reorder import (
-    REORDER_LOOKAHEAD,
-    REORDER_WINDOW_NS,
-    Window,
-    fast_key,
-    take_pending,
-)
+from mcp_proxy.analysis.reorder import MARK, TRIM, Mark, Window, fast_key, take_pending
 from mcp_proxy.frames import id_key
+from mcp_proxy.limits import REORDER_LOOKAHEAD, REORDER_WINDOW_NS
 from mcp_proxy.protocol import LOG_LEVELS, NAME_PARAM
 
 #: Re-exported: :mod:`mcp_proxy.diff` pairs sessions with the same functions.
-__all__ = ["FRAME_COLUMNS", "Pairing", "decode", "header", "pair", "session_facts"]
+__all__ = ["FRAME_COLUMNS", "Paired", "Pairing", "decode", "header", "pair", "session_facts"]
+
+#: ``"isError": true`` as JSON may write it (the body is parsed to see whether it is top-level).
+_IS_ERROR_TRUE = re.compile(rb'"isError"[ \t\n\r]*:[ \t\n\r]*true').search
+
+
+def _may_chain(raw: bytes) -> bool:
+    """Bytes of a request that may make it an MRTR retry (or spell anything in escapes)."""
+    return b"requestState" in raw or b"inputResponses" in raw or b"\\u" in raw
+
+
+def _plain_result(method: str, raw: bytes) -> bool:
+    """A response whose bytes cannot make it an MRTR round or a tool error: ``ok`` unread."""
+    if b"input_required" in raw or b"\\u" in raw:
+        return False
+    return method != "tools/call" or b"isError" not in raw or _IS_ERROR_TRUE(raw) is None
+
 
 #: A response slower than this is reported as ``exchange.slow`` (info).
 SLOW_MS = 10_000.0
 
 _LEVEL_RANK = {name: i for i, name in enumerate(LOG_LEVELS)}
-
-_ABORTED = frozenset({"host_aborted", "client_aborted", "client_disconnected", "host_disconnected"})
 
 
 def _other(direction: str) -> str:
@@ -69,22 +83,48 @@ _fast_key = fast_key
 
 
 # ---------------------------------------------------------------------------------- pairing
-class _Pairing:
-    """One pass over the messages; state lives here so each handler stays small."""
+class Pairing:
+    """The one pairing: fed messages one at a time (:meth:`feed`), then :meth:`finish`.
+
+    It holds the requests still pending, the bounded look-ahead of the reorder window
+    (:class:`~mcp_proxy.analysis.reorder.Window`) and, with ``keep`` (the full analysis, whose
+    checks read every exchange), the exchanges and what the findings about answered requests
+    need (ids and tokens already answered). Without ``keep`` (``stats``) an exchange is handed
+    to ``on_final`` as soon as its outcome is known and then forgotten: memory holds only what
+    is pending. ``on_final`` sees every exchange exactly once, in either mode.
+
+    ``facts`` may still be filled in while messages are fed (``stats`` reads the handshake in
+    the same pass, :class:`~mcp_proxy.analysis.facts.FactsBuilder`): the outcomes decided at
+    :meth:`finish` read it then; ``injected`` (a list that may still grow) is read at
+    :meth:`finish` too.
+    """
 
     def __init__(
         self,
         facts: SessionFacts,
-        http: Mapping[int, Mapping[str, Any]],
-        sink: FindingSink,
+        http: Mapping[int, Mapping[str, Any]] | None = None,
+        sink: FindingSink | None = None,
         injected: Sequence[Injected] = (),
+        *,
+        keep: bool = True,
+        on_final: Callable[[Exchange], None] | None = None,
+        names: bool = True,
     ) -> None:
         self.facts = facts
-        self.http = http
-        self.sink = sink
-        #: Answers mcptape injected in the server's place (fault rules), by request id.
-        self.injected_answers = injected_answers(injected)
+        self.http = http or {}
+        self.sink = sink or FindingSink()
+        self.injected = injected
+        self.keep = keep
+        self.on_final = on_final
+        #: whether an exchange needs its tool/prompt/resource name (``stats --by-name``)
+        self.names = names
+        #: exchanges numbered so far (an exchange's ``index``)
+        self.count = 0
+        #: every exchange, in request order (``keep`` only)
         self.exchanges: list[Exchange] = []
+        #: the last exchange of each MRTR chain, and its rounds' request seqs, by chain index
+        self.chain_last: dict[int, Exchange] = {}
+        self.chain_seqs: dict[int, list[int]] = {}
         self.chains: list[Chain] = []
         self.pending: dict[tuple[str, str], list[Exchange]] = {}
         self.done: dict[tuple[str, str], Exchange] = {}
@@ -101,6 +141,65 @@ class _Pairing:
         self.not_increasing: set[int] = set()
         self.w = Window()
 
+    # ------------------------------------------------------------------ feeding
+    def feed(self, m: Msg | Mark) -> None:
+        """The session's next message (in ``seq`` order); handled once its look-ahead is in.
+        A :class:`~mcp_proxy.analysis.reorder.Mark` holds a place and is never handled."""
+        self.w.push(m)
+        self._drain(False)
+
+    def feed_many(self, msgs: Sequence[Msg | Mark]) -> None:
+        """:meth:`feed` for several messages at once (one look at the window for all)."""
+        self.w.buf.extend(msgs)
+        self._drain(False)
+
+    def _drain(self, final: bool) -> None:
+        """Handle every message whose look-ahead is in (all of them when ``final``): the
+        window's rule (:class:`~mcp_proxy.analysis.reorder.Window`), inline because it runs
+        once per frame (a method call per message made it a third of ``stats``'s time)."""
+        w = self.w
+        buf = w.buf
+        deferred = w.deferred
+        dispatch = self.dispatch
+        while True:
+            base = w.base
+            k = w.i + 1
+            n = len(buf)
+            if k - base >= n:
+                return
+            m = buf[k - base]
+            top = m.mono_ns if m.mono_ns > w.top else w.top
+            if (
+                not final
+                and base + n <= k + REORDER_LOOKAHEAD
+                and buf[-1].mono_ns <= top + REORDER_WINDOW_NS
+            ):
+                return
+            w.top = top
+            w.i = k
+            if k - base >= TRIM:
+                del buf[: k - base]
+                w.base = k
+            if m.kind is MARK:
+                continue
+            dispatch(m)
+            m.release()
+            if deferred:
+                later = deferred.pop(k, None)
+                if later:
+                    for d in later:
+                        dispatch(d)
+                        d.release()
+
+    def _final(self, ex: Exchange) -> None:
+        """An exchange's outcome is known: hand it on, and forget its messages unless kept."""
+        if self.on_final is not None:
+            self.on_final(ex)
+        if not self.keep:
+            ex.request = None
+            if ex.outcome != Outcome.INPUT_REQUIRED:  # a retry reads what the round asked for
+                ex.response = None
+
     def dispatch(self, m: Msg) -> None:
         kind = m.kind
         if kind == "request":
@@ -108,13 +207,16 @@ class _Pairing:
                 self.request(m)
         elif kind == "response" or kind == "error":
             self.response(m)
-        elif kind == "notification":
-            self.notification(m)
+        elif kind == "notification" and (self.keep or m.method == "notifications/cancelled"):
+            self.notification(m)  # (without keep, only what decides an outcome)
 
     # ------------------------------------------------------------------ requests
     def request(self, m: Msg) -> None:
         assert m.method is not None and m.msg_id is not None
-        if m.direction == "c2s" and self.w.msgs:
+        # Without keep, a request whose bytes cannot be an MRTR retry is read for its name
+        # only: its token, log level and envelope serve notifications and findings.
+        light = not self.keep and m.raw is not None and not _may_chain(m.raw)
+        if m.direction == "c2s" and not light:
             state = m.params.get("requestState")
             if (
                 isinstance(state, str)
@@ -131,7 +233,7 @@ class _Pairing:
                 return
         key = (m.direction, m.msg_id)
         ex = Exchange(
-            len(self.exchanges),
+            self.count,
             m.direction,
             m.method,
             m.msg_id,
@@ -141,12 +243,59 @@ class _Pairing:
             http=m.http,
             request=m,
         )
-        params = m.params
         name_key = NAME_PARAM.get(m.method)
-        if name_key is not None:
-            v = params.get(name_key)
+        if name_key is not None and (self.names or not light):
+            v = m.params.get(name_key)
             ex.name = v if isinstance(v, str) else None
-        meta = params.get("_meta")
+        if not light:
+            self._request_meta(ex, m)
+        plist = self.pending.get(key)
+        if plist:
+            # 2026-07-28 over HTTP: every POST is its own scope and carries its own answer.
+            if not (m.http is not None and self.facts.modern):
+                first = plist[0]
+                self.sink.add(
+                    "exchange.id_reused_in_flight",
+                    f"{side(m.direction)} reused id {m.msg_id} for {m.method} while"
+                    f" {first.method} #{first.request_seq} was still pending",
+                    "Both requests are pending at once with the same id; their responses cannot"
+                    " be told apart. Request ids must be unique per sender.",
+                    [first.request_seq, m.seq],
+                    exchange=ex.index,
+                )
+        elif self.keep and key in self.ever and self.facts.era == ERA_INITIALIZE:
+            prev = self.done.get(key)
+            self.sink.add(
+                "exchange.id_reused",
+                f"{side(m.direction)} reused id {m.msg_id} for {m.method}",
+                "MCP forbids reusing a request id within a session, even after the earlier"
+                " request completed.",
+                [prev.request_seq, m.seq] if prev else [m.seq],
+                exchange=ex.index,
+            )
+        if self.keep:
+            self.ever.add(key)
+        self.pending.setdefault(key, []).append(ex)
+        if ex.progress_token is not None:
+            self.tokens[(m.direction, ex.progress_token)] = ex
+        if m.direction == "c2s":
+            self.inflight_c2s[ex.index] = ex
+            if m.http is not None:
+                self.by_http.setdefault(m.http, ex)
+            if not light:
+                self._link_retry(ex, m)
+        else:
+            parent = self._owner(m)
+            if parent is not None:
+                ex.parent = parent.index
+                parent.add("children", ex.index)
+        self.count += 1
+        if self.keep:
+            self.exchanges.append(ex)
+
+    def _request_meta(self, ex: Exchange, m: Msg) -> None:
+        """What a request's ``_meta`` says: its progress token, log level, envelope."""
+        meta = m.params.get("_meta")
         if not isinstance(meta, dict):
             meta = {}
         tok = meta.get("progressToken")
@@ -155,45 +304,6 @@ class _Pairing:
         lvl = meta.get(META + "logLevel")
         ex.log_level = lvl if isinstance(lvl, str) else None
         ex.enveloped = META + "protocolVersion" in meta and META + "clientCapabilities" in meta
-        plist = self.pending.get(key)
-        if plist:
-            # 2026-07-28 over HTTP: every POST is its own scope and carries its own answer.
-            if not (m.http is not None and self.facts.modern):
-                first = plist[0]
-                self.sink.add(
-                    "exchange.id_reused_in_flight",
-                    f"{_side(m.direction)} reused id {m.msg_id} for {m.method} while"
-                    f" {first.method} #{first.request_seq} was still pending",
-                    "Both requests are pending at once with the same id; their responses cannot"
-                    " be told apart. Request ids must be unique per sender.",
-                    [first.request_seq, m.seq],
-                    exchange=ex.index,
-                )
-        elif key in self.ever and self.facts.era == ERA_INITIALIZE:
-            prev = self.done.get(key)
-            self.sink.add(
-                "exchange.id_reused",
-                f"{_side(m.direction)} reused id {m.msg_id} for {m.method}",
-                "MCP forbids reusing a request id within a session, even after the earlier"
-                " request completed.",
-                [prev.request_seq, m.seq] if prev else [m.seq],
-                exchange=ex.index,
-            )
-        self.ever.add(key)
-        self.pending.setdefault(key, []).append(ex)
-        if ex.progress_token is not None:
-            self.tokens[(m.direction, ex.progress_token)] = ex
-        if m.direction == "c2s":
-            self.inflight_c2s[ex.index] = ex
-            if m.http is not None:
-                self.by_http.setdefault(m.http, ex)
-            self._link_retry(ex, m)
-        else:
-            parent = self._owner(m)
-            if parent is not None:
-                ex.parent = parent.index
-                parent.add("children", ex.index)
-        self.exchanges.append(ex)
 
     def _owner(self, m: Msg) -> Exchange | None:
         """The host request a server message belongs to: its SSE stream, or the only one open."""
@@ -232,8 +342,8 @@ class _Pairing:
             else:
                 self.sink.add(
                     "exchange.unknown_response",
-                    f"{_side(m.direction)} answered id {m.msg_id}, which"
-                    f" {_side(req_dir).lower()} never sent",
+                    f"{side(m.direction)} answered id {m.msg_id}, which"
+                    f" {side(req_dir).lower()} never sent",
                     "No request with this id was sent in the other direction in this session.",
                     [m.seq],
                 )
@@ -256,14 +366,22 @@ class _Pairing:
         ex.response_ts = m.ts
         # Never negative: a response stamped before its request (see REORDER_WINDOW_NS) took ~0.
         ex.latency_ms = max(0, m.mono_ns - ex.request_mono_ns) // 1000 / 1000
-        self.done[(ex.direction, ex.msg_id)] = ex
+        keep = self.keep
+        if keep:
+            self.done[(ex.direction, ex.msg_id)] = ex
         if ex.progress_token is not None:
             tkey = (ex.direction, ex.progress_token)
             if self.tokens.get(tkey) is ex:
                 del self.tokens[tkey]
-            self.done_tokens[tkey] = ex
+            if keep:
+                self.done_tokens[tkey] = ex
         self.inflight_c2s.pop(ex.index, None)
-        if m.kind == "error":
+        if not keep and ex.http is not None and self.by_http.get(ex.http) is ex:
+            # One POST carries one request body: no later host request joins this exchange.
+            del self.by_http[ex.http]
+        if not keep and m.kind == "response" and m.raw and _plain_result(ex.method, m.raw):
+            ex.outcome = Outcome.OK  # (only what an outcome needs: the bytes said enough)
+        elif m.kind == "error":
             ex.outcome = Outcome.ERROR
             ex.error_code = m.error_code
             msg = m.error.get("message")
@@ -286,23 +404,26 @@ class _Pairing:
         if ex.latency_ms is not None and ex.latency_ms >= SLOW_MS:
             self.sink.add(
                 "exchange.slow",
-                f"{ex.method}{_named(ex)} took {ex.latency_ms / 1000:.1f} s",
+                f"{ex.method}{named(ex)} took {ex.latency_ms / 1000:.1f} s",
                 f"The response came {ex.latency_ms:.0f} ms after the request.",
                 [ex.request_seq, m.seq],
                 exchange=ex.index,
             )
+        self._final(ex)
 
     # ------------------------------------------------------------------ MRTR
     def _open_tail(self, ex: Exchange, result: dict[str, Any]) -> None:
         if ex.chain is None:
             chain = Chain(len(self.chains), ex.method, ex.name, [ex.index])
             self.chains.append(chain)
+            self.chain_last[chain.index] = ex
+            self.chain_seqs[chain.index] = [ex.request_seq]
             ex.chain = chain.index
             ex.round = 1
         if self.facts.era == ERA_INITIALIZE:
             self.sink.add(
                 "mrtr.in_initialize_era",
-                f"{ex.method}{_named(ex)} answered input_required in a"
+                f"{ex.method}{named(ex)} answered input_required in a"
                 f" {self.facts.version or 'initialize-era'} session",
                 "input_required results exist only in 2026-07-28; this client negotiated an"
                 " earlier revision and will read the result as complete.",
@@ -343,7 +464,7 @@ class _Pairing:
             )
             self.sink.add(
                 "mrtr.unmatched_retry",
-                f"{ex.method}{_named(ex)} retry matches no input_required result",
+                f"{ex.method}{named(ex)} retry matches no input_required result",
                 f"The request carries inputResponses/requestState, but {why}.",
                 [t.response_seq or t.request_seq for t in waiting[:1]] + [m.seq],
                 exchange=ex.index,
@@ -352,6 +473,8 @@ class _Pairing:
         chain = self.chains[tail.chain]
         ex.chain = chain.index
         chain.exchanges.append(ex.index)
+        self.chain_last[chain.index] = ex
+        self.chain_seqs[chain.index].append(ex.request_seq)
         ex.round = len(chain.exchanges)
         asked_raw = (tail.response.result or {}).get("inputRequests") if tail.response else None
         asked = set(asked_raw) if isinstance(asked_raw, dict) else set()
@@ -367,7 +490,7 @@ class _Pairing:
                 bits.append("unasked " + ", ".join(extra))
             self.sink.add(
                 "mrtr.responses_mismatch",
-                f"{ex.method}{_named(ex)} retry: inputResponses {'; '.join(bits)}",
+                f"{ex.method}{named(ex)} retry: inputResponses {'; '.join(bits)}",
                 f"The server asked for {sorted(asked) or 'nothing'} in frame"
                 f" #{tail.response_seq}; the retry answered {sorted(answered) or 'nothing'}.",
                 [tail.response_seq or tail.request_seq, m.seq],
@@ -405,7 +528,7 @@ class _Pairing:
                     self.not_increasing.add(ex.index)
                     self.sink.add(
                         "notification.progress_not_increasing",
-                        f"progress for {ex.method}{_named(ex)} went from {ex.last_progress:g}"
+                        f"progress for {ex.method}{named(ex)} went from {ex.last_progress:g}"
                         f" to {value:g}",
                         "The progress value must increase with each notification.",
                         [ex.progress_seqs[-2] if len(ex.progress_seqs) > 1 else m.seq, m.seq],
@@ -420,7 +543,7 @@ class _Pairing:
             done.add("progress_seqs", m.seq)
             self.sink.add(
                 "notification.progress_after_response",
-                f"progress for {done.method}{_named(done)} after its response",
+                f"progress for {done.method}{named(done)} after its response",
                 f"The request was answered in frame #{done.response_seq}; progress must stop"
                 " when the operation completes.",
                 [done.response_seq or done.request_seq, m.seq],
@@ -465,7 +588,7 @@ class _Pairing:
             return
         self.sink.add(
             "notification.cancel_unknown",
-            f"{_side(m.direction)} cancelled id {rid}, which it never sent",
+            f"{side(m.direction)} cancelled id {rid}, which it never sent",
             "notifications/cancelled must name a request previously issued in the same direction.",
             [m.seq],
         )
@@ -495,10 +618,11 @@ class _Pairing:
 
     def _opted_in_ahead(self, m: Msg, rank: int) -> bool:
         """A host request stamped just after this log (relay jitter) that asked for its level."""
-        msgs, i = self.w.msgs, self.w.i
+        w = self.w
+        i = w.i
         limit = m.mono_ns + REORDER_WINDOW_NS
-        for k in range(i + 1, min(len(msgs), i + 1 + REORDER_LOOKAHEAD)):
-            x = msgs[k]
+        for k in range(i + 1, min(w.end, i + 1 + REORDER_LOOKAHEAD)):
+            x = w.at(k)
             if x.mono_ns > limit:
                 return False
             if x.kind == "request" and x.direction == "c2s":
@@ -508,15 +632,19 @@ class _Pairing:
         return False
 
     # ------------------------------------------------------------------ the end
-    def finish(self) -> None:
-        ends = _Ends()
+    def finish(self) -> Paired:
+        """Handle what the look-ahead still holds, give every pending request its outcome."""
+        self._drain(True)
+        end = SessionEnd(self.facts, self.http, self.sink, self.injected)
         for plist in self.pending.values():
             for ex in plist:
                 if ex.direction == "c2s":
-                    self._finalize(ex, ends)
+                    end.host_request(ex)
                 else:
-                    self._finalize_server_request(ex)
-        self._report_ends(ends)
+                    end.server_request(ex)
+                self._final(ex)
+        self.pending = {}
+        end.report()
         for chain in self.chains:
             self._finish_chain(chain)
         if self.log_violations:
@@ -529,40 +657,10 @@ class _Pairing:
                 " asked for their level.",
                 self.log_violations,
             )
-
-    def _report_ends(self, ends: _Ends) -> None:
-        """One finding for the host requests a crash lost, one for those the host gave up on."""
-        facts = self.facts
-        if ends.lost:
-            self.sink.add(
-                "transport.exit_with_pending",
-                f"server {_exit_text(facts)} with {len(ends.lost)} request(s) pending:"
-                f" {_names(ends.lost)}",
-                "These requests were waiting for an answer when the server process ended;"
-                " their answers are lost.",
-                [e.request_seq for e in ends.lost],
-            )
-        if ends.faulted:
-            self.sink.add(
-                "inject.ended_with_pending",
-                f"a fault rule ended the session ({facts.fault_end}) with"
-                f" {len(ends.faulted)} of the host's request(s) pending: {_names(ends.faulted)}",
-                "mcptape cut the connection on purpose (docs/faults.md) while these requests"
-                " waited for their answers; neither the host nor the server ended the session.",
-                [e.request_seq for e in ends.faulted],
-            )
-        if ends.abandoned:
-            self.sink.add(
-                "transport.host_ended_with_pending",
-                f"the host ended the session ({_stop_text(facts)}) with"
-                f" {len(ends.abandoned)} of its request(s) pending: {_names(ends.abandoned)}",
-                "The host stopped the server through mcptape while waiting for these answers;"
-                " the server did not crash.",
-                [e.request_seq for e in ends.abandoned],
-            )
+        return Paired(self)
 
     def _finish_chain(self, chain: Chain) -> None:
-        last = self.exchanges[chain.exchanges[-1]]
+        last = self.chain_last[chain.index]
         if last.outcome == Outcome.OK:
             chain.outcome = "complete"
         elif last.outcome in (Outcome.TOOL_ERROR, Outcome.ERROR):
@@ -580,199 +678,19 @@ class _Pairing:
                     f" {len(chain.exchanges)} round(s) waiting for input",
                     "The last result asked for input (resultType input_required) and the"
                     " client never retried.",
-                    [self.exchanges[i].request_seq for i in chain.exchanges]
-                    + [last.response_seq or last.request_seq],
+                    self.chain_seqs[chain.index] + [last.response_seq or last.request_seq],
                     exchange=last.index,
                 )
 
-    def _finalize_server_request(self, ex: Exchange) -> None:
-        """A server→client request nobody answered: at most a no_response on that request.
 
-        Whatever ended the session (a crash, the host's signal, a closed HTTP stream), the
-        unanswered side is the host's: no answer was lost in transit and nothing was
-        disconnected that the server was waiting on in vain.
-        """
-        if ex.cancel_seq is not None:
-            ex.outcome = Outcome.CANCELLED
-            self._cancel_finding(ex, f"cancelled by frame #{ex.cancel_seq}", [ex.cancel_seq])
-        elif self.facts.live:
-            ex.outcome = Outcome.PENDING
-        else:
-            ex.outcome = Outcome.NO_RESPONSE
-            self._no_response(ex)
+class Paired:
+    """What :meth:`Pairing.finish` returns: exchanges, chains and the leftovers checks need."""
 
-    def _finalize(self, ex: Exchange, ends: _Ends) -> None:
-        """A host request without an answer at the end: what became of it, and why."""
-        facts = self.facts
-        row = self.http.get(ex.http) if ex.http is not None else None
-        outcome = str(row.get("outcome") or "") if row else ""
-        answer = self._injected_answer(ex)
-        if ex.cancel_seq is not None:
-            ex.outcome = Outcome.CANCELLED
-            self._cancel_finding(ex, f"cancelled by frame #{ex.cancel_seq}", [ex.cancel_seq])
-        elif answer is not None:
-            _answered_by_fault(ex, answer)
-        elif ex.method == "subscriptions/listen":
-            ex.outcome = Outcome.PENDING if facts.live else Outcome.CLOSED
-        elif row is not None and _http_refused(row, outcome):
-            # The HTTP layer refused or failed the request; the HTTP finding says how.
-            ex.outcome = Outcome.HTTP_ERROR
-            status = row.get("status")
-            ex.error_message = f"HTTP {status}" if status else f"no HTTP response ({outcome})"
-        elif facts.live and not outcome:
-            ex.outcome = Outcome.PENDING
-        elif outcome in _ABORTED:
-            self._host_aborted(ex)
-        elif facts.live:
-            ex.outcome = Outcome.PENDING
-        elif _crashed(facts):
-            ex.outcome = Outcome.LOST
-            ends.lost.append(ex)
-        elif facts.fault_end is not None:
-            ex.outcome = Outcome.ABORTED
-            ends.faulted.append(ex)
-        elif _host_stopped(facts):
-            ex.outcome = Outcome.ABORTED
-            ends.abandoned.append(ex)
-        elif row is not None and "text/event-stream" in (
-            header(row.get("response_headers"), "content-type") or ""
-        ):
-            ex.outcome = Outcome.NO_RESPONSE
-            self.sink.add(
-                "transport.sse_ended_early",
-                f"SSE stream of {ex.method}{_named(ex)} ended without its response",
-                f"HTTP exchange {ex.http} answered with an event stream that closed"
-                f" ({outcome or 'no outcome recorded'}) before the JSON-RPC response, and the"
-                " response never arrived elsewhere.",
-                [ex.request_seq],
-                exchange=ex.index,
-            )
-        else:
-            ex.outcome = Outcome.NO_RESPONSE
-            self._no_response(ex)
+    __slots__ = ("chains", "count", "exchanges", "orphan_errors", "unattached_logs")
 
-    def _injected_answer(self, ex: Exchange) -> Injected | None:
-        """The answer a fault rule gave this host request in the server's place, if any."""
-        for answer in self.injected_answers.get(ex.msg_id, ()):
-            if answer.seq > ex.request_seq:
-                return answer
-        return None
-
-    def _host_aborted(self, ex: Exchange) -> None:
-        """The host closed the HTTP connection of its own pending request."""
-        if self.facts.modern:
-            ex.outcome = Outcome.CANCELLED
-            self._cancel_finding(ex, "the host closed the request's HTTP connection", [])
-            return
-        ex.outcome = Outcome.ABORTED
-        self.sink.add(
-            "transport.host_disconnected",
-            f"host disconnected while {ex.method}{_named(ex)} was pending",
-            "The host closed the HTTP connection before the answer arrived and did not"
-            " cancel the request.",
-            [ex.request_seq],
-            exchange=ex.index,
-        )
-
-    def _no_response(self, ex: Exchange) -> None:
-        self.sink.add(
-            "exchange.no_response",
-            f"{ex.method}{_named(ex)} (id {ex.msg_id}) was never answered",
-            f"{_side(ex.direction)} sent it in frame #{ex.request_seq}; the session ended"
-            " without a response or a cancellation.",
-            [ex.request_seq],
-            exchange=ex.index,
-        )
-
-    def _cancel_finding(self, ex: Exchange, how: str, extra: list[int]) -> None:
-        reason = f" ({ex.cancel_reason})" if ex.cancel_reason else ""
-        self.sink.add(
-            "exchange.cancelled",
-            f"{ex.method}{_named(ex)} cancelled{reason}",
-            f"The request was {how}; no response followed, as the spec asks.",
-            [ex.request_seq, *extra],
-            exchange=ex.index,
-        )
-
-
-def _answered_by_fault(ex: Exchange, answer: Injected) -> None:
-    """The host got an answer mcptape injected (``error``, ``tool-error``): answered."""
-    ex.response_seq = answer.seq
-    ex.response_ts = answer.ts
-    ex.latency_ms = max(0.0, (answer.ts - ex.request_ts) * 1000.0)
-    if answer.kind == "error":
-        ex.outcome = Outcome.ERROR
-        ex.error_code = answer.error_code
-    else:
-        ex.outcome = Outcome.TOOL_ERROR if answer.tool_error else Outcome.OK
-
-
-def _side(direction: str) -> str:
-    return "Host" if direction == "c2s" else "Server"
-
-
-def _named(ex: Exchange) -> str:
-    return f" {ex.name}" if ex.name else ""
-
-
-def _crashed(facts: SessionFacts) -> bool:
-    """The server died on its own: the relay says so (``crashed``) for a non-zero exit or a
-    signal it did not forward. A signal the host sent through the relay ends the session
-    normally (``ended`` with ``exit_signal``): that is how many hosts close a stdio server."""
-    return facts.status == "crashed"
-
-
-def _host_stopped(facts: SessionFacts) -> bool:
-    """The host ended the session by a signal (forwarded by the relay), not by closing stdin."""
-    return facts.status == "ended" and (
-        facts.exit_signal is not None or (facts.exit_code or 0) != 0
-    )
-
-
-def _http_refused(row: Mapping[str, Any], outcome: str) -> bool:
-    status = row.get("status")
-    if status is not None:
-        return int(status) >= 400
-    return bool(outcome) and outcome not in _ABORTED | {"complete"}
-
-
-def _exit_text(facts: SessionFacts) -> str:
-    if facts.exit_signal is not None:
-        return f"was killed by signal {facts.exit_signal}"
-    if facts.exit_code is not None:
-        return f"exited with status {facts.exit_code}"
-    return "went away"
-
-
-def _stop_text(facts: SessionFacts) -> str:
-    if facts.exit_signal is not None:
-        return f"signal {facts.exit_signal}"
-    return f"the server exited with status {facts.exit_code}"
-
-
-def _names(exchanges: list[Exchange]) -> str:
-    names = ", ".join(f"{e.method}{_named(e)}" for e in exchanges[:5])
-    return names + (f" and {len(exchanges) - 5} more" if len(exchanges) > 5 else "")
-
-
-class _Ends:
-    """Host requests that a session's end left unanswered, by why."""
-
-    __slots__ = ("abandoned", "faulted", "lost")
-
-    def __init__(self) -> None:
-        self.lost: list[Exchange] = []  # the server crashed
-        self.abandoned: list[Exchange] = []  # the host stopped the server
-        self.faulted: list[Exchange] = []  # a fault rule cut the connection
-
-
-class Pairing:
-    """What :func:`pair` returns: exchanges, chains and the leftovers checks need."""
-
-    __slots__ = ("chains", "exchanges", "orphan_errors", "unattached_logs")
-
-    def __init__(self, p: _Pairing) -> None:
+    def __init__(self, p: Pairing) -> None:
         self.exchanges = p.exchanges
+        self.count = p.count
         self.chains = p.chains
         self.orphan_errors = p.orphan_errors
         self.unattached_logs = p.unattached_logs
@@ -784,8 +702,9 @@ def pair(
     http: Mapping[int, Mapping[str, Any]] | None = None,
     sink: FindingSink | None = None,
     injected: Sequence[Injected] = (),
-) -> Pairing:
-    """Pair requests and responses, attach notifications, chain MRTR rounds.
+) -> Paired:
+    """Pair requests and responses, attach notifications, chain MRTR rounds: these messages
+    fed to one :class:`Pairing` that keeps every exchange.
 
     A message's parsed body is released once it has been handled (the checks that need it
     later parse it again from its bytes): holding every parsed body until the end made the
@@ -793,19 +712,12 @@ def pair(
     mcptape put on the wire (``Decoder.injected``): an answer injected in the server's place
     answers its request.
     """
-    p = _Pairing(facts, http or {}, sink or FindingSink(), injected)
-    w = p.w
-    w.msgs = msgs
-    deferred = w.deferred
-    for i, m in enumerate(msgs):
-        w.i = i
-        p.dispatch(m)
-        m.release()
-        if deferred:
-            later = deferred.pop(i, None)
-            if later:
-                for d in later:
-                    p.dispatch(d)
-                    d.release()
-    p.finish()
-    return Pairing(p)
+    p = Pairing(facts, http, sink, injected)
+    for i in range(0, len(msgs), _SLICE):
+        p.feed_many(msgs[i : i + _SLICE])
+    return p.finish()
+
+
+#: Messages :func:`pair` hands the pairing at once (the window's buffer stays this much over
+#: its look-ahead).
+_SLICE = 1024

@@ -15,11 +15,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from mcp_proxy.analysis.model import _UNPARSED, ERA_INITIALIZE, META, Msg, SessionFacts
+from mcp_proxy.analysis.reorder import Mark
 from mcp_proxy.frames import Channel, classify_message
 from mcp_proxy.protocol import era_of
 from mcp_proxy.store.columns import FRAME_COLUMNS
 
-__all__ = ["FRAME_COLUMNS", "Decoder", "Injected", "decode", "header", "session_facts"]
+__all__ = [
+    "FRAME_COLUMNS",
+    "Decoder",
+    "FactsBuilder",
+    "Injected",
+    "decode",
+    "header",
+    "session_facts",
+]
 
 
 # ---------------------------------------------------------------------------------- decoding
@@ -154,10 +163,23 @@ class Decoder:
     and at a million frames those copies alone cost hundreds of megabytes.
     """
 
-    __slots__ = ("_shared", "frames", "injected", "msgs")
+    __slots__ = ("_mark", "_put", "_shared", "frames", "injected", "msgs", "reads")
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        emit: Callable[[Msg], None] | None = None,
+        *,
+        reads: Callable[[str, str | None], bool] | None = None,
+        mark: Callable[[Mark], None] | None = None,
+    ) -> None:
+        """``emit``: hand each message to it instead of keeping it in :attr:`msgs` (a
+        streaming consumer such as ``stats``, which never holds the session). ``reads``
+        (kind, method): whether the consumer reads such a message at all; one it does not
+        read is handed to ``mark`` as a :class:`~mcp_proxy.analysis.reorder.Mark`."""
         self.msgs: list[Msg] = []
+        self._put = self.msgs.append if emit is None else emit
+        self.reads = reads
+        self._mark = mark
         self.frames = 0
         #: Frames on the ``inject`` channel, set aside (see :class:`Injected`).
         self.injected: list[Injected] = []
@@ -184,17 +206,29 @@ class Decoder:
         direction, channel, kind and method as one integer that ``shapes`` decodes, see
         :func:`mcp_proxy.store.stream.shaped_batches`). The same messages; the four strings
         come decoded once per shape, not once per row."""
-        add = self._add
+        add = self._make
         decoded: dict[int, Any] = {}
-        for seq, ts, mono, shape, msg_id, code, size, complete, partial, raw, http, sid, ev in rows:
+        mark = self._mark
+        for seq, ts, mono, shape, msg_id, code, size, complete, partial, raw, http, _s, ev in rows:
             found = decoded.get(shape)
             if found is None:
-                found = decoded[shape] = tuple(
-                    None if v is None else self._shared.setdefault(v, v) for v in shapes(shape)
-                )
-            d, ch, kind, method = found
-            add((seq, ts, mono, d, ch, kind, method, msg_id, code, size, complete, partial, raw,
-                 http, sid, ev))  # fmt: skip
+                found = decoded[shape] = self._shape(shapes(shape))
+            d, ch, kind, method, read = found
+            if not read:
+                self.frames += 1
+                mark(Mark(mono, d))  # type: ignore[misc]  # (read is False only with a mark)
+                continue
+            if ev is not None:
+                ev = self._shared.setdefault(ev, ev)
+            add(seq, ts, mono, d, ch, kind, method, msg_id, code, size, complete, partial, raw,
+                http, ev)  # fmt: skip
+
+    def _shape(self, decoded: Sequence[Any]) -> tuple[Any, ...]:
+        d, ch, kind, method = (
+            None if v is None else self._shared.setdefault(v, v) for v in decoded
+        )
+        read = self.reads is None or ch == INJECT or self.reads(str(kind), method)
+        return (d, ch, kind, method, read)
 
     def _add(self, row: Sequence[Any]) -> None:
         (seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete, partial,
@@ -207,6 +241,19 @@ class Decoder:
             method = shared.setdefault(method, method)
         if event is not None:
             event = shared.setdefault(event, event)
+        if self.reads is not None and channel != INJECT and not self.reads(kind, method):
+            self.frames += 1
+            self._mark(Mark(mono, direction))  # type: ignore[misc]
+            return
+        self._make(seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete,
+                   partial, raw, http, event)  # fmt: skip
+
+    def _make(
+        self, seq: int, ts: float, mono: int, direction: str, channel: str, kind: str,
+        method: str | None, msg_id: str | None, code: int | None, size: int | None,
+        complete: Any, partial: Any, raw: Any, http: int | None, event: str | None,
+    ) -> None:  # fmt: skip
+        """One message of strings already shared."""
         if raw is not None and type(raw) is not bytes:
             raw = bytes(raw)
         self.frames += 1
@@ -218,7 +265,7 @@ class Decoder:
         m = Msg(seq, ts, mono, direction, channel, kind, method, msg_id, code, size or 0,
                 complete is None or bool(complete), bool(partial), http, raw, _UNPARSED,
                 event)  # fmt: skip
-        self.msgs.append(m)
+        self._put(m)
         if kind == "batch":
             self._unroll(m)
 
@@ -228,7 +275,7 @@ class Decoder:
             return
         for element in body:
             c = classify_message(element)
-            self.msgs.append(
+            self._put(
                 Msg(m.seq, m.ts, m.mono_ns, m.direction, m.channel, c.kind.value, c.method,
                     c.msg_id, c.error_code, 0, True, False, m.http, None, element, m.event)
             )  # fmt: skip
@@ -268,54 +315,64 @@ def session_facts(
     session: Mapping[str, Any] | None = None,
     http: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> SessionFacts:
-    """Establish era, negotiated version, capabilities and end state from the frames.
+    """Establish era, negotiated version, capabilities and end state from the frames
+    (:class:`FactsBuilder` fed these messages)."""
+    b = FactsBuilder(session, http)
+    feed = b.feed
+    for m in msgs:
+        feed(m)
+    return b.finish()
+
+
+class FactsBuilder:
+    """What the whole session establishes, read one message at a time.
 
     The frames decide (they are the source of truth); the session row only fills in what frames
     cannot say (how the process ended) or what they do not show (a session with no handshake).
     A successful ``initialize`` makes the initialize era even after a ``server/discover`` probe
     failed (the auto client's fallback); otherwise requests carrying the 2026-07-28 envelope
-    make the modern era.
+    make the modern era. ``facts`` is one object, filled in by :meth:`finish`.
     """
-    s = session or {}
-    facts = SessionFacts(
-        status=str(s.get("status") or "ended"),
-        exit_code=s.get("exit_code"),
-        exit_signal=s.get("exit_signal"),
-        fault_end=s.get("fault_end"),
-        transport=str(s.get("transport") or "stdio"),
-    )
-    init_id: str | None = None
-    discover_ids: set[str] = set()
-    envelope_version: str | None = None
-    init_version: str | None = None
-    discover_caps: dict[str, Any] | None = None
-    discover_seq: int | None = None
-    init_http: int | None = None
-    saw_http = False
-    for m in msgs:
+
+    def __init__(
+        self,
+        session: Mapping[str, Any] | None = None,
+        http: Mapping[int, Mapping[str, Any]] | None = None,
+    ) -> None:
+        s = session or {}
+        self.session = s
+        self.http = http
+        self.facts = SessionFacts(
+            status=str(s.get("status") or "ended"),
+            exit_code=s.get("exit_code"),
+            exit_signal=s.get("exit_signal"),
+            fault_end=s.get("fault_end"),
+            transport=str(s.get("transport") or "stdio"),
+        )
+        self.init_id: str | None = None
+        self.discover_ids: set[str] = set()
+        self.envelope_version: str | None = None
+        self.init_version: str | None = None
+        self.discover_caps: dict[str, Any] | None = None
+        self.discover_seq: int | None = None
+        self.init_http: int | None = None
+        self.saw_http = False
+        self.first_ts: float | None = None
+        self.last_ts: float | None = None
+
+    def feed(self, m: Msg) -> None:
+        facts = self.facts
+        if self.first_ts is None:
+            self.first_ts = m.ts
+        self.last_ts = m.ts
         if m.channel in ("http", "sse"):
-            saw_http = True
+            self.saw_http = True
             if m.event == "endpoint":
                 facts.legacy_sse = True
         kind = m.kind
         if m.direction == "c2s":
             if kind == "request":
-                if m.method == "initialize" and facts.initialize_seq is None:
-                    facts.initialize_seq = m.seq
-                    init_id = m.msg_id
-                    p = m.params
-                    caps = p.get("capabilities")
-                    facts.client_caps = caps if isinstance(caps, dict) else {}
-                    rv = p.get("protocolVersion")
-                    facts.requested_version = rv if isinstance(rv, str) else None
-                elif m.method == "server/discover" and m.msg_id is not None:
-                    discover_ids.add(m.msg_id)
-                if facts.first_envelope_seq is None:
-                    meta = m.meta
-                    v = meta.get(META + "protocolVersion")
-                    if isinstance(v, str):
-                        facts.first_envelope_seq = m.seq
-                        envelope_version = v
+                self._request(m)
             elif (
                 kind == "notification"
                 and m.method == "notifications/initialized"
@@ -323,50 +380,78 @@ def session_facts(
             ):
                 facts.initialized_seq = m.seq
         elif kind in ("response", "error") and m.msg_id is not None:
-            if m.msg_id == init_id and facts.initialize_result_seq is None:
-                if kind == "response" and m.result is not None:
-                    facts.initialize_result_seq = m.seq
-                    r = m.result
-                    v = r.get("protocolVersion")
-                    init_version = v if isinstance(v, str) else None
-                    caps = r.get("capabilities")
-                    facts.server_caps = caps if isinstance(caps, dict) else {}
-                    facts.server_caps_seq = m.seq
-                    init_http = m.http
-                else:
-                    facts.initialize_failed = True
-            elif m.msg_id in discover_ids and kind == "response" and m.result is not None:
-                caps = m.result.get("capabilities")
-                if isinstance(caps, dict):
-                    discover_caps = caps
-                    discover_seq = m.seq
-    if facts.initialize_result_seq is not None:
-        facts.era = ERA_INITIALIZE
-        facts.version = init_version
-    elif envelope_version is not None:
-        facts.era = era_of(envelope_version)
-        facts.version = envelope_version
-        facts.server_caps = discover_caps
-        facts.server_caps_seq = discover_seq
-    else:
-        facts.era = s.get("era")
-        facts.version = s.get("protocol_version")
-    if msgs:
-        facts.first_ts = msgs[0].ts
-        facts.last_ts = msgs[-1].ts
-    if saw_http and facts.transport == "stdio":
-        facts.transport = "http"
-    if facts.transport != "stdio" and not facts.live:
-        facts.open_ended = _grouping(s).get("open_ended") is True or not any(
-            str(r.get("method") or "").upper() == "DELETE" for r in (http or {}).values()
-        )
-    if facts.transport == "sse":
-        facts.legacy_sse = True
-    if init_http is not None and http:
-        row = http.get(init_http)
-        if row is not None:
-            facts.session_id_header = header(row.get("response_headers"), "mcp-session-id")
-    return facts
+            self._answer(m)
+
+    def _request(self, m: Msg) -> None:
+        facts = self.facts
+        if m.method == "initialize" and facts.initialize_seq is None:
+            facts.initialize_seq = m.seq
+            self.init_id = m.msg_id
+            p = m.params
+            caps = p.get("capabilities")
+            facts.client_caps = caps if isinstance(caps, dict) else {}
+            rv = p.get("protocolVersion")
+            facts.requested_version = rv if isinstance(rv, str) else None
+        elif m.method == "server/discover" and m.msg_id is not None:
+            self.discover_ids.add(m.msg_id)
+        if facts.first_envelope_seq is None:
+            raw = m.raw
+            if raw is not None and b"protocolVersion" not in raw and b"\\u" not in raw:
+                return  # no envelope in these bytes: no need to parse them
+            v = m.meta.get(META + "protocolVersion")
+            if isinstance(v, str):
+                facts.first_envelope_seq = m.seq
+                self.envelope_version = v
+
+    def _answer(self, m: Msg) -> None:
+        facts = self.facts
+        if m.msg_id == self.init_id and facts.initialize_result_seq is None:
+            if m.kind == "response" and m.result is not None:
+                facts.initialize_result_seq = m.seq
+                r = m.result
+                v = r.get("protocolVersion")
+                self.init_version = v if isinstance(v, str) else None
+                caps = r.get("capabilities")
+                facts.server_caps = caps if isinstance(caps, dict) else {}
+                facts.server_caps_seq = m.seq
+                self.init_http = m.http
+            else:
+                facts.initialize_failed = True
+        elif m.msg_id in self.discover_ids and m.kind == "response" and m.result is not None:
+            caps = m.result.get("capabilities")
+            if isinstance(caps, dict):
+                self.discover_caps = caps
+                self.discover_seq = m.seq
+
+    def finish(self) -> SessionFacts:
+        facts, s, http = self.facts, self.session, self.http
+        if facts.initialize_result_seq is not None:
+            facts.era = ERA_INITIALIZE
+            facts.version = self.init_version
+        elif self.envelope_version is not None:
+            facts.era = era_of(self.envelope_version)
+            facts.version = self.envelope_version
+            facts.server_caps = self.discover_caps
+            facts.server_caps_seq = self.discover_seq
+        else:
+            facts.era = s.get("era")
+            facts.version = s.get("protocol_version")
+        if self.first_ts is not None:
+            facts.first_ts = self.first_ts
+            facts.last_ts = self.last_ts
+        if self.saw_http and facts.transport == "stdio":
+            facts.transport = "http"
+        if facts.transport != "stdio" and not facts.live:
+            facts.open_ended = _grouping(s).get("open_ended") is True or not any(
+                str(r.get("method") or "").upper() == "DELETE" for r in (http or {}).values()
+            )
+        if facts.transport == "sse":
+            facts.legacy_sse = True
+        if self.init_http is not None and http:
+            row = http.get(self.init_http)
+            if row is not None:
+                facts.session_id_header = header(row.get("response_headers"), "mcp-session-id")
+        return facts
 
 
 def _grouping(session: Mapping[str, Any]) -> dict[str, Any]:

@@ -72,7 +72,7 @@ def parse_json_bytes(raw: bytes) -> Any:
     fifth of ``check``'s time): what it refuses — lone surrogates, NaN and infinities, nesting
     past its limit, anything not JSON — goes the json way below, and so do bytes with a run
     of 19+ digits (orjson reads an integer past 64 bits as a float, json keeps it exact), so
-    the value is json's whatever the bytes (``tests/analysis/test_quickstats.py`` compares).
+    the value is json's whatever the bytes (``tests/analysis/test_stats_stream.py`` compares).
     """
     if raw[:1] in _ORJSON_FIRST and not has_long_number(raw):
         try:

@@ -19,12 +19,18 @@ from typing import Any
 
 from mcp_proxy.analysis.model import Msg
 from mcp_proxy.frames import id_key
+from mcp_proxy.limits import REORDER_LOOKAHEAD, REORDER_WINDOW_NS
 
-REORDER_WINDOW_NS = 100_000_000
-#: At most this many frames are looked at ahead of an out-of-order message.
-REORDER_LOOKAHEAD = 5_000
-
-__all__ = ["REORDER_LOOKAHEAD", "REORDER_WINDOW_NS", "Window", "fast_key", "take_pending"]
+__all__ = [
+    "MARK",
+    "REORDER_LOOKAHEAD",
+    "REORDER_WINDOW_NS",
+    "TRIM",
+    "Mark",
+    "Window",
+    "fast_key",
+    "take_pending",
+]
 
 
 def fast_key(value: Any) -> str | None:
@@ -38,29 +44,80 @@ def _other(direction: str) -> str:
     return "s2c" if direction == "c2s" else "c2s"
 
 
-class Window:
-    """The messages, the position of the one being handled, and what waits for a later one."""
+#: The kind of a :class:`Mark`.
+MARK = "mark"
 
-    __slots__ = ("_hi", "deferred", "i", "ids", "msgs", "tokens")
+
+class Mark:
+    """A message no consumer reads whose place and time still count (a look-ahead stops at the
+    first message past its window, whatever it is): what a streaming consumer that needs fewer
+    kinds (``stats``) feeds the pairing instead of a :class:`Msg` — two numbers, not sixteen."""
+
+    __slots__ = ("direction", "mono_ns")
+
+    kind = MARK
+    msg_id = None
+
+    def __init__(self, mono_ns: int, direction: str) -> None:
+        self.mono_ns = mono_ns
+        self.direction = direction
+
+    def release(self) -> None:
+        """Nothing to forget (what :meth:`Msg.release` is to a message)."""
+
+
+#: Handled messages dropped from the front of the buffer at once (amortised trimming).
+TRIM = 1024
+
+
+class Window:
+    """The messages around the one being handled, its position, and what waits for a later one.
+
+    Fed one message at a time (:meth:`push`): the buffer holds the messages from ``base`` on,
+    that is at most the look-ahead (:data:`REORDER_LOOKAHEAD` messages, fewer once one is past
+    :data:`REORDER_WINDOW_NS`) and up to :data:`TRIM` already handled. Positions (``i``,
+    ``deferred``'s keys) count from the session's first message. The pairing moves ``i`` on
+    (``Pairing._drain``) once everything a look-ahead from there may reach is in: a message
+    stamped after all of them (``top``: the latest clock handled), or a full look-ahead.
+    """
+
+    __slots__ = ("_hi", "base", "buf", "deferred", "i", "ids", "tokens", "top")
 
     def __init__(self) -> None:
-        self.msgs: list[Msg] = []
-        self.i = 0
-        #: message index → messages to handle right after it
+        #: messages (:class:`Msg`, or :class:`Mark` where the consumer reads none)
+        self.buf: list[Any] = []
+        #: the position of ``buf[0]``
+        self.base = 0
+        #: the position of the message being handled (-1: none yet)
+        self.i = -1
+        #: message position → messages to handle right after it
         self.deferred: dict[int, list[Msg]] = {}
         self._hi = 0
+        #: the latest clock of the messages handled so far (a deferred one looks ahead from it)
+        self.top = 0
         #: the requests ahead, by (direction, id) and by (direction, progress token)
         self.ids: dict[tuple[str, str], list[int]] = {}
         self.tokens: dict[tuple[str, str], list[int]] = {}
 
+    @property
+    def end(self) -> int:
+        """The position after the last message fed."""
+        return self.base + len(self.buf)
+
+    def push(self, m: Msg | Mark) -> None:
+        self.buf.append(m)
+
+    def at(self, k: int) -> Msg:
+        return self.buf[k - self.base]
+
     def defer_until(self, m: Msg, match: Callable[[Msg], bool]) -> bool:
         """If a later message of the other side (within the window) satisfies ``match``,
         handle ``m`` right after it."""
-        msgs = self.msgs
+        buf, base = self.buf, self.base
         limit = m.mono_ns + REORDER_WINDOW_NS
-        end = min(len(msgs), self.i + 1 + REORDER_LOOKAHEAD)
+        end = min(self.end, self.i + 1 + REORDER_LOOKAHEAD)
         for k in range(self.i + 1, end):
-            x = msgs[k]
+            x = buf[k - base]
             if x.mono_ns > limit:
                 return False
             if x.direction != m.direction and match(x):
@@ -85,26 +142,26 @@ class Window:
         k = ks[0]
         if k > i + REORDER_LOOKAHEAD:
             return False
-        msgs = self.msgs
+        buf, base = self.buf, self.base
         limit = m.mono_ns + REORDER_WINDOW_NS
         for j in range(i + 1, k + 1):  # the scan stops at the first message past the window
-            if msgs[j].mono_ns > limit:
+            if buf[j - base].mono_ns > limit:
                 return False
         self.deferred.setdefault(k, []).append(m)
         return True
 
     def _index(self) -> None:
         """Index the requests of the lookahead not indexed yet (each message once)."""
-        msgs = self.msgs
+        buf, base = self.buf, self.base
         i = self.i
-        end = min(len(msgs), i + 1 + REORDER_LOOKAHEAD)
+        end = min(self.end, i + 1 + REORDER_LOOKAHEAD)
         ids, tokens = self.ids, self.tokens
         if len(ids) + len(tokens) > 4 * REORDER_LOOKAHEAD:  # forget the requests left behind
             for table in (ids, tokens):
                 for key in [key for key, ks in table.items() if ks[-1] <= i]:
                     del table[key]
         for k in range(max(self._hi, i + 1), end):
-            x = msgs[k]
+            x = buf[k - base]
             if x.kind != "request":
                 continue
             if x.msg_id is not None:
@@ -119,8 +176,7 @@ def take_pending(pending: dict[Any, list[Any]], key: Any, http: int | None) -> A
     """Pop the request an answer pairs with, or None when none waits under ``key``.
 
     The one on the answer's own HTTP exchange when there is one (a reused id on another POST
-    is another request), else the oldest. One rule for the whole analysis and the streaming
-    ``stats`` pass, which must pair exactly alike.
+    is another request), else the oldest.
     """
     plist = pending.get(key)
     if not plist:

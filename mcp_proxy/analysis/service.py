@@ -18,7 +18,9 @@ Entry points:
   findings, facts), computed now; stores its findings when the stored ones are stale;
 - :func:`sessions_stats` — per-method numbers over one or many sessions: what ``mcptape stats``
   prints;
-- :func:`refresh` — force a recomputation.
+- :func:`refresh` — force a recomputation;
+- :func:`settle` — store an ended session's findings if they are not current (the recorder
+  process, when a session ends).
 
 The analysis itself is CPU work; ``threaded=True`` runs it in a worker thread so that an event
 loop serving pages keeps answering meanwhile.
@@ -37,17 +39,11 @@ from mcp_proxy.analysis.catalogue import SUMMARY_CODE
 from mcp_proxy.analysis.core import Analysis, analyze, gc_paused
 from mcp_proxy.analysis.facts import SHAPED_FRAME_COLUMNS, Decoder
 from mcp_proxy.analysis.model import finding_order, finding_record
-from mcp_proxy.analysis.quickstats import (
-    SHAPED_STATS_COLUMNS,
-    STATS_COLUMNS,
-    NeedsFullAnalysis,
-    QuickStats,
-)
 from mcp_proxy.analysis.stats import (
     MethodStats,
     StatsKey,
+    StatsPass,
     merge_stats,
-    method_stats,
     sorted_stats,
 )
 from mcp_proxy.analysis.version import ANALYZER_VERSION
@@ -71,6 +67,7 @@ __all__ = [
     "session_findings",
     "session_view",
     "sessions_stats",
+    "settle",
     "sort_rows",
 ]
 
@@ -311,51 +308,64 @@ async def sessions_stats(
 ) -> list[MethodStats]:
     """Per-method numbers over these sessions, busiest host methods first (``mcptape stats``).
 
-    Each session is read in one streaming pass over its frame columns
-    (:mod:`mcp_proxy.analysis.quickstats`: only pending requests in memory, a body parsed only
-    when an outcome depends on it); a session with a shape that pass does not model (MRTR
-    rounds, batches) is analysed in full instead (storing its findings when stale, as any
-    analysis does). Either way only its per-method numbers are kept, so many sessions cost
-    the memory of one.
+    Each session is read in one streaming pass through the one pairing
+    (:func:`stream_stats`: only pending requests and the reorder look-ahead in memory); only
+    its per-method numbers are kept, so many sessions cost the memory of one.
     """
     parts = []
     for s in sessions:
         http = await store.http_exchanges(s["id"])
         view = session_view(s)
         view["fault_end"] = fault_end(await store.recorded_findings(s["id"]))
-        try:
-            parts.append(_quick_stats(store.url, view, http, by_name=by_name))
-            continue
-        except NeedsFullAnalysis:
-            pass
-        analysis = await session_analysis(store, s)
-        parts.append(method_stats(analysis.exchanges, by_name=by_name))
-        del analysis
+        parts.append(await asyncio.to_thread(stream_stats, store.url, view, http, by_name=by_name))
     return sorted_stats(merge_stats(parts))
 
 
-#: Frames read per query by the streaming statistics (a few columns each).
+#: Frames read per query by the streaming statistics.
 STATS_BATCH = 20_000
 
 
-def _quick_stats(
-    url: str, session: dict[str, Any], http: list[dict[str, Any]], *, by_name: bool
+def stream_stats(
+    url: str, session: dict[str, Any], http_rows: list[dict[str, Any]], *, by_name: bool = False
 ) -> dict[StatsKey, MethodStats]:
-    """One session's per-method numbers in one streaming pass, or :class:`NeedsFullAnalysis`
-    (``session`` as :func:`session_view` gives it, with its ``fault_end``)."""
-    q = QuickStats(session, http, by_name=by_name)
+    """One session's per-method numbers, its frames streamed from the store through one
+    :class:`~mcp_proxy.analysis.stats.StatsPass` (``session`` as :func:`session_view` gives it,
+    with its ``fault_end``)."""
+    p = StatsPass(session, http_rows, by_name=by_name)
+    sid = str(session["id"])
     path = sqlite_path(url)
-    if path is not None:
-        # frame_rows as stored: direction/channel/kind/method as one integer per row
-        shapes, batches = shaped_batches(
-            str(path), str(session["id"]), SHAPED_STATS_COLUMNS, batch=STATS_BATCH
-        )
-        for rows in batches:
-            q.feed_shaped(rows, shapes)
-        return q.finish()
-    for rows in frame_batches(url, str(session["id"]), batch=STATS_BATCH, columns=STATS_COLUMNS):
-        q.feed(rows)
-    return q.finish()
+    with gc_paused():
+        if path is not None:  # frame_rows as stored (one shape integer for four columns)
+            shapes, batches = shaped_batches(
+                str(path), sid, SHAPED_FRAME_COLUMNS, batch=STATS_BATCH
+            )
+            for rows in batches:
+                p.feed_shaped(rows, shapes)
+        else:
+            for rows in frame_batches(url, sid, batch=STATS_BATCH):
+                p.feed(rows)
+        return p.finish()
+
+
+def settle(url: str, session_id: str) -> bool:
+    """Store the findings of a session that ended, unless current ones are stored: what the
+    recorder process does once a session's rows are written (``mcp_proxy.recorder_process``),
+    so that the first ``check`` is a read. True when it analysed the session."""
+    return asyncio.run(_settle(url, session_id))
+
+
+async def _settle(url: str, session_id: str) -> bool:
+    store = await Store.open(url)
+    try:
+        session = await store.get_session(session_id)
+        if session is None or session_status(session) == "live":
+            return False
+        if is_fresh(session, await store.analysis_summary(session_id)):
+            return False
+        await refresh(store, session)
+        return True
+    finally:
+        await store.close()
 
 
 def enrich(row: dict[str, Any]) -> dict[str, Any]:

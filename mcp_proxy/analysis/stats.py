@@ -8,11 +8,14 @@ happened, which is what a person comparing two runs expects to see.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_proxy.analysis.model import Exchange, Outcome
+from mcp_proxy.analysis.exchanges import Pairing
+from mcp_proxy.analysis.facts import Decoder, FactsBuilder, Injected
+from mcp_proxy.analysis.model import Exchange, Msg, Outcome
+from mcp_proxy.analysis.reorder import Mark
 
 
 def percentile(sorted_values: list[float], p: float) -> float | None:
@@ -109,19 +112,109 @@ class MethodStats:
 StatsKey = tuple[str, str, str | None]
 
 
+class MethodTable:
+    """Per-method numbers grown one exchange at a time: the consumer ``stats`` hands to the
+    pairing (:class:`~mcp_proxy.analysis.exchanges.Pairing` ``on_final``), so no list of
+    exchanges is ever held."""
+
+    __slots__ = ("by_name", "stats")
+
+    def __init__(self, *, by_name: bool = False) -> None:
+        self.by_name = by_name
+        self.stats: dict[StatsKey, MethodStats] = {}
+
+    def add(self, ex: Exchange) -> None:
+        name = ex.name if self.by_name else None
+        key = (ex.direction, ex.method, name)
+        st = self.stats.get(key)
+        if st is None:
+            st = self.stats[key] = MethodStats(ex.direction, ex.method, name)
+        st.add(ex)
+
+
+_OUTCOME_KINDS = frozenset({"request", "response", "error", "batch"})
+
+
+def _outcome_kinds(kind: str, method: str | None) -> bool:
+    """The messages an outcome depends on (the rest only hold their place in the pairing)."""
+    return kind in _OUTCOME_KINDS or method == "notifications/cancelled"
+
+
+class StatsPass:
+    """One session's per-method numbers in one streaming pass: :meth:`feed` (or
+    :meth:`feed_shaped`) the session's frame rows in ``seq`` order, batch by batch, then
+    :meth:`finish`.
+
+    Each message an outcome depends on is decoded, read for the handshake
+    (:class:`FactsBuilder`) and paired (:class:`Pairing` without ``keep``) as it comes, then
+    dropped (the others only hold their place: a :class:`~mcp_proxy.analysis.reorder.Mark`);
+    each exchange is counted once its outcome is known. Memory: the pending requests and the
+    reorder look-ahead.
+    """
+
+    def __init__(
+        self,
+        session: Mapping[str, Any] | None = None,
+        http_rows: Sequence[Mapping[str, Any]] = (),
+        *,
+        by_name: bool = False,
+    ) -> None:
+        http = {int(r["id"]): r for r in http_rows if r.get("id") is not None}
+        self.table = MethodTable(by_name=by_name)
+        self.facts = FactsBuilder(session, http)
+        injected: list[Injected] = []
+        self.pairing = Pairing(
+            self.facts.facts,
+            http,
+            injected=injected,
+            keep=False,
+            on_final=self.table.add,
+            names=by_name,
+        )
+        #: messages decoded from the current batch of rows, on their way to the pairing
+        self.held: list[Msg | Mark] = []
+        feed_facts, hold = self.facts.feed, self.held.append
+
+        def emit(m: Msg) -> None:
+            feed_facts(m)
+            hold(m)
+
+        def mark(m: Mark) -> None:
+            hold(m)
+
+        self.decoder = Decoder(emit, reads=_outcome_kinds, mark=mark)
+        self.decoder.injected = injected
+
+    def flush(self) -> None:
+        """Hand the messages decoded so far to the pairing (after each batch of rows)."""
+        self.pairing.feed_many(self.held)
+        self.held.clear()
+
+    def feed(self, rows: Iterable[Any]) -> None:
+        """The session's next frame rows (any shape :meth:`Decoder.feed` takes)."""
+        self.decoder.feed(rows)
+        self.flush()
+
+    def feed_shaped(self, rows: Iterable[Sequence[Any]], shapes: Callable[[int], Any]) -> None:
+        """The next rows as ``frame_rows`` stores them (:meth:`Decoder.feed_shaped`)."""
+        self.decoder.feed_shaped(rows, shapes)
+        self.flush()
+
+    def finish(self) -> dict[StatsKey, MethodStats]:
+        self.flush()
+        self.facts.finish()
+        self.pairing.finish()
+        return self.table.stats
+
+
 def method_stats(
     exchanges: Iterable[Exchange], *, by_name: bool = False
 ) -> dict[StatsKey, MethodStats]:
     """Group exchanges by (direction, method[, name]) and count them."""
-    out: dict[StatsKey, MethodStats] = {}
+    table = MethodTable(by_name=by_name)
     for ex in exchanges:
-        name = ex.name if by_name else None
-        key = (ex.direction, ex.method, name)
-        st = out.get(key)
-        if st is None:
-            st = out[key] = MethodStats(ex.direction, ex.method, name)
-        st.add(ex)
-    return out
+        table.add(ex)
+    return table.stats
 
 
 def merge_stats(

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_proxy.analysis.exchanges import Pairing
+from mcp_proxy.analysis.exchanges import Paired
 from mcp_proxy.analysis.facts import header
 from mcp_proxy.analysis.model import ERA_MODERN, Exchange, FindingSink, Msg, SessionFacts
 from mcp_proxy.protocol import ERROR_NAMES, MODERN_ERROR_STATUS
@@ -296,7 +296,7 @@ def _named(ex: Exchange) -> str:
 
 def taxonomy_findings(
     msgs: list[Msg],
-    pairing: Pairing,
+    pairing: Paired,
     facts: SessionFacts,
     http: Mapping[int, Mapping[str, Any]],
     sink: FindingSink,
@@ -359,7 +359,7 @@ def taxonomy_findings(
 
 def _http_findings(
     msgs: list[Msg],
-    pairing: Pairing,
+    pairing: Paired,
     facts: SessionFacts,
     http: Mapping[int, Mapping[str, Any]],
     sink: FindingSink,

@@ -32,7 +32,7 @@ CHANNELS = (Channel.STDIO, Channel.STDERR, Channel.HTTP, Channel.SSE, Channel.IN
 DIR_CODE = {d: i for i, d in enumerate(DIRECTIONS)}
 CHAN_CODE = {c: i for i, c in enumerate(CHANNELS)}
 #: The module a relay runs as its recorder process (``python -m …``).
-WORKER_MODULE = "mcp_proxy.recorder.worker"
+WORKER_MODULE = "mcp_proxy.recorder_process"
 
 
 @dataclass(slots=True)

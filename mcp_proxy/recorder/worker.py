@@ -31,10 +31,18 @@ import pickle
 import signal
 import sys
 import time
+from collections.abc import Callable
 
-from mcp_proxy.limits import BATCH_BYTES, FINISH_PATIENCE, GROUP_GRACE, READ_BYTES
-from mcp_proxy.recorder.contract import ITEM_TYPES, Chunk
+from mcp_proxy.limits import (
+    BATCH_BYTES,
+    FINISH_PATIENCE,
+    GROUP_GRACE,
+    READ_BYTES,
+    SETTLE_QUEUE,
+)
+from mcp_proxy.recorder.contract import ITEM_TYPES, Chunk, SessionUpdate
 from mcp_proxy.recorder.runner import BatchRunner
+from mcp_proxy.recorder.settle import Settler
 from mcp_proxy.recorder.wire import (
     CHANNELS,
     CHUNK_META,
@@ -62,6 +70,8 @@ class _Session:
         self.watch: int | None = None
         self.bye = False
         self._warned = False
+        #: sessions that ended since the last hand-over to the settler (ids, in order)
+        self.ended: list[str] = []
 
     def consume(self) -> None:
         """Handle every complete record in the buffer."""
@@ -96,6 +106,10 @@ class _Session:
         kind = type(obj)
         if kind in ITEM_TYPES:
             self.runner.feed(obj)  # type: ignore[arg-type]
+            if kind is SessionUpdate:
+                status = obj.fields.get("status")  # type: ignore[attr-defined]
+                if status is not None and status != "live" and len(self.ended) < SETTLE_QUEUE:
+                    self.ended.append(obj.session_id)  # type: ignore[attr-defined]
         elif kind is Watch:
             self.watch = obj.pgid  # type: ignore[attr-defined]
         elif kind is Bye:
@@ -128,8 +142,20 @@ def end_group(pgid: int, grace: float = GROUP_GRACE) -> None:
         killpg(pgid, signal.SIGKILL)
 
 
-def serve(url: str, fd: int, *, flush_interval: float = 0.05, max_batch: int = 2000) -> int:
-    """Read records until EOF, write them in batches, drain, exit."""
+def serve(
+    url: str,
+    fd: int,
+    *,
+    flush_interval: float = 0.05,
+    max_batch: int = 2000,
+    on_ended: Callable[[str, str], object] | None = None,
+) -> int:
+    """Read records until EOF, write them in batches, drain, exit.
+
+    ``on_ended(url, session_id)`` is called for each session that ended, on a thread of its
+    own (:class:`~mcp_proxy.recorder.settle.Settler`), once the session's rows are written:
+    while the traffic lets the database catch up, and for the rest after the last batch; the
+    process then waits for it (bounded) before it exits."""
     import select
 
     from mcp_proxy.redact import policy_from_env
@@ -149,6 +175,7 @@ def serve(url: str, fd: int, *, flush_interval: float = 0.05, max_batch: int = 2
     os.set_blocking(fd, False)
     eof = False
     busy = False
+    settler = Settler(url, on_ended) if on_ended is not None else None
     try:
         while not eof:
             if not busy:
@@ -175,17 +202,32 @@ def serve(url: str, fd: int, *, flush_interval: float = 0.05, max_batch: int = 2
                     runner.flush()  # bounded memory while a burst streams in
             runner.flush()
             busy = got >= (256 << 10)
+            if settler is not None and state.ended and not runner.owes():
+                settler.hand(state.ended)  # their rows are written: analyse them now
+                state.ended = []
     finally:
         if not state.bye and state.watch is not None:
             end_group(state.watch)  # the relay vanished: its server must not outlive it
         runner.finish(patience=FINISH_PATIENCE)
-    line = runner.summary()
+    if settler is not None:
+        if state.ended and not runner.owes():
+            settler.hand(state.ended)
+        late = settler.finish()
+        if late:
+            print(
+                f"mcptape: {late} ended session(s) not analysed yet; their first `check`"
+                " analyses them",
+                file=sys.stderr,
+                flush=True,
+            )
+    line = runner.summary()  # the last line: what was recorded, or not
     if line:
         print(f"mcptape: {line}", file=sys.stderr, flush=True)
     return 0
 
 
-def main() -> int:
+def main(on_ended: Callable[[str, str], object] | None = None) -> int:
+    """The recorder process's entry (``on_ended``: see :func:`serve`)."""
     if len(sys.argv) != 2:
         print("usage: python -m mcp_proxy.recorder.worker DATABASE", file=sys.stderr)
         return 2
@@ -196,7 +238,7 @@ def main() -> int:
             signal.signal(sig, signal.SIG_IGN)
     from mcp_proxy.store.engine import resolve_url
 
-    return serve(resolve_url(sys.argv[1] or None), sys.stdin.fileno())
+    return serve(resolve_url(sys.argv[1] or None), sys.stdin.fileno(), on_ended=on_ended)
 
 
 if __name__ == "__main__":

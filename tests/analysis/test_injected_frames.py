@@ -121,12 +121,15 @@ def test_an_injected_answer_before_the_request_answers_nothing() -> None:
     assert [e.outcome for e in a.exchanges if e.method == "tools/call"] == ["no_response"]
 
 
-def test_stats_of_a_session_with_injected_frames_take_the_full_analysis() -> None:
-    from mcp_proxy.analysis.quickstats import STATS_COLUMNS, NeedsFullAnalysis, quick_stats
+def test_stats_count_an_answer_mcptape_injected_as_the_analysis_does() -> None:
+    from mcp_proxy.analysis.stats import StatsPass, method_stats, sorted_stats
 
     w = _answered_by_mcptape("error")
-    with pytest.raises(NeedsFullAnalysis):
-        quick_stats([tuple(f.get(c) for c in STATS_COLUMNS) for f in w.frames], w.session)
+    p = StatsPass(w.session)
+    p.feed(w.frames)
+    got = [s.as_dict() for s in sorted_stats(p.finish())]
+    assert got == [s.as_dict() for s in sorted_stats(method_stats(w.analyze().exchanges))]
+    assert next(r for r in got if r["method"] == "tools/call")["errors"] == 1
 
 
 def _killed(fault_end: str | None) -> Wire:
@@ -168,8 +171,7 @@ def test_stats_and_analysis_agree_on_a_session_a_fault_ended(
 ) -> None:
     """``close-stdin`` (the server exits 0) and ``kill`` (signal 9): the pending call is the
     fault's (aborted) in the full analysis and in the streaming statistics alike."""
-    from mcp_proxy.analysis.quickstats import STATS_COLUMNS, quick_stats
-    from mcp_proxy.analysis.stats import method_stats, sorted_stats
+    from mcp_proxy.analysis.stats import StatsPass, method_stats, sorted_stats
 
     w = Wire.initialized()
     w.request("tools/call", 2, {"name": "echo", "arguments": {}})
@@ -179,6 +181,7 @@ def test_stats_and_analysis_agree_on_a_session_a_fault_ended(
     assert [e.outcome for e in a.exchanges if e.method == "tools/call"] == ["aborted"]
     assert {f.code for f in a.findings} >= {"inject.ended_with_pending"}
     assert "exchange.no_response" not in {f.code for f in a.findings}
-    rows = [tuple(f.get(c) for c in STATS_COLUMNS) for f in w.frames]
-    quick = [s.as_dict() for s in sorted_stats(quick_stats(rows, w.session))]
+    p = StatsPass(w.session)
+    p.feed(w.frames)
+    quick = [s.as_dict() for s in sorted_stats(p.finish())]
     assert quick == [s.as_dict() for s in sorted_stats(method_stats(a.exchanges))]

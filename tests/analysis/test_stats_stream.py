@@ -1,10 +1,11 @@
-"""``stats`` from one streaming pass over frame columns gives the full analysis's numbers.
+"""``stats`` and ``check`` count the same exchanges, and ``stats`` holds only what is pending.
 
-:mod:`mcp_proxy.analysis.quickstats` re-implements just enough of the pairing to count outcomes
-and latencies without decoding the session. Each test builds a session, computes its per-method
-numbers both ways (the full analysis's exchanges through ``method_stats``, and the streaming
-pass over the same rows) and requires equal ``as_dict()`` output — or the streaming pass must
-say it cannot (``NeedsFullAnalysis``), in which case the service runs the full analysis.
+Both are consumers of the one pairing (:class:`mcp_proxy.analysis.exchanges.Pairing`):
+``check`` keeps every exchange for its checks, ``stats`` (:class:`~mcp_proxy.analysis.stats.
+StatsPass`) counts each exchange once its outcome is known and forgets it. What each shows the
+user must agree: the per-method numbers of ``stats`` are those of ``check``'s exchanges, on
+every session of the finding catalogue (MRTR chains, batches and injected frames included) and
+on busy sessions of both eras and every ending.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ from typing import Any
 import pytest
 
 from mcp_proxy.analysis import service
-from mcp_proxy.analysis.quickstats import STATS_COLUMNS, NeedsFullAnalysis, quick_stats
-from mcp_proxy.analysis.stats import method_stats, sorted_stats
+from mcp_proxy.analysis.exchanges import Pairing
+from mcp_proxy.analysis.facts import Decoder
+from mcp_proxy.analysis.model import SessionFacts
+from mcp_proxy.analysis.stats import StatsPass, method_stats, sorted_stats
+from mcp_proxy.limits import REORDER_LOOKAHEAD
 from mcp_proxy.store.queries import Store
 from mcp_proxy.testing.factories import Wire, envelope
 from tests.analysis.cases import CASES
 
-
-def _rows(w: Wire) -> list[tuple[Any, ...]]:
-    return [tuple(f.get(c) for c in STATS_COLUMNS) for f in w.frames]
+#: The store-backed test runs on SQLite (frame_rows as stored) and PostgreSQL (the view's rows).
+pytestmark = pytest.mark.both_dialects
 
 
 def _table(stats: dict[Any, Any]) -> list[dict[str, Any]]:
@@ -32,13 +35,11 @@ def _table(stats: dict[Any, Any]) -> list[dict[str, Any]]:
 
 
 def _both(w: Wire, *, by_name: bool) -> tuple[Any, Any]:
-    """(full analysis, streaming pass) tables; the second None when the pass declined."""
+    """(``check``'s exchanges counted, ``stats``'s streaming pass) tables."""
     whole = _table(method_stats(w.analyze().exchanges, by_name=by_name))
-    try:
-        quick = _table(quick_stats(_rows(w), w.session, w.http_exchanges, by_name=by_name))
-    except NeedsFullAnalysis:
-        quick = None
-    return whole, quick
+    p = StatsPass(w.session, w.http_exchanges, by_name=by_name)
+    p.feed(w.frames)
+    return whole, _table(p.finish())
 
 
 SHAPES = [(code, i) for code in sorted(CASES) for i in (0, 1)]
@@ -49,18 +50,7 @@ def test_every_catalogue_session_gives_the_same_numbers(code: str, which: int) -
     w = CASES[code][which]()
     for by_name in (False, True):
         whole, quick = _both(w, by_name=by_name)
-        if quick is not None:
-            assert quick == whole, code
-
-
-def test_most_catalogue_sessions_take_the_streaming_path() -> None:
-    """The fallback is for MRTR rounds and batches, not a way to dodge the hard cases."""
-    declined = []
-    for code, which in SHAPES:
-        if _both(CASES[code][which](), by_name=True)[1] is None:
-            declined.append(code)
-    assert declined and all(c.startswith(("mrtr.", "jsonrpc.batch")) for c in declined)
-    assert len(declined) < len(SHAPES) // 10
+        assert quick == whole, code
 
 
 def _busy(modern: bool, *, status: str = "ended", exit_code: int | None = 0) -> Wire:
@@ -126,10 +116,35 @@ def test_an_answer_stamped_before_its_request_pairs_within_the_window() -> None:
     assert (call["ok"], call["unanswered"]) == (1, 1)
 
 
-def test_an_mrtr_session_declines_and_the_service_still_answers() -> None:
-    w = CASES["mrtr.chain_incomplete"][0]()
-    with pytest.raises(NeedsFullAnalysis):
-        quick_stats(_rows(w), w.session, w.http_exchanges)
+def test_stats_holds_only_the_pending_requests_and_the_look_ahead() -> None:
+    """A long session through the pairing without ``keep``: no exchange list, the look-ahead
+    buffer bounded, a request answered far later still paired, the unanswered one counted."""
+    w = Wire()
+    w.handshake()
+    w.request("tools/call", 1, {"name": "slow"})
+    n = 3 * REORDER_LOOKAHEAD
+    for i in range(2, n):
+        w.request("ping", i, {})
+        w.result(i, {})
+    w.result(1, {"content": []})
+    w.request("ping", n, {})
+    w.end()
+    seen: list[int] = []
+    facts = SessionFacts(status="ended")
+    p = Pairing(facts, keep=False, on_final=lambda ex: seen.append(ex.index))
+    peak = 0
+    decoder = Decoder(p.feed)
+    for f in w.frames:
+        decoder.feed([f])
+        peak = max(peak, len(p.w.buf), sum(len(v) for v in p.pending.values()))
+    paired = p.finish()
+    assert paired.exchanges == [] and paired.count == len(seen) == len(set(seen)) == n + 1
+    assert peak <= REORDER_LOOKAHEAD + 1100  # the look-ahead and a trimming step, not n
+    assert p.done == {} and p.by_http == {}
+    whole, quick = _both(w, by_name=False)
+    assert quick == whole
+    calls = {r["method"]: r for r in quick}
+    assert calls["tools/call"]["ok"] == 1 and calls["ping"]["unanswered"] == 1
 
 
 async def test_service_stats_match_the_full_analysis_on_recorded_sessions(
@@ -142,7 +157,7 @@ async def test_service_stats_match_the_full_analysis_on_recorded_sessions(
         _busy(True, status="crashed", exit_code=1),
         CASES["transport.host_disconnected"][0](),
         CASES["exchange.cancelled"][0](),
-        CASES["mrtr.chain_incomplete"][0](),  # declined: the full analysis answers
+        CASES["mrtr.chain_incomplete"][0](),
     ]
     sids = [w.record(db_url, name=f"s{i}") for i, w in enumerate(wires)]
     store = await Store.open(db_url)
