@@ -56,6 +56,12 @@ class TunnelFront(FrontProtocol):
     def __init__(self, server: FrontServer, target: Target | None) -> None:
         super().__init__(server)
         self.target = target
+        #: The host's connection is gone (a write error is then the host's going).
+        self.gone = False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.gone = True
+        super().connection_lost(exc)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Called once the host's TLS handshake is done: the SNI it sent is known then.
@@ -323,7 +329,8 @@ class RequestHandler:
             raise
         except ConnectionError as exc:
             self._ensure_head(ex, resp, arrived)
-            if host_write or req.conn._lost:
+            conn = req.conn
+            if host_write or (isinstance(conn, TunnelFront) and conn.gone):
                 self._host_left(resp, ex, copy)
             else:
                 resp.close()

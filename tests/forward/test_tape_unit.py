@@ -9,10 +9,13 @@ of this directory.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mcp_proxy.forward import bodies
 from mcp_proxy.forward.exchange import RequestHead, ResponseHead, TapeExchange
@@ -171,6 +174,35 @@ def test_sse_stream_is_split_into_events_as_copies_arrive() -> None:
     assert row["outcome"] == "complete" and row["response_size"] == len(stream) + 17
     update = items.of(ExchangeUpdate)[-1]
     assert update.fields["meta"]["sse_comments"] == 1
+
+
+EVENT_DATA = st.lists(
+    st.binary(min_size=1, max_size=40).filter(lambda b: b"\n" not in b and b"\r" not in b),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(datas=EVENT_DATA, cuts=st.lists(st.integers(0, 400), max_size=12), crlf=st.booleans())
+def test_any_chunking_of_a_stream_records_the_same_events(
+    datas: list[bytes], cuts: list[int], crlf: bool
+) -> None:
+    """However the upstream's writes (and the host's reads) cut the stream, the recording is
+    the same events, in order, each whole, and the copies add up to the bytes that went."""
+    nl = b"\r\n" if crlf else b"\n"
+    stream = b"".join(b"id: %d%sdata: %s%s%s" % (i, nl, d, nl, nl) for i, d in enumerate(datas))
+    tape, items = tape_of()
+    ex = request(tape, CALL, headers=[*JSON, (b"Mcp-Session-Id", b"h")])
+    assert ex is not None and respond(ex, headers=SSE)
+    bounds = sorted({c for c in cuts if c < len(stream)} | {0, len(stream)})
+    for a, b in itertools.pairwise(bounds):
+        ex.chunk(stream[a:b])
+    ex.done(None, None, 1001.0)
+    sse = [f for f in items.frames() if f.channel == Channel.SSE]
+    assert [(bytes(f.raw), f.sse_id) for f in sse] == [(d, str(i)) for i, d in enumerate(datas)]
+    assert all(f.complete for f in sse)
+    assert items.rows()[0]["response_size"] == len(stream)
 
 
 def test_legacy_sse_groups_the_stream_and_its_message_posts() -> None:
