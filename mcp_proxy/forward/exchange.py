@@ -308,17 +308,22 @@ class TapeExchange:
             return False
         tape = self.tape
         red = tape.redactor
-        rec_headers = red.headers([[k.decode("latin-1"), text(v)] for k, v in resp.headers])
-        for pair in rec_headers:
-            if pair[0].lower() in ("location", "content-location"):
-                # An authorization redirect carries the code (and state) in its query.
-                pair[1] = red.url(pair[1])
-        ctype = resp.header(b"content-type") or ""
+        pairs = [[k.decode("latin-1"), text(v)] for k, v in resp.headers]
+        names: dict[str, str] = {}  # lower-case name -> first value, as it came
+        for k, v in pairs:
+            names.setdefault(k.lower(), v)
+        rec_headers = red.headers(pairs)
+        if "location" in names or "content-location" in names:
+            for pair in rec_headers:
+                if pair[0].lower() in ("location", "content-location"):
+                    # An authorization redirect carries the code (and state) in its query.
+                    pair[1] = red.url(pair[1])
+        ctype = names.get("content-type", "")
         self.ctype = ctype
         sse = is_event_stream(ctype)
         router = self.router
         if self.kind == KIND_MCP and self.entry is None:
-            new_sid = resp.header(b"mcp-session-id")
+            new_sid = names.get("mcp-session-id")
             if new_sid:
                 grouping = {"mcp_session_id": new_sid, "opened_by": "initialize"}
                 tape.attach(
@@ -331,10 +336,10 @@ class TapeExchange:
         self.head = HeadRow(resp.status, rec_headers, resp.at)
         if resp.reason and resp.reason != default_reason(resp.status):
             self.meta["reason"] = resp.reason
-        encoding = (resp.header(b"content-encoding") or "").strip().lower()
+        encoding = names.get("content-encoding", "").strip().lower()
         if encoding and encoding != "identity":
             self.meta["content_encoding"] = encoding
-        length = resp.header(b"content-length")
+        length = names.get("content-length")
         big = length is None or not length.isdigit() or int(length) > STREAM_ABOVE
         jsonish = ctype.lower().startswith("application/json")
         stream = sse and self.kind in (KIND_MCP, KIND_MAYBE)

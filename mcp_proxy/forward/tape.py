@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
 from mcp_proxy.forward.exchange import (
     KIND_DROPPED,
@@ -31,7 +30,7 @@ from mcp_proxy.forward.exchange import (
     text,
 )
 from mcp_proxy.forward.oauth import OAuthLinker
-from mcp_proxy.forward.recognize import RequestView, endpoint_key, origin_of
+from mcp_proxy.forward.recognize import RequestView
 from mcp_proxy.frames import Frame
 from mcp_proxy.recorder.contract import Producer
 from mcp_proxy.redact import Redactor
@@ -104,7 +103,7 @@ class ForwardTape:
         url = head.url
         headers = [(k.decode("latin-1"), text(v)) for k, v in head.headers]
         view = RequestView(head.method, url, headers, body)
-        ekey = endpoint_key(url)
+        origin, ekey, _ = view.url_parts()
         kind: str | None = None
         oauth_role = None
         if body and body.lstrip()[:1] in (b"{", b"[") and view.body_facts().is_jsonrpc:
@@ -129,7 +128,6 @@ class ForwardTape:
             return None
         if kind == KIND_MCP:
             self.mcp_endpoints.add(ekey)
-        origin = origin_of(url)
         if kind == KIND_OAUTH:
             origin = self.oauth.origin_for(view, origin)
         ex = TapeExchange(self, kind, origin, self.router_for(origin), url)
@@ -179,7 +177,7 @@ class ForwardTape:
         """Put a new exchange in its session when its request says which one."""
         router = ex.router
         sid = view.header("mcp-session-id")
-        query = urlsplit(ex.url).query
+        query = view.url_parts()[2]
         legacy_sid = query_session_id(query) if query and ex.kind == KIND_MCP else None
         if sid:
             grouping = {"mcp_session_id": sid}

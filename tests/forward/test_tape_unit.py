@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from mcp_proxy.forward import bodies
 from mcp_proxy.forward.exchange import RequestHead, ResponseHead, TapeExchange
+from mcp_proxy.forward.recognize import RequestView, endpoint_key, origin_of, url_parts
 from mcp_proxy.forward.tape import ForwardTape, request_url
 from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.recorder.contract import (
@@ -107,6 +108,27 @@ def test_request_url_as_mitmproxy_writes_it() -> None:
     assert request_url("http", "a.test", 8080, "/m?x=1") == "http://a.test:8080/m?x=1"
     assert request_url("https", "::1", 8443, "/") == "https://[::1]:8443/"
     assert request_url("https", "[::1]", 443, "/") == "https://[::1]/"
+
+
+def test_url_parts_from_one_parse() -> None:
+    assert url_parts("https://a.test/mcp?x=1") == (
+        "https://a.test:443",
+        "https://a.test:443/mcp",
+        "x=1",
+    )
+    assert url_parts("http://a.test:8080") == ("http://a.test:8080", "http://a.test:8080/", "")
+    assert url_parts("https://[::1]:8443/m") == ("https://[::1]:8443", "https://[::1]:8443/m", "")
+    # mitmproxy writes an IPv6 host without brackets: keyed by its whole location.
+    assert origin_of("http://::1:8080/mcp") == "http://::1:8080"
+    assert endpoint_key("http://::1:8080/mcp") == "http://::1:8080/mcp"
+    view = RequestView(
+        "GET",
+        "https://a.test/p?q",
+        [("Accept", "x"), ("MCP-Protocol-Version", "1"), ("accept", "y")],
+        b"",
+    )
+    assert view.header("ACCEPT") == "x" and view.has_mcp_header and view.url_parts()[2] == "q"
+    assert not RequestView("GET", "https://a.test/", [("X-Mcp", "1")], b"").has_mcp_header
 
 
 def test_json_exchange_opens_its_session_and_records_both_frames() -> None:
