@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mcp_proxy.forward.exchange import KIND_MCP, KIND_OAUTH
 from mcp_proxy.forward.recognize import (
     RequestView,
     endpoint_key,
@@ -38,7 +39,8 @@ from mcp_proxy.forward.recognize import (
 )
 
 if TYPE_CHECKING:
-    from mcp_proxy.forward.addon import McpTape, _Ex
+    from mcp_proxy.forward.exchange import TapeExchange
+    from mcp_proxy.forward.tape import ForwardTape
 
 __all__ = ["OAuthLinker"]
 
@@ -56,7 +58,7 @@ AS_ENDPOINTS = (
 
 @dataclass
 class _Held:
-    ex: _Ex
+    ex: TapeExchange
     outcome: str
     error: str | None
     at: float = field(default_factory=time.monotonic)
@@ -81,17 +83,19 @@ class OAuthLinker:
         """The MCP origin an OAuth request serves (its own origin when nothing says else)."""
         return self.as_to_resource.get(origin, origin)
 
-    def on_request(self, addon: McpTape, ex: _Ex, view: RequestView) -> None:
+    def on_request(self, ex: TapeExchange) -> None:
         ex.meta.setdefault("oauth", {})["served_origin"] = ex.origin
 
     # ------------------------------------------------------------------ learning
-    def on_response(self, addon: McpTape, ex: _Ex, flow: Any) -> None:
-        resp = flow.response
+    def on_response(self, ex: TapeExchange, body: bytes) -> None:
+        """Learn from a finished response: its 401 challenge, the documents it carries
+        (``body``: the response body when it was handed whole, else empty)."""
+        resp = ex.response
         if resp is None:
             return
-        status = resp.status_code
+        status = resp.status
         if status == 401:
-            challenge = resp.headers.get("www-authenticate")
+            challenge = resp.header(b"www-authenticate")
             info: dict[str, Any] = (
                 {"challenge": parse_www_authenticate(challenge)} if challenge else {}
             )
@@ -102,7 +106,6 @@ class OAuthLinker:
         role = ex.oauth_role
         if role is None or not (200 <= status < 300):
             return
-        body = resp.raw_content or b""
         doc = json_doc(body) if body else None
         if not isinstance(doc, dict):
             return
@@ -115,7 +118,7 @@ class OAuthLinker:
             resource = doc.get("resource")
             ex.meta.setdefault("oauth", {})["resource"] = resource
         elif role == "authorization_server_metadata":
-            issuer_origin = origin_of(flow.request.url)
+            issuer_origin = origin_of(ex.url)
             for name in AS_ENDPOINTS:
                 url = doc.get(name)
                 if isinstance(url, str) and "://" in url:
@@ -124,11 +127,9 @@ class OAuthLinker:
             self.as_to_resource.setdefault(issuer_origin, ex.origin)
 
     # ------------------------------------------------------------------ holding
-    def hold(self, addon: McpTape, ex: _Ex, outcome: str, error: str | None) -> bool:
+    def hold(self, ex: TapeExchange, outcome: str, error: str | None) -> bool:
         """Keep a dance exchange back until its session is known; True when it was kept."""
-        from mcp_proxy.forward.addon import KIND_MCP, KIND_OAUTH
-
-        status = ex.fields.get("status") or ex.late.get("status")
+        status = ex.status
         dance_open = ex.origin in self.held
         if ex.kind == KIND_MCP:
             if status == 401 and ex.entry is None:
@@ -143,27 +144,24 @@ class OAuthLinker:
             return True
         return False
 
-    def before_register(self, addon: McpTape, ex: _Ex) -> None:
+    def before_register(self, tape: ForwardTape, ex: TapeExchange) -> None:
         """An MCP exchange is about to be written: its origin's held dance goes first."""
-        from mcp_proxy.forward.addon import KIND_MCP
-
         if ex.kind != KIND_MCP or ex.entry is None:
             return
-        status = ex.fields.get("status") or ex.late.get("status")
-        if status == 401:
+        if ex.status == 401:
             return
         held = self.held.pop(ex.origin, None)
         if not held:
             return
         for item in held:
             item.ex.meta.setdefault("oauth", {})["linked_to_session"] = ex.entry.session_id
-            addon.attach(item.ex, ex.entry)
-            addon._write_finished(item.ex, item.outcome, item.error)
+            tape.attach(item.ex, ex.entry)
+            tape.write_finished(item.ex, item.outcome, item.error)
 
-    def flush_all(self, addon: McpTape) -> None:
+    def flush_all(self, tape: ForwardTape) -> None:
         """The proxy stops: write every dance still waiting into its origin's fallback session."""
         held, self.held = self.held, {}
         for items in held.values():
             for item in items:
-                addon.attach_fallback(item.ex)
-                addon._write_finished(item.ex, item.outcome, item.error)
+                tape.attach_fallback(item.ex)
+                tape.write_finished(item.ex, item.outcome, item.error)

@@ -23,7 +23,7 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, urljoin, urlsplit
+from urllib.parse import SplitResult, parse_qs, urljoin, urlsplit
 
 from mcp_proxy.relay.http.sessions import BodyFacts, body_facts
 
@@ -37,6 +37,7 @@ __all__ = [
     "oauth_kind",
     "origin_of",
     "parse_www_authenticate",
+    "url_parts",
 ]
 
 WELL_KNOWN_PRM = "/.well-known/oauth-protected-resource"
@@ -54,17 +55,30 @@ class RequestView:
     headers: list[tuple[str, str]]
     body: bytes
     facts: BodyFacts | None = None
+    #: Lower-case name -> first value, made on the first look-up (one pass over the headers).
+    index: dict[str, str] | None = None
+    #: origin, endpoint key and query of ``url`` (:func:`url_parts`), made on first use.
+    parts: tuple[str, str, str] | None = None
 
     def header(self, name: str) -> str | None:
-        low = name.lower()
-        for k, v in self.headers:
-            if k.lower() == low:
-                return v
-        return None
+        return self._names().get(name.lower())
 
     @property
     def has_mcp_header(self) -> bool:
-        return any(k.lower().startswith("mcp-") for k, _ in self.headers)
+        return any(k.startswith("mcp-") for k in self._names())
+
+    def _names(self) -> dict[str, str]:
+        index = self.index
+        if index is None:
+            index = self.index = {}
+            for k, v in self.headers:
+                index.setdefault(k.lower(), v)
+        return index
+
+    def url_parts(self) -> tuple[str, str, str]:
+        if self.parts is None:
+            self.parts = url_parts(self.url)
+        return self.parts
 
     def body_facts(self) -> BodyFacts:
         if self.facts is None:
@@ -80,10 +94,21 @@ def origin_of(url: str) -> str:
     """
     try:
         parts = urlsplit(url)
+    except ValueError:
+        return _whole_location(url)
+    return _origin(url, parts)
+
+
+def _whole_location(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.split('/', 1)[0]}"
+
+
+def _origin(url: str, parts: SplitResult) -> str:
+    try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
-        scheme, _, rest = url.partition("://")
-        return f"{scheme}://{rest.split('/', 1)[0]}"
+        return _whole_location(url)
     host = parts.hostname or ""
     if ":" in host:
         host = f"[{host}]"
@@ -92,7 +117,15 @@ def origin_of(url: str) -> str:
 
 def endpoint_key(url: str) -> str:
     """An endpoint without its query: ``origin`` + path (the unit MCP-ness is remembered by)."""
-    return origin_of(url) + (urlsplit(url).path or "/")
+    return url_parts(url)[1]
+
+
+def url_parts(url: str) -> tuple[str, str, str]:
+    """The origin (:func:`origin_of`), endpoint key (:func:`endpoint_key`) and query of an
+    absolute URL, from one parse."""
+    parts = urlsplit(url)
+    origin = _origin(url, parts)
+    return origin, origin + (parts.path or "/"), parts.query
 
 
 def is_event_stream(content_type: str | None) -> bool:
@@ -136,14 +169,14 @@ def oauth_kind(req: RequestView, as_endpoints: dict[str, str]) -> str | None:
     ``as_endpoints`` maps endpoint keys (see :func:`endpoint_key`) learnt from authorization
     server metadata to their role (``token_endpoint`` …).
     """
-    path = urlsplit(req.url).path
+    path = urlsplit(req.url).path  # the raw path (an endpoint key's is "/" when empty)
     if path.startswith(WELL_KNOWN_PRM):
         return "protected_resource_metadata"
     if any(path.startswith(p) for p in WELL_KNOWN_AS) or path.endswith(
         "/.well-known/openid-configuration"
     ):
         return "authorization_server_metadata"
-    role = as_endpoints.get(endpoint_key(req.url))
+    role = as_endpoints.get(req.url_parts()[1])
     if role is not None:
         return role
     ctype = (req.header("content-type") or "").lower()

@@ -1,14 +1,15 @@
-"""``mcptape record --forward``: a recording forward proxy, with mcptape's addon, until Ctrl-C.
+"""``mcptape record --forward``: a recording forward proxy, with mcptape's tape, until Ctrl-C.
 
-Two engines run the same addon (:class:`~mcp_proxy.forward.addon.McpTape`) over the same
+Two engines feed the same recording (:class:`~mcp_proxy.forward.tape.ForwardTape`) over the same
 recorder: ``lean`` (the default, :mod:`mcp_proxy.forward.lean`: mcptape's own CONNECT proxy on
 the HTTP relay's core, about a tenth of mitmproxy's CPU per call) and ``mitmproxy`` (``--engine
 mitmproxy``, or chosen by itself when ``config.yaml`` sets an option only mitmproxy implements).
 
 For the mitmproxy engine, mitmproxy as it ships — its own master, addon manager, TLS addon and
 bytecode, nothing patched or replaced — runs here (the addons mitmdump loads, without its
-terminal log and flow dumper), on our event loop, with :class:`~mcp_proxy.forward.addon.McpTape` added and a
-:class:`~mcp_proxy.recorder.client.RecorderClient` shared with it. On start it prints, in a few
+terminal log and flow dumper), on our event loop, with :class:`~mcp_proxy.forward.addon.McpTape`
+(the tape's mitmproxy adapter) added and a :class:`~mcp_proxy.recorder.client.RecorderClient`
+shared with it. On start it prints, in a few
 lines, the proxy address, where mitmproxy's CA certificate is and the environment common hosts
 need to use it. Options a user would give ``mitmdump --set`` are read from
 ``config.yaml`` in mitmproxy's configuration directory (``~/.mitmproxy``, or
@@ -26,10 +27,13 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.errors import UserError
 from mcp_proxy.redact import ENV_REDACT, Redactor, redactor_for_recording
+
+if TYPE_CHECKING:
+    from mcp_proxy.forward.tape import ForwardTape
 
 __all__ = [
     "ENGINES",
@@ -291,21 +295,21 @@ class _Run:
     announce: bool
     stop: asyncio.Event
 
-    def recording(self) -> tuple[Any, Any]:
-        """The recorder process (started) and the addon that feeds it."""
-        from mcp_proxy.forward.addon import McpTape
+    def recording(self) -> tuple[Any, ForwardTape]:
+        """The recorder process (started) and the tape that feeds it."""
+        from mcp_proxy.forward.tape import ForwardTape
         from mcp_proxy.recorder.client import RecorderClient
 
         recorder = RecorderClient(self.db_url, env={ENV_REDACT: self.redactor.to_env()})
         recorder.start()
-        addon = McpTape(
+        tape = ForwardTape(
             recorder,
             redactor=self.redactor,
             name=self.name,
             idle_cut=self.idle_cut,
             record_all=self.record_all,
         )
-        return recorder, addon
+        return recorder, tape
 
     def listening(self, bound: tuple[str, int], note: str | None = None) -> None:
         if not self.announce:
@@ -316,10 +320,10 @@ class _Run:
         for line in environment_lines(f"http://{shown}:{bound[1]}", ca_cert_path(self.conf)):
             print(line, file=sys.stderr, flush=True)
 
-    def stopped(self, addon: Any) -> int:
+    def stopped(self, tape: ForwardTape) -> int:
         if self.announce:
             print(
-                f"mcptape: stopped; {addon.stats_exchanges} exchange(s) recorded",
+                f"mcptape: stopped; {tape.stats_exchanges} exchange(s) recorded",
                 file=sys.stderr,
                 flush=True,
             )
@@ -359,7 +363,7 @@ async def _serve_lean(run: _Run, options: dict[str, Any]) -> int:
             f"mitmproxy configuration {conf / 'config.yaml'}: the upstream trust cannot be "
             f"loaded: {exc}"
         ) from exc
-    recorder, addon = run.recording()
+    recorder, tape = run.recording()
     guard = None
     if not is_loopback(run.host):
         print(
@@ -375,7 +379,7 @@ async def _serve_lean(run: _Run, options: dict[str, Any]) -> int:
         )
     refused = print_refused(ca_cert_path(conf))
     proxy = LeanForward(
-        addon,
+        tape,
         leaves,
         up_ctx,
         on_tls_refused=refused,
@@ -393,10 +397,10 @@ async def _serve_lean(run: _Run, options: dict[str, Any]) -> int:
         await run.stop.wait()
     finally:
         await proxy.close(grace=5.0)
-        addon.close()
+        tape.close()
         leaves.close()
         await asyncio.to_thread(recorder.close)
-    return run.stopped(addon)
+    return run.stopped(tape)
 
 
 async def _serve_mitmproxy(run: _Run, extra_options: dict[str, Any] | None, why: str | None) -> int:
@@ -437,7 +441,10 @@ async def _serve_mitmproxy(run: _Run, extra_options: dict[str, Any] | None, why:
     except OSError as exc:
         raise UserError(f"mitmproxy's CA in {conf} cannot be used: {exc}") from exc
 
-    recorder, addon = run.recording()
+    from mcp_proxy.forward.addon import McpTape
+
+    recorder, tape = run.recording()
+    addon = McpTape(tape)
     master.addons.add(addon)
     running = asyncio.create_task(master.run())
     try:
@@ -469,7 +476,7 @@ async def _serve_mitmproxy(run: _Run, extra_options: dict[str, Any] | None, why:
         mitm_log.removeHandler(errors)
         mitm_log.removeHandler(said)
         await asyncio.to_thread(recorder.close)
-    return run.stopped(addon)
+    return run.stopped(tape)
 
 
 def record_forward(

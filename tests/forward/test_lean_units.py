@@ -2,7 +2,7 @@
 
 The client guard (mitmproxy's ``block_global``/``block_private`` rules: a connection is judged
 by its peer address alone, and no socket can come from a global address on this machine), the
-bounded certificate cache, and the guard around the addon's stream callable.
+bounded certificate cache, and the guard around the tape's chunk copier.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mcp_proxy.forward import contexts, lean
+from mcp_proxy.forward import contexts, handler
 from mcp_proxy.forward.certs import create_ec_ca
 from mcp_proxy.forward.contexts import LeafContexts
 from mcp_proxy.forward.guard import ClientGuard
@@ -92,18 +92,17 @@ def test_certificate_cache_is_bounded_and_leaves_no_files(
     assert not leaves.dir.exists()
 
 
-def test_a_failing_stream_callable_is_logged_once_and_stops(caplog: Any) -> None:
+def test_a_failing_chunk_copy_is_logged_once_and_stops(caplog: Any) -> None:
     seen: list[bytes] = []
 
-    def tee(data: bytes) -> bytes:
+    def tee(data: bytes) -> None:
         seen.append(data)
         if len(seen) == 2:
-            raise ValueError("addon bug")
-        return data
+            raise ValueError("recording bug")
 
-    copy = lean._guarded(tee)
+    copy = handler.guarded(tee)
     with caplog.at_level(logging.ERROR, logger="mcptape.forward"):
         for chunk in (b"1", b"2", b"3", b"4"):
             copy(chunk)  # never raises: the bytes already went to the host
     assert seen == [b"1", b"2"]
-    assert len([r for r in caplog.records if "stream callable failed" in r.getMessage()]) == 1
+    assert len([r for r in caplog.records if "copying a chunk" in r.getMessage()]) == 1
