@@ -45,8 +45,8 @@ from mcp_proxy.relay.http.sessions import (
     body_facts,
 )
 from mcp_proxy.relay.http.upstream import (
+    Upstream,
     UpstreamConnectError,
-    UpstreamPool,
 )
 from mcp_proxy.relay.http.wire import WireFrame
 
@@ -61,7 +61,7 @@ class RelayCore:
         config: RelayConfig,
         recorder: RecorderLike | None,
         *,
-        pool: UpstreamPool | None = None,
+        pool: Upstream | None = None,
     ) -> None:
         self.config = config
         self.target = Target(config.upstream)
@@ -82,8 +82,8 @@ class RelayCore:
         self.local_origin = ""
         self.stats_exchanges = 0
         self.host_check = HostCheck(config.host, config.allow_hosts)
-        #: The upstream connection pool (a fake one in unit tests; made at start otherwise).
-        self._pool: UpstreamPool | None = pool
+        #: The upstream (the seam: a scripted fake in unit tests; a pool made at start otherwise).
+        self._pool: Upstream | None = pool
         self._server: FrontServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
         #: Tasks reading the rest of event streams the host left (see _read_rest).

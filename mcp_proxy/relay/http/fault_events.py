@@ -23,7 +23,7 @@ from mcp_proxy.relay.http.fault_core import (
 )
 from mcp_proxy.relay.http.front import FrontRequest, RelayResponse
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE
-from mcp_proxy.relay.http.upstream import UpstreamResponse
+from mcp_proxy.relay.http.upstream import UpstreamReply
 
 if TYPE_CHECKING:
     from mcp_proxy.relay.http.exchange import Exchange
@@ -79,7 +79,7 @@ async def respond_sse(
     relay: HTTPRelay,
     request: FrontRequest,
     ex: Exchange,
-    resp: UpstreamResponse,
+    resp: UpstreamReply,
     head: ResponseHead,
     method: str,
     path: str,
@@ -99,7 +99,7 @@ async def _pump_events(
     relay: HTTPRelay,
     request: FrontRequest,
     ex: Exchange,
-    resp: UpstreamResponse,
+    resp: UpstreamReply,
     head: ResponseHead,
     method: str,
     path: str,

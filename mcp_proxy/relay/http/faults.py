@@ -71,13 +71,13 @@ from mcp_proxy.relay.http.fault_core import (
 from mcp_proxy.relay.http.fault_events import answer_on_stream, legacy_stream, respond_sse
 from mcp_proxy.relay.http.front import FrontRequest, RelayResponse, plain_response
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE
-from mcp_proxy.relay.http.upstream import UpstreamResponse
 
 if TYPE_CHECKING:
     from mcp_proxy.relay.http.exchange import Exchange
     from mcp_proxy.relay.http.forward import RequestHead
     from mcp_proxy.relay.http.response import ResponseHead
     from mcp_proxy.relay.http.server import HTTPRelay
+    from mcp_proxy.relay.http.upstream import UpstreamReply
 
 __all__ = ["handle", "injected_status"]
 
@@ -178,7 +178,7 @@ async def _handle(
         resp = await relay._forward(request, ex, rh, data)
     finally:
         _release(waiting)
-    if not isinstance(resp, UpstreamResponse):
+    if isinstance(resp, RelayResponse):
         f.place()
         return resp  # the relay answered (upstream unreachable, timed out…)
     if duplicate and body is not None:
@@ -310,7 +310,7 @@ async def _respond_json(
     relay: HTTPRelay,
     request: FrontRequest,
     ex: Exchange,
-    resp: UpstreamResponse,
+    resp: UpstreamReply,
     head: ResponseHead,
     method: str,
     path: str,

@@ -13,7 +13,7 @@ the session a response names, the recording's view), then takes one of two paths
 
 Every byte for the host goes through :meth:`~ResponseSide._deliver` — the one seam where a
 fault-injection layer can delay, cut or alter what the host gets (the request's seam is
-``UpstreamPool.request``).
+``Upstream.request``).
 
 The host's response is a :class:`~mcp_proxy.relay.http.front.RelayResponse`: it adds no
 header of its own, so names, casing and order — ``Content-Length`` included — are the
@@ -47,7 +47,7 @@ from mcp_proxy.relay.http.core import RelayCore
 from mcp_proxy.relay.http.exchange import Exchange
 from mcp_proxy.relay.http.front import FrontRequest, RelayResponse
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE, RULE_MCP_SESSION, body_facts
-from mcp_proxy.relay.http.upstream import UpstreamResponse
+from mcp_proxy.relay.http.upstream import UpstreamReply
 from mcp_proxy.relay.http.wire import WireFrame
 
 __all__ = ["ResponseSide"]
@@ -111,7 +111,7 @@ class ResponseSide(RelayCore):
         self,
         request: FrontRequest,
         ex: Exchange,
-        resp: UpstreamResponse,
+        resp: UpstreamReply,
         method: str,
         path: str,
     ) -> RelayResponse:
@@ -120,7 +120,7 @@ class ResponseSide(RelayCore):
             return await self._respond_small(request, ex, resp, head, method, path)
         return await self._respond_stream(request, ex, resp, head, method, path)
 
-    def _response_head(self, ex: Exchange, resp: UpstreamResponse, method: str) -> ResponseHead:
+    def _response_head(self, ex: Exchange, resp: UpstreamReply, method: str) -> ResponseHead:
         """Status and headers for the host (the upstream's, in order), and for the recording."""
         first_byte = time.time()
         self._describe(ex)
@@ -188,7 +188,7 @@ class ResponseSide(RelayCore):
         self,
         request: FrontRequest,
         ex: Exchange,
-        resp: UpstreamResponse,
+        resp: UpstreamReply,
         head: ResponseHead,
         method: str,
         path: str,
@@ -237,7 +237,7 @@ class ResponseSide(RelayCore):
         self,
         request: FrontRequest,
         ex: Exchange,
-        resp: UpstreamResponse,
+        resp: UpstreamReply,
         head: ResponseHead,
         method: str,
         path: str,
@@ -328,7 +328,7 @@ class ResponseSide(RelayCore):
             self._after(ex, method, status, path)
         ex.finish(outcome, error)
 
-    async def _pump(self, ex: Exchange, resp: UpstreamResponse, st: StreamState) -> None:
+    async def _pump(self, ex: Exchange, resp: UpstreamReply, st: StreamState) -> None:
         """Upstream body → host, chunk by chunk, until the upstream ends it."""
         qsock = st.head.qsock
         handle = self._sse_chunk if st.parser is not None else self._plain_chunk
@@ -378,7 +378,7 @@ class ResponseSide(RelayCore):
         st.unsent = None
         self._sse_events(ex, events, st.is_mcp)
 
-    def _stream_cancelled(self, ex: Exchange, resp: UpstreamResponse, st: StreamState) -> None:
+    def _stream_cancelled(self, ex: Exchange, resp: UpstreamReply, st: StreamState) -> None:
         """The host closed (or the relay stops) while the stream was being relayed."""
         if st.unsent:
             # Cancelled while the chunk was being written: it was handed to the host's
@@ -403,7 +403,7 @@ class ResponseSide(RelayCore):
         ex.finish(self._abort_outcome(), self._abort_error())
 
     async def _read_rest(
-        self, ex: Exchange, resp: UpstreamResponse, parser: SSEParser, is_mcp: bool
+        self, ex: Exchange, resp: UpstreamReply, parser: SSEParser, is_mcp: bool
     ) -> None:
         """After the host left with its response: read the upstream stream to its end (briefly).
 

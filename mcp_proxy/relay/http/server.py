@@ -42,7 +42,7 @@ from mcp_proxy.relay.http.sessions import (
 from mcp_proxy.relay.http.upstream import (
     UpstreamConnectTimeout,
     UpstreamPool,
-    UpstreamResponse,
+    UpstreamReply,
 )
 from mcp_proxy.relay.http.wire import WireFrame
 
@@ -174,7 +174,7 @@ class HTTPRelay(ResponseSide):
 
             return await http_faults.handle(self, request, ex, rh, data, body, method, path)
         resp = await self._forward(request, ex, rh, data)
-        if not isinstance(resp, UpstreamResponse):
+        if isinstance(resp, RelayResponse):
             return resp  # the relay answered (upstream unreachable, timed out…)
         try:
             return await self._respond(request, ex, resp, method, path)
@@ -254,7 +254,7 @@ class HTTPRelay(ResponseSide):
 
     async def _forward(
         self, request: FrontRequest, ex: Exchange, rh: RequestHead, data: Any
-    ) -> UpstreamResponse | RelayResponse:
+    ) -> UpstreamReply | RelayResponse:
         """Send the request upstream, once (the request-side seam); map failures to answers."""
         assert self._pool is not None
         timeout = self.config.response_timeout
