@@ -146,7 +146,6 @@ PRIVATE_USES_ALLOWED = frozenset(
         "mcp_proxy.analysis.facts imports mcp_proxy.analysis.model._UNPARSED",
         "mcp_proxy.commands.db uses mcp_proxy.store.engine._short",
         "mcp_proxy.forward.oauth imports mcp_proxy.forward.addon._Ex",
-        "mcp_proxy.relay.http.core imports mcp_proxy.relay.http.front._V11",
         "mcp_proxy.relay.http.fault_events imports mcp_proxy.relay.http.fault_core._Faults",
         "mcp_proxy.relay.http.fault_events imports mcp_proxy.relay.http.fault_core._accepted",
         "mcp_proxy.relay.http.fault_events imports mcp_proxy.relay.http.fault_core._answer_body",

@@ -15,6 +15,7 @@ import aiohttp
 from mcp_proxy.faults.engine import Decision, FaultEngine
 from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.framing import SSEEvent
+from mcp_proxy.relay.http.common import meta_body
 from mcp_proxy.relay.http.front import FrontRequest, RelayResponse, plain_response
 from mcp_proxy.relay.http.wire import WireFrame
 
@@ -140,7 +141,7 @@ def _accepted(relay: HTTPRelay, ex: Exchange, legacy: bool) -> RelayResponse:
     )
     ex.response_size = len(body)
     if body:
-        ex.meta["response_body"] = relay.meta_body(body, headers["Content-Type"])
+        ex.meta["response_body"] = meta_body(relay.redactor, body, headers["Content-Type"])
     ex.finish("complete")
     return plain_response(202, body, headers)
 
@@ -169,8 +170,7 @@ def _spawn(relay: HTTPRelay, coro: Any) -> None:
             pass
 
     task = asyncio.ensure_future(guarded())
-    relay._tails.add(task)  # type: ignore[arg-type]
-    task.add_done_callback(relay._tails.discard)  # type: ignore[arg-type]
+    relay.state.spawn(task)
 
 
 def _event_bytes(ev: SSEEvent, data: bytes) -> bytes:

@@ -22,6 +22,7 @@ from mcp_proxy.relay.http.fault_core import (
     _spawn,
 )
 from mcp_proxy.relay.http.front import FrontRequest, RelayResponse
+from mcp_proxy.relay.http.response_record import finish_body, rewrite_endpoint, sse_events
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE
 from mcp_proxy.relay.http.upstream import UpstreamReply
 
@@ -82,13 +83,12 @@ async def respond_sse(
     resp: UpstreamReply,
     head: ResponseHead,
     method: str,
-    path: str,
     f: _Faults,
 ) -> RelayResponse:
     """An event stream, event by event: each is decided, then delivered (or not)."""
     st = _Stream(head.sresp)
     try:
-        return await _pump_events(relay, request, ex, resp, head, method, path, f, st)
+        return await _pump_events(relay, request, ex, resp, head, method, f, st)
     finally:
         if st.timer is not None:
             st.timer.cancel()
@@ -102,7 +102,6 @@ async def _pump_events(
     resp: UpstreamReply,
     head: ResponseHead,
     method: str,
-    path: str,
     f: _Faults,
     st: _Stream,
 ) -> RelayResponse:
@@ -125,23 +124,23 @@ async def _pump_events(
         if not ended:
             rest = parser.flush()
             if rest is not None:
-                relay._sse_events(ex, [rest], True, complete=False)
+                sse_events(relay.state, ex, [rest], complete=False)
                 await _send(relay, ex, st, rest.raw)
             await _flush_held(relay, ex, f, st)
-        relay._finish_request_body(ex)
+        finish_body(ex)
         await sresp.write_eof()
     except asyncio.CancelledError:
-        if st.responded and not relay._stopping:
+        if st.responded and not relay.state.stopping:
             ex.meta["host_closed_after_response"] = True
-            relay._finish_request_body(ex)
+            finish_body(ex)
             ex.finish("complete")
         else:
-            relay._finish_request_body(ex)
-            ex.finish(relay._abort_outcome(), relay._abort_error())
+            finish_body(ex)
+            ex.finish(*relay.state.abort())
         raise
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        outcome, error = relay._stream_broke(request, ex, exc, st.responded)
-    await relay._stream_end(request, ex, outcome, error, method, head.status, path)
+        outcome, error = relay.responses.stream_broke(request, ex, exc, st.responded)
+    await relay.responses.stream_end(request, ex, outcome, error, method, head.status)
     return sresp
 
 
@@ -155,7 +154,7 @@ def _forget(relay: HTTPRelay, st: _Stream) -> None:
 async def _send(relay: HTTPRelay, ex: Exchange, st: _Stream, raw: bytes) -> None:
     if st.bps:
         await asyncio.sleep(len(raw) / st.bps)
-    await relay._deliver(st.sresp, raw, ex)  # type: ignore[arg-type]
+    await relay.responses.deliver(st.sresp, raw, ex)  # type: ignore[arg-type]
 
 
 def _is_response(ev: SSEEvent) -> bool:
@@ -170,8 +169,8 @@ async def _event(
     if ev.comment_only or not ev.data or ev.event == "endpoint":
         plain = ev.raw
         if ev.event == "endpoint":
-            plain = relay._maybe_rewrite_endpoint(ex, ev, plain)
-        relay._sse_events(ex, [ev], True)
+            plain = rewrite_endpoint(ex, ev, plain)
+        sse_events(relay.state, ex, [ev])
         if not ev.comment_only:
             st.delivered += 1
         await _send(relay, ex, st, plain)
@@ -180,7 +179,7 @@ async def _event(
             relay.fault_streams[st.key] = (ex, st, f)
         return True
     decision = f.engine.decide("s2c", ev.data)
-    relay._sse_events(ex, [ev], True)  # what the server sent, on its usual channel
+    sse_events(relay.state, ex, [ev])  # what the server sent, on its usual channel
     if st.end_after is not None:
         if st.end_after <= 0:
             return False

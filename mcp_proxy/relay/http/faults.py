@@ -70,6 +70,7 @@ from mcp_proxy.relay.http.fault_core import (
 )
 from mcp_proxy.relay.http.fault_events import answer_on_stream, legacy_stream, respond_sse
 from mcp_proxy.relay.http.front import FrontRequest, RelayResponse, plain_response
+from mcp_proxy.relay.http.response_record import after, finish_body, record_body
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE
 
 if TYPE_CHECKING:
@@ -90,19 +91,18 @@ async def handle(
     data: Any,
     body: bytes | None,
     method: str,
-    path: str,
 ) -> RelayResponse:
     """Forward one exchange with the fault rules applied (the relay's path when rules exist)."""
     engine: FaultEngine = relay.config.faults
     f = _Faults(relay, ex, engine)
     try:
-        return await _handle(relay, request, ex, rh, data, body, method, path, f)
+        return await _handle(relay, request, ex, rh, data, body, method, f)
     except asyncio.CancelledError:
         # The host left (or the relay stops) while a fault held the exchange — a delay, a
         # withheld answer: the exchange is still recorded, as the relay's own paths do.
         if not ex.finished:
-            relay._finish_request_body(ex)
-            ex.finish(relay._abort_outcome(), relay._abort_error())
+            finish_body(ex)
+            ex.finish(*relay.state.abort())
         f.place()
         raise
 
@@ -115,7 +115,6 @@ async def _handle(
     data: Any,
     body: bytes | None,
     method: str,
-    path: str,
     f: _Faults,
 ) -> RelayResponse:
     engine = f.engine
@@ -175,7 +174,7 @@ async def _handle(
         waiting = list(held)
         held.clear()
     try:
-        resp = await relay._forward(request, ex, rh, data)
+        resp = await relay.forward_request(request, ex, rh, data)
     finally:
         _release(waiting)
     if isinstance(resp, RelayResponse):
@@ -185,23 +184,21 @@ async def _handle(
         _send_again(relay, f, rh, body)
     complete = False
     try:
-        head = relay._response_head(ex, resp, method)
+        head = relay.responses.response_head(ex, resp, method)
         f.flush()
         if head.is_sse and not head.no_body:
-            r = await respond_sse(relay, request, ex, resp, head, method, path, f)
+            r = await respond_sse(relay, request, ex, resp, head, method, f)
         elif head.small and ex.is_mcp:
-            r = await _respond_json(relay, request, ex, resp, head, method, path, f)
+            r = await _respond_json(relay, request, ex, resp, head, method, f)
         elif head.small:
-            r = await relay._respond_small(request, ex, resp, head, method, path)
+            r = await relay.responses.respond_small(request, ex, resp, head, method)
         else:
-            r = await relay._respond_stream(request, ex, resp, head, method, path)
+            r = await relay.responses.respond_stream(request, ex, resp, head, method)
         complete = ex.outcome == "complete"
         return r
     finally:
         f.place()
-        if ex.handed_off:
-            pass  # the response belongs to a task that goes on after this handler
-        elif complete:
+        if complete:
             resp.release()
         else:
             resp.close()
@@ -230,7 +227,7 @@ def _send_again(relay: HTTPRelay, f: _Faults, rh: RequestHead, body: bytes) -> N
     once and gets one answer).
     """
     f.inject(Direction.C2S, body)
-    pool = relay._pool
+    pool = relay.upstream
     if pool is None:
         return
 
@@ -270,7 +267,7 @@ async def _drop_request(
         try:
             await asyncio.Future()
         except asyncio.CancelledError:
-            ex.finish(relay._abort_outcome(), relay._abort_error())
+            ex.finish(*relay.state.abort())
             raise
     return _accepted(relay, ex, legacy)
 
@@ -313,7 +310,6 @@ async def _respond_json(
     resp: UpstreamReply,
     head: ResponseHead,
     method: str,
-    path: str,
     f: _Faults,
 ) -> RelayResponse:
     """A small MCP body: read whole, decided as one message, then sent (or not)."""
@@ -338,14 +334,14 @@ async def _respond_json(
             await asyncio.sleep(_throttle_s(s, len(body)))
         elif action == "drop":
             f.fired(decision)
-            relay._record_body(ex, body, head.ctype, head.encoding, True, complete=True)
+            record_body(ex, body, head.ctype, head.encoding, True, complete=True)
             try:
                 await asyncio.Future()
             except asyncio.CancelledError:
-                ex.finish(relay._abort_outcome(), relay._abort_error())
+                ex.finish(*relay.state.abort())
                 raise
         elif action == "http":
-            relay._record_body(ex, body, head.ctype, head.encoding, True, complete=True)
+            record_body(ex, body, head.ctype, head.encoding, True, complete=True)
             status, headers, new = injected_status(s)
             f.fired(decision, status=status, upstream_status=head.status)
             r = plain_response(status, new)
@@ -373,7 +369,7 @@ async def _respond_json(
             f.fired(decision)
         elif action == "disconnect":
             f.fired(decision, mode=s.get("mode"), http="connection reset")
-            relay._record_body(ex, body, head.ctype, head.encoding, True, complete=True)
+            record_body(ex, body, head.ctype, head.encoding, True, complete=True)
             return _reset(relay, request, ex, f, "before the response")
         else:
             f.fired(decision, applied=False, why=f"{action} needs a second message (SSE events)")
@@ -381,15 +377,16 @@ async def _respond_json(
         sresp.set_header("Content-Length", str(len(out)))
     try:
         await sresp.prepare(request)
-        await relay._deliver(sresp, out, ex, last=True)
+        await relay.responses.deliver(sresp, out, ex, last=True)
     except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
-        relay._record_body(ex, body, head.ctype, head.encoding, True, complete=True)
+        record_body(ex, body, head.ctype, head.encoding, True, complete=True)
         ex.finish("host_aborted", f"host went away while receiving: {exc!r}")
         return sresp
-    await relay._settle_request_body(request, ex)
-    relay._record_body(ex, body, head.ctype, head.encoding, True, complete=True)
+    if ex.body is not None:
+        ex.body.settle()
+    record_body(ex, body, head.ctype, head.encoding, True, complete=True)
     if out is not body:
         f.inject(Direction.S2C, out)
-    relay._after(ex, method, head.status, path)
+    after(ex, method, head.status)
     ex.finish("complete")
     return sresp

@@ -1,19 +1,18 @@
-"""Response paths: the upstream's answer back to the host — small, streamed, or event stream.
+"""The response path: the upstream's answer back to the host — small, streamed, or event stream.
 
-One entry (:meth:`ResponseSide._respond`) reads the upstream's head once
-(:meth:`~ResponseSide._response_head`: status and headers forwarded as the upstream sent them,
-the session a response names, the recording's view), then takes one of two paths:
+:class:`ResponsePath` is one part of :class:`~mcp_proxy.relay.http.server.HTTPRelay` (composed,
+not inherited). One entry (:meth:`ResponsePath.respond`) reads the upstream's head once
+(:meth:`~ResponsePath.response_head`: status and headers forwarded as the upstream sent them,
+the session a response names, the recording's view), then takes one of two ways:
 
-- :meth:`~ResponseSide._respond_small` — a body with a ``Content-Length`` up to
+- :meth:`~ResponsePath.respond_small` — a body with a ``Content-Length`` up to
   ``SMALL_RESPONSE``: read whole, one write, recorded with the end of the exchange;
-- :meth:`~ResponseSide._respond_stream` — anything else, forwarded chunk by chunk as it
-  arrives: :meth:`~ResponseSide._sse_chunk` for event streams (parsed for the recording, a
-  legacy ``endpoint`` event held back and rewritten) and :meth:`~ResponseSide._plain_chunk`
-  for other bodies.
+- :meth:`~ResponsePath.respond_stream` — anything else, forwarded chunk by chunk as it
+  arrives: event streams parsed for the recording (a legacy ``endpoint`` event held back and
+  rewritten), other bodies kept (bounded) for it.
 
-Every byte for the host goes through :meth:`~ResponseSide._deliver` — the one seam where a
-fault-injection layer can delay, cut or alter what the host gets (the request's seam is
-``Upstream.request``).
+Every byte for the host goes through :meth:`~ResponsePath.deliver`. What the response leaves
+in the recording is :mod:`~mcp_proxy.relay.http.response_record`'s.
 
 The host's response is a :class:`~mcp_proxy.relay.http.front.RelayResponse`: it adds no
 header of its own, so names, casing and order — ``Content-Length`` included — are the
@@ -27,30 +26,28 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 
-from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.framing import SSEEvent, SSEParser
 from mcp_proxy.headers import end_to_end
 from mcp_proxy.limits import ENDPOINT_HOLD_LIMIT, MAX_RECORDED_BODY, SMALL_RESPONSE, TAIL_READ
-from mcp_proxy.relay.http.common import (
-    decode_for_record,
-    decode_header,
-    default_reason,
-    quickack,
-    quickack_socket,
-)
-from mcp_proxy.relay.http.core import RelayCore
-from mcp_proxy.relay.http.exchange import Exchange
+from mcp_proxy.relay.http.common import decode_header, default_reason, quickack, quickack_socket
+from mcp_proxy.relay.http.exchange import Exchange, ExchangeContext
 from mcp_proxy.relay.http.front import FrontRequest, RelayResponse
-from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE, RULE_MCP_SESSION, body_facts
+from mcp_proxy.relay.http.response_record import (
+    after,
+    finish_body,
+    has_response,
+    record_body,
+    rewrite_endpoint,
+    sse_events,
+    synthetic,
+)
+from mcp_proxy.relay.http.sessions import RULE_MCP_SESSION
 from mcp_proxy.relay.http.upstream import UpstreamReply
-from mcp_proxy.relay.http.wire import WireFrame
 
-__all__ = ["ResponseSide"]
+__all__ = ["RelayState", "ResponsePath"]
 
 #: How long the head of a streamed response waits for the first body bytes to go out with them.
 HEAD_HOLD = 0.003
@@ -88,12 +85,51 @@ class StreamState:
     unsent: list[SSEEvent] | None = None
     #: The chunk being written carries the JSON-RPC response of this POST.
     answering: bool = False
+    #: A task reads the rest of the stream (the host left with its response): it owns the reply.
+    tail: bool = False
 
 
-class ResponseSide(RelayCore):
-    """The response paths (see the module docstring)."""
+def end_reply(ex: Exchange, resp: UpstreamReply) -> None:
+    """Release a reply read to a clean end (its connection serves again); otherwise (host
+    gone, upstream broke, cancelled) drop its connection now, so the server sees the close."""
+    if ex.outcome == "complete":
+        resp.release()
+    else:
+        resp.close()
 
-    async def _deliver(
+
+@dataclass(slots=True)
+class RelayState:
+    """What the relay's parts share while it runs."""
+
+    ctx: ExchangeContext
+    #: Paths whose bodies are JSON-RPC: the upstream's MCP path and legacy message paths.
+    mcp_paths: set[str]
+    #: Tasks that outlive their handler (the tail of a stream the host left), awaited at stop.
+    tails: set[asyncio.Task[None]] = field(default_factory=set)
+    stopping: bool = False
+
+    def abort(self) -> tuple[str, str]:
+        """Outcome and error of an exchange cut by the host leaving, or by the relay stopping."""
+        if self.stopping:
+            return "relay_shutdown", "the relay was stopped"
+        return "host_aborted", "host closed the connection"
+
+    def spawn(self, task: asyncio.Task[None]) -> None:
+        """Keep ``task`` until it ends (the relay waits for it when it stops)."""
+        self.tails.add(task)
+        task.add_done_callback(self.tails.discard)
+
+
+class ResponsePath:
+    """The response path (see the module docstring)."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: RelayState) -> None:
+        self.state = state
+
+    async def deliver(
         self, sresp: RelayResponse, data: bytes, ex: Exchange, *, last: bool = False
     ) -> None:
         """Write bytes to the host (the response-side seam: every byte for the host passes).
@@ -107,31 +143,36 @@ class ResponseSide(RelayCore):
             await sresp.write(data)
         ex.response_size += len(data)
 
-    async def _respond(
+    async def respond(
         self,
         request: FrontRequest,
         ex: Exchange,
         resp: UpstreamReply,
         method: str,
-        path: str,
     ) -> RelayResponse:
-        head = self._response_head(ex, resp, method)
+        """The upstream's answer to the host. The reply ends here: released (read to its end:
+        its connection serves again) or closed, unless a task reading its tail took it."""
+        try:
+            head = self.response_head(ex, resp, method)
+        except BaseException:
+            resp.close()
+            raise
         if head.small:
-            return await self._respond_small(request, ex, resp, head, method, path)
-        return await self._respond_stream(request, ex, resp, head, method, path)
+            return await self.respond_small(request, ex, resp, head, method)
+        return await self.respond_stream(request, ex, resp, head, method)
 
-    def _response_head(self, ex: Exchange, resp: UpstreamReply, method: str) -> ResponseHead:
+    def response_head(self, ex: Exchange, resp: UpstreamReply, method: str) -> ResponseHead:
         """Status and headers for the host (the upstream's, in order), and for the recording."""
         first_byte = time.time()
-        self._describe(ex)
+        ex.describe()
         qsock = quickack_socket(resp)
         if not resp.content.is_eof():
             # More of this response is to come: acknowledge at once (see quickack). A response
             # whose body came whole with its head needs no early ACK (the next request carries
             # it), which saves a system call per quick exchange.
             quickack(qsock)
-        if ex.body_streaming and not ex.body_done:
-            self._facts_from_stream(ex)
+        if ex.body is not None:
+            ex.body.learn()
         status = resp.status
         # The upstream's pairs go to the host as bytes, hop-by-hop ones dropped; the recording
         # gets them raw too (described by the recorder, see Exchange.response_headers).
@@ -174,36 +215,46 @@ class ResponseSide(RelayCore):
         if ex.attached:
             return
         if new_session:
-            ex.attach(
-                self.router.get(
-                    self.router.mcp_key(new_session),
-                    RULE_MCP_SESSION,
-                    grouping={"mcp_session_id": new_session, "opened_by": "initialize"},
-                )
+            ex.attach_key(
+                ex.ctx.router.mcp_key(new_session),
+                RULE_MCP_SESSION,
+                grouping={"mcp_session_id": new_session, "opened_by": "initialize"},
             )
         elif not sse_get:
             ex.attach_fallback()
 
-    async def _respond_small(
+    async def respond_small(
         self,
         request: FrontRequest,
         ex: Exchange,
         resp: UpstreamReply,
         head: ResponseHead,
         method: str,
-        path: str,
     ) -> RelayResponse:
         """A small body with a length: read whole, one write."""
+        try:
+            return await self._small(request, ex, resp, head, method)
+        finally:
+            end_reply(ex, resp)
+
+    async def _small(
+        self,
+        request: FrontRequest,
+        ex: Exchange,
+        resp: UpstreamReply,
+        head: ResponseHead,
+        method: str,
+    ) -> RelayResponse:
         sresp = head.sresp
         try:
             body = await resp.read()
         except asyncio.CancelledError:
-            self._finish_request_body(ex)
-            ex.finish(self._abort_outcome(), self._abort_error())
+            finish_body(ex)
+            ex.finish(*self.state.abort())
             raise
         except (aiohttp.ClientError, OSError) as exc:
-            self._finish_request_body(ex)
-            r = self._synthetic(
+            finish_body(ex)
+            r = synthetic(
                 ex,
                 502,
                 "upstream-reset",
@@ -214,36 +265,35 @@ class ResponseSide(RelayCore):
             return r
         try:
             await sresp.prepare(request)
-            await self._deliver(sresp, body, ex, last=True)  # head + body: one write
+            await self.deliver(sresp, body, ex, last=True)  # head + body: one write
         except asyncio.CancelledError:
-            self._finish_request_body(ex)
-            ex.finish(self._abort_outcome(), self._abort_error())
+            finish_body(ex)
+            ex.finish(*self.state.abort())
             raise
         except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
-            self._finish_request_body(ex)
-            self._record_body(ex, body, head.ctype, head.encoding, ex.is_mcp, complete=True)
+            finish_body(ex)
+            record_body(ex, body, head.ctype, head.encoding, ex.is_mcp, complete=True)
             ex.response_size = len(body)
             ex.finish("host_aborted", f"host went away while receiving: {exc!r}")
             return sresp
         # Request before response in the recording, even when the upstream answered (413)
         # before taking the whole body: what the host still sends is read and recorded.
-        await self._settle_request_body(request, ex)
-        self._record_body(ex, body, head.ctype, head.encoding, ex.is_mcp, complete=True)
-        self._after(ex, method, head.status, path)
+        if ex.body is not None:
+            ex.body.settle()
+        record_body(ex, body, head.ctype, head.encoding, ex.is_mcp, complete=True)
+        after(ex, method, head.status)
         ex.finish("complete")
         return sresp
 
-    async def _respond_stream(
+    async def respond_stream(
         self,
         request: FrontRequest,
         ex: Exchange,
         resp: UpstreamReply,
         head: ResponseHead,
         method: str,
-        path: str,
     ) -> RelayResponse:
         """Forward the body chunk by chunk as it arrives (event streams and large bodies)."""
-        sresp = head.sresp
         st = StreamState(
             head,
             method,
@@ -251,6 +301,18 @@ class ResponseSide(RelayCore):
             SSEParser() if head.is_sse else None,
             [] if (head.is_sse and method == "GET" and not ex.attached) else None,
         )
+        try:
+            return await self._stream(request, ex, resp, st)
+        finally:
+            if not st.tail:
+                end_reply(ex, resp)
+
+    async def _stream(
+        self, request: FrontRequest, ex: Exchange, resp: UpstreamReply, st: StreamState
+    ) -> RelayResponse:
+        head = st.head
+        method = st.method
+        sresp = head.sresp
         outcome = "complete"
         error: str | None = None
         flush: asyncio.TimerHandle | None = None
@@ -264,31 +326,30 @@ class ResponseSide(RelayCore):
                 flush = asyncio.get_running_loop().call_later(HEAD_HOLD, sresp.flush_head)
             if not head.no_body:
                 await self._pump(ex, resp, st)
-            self._finish_request_body(ex)
+            finish_body(ex)
             await sresp.write_eof()
         except asyncio.CancelledError:
             self._stream_cancelled(ex, resp, st)
             raise
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             if st.unsent and isinstance(exc, ConnectionError):
-                self._sse_events(ex, st.unsent, st.is_mcp)  # sent upstream, not got by the host
-            outcome, error = self._stream_broke(request, ex, exc, ex.responded)
+                sse_events(self.state, ex, st.unsent)  # sent upstream, not got by the host
+            outcome, error = self.stream_broke(request, ex, exc, ex.responded)
         finally:
             if flush is not None:
                 flush.cancel()
-        await self._stream_end(
+        await self.stream_end(
             request,
             ex,
             outcome,
             error,
             method,
             head.status,
-            path,
             lambda c: self._close_stream(ex, st, complete=c),
         )
         return sresp
 
-    def _stream_broke(
+    def stream_broke(
         self, request: FrontRequest, ex: Exchange, exc: BaseException, responded: bool
     ) -> tuple[str, str | None]:
         """The outcome of a streamed response that an exception ended (not a cancellation).
@@ -306,7 +367,7 @@ class ResponseSide(RelayCore):
             request.transport.close()
         return "upstream_error", f"upstream failed mid-response: {exc!r}"
 
-    async def _stream_end(
+    async def stream_end(
         self,
         request: FrontRequest,
         ex: Exchange,
@@ -314,18 +375,17 @@ class ResponseSide(RelayCore):
         error: str | None,
         method: str,
         status: int,
-        path: str,
         close: Callable[[bool], None] | None = None,
     ) -> None:
         """Record the end of a streamed response: the request body, what is held, the outcome."""
         complete = outcome == "complete"
-        if complete:
-            await self._settle_request_body(request, ex)
-        self._finish_request_body(ex)
+        if complete and ex.body is not None:
+            ex.body.settle()
+        finish_body(ex)
         if close is not None:
             close(complete)
         if complete:
-            self._after(ex, method, status, path)
+            after(ex, method, status)
         ex.finish(outcome, error)
 
     async def _pump(self, ex: Exchange, resp: UpstreamReply, st: StreamState) -> None:
@@ -339,10 +399,10 @@ class ResponseSide(RelayCore):
         if st.hold:
             out = b"".join(st.hold)
             st.hold = None
-            await self._deliver(st.head.sresp, out, ex)
+            await self.deliver(st.head.sresp, out, ex)
 
     async def _plain_chunk(self, ex: Exchange, st: StreamState, chunk: bytes, last: bool) -> None:
-        await self._deliver(st.head.sresp, chunk, ex, last=last)
+        await self.deliver(st.head.sresp, chunk, ex, last=last)
         if st.kept < MAX_RECORDED_BODY:
             piece = chunk[: MAX_RECORDED_BODY - st.kept]
             st.parts.append(piece)
@@ -357,54 +417,50 @@ class ResponseSide(RelayCore):
             # the response, and that close must not read as a cancellation.
             st.unsent = events
             if not ex.responded and st.method == "POST":
-                st.answering = self._has_response(events)
+                st.answering = has_response(events)
         if st.hold is not None:
             st.hold.append(chunk)
             st.held_size += len(chunk)
             first = next((e for e in events if not e.comment_only), None)
             if first is None and st.held_size < ENDPOINT_HOLD_LIMIT:
                 st.unsent = None
-                self._sse_events(ex, events, st.is_mcp)
+                sse_events(self.state, ex, events)
                 return
             out = b"".join(st.hold)
             st.hold = None
             if first is not None:
-                out = self._maybe_rewrite_endpoint(ex, first, out)
-            await self._deliver(st.head.sresp, out, ex, last=last)
+                out = rewrite_endpoint(ex, first, out)
+            await self.deliver(st.head.sresp, out, ex, last=last)
         else:
-            await self._deliver(st.head.sresp, chunk, ex, last=last)
+            await self.deliver(st.head.sresp, chunk, ex, last=last)
         if st.answering:
             ex.responded = True
         st.unsent = None
-        self._sse_events(ex, events, st.is_mcp)
+        sse_events(self.state, ex, events)
 
     def _stream_cancelled(self, ex: Exchange, resp: UpstreamReply, st: StreamState) -> None:
         """The host closed (or the relay stops) while the stream was being relayed."""
         if st.unsent:
             # Cancelled while the chunk was being written: it was handed to the host's
             # connection, so it is recorded (and counts as delivered).
-            self._sse_events(ex, st.unsent, st.is_mcp)
+            sse_events(self.state, ex, st.unsent)
             ex.responded = ex.responded or st.answering
-        if ex.responded and not self._stopping and st.parser is not None:
+        if ex.responded and not self.state.stopping and st.parser is not None:
             # The SDK closes a POST's event stream as soon as it has the response: the
             # exchange completed; only the HTTP stream was left before its end. The rest of
             # the upstream's stream is read (and recorded) aside, so that its connection can
             # serve the next request instead of being torn down and reopened.
             ex.meta["host_closed_after_response"] = True
-            self._finish_request_body(ex)
+            finish_body(ex)
             ex.finish("complete")
-            ex.handed_off = True
-            task = asyncio.create_task(self._read_rest(ex, resp, st.parser, st.is_mcp))
-            self._tails.add(task)
-            task.add_done_callback(self._tails.discard)
+            st.tail = True
+            self.state.spawn(asyncio.create_task(self._read_rest(ex, resp, st.parser)))
             return
         self._close_stream(ex, st, complete=False)
-        self._finish_request_body(ex)
-        ex.finish(self._abort_outcome(), self._abort_error())
+        finish_body(ex)
+        ex.finish(*self.state.abort())
 
-    async def _read_rest(
-        self, ex: Exchange, resp: UpstreamReply, parser: SSEParser, is_mcp: bool
-    ) -> None:
+    async def _read_rest(self, ex: Exchange, resp: UpstreamReply, parser: SSEParser) -> None:
         """After the host left with its response: read the upstream stream to its end (briefly).
 
         The upstream's last events are recorded (what it sent, though the host no longer got
@@ -416,10 +472,10 @@ class ResponseSide(RelayCore):
                 async for chunk in resp.content.iter_any():
                     events = parser.feed(chunk)
                     after += sum(1 for e in events if not e.comment_only)
-                    self._sse_events(ex, events, is_mcp)
+                    sse_events(self.state, ex, events)
             rest = parser.flush()
             if rest is not None:
-                self._sse_events(ex, [rest], is_mcp, complete=False)
+                sse_events(self.state, ex, [rest], complete=False)
             resp.release()
         except asyncio.CancelledError:
             resp.close()
@@ -436,7 +492,7 @@ class ResponseSide(RelayCore):
         if parser is not None:
             rest = parser.flush()
             if rest is not None:
-                self._sse_events(ex, [rest], is_mcp, complete=False)
+                sse_events(self.state, ex, [rest], complete=False)
             return
         if parts:
             body = b"".join(parts)
@@ -444,126 +500,4 @@ class ResponseSide(RelayCore):
             truncated = ex.response_size > len(body)
             if truncated:
                 ex.meta["response_body_recorded"] = len(body)
-            self._record_body(
-                ex, body, ctype, encoding, is_mcp, complete=complete and not truncated
-            )
-
-    def _record_body(
-        self, ex: Exchange, body: bytes, ctype: str, encoding: str, is_mcp: bool, complete: bool
-    ) -> None:
-        if not body:
-            return
-        if encoding and encoding != "identity":
-            # After forwarding, bounded: a decompression bomb costs MAX_INFLATED_BODY bytes.
-            decoded = decode_for_record(body, encoding, "response", ctype)
-            if decoded.note:
-                ex.meta.update(decoded.note)
-            if decoded.data is None:
-                return
-            body = decoded.data
-            complete = complete and decoded.complete
-        jsonish = ctype.lower().startswith("application/json") or body.lstrip()[:1] in (b"{", b"[")
-        if jsonish and (is_mcp or body_facts(body).is_jsonrpc):
-            # A JSON body of an MCP exchange is a frame even when it is not valid JSON-RPC
-            # (the analysis classifies it); plain-text bodies ("Accepted", error text) are not
-            # messages and stay with the exchange.
-            ex.frame(
-                WireFrame(
-                    Direction.S2C,
-                    Channel.HTTP,
-                    body,
-                    time.monotonic_ns(),
-                    time.time(),
-                    complete,
-                    extra={"content_type": ctype},
-                )
-            )
-        else:
-            ex.meta["response_body"] = self.meta_body(body, ctype)
-
-    def _sse_events(
-        self, ex: Exchange, events: list[SSEEvent] | None, is_mcp: bool, complete: bool = True
-    ) -> None:
-        if not events:
-            return
-        mono = time.monotonic_ns()
-        wall = time.time()
-        for ev in events:
-            if ev.comment_only:
-                ex.sse_comments += 1
-                continue
-            if not ex.attached and ev.event == "endpoint":
-                self._attach_legacy(ex, ev)
-            ex.frame(
-                WireFrame(
-                    Direction.S2C,
-                    Channel.SSE,
-                    ev.data,
-                    mono,
-                    wall,
-                    complete,
-                    sse_id=ev.id,
-                    sse_event=ev.event,
-                )
-            )
-        if not ex.attached:
-            ex.attach_fallback()
-        if not ex.streaming:
-            ex.hold_stream()
-
-    @staticmethod
-    def _has_response(events: list[SSEEvent]) -> bool:
-        """Whether a JSON-RPC response is among these events (a cheap look at each head)."""
-        for ev in events:
-            head = ev.data[:160]
-            if b'"method"' not in head and (b'"result"' in head or b'"error"' in head):
-                return True
-        return False
-
-    def _attach_legacy(self, ex: Exchange, ev: SSEEvent) -> None:
-        data = ev.data.decode("utf-8", "replace").strip()
-        parts = urlsplit(data)
-        sid = None
-        for key in ("session_id", "sessionId"):
-            values = parse_qs(parts.query).get(key)
-            if values:
-                sid = values[0]
-                break
-        if parts.path:
-            self.mcp_paths.add(parts.path)
-        if sid:
-            ex.attach(
-                self.router.get(
-                    self.router.sse_key(sid),
-                    RULE_LEGACY_SSE,
-                    transport="sse",
-                    grouping={"sse_session_id": sid},
-                )
-            )
-
-    def _maybe_rewrite_endpoint(self, ex: Exchange, ev: SSEEvent, out: bytes) -> bytes:
-        """Point a legacy ``endpoint`` event at the relay when it names the upstream origin."""
-        if ev.event != "endpoint":
-            return out
-        data = ev.data.decode("utf-8", "replace").strip()
-        note: dict[str, Any] = {"upstream_sent": data, "host_got": data, "rewritten": False}
-        parts = urlsplit(data)
-        if parts.scheme and parts.netloc:
-            up = urlsplit(self.target.origin)
-            if parts.scheme == up.scheme and parts.netloc.lower() == up.netloc.lower():
-                new = self.local_origin + (parts.path or "/")
-                if parts.query:
-                    new += "?" + parts.query
-                if parts.fragment:
-                    new += "#" + parts.fragment
-                replaced = out.replace(ev.data, new.encode(), 1)
-                if replaced != out:
-                    note.update(host_got=new, rewritten=True)
-                    out = replaced
-            else:
-                note["warning"] = (
-                    "the endpoint names another origin; the host will post there directly and "
-                    "those messages are not recorded"
-                )
-        ex.meta["endpoint"] = note
-        return out
+            record_body(ex, body, ctype, encoding, is_mcp, complete=complete and not truncated)
