@@ -58,8 +58,9 @@ Send = Callable[[bytes], Awaitable[None]]
 class Hooks(Protocol):
     """Called by the relay at an exchange's message boundaries (see the module docstring)."""
 
-    async def request_body(self, ex: Exchange, body: bytes) -> Verdict:
-        """A request body read whole, before it goes upstream (streamed bodies are not asked)."""
+    async def request_body(self, ex: Exchange, head: bytes, body: bytes) -> Verdict:
+        """The request (its head as it goes upstream, and its body when read whole — empty
+        for a streamed one, which is not decided), before it goes upstream."""
         ...
 
     def response_head(self, ex: Exchange, status: int) -> None:
@@ -72,6 +73,10 @@ class Hooks(Protocol):
 
     async def event(self, ex: Exchange, ev: SSEEvent, send: Send) -> Verdict:
         """One SSE event (comments included), before the host gets it."""
+        ...
+
+    async def stream_end(self, ex: Exchange) -> None:
+        """The upstream ended the event stream (what a hook holds back may still go out)."""
         ...
 
     def done(self, ex: Exchange) -> None:

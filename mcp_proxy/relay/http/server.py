@@ -1,13 +1,15 @@
 """Server lifecycle and the request handler: host request in, upstream request out.
 
-:class:`HTTPRelay` binds the listener (:mod:`~mcp_proxy.relay.http.front`: an asyncio protocol
-over httptools, with handler cancellation: a host that closes its connection cancels its exchange, which in the 2026-07-28 era *is* how a
-request is cancelled), and for each request: checks ``Host`` (DNS-rebinding protection), builds
-the upstream head (:func:`~mcp_proxy.relay.http.forward.build_request_head`), places the
-exchange in its session when the request names it, reads a small body whole or streams a large
-one, and hands the request to the upstream pool exactly once (:meth:`HTTPRelay._forward` —
-the request-side seam for fault injection). The answer goes back through
-:mod:`~mcp_proxy.relay.http.response`.
+:class:`HTTPRelay` is composed of its parts (the host-side server, the upstream, the session
+router, the exchange context, the response path, the hooks). It binds the listener
+(:mod:`~mcp_proxy.relay.http.front`: an asyncio protocol over httptools, with handler
+cancellation: a host that closes its connection cancels its exchange, which in the 2026-07-28
+era *is* how a request is cancelled), and for each request: checks ``Host`` (DNS-rebinding
+protection), builds the upstream head (:func:`~mcp_proxy.relay.http.forward.build_request_head`),
+places the exchange in its session when the request names it, reads a small body whole or
+streams a large one, carries out the hooks' verdict on it when hooks are installed, and hands
+the request to the upstream exactly once (:meth:`HTTPRelay.forward_request`). The answer goes
+back through :mod:`~mcp_proxy.relay.http.response`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from mcp_proxy.errors import UserError
 from mcp_proxy.limits import SHUTDOWN_GRACE, SMALL_BODY
 from mcp_proxy.relay.http.common import HostCheck, RecorderLike, RelayConfig, Target, decode_header
 from mcp_proxy.relay.http.exchange import Exchange, ExchangeContext
-from mcp_proxy.relay.http.forward import RequestHead, build_request_head
+from mcp_proxy.relay.http.forward import RequestHead, build_request_head, with_content_length
 from mcp_proxy.relay.http.front import (
     BadRequest,
     FrontRequest,
@@ -32,8 +34,9 @@ from mcp_proxy.relay.http.front import (
     RelayResponse,
     plain_response,
 )
+from mcp_proxy.relay.http.hooks import Act, Hooks
 from mcp_proxy.relay.http.request_side import BodyAborted, RequestBody, read_small_body
-from mcp_proxy.relay.http.response import RelayState, ResponsePath
+from mcp_proxy.relay.http.response import RelayState, ResponsePath, answer, reset_host
 from mcp_proxy.relay.http.response_record import finish_body, synthetic
 from mcp_proxy.relay.http.sessions import (
     RULE_LEGACY_SSE,
@@ -41,6 +44,7 @@ from mcp_proxy.relay.http.sessions import (
     SessionRouter,
     query_session_id,
 )
+from mcp_proxy.relay.http.stream import StreamPath
 from mcp_proxy.relay.http.upstream import (
     Upstream,
     UpstreamConnectError,
@@ -87,17 +91,24 @@ class HTTPRelay:
         )
         self.ctx = ExchangeContext(recorder, self.router, self.redactor, self.target.origin)
         self.state = RelayState(self.ctx, {self.target.path})
-        self.responses = ResponsePath(self.state)
+        #: Called at message boundaries (fault rules); None — the default — costs one ``if``.
+        self.hooks: Hooks | None = None
+        if config.faults is not None:
+            # Imported here: a relay without rules never loads the fault layer.
+            from mcp_proxy.relay.http.faults import FaultHooks
+
+            self.hooks = FaultHooks(config.faults, self.state, lambda: self.upstream)
+        self.streams = StreamPath(self.state, self.hooks)
+        self.responses = ResponsePath(self.state, self.streams, self.hooks)
         self.host_check = HostCheck(config.host, config.allow_hosts)
         #: The upstream (the seam: a scripted fake in unit tests; a pool made at start otherwise).
         self.upstream: Upstream | None = pool
         self._server: FrontServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
-        # State of the fault layer (relay/http/faults.py), kept here so that it is declared:
-        #: Requests a ``reorder`` rule holds until the server has taken the next request.
-        self.fault_held: list[asyncio.Event] = []
-        #: Open legacy HTTP+SSE GET streams under faults, by session key (answers ride them).
-        self.fault_streams: dict[str, tuple[Exchange, Any, Any]] = {}
+
+    def use_hooks(self, hooks: Hooks | None) -> None:
+        """Install the hooks called at every exchange's message boundaries (None: none)."""
+        self.hooks = self.streams.hooks = self.responses.hooks = hooks
 
     @property
     def local_origin(self) -> str:
@@ -212,15 +223,52 @@ class HTTPRelay:
                 data = ex.body.stream()
         ex.pre = (request, rh.rec_headers, rh.has_mcp, raw_path, body)
         asyncio.get_running_loop().call_soon(ex.describe)
-        if self.config.faults is not None:  # fault rules: their own path (relay/http/faults.py)
-            # Imported here: a relay without rules never loads the fault layer (~40 ms).
-            from mcp_proxy.relay.http import faults as http_faults
+        hooks = self.hooks
+        if hooks is None:
+            return await self._relay(request, ex, rh, data, method)
+        try:
+            return await self._hooked(request, ex, rh, data, body, hooks)
+        except asyncio.CancelledError:
+            # The host left (or the relay stops) while a hook held the exchange — a delay, a
+            # withheld answer: the exchange is still recorded.
+            finish_body(ex)
+            ex.finish(*self.state.abort())
+            raise
+        finally:
+            hooks.done(ex)
 
-            return await http_faults.handle(self, request, ex, rh, data, body, method)
+    async def _relay(
+        self, request: FrontRequest, ex: Exchange, rh: RequestHead, data: Any, method: str
+    ) -> RelayResponse:
         resp = await self.forward_request(request, ex, rh, data)
         if isinstance(resp, RelayResponse):
             return resp  # the relay answered (upstream unreachable, timed out…)
         return await self.responses.respond(request, ex, resp, method)
+
+    async def _hooked(
+        self,
+        request: FrontRequest,
+        ex: Exchange,
+        rh: RequestHead,
+        data: Any,
+        body: bytes | None,
+        hooks: Hooks,
+    ) -> RelayResponse:
+        """The hooks' verdict on the request, carried out; then the one path."""
+        v = await hooks.request_body(ex, rh.head, body or b"")
+        act = v.act
+        if act is Act.DELAY:
+            await asyncio.sleep(v.seconds)
+        elif act is Act.REPLACE and body is not None and v.data is not None:
+            data = v.data
+            rh = with_content_length(rh, len(body), len(data))
+        elif act is Act.DROP:
+            await asyncio.Future()  # unanswered until the host gives up (cancelled)
+        elif act is Act.ANSWER:
+            return answer(ex, v, late=False)
+        elif act is Act.RESET:
+            return reset_host(request, ex, v.why)
+        return await self._relay(request, ex, rh, data, request.method)
 
     def _place_by_request(self, ex: Exchange, rh: RequestHead, path: str, query: str) -> None:
         """Place the exchange in its session now when the request names it."""
