@@ -31,6 +31,7 @@ from mcp_proxy.frames import Frame
 from mcp_proxy.recorder.httpraw import decode_pairs, describe
 from mcp_proxy.redact import Redactor
 from mcp_proxy.relay.http.common import RecorderLike, cut_findings
+from mcp_proxy.relay.http.request_side import describe_request
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE, BodyFacts, SessionEntry, SessionRouter
 
 if TYPE_CHECKING:
@@ -183,8 +184,6 @@ class Exchange:
         """Describe the request for the recording, once, just after it was sent upstream."""
         if self.pre is None:
             return
-        from mcp_proxy.relay.http.request_side import describe_request
-
         describe_request(self)
         if self.finished:
             return

@@ -12,16 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.limits import MAX_RECORDED_BODY
 from mcp_proxy.relay.http.common import decode_for_record, meta_body
-from mcp_proxy.relay.http.exchange import Exchange
 from mcp_proxy.relay.http.front import HTTP_11, FrontRequest
 from mcp_proxy.relay.http.sessions import RULE_CLIENT, BodyFacts, body_facts
 from mcp_proxy.relay.http.wire import WireFrame
+
+if TYPE_CHECKING:
+    from mcp_proxy.relay.http.exchange import Exchange
 
 __all__ = ["BodyAborted", "RequestBody", "describe_request", "read_small_body", "request_frame"]
 
