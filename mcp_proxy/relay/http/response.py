@@ -240,66 +240,57 @@ class ResponsePath:
         head: ResponseHead,
         method: str,
     ) -> RelayResponse:
-        """A small body with a length: read whole, one write."""
+        """A small body with a length: read whole, one write. The reply ends here (released
+        when read to a clean end, otherwise closed)."""
         try:
-            return await self._small(request, ex, resp, head, method)
+            sresp = head.sresp
+            try:
+                body = out = await resp.read()
+                if self.hooks is not None and ex.is_mcp and body:
+                    # Recorded as the upstream sent it, then decided as one message.
+                    record_body(ex, body, head.ctype, head.encoding, True, complete=True)
+                    verdict = await self._message(request, ex, head, body)
+                    if isinstance(verdict, RelayResponse):
+                        return verdict
+                    out, body = verdict, b""  # recorded already
+            except asyncio.CancelledError:
+                finish_body(ex)
+                ex.finish(*self.state.abort())
+                raise
+            except (aiohttp.ClientError, OSError) as exc:
+                finish_body(ex)
+                r = synthetic(
+                    ex,
+                    502,
+                    "upstream-reset",
+                    f"the upstream failed while sending the response body ({exc!r})",
+                    upstream_status=head.status,
+                )
+                ex.finish("upstream_error", f"response body cut short: {exc!r}")
+                return r
+            try:
+                await sresp.prepare(request)
+                await deliver(sresp, out, ex, last=True)  # head + body: one write
+            except asyncio.CancelledError:
+                finish_body(ex)
+                ex.finish(*self.state.abort())
+                raise
+            except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
+                finish_body(ex)
+                record_body(ex, body, head.ctype, head.encoding, ex.is_mcp, complete=True)
+                ex.response_size = len(out)
+                ex.finish("host_aborted", f"host went away while receiving: {exc!r}")
+                return sresp
+            # Request before response in the recording, even when the upstream answered (413)
+            # before taking the whole body: what the host still sends is read and recorded.
+            if ex.body is not None:
+                ex.body.settle()
+            record_body(ex, body, head.ctype, head.encoding, ex.is_mcp, complete=True)
+            after(ex, method, head.status)
+            ex.finish("complete")
+            return sresp
         finally:
             end_reply(ex, resp)
-
-    async def _small(
-        self,
-        request: FrontRequest,
-        ex: Exchange,
-        resp: UpstreamReply,
-        head: ResponseHead,
-        method: str,
-    ) -> RelayResponse:
-        sresp = head.sresp
-        try:
-            body = out = await resp.read()
-            if self.hooks is not None and ex.is_mcp and body:
-                # Recorded as the upstream sent it, then decided as one message.
-                record_body(ex, body, head.ctype, head.encoding, True, complete=True)
-                verdict = await self._message(request, ex, head, body)
-                if isinstance(verdict, RelayResponse):
-                    return verdict
-                out, body = verdict, b""  # recorded already
-        except asyncio.CancelledError:
-            finish_body(ex)
-            ex.finish(*self.state.abort())
-            raise
-        except (aiohttp.ClientError, OSError) as exc:
-            finish_body(ex)
-            r = synthetic(
-                ex,
-                502,
-                "upstream-reset",
-                f"the upstream failed while sending the response body ({exc!r})",
-                upstream_status=head.status,
-            )
-            ex.finish("upstream_error", f"response body cut short: {exc!r}")
-            return r
-        try:
-            await sresp.prepare(request)
-            await deliver(sresp, out, ex, last=True)  # head + body: one write
-        except asyncio.CancelledError:
-            finish_body(ex)
-            ex.finish(*self.state.abort())
-            raise
-        except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
-            finish_body(ex)
-            record_body(ex, body, head.ctype, head.encoding, ex.is_mcp, complete=True)
-            ex.response_size = len(out)
-            ex.finish("host_aborted", f"host went away while receiving: {exc!r}")
-            return sresp
-        # Request before response in the recording, even when the upstream answered (413)
-        # before taking the whole body: what the host still sends is read and recorded.
-        if ex.body is not None:
-            ex.body.settle()
-        record_body(ex, body, head.ctype, head.encoding, ex.is_mcp, complete=True)
-        after(ex, method, head.status)
-        ex.finish("complete")
-        return sresp
 
     async def _message(
         self, request: FrontRequest, ex: Exchange, head: ResponseHead, body: bytes

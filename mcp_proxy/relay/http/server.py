@@ -225,7 +225,10 @@ class HTTPRelay:
         asyncio.get_running_loop().call_soon(ex.describe)
         hooks = self.hooks
         if hooks is None:
-            return await self._relay(request, ex, rh, data, method)
+            resp = await self.forward_request(request, ex, rh, data)
+            if isinstance(resp, RelayResponse):
+                return resp  # the relay answered (upstream unreachable, timed out…)
+            return await self.responses.respond(request, ex, resp, method)
         try:
             return await self._hooked(request, ex, rh, data, body, hooks)
         except asyncio.CancelledError:

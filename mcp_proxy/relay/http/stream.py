@@ -112,52 +112,45 @@ class StreamPath:
 
             st.send = send
         try:
-            return await self._stream(request, ex, resp, st)
+            sresp = head.sresp
+            outcome = "complete"
+            error: str | None = None
+            flush: asyncio.TimerHandle | None = None
+            try:
+                await sresp.prepare(request)
+                if not head.no_body and not resp.has_buffered_body():
+                    # Nothing to send with the head yet. Servers write the head of an event stream
+                    # a moment before its first event: the head waits that moment (one write and
+                    # one wake-up of the host instead of two), then goes alone if the stream is
+                    # quiet — the host must see it while nothing else comes.
+                    flush = asyncio.get_running_loop().call_later(HEAD_HOLD, sresp.flush_head)
+                if not head.no_body:
+                    await self._pump(ex, resp, st)
+                finish_body(ex)
+                await sresp.write_eof()
+            except asyncio.CancelledError:
+                self._stream_cancelled(ex, resp, st)
+                raise
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                if st.unsent and isinstance(exc, ConnectionError):
+                    sse_events(self.state, ex, st.unsent)  # sent upstream, not got by the host
+                outcome, error = self.stream_broke(request, ex, exc, ex.responded)
+            finally:
+                if flush is not None:
+                    flush.cancel()
+            await self.stream_end(
+                request,
+                ex,
+                outcome,
+                error,
+                method,
+                head.status,
+                lambda c: self._close_stream(ex, st, complete=c),
+            )
+            return sresp
         finally:
-            if not st.tail:
+            if not st.tail:  # a task reading the stream's tail owns the reply
                 end_reply(ex, resp)
-
-    async def _stream(
-        self, request: FrontRequest, ex: Exchange, resp: UpstreamReply, st: StreamState
-    ) -> RelayResponse:
-        head = st.head
-        method = st.method
-        sresp = head.sresp
-        outcome = "complete"
-        error: str | None = None
-        flush: asyncio.TimerHandle | None = None
-        try:
-            await sresp.prepare(request)
-            if not head.no_body and not resp.has_buffered_body():
-                # Nothing to send with the head yet. Servers write the head of an event stream
-                # a moment before its first event: the head waits that moment (one write and
-                # one wake-up of the host instead of two), then goes alone if the stream is
-                # quiet — the host must see it while nothing else comes.
-                flush = asyncio.get_running_loop().call_later(HEAD_HOLD, sresp.flush_head)
-            if not head.no_body:
-                await self._pump(ex, resp, st)
-            finish_body(ex)
-            await sresp.write_eof()
-        except asyncio.CancelledError:
-            self._stream_cancelled(ex, resp, st)
-            raise
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            if st.unsent and isinstance(exc, ConnectionError):
-                sse_events(self.state, ex, st.unsent)  # sent upstream, not got by the host
-            outcome, error = self.stream_broke(request, ex, exc, ex.responded)
-        finally:
-            if flush is not None:
-                flush.cancel()
-        await self.stream_end(
-            request,
-            ex,
-            outcome,
-            error,
-            method,
-            head.status,
-            lambda c: self._close_stream(ex, st, complete=c),
-        )
-        return sresp
 
     def stream_broke(
         self, request: FrontRequest, ex: Exchange, exc: BaseException, responded: bool
