@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from mcp_proxy.faults import parse_rule
 from mcp_proxy.framing import SSEEvent, SSEParser
-from mcp_proxy.relay.http.fault_core import _event_bytes
-from mcp_proxy.relay.http.faults import _with_length, injected_status
-from mcp_proxy.relay.http.forward import build_request_head
+from mcp_proxy.relay.http.faults import event_bytes, injected_status
+from mcp_proxy.relay.http.forward import build_request_head, with_content_length
 
 
 def test_http_rule_status_headers_and_body() -> None:
@@ -33,14 +32,14 @@ def test_a_corrupted_body_gets_its_own_length() -> None:
         b"up:1",
         body_exists=True,
     )
-    short = _with_length(head, 40, 20)
+    short = with_content_length(head, 40, 20)
     assert b"\r\nContent-Length: 20\r\n" in short.head and b"40" not in short.head
     assert short.head.replace(b"20", b"40") == head.head
-    assert _with_length(head, 40, 40) is head
+    assert with_content_length(head, 40, 40) is head
 
 
 def test_an_injected_event_parses_back() -> None:
     ev = SSEEvent(raw=b"", data=b"", event="message", id="7")
-    out = _event_bytes(ev, b'{"a":1}\n{"b":2}')
+    out = event_bytes(ev, b'{"a":1}\n{"b":2}')
     (back,) = SSEParser().feed(out)
     assert (back.event, back.id, back.data) == ("message", "7", b'{"a":1}\n{"b":2}')

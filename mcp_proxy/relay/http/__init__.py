@@ -38,10 +38,13 @@ refused ``Host``) the body is a JSON-RPC error with ``id: null`` plus an ``X-Mcp
 header; the exchange records what happened, and no frame is invented for the server.
 
 Modules: ``common`` (limits, configuration, target, Host rules), ``forward`` (the upstream
-request head, pure), ``exchange`` (one exchange and its explicit recording state), ``core``
-(shared state, the request side of the recording), ``response`` (small, streamed and SSE
-response paths), ``server`` (lifecycle and the handler), ``upstream`` (the connection pool),
-``sessions`` (session grouping), ``wire`` (cheap frame pickling), ``run`` (the command).
+request head, pure), ``exchange`` (one exchange and its recording state machine),
+``request_side`` (the request's description and body), ``response`` and ``stream`` (the one
+response path: small, streamed and SSE bodies), ``response_record`` (what a response leaves in
+the recording), ``hooks`` (the verdicts hooks return at message boundaries), ``faults`` (fault
+injection as hooks), ``server`` (the composed relay: lifecycle and the handler), ``upstream``
+(the upstream seam and the connection pool), ``sessions`` (session grouping), ``wire`` (cheap
+frame pickling), ``run`` (the command).
 
 Importing this package is cheap: the recorder process unpickles frames through
 :mod:`mcp_proxy.relay.http.wire`, so the heavy modules load only when asked for.

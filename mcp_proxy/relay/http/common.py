@@ -23,7 +23,7 @@ from mcp_proxy.netutil import is_loopback
 from mcp_proxy.redact import Redactor
 
 if TYPE_CHECKING:
-    from mcp_proxy.relay.http.upstream import UpstreamResponse
+    from mcp_proxy.relay.http.upstream import UpstreamReply
 
 
 MCP_SESSION_ID = "Mcp-Session-Id"
@@ -32,7 +32,7 @@ MCP_SESSION_ID = "Mcp-Session-Id"
 TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 
 
-def quickack_socket(resp: UpstreamResponse) -> socket.socket | None:
+def quickack_socket(resp: UpstreamReply) -> socket.socket | None:
     """The upstream socket, if acknowledging at once can be asked for (Linux)."""
     return resp.sock if TCP_QUICKACK is not None else None
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from mcp_proxy.headers import end_to_end
 from mcp_proxy.relay.http.common import decode_header
 
-__all__ = ["BODY_METHODS", "RequestHead", "build_request_head"]
+__all__ = ["BODY_METHODS", "RequestHead", "build_request_head", "with_content_length"]
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 #: Kept even when the host's ``Connection`` names it: ``Host`` is rewritten, never dropped.
@@ -106,3 +106,18 @@ def build_request_head(
         chunked,
         expect_continue,
     )
+
+
+def with_content_length(rh: RequestHead, old: int, new: int) -> RequestHead:
+    """The request head with its ``Content-Length`` made to fit a body replaced by a hook."""
+    if old == new:
+        return rh
+    import dataclasses
+
+    head = rh.head
+    for name in (b"Content-Length", b"content-length", b"Content-length"):
+        needle = b"\r\n" + name + b": " + str(old).encode() + b"\r\n"
+        if needle in head:
+            head = head.replace(needle, b"\r\n" + name + b": " + str(new).encode() + b"\r\n", 1)
+            break
+    return dataclasses.replace(rh, head=head)

@@ -61,7 +61,7 @@ class HttpVersion(NamedTuple):
     minor: int
 
 
-_V11 = HttpVersion(1, 1)
+HTTP_11 = HttpVersion(1, 1)
 _V10 = HttpVersion(1, 0)
 
 
@@ -318,7 +318,7 @@ class RelayResponse:
             lines = [b"HTTP/1.1 %d %b\r\n" % (status, reason.encode("latin-1"))]
             lines += [b"%b: %b\r\n" % p for p in raw]
             if not self._no_body and not self._has_length:
-                if request.version >= _V11:
+                if request.version >= HTTP_11:
                     self._chunked = True
                     lines.append(b"Transfer-Encoding: chunked\r\n")
                 else:
@@ -331,7 +331,7 @@ class RelayResponse:
             return
         headers = self.headers
         if not self._no_body and "Content-Length" not in headers:
-            if request.version >= _V11:
+            if request.version >= HTTP_11:
                 self._chunked = True
                 headers["Transfer-Encoding"] = "chunked"
             else:
@@ -625,7 +625,7 @@ class FrontProtocol(asyncio.Protocol):
             elif len(k) == 17 and k.lower() == b"transfer-encoding":
                 chunked = b"chunked" in v.lower()
         ver = parser.get_http_version()
-        version = _V11 if ver == "1.1" else _V10 if ver == "1.0" else HttpVersion(1, 1)
+        version = HTTP_11 if ver == "1.1" else _V10 if ver == "1.0" else HttpVersion(1, 1)
         req = FrontRequest(
             self,
             parser.get_method().decode("ascii", "replace"),

@@ -1,13 +1,15 @@
 """Server lifecycle and the request handler: host request in, upstream request out.
 
-:class:`HTTPRelay` binds the listener (:mod:`~mcp_proxy.relay.http.front`: an asyncio protocol
-over httptools, with handler cancellation: a host that closes its connection cancels its exchange, which in the 2026-07-28 era *is* how a
-request is cancelled), and for each request: checks ``Host`` (DNS-rebinding protection), builds
-the upstream head (:func:`~mcp_proxy.relay.http.forward.build_request_head`), places the
-exchange in its session when the request names it, reads a small body whole or streams a large
-one, and hands the request to the upstream pool exactly once (:meth:`HTTPRelay._forward` —
-the request-side seam for fault injection). The answer goes back through
-:mod:`~mcp_proxy.relay.http.response`.
+:class:`HTTPRelay` is composed of its parts (the host-side server, the upstream, the session
+router, the exchange context, the response path, the hooks). It binds the listener
+(:mod:`~mcp_proxy.relay.http.front`: an asyncio protocol over httptools, with handler
+cancellation: a host that closes its connection cancels its exchange, which in the 2026-07-28
+era *is* how a request is cancelled), and for each request: checks ``Host`` (DNS-rebinding
+protection), builds the upstream head (:func:`~mcp_proxy.relay.http.forward.build_request_head`),
+places the exchange in its session when the request names it, reads a small body whole or
+streams a large one, carries out the hooks' verdict on it when hooks are installed, and hands
+the request to the upstream exactly once (:meth:`HTTPRelay.forward_request`). The answer goes
+back through :mod:`~mcp_proxy.relay.http.response`.
 """
 
 from __future__ import annotations
@@ -21,11 +23,10 @@ from typing import Any
 import aiohttp
 
 from mcp_proxy.errors import UserError
-from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.limits import SHUTDOWN_GRACE, SMALL_BODY
-from mcp_proxy.relay.http.common import decode_header
-from mcp_proxy.relay.http.exchange import Exchange
-from mcp_proxy.relay.http.forward import RequestHead, build_request_head
+from mcp_proxy.relay.http.common import HostCheck, RecorderLike, RelayConfig, Target, decode_header
+from mcp_proxy.relay.http.exchange import Exchange, ExchangeContext
+from mcp_proxy.relay.http.forward import RequestHead, build_request_head, with_content_length
 from mcp_proxy.relay.http.front import (
     BadRequest,
     FrontRequest,
@@ -33,18 +34,24 @@ from mcp_proxy.relay.http.front import (
     RelayResponse,
     plain_response,
 )
-from mcp_proxy.relay.http.response import ResponseSide
+from mcp_proxy.relay.http.hooks import Act, Hooks
+from mcp_proxy.relay.http.request_side import BodyAborted, RequestBody, read_small_body
+from mcp_proxy.relay.http.response import RelayState, ResponsePath, answer, reset_host
+from mcp_proxy.relay.http.response_record import finish_body, synthetic
 from mcp_proxy.relay.http.sessions import (
     RULE_LEGACY_SSE,
     RULE_MCP_SESSION,
+    SessionRouter,
     query_session_id,
 )
+from mcp_proxy.relay.http.stream import StreamPath
 from mcp_proxy.relay.http.upstream import (
+    Upstream,
+    UpstreamConnectError,
     UpstreamConnectTimeout,
     UpstreamPool,
-    UpstreamResponse,
+    UpstreamReply,
 )
-from mcp_proxy.relay.http.wire import WireFrame
 
 __all__ = ["HTTPRelay"]
 
@@ -56,19 +63,67 @@ _NOT_A_REVERSE_PROXY_REQUEST = (
 )
 
 
-class _BodyAborted(Exception):
-    """The host went away while sending a small body (already recorded)."""
+class HTTPRelay:
+    """The reverse proxy, composed of its parts: the host-side server (``FrontServer``), the
+    upstream (an :class:`~mcp_proxy.relay.http.upstream.Upstream`: a pool, or a fake), the
+    session router, the exchange context (recorder, redactor) and the response path."""
 
+    def __init__(
+        self,
+        config: RelayConfig,
+        recorder: RecorderLike | None,
+        *,
+        pool: Upstream | None = None,
+    ) -> None:
+        self.config = config
+        self.target = Target(config.upstream)
+        self.recorder = recorder
+        self.redactor = config.redactor
+        base_meta: dict[str, Any] = {"relay": {"upstream": self.target.origin}}
+        if not self.redactor.enabled:
+            base_meta["redaction"] = "off (--no-redact): credentials are recorded in clear"
+        self.router = SessionRouter(
+            recorder,
+            name=config.name,
+            upstream=config.upstream,
+            idle_cut=config.idle_cut,
+            base_meta=base_meta,
+        )
+        self.ctx = ExchangeContext(recorder, self.router, self.redactor, self.target.origin)
+        self.state = RelayState(self.ctx, {self.target.path})
+        #: Called at message boundaries (fault rules); None — the default — costs one ``if``.
+        self.hooks: Hooks | None = None
+        if config.faults is not None:
+            # Imported here: a relay without rules never loads the fault layer.
+            from mcp_proxy.relay.http.faults import FaultHooks
 
-class HTTPRelay(ResponseSide):
-    """The reverse proxy: one aiohttp server for the host, one connection pool to the upstream."""
+            self.hooks = FaultHooks(config.faults, self.state, lambda: self.upstream)
+        self.streams = StreamPath(self.state, self.hooks)
+        self.responses = ResponsePath(self.state, self.streams, self.hooks)
+        self.host_check = HostCheck(config.host, config.allow_hosts)
+        #: The upstream (the seam: a scripted fake in unit tests; a pool made at start otherwise).
+        self.upstream: Upstream | None = pool
+        self._server: FrontServer | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def use_hooks(self, hooks: Hooks | None) -> None:
+        """Install the hooks called at every exchange's message boundaries (None: none)."""
+        self.hooks = self.streams.hooks = self.responses.hooks = hooks
+
+    @property
+    def local_origin(self) -> str:
+        return self.ctx.local_origin
+
+    @property
+    def stats_exchanges(self) -> int:
+        return self.ctx.finished
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> str:
         """Bind, start serving; returns the local URL the host should use."""
         target = self.target
-        if self._pool is None:
-            self._pool = UpstreamPool(
+        if self.upstream is None:
+            self.upstream = UpstreamPool(
                 target.url.raw_host or "",
                 target.url.port or (443 if target.scheme == "https" else 80),
                 tls=target.scheme == "https",
@@ -84,9 +139,9 @@ class HTTPRelay(ResponseSide):
             ) from exc
         host = self.config.host
         shown = f"[{host}]" if ":" in host else host
-        self.local_origin = f"http://{shown}:{port}"
+        self.ctx.local_origin = f"http://{shown}:{port}"
         self._sweeper = asyncio.create_task(self._sweep_loop())
-        return self.local_origin + self.target.path_qs
+        return self.ctx.local_origin + self.target.path_qs
 
     def _log_error(self, request: FrontRequest) -> None:
         """A handler raised (a bug): the host got a 500; say what failed on stderr."""
@@ -100,7 +155,7 @@ class HTTPRelay(ResponseSide):
 
     async def close(self) -> None:
         """Stop listening, let in-flight exchanges end (briefly), end every session."""
-        self._stopping = True
+        self.state.stopping = True
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -111,13 +166,14 @@ class HTTPRelay(ResponseSide):
             # cancelled and recorded as relay_shutdown: Ctrl-C must not wait a minute.
             await self._server.close(SHUTDOWN_GRACE)
             self._server = None
-        for task in list(self._tails):
+        tails = self.state.tails
+        for task in list(tails):
             task.cancel()
-        if self._tails:
-            await asyncio.gather(*self._tails, return_exceptions=True)
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        if tails:
+            await asyncio.gather(*tails, return_exceptions=True)
+        if self.upstream is not None:
+            await self.upstream.close()
+            self.upstream = None
         self.router.close_all()
 
     # ------------------------------------------------------------------ the handler
@@ -141,7 +197,7 @@ class HTTPRelay(ResponseSide):
         )
         # Only what forwarding needs happens before the request leaves; describing it for
         # the recording (redaction, metadata, client identity, frames) runs right after.
-        ex = Exchange(self, {"method": method, "started_at": wall0}, {})
+        ex = Exchange(self.ctx, {"method": method, "started_at": wall0}, {})
         ex.mono0 = mono0
         ex.authorization = rh.authorization
         self._place_by_request(ex, rh, path, query)
@@ -150,7 +206,7 @@ class HTTPRelay(ResponseSide):
         ex.req_ctype = request.headers.get("Content-Type")
         if request.body_exists:
             ex.req_coding = request.headers.get("Content-Encoding")
-        ex.is_mcp = self._is_mcp_path(path)
+        ex.is_mcp = path in self.state.mcp_paths
         ex.pre = (request, rh.rec_headers, rh.has_mcp, raw_path, None)
         body: bytes | None = None
         data: Any = None
@@ -158,140 +214,122 @@ class HTTPRelay(ResponseSide):
             length = request.content_length
             if length is not None and length <= SMALL_BODY:
                 try:
-                    body = await self._read_small_body(request, ex, length)
-                except _BodyAborted as exc:
+                    body = await read_small_body(request, ex, length)
+                except BodyAborted as exc:
                     raise BadRequest("the request body was cut short") from exc
                 data = body
             else:
-                ex.body_parts = []
-                ex.body_streaming = True
-                data = self._stream_body(request, ex)
+                ex.body = RequestBody(request, ex)
+                data = ex.body.stream()
         ex.pre = (request, rh.rec_headers, rh.has_mcp, raw_path, body)
-        asyncio.get_running_loop().call_soon(self._describe, ex)
-        if self.config.faults is not None:  # fault rules: their own path (relay/http/faults.py)
-            # Imported here: a relay without rules never loads the fault layer (~40 ms).
-            from mcp_proxy.relay.http import faults as http_faults
-
-            return await http_faults.handle(self, request, ex, rh, data, body, method, path)
-        resp = await self._forward(request, ex, rh, data)
-        if not isinstance(resp, UpstreamResponse):
-            return resp  # the relay answered (upstream unreachable, timed out…)
+        asyncio.get_running_loop().call_soon(ex.describe)
+        hooks = self.hooks
+        if hooks is None:
+            resp = await self.forward_request(request, ex, rh, data)
+            if isinstance(resp, RelayResponse):
+                return resp  # the relay answered (upstream unreachable, timed out…)
+            return await self.responses.respond(request, ex, resp, method)
         try:
-            return await self._respond(request, ex, resp, method, path)
+            return await self._hooked(request, ex, rh, data, body, hooks)
+        except asyncio.CancelledError:
+            # The host left (or the relay stops) while a hook held the exchange — a delay, a
+            # withheld answer: the exchange is still recorded.
+            finish_body(ex)
+            ex.finish(*self.state.abort())
+            raise
         finally:
-            if ex.handed_off:
-                pass  # the rest of the response is read by a task of its own (_read_rest)
-            elif ex.outcome == "complete":
-                resp.release()
-            else:
-                # Not a clean end (host gone, upstream broke, cancelled): drop the upstream
-                # connection now, so the server sees the close at once.
-                resp.close()
+            hooks.done(ex)
+
+    async def _relay(
+        self, request: FrontRequest, ex: Exchange, rh: RequestHead, data: Any, method: str
+    ) -> RelayResponse:
+        resp = await self.forward_request(request, ex, rh, data)
+        if isinstance(resp, RelayResponse):
+            return resp  # the relay answered (upstream unreachable, timed out…)
+        return await self.responses.respond(request, ex, resp, method)
+
+    async def _hooked(
+        self,
+        request: FrontRequest,
+        ex: Exchange,
+        rh: RequestHead,
+        data: Any,
+        body: bytes | None,
+        hooks: Hooks,
+    ) -> RelayResponse:
+        """The hooks' verdict on the request, carried out; then the one path."""
+        v = await hooks.request_body(ex, rh.head, body or b"")
+        act = v.act
+        if act is Act.DELAY:
+            await asyncio.sleep(v.seconds)
+        elif act is Act.REPLACE and body is not None and v.data is not None:
+            data = v.data
+            rh = with_content_length(rh, len(body), len(data))
+        elif act is Act.DROP:
+            await asyncio.Future()  # unanswered until the host gives up (cancelled)
+        elif act is Act.ANSWER:
+            return answer(ex, v, late=False)
+        elif act is Act.RESET:
+            return reset_host(request, ex, v.why)
+        return await self._relay(request, ex, rh, data, request.method)
 
     def _place_by_request(self, ex: Exchange, rh: RequestHead, path: str, query: str) -> None:
         """Place the exchange in its session now when the request names it."""
         legacy_sid = query_session_id(query) if query else None
         if rh.session_id:
-            ex.attach(
-                self.router.get(
-                    self.router.mcp_key(rh.session_id),
-                    RULE_MCP_SESSION,
-                    grouping={"mcp_session_id": rh.session_id},
-                )
+            ex.attach_key(
+                self.router.mcp_key(rh.session_id),
+                RULE_MCP_SESSION,
+                grouping={"mcp_session_id": rh.session_id},
             )
         elif legacy_sid:
-            self.mcp_paths.add(path)
-            ex.attach(
-                self.router.get(
-                    self.router.sse_key(legacy_sid),
-                    RULE_LEGACY_SSE,
-                    transport="sse",
-                    grouping={"sse_session_id": legacy_sid},
-                )
+            self.state.mcp_paths.add(path)
+            ex.attach_key(
+                self.router.sse_key(legacy_sid),
+                RULE_LEGACY_SSE,
+                transport="sse",
+                grouping={"sse_session_id": legacy_sid},
             )
 
-    async def _read_small_body(self, request: FrontRequest, ex: Exchange, length: int) -> bytes:
-        """A body with a length up to ``SMALL_BODY``: read whole (one write upstream)."""
-        got: list[bytes] = []
-        try:
-            content = request.content
-            chunk = await content.readany()
-            while chunk:
-                got.append(chunk)
-                chunk = await content.readany()
-            body = got[0] if len(got) == 1 else b"".join(got)
-            if len(body) < length:
-                raise ConnectionResetError("body shorter than its Content-Length")
-        except (
-            asyncio.CancelledError,
-            aiohttp.ClientError,
-            ConnectionError,
-            asyncio.IncompleteReadError,
-        ) as exc:
-            # The host went away mid-body: nothing is forwarded (the upstream would only wait
-            # for bytes that never come); what arrived is recorded.
-            self._describe(ex)
-            partial = b"".join(got)
-            ex.request_size = len(partial)
-            if partial:
-                ex.frame(
-                    WireFrame(
-                        Direction.C2S,
-                        Channel.HTTP,
-                        partial,
-                        ex.mono0,
-                        ex.wall0,
-                        False,
-                        extra={"content_type": ex.req_ctype},
-                    )
-                )
-            ex.finish("host_aborted", f"host closed while sending the body: {exc!r}")
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            raise _BodyAborted() from exc
-        ex.request_size = len(body)
-        return body
-
-    async def _forward(
+    async def forward_request(
         self, request: FrontRequest, ex: Exchange, rh: RequestHead, data: Any
-    ) -> UpstreamResponse | RelayResponse:
+    ) -> UpstreamReply | RelayResponse:
         """Send the request upstream, once (the request-side seam); map failures to answers."""
-        assert self._pool is not None
+        upstream = self.upstream
+        assert upstream is not None
         timeout = self.config.response_timeout
         head_only = request.method == "HEAD"
         try:
             if timeout is None:  # the default: no timeout object per request
-                return await self._pool.request(
+                return await upstream.request(
                     rh.head, data, head_only=head_only, chunked=rh.chunked
                 )
             async with asyncio.timeout(timeout):
-                return await self._pool.request(
+                return await upstream.request(
                     rh.head, data, head_only=head_only, chunked=rh.chunked
                 )
         except asyncio.CancelledError:
-            self._finish_request_body(ex)
-            ex.finish(self._abort_outcome(), self._abort_error())
+            finish_body(ex)
+            ex.finish(*self.state.abort())
             raise
         except TimeoutError as exc:
-            await self._drain_request(request, ex)
-            self._finish_request_body(ex)
+            await drain_body(ex)
             ex.attach_fallback()
             origin = self.target.origin
             if isinstance(exc, UpstreamConnectTimeout):
                 text = f"connecting to the upstream timed out ({self.config.connect_timeout} s)"
-                r = self._synthetic(ex, 504, "upstream-timeout", text, upstream=origin)
+                r = synthetic(ex, 504, "upstream-timeout", text, upstream=origin)
                 ex.finish("timeout", text)
                 return r
             text = f"no response headers from {origin} within {timeout} s"
-            r = self._synthetic(ex, 504, "upstream-timeout", text, upstream=origin)
+            r = synthetic(ex, 504, "upstream-timeout", text, upstream=origin)
             ex.finish("timeout", f"no response headers within {timeout} s")
             return r
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            await self._drain_request(request, ex)
-            self._finish_request_body(ex)
+            await drain_body(ex)
             ex.attach_fallback()
-            status, kind, text = self._describe_failure(exc)
-            r = self._synthetic(ex, status, kind, text, upstream=self.target.origin)
+            status, kind, text = describe_failure(exc)
+            r = synthetic(ex, status, kind, text, upstream=self.target.origin)
             ex.finish("timeout" if status == 504 else "upstream_error", text)
             return r
 
@@ -299,8 +337,8 @@ class HTTPRelay(ResponseSide):
         self, request: FrontRequest, host_value: str | None, wall0: float
     ) -> RelayResponse:
         """Answer 421 for a Host that is not the relay's (recorded; nothing goes upstream)."""
-        ex = Exchange(self, {"method": request.method, "started_at": wall0}, {})
-        ex.fields["url"] = self.redactor.url(self.local_origin + request.raw_path)
+        ex = Exchange(self.ctx, {"method": request.method, "started_at": wall0}, {})
+        ex.fields["url"] = self.redactor.url(self.ctx.local_origin + request.raw_path)
         ex.fields["request_headers"] = self.redactor.headers(
             [[k.decode("latin-1"), decode_header(v)] for k, v in request.raw_headers]
         )
@@ -310,6 +348,35 @@ class HTTPRelay(ResponseSide):
             f"Host {host_value!r} is not this relay's address (DNS-rebinding protection);"
             " allow it with --allow-host"
         )
-        r = self._synthetic(ex, 421, "host-not-allowed", text, host=host_value)
+        r = synthetic(ex, 421, "host-not-allowed", text, host=host_value)
         ex.finish("refused", text)
         return r
+
+
+async def drain_body(ex: Exchange) -> None:
+    """The upstream failed: read what the host still sends (briefly) and record the body."""
+    if ex.body is not None:
+        await ex.body.drain()
+        ex.body.finish()
+
+
+def describe_failure(exc: BaseException) -> tuple[int, str, str]:
+    """Status, kind and text of the relay's answer when the upstream request failed."""
+    if isinstance(exc, UpstreamConnectError):
+        return 502, "upstream-unreachable", f"cannot connect to the upstream ({exc})"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        if isinstance(exc.os_error, TimeoutError) or "timeout" in str(exc).lower():
+            return 504, "upstream-timeout", f"connecting to the upstream timed out ({exc})"
+        return 502, "upstream-unreachable", f"cannot connect to the upstream ({exc})"
+    if isinstance(exc, aiohttp.ConnectionTimeoutError | aiohttp.ServerTimeoutError):
+        return 504, "upstream-timeout", f"the upstream timed out ({exc})"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return (
+            502,
+            "upstream-disconnected",
+            "the upstream closed the connection before answering (the request was not "
+            "re-sent: it may or may not have run)",
+        )
+    if isinstance(exc, ValueError):
+        return 400, "unrelayable-request", f"the request cannot be relayed as sent ({exc})"
+    return 502, "upstream-error", f"the upstream request failed ({exc!r})"

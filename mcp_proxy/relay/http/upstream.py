@@ -9,6 +9,19 @@ header bytes in one ``write``, and the response is parsed by aiohttp's own clien
 (``ResponseHandler``: the llhttp C parser, flow control, payload errors on a broken
 connection) — the parts of aiohttp worth keeping.
 
+**The seam.** The relay talks to its upstream through :class:`Upstream` (``request`` → an
+:class:`UpstreamReply`, ``close``), as httpx's code talks to its transport: :class:`UpstreamPool`
+is the real one, and unit tests hand the relay a scripted fake (``tests/relay/unit/fakes.py``)
+that answers with chosen statuses, headers, chunks, delays, errors and resets, without sockets.
+
+**aiohttp API relied on** (aiohttp is pinned to a minor release in ``pyproject.toml``;
+``tests/relay/test_http_upstream_conn.py`` and ``tests/relay/unit/test_upstream_seam.py``
+exercise each): ``aiohttp.client_proto.ResponseHandler`` (subclassed: ``connection_made``,
+``connection_lost``, ``pause_writing``/``resume_writing``, ``set_response_params``, ``read``,
+``is_connected``, ``should_close``, ``writing_paused``) and the public methods of
+``aiohttp.streams.StreamReader`` (``iter_any``, ``at_eof``, ``is_eof``, ``read_nowait``,
+``exception``, ``total_bytes``). No underscore name of aiohttp is used.
+
 Connections are pooled per upstream origin and kept at most ``keepalive`` seconds idle: less
 than the 5 s of uvicorn and Node servers, so a pooled connection is dropped by us before the
 server closes it under a request (which would then fail: requests are never re-sent).
@@ -23,22 +36,90 @@ import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.streams import StreamReader
 from multidict import CIMultiDictProxy
 
 __all__ = [
+    "Upstream",
+    "UpstreamBody",
     "UpstreamConnectError",
     "UpstreamConnectTimeout",
     "UpstreamConnection",
     "UpstreamPool",
+    "UpstreamReply",
     "UpstreamResponse",
 ]
 
 _INTERIM = range(100, 200)
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
+
+
+class UpstreamBody(Protocol):
+    """A response body as it arrives from the upstream."""
+
+    def iter_any(self) -> AsyncIterator[bytes]:
+        """Each chunk as it arrives, until the body ends; raises if the upstream broke it."""
+        ...
+
+    def at_eof(self) -> bool:
+        """The body ended and every byte of it was read."""
+        ...
+
+    def is_eof(self) -> bool:
+        """The body's end arrived (bytes may still wait to be read)."""
+        ...
+
+
+class UpstreamReply(Protocol):
+    """One upstream response: its head at once, its body as it arrives, then released or
+    closed exactly once (released: read to its end, the connection may serve again)."""
+
+    status: int
+    reason: str
+    headers: Any  # case-insensitive ``get(name, default)``: a multidict
+    raw_headers: tuple[tuple[bytes, bytes], ...]
+    sock: socket.socket | None  # for TCP_QUICKACK, or None
+
+    @property
+    def content(self) -> UpstreamBody: ...
+
+    @property
+    def content_length(self) -> int | None: ...
+
+    def has_buffered_body(self) -> bool: ...
+
+    async def read(self) -> bytes: ...
+
+    def release(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Upstream(Protocol):
+    """What the relay needs of its upstream: send one request, get its response head.
+
+    ``request`` sends the head (raw bytes, the host's header bytes rewritten by
+    ``forward.build_request_head``) and the body (whole bytes, or an async iterator streamed
+    alongside the response) exactly once and returns when the response head is in. It raises
+    :class:`UpstreamConnectError` / :class:`UpstreamConnectTimeout` when it cannot connect,
+    ``aiohttp.ServerDisconnectedError`` (or another ``aiohttp.ClientError``/``OSError``) when
+    the upstream went away before its head; it never retries.
+    """
+
+    async def request(
+        self,
+        head: bytes,
+        body: bytes | AsyncIterator[bytes] | None,
+        *,
+        head_only: bool = False,
+        chunked: bool = False,
+        on_sent: Callable[[], None] | None = None,
+    ) -> UpstreamReply: ...
+
+    async def close(self) -> None: ...
 
 
 class UpstreamConnection(ResponseHandler):
@@ -52,9 +133,12 @@ class UpstreamConnection(ResponseHandler):
     """
 
     qsock: socket.socket | None = None
+    #: Wakes the body writer when the upstream's socket takes writes again (see drain).
+    drain_waiter: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        self.drain_waiter = None
         if _QUICKACK is None:
             return
         raw = transport.get_extra_info("socket")
@@ -66,7 +150,31 @@ class UpstreamConnection(ResponseHandler):
         qsock, self.qsock = self.qsock, None
         if qsock is not None:
             qsock.close()
+        self._wake_writer(ConnectionResetError("the upstream connection was lost"))
         super().connection_lost(exc)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._wake_writer(None)
+
+    def _wake_writer(self, exc: BaseException | None) -> None:
+        waiter, self.drain_waiter = self.drain_waiter, None
+        if waiter is not None and not waiter.done():
+            if exc is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(exc)
+
+    async def drain(self) -> None:
+        """Wait until the socket takes writes again (flow control of a streamed body)."""
+        if self.transport is None:
+            raise ConnectionResetError("the upstream connection was lost")
+        if not self.writing_paused:
+            return
+        waiter = self.drain_waiter
+        if waiter is None:
+            waiter = self.drain_waiter = asyncio.get_running_loop().create_future()
+        await waiter
 
 
 class UpstreamConnectError(OSError):
@@ -121,8 +229,9 @@ class UpstreamResponse:
 
     def has_buffered_body(self) -> bool:
         """Body bytes (or its end) already received and waiting to be read."""
+        # Asked before any of the body is read: bytes received are bytes waiting.
         content = self.content
-        return bool(content._buffer) or content.is_eof()  # aiohttp StreamReader internals
+        return content.total_bytes > 0 or content.is_eof()
 
     @property
     def closed(self) -> bool:
@@ -317,7 +426,7 @@ class UpstreamPool:
                 else:
                     transport.write(chunk)
                 if proto.writing_paused:
-                    await proto._drain_helper()
+                    await proto.drain()
             if chunked and proto.transport is not None:
                 proto.transport.write(b"0\r\n\r\n")
         except (ConnectionError, OSError):

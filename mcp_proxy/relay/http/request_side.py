@@ -1,0 +1,251 @@
+"""The request side of an exchange's recording: its description, and the host's body.
+
+:func:`describe_request` describes a request once it went upstream (metadata, the raw pieces
+the recorder describes its head from, the session it belongs to, its body frame) — called by
+:meth:`Exchange.describe <mcp_proxy.relay.http.exchange.Exchange.describe>`. A body is read
+whole when small (:func:`read_small_body`) or streamed upstream by a :class:`RequestBody`, which
+keeps a bounded copy for the recording and hands the frame over once the body has gone out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import aiohttp
+
+from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.limits import MAX_RECORDED_BODY
+from mcp_proxy.relay.http.common import decode_for_record, meta_body
+from mcp_proxy.relay.http.front import HTTP_11, FrontRequest
+from mcp_proxy.relay.http.sessions import RULE_CLIENT, BodyFacts, body_facts
+from mcp_proxy.relay.http.wire import WireFrame
+
+if TYPE_CHECKING:
+    from mcp_proxy.relay.http.exchange import Exchange
+
+__all__ = ["BodyAborted", "RequestBody", "describe_request", "read_small_body", "request_frame"]
+
+
+class BodyAborted(Exception):
+    """The host went away while sending a small body (already recorded)."""
+
+
+def request_frame(ex: Exchange, body: bytes, complete: bool) -> WireFrame:
+    return WireFrame(
+        Direction.C2S,
+        Channel.HTTP,
+        body,
+        ex.mono0,
+        ex.wall0,
+        complete,
+        extra={"content_type": ex.req_ctype},
+    )
+
+
+def describe_request(ex: Exchange) -> None:
+    """Describe a request for the recording, once, just after it was sent upstream.
+
+    Metadata, the raw pieces its headers and URLs are described from (by the recorder
+    process, see ``recorder/httpraw.py``), the session it belongs to (client identity from
+    the body when nothing else names it) and its body frame.
+    """
+    pre = ex.pre
+    if pre is None:
+        return
+    ex.pre = None
+    request, rec_headers, has_mcp, raw_path, body = pre
+    meta = ex.meta
+    ctx = ex.ctx
+    # The headers and URLs are described (decoded, redacted, MCP headers picked out) from
+    # these raw pieces by the recorder process, or by Exchange.materialize when the
+    # exchange goes to the recorder while it runs (recorder/httpraw.py).
+    ex.raw_req = (ctx.origin, ctx.local_origin, raw_path, rec_headers, has_mcp)
+    version = request.version
+    meta["http_version"] = "1.1" if version is HTTP_11 else f"{version.major}.{version.minor}"
+    peer = request.conn.peer
+    if peer:
+        meta["peer"] = peer
+    complete = True
+    if body and ex.req_coding:
+        body, complete = request_for_record(ex, body)
+    if body:
+        if not (ex.attached and ex.is_mcp):
+            # Parsed only when it can change something: whether the body is JSON-RPC (off
+            # the MCP path) and who sent it (the session is not known yet). A request that
+            # names its session on the MCP path — every initialize-era call — is not.
+            learn_facts(ex, body_facts(body), ex.authorization)
+        if ex.is_mcp:
+            ex.frame(request_frame(ex, body, complete))
+        else:
+            meta["request_body"] = meta_body(ctx.redactor, body, ex.req_ctype)
+    if ex.attached:
+        return
+    # Wait only where the response names the session: ``initialize`` (its Mcp-Session-Id),
+    # a GET that may open a legacy SSE stream (its endpoint event), and a streamed body (its
+    # head is read once it has gone out).
+    if ex.facts is not None and ex.facts.is_initialize:
+        return
+    if ex.fields["method"] == "GET" and "text/event-stream" in request.headers.get("Accept", ""):
+        return
+    if ex.body is not None:
+        return
+    if ex.fallback is not None:
+        key, rule, grouping = ex.fallback
+        ex.attach_key(key, rule, grouping=grouping)
+    else:
+        ex.attach_fallback()
+
+
+def learn_facts(ex: Exchange, facts: BodyFacts, authorization: str | None) -> None:
+    """What the body says: whether it is JSON-RPC, and which client sent it (grouping)."""
+    ex.facts = facts
+    if facts.is_jsonrpc:
+        ex.is_mcp = True
+    if facts.client_name is not None:
+        router = ex.ctx.router
+        key = router.client_key(facts.client_name, facts.client_version, authorization)
+        client = {"name": facts.client_name, "version": facts.client_version}
+        ex.fallback = (key, RULE_CLIENT, {"client": client})
+
+
+def request_for_record(ex: Exchange, raw: bytes) -> tuple[bytes | None, bool]:
+    """A compressed request body decoded (bounded) for the recording: (bytes or None when
+    it is not decoded, whether they are the whole body). Runs after it was forwarded."""
+    coding = (ex.req_coding or "").strip().lower()
+    if not coding or coding == "identity":
+        return raw, True
+    decoded = decode_for_record(raw, coding, "request", ex.req_ctype)
+    if decoded.note:
+        ex.meta.update(decoded.note)
+    return decoded.data, decoded.complete
+
+
+async def read_small_body(request: FrontRequest, ex: Exchange, length: int) -> bytes:
+    """A body with a length up to ``SMALL_BODY``: read whole (one write upstream)."""
+    got: list[bytes] = []
+    try:
+        content = request.content
+        chunk = await content.readany()
+        while chunk:
+            got.append(chunk)
+            chunk = await content.readany()
+        body = got[0] if len(got) == 1 else b"".join(got)
+        if len(body) < length:
+            raise ConnectionResetError("body shorter than its Content-Length")
+    except (
+        asyncio.CancelledError,
+        aiohttp.ClientError,
+        ConnectionError,
+        asyncio.IncompleteReadError,
+    ) as exc:
+        # The host went away mid-body: nothing is forwarded (the upstream would only wait
+        # for bytes that never come); what arrived is recorded.
+        ex.describe()
+        partial = b"".join(got)
+        ex.request_size = len(partial)
+        if partial:
+            ex.frame(request_frame(ex, partial, False))
+        ex.finish("host_aborted", f"host closed while sending the body: {exc!r}")
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        raise BodyAborted() from exc
+    ex.request_size = len(body)
+    return body
+
+
+class RequestBody:
+    """A request body streamed upstream, and the copy (up to the cap) kept for the recording.
+
+    Its life: streaming (``parts`` is a list) → recorded once (``parts`` is None), either when
+    its last chunk went out, or when the exchange ends without it (given up, or not taken by
+    an upstream that answered early).
+    """
+
+    __slots__ = ("ex", "kept", "parts", "request")
+
+    def __init__(self, request: FrontRequest, ex: Exchange) -> None:
+        self.request = request
+        self.ex = ex
+        self.parts: list[bytes] | None = []
+        self.kept = 0
+
+    @property
+    def done(self) -> bool:
+        return self.parts is None
+
+    def _keep(self, chunk: bytes) -> None:
+        parts = self.parts
+        if parts is not None and self.kept < MAX_RECORDED_BODY:
+            room = MAX_RECORDED_BODY - self.kept
+            piece = chunk if len(chunk) <= room else chunk[:room]
+            parts.append(piece)
+            self.kept += len(piece)
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """The host's body, chunk by chunk, for the upstream; recorded once it all went out."""
+        ex = self.ex
+        async for chunk in self.request.content.iter_any():
+            ex.request_size += len(chunk)
+            # Kept before the yield (a reference, no copy below the cap): when the upstream
+            # answers right after this chunk went out (a 413), the generator is not resumed,
+            # and a copy taken after the yield would lose bytes that crossed the wire.
+            self._keep(chunk)
+            yield chunk
+        self.finish(complete=True)
+
+    async def drain(self) -> None:
+        """Read what the host still sends (up to the cap, briefly) so its frame is recorded."""
+        if self.parts is None or self.request.content.at_eof():
+            return
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(5):
+                async for chunk in self.request.content.iter_any():
+                    self.ex.request_size += len(chunk)
+                    self._keep(chunk)
+
+    def settle(self) -> None:
+        """The upstream answered before taking the whole body (a 413): record what it took.
+
+        The frame holds the bytes that were forwarded, marked incomplete; the rest of the
+        host's body never reached the upstream and is left to the HTTP server to discard.
+        """
+        if self.parts is not None:
+            self.ex.meta["request_body_not_taken"] = True
+            self.finish(complete=False)
+
+    def learn(self) -> None:
+        """Client identity from the head of the body (bounded look, body may be partial)."""
+        ex = self.ex
+        if ex.facts is not None or not self.parts:
+            return
+        head = b"".join(self.parts[:64])[: 64 * 1024]
+        learn_facts(ex, body_facts(head, partial=True), None)
+
+    def finish(self, complete: bool | None = None) -> None:
+        """Record the body (once): after it went out, or when it was given up."""
+        parts = self.parts
+        if parts is None:
+            return
+        self.learn()
+        self.parts = None
+        raw = b"".join(parts)
+        if not raw:
+            return
+        ex = self.ex
+        truncated = ex.request_size > len(raw)
+        if truncated:
+            ex.meta["request_body_recorded"] = len(raw)
+        ex.meta["request_body_streamed"] = True
+        if ex.req_coding:
+            decoded, whole = request_for_record(ex, raw)
+            if decoded is None:
+                return
+            raw = decoded
+            truncated = truncated or not whole
+        if ex.is_mcp or raw[:1] in (b"{", b"["):
+            ex.frame(request_frame(ex, raw, bool(complete) and not truncated))
+        else:
+            ex.meta["request_body"] = meta_body(ex.ctx.redactor, raw, ex.req_ctype)
