@@ -128,6 +128,25 @@ def test_spans_arrive_while_the_session_is_live_and_join_the_callers_trace(
     # At the end: the session span, under mcptape's service (OTEL_SERVICE_NAME renames it).
     assert wait_until(lambda: any(sp.name == "mcp session" for _, sp in _spans(receiver)))
     assert "OpenTelemetry" not in err, err
+    # One span builder: the recorded session exported after the fact gives the same spans.
+    (session,) = rdb.sessions(db)
+    out = tmp_path / "after.otlp.json"
+    done = subprocess.run(
+        [*mcptape_cmd(), "export", session["id"], "--db", str(db), "-o", str(out)],
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    after = json.loads(out.read_bytes())
+    exported = {
+        (sp["name"], sp["spanId"], sp.get("parentSpanId"), sp["kind"])
+        for rs in after["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for sp in ss["spans"]
+    }
+    sent = {(sp.name, sp.span_id.hex(), sp.parent_span_id.hex() or None, sp.kind)
+            for _, sp in _spans(receiver)}  # fmt: skip
+    assert sent == exported
 
 
 def _closed_port() -> int:
