@@ -49,6 +49,7 @@ from mcp_proxy.otel.spans import (
     Sides,
     SpanBuilder,
     encode,
+    http_version,
     traceparent,
 )
 
@@ -118,6 +119,7 @@ class _Pending:
 class _Session:
     row: dict[str, Any]
     mcp_session_id: str | None = None
+    http_version: str | None = None
     frames: int = 0
     builder: SpanBuilder | None = None
     #: (request direction, msg_id) → the request.
@@ -141,6 +143,7 @@ class _Session:
             started_at=float(r.get("started_at") or 0.0),
             ended_at=float(r["ended_at"]) if r.get("ended_at") else None,
             frames=self.frames,
+            http_version=self.http_version,
         )
 
 
@@ -228,7 +231,9 @@ class LiveExporter:
         for _local_id, ex in batch.exchanges:
             sid = ex.get("session_id")
             if sid and sid not in self._known_ids:
-                found = _mcp_session_id(ex)
+                found, version = _mcp_session_id(ex), http_version(ex.get("meta"))
+                if version:
+                    items.append(("http_version", (sid, version)))
                 if found:
                     self._known_ids.add(sid)
                     items.append(("mcp_id", (sid, found)))
@@ -324,6 +329,11 @@ class LiveExporter:
             sid, found = value
             st = self._session(sid)
             st.mcp_session_id, st.builder = found, None
+        elif kind == "http_version":
+            sid, version = value
+            st = self._session(sid)
+            if st.http_version is None:
+                st.http_version, st.builder = version, None
 
     def _session(self, sid: str) -> _Session:
         st = self._sessions.get(sid)

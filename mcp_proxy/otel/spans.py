@@ -69,6 +69,8 @@ class SessionFacts:
     started_at: float = 0.0
     ended_at: float | None = None
     frames: int = 0
+    #: The HTTP version the host spoke (an exchange's ``meta.http_version``): ``1.1``, ``2``.
+    http_version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +160,26 @@ def ns(ts: float | None) -> int:
     return round((ts or 0.0) * 1e9)
 
 
+def protocol_version(http_version: Any) -> str | None:
+    """``network.protocol.version`` from a recorded HTTP version (``HTTP/2.0`` → ``2``,
+    ``1.1`` → ``1.1``), None when unknown."""
+    if not isinstance(http_version, str) or not http_version:
+        return None
+    text = http_version.upper().removeprefix("HTTP/").strip()
+    return text.removesuffix(".0") if text in ("2.0", "3.0") else text or None
+
+
+def http_version(meta: Any) -> str | None:
+    """``meta.http_version`` of an exchange row (a dict, or its JSON text)."""
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            return None
+    value = meta.get("http_version") if isinstance(meta, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def session_attrs(s: SessionFacts) -> dict[str, Any]:
     """The attributes every span of the session carries."""
     attrs: dict[str, Any] = {"mcp.session.id": s.mcp_session_id, "mcptape.session.id": s.id}
@@ -168,8 +190,9 @@ def session_attrs(s: SessionFacts) -> dict[str, Any]:
     else:
         attrs["network.transport"] = "tcp"
         attrs["network.protocol.name"] = "http"
-        # mcptape's relay and lean forward proxy speak HTTP/1.1 on both legs.
-        attrs["network.protocol.version"] = "1.1"
+        version = protocol_version(s.http_version)
+        if version:
+            attrs["network.protocol.version"] = version
         upstream = urlsplit(s.upstream or "")
         if upstream.hostname:
             attrs["server.address"] = upstream.hostname

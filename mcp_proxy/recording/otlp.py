@@ -32,6 +32,7 @@ from mcp_proxy.otel.spans import (
     Peer,
     SessionFacts,
     SpanBuilder,
+    http_version,
     traceparent,
 )
 from mcp_proxy.recording.model import (
@@ -74,6 +75,7 @@ def session_facts(s: SessionRecording) -> SessionFacts:
         started_at=started,
         ended_at=float(ended),
         frames=len(s.frames),
+        http_version=next(filter(None, (http_version(ex.get("meta")) for ex in s.exchanges)), None),
     )
 
 

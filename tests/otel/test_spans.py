@@ -16,6 +16,8 @@ from mcp_proxy.otel.spans import (
     SpanBuilder,
     TraceParent,
     encode,
+    http_version,
+    protocol_version,
     traceparent,
 )
 
@@ -30,6 +32,7 @@ SESSION = SessionFacts(
     started_at=100.0,
     ended_at=110.0,
     frames=4,
+    http_version="HTTP/1.1",
 )
 
 
@@ -78,6 +81,13 @@ def test_client_only_emits_the_initiators_span() -> None:
     spans = SpanBuilder(SESSION, sides="client").exchange_spans(_exchange("s2c", "roots/list"))
     ((svc, span, _),) = _decoded(spans)
     assert (svc, span.kind) == ("weather", Span.SPAN_KIND_CLIENT)
+
+
+def test_the_recorded_http_version_is_the_network_protocol_version() -> None:
+    assert [protocol_version(v) for v in ("1.1", "HTTP/2.0", "2", "", None, "HTTP/1.0")] == [
+        "1.1", "2", "2", None, None, "1.0",
+    ]  # fmt: skip
+    assert http_version('{"http_version": "1.1"}') == "1.1" and http_version("{") is None
 
 
 def test_stdio_has_no_network_protocol_and_unknown_peers_get_a_name() -> None:
