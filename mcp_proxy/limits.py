@@ -146,6 +146,11 @@ OTLP_FLUSH_SECONDS = 0.5
 OTLP_POST_TIMEOUT = 2.0
 #: Seconds the recorder process spends at exit sending what is left before it gives up on it.
 OTLP_CLOSE_PATIENCE = 5.0
+#: Seconds a collector that failed a POST is left alone (spans finishing meanwhile are counted,
+#: not built: a dead collector costs no CPU); doubled on each failure in a row.
+OTLP_BACKOFF_MIN = 1.0
+#: The longest it is left alone: a collector that comes back gets spans again within this.
+OTLP_BACKOFF_MAX = 30.0
 
 # --- Classifying and comparing frames ---
 

@@ -29,6 +29,8 @@ from urllib.parse import unquote
 
 from mcp_proxy.frames import parse_json
 from mcp_proxy.limits import (
+    OTLP_BACKOFF_MAX,
+    OTLP_BACKOFF_MIN,
     OTLP_BATCH_SPANS,
     OTLP_CLOSE_PATIENCE,
     OTLP_FLUSH_SECONDS,
@@ -208,6 +210,11 @@ class LiveExporter:
         self._out: list[ReadableSpan] = []
         self._due = 0.0
         self._per_request = 2 if config.sides == "both" else 1
+        #: After a failed POST the collector is left alone this long (doubling, up to
+        #: ``OTLP_BACKOFF_MAX``): what finishes meanwhile is counted, not built nor sent.
+        self._down_until = 0.0
+        self._backoff = OTLP_BACKOFF_MIN
+        self._down_reason = ""
         self._thread = threading.Thread(target=self._run, name="mcptape-otlp", daemon=True)
         if start:
             self.start()
@@ -401,6 +408,9 @@ class LiveExporter:
         code: int | None = None,
         message: str | None = None,
     ) -> None:
+        if self._resting():
+            self._dropped(self._per_request, self._down_reason)
+            return
         f, msg = req.frame, req.msg
         params = msg.get("params") if isinstance(msg, dict) else None
         name = None
@@ -438,6 +448,9 @@ class LiveExporter:
             self._emit(sid, st, req, float(ended) if ended else None, "no_response")
         st.pending.clear()
         st.builder = None
+        if self._resting():
+            self._dropped(1, self._down_reason)
+            return
         self._add([SpanBuilder(st.facts(sid), service=self.config.service).session_span()])
 
     def _evict_oldest(self) -> None:
@@ -454,15 +467,26 @@ class LiveExporter:
             self._due = time.monotonic() + OTLP_FLUSH_SECONDS
         self._out.extend(spans)
 
+    def _resting(self) -> bool:
+        """True while a collector that failed is left alone (spans are counted, not built)."""
+        return self._down_until > 0 and time.monotonic() < self._down_until
+
     def _send(self) -> None:
         while self._out:
             chunk, self._out = self._out[:OTLP_BATCH_SPANS], self._out[OTLP_BATCH_SPANS:]
+            if self._resting():
+                self._dropped(len(chunk), self._down_reason)
+                continue
             try:
                 self._post(self.config.endpoint, encode(chunk), self.config.headers)
             except Exception as exc:  # down, slow, refusing: the spans go, the recording stays
-                self._dropped(len(chunk), f"{self.config.endpoint}: {_why(exc)}")
+                self._down_reason = f"{self.config.endpoint}: {_why(exc)}"
+                self._down_until = time.monotonic() + self._backoff
+                self._backoff = min(self._backoff * 2, OTLP_BACKOFF_MAX)
+                self._dropped(len(chunk), self._down_reason)
             else:
                 self.stats.sent += len(chunk)
+                self._down_until, self._backoff = 0.0, OTLP_BACKOFF_MIN
 
     def _dropped(self, n: int, reason: str) -> None:
         """Count ``n`` spans not sent (from either thread); say so once."""

@@ -33,8 +33,10 @@ class Collector:
         self.refuse = refuse
         self.got: list[ExportTraceServiceRequest] = []
         self.lines: list[str] = []
+        self.posts = 0
 
     def post(self, url: str, body: bytes, headers: tuple[tuple[str, str], ...]) -> None:
+        self.posts += 1
         if self.refuse:
             raise ConnectionRefusedError(111, "Connection refused")
         self.got.append(ExportTraceServiceRequest.FromString(body))
@@ -131,6 +133,23 @@ def test_a_dead_collector_costs_spans_counted_in_one_line_and_an_error_answer() 
     assert stats.sent == 0 and stats.dropped == 3  # CLIENT, SERVER, session
     assert len(c.lines) == 2  # the warning when it happened, the count at the end
     assert "Connection refused" in c.lines[0] and "3 span(s)" in c.lines[1]
+
+
+def test_a_dead_collector_is_left_alone_after_it_failed() -> None:
+    c = Collector(refuse=True)
+    calls = [
+        (
+            d,
+            b'{"jsonrpc":"2.0","id":%d,%s}\n'
+            % (k, b'"method":"ping"' if d == C2S else b'"result":{}'),
+        )
+        for k in range(300)
+        for d in (C2S, S2C)
+    ]
+    stats = _run(_batches(*calls), c)
+    assert stats.dropped == 2 * 300 + 1 and stats.sent == 0
+    assert c.posts == 1  # 601 spans are two POSTs' worth: the second is not tried
+    assert len(c.lines) == 2 and "Connection refused" in c.lines[0]
 
 
 def test_a_full_queue_drops_and_counts(monkeypatch: pytest.MonkeyPatch) -> None:
