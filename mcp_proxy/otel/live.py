@@ -250,6 +250,8 @@ class LiveExporter:
                 if len(f.raw) > OTLP_FRAME_BYTES:
                     f = f._replace(raw=bytes(f.raw[-OTLP_TAIL_BYTES:]), partial_parse=True)
                 frames.append(f)
+        for sid, (count, _updated) in batch.session_counts.items():
+            items.append(("count", (sid, count)))
         ends = []
         for sid, fields in batch.session_updates.items():
             items.append(("update", (sid, dict(fields))))  # names, versions: before the frames
@@ -330,6 +332,9 @@ class LiveExporter:
             st = self._session(sid)
             st.row.update(fields)
             st.builder = None  # names or version may have changed
+        elif kind == "count":
+            sid, count = value
+            self._session(sid).frames = count
         elif kind == "end":
             self._end(value)
         elif kind == "mcp_id":
@@ -352,7 +357,6 @@ class LiveExporter:
 
     def _frame(self, f: FrameRow) -> None:
         st = self._session(f.session_id)
-        st.frames += 1
         msg = None if f.partial_parse else parse_json(bytes(f.raw))
         if f.kind == "request":
             if f.msg_id is None:

@@ -103,6 +103,8 @@ def test_spans_arrive_while_the_session_is_live_and_join_the_callers_trace(
     proc = _record(db, receiver.url)
     try:
         assert _ask(proc, INIT)["id"] == 1
+        assert proc.stdin is not None
+        proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         assert _ask(proc, TRACED)["id"] == 2
 
         def joined() -> list[tuple[str, Span]]:
@@ -138,6 +140,10 @@ def test_spans_arrive_while_the_session_is_live_and_join_the_callers_trace(
     )
     assert done.returncode == 0, done.stderr
     after = json.loads(out.read_bytes())
+
+    def frames(attributes: Any) -> Any:
+        return [a for a in attributes if a["key"] == "mcptape.frames"]
+
     exported = {
         (sp["name"], sp["spanId"], sp.get("parentSpanId"), sp["kind"])
         for rs in after["resourceSpans"]
@@ -147,6 +153,14 @@ def test_spans_arrive_while_the_session_is_live_and_join_the_callers_trace(
     sent = {(sp.name, sp.span_id.hex(), sp.parent_span_id.hex() or None, sp.kind)
             for _, sp in _spans(receiver)}  # fmt: skip
     assert sent == exported
+    (live_root,) = [sp for _, sp in _spans(receiver) if sp.name == "mcp session"]
+    (root,) = [sp for rs in after["resourceSpans"] for ss in rs["scopeSpans"]
+               for sp in ss["spans"] if sp["name"] == "mcp session"]  # fmt: skip
+    assert (
+        [(a.key, a.value.int_value) for a in live_root.attributes if a.key == "mcptape.frames"]
+        == [("mcptape.frames", int(a["value"]["intValue"])) for a in frames(root["attributes"])]
+        == [("mcptape.frames", 5)]  # a notification is a frame too
+    )
 
 
 def _closed_port() -> int:
