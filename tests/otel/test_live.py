@@ -29,6 +29,8 @@ TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
 SERVER = [sys.executable, "-m", "mcp_proxy.testing.rawecho"]
 
+pytestmark = pytest.mark.both_dialects
+
 
 def _line(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
@@ -54,7 +56,9 @@ TRACED = _line(
 )  # fmt: skip
 
 
-def _record(db: Path, endpoint: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def _record(
+    db: Path | str, endpoint: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [*mcptape_cmd(), *("record", "--db", str(db), "--otlp-endpoint", endpoint, "--"), *SERVER],
         stdin=subprocess.PIPE,
@@ -97,9 +101,9 @@ def receiver() -> Iterator[Receiver]:
 
 
 def test_spans_arrive_while_the_session_is_live_and_join_the_callers_trace(
-    tmp_path: Path, receiver: Receiver
+    tmp_path: Path, db_path: Path | str, receiver: Receiver
 ) -> None:
-    db = tmp_path / "live.db"
+    db = db_path
     proc = _record(db, receiver.url)
     try:
         assert _ask(proc, INIT)["id"] == 1
@@ -171,9 +175,9 @@ def _closed_port() -> int:
 
 
 def test_with_the_receiver_down_the_recording_is_complete_and_one_line_says_so(
-    tmp_path: Path,
+    db_path: Path | str,
 ) -> None:
-    db = tmp_path / "down.db"
+    db = db_path
     proc = _record(db, f"http://127.0.0.1:{_closed_port()}")
     try:
         assert _ask(proc, INIT)["id"] == 1
