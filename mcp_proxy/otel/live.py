@@ -293,7 +293,7 @@ class LiveExporter:
         if self.stats.dropped:
             self._warn(
                 f"live OpenTelemetry: {self.stats.dropped} span(s) were not sent to"
-                f" {self.config.endpoint} ({self.stats.reason}); the recording is complete"
+                f" {self.config.endpoint} ({self.stats.reason}); the recording does not miss them"
             )
         return self.stats
 
