@@ -129,6 +129,38 @@ SETTLE_QUEUE = 1000
 #: and those sessions' first ``check`` analyses them instead.
 SETTLE_PATIENCE = 30.0
 
+# --- Live OpenTelemetry export (``record --otlp-endpoint``, in the recorder process) ---
+
+#: Frames (requests, answers, cancels) waiting for the exporter thread: past this they are
+#: dropped and their spans counted as not sent; the recording is not touched.
+OTLP_QUEUE_FRAMES = 20_000
+#: Bytes of those frames kept for the exporter (a frame holds at most ``OTLP_FRAME_BYTES``).
+OTLP_QUEUE_BYTES = 16 << 20
+#: Frames up to this size are parsed for their span (tool name, ``traceparent``, error message);
+#: of a larger one only its tail (``OTLP_TAIL_BYTES``) is kept, to find ``"isError": true``.
+OTLP_FRAME_BYTES = 64 << 10
+#: The tail kept of a larger frame (``isError`` ends a tool result).
+OTLP_TAIL_BYTES = 4 << 10
+#: Requests waiting for their answer, all sessions together: past this the oldest is sent as a
+#: span of outcome ``pending`` (a server that never answers cannot grow the exporter).
+OTLP_PENDING = 10_000
+#: Sessions the exporter knows at once (a forward proxy may see many): past this the oldest is
+#: ended as if its session ended (its pending requests sent, its session span sent).
+OTLP_SESSIONS = 1_000
+#: Spans per POST: a burst is sent in a few requests, none of them large.
+OTLP_BATCH_SPANS = 512
+#: The longest a finished span waits before it is sent ("live": well under a second).
+OTLP_FLUSH_SECONDS = 0.5
+#: Seconds one POST may take (connect and answer) before its spans are dropped and counted.
+OTLP_POST_TIMEOUT = 2.0
+#: Seconds the recorder process spends at exit sending what is left before it gives up on it.
+OTLP_CLOSE_PATIENCE = 5.0
+#: Seconds a collector that failed a POST is left alone (spans finishing meanwhile are counted,
+#: not built: a dead collector costs no CPU); doubled on each failure in a row.
+OTLP_BACKOFF_MIN = 1.0
+#: The longest it is left alone: a collector that comes back gets spans again within this.
+OTLP_BACKOFF_MAX = 30.0
+
 # --- Classifying and comparing frames ---
 
 #: Frames larger than this are classified from a bounded look at their head and tail instead of a

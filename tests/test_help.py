@@ -99,7 +99,7 @@ def test_export_to_an_http_url_sends_otlp_as_formats_says(tmp_path: Path, otlp: 
     sid = imported.stdout.split()[0]
     sent = run_cli("export", sid, "-o", otlp.url, "--db", db)
     assert sent.returncode == 0, sent.stderr
-    assert "sent 2 span(s)" in sent.stderr
+    assert "sent 3 span(s)" in sent.stderr  # the session, CLIENT and SERVER
     assert [path for path, _, _ in otlp.received] == ["/v1/traces"]
     named = run_cli("export", sid, "--format", "jsonl", "-o", otlp.url, "--db", db)
     assert named.returncode == 2 and "cannot be sent" in named.stderr

@@ -46,6 +46,9 @@ FAULTS = ("mcp_proxy.faults",)
 STORE = ("mcp_proxy.store",)
 ANALYSIS = ("mcp_proxy.analysis",)
 RECORDING = ("mcp_proxy.recording",)
+#: The one OpenTelemetry span builder and the live exporter: used by the recorder process and by
+#: recording/otlp.py, so it imports only the core and the store (its row seam).
+OTEL = ("mcp_proxy.otel",)
 RELAYS = ("mcp_proxy.relay", "mcp_proxy.forward", "addons")
 #: Library helpers outside the rooms table's rows that the upper rooms use: starting and
 #: stopping a child process (imports only the core) and text rendering of frames (core, store).
@@ -76,9 +79,9 @@ class Rule:
 RULES = (
     Rule("core imports nothing of the project", CORE, only=CORE),
     Rule(
-        "the recorder contract imports only the core and the store",
+        "the recorder contract imports only the core, the store and otel/",
         RECORDER_CONTRACT,
-        only=(*CORE, *RECORDER_CONTRACT, *STORE),
+        only=(*CORE, *RECORDER_CONTRACT, *STORE, *OTEL),
     ),
     Rule(
         "relays import only the core, the recorder contract and the fault engine",
@@ -98,9 +101,17 @@ RULES = (
         only=(*CORE, *STORE, *ANALYSIS),
     ),
     Rule(
-        "recording/ imports only the core, redact/handshake, the store and analysis",
+        "recording/ imports only the core, redact/handshake, the store, analysis and otel/",
         RECORDING,
-        only=(*CORE, "mcp_proxy.redact", "mcp_proxy.handshake", *STORE, *ANALYSIS, *RECORDING),
+        only=(
+            *CORE,
+            "mcp_proxy.redact",
+            "mcp_proxy.handshake",
+            *STORE,
+            *ANALYSIS,
+            *RECORDING,
+            *OTEL,
+        ),
     ),
     Rule(
         "replay/, mock/, diff, normalize and mcp_client import only the rooms below them",
@@ -137,6 +148,7 @@ RULES = (
         forbidden=("dashboard",),
         exempt=CLI,
     ),
+    Rule("otel/ imports only the core and the store", OTEL, only=(*CORE, *STORE, *OTEL)),
 )
 
 #: Uses of another module's private name that predate the check (issue #24): the list may
@@ -450,6 +462,8 @@ BROKEN_TREE = {
     "mcp_proxy/diff.py": "from mcp_proxy.recording import junit\n",
     "mcp_proxy/mock/__init__.py": "",
     "mcp_proxy/mock/__main__.py": "from mcp_proxy.entry import main\n",
+    "mcp_proxy/otel/__init__.py": "",
+    "mcp_proxy/otel/live.py": "from mcp_proxy.recording import otlp\n",
     "mcp_proxy/hosts/__init__.py": "",
     "mcp_proxy/hosts/doctor.py": "from mcp_proxy.recording import junit\n",
     "mcp_proxy/demo.py": "import typer\nfrom dashboard import app\n",
@@ -471,7 +485,7 @@ def test_the_checker_catches_a_deliberate_violation(tmp_path: Path) -> None:
     core, recorder, relays, relay_fwd, faults, store, analysis, recording = (
         r.name for r in RULES[:8]
     )
-    travel, hosts, dash_cli, typer, sql, dash = (r.name for r in RULES[8:])
+    travel, hosts, dash_cli, typer, sql, dash, otel = (r.name for r in RULES[8:])
     expected = [
         ("addons.record imports dashboard", relays),
         ("addons.record imports dashboard", dash),
@@ -494,6 +508,8 @@ def test_the_checker_catches_a_deliberate_violation(tmp_path: Path) -> None:
         ("mcp_proxy.mock.__main__ imports mcp_proxy.entry.main", travel),
         ("mcp_proxy.mock.__main__ imports mcp_proxy.entry", typer),
         ("mcp_proxy.mock.__main__ imports mcp_proxy.entry.main", typer),
+        ("mcp_proxy.otel.live imports mcp_proxy.recording", otel),
+        ("mcp_proxy.otel.live imports mcp_proxy.recording.otlp", otel),
         ("mcp_proxy.recorder.contract imports mcp_proxy.analysis", recorder),
         ("mcp_proxy.recorder.contract imports mcp_proxy.analysis.core", recorder),
         ("mcp_proxy.recording.junit imports mcp_proxy.diff", recording),

@@ -120,6 +120,15 @@ def record(
             help="A TOML file of fault rules, re-read when it changes (docs/faults.md).",
         ),
     ] = None,
+    otlp_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--otlp-endpoint",
+            help="Send each exchange's spans live to this OTLP/HTTP endpoint (e.g."
+            " http://127.0.0.1:4318; /v1/traces is added to a bare URL). Default:"
+            " OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT.",
+        ),
+    ] = None,
 ) -> None:
     """Run a server through mcptape and record every frame.
 
@@ -130,6 +139,8 @@ def record(
     from mcp_proxy.store.engine import resolve_url
 
     url = resolve_url(db)
+    if otlp_endpoint is not None:
+        _live_otlp(otlp_endpoint)
     engine = None
     if fault or faults_file is not None:
         if forward:
@@ -194,3 +205,23 @@ def record(
             faults=engine,
         )
     )
+
+
+def _live_otlp(endpoint: str) -> None:
+    """Hand ``--otlp-endpoint`` to the recorder process (it inherits the environment; the
+    relays need not know): ``mcp_proxy/otel/live.py`` reads it there."""
+    import os
+    from urllib.parse import urlsplit
+
+    from mcp_proxy.otel.live import ENDPOINT_ENV
+
+    try:
+        parts = urlsplit(endpoint)
+        host = parts.hostname
+    except ValueError:
+        host = None
+    if parts.scheme not in ("http", "https") or not host:
+        fail(f"--otlp-endpoint wants an http(s):// URL of an OTLP/HTTP receiver, not {endpoint!r}")
+    if parts.path in ("", "/"):
+        endpoint = endpoint.rstrip("/") + "/v1/traces"
+    os.environ[ENDPOINT_ENV] = endpoint

@@ -100,6 +100,9 @@ class BatchRunner:
         #: Frames the sessions taken over (:class:`Resume`) already had counted as lost when
         #: this recorder took over: the last line on stderr tells the session's whole loss.
         self.prior_gaps = 0
+        #: Shown every batch built, before it is written (the live OpenTelemetry export,
+        #: ``mcp_proxy/otel/live.py``); must not block.
+        self.observe: Callable[[Batch], None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> bool:
@@ -210,6 +213,8 @@ class BatchRunner:
         batch = self.builder.take()
         if batch.empty():
             return
+        if self.observe is not None:
+            self.observe(batch)
         if self.writer is None and time.monotonic() >= self._next_open:
             self.open()
         if self.writer is None:

@@ -32,6 +32,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from mcp_proxy.limits import (
     BATCH_BYTES,
@@ -54,6 +55,9 @@ from mcp_proxy.recorder.wire import (
     Bye,
     Watch,
 )
+
+if TYPE_CHECKING:
+    from mcp_proxy.otel.live import LiveExporter
 
 #: Milliseconds an idle worker sleeps at most while the database owes it rows.
 OWING_WAKE_MS = 500
@@ -163,6 +167,8 @@ def serve(
     policy = policy_from_env()
     pipelined = not url.startswith("sqlite")  # see the module's docstring: measured per dialect
     runner = BatchRunner(url, redact=policy if policy.enabled else None, pipelined=pipelined)
+    live = _live_exporter()
+    runner.observe = live.observe if live is not None else None
     # When pipelined, the insert thread gives the GIL back while SQLite works and needs it again to go on; by
     # default it would wait up to 5 ms for the builder to let go (one statement's work is
     # ~1 ms). A shorter interval keeps both cores busy during a burst.
@@ -209,6 +215,8 @@ def serve(
         if not state.bye and state.watch is not None:
             end_group(state.watch)  # the relay vanished: its server must not outlive it
         runner.finish(patience=FINISH_PATIENCE)
+        if live is not None:
+            live.close()
     if settler is not None:
         if state.ended and not runner.owes():
             settler.hand(state.ended)
@@ -224,6 +232,14 @@ def serve(
     if line:
         print(f"mcptape: {line}", file=sys.stderr, flush=True)
     return 0
+
+
+def _live_exporter() -> LiveExporter | None:
+    """Spans sent as exchanges finish, when ``--otlp-endpoint`` or ``OTEL_*`` asks for it."""
+    from mcp_proxy.otel.live import LiveExporter, live_config
+
+    config = live_config(os.environ)
+    return LiveExporter(config) if config is not None else None
 
 
 def main(on_ended: Callable[[str, str], object] | None = None) -> int:

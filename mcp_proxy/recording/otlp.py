@@ -1,24 +1,14 @@
 """OpenTelemetry: each exchange of a recording as a span, as OTLP/JSON or sent over OTLP/HTTP.
 
-Spans follow the OpenTelemetry semantic conventions for MCP (``docs/gen-ai/mcp.md`` in
-open-telemetry/semantic-conventions-genai, status Development):
-
-- name ``{mcp.method.name} {target}`` with the tool or prompt name as target, else the method;
-- kind ``CLIENT`` (the span of whoever sent the request: the host, or the server for its own
-  requests such as ``sampling/createMessage``);
-- ``mcp.method.name``, ``jsonrpc.request.id`` (the id as a string), ``mcp.session.id`` (the
-  ``Mcp-Session-Id`` of an HTTP session, else mcptape's session id), ``mcp.protocol.version``,
-  ``gen_ai.tool.name`` and ``gen_ai.operation.name = execute_tool`` for ``tools/call``,
-  ``gen_ai.prompt.name``, ``mcp.resource.uri``, ``network.transport`` (``pipe`` for stdio,
-  ``tcp`` for HTTP), ``server.address``/``server.port`` of an HTTP upstream;
-- status from mcptape's error taxonomy: a JSON-RPC error sets ``error.type`` and
-  ``rpc.response.status_code`` to its code, a tool result with ``isError`` sets ``error.type =
-  tool_error``, an exchange without an answer (cancelled, lost, no response, HTTP failure) sets
-  ``error.type`` to that outcome; each of those makes the span status ``ERROR`` with the error's
-  message. ``mcptape.outcome`` and ``mcptape.error_class`` (the taxonomy code) say more.
+The spans are built by :mod:`mcp_proxy.otel.spans` — the one span builder, which the live
+export of ``mcptape record --otlp-endpoint`` (:mod:`mcp_proxy.otel.live`) uses too; its
+docstring says how they follow the OpenTelemetry semantic conventions for MCP (each exchange is
+its initiator's ``CLIENT`` span and the responder's ``SERVER`` span, each under its own
+``service.name``). This module fills the builder's facts from the analysis (outcome, error
+class, the ``Mcp-Session-Id`` of an HTTP session).
 
 Each session is a trace whose root span covers the session; where a request carries a W3C
-``traceparent`` in ``params._meta`` (SEP-414), its span joins that trace instead, with a link
+``traceparent`` in ``params._meta`` (SEP-414), its spans join that trace instead, with a link
 back to the session span. Ids are derived from the session id and frame numbers, so the same
 recording exports to the same bytes.
 
@@ -31,82 +21,29 @@ packages — never by hand: ``opentelemetry-exporter-otlp-proto-common`` builds 
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
-from mcp_proxy import __version__
 from mcp_proxy.errors import UserError
 from mcp_proxy.frames import parse_json
+from mcp_proxy.otel.spans import (
+    ExchangeFacts,
+    Peer,
+    SessionFacts,
+    SpanBuilder,
+    http_version,
+    traceparent,
+)
 from mcp_proxy.recording.model import (
     Progress,
     Recording,
     SessionRecording,
     analyse,
 )
-from mcp_proxy.store.rows import utf8_text
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
-
-#: Outcomes of :class:`mcp_proxy.analysis.model.Exchange` that are not failures.
-_FINE = frozenset({"ok", "input_required", "closed", "pending"})
-_TARGETED = {"tools/call": "gen_ai.tool.name", "prompts/get": "gen_ai.prompt.name"}
-_RESOURCE_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
-
-
-def _ident(n: int, *parts: object) -> int:
-    """A deterministic, non-zero id of ``n`` bytes from the parts (trace ids, span ids)."""
-    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:n], "big") or 1
-
-
-def _request_id(msg_id: str) -> str:
-    """``jsonrpc.request.id``: the id as a string (``"abc"`` → ``abc``, ``7`` → ``7``)."""
-    try:
-        value = json.loads(msg_id)
-    except ValueError:
-        return msg_id
-    return value if isinstance(value, str) else msg_id
-
-
-def _traceparent(msg: Any) -> tuple[int, int, int] | None:
-    """``(trace id, parent span id, flags)`` from ``params._meta.traceparent``, if valid."""
-    params = msg.get("params") if isinstance(msg, dict) else None
-    meta = params.get("_meta") if isinstance(params, dict) else None
-    value = meta.get("traceparent") if isinstance(meta, dict) else None
-    if not isinstance(value, str):
-        return None
-    parts = value.strip().split("-")
-    if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or parts[0] == "ff":
-        return None
-    try:
-        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3][:2], 16)
-    except ValueError:
-        return None
-    if not trace_id or not span_id:
-        return None
-    return trace_id, span_id, flags
-
-
-def _session_attrs(s: SessionRecording) -> dict[str, Any]:
-    row = s.session
-    attrs: dict[str, Any] = {"mcp.session.id": _mcp_session_id(s), "mcptape.session.id": s.id}
-    if row.get("protocol_version"):
-        attrs["mcp.protocol.version"] = str(row["protocol_version"])
-    if row.get("transport") == "stdio":
-        attrs["network.transport"] = "pipe"
-    else:
-        attrs["network.transport"] = "tcp"
-        attrs["network.protocol.name"] = "http"
-        upstream = urlsplit(str(row.get("upstream") or ""))
-        if upstream.hostname:
-            attrs["server.address"] = upstream.hostname
-            if upstream.port:
-                attrs["server.port"] = upstream.port
-    return attrs
 
 
 def _mcp_session_id(s: SessionRecording) -> str:
@@ -119,108 +56,52 @@ def _mcp_session_id(s: SessionRecording) -> str:
     return s.id
 
 
-def _exchange_attrs(ex: Any, base: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-    """A span's attributes and, when it failed, its status description."""
-    attrs = dict(base)
-    attrs["mcp.method.name"] = ex.method
-    attrs["jsonrpc.request.id"] = _request_id(ex.msg_id)
-    target_key = _TARGETED.get(ex.method)
-    if target_key and ex.name:
-        attrs[target_key] = ex.name
-    if ex.method == "tools/call":
-        attrs["gen_ai.operation.name"] = "execute_tool"
-    if ex.method in _RESOURCE_METHODS and ex.name:
-        attrs["mcp.resource.uri"] = ex.name
-    attrs["mcptape.outcome"] = ex.outcome
-    attrs["mcptape.direction"] = ex.direction
-    if ex.error_class:
-        attrs["mcptape.error_class"] = ex.error_class
-    if ex.error_code is not None:
-        attrs["error.type"] = str(ex.error_code)
-        attrs["rpc.response.status_code"] = str(ex.error_code)
-        return attrs, ex.error_message or f"JSON-RPC error {ex.error_code}"
-    if ex.outcome == "tool_error":
-        attrs["error.type"] = "tool_error"
-        return attrs, ex.error_message or "the tool reported an error (isError)"
-    if ex.outcome not in _FINE:
-        attrs["error.type"] = ex.outcome
-        return attrs, ex.error_message or ex.outcome.replace("_", " ")
-    return attrs, None
+def _text(value: Any) -> str | None:
+    return str(value) if value else None
 
 
-def _utf8(value: Any) -> Any:
-    """A string as OTLP can carry it: a lone surrogate (``"\\ud800"`` in a frame's JSON, which
-    no UTF-8 holds) written as the six characters ``\\ud800``, as the database stores it."""
-    return utf8_text(value) if type(value) is str else value
-
-
-def _utf8_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
-    return {key: _utf8(value) for key, value in attrs.items()}
-
-
-def _ns(ts: float | None) -> int:
-    return round((ts or 0.0) * 1e9)
+def session_facts(s: SessionRecording) -> SessionFacts:
+    row = s.session
+    started = float(row.get("started_at") or 0.0)
+    ended = row.get("ended_at") or (s.frames[-1]["ts"] if s.frames else started)
+    return SessionFacts(
+        id=s.id,
+        mcp_session_id=_mcp_session_id(s),
+        transport=_text(row.get("transport")),
+        upstream=_text(row.get("upstream")),
+        protocol_version=_text(row.get("protocol_version")),
+        client=Peer(_text(row.get("client_name")), _text(row.get("client_version"))),
+        server=Peer(_text(row.get("server_name")), _text(row.get("server_version"))),
+        started_at=started,
+        ended_at=float(ended),
+        frames=len(s.frames),
+        http_version=next(filter(None, (http_version(ex.get("meta")) for ex in s.exchanges)), None),
+    )
 
 
 def session_spans(s: SessionRecording) -> list[ReadableSpan]:
-    """The session's root span and one span per exchange, in request order."""
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import ReadableSpan
-    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-    from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
-    from opentelemetry.trace.status import Status, StatusCode
-
+    """The session's root span and each exchange's spans, in request order."""
     analysis = analyse(s)
-    resource = Resource({"service.name": "mcptape", "service.version": __version__})
-    scope = InstrumentationScope("mcptape", __version__)
-    base = _utf8_attrs(_session_attrs(s))
-    trace_id = _ident(16, "trace", s.id)
-    root = SpanContext(trace_id, _ident(8, "session", s.id), False, TraceFlags(1))
+    build = SpanBuilder(session_facts(s))
     frames = {f["seq"]: f for f in s.frames}
-    started = float(s.session.get("started_at") or 0.0)
-    ended = s.session.get("ended_at") or (s.frames[-1]["ts"] if s.frames else started)
-    spans = [
-        ReadableSpan(
-            name="mcp session",
-            context=root,
-            resource=resource,
-            attributes={**base, "mcptape.frames": len(s.frames)},
-            kind=SpanKind.INTERNAL,
-            instrumentation_scope=scope,
-            start_time=_ns(started),
-            end_time=_ns(max(float(ended), started)),
-        )
-    ]
+    spans = [build.session_span()]
     for ex in analysis.exchanges:
-        attrs, failure = _exchange_attrs(ex, base)
-        attrs, failure = _utf8_attrs(attrs), _utf8(failure)
         request = frames.get(ex.request_seq)
-        joined = _traceparent(parse_json(bytes(request["raw"]))) if request else None
-        span_id = _ident(8, "exchange", s.id, ex.request_seq)
-        if joined is not None:
-            ctx = SpanContext(joined[0], span_id, False, TraceFlags(joined[2] & 1))
-            parent = SpanContext(joined[0], joined[1], True, TraceFlags(joined[2] & 1))
-            links = [Link(root, {"mcptape.link": "session"})]
-        else:
-            ctx = SpanContext(trace_id, span_id, False, TraceFlags(1))
-            parent, links = root, []
-        name = ex.method + (f" {ex.name}" if ex.method in _TARGETED and ex.name else "")
-        end = ex.response_ts if ex.response_ts is not None else ex.request_ts
-        spans.append(
-            ReadableSpan(
-                name=_utf8(name),
-                context=ctx,
-                parent=parent,
-                resource=resource,
-                attributes=attrs,
-                links=links,
-                kind=SpanKind.CLIENT,
-                instrumentation_scope=scope,
-                status=Status(StatusCode.ERROR, failure) if failure else Status(StatusCode.UNSET),
-                start_time=_ns(ex.request_ts),
-                end_time=_ns(max(end, ex.request_ts)),
-            )
+        facts = ExchangeFacts(
+            direction=ex.direction,
+            method=ex.method,
+            msg_id=ex.msg_id,
+            request_seq=ex.request_seq,
+            request_ts=ex.request_ts,
+            response_ts=ex.response_ts,
+            outcome=str(ex.outcome),
+            name=ex.name,
+            error_code=ex.error_code,
+            error_message=ex.error_message,
+            error_class=ex.error_class,
+            traceparent=traceparent(parse_json(bytes(request["raw"]))) if request else None,
         )
+        spans.extend(build.exchange_spans(facts))
     return spans
 
 

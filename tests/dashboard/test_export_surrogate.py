@@ -32,4 +32,5 @@ async def test_otlp_download_of_a_lone_surrogate_answers(tmp_path: Path) -> None
         for ss in rs["scopeSpans"]
         for span in ss["spans"]
     ]
-    assert [s["status"].get("message") for s in spans] == [None, "bad \\ud800"]
+    # the session span, then the exchange's CLIENT and SERVER spans
+    assert [s["status"].get("message") for s in spans] == [None, "bad \\ud800", "bad \\ud800"]

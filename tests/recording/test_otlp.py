@@ -86,16 +86,26 @@ def test_otlp_json_is_valid_otlp_and_follows_the_mcp_conventions(traced: Path) -
     spans = _spans(req)
     session = rec.one()
     root = next(s for s in spans if s.name == "mcp session")
-    calls = [s for s in spans if s is not root]
+    calls = [s for s in spans if s is not root and s.kind == Span.SPAN_KIND_CLIENT]
+    served = {s.parent_span_id: s for s in spans if s.kind == Span.SPAN_KIND_SERVER}
     assert len(calls) == 14  # 13 recorded exchanges + the traced one
+    assert len(spans) == 1 + 2 * 14  # each exchange: its CLIENT span and its SERVER span
     for sp in calls:
         assert len(sp.trace_id) == 16 and len(sp.span_id) == 8
-        assert sp.kind == Span.SPAN_KIND_CLIENT and sp.end_time_unix_nano >= sp.start_time_unix_nano
+        assert sp.end_time_unix_nano >= sp.start_time_unix_nano
         a = _attrs(sp)
         assert a["mcp.session.id"] == session.id
         assert a["mcp.protocol.version"] == "2025-11-25"
         assert a["network.transport"] == "pipe"
         assert sp.name.startswith(a["mcp.method.name"])
+        server = served[sp.span_id]  # the responder's SERVER span, child of the CLIENT span
+        assert server.trace_id == sp.trace_id and server.name == sp.name
+        assert _attrs(server) == a and server.status == sp.status
+    services = _services(req)
+    host, server_name = session.session["client_name"], session.session["server_name"]
+    assert {services[s.span_id] for s in calls} == {host}
+    assert {services[s.span_id] for s in served.values()} == {server_name}
+    assert services[root.span_id] == "mcptape"
     echo = next(s for s in calls if _attrs(s).get("jsonrpc.request.id") == "3")
     assert echo.name == "tools/call echo"
     assert _attrs(echo)["gen_ai.tool.name"] == "echo"
@@ -109,10 +119,23 @@ def test_otlp_json_is_valid_otlp_and_follows_the_mcp_conventions(traced: Path) -
     joined = next(s for s in calls if _attrs(s).get("jsonrpc.request.id") == "77")
     assert joined.trace_id.hex() == TRACE and joined.parent_span_id.hex() == PARENT
     assert [link.span_id for link in joined.links] == [root.span_id]
+    assert served[joined.span_id].trace_id.hex() == TRACE
     assert _attrs(joined)["error.type"] == "-32602"
     assert _attrs(joined)["rpc.response.status_code"] == "-32602"
     assert joined.status.code == Status.STATUS_CODE_ERROR
     assert joined.status.message == "Unknown tool: echo"
+
+
+def _services(req: ExportTraceServiceRequest) -> dict[bytes, str]:
+    """Each span's ``service.name`` (the resource it was sent under), by span id."""
+    out: dict[bytes, str] = {}
+    for rs in req.resource_spans:
+        (name,) = [
+            kv.value.string_value for kv in rs.resource.attributes if kv.key == "service.name"
+        ]
+        for ss in rs.scope_spans:
+            out.update((sp.span_id, name) for sp in ss.spans)
+    return out
 
 
 @pytest.fixture
@@ -130,13 +153,15 @@ def test_export_sends_spans_to_an_otlp_http_endpoint_and_writes_otlp_json(
     sid = imported.stdout.split()[0]
     sent = run_cli("export", sid, "--format", "otlp", "-o", otlp.url, "--db", db)
     assert sent.returncode == 0, sent.stderr
-    assert "sent 2 span(s)" in sent.stderr
+    assert "sent 3 span(s)" in sent.stderr  # the session, CLIENT and SERVER
     ((path, ctype, msg),) = otlp.received
     assert path == "/v1/traces" and ctype == "application/x-protobuf"
     spans = _spans(msg)
-    call = next(s for s in spans if s.name != "mcp session")
+    call = next(s for s in spans if s.kind == Span.SPAN_KIND_CLIENT)
     a = _attrs(call)
     assert call.name == "tools/call echo" and a["network.transport"] == "tcp"
+    assert a["network.protocol.name"] == "http"
+    assert "network.protocol.version" not in a  # this recording does not say which HTTP
     assert a["server.address"] == "127.0.0.1" and a["server.port"] == 8000
     out = tmp_path / "spans.otlp.json"
     written = run_cli("export", sid, "-o", str(out), "--db", db)
