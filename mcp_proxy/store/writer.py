@@ -47,6 +47,11 @@ from mcp_proxy.store.rows import (
 
 #: Frames larger than this are written to SQLite through incremental blob I/O.
 BIG_BLOB = 4 << 20
+#: Every exchange column, in ``EXCHANGE_COLUMNS`` order (SQLite's one exchange insert).
+_EXCHANGE_INSERT = (
+    f"INSERT INTO http_exchanges ({', '.join(EXCHANGE_COLUMNS)})"
+    f" VALUES ({', '.join('?' * len(EXCHANGE_COLUMNS))})"
+)
 _KNOWN = {
     "sessions": frozenset(SESSION_COLUMNS),
     "http_exchanges": frozenset(EXCHANGE_COLUMNS),
@@ -475,7 +480,40 @@ class SqliteBackend:
         self._insert_dicts(conn, "sessions", rows)
 
     def insert_exchanges(self, conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> list[int]:
-        return self._insert_dicts(conn, "http_exchanges", rows)
+        """Rows of every column (``BatchWriter`` fills them) as tuples, in one statement.
+
+        The batch's transaction holds the write lock, so SQLite numbers the rows of one
+        ``executemany`` consecutively after the largest id: the last id gives them all.
+        """
+        dumps = json.dumps
+        values = [
+            (  # EXCHANGE_COLUMNS' order (_EXCHANGE_INSERT)
+                r["session_id"],
+                r["method"],
+                r["url"],
+                r["status"],
+                dumps(r["request_headers"]),
+                dumps(r["response_headers"]),
+                r["started_at"],
+                r["first_byte_at"],
+                r["ended_at"],
+                r["outcome"],
+                r["error"],
+                r["request_size"],
+                r["response_size"],
+                dumps(r["meta"]),
+            )
+            for r in rows
+        ]
+        if len(values) == 1:
+            return [int(conn.execute(_EXCHANGE_INSERT, values[0]).lastrowid or 0)]
+        before = conn.total_changes
+        conn.executemany(_EXCHANGE_INSERT, values)
+        n = len(values)
+        if conn.total_changes - before != n:  # never: no trigger or conflict clause on the table
+            raise sqlite3.IntegrityError("http_exchanges: not every row was inserted")
+        last = int(conn.execute("SELECT last_insert_rowid()").fetchone()[0])
+        return list(range(last - n + 1, last + 1))
 
     def update_exchange(self, conn: sqlite3.Connection, db_id: int, fields: dict[str, Any]) -> None:
         self._update(conn, "http_exchanges", ("id", db_id), fields)

@@ -221,3 +221,54 @@ def test_the_recorder_says_once_when_it_forgets_open_exchanges(tmp_path: Path) -
     stats = runner.finish()
     assert stats.frames_written == 1 and runner.writer.exchange_ids.forgotten == 7
     assert len([s for s in said if "HTTP exchanges open at once" in s]) == 1, said
+
+
+@pytest.mark.parametrize("backend", ["sqlite3", "sqlalchemy"])
+def test_several_exchanges_of_one_batch_get_their_own_ids_and_every_column(
+    tmp_path: Path, backend: str
+) -> None:
+    """SQLite's exchange insert is one ``executemany`` of tuples: each frame still points at
+    its own exchange, after rows of an earlier batch, and every column lands where it belongs."""
+    db = tmp_path / "w.db"
+    engine = open_for_writing("sqlite:///" + str(db))
+    writer = BatchWriter(
+        SqliteBackend(str(db)) if backend == "sqlite3" else SqlAlchemyBackend(engine)
+    )
+    sid = "e" * 32
+    session = {"id": sid, "transport": "http", "status": "live", "started_at": 1.0}
+
+    def frame(seq: int, local: int) -> FrameRow:
+        return FrameRow(sid, seq, 1.0, seq, "c2s", "http", "request", "m", str(seq), None, 2,
+                        True, False, b"{}", local, None, None, None)  # fmt: skip
+
+    def exchange(local: int) -> dict[str, object]:
+        return {
+            "session_id": sid, "method": f"M{local}", "url": f"/u{local}", "status": 200 + local,
+            "request_headers": [["q", str(local)]], "response_headers": [["r", str(local)]],
+            "started_at": 1.0 + local, "first_byte_at": 2.0 + local, "ended_at": 3.0 + local,
+            "outcome": "complete", "error": f"e{local}", "request_size": 10 + local,
+            "response_size": 20 + local, "meta": {"n": local},
+        }  # fmt: skip
+
+    assert writer.write(Batch(sessions=[session], exchanges=[(1, exchange(1))],
+                              frames=[frame(1, 1)])) == []  # fmt: skip
+    locals_ = [5, 3, 9]
+    batch = Batch(
+        exchanges=[(x, exchange(x)) for x in locals_],
+        exchange_updates=[(3, {"status": 299})],
+        frames=[frame(2 + i, x) for i, x in enumerate(locals_)],
+    )
+    assert writer.write(batch) == []
+    writer.close()
+    engine.dispose()
+    con = sqlite3.connect(db)
+    rows = con.execute(
+        f"SELECT e.{', e.'.join(EXCHANGE_COLUMNS)} FROM frames f"
+        " JOIN http_exchanges e ON e.id = f.http_exchange_id ORDER BY f.seq"
+    ).fetchall()
+    js = JSON_COLUMNS["http_exchanges"]
+    got = [
+        {c: json.loads(v) if c in js else v for c, v in zip(EXCHANGE_COLUMNS, r, strict=True)}
+        for r in rows
+    ]
+    assert got == [exchange(x) | ({"status": 299} if x == 3 else {}) for x in [1, *locals_]]
