@@ -228,7 +228,8 @@ def test_several_exchanges_of_one_batch_get_their_own_ids_and_every_column(
     tmp_path: Path, backend: str
 ) -> None:
     """SQLite's exchange insert is one ``executemany`` of tuples: each frame still points at
-    its own exchange, after rows of an earlier batch, and every column lands where it belongs."""
+    its own exchange, after rows of an earlier batch, and every column lands where it belongs
+    (header columns written by orjson, or ``json.dumps`` for what orjson refuses)."""
     db = tmp_path / "w.db"
     engine = open_for_writing("sqlite:///" + str(db))
     writer = BatchWriter(
@@ -244,7 +245,8 @@ def test_several_exchanges_of_one_batch_get_their_own_ids_and_every_column(
     def exchange(local: int) -> dict[str, object]:
         return {
             "session_id": sid, "method": f"M{local}", "url": f"/u{local}", "status": 200 + local,
-            "request_headers": [["q", str(local)]], "response_headers": [["r", str(local)]],
+            "request_headers": [["q", str(local)], ["x", "\ud800é"]],  # orjson refuses one
+            "response_headers": [["r", str(local)], ["é", "ü"]],
             "started_at": 1.0 + local, "first_byte_at": 2.0 + local, "ended_at": 3.0 + local,
             "outcome": "complete", "error": f"e{local}", "request_size": 10 + local,
             "response_size": 20 + local, "meta": {"n": local},
