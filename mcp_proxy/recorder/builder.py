@@ -61,6 +61,8 @@ ESCAPED_CODE = "recorder.value_escaped"
 INTERNAL_CODE = "recorder.internal_error"
 _HANDSHAKE_KINDS = frozenset((Kind.REQUEST, Kind.RESPONSE, Kind.ERROR))
 _MAX_METHOD = 200
+#: Field types an exchange row takes as they are (see ``_new_exchange``).
+_AS_IS = frozenset({float, type(None), list, dict, bool})
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 #: ``kind.value`` without the enum descriptor (a dict lookup by the member's str hash).
 _KIND_VALUE = {k: k.value for k in Kind}
@@ -460,15 +462,22 @@ class BatchBuilder:
         self._batch.session_updates.setdefault(item.session_id, {}).update(fields)
 
     def _on_exchange(self, item: ExchangeStart) -> None:
-        fields = {k: storable(v) for k, v in item.fields.items()}
-        self._batch.exchanges.append((item.local_id, {"session_id": item.session_id, **fields}))
+        self._new_exchange(item.session_id, item.local_id, item.fields)
+
+    def _new_exchange(self, sid: str, local_id: int, fields: dict[str, Any]) -> None:
+        row = {"session_id": sid}
+        for k, v in fields.items():
+            # Only text and integers can need storable(): floats, None, lists and dicts (JSON
+            # columns) go as they are — most of an exchange's fields.
+            row[k] = v if type(v) in _AS_IS else storable(v)
+        self._batch.exchanges.append((local_id, row))
 
     def _on_exchange_update(self, item: ExchangeUpdate) -> None:
         fields = {k: storable(v) for k, v in item.fields.items()}
         self._batch.exchange_updates.append((item.local_id, fields))
 
     def _on_http_exchange(self, item: HttpExchange) -> None:
-        self._on_exchange(ExchangeStart(item.session_id, item.local_id, item.fields))
+        self._new_exchange(item.session_id, item.local_id, item.fields)
         for frame in item.frames:
             frame.http_exchange = item.local_id
             self._add_frame(item.session_id, frame)
@@ -529,7 +538,11 @@ class BatchBuilder:
         row = self._storable_row(row)
         self._batch.frames.append(row)
         if c.message is not None and c.kind in _HANDSHAKE_KINDS:
-            self._observe_handshake(st, frame.direction, c)
+            direction = frame.direction
+            if direction is not _S2C or c.kind is Kind.REQUEST:
+                self._observe_handshake(st, direction, c)
+            elif isinstance(c.message, dict) and st.tracker.response_matters(c.msg_id, c.message):
+                self._observe_handshake(st, direction, c)  # nearly every answer is skipped
         if st.started_at is not None and frame.wall < st.started_at:
             st.started_at = frame.wall
             self._batch.session_updates.setdefault(sid, {})["started_at"] = frame.wall

@@ -20,6 +20,7 @@ no dataclass, enum or frame object in it, so pickling runs without calling back 
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterator
 from typing import Any
 
 from mcp_proxy.frames import Channel, Direction, Frame
@@ -39,17 +40,14 @@ Pairs = list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...]
 RawHttp = tuple[str, str, str, Pairs, bool, Pairs | None]
 
 
-def decode_pairs(pairs: Pairs) -> list[list[str]]:
-    """Header pairs as text for the recording (never fails; non-UTF-8 bytes escaped)."""
-    out: list[list[str]] = []
+def decode_pairs(pairs: Pairs) -> Iterator[tuple[str, str]]:
+    """Header pairs as text for the recording (never fails; non-UTF-8 bytes escaped), one at a
+    time: the redactor makes the column's lists (``Redactor.headers``), no list in between."""
     for k, v in pairs:
-        out.append(
-            [
-                k.decode("latin-1"),
-                v.decode("ascii") if v.isascii() else v.decode("utf-8", "backslashreplace"),
-            ]
+        yield (
+            k.decode("latin-1"),
+            v.decode("ascii") if v.isascii() else v.decode("utf-8", "backslashreplace"),
         )
-    return out
 
 
 def describe(raw: RawHttp, fields: dict[str, Any], meta: dict[str, Any], red: Redactor) -> None:

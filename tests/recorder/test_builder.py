@@ -345,3 +345,8 @@ def test_the_inline_responses_keep_the_handshake_facts() -> None:
             out.append((batch.frames, batch.session_updates))
         assert out[0] == out[1]
         assert out[0][1][SID]["server_name"] == ("s" if start == 0 else "late")
+        # The same messages as HTTP bodies (one frame each: the per-frame path) tell the same.
+        b = _builder()
+        for i, (direction, line) in enumerate(lines[start:]):
+            b.feed(FrameItem(SID, Frame(direction, Channel.HTTP, line.rstrip(), 10 + i, 2.0 + i)))
+        assert b.take().session_updates == out[0][1]
