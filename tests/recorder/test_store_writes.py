@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mcp_proxy.store import schema
 from mcp_proxy.store.rows import (
@@ -274,3 +276,53 @@ def test_several_exchanges_of_one_batch_get_their_own_ids_and_every_column(
         for r in rows
     ]
     assert got == [exchange(x) | ({"status": 299} if x == 3 else {}) for x in [1, *locals_]]
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(meta=st.dictionaries(st.text(), _JSON_VALUES, max_size=5))
+def test_sqlite_writes_a_json_column_as_json_dumps_does(
+    tmp_path: Path, meta: dict[str, object]
+) -> None:
+    """The SQLite backend's JSON text is ``json.dumps``'s (what SQLAlchemy's JSON type writes):
+    NaN, infinities, surrogates and non-ASCII included."""
+    db = tmp_path / "j.db"
+    if not db.exists():
+        open_for_writing("sqlite:///" + str(db)).dispose()
+    writer = BatchWriter(SqliteBackend(str(db)))
+    sid = "j" * 32
+    writer.write(
+        Batch(sessions=[{"id": sid, "transport": "http", "status": "live", "started_at": 1.0}])
+    )
+    assert (
+        writer.write(
+            Batch(
+                exchanges=[
+                    (
+                        1,
+                        {
+                            "session_id": sid,
+                            "method": "POST",
+                            "url": "/",
+                            "started_at": 1.0,
+                            "meta": meta,
+                        },
+                    )
+                ]
+            )
+        )
+        == []
+    )
+    writer.close()
+    con = sqlite3.connect(db)
+    (text,) = con.execute("SELECT meta FROM http_exchanges ORDER BY id DESC LIMIT 1").fetchone()
+    con.close()
+    assert text == json.dumps(meta)
