@@ -55,6 +55,8 @@ _EXCHANGE_INSERT = (
     f"INSERT INTO http_exchanges ({', '.join(EXCHANGE_COLUMNS)})"
     f" VALUES ({', '.join('?' * len(EXCHANGE_COLUMNS))})"
 )
+#: The position of ``http_exchange_id`` in a frame row.
+_HX = FrameRow._fields.index("http_exchange_id")
 _KNOWN = {
     "sessions": frozenset(SESSION_COLUMNS),
     "http_exchanges": frozenset(EXCHANGE_COLUMNS),
@@ -256,12 +258,11 @@ class BatchWriter:
         if all(r.http_exchange_id is None for r in rows):
             return rows
         known = self.exchange_ids
+        hx, make = _HX, tuple.__new__  # a row rebuilt directly: _replace takes twice as long
         return [
             r
-            if r.http_exchange_id is None
-            else r._replace(
-                http_exchange_id=new_ids.get(r.http_exchange_id) or known.get(r.http_exchange_id)
-            )
+            if (x := r.http_exchange_id) is None
+            else make(FrameRow, (*r[:hx], new_ids.get(x) or known.get(x), *r[hx + 1 :]))
             for r in rows
         ]
 
