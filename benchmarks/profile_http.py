@@ -91,6 +91,7 @@ def main() -> int:
                 bh.raw_latencies(purl, 200)
             else:
                 asyncio.run(bh.sdk_calls(purl, args.mode, 20))
+            bh.settle(relay.pid)  # the recorder's start-up is not an exchange's CPU
             if args.tool == "pyspy":
                 spy = subprocess.Popen(
                     ["py-spy", "record", "--native", "-r", "500", "-f", "raw", "-o",
