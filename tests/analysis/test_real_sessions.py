@@ -91,16 +91,16 @@ async def test_auto_era_probe_waits_for_a_server_slower_to_start_than_the_sdk_ti
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The ``[auto]`` flake under load, made deterministic at a smaller scale: the SDK's probe
-    timeout (10 s, counted from the spawn) is set to 0.5 s and the server starts 1 s late, as a
+    timeout (10 s, counted from the spawn) is set to 0.1 s and the server starts 0.4 s late, as a
     server on a loaded machine started later than 10 s. Without the helpers' allowance
     (``make_client`` → ``allow_slow_server_start``) the SDK falls back to ``initialize`` and
     the server, already on 2026-07-28, refuses it with -32022: the recording then carries
     ``mcp.unsupported_protocol_version`` and ``envelope.missing`` although nothing was wrong.
     Runs once (SQLite): the subject is the client's wait, not the store."""
-    monkeypatch.setattr(sdk_session, "DISCOVER_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(sdk_session, "DISCOVER_TIMEOUT_SECONDS", 0.1)
     db = tmp_path / "late.db"
     argv = server_argv("basic", "stdio")
-    late = StdioServerParameters(command="sh", args=["-c", 'sleep 1; exec "$@"', "sh", *argv])
+    late = StdioServerParameters(command="sh", args=["-c", 'sleep 0.4; exec "$@"', "sh", *argv])
     async with make_client(proxied(late, db, "late-start"), mode="auto") as client:
         await client.call_tool("echo", {"text": "after a slow start"})
 
