@@ -91,6 +91,10 @@ async def _record_http(url: str, db: Path | str, name: str, mode: str = "legacy"
             await run_scripted_session(client, rec)
 
 
+# --full only: the default run records through the HTTP relay, replays against the same and the
+# changed server and checks that the replays are sessions linked to the original in
+# tests/replay/test_http_transports.py (stateful-2026).
+@pytest.mark.full
 async def test_http_record_then_replay_same_and_changed(tmp_path: Path) -> None:
     db = tmp_path / "http.db"
     with start_http_server(SCRIPTED_PRESETS, name="mcptape-test") as (url, _proc):
