@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import mcptape_cmd
 from tests.analysis.test_real_sessions import analysed
+from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
 from tests.helpers.cli import run_mcptape
 
