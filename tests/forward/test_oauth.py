@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,8 +34,8 @@ from mcp_proxy.analysis.oauth import oauth_checks
 from mcp_proxy.testing.client import CallbackRecorder, make_client, run_scripted_session
 from tests.forward.conftest import Forward, TLSFiles, TLSServer, run_forward, start_tls_server
 from tests.forward.tee import Seen, TeeTransport
+from tests.helpers.cli import run_mcptape
 from tests.helpers.watch import until
-from tests.relay.conftest import MCPTAPE
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -189,19 +188,8 @@ async def test_oauth_dance_recorded_linked_and_redacted(
         data = path.read_bytes()
         for s in secrets:
             assert s.encode() not in data, (path.name, s[:12])
-    export = subprocess.run(  # noqa: ASYNC221 - the CLI, after the proxy stopped
-        [
-            str(MCPTAPE),
-            "export",
-            "--db",
-            str(db),
-            sessions[0]["id"],
-            "-o",
-            str(tmp_path / "x.jsonl"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    export = run_mcptape(
+        "export", "--db", str(db), sessions[0]["id"], "-o", str(tmp_path / "x.jsonl")
     )
     assert export.returncode == 0, export.stderr
     text = (tmp_path / "x.jsonl").read_text()
