@@ -35,9 +35,9 @@ pytestmark = pytest.mark.timeout(300)
 
 
 #: Commands run in-process through the real entry point (tests/helpers/cli.py): the same parsing,
-#: output and exit codes without a Python start-up each. ``replay`` starts the relay and its
-#: server as processes of its own, and runs as the console script here.
-IN_PROCESS = frozenset({"import", "check", "show", "export", "db"})
+#: output and exit codes without a Python start-up each (``replay`` still starts the relay and
+#: its server as processes of their own).
+IN_PROCESS = frozenset({"import", "check", "show", "export", "db", "replay"})
 
 
 def cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
