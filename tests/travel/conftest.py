@@ -23,9 +23,7 @@ PY = sys.executable
 #: and the server as processes of its own, and waits for them): run in-process through the real
 #: entry point (tests/helpers/cli.py), not a Python start-up each. ``mock`` serves until it is
 #: stopped and runs as the console script.
-IN_PROCESS = frozenset(
-    {"diff", "sessions", "show", "stats", "check", "export", "import", "replay"}
-)
+IN_PROCESS = frozenset({"diff", "sessions", "show", "stats", "check", "export", "import", "replay"})
 
 
 def run_cli(*args: str, timeout: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:
