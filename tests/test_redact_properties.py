@@ -18,6 +18,7 @@ import json
 from typing import Any
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -119,6 +120,7 @@ SETTINGS = settings(
 )
 
 
+@pytest.mark.corpus  # its 300 examples again under --only-full (CI's second run)
 @SETTINGS
 @given(LINE)
 # found by this test: the plumbing key cut out behind an escaped quote (the JSON key
@@ -137,6 +139,7 @@ def test_what_the_prefilter_lets_through_the_redactor_leaves_alone(text: str) ->
             assert R.frame(frame).raw == frame.raw
 
 
+@pytest.mark.corpus  # its 300 examples again under --only-full (CI's second run)
 @SETTINGS
 @given(LINE.filter(lambda s: "\r" not in s))
 def test_the_value_rules_are_the_same_on_stderr_and_in_json_strings(text: str) -> None:
