@@ -206,14 +206,20 @@ def matrix_only(item: pytest.Item) -> str | None:
 
     - marked ``full`` (e.g. a hypothesis corpus starting real processes per example);
     - a parameter of ``postgresql`` outside :data:`PG_CONTRACT` and not marked ``smoke``;
-    - a forward ``engine`` parameter of ``mitmproxy`` not marked ``smoke``.
+    - a forward ``engine`` parameter of ``mitmproxy`` not marked ``smoke``;
+    - marked ``smoke(dialect=D)`` (its end-to-end example is the one on ``D``) but run on
+      another dialect, while ``D`` is enabled: that twin is the dialect matrix.
     """
     if item.get_closest_marker("full"):
         return "full"
-    if item.get_closest_marker("smoke"):
-        return None
     callspec = getattr(item, "callspec", None)
     params = callspec.params if callspec is not None else {}
+    smoke = item.get_closest_marker("smoke")
+    if smoke is not None:
+        only = smoke.kwargs.get("dialect")
+        if only in DIALECTS and params.get("store_dialect", only) != only:
+            return str(params["store_dialect"])
+        return None
     if any(isinstance(v, str) and v == "postgresql" for v in params.values()):
         if not item.nodeid.startswith(PG_CONTRACT):
             return "postgresql"
@@ -268,7 +274,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "smoke: keeps its PostgreSQL / mitmproxy-engine parameters in the default run (the one "
-        "end-to-end example of its kind)",
+        "end-to-end example of its kind); smoke(dialect='postgresql'): only on that dialect, "
+        "its other dialect twin under --full",
     )
     config.addinivalue_line(
         "markers",
