@@ -199,6 +199,10 @@ def test_install_json_reports_a_broken_config_and_goes_on(
     assert json.loads(line)["error"]["message"].startswith("VS Code: ")
 
 
+# --full only: a second `mcptape demo` (~8 s of CPU: three recorded sessions and their SDK
+# servers). The default run records the demo once, as text (tests/test_demo.py: the README's
+# quick start); the other commands' --format json run here in the default run.
+@pytest.mark.full
 @pytest.mark.timeout(120)
 def test_demo_json(tmp_path: Path) -> None:
     """As a process: the SDK's stdio client hands the server this process's stderr (a fd)."""
