@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,6 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from dashboard.app import create_app
-from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
 from tests.helpers.cli import run_mcptape
 
@@ -26,21 +24,12 @@ TOKEN = "fuzz-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-#: Commands that only read the recording: run in-process through the real entry point
-#: (tests/helpers/cli.py), not a Python start-up each; ``import`` writes a database and runs
-#: as the console script.
-IN_PROCESS = frozenset({"show", "check", "stats", "export", "diff"})
-
-
 def _cli(args: list[str], ok: tuple[int, ...] = (0,)) -> tuple[list[str], str]:
-    if args[0] in IN_PROCESS:
-        done = run_mcptape(*args)
-        out, err = done.stdout, done.stderr
-    else:
-        ran = subprocess.run([*mcptape_cmd(), *args], capture_output=True, timeout=120)
-        out = ran.stdout.decode("utf-8", "replace")
-        err = ran.stderr.decode("utf-8", "replace")
-        done = subprocess.CompletedProcess(ran.args, ran.returncode, out, err)
+    """``mcptape ARGS`` in-process through the real entry point (tests/helpers/cli.py), not a
+    Python start-up each (``import`` of the exported file too: a database of its own); the relay
+    that recorded the hostile bytes is the process under test."""
+    done = run_mcptape(*args)
+    out, err = done.stdout, done.stderr
     problems = []
     if "Traceback" in err or "Traceback" in out:
         problems.append(f"mcptape {' '.join(args)}: traceback\n{err[-1500:]}")
