@@ -66,3 +66,20 @@ def test_the_sleep_rule_sees_a_long_sleep() -> None:
     assert literal(f"    time.{sleep}2.5)  # wait for it") == "2.5"
     assert literal(f"await asyncio.{sleep}.5)") == ".5"
     assert literal(f"time.{sleep}delay)") is None
+
+
+@pytest.mark.parametrize(("value", "workers"), [("0", 0), ("2", 2), (" 3 ", 3)])
+def test_the_worker_count_comes_from_the_environment(value: str, workers: int) -> None:
+    from tests.conftest import workers_from_env
+
+    assert workers_from_env(value) == workers
+
+
+@pytest.mark.parametrize("value", ["three", "-1", "2.5"])
+def test_a_bad_worker_count_is_one_usage_line(value: str) -> None:
+    """``MCPTAPE_TEST_WORKERS=three`` was a ValueError traceback before the run started."""
+    from tests.conftest import WORKERS_ENV, workers_from_env
+
+    with pytest.raises(pytest.UsageError) as bad:
+        workers_from_env(value)
+    assert str(bad.value) == f"{WORKERS_ENV}={value!r}: a number of workers (0: serial)"
