@@ -160,7 +160,6 @@ PRIVATE_USES_ALLOWED = frozenset(
         "mcp_proxy.store.base uses mcp_proxy.store.engine._short",
         "mcp_proxy.store.copy uses mcp_proxy.store.engine._short",
         "mcp_proxy.store.queries uses mcp_proxy.store.engine._short",
-        "mcp_proxy.store.recordings uses mcp_proxy.store.engine._short",
         "mcp_proxy.store.status imports mcp_proxy.store.engine._short",
         "mcp_proxy.store.stream uses mcp_proxy.store.engine._short",
     }
