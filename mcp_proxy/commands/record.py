@@ -236,11 +236,11 @@ def _live_otlp(endpoint: str) -> None:
 
     try:
         parts = urlsplit(endpoint)
-        host = parts.hostname
-    except ValueError:
-        host = None
-    if parts.scheme not in ("http", "https") or not host:
+        host, scheme, path = parts.hostname, parts.scheme, parts.path
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        host, scheme, path = None, "", ""
+    if scheme not in ("http", "https") or not host:
         fail(f"--otlp-endpoint wants an http(s):// URL of an OTLP/HTTP receiver, not {endpoint!r}")
-    if parts.path in ("", "/"):
+    if path in ("", "/"):
         endpoint = endpoint.rstrip("/") + "/v1/traces"
     os.environ[ENDPOINT_ENV] = endpoint

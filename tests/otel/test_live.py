@@ -197,6 +197,8 @@ def test_with_the_receiver_down_the_recording_is_complete_and_one_line_says_so(
 def test_a_bad_endpoint_is_one_line_and_a_usage_exit(tmp_path: Path) -> None:
     # In-process: it fails before anything starts (a record process's usage error:
     # tests/test_cli_flags.py AS_A_PROCESS).
-    done = run_mcptape("record", "--db", str(tmp_path / "x.db"), "--otlp-endpoint", "grpc:4317")
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().count("\n") == 0 and "--otlp-endpoint" in done.stderr
+    for bad in ("grpc:4317", "http://[::1:4318"):  # the second: urlsplit raises ValueError
+        db = str(tmp_path / "x.db")
+        done = run_mcptape("record", "--db", db, "--otlp-endpoint", bad)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().count("\n") == 0 and "--otlp-endpoint" in done.stderr
