@@ -156,12 +156,6 @@ RULES = (
 PRIVATE_USES_ALLOWED = frozenset(
     {
         "mcp_proxy.analysis.facts imports mcp_proxy.analysis.model._UNPARSED",
-        "mcp_proxy.commands.db uses mcp_proxy.store.engine._short",
-        "mcp_proxy.store.base uses mcp_proxy.store.engine._short",
-        "mcp_proxy.store.copy uses mcp_proxy.store.engine._short",
-        "mcp_proxy.store.queries uses mcp_proxy.store.engine._short",
-        "mcp_proxy.store.status imports mcp_proxy.store.engine._short",
-        "mcp_proxy.store.stream uses mcp_proxy.store.engine._short",
     }
 )
 

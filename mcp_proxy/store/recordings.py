@@ -68,12 +68,6 @@ _JSON_COLS = frozenset(
 )
 
 
-def _short(exc: BaseException) -> str:
-    """A driver's error (or SQLAlchemy's around one, opening the connection) as one line."""
-    text = str(getattr(exc, "orig", None) or exc)
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 @dataclass
 class SessionRows:
     """One session as rows: what an export reads and an import writes."""
@@ -96,7 +90,7 @@ class _Driver:
             self.proxy = self.engine.raw_connection()
         except Exception as exc:
             self.engine.dispose()
-            raise StoreError(_short(exc)) from exc
+            raise StoreError(engine_mod.error_line(exc)) from exc
         self.dbapi: Any = self.proxy.driver_connection
         self.mark = "%s" if self.pg else "?"
         if self.pg:
@@ -157,7 +151,7 @@ class RecordingStore:
         except StoreError:
             raise
         except Exception as exc:
-            raise StoreError(_short(exc)) from exc
+            raise StoreError(engine_mod.error_line(exc)) from exc
 
     def close(self) -> None:
         self.driver.close()
@@ -174,7 +168,7 @@ class RecordingStore:
         try:
             return d.dicts(sql.replace("?", d.mark), (session_id,))
         except d.error as exc:
-            raise StoreError(_short(exc)) from exc
+            raise StoreError(engine_mod.error_line(exc)) from exc
         finally:
             if d.pg:
                 d.dbapi.rollback()  # a read leaves no transaction open on the server
@@ -247,7 +241,7 @@ class ImportWriter:
                 d.dbapi.execute(f"PRAGMA cache_size = -{BULK_CACHE_KIB}")
                 d.dbapi.execute("BEGIN")
         except d.error as exc:
-            raise StoreError(f"import failed: {_short(exc)}") from exc
+            raise StoreError(f"import failed: {engine_mod.error_line(exc)}") from exc
         self._open = True
         return self
 
@@ -262,7 +256,7 @@ class ImportWriter:
             pass
 
     def _fail(self, exc: BaseException) -> StoreError:
-        return StoreError(f"import failed: {_short(exc)}")
+        return StoreError(f"import failed: {engine_mod.error_line(exc)}")
 
     def commit(self) -> None:
         if not self._open:

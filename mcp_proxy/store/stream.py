@@ -91,7 +91,7 @@ def _dbapi_rows(
             finally:
                 cursor.close()
     except (sa.exc.DBAPIError, engine.dialect.loaded_dbapi.Error) as exc:
-        raise StoreError(engine_mod._short(exc)) from exc
+        raise StoreError(engine_mod.error_line(exc)) from exc
     finally:
         engine.dispose()
 
@@ -203,7 +203,7 @@ def shaped_pages(
             cursor.close()
     except (sa.exc.DBAPIError, engine.dialect.loaded_dbapi.Error) as exc:
         engine.dispose()
-        raise StoreError(engine_mod._short(exc)) from exc
+        raise StoreError(engine_mod.error_line(exc)) from exc
     if found is None:
         engine.dispose()
         return Shapes(methods), iter(())
@@ -235,7 +235,7 @@ def _keyset(
             finally:
                 cursor.close()
     except (sa.exc.DBAPIError, engine.dialect.loaded_dbapi.Error) as exc:
-        raise StoreError(engine_mod._short(exc)) from exc
+        raise StoreError(engine_mod.error_line(exc)) from exc
     finally:
         engine.dispose()
 
