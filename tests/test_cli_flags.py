@@ -13,7 +13,6 @@ here and fail on its own assertions or on the timeout.
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,11 +53,8 @@ def _run(
         )
         return proc.returncode, proc.stderr
     monkeypatch.setattr(sys, "argv", ["mcptape", *argv])
-    try:
-        with pytest.raises(SystemExit) as exited:
-            entry_main()
-    finally:  # `--format json` sets it for the process (json_errors): not for later tests
-        os.environ.pop("MCPTAPE_ERROR_FORMAT", None)
+    with pytest.raises(SystemExit) as exited:
+        entry_main()
     code = exited.value.code
     return (code if isinstance(code, int) else 1), capsys.readouterr().err
 

@@ -352,3 +352,21 @@ def test_record_upstream_ends_with_a_json_summary_on_stderr(tmp_path: Path) -> N
     summary = json.loads(rest.strip().splitlines()[-1])
     assert summary["event"] == "stopped" and summary["transport"] == "http"
     assert (summary["exchanges"], summary["sessions"], summary["recorded"]) == (0, 0, True)
+
+
+def test_format_json_asks_for_json_errors_for_its_own_command_only(tmp_path: Path) -> None:
+    """``--format json`` sets MCPTAPE_ERROR_FORMAT for its command; a process that runs commands
+    one after another (an embedding, the in-process tests) gets it back as it was — before, a
+    later command's error came out as JSON."""
+    from typer.testing import CliRunner
+
+    from mcp_proxy.cli import _register_commands, app
+
+    _register_commands()
+    os.environ.pop("MCPTAPE_ERROR_FORMAT", None)
+    missing = str(tmp_path / "none.db")
+    first = CliRunner().invoke(app, ["db", "status", "--db", missing, "--format", "json"])
+    assert first.exit_code == 4 and json.loads(first.stderr)["error"]["code"] == 4
+    assert "MCPTAPE_ERROR_FORMAT" not in os.environ
+    second = CliRunner().invoke(app, ["db", "status", "--db", missing])
+    assert second.exit_code == 4 and second.stderr.startswith("mcptape: no database at")
