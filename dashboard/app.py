@@ -56,6 +56,8 @@ def make_env() -> jinja2.Environment:
         when=render_text.when,
         dur=present.duration,
         size=present.human_size,
+        era=present.era_label,
+        era_title=present.era_title,
     )
     return env
 

@@ -7,7 +7,8 @@ URLs (each page also answers with ``.json`` appended to its path):
   (:mod:`.session`)
 - ``/sessions/{id}/exchanges/{seq}`` — a request with its answer and what belongs to it
 - ``/sessions/{id}/frames/{seq}`` — one frame; ``…/raw`` for its exact bytes
-- ``/sessions/{id}/http/{n}`` — one HTTP request/response with headers and timings
+- ``/sessions/{id}/http/{hid}`` — one HTTP request/response with headers and timings
+  (``hid``: the exchange's database-wide id)
   (those three: :mod:`.details`)
 - ``/stats``, ``/sessions/{id}/stats`` — latency distribution and error counts (:mod:`.stats`)
 - ``/sessions/live``, ``/sessions/{id}/live`` — Server-Sent Events for pages that follow a recording

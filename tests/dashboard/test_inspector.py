@@ -1,0 +1,94 @@
+"""The dashboard as a traffic inspector (issue #28): the small defects first.
+
+Each test goes through the real dashboard (aiohttp test client) on the recorded sessions.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from dashboard.app import create_app
+from tests.dashboard.conftest import (
+    FIRST_DIALECT_ONLY,
+    TOKEN,
+    Recordings,
+    get_html,
+    get_json,
+)
+from tests.helpers.shared import copy_sqlite
+
+pytestmark = pytest.mark.timeout(120)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+async def own_client(
+    recordings: Recordings, tmp_path: Path
+) -> AsyncIterator[tuple[TestClient, Path]]:
+    """A client on a private copy of the SQLite recordings (a test may change its rows)."""
+    db = copy_sqlite(Path(recordings.db), tmp_path / "own.db")
+    app = create_app(f"sqlite:///{db}", token=TOKEN, poll_interval=0.05)
+    async with TestClient(TestServer(app, host="127.0.0.1")) as c:
+        yield c, db
+
+
+@FIRST_DIALECT_ONLY
+async def test_a_server_killed_by_a_signal_is_not_exit_none(
+    own_client: tuple[TestClient, Path], recordings: Recordings
+):
+    client, db = own_client
+    sid = recordings.ids["demo-legacy"]
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("UPDATE sessions SET exit_code = NULL, exit_signal = 9 WHERE id = ?", (sid,))
+        conn.commit()
+    page = await get_html(client, f"/sessions/{sid}")
+    assert "None" not in re.sub(r"<code[^>]*>.*?</code>", "", page)
+    assert '<span class="exit">killed by SIGKILL (9)</span>' in page
+    data = await get_json(client, f"/sessions/{sid}.json")
+    assert data["session"]["exit"] == "killed by SIGKILL (9)"
+    assert data["session"]["exit_code"] is None and data["session"]["exit_signal"] == 9
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("UPDATE sessions SET exit_code = 3, exit_signal = NULL WHERE id = ?", (sid,))
+        conn.commit()
+    page = await get_html(client, f"/sessions/{sid}")
+    assert (
+        '<span class="exit">exit 3</span>' in page and "signal" not in page.split("exit 3")[1][:20]
+    )
+
+
+async def test_the_era_column_names_both_eras_alike(client: TestClient, recordings: Recordings):
+    page = await get_html(client, "/sessions")
+    eras = re.findall(r'<span class="muted era" title="([^"]*)">([^<]*)</span>', page)
+    assert eras, page[:3000]
+    assert {label for _title, label in eras} <= {"initialize handshake", "stateless"}
+    # Neither a date nor a bare protocol word in the column; the exact era is in the title.
+    assert all(re.search(r"era", title) for title, _label in eras)
+    options = re.findall(r'<option value="(initialize|2026-07-28)"[^>]*>([^<]*)</option>', page)
+    assert dict(options) == {"initialize": "initialize handshake", "2026-07-28": "stateless"}
+    # The twin keeps the stored value the filter takes.
+    data = await get_json(client, "/sessions.json")
+    assert {s["era"] for s in data["sessions"]} <= {"initialize", "2026-07-28", None}
+    sid = recordings.ids["demo-legacy"]
+    one = await get_html(client, f"/sessions/{sid}")
+    assert "(initialize handshake)" in one and "(initialize era)" not in one
+
+
+async def test_the_docs_name_the_http_exchange_url_the_links_use(client: TestClient):
+    """docs/dashboard.md named ``/sessions/{id}/http/{n}`` (a position); the links and the route
+    take the HTTP exchange's database-wide id."""
+    doc = (ROOT / "docs" / "dashboard.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| HTTP exchange |"))
+    url = re.search(r"`(/sessions/[^`]+)`", row)
+    assert url is not None
+    param = url.group(1).rsplit("/", 1)[1].strip("{}")
+    routes = [r.canonical for r in client.app.router.resources() if "/http/" in r.canonical]
+    assert routes and all(f"{{{param}}}" in r for r in routes), (url.group(1), routes)
+    assert "database-wide id" in row
