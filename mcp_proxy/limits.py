@@ -243,6 +243,12 @@ INLINE_LIMIT = 20_000
 ANALYSIS_CACHE = 32
 #: Frames read around one request on a session too big to analyse whole.
 SPAN_LIMIT = 5000
+#: Ticks (progress, log and other notifications of one exchange, e.g. each SSE event) a
+#: waterfall bar shows: a task that reported progress 100,000 times is one bar, not a page of
+#: 100,000 marks; the bar says how many it left out.
+WATERFALL_TICKS = 50
+#: Exchanges on one waterfall page (``limit=``), as the timeline's page limit.
+WATERFALL_PAGE = 1000
 
 # --- CLI and faults ---
 

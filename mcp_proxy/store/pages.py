@@ -321,6 +321,21 @@ class PageQueries(StoreBase):
             )
         return out
 
+    async def frame_times(self, session_id: str, seqs: Iterable[int]) -> dict[int, float]:
+        """When the frames with these numbers were recorded (no bytes read): a waterfall's
+        ticks."""
+        wanted = sorted(set(seqs))
+        out: dict[int, float] = {}
+        for i in range(0, len(wanted), 500):  # bounded IN lists (SQLite's variable limit)
+            chunk = wanted[i : i + 500]
+            rows = await self._all(
+                sa.select(frames.c.seq, frames.c.ts).where(
+                    frames.c.session_id == session_id, frames.c.seq.in_(chunk)
+                )
+            )
+            out.update((int(r["seq"]), float(r["ts"])) for r in rows)
+        return out
+
     async def neighbours(self, session_id: str, seq: int) -> tuple[int | None, int | None]:
         """The previous and next frame numbers (seq has no gaps in principle, but may)."""
         # On frame_rows by the session's key: through the view PostgreSQL joined session_keys

@@ -92,3 +92,52 @@ async def test_the_docs_name_the_http_exchange_url_the_links_use(client: TestCli
     routes = [r.canonical for r in client.app.router.resources() if "/http/" in r.canonical]
     assert routes and all(f"{{{param}}}" in r for r in routes), (url.group(1), routes)
     assert "database-wide id" in row
+
+
+# ---------------------------------------------------------------------------------- waterfall
+
+
+async def test_waterfall_twin_agrees_with_the_timeline(client: TestClient, recordings: Recordings):
+    sid = recordings.ids["demo-legacy"]
+    wf = await get_json(client, f"/sessions/{sid}/waterfall.json")
+    tl = await get_json(client, f"/sessions/{sid}.json?kind=request")
+    by_seq = {r["seq"]: r["exchange"] for r in tl["timeline"] if r.get("exchange")}
+    bars = wf["bars"]
+    assert [b["seq"] for b in bars] == sorted(by_seq)
+    for b in bars:
+        # One analysis behind both pages: the same latency and outcome for each request.
+        assert b["latency_ms"] == by_seq[b["seq"]]["latency_ms"]
+        assert b["outcome"] == by_seq[b["seq"]]["outcome"]
+        assert 0 <= b["x"] <= 1000 and b["x"] + b["w"] <= 1000.01
+        assert 0 <= b["wait_w"] <= b["w"]
+        if b["end"] is not None:
+            assert b["sent"] <= b["first"] <= b["end"]
+    # The scripted session reports progress: its notifications are ticks on their request's bar.
+    ticked = [b for b in bars if b["ticks"]]
+    assert ticked, [b["method"] for b in bars]
+    for b in ticked:
+        assert all(b["sent"] <= t["ts"] for t in b["ticks"])
+        assert b["first"] <= min(t["ts"] for t in b["ticks"])
+    assert wf["axis"]["start"] == min(b["sent"] for b in bars)
+    page = await get_html(client, f"/sessions/{sid}/waterfall")
+    assert page.count('<tr id="w') == len(bars)
+    assert "style=" not in page  # geometry as SVG attributes: the CSP allows no inline style
+    assert "answered after" in page and f'href="/sessions/{sid}/exchanges/{bars[0]["seq"]}"' in page
+    session = await get_html(client, f"/sessions/{sid}")
+    assert f'href="/sessions/{sid}/waterfall"' in session
+
+
+async def test_waterfall_pages_like_the_timeline(client: TestClient, recordings: Recordings):
+    sid = recordings.ids["demo-modern"]
+    whole = (await get_json(client, f"/sessions/{sid}/waterfall.json"))["bars"]
+    assert len(whole) > 3
+    first = await get_json(client, f"/sessions/{sid}/waterfall.json?limit=2")
+    assert [b["seq"] for b in first["bars"]] == [b["seq"] for b in whole[:2]]
+    assert first["next"] == whole[1]["seq"] and "after=" in first["next_url"]
+    second = await get_json(client, first["next_url"].replace("/waterfall", "/waterfall.json"))
+    assert [b["seq"] for b in second["bars"]] == [b["seq"] for b in whole[2:4]]
+    # Each page's axis is its own span: its first bar starts at 0.
+    assert second["bars"][0]["x"] == 0
+    empty = await get_json(client, f"/sessions/{sid}/waterfall.json?after=999999")
+    assert empty["bars"] == [] and empty["next"] is None
+    await get_json(client, f"/sessions/{sid}/waterfall.json?after=x", status=400)
