@@ -57,6 +57,7 @@ def make_env() -> jinja2.Environment:
         dur=present.duration,
         size=present.human_size,
         era=present.era_label,
+        charrefs=present.charrefs,
         era_title=present.era_title,
     )
     return env

@@ -62,6 +62,17 @@ def vis(text: Any) -> Markup:
     return Markup("".join(parts))
 
 
+def charrefs(text: Any) -> Markup:
+    """Escape ``text`` for a ``<template>`` a Copy button reads: every invisible or
+    direction-changing character as a numeric reference, so none reaches the page source as
+    itself, while the parsed text (what is copied) is the exact original. (HTML maps the C1
+    references ``&#x80;``–``&#x9F;`` to windows-1252 characters: those few copy differently.)"""
+    s = str(escape("" if text is None else str(text)))
+    if not any(ord(ch) in _INVISIBLE for ch in s):
+        return Markup(s)
+    return Markup("".join(f"&#x{ord(ch):X};" if ord(ch) in _INVISIBLE else ch for ch in s))
+
+
 def plain(text: Any) -> str:
     """Like :func:`vis` but as plain text (for SVG labels and attributes, where no markup fits)."""
     s = "" if text is None else str(text)

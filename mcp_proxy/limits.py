@@ -247,6 +247,9 @@ SPAN_LIMIT = 5000
 #: waterfall bar shows: a task that reported progress 100,000 times is one bar, not a page of
 #: 100,000 marks; the bar says how many it left out.
 WATERFALL_TICKS = 50
+#: Bytes of a frame a Copy button carries on the page (its JSON, its bytes, a curl command, a
+#: JSON Lines snippet): a larger frame is not put on the page twice; its download stays.
+COPY_LIMIT = 512 * 1024
 #: Exchanges on one waterfall page (``limit=``), as the timeline's page limit.
 WATERFALL_PAGE = 1000
 

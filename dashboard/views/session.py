@@ -234,6 +234,7 @@ async def session_page(request: web.Request) -> web.Response:
         replay_on=bool(request.app[SETTINGS].get("replay")),
         recent=await _recent_others(request, sid),
         exports=export_links(s),
+        selected=int_param(request, "x", 0, hi=SEQ_MAX) or None,
     )
 
 

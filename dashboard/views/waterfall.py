@@ -186,4 +186,10 @@ async def waterfall_page(request: web.Request) -> web.Response:
         if next_after
         else None,
     }
-    return render(request, "waterfall.html", data, width=WIDTH)
+    return render(
+        request,
+        "waterfall.html",
+        data,
+        width=WIDTH,
+        selected=int_param(request, "x", 0, hi=SEQ_MAX) or None,
+    )

@@ -3,12 +3,14 @@ timeline, the keyboard and copy. A CSP violation or a script error fails the tes
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from mcp_proxy.recording.jsonl import loads_recording
 from tests.dashboard.browser import dashboard_process, launch
 from tests.dashboard.conftest import FIRST_DIALECT_ONLY, Recordings
 
@@ -81,3 +83,116 @@ def test_waterfall_bars_show_their_timings_on_hover_and_focus(
     expect(rows.nth(2).locator(".wf-timings")).to_be_visible()
     # A bar with notifications has ticks.
     expect(page.locator("svg.wf line.tick").first).to_be_attached()
+
+
+def test_split_pane_opens_beside_the_list_with_its_own_url(
+    page: Page, dashboard_url: str, recordings: Recordings
+):
+    sid = recordings.ids["demo-legacy"]
+    page.goto(f"{base(dashboard_url)}/sessions/{sid}")
+    link = page.locator("#timeline a.exchange-link", has_text="tools/call").first
+    href = link.get_attribute("href")
+    assert href is not None
+    seq = href.rsplit("/", 1)[1]
+    link.click()
+    pane = page.locator("#detail")
+    expect(pane.locator("h1")).to_contain_text("tools/call")
+    expect(page).to_have_url(re.compile(rf"/sessions/{sid}\?x={seq}$"))
+    # Beside the list, not instead of it: both are on screen side by side.
+    table = page.locator("#split .master").bounding_box()
+    box = pane.bounding_box()
+    assert table and box and box["x"] > table["x"] + table["width"] - 5
+    expect(page.locator(f"#f{seq}")).to_have_class(re.compile(r"\bopen\b"))
+    # The URL is shareable: loaded afresh, it opens the same exchange beside the list.
+    shared = page.url
+    page.goto(f"{base(dashboard_url)}/sessions")
+    page.goto(shared)
+    expect(page.locator("#detail h1")).to_contain_text("tools/call")
+    # Back closes it; the full page stays for a direct link.
+    page.locator("#detail a.full-page").click()
+    expect(page).to_have_url(re.compile(rf"/exchanges/{seq}$"))
+    expect(page.locator("#detail")).to_have_count(0)
+    expect(page.locator("h1")).to_contain_text("tools/call")
+
+
+def test_the_keyboard(page: Page, dashboard_url: str, recordings: Recordings):
+    page.goto(f"{base(dashboard_url)}/sessions")
+    page.keyboard.press("/")
+    expect(page.locator("input[type=search]")).to_be_focused()
+    page.keyboard.press("Escape")  # leaves the box
+    page.keyboard.press("?")
+    expect(page.locator("dialog#keys")).to_be_visible()
+    expect(page.locator("dialog#keys")).to_contain_text("next / previous row")
+    page.keyboard.press("Escape")
+    expect(page.locator("dialog#keys")).to_be_hidden()
+    page.keyboard.press("j")
+    first = page.locator("table.sessions tbody tr").first
+    expect(first).to_have_class(re.compile(r"\bselected\b"))
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(re.compile(r"/sessions/[0-9a-f]{32}$"))
+    # On a timeline: j/k walk the rows, Enter opens the exchange beside it, Esc closes it.
+    sid = recordings.ids["demo-legacy"]
+    page.goto(f"{base(dashboard_url)}/sessions/{sid}")
+    rows = page.locator("#timeline tbody tr.row")
+    requests = [i for i in range(rows.count()) if rows.nth(i).locator("a.exchange-link").count()]
+    target = requests[1]
+    for _ in range(target + 2):
+        page.keyboard.press("j")
+    page.keyboard.press("k")
+    expect(rows.nth(target)).to_have_class(re.compile(r"\bselected\b"))
+    page.keyboard.press("Enter")
+    expect(page.locator("#detail h1")).to_be_visible()
+    assert "?x=" in page.url
+    page.keyboard.press("Escape")
+    expect(page.locator("#detail")).to_have_count(0)
+    assert "x=" not in page.url
+
+
+def test_copy_json_raw_and_a_jsonl_snippet(
+    browser: Browser, dashboard_url: str, recordings: Recordings
+):
+    context = browser.new_context(permissions=["clipboard-read", "clipboard-write"])
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        page.goto(dashboard_url)
+        sid = recordings.ids["demo-legacy"]
+        seq = recordings.frame_seq("demo-legacy", kind="request", method="tools/call")
+        raw = recordings.rows("SELECT raw FROM frames WHERE session_id = ? AND seq = ?", sid, seq)[
+            0
+        ]["raw"]
+        page.goto(f"{base(dashboard_url)}/sessions/{sid}/frames/{seq}")
+
+        def clip() -> str:
+            return str(page.evaluate("navigator.clipboard.readText()"))
+
+        page.get_by_role("button", name="Copy raw bytes").click()
+        expect(page.get_by_role("button", name="Copied")).to_be_visible()
+        assert clip() == bytes(raw).decode()
+        page.get_by_role("button", name="Copy JSON").first.click()
+        assert json.loads(clip()) == json.loads(bytes(raw))
+        page.goto(f"{base(dashboard_url)}/sessions/{sid}/exchanges/{seq}")
+        page.locator("#copy-jsonl-box summary").click()
+        page.locator("#copy-jsonl-box button.copy").click()
+        snippet = clip()
+        rec = loads_recording(snippet.encode())
+        frames = rec.sessions[0].frames
+        assert frames[0]["seq"] == seq and len(frames) == 2
+        assert bytes(frames[0]["raw"]) == bytes(raw)
+        # Hostile bytes (bidi override, ESC) copy exactly, though the page never holds them.
+        hid = recordings.ids["hostile"]
+        evil = next(
+            r
+            for r in recordings.rows(
+                "SELECT seq, raw FROM frames WHERE session_id = ? ORDER BY seq", hid
+            )
+            if "\u202e".encode() in bytes(r["raw"]) and b"\x1b" in bytes(r["raw"])
+        )
+        sent = page.goto(f"{base(dashboard_url)}/sessions/{hid}/frames/{evil['seq']}")
+        assert sent is not None and "\u202e" not in sent.text()
+        expect(page.locator("pre.rawtext .ctl").first).to_be_visible()
+        page.get_by_role("button", name="Copy raw bytes").click()
+        expect(page.get_by_role("button", name="Copied")).to_be_visible()
+        assert clip() == bytes(evil["raw"]).decode()
+    finally:
+        context.close()

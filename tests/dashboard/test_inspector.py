@@ -5,7 +5,9 @@ Each test goes through the real dashboard (aiohttp test client) on the recorded 
 
 from __future__ import annotations
 
+import html
 import re
+import shlex
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import closing
@@ -141,3 +143,31 @@ async def test_waterfall_pages_like_the_timeline(client: TestClient, recordings:
     empty = await get_json(client, f"/sessions/{sid}/waterfall.json?after=999999")
     assert empty["bars"] == [] and empty["next"] is None
     await get_json(client, f"/sessions/{sid}/waterfall.json?after=x", status=400)
+
+
+# ---------------------------------------------------------------------------------- copy
+
+
+async def test_an_http_exchange_copies_as_curl(bench_db: tuple[Path, str, int]):
+    db = bench_db[0]
+    with closing(sqlite3.connect(db)) as conn:
+        sid, seq, url_, body = conn.execute(
+            "SELECT s.id, f.seq, h.url, f.raw FROM sessions s"
+            " JOIN http_exchanges h ON h.session_id = s.id"
+            " JOIN frames f ON f.http_exchange_id = h.id AND f.kind = 'request'"
+            " WHERE s.transport = 'http' AND h.method = 'POST' LIMIT 1"
+        ).fetchone()
+    app = create_app("sqlite:///" + str(db), token=TOKEN)
+    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+        page = await get_html(client, f"/sessions/{sid}/exchanges/{seq}")
+    m = re.search(r'<template id="copy-curl">(.*?)</template>', page, re.S)
+    assert m, page[:3000]
+    text = html.unescape(m.group(1))
+    argv = shlex.split(text.replace("\\\n", " "))
+    assert argv[:4] == ["curl", "-X", "POST", url_]
+    headers = [argv[i + 1] for i, a in enumerate(argv) if a == "-H"]
+    assert "mcp-name: séarch" in headers  # the sentinel-encoded value, decoded
+    assert not any(h.lower().startswith(("host:", "content-length:")) for h in headers)
+    assert argv[argv.index("--data-binary") + 1].encode() == bytes(body)
+    # A JSON Lines snippet too, and no script could run from any of it.
+    assert '<template id="copy-jsonl">' in page and "<script>" not in page.split("</head>")[1]
