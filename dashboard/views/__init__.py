@@ -11,6 +11,7 @@ URLs (each page also answers with ``.json`` appended to its path):
   (``hid``: the exchange's database-wide id)
   (those three: :mod:`.details`)
 - ``/sessions/{id}/waterfall`` — the exchanges as bars on a time axis (:mod:`.waterfall`)
+- ``/timeline`` — one host's servers in one view, a lane per server (:mod:`.host`)
 - ``/stats``, ``/sessions/{id}/stats`` — latency distribution and error counts (:mod:`.stats`)
 - ``/sessions/live``, ``/sessions/{id}/live`` — Server-Sent Events for pages that follow a recording
 - ``/annotations/…`` — tags and notes (:mod:`.notes`)
@@ -25,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dashboard.views import details, notes, session, sessions, stats, waterfall
+from dashboard.views import details, host, notes, session, sessions, stats, waterfall
 from dashboard.views._common import EXT, SID, BadRequest, error_response
 from mcp_proxy.errors import NotFoundError, StoreError, UserError
 
@@ -36,6 +37,7 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/sessions/live", sessions.sessions_live)
     r.add_get("/sessions" + EXT, sessions.sessions_page)
     r.add_get("/stats" + EXT, stats.stats_page)
+    r.add_get("/timeline" + EXT, host.host_timeline)
     r.add_get(f"/sessions/{SID}/live", session.session_live)
     r.add_get(f"/sessions/{SID}/stats" + EXT, stats.stats_page)
     r.add_get(f"/sessions/{SID}/frames/{{seq:\\d+}}/raw", details.frame_raw)

@@ -321,6 +321,46 @@ class PageQueries(StoreBase):
             )
         return out
 
+    async def sessions_in_window(
+        self, since: float, until: float, client: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        """Sessions that overlap ``[since, until]`` (of one host's client name when given),
+        oldest first: the host timeline's lanes."""
+        c = sessions.c
+        where = [
+            c.started_at <= until,
+            sa.or_(c.ended_at.is_(None), c.ended_at >= since, c.updated_at >= since),
+        ]
+        if client is not None:
+            where.append(c.client_name == client)
+        stmt = sa.select(sessions).where(*where).order_by(c.started_at, c.id).limit(limit)
+        return await self._all(stmt)
+
+    async def newest_start(self, client: str | None) -> float | None:
+        """When the newest session (of one host's client name when given) started."""
+        stmt = sa.select(sa.func.max(sessions.c.started_at))
+        if client is not None:
+            stmt = stmt.where(sessions.c.client_name == client)
+        value = await self._scalar(stmt)
+        return float(value) if value is not None else None
+
+    async def requests_in_window(
+        self, session_id: str, since: float, until: float, limit: int
+    ) -> list[dict[str, Any]]:
+        """A session's requests sent within ``[since, until]`` (no bytes), in order, at most
+        ``limit``; their answers come from :meth:`partners`."""
+        return await self._all(
+            sa.select(*FRAME_COLUMNS_NO_RAW)
+            .where(
+                frames.c.session_id == session_id,
+                frames.c.kind == "request",
+                frames.c.ts >= since,
+                frames.c.ts <= until,
+            )
+            .order_by(frames.c.seq)
+            .limit(limit)
+        )
+
     async def frame_times(self, session_id: str, seqs: Iterable[int]) -> dict[int, float]:
         """When the frames with these numbers were recorded (no bytes read): a waterfall's
         ticks."""

@@ -171,3 +171,29 @@ async def test_an_http_exchange_copies_as_curl(bench_db: tuple[Path, str, int]):
     assert argv[argv.index("--data-binary") + 1].encode() == bytes(body)
     # A JSON Lines snippet too, and no script could run from any of it.
     assert '<template id="copy-jsonl">' in page and "<script>" not in page.split("</head>")[1]
+
+
+# ---------------------------------------------------------------------------------- host
+
+
+async def test_host_timeline_twin(client: TestClient, recordings: Recordings):
+    data = await get_json(client, "/timeline.json")  # default window: the newest hour
+    assert {lane["name"] for lane in data["lanes"]} == {"demo-legacy", "demo-modern", "hostile"}
+    host = data["clients"][0]
+    mine = await get_json(client, f"/timeline.json?client={host}&since=0")
+    assert all(s["client_name"] == host for lane in mine["lanes"] for s in lane["sessions"])
+    none = await get_json(client, "/timeline.json?client=no-such-host&since=0")
+    assert none["lanes"] == []
+    legacy = next(lane for lane in data["lanes"] if lane["name"] == "demo-legacy")
+    requests = legacy["sessions"][0]["requests"]
+    assert requests and all(0 <= r["x"] <= 1000 for r in requests)
+    assert legacy["requests"] == len(requests)
+    # The answers are paired: most requests have a latency.
+    assert sum(r["latency_ms"] is not None for r in requests) >= len(requests) - 1
+    await get_json(client, "/timeline.json?since=nonsense", status=400)
+    await get_json(client, "/timeline.json?since=2h&until=3h", status=400)
+    page = await get_html(client, "/timeline")
+    assert page.count('<tr class="row lane"') == 3 and "style=" not in page
+    sid = recordings.ids["demo-legacy"]
+    session = await get_html(client, f"/sessions/{sid}")
+    assert 'id="host-link" href="/timeline?client=' in session
