@@ -253,6 +253,9 @@ HOST_SESSIONS = 60
 #: Requests drawn per session on the host timeline (its first in the window); the rest are
 #: counted, and the session's own waterfall shows them all.
 HOST_REQUESTS = 300
+#: The largest ``tools/list`` answer the session page parses for its per-tool context cost (a
+#: larger one is costed whole, from its size, without the per-tool table).
+COST_PARSE_LIMIT = 4 * 1024 * 1024
 #: Bytes of a frame a Copy button carries on the page (its JSON, its bytes, a curl command, a
 #: JSON Lines snippet): a larger frame is not put on the page twice; its download stays.
 COPY_LIMIT = 512 * 1024

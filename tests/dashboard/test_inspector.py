@@ -6,6 +6,7 @@ Each test goes through the real dashboard (aiohttp test client) on the recorded 
 from __future__ import annotations
 
 import html
+import json
 import re
 import shlex
 import sqlite3
@@ -197,3 +198,29 @@ async def test_host_timeline_twin(client: TestClient, recordings: Recordings):
     sid = recordings.ids["demo-legacy"]
     session = await get_html(client, f"/sessions/{sid}")
     assert 'id="host-link" href="/timeline?client=' in session
+
+
+# ---------------------------------------------------------------------------------- context cost
+
+
+async def test_context_cost_of_tools_list_and_frames(client: TestClient, recordings: Recordings):
+    sid = recordings.ids["demo-legacy"]
+    data = await get_json(client, f"/sessions/{sid}.json")
+    cc = data["context_cost"]
+    assert cc is not None and cc["how"] == "estimate: 4 bytes of JSON a token"
+    raw = recordings.rows(
+        "SELECT raw FROM frames WHERE session_id = ? AND seq = ?", sid, cc["response_seq"]
+    )[0]["raw"]
+    tools = json.loads(bytes(raw))["result"]["tools"]
+    assert cc["tool_count"] == len(tools) > 0
+    assert cc["tokens"] == -(-len(bytes(raw)) // 4)
+    assert sum(t["tokens"] for t in cc["tools"]) <= cc["tokens"]
+    costs = [t["tokens"] for t in cc["tools"]]
+    assert costs == sorted(costs, reverse=True)
+    rows = [r for r in data["timeline"] if r["seq"] and r["channel"] != "stderr"]
+    assert rows and all(r["tokens"] == -(-r["size"] // 4) for r in rows)
+    page = await get_html(client, f"/sessions/{sid}")
+    assert 'id="context-cost"' in page and "4 bytes of JSON a token" in page
+    assert f"≈ {cc['tokens']:,} tokens" in page
+    frame = await get_html(client, f"/sessions/{sid}/frames/{cc['response_seq']}")
+    assert f"≈ {cc['tokens']} tokens" in frame
