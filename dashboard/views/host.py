@@ -147,12 +147,18 @@ async def host_timeline(request: web.Request) -> web.Response:
 
 def lay_out(lanes: list[Lane], since: float, until: float) -> dict[str, Any]:
     """Place sessions and requests on the window's axis (clipped to it); fill the lane sums."""
-    t0 = since
-    t1 = until
-    for lane in lanes:
-        for s in lane.sessions:
-            for r in s.requests:
-                t1 = max(t1, r.answered or r.sent) if r.sent <= until else t1
+    # The axis spans what is shown: the window, narrowed to its sessions' first and last moments
+    # (a window "since 0" is not drawn from 1970).
+    starts = [s.started_at for lane in lanes for s in lane.sessions]
+    ends = [
+        max([s.ended_at or s.started_at, *(r.answered or r.sent for r in s.requests)])
+        for lane in lanes
+        for s in lane.sessions
+    ]
+    open_ended = any(s.ended_at is None for lane in lanes for s in lane.sessions)
+    t0 = max(since, min(starts)) if starts else since
+    t1 = until if open_ended or not ends else min(until, max(ends))
+    t1 = max(t1, t0 + 1e-3)
     span = max(t1 - t0, 1e-6)
 
     def x(ts: float) -> float:
