@@ -107,7 +107,7 @@ async def host_timeline(request: web.Request) -> web.Response:
             started_at=float(s["started_at"]),
             ended_at=float(s["ended_at"]) if s.get("ended_at") is not None else None,
         )
-        page = await q.requests_in_window(s["id"], since, until, HOST_REQUESTS + 1)
+        page = await q.requests_in_window(s, since, until, HOST_REQUESTS + 1)
         ls.requests_left_out = len(page) > HOST_REQUESTS
         page = page[:HOST_REQUESTS]
         answers = await q.partners(s["id"], page)

@@ -191,6 +191,17 @@ async def test_host_timeline_twin(client: TestClient, recordings: Recordings):
     assert legacy["requests"] == len(requests)
     # The answers are paired: most requests have a latency.
     assert sum(r["latency_ms"] is not None for r in requests) >= len(requests) - 1
+    # A window that starts and ends inside a session (found by bisection on the frame numbers):
+    # exactly the requests sent within it.
+    sid = recordings.ids["demo-legacy"]
+    sent = recordings.rows(
+        "SELECT seq, ts FROM frames WHERE session_id = ? AND kind = 'request' ORDER BY seq", sid
+    )
+    lo, hi = sent[2]["ts"], sent[-3]["ts"]
+    inside = await get_json(client, f"/timeline.json?since={lo}&until={hi}")
+    lane = next(lane for lane in inside["lanes"] if lane["name"] == "demo-legacy")
+    got = [r["seq"] for s in lane["sessions"] for r in s["requests"]]
+    assert got == [r["seq"] for r in sent if lo <= r["ts"] <= hi]
     await get_json(client, "/timeline.json?since=nonsense", status=400)
     await get_json(client, "/timeline.json?since=2h&until=3h", status=400)
     page = await get_html(client, "/timeline")
