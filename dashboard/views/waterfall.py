@@ -55,6 +55,9 @@ class Bar:
     w: float = MIN_BAR
     wait_w: float = 0.0
     title: str = ""
+    #: An MRTR round after the first: where the previous round's answer came (x), joined to
+    #: this bar by a line, so a conversation reads as one.
+    join_x: float | None = None
 
 
 def _tick_seqs(ex: Exchange) -> list[int]:
@@ -140,6 +143,14 @@ def lay_out(bars: list[Bar], *, until: float | None = None) -> dict[str, Any]:
         for t in b.ticks:
             t["x"] = x(t["ts"])
         b.title = timings_text(b, t0)
+    last_round: dict[int, Bar] = {}
+    for b in sorted(bars, key=lambda b: b.seq):
+        if b.chain is None:
+            continue
+        before = last_round.get(b.chain)
+        if before is not None:
+            b.join_x = min(round(before.x + before.w, 2), b.x)
+        last_round[b.chain] = b
     steps = 5
     axis_ticks = [
         {"x": round(WIDTH * i / steps, 2), "label": present.ms(span * i / steps)}

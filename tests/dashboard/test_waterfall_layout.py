@@ -69,3 +69,13 @@ def test_every_bar_is_on_the_axis_and_visible(spec):
         assert 0 <= b.x <= WIDTH - MIN_BAR
         assert b.w >= MIN_BAR and b.x + b.w <= WIDTH + MIN_BAR
         assert 0 <= b.wait_w <= b.w
+
+
+def test_mrtr_rounds_are_joined():
+    first = bar(1, 10.0, 10.1, 10.2)
+    other = bar(3, 10.3, 10.35, 10.4)
+    second = bar(5, 10.6, 10.7, 11.0)
+    first.chain = second.chain = 0
+    lay_out([first, other, second])
+    assert first.join_x is None and other.join_x is None
+    assert second.join_x == first.x + first.w and second.join_x <= second.x
