@@ -243,6 +243,24 @@ INLINE_LIMIT = 20_000
 ANALYSIS_CACHE = 32
 #: Frames read around one request on a session too big to analyse whole.
 SPAN_LIMIT = 5000
+#: Ticks (progress, log and other notifications of one exchange, e.g. each SSE event) a
+#: waterfall bar shows: a task that reported progress 100,000 times is one bar, not a page of
+#: 100,000 marks; the bar says how many it left out.
+WATERFALL_TICKS = 50
+#: Sessions (lanes' bars) on one host timeline: a host runs ten servers, a busy hour a few dozen
+#: sessions; past it the page says how many it left out and a narrower window shows them.
+HOST_SESSIONS = 60
+#: Requests drawn per session on the host timeline (its first in the window); the rest are
+#: counted, and the session's own waterfall shows them all.
+HOST_REQUESTS = 300
+#: The largest ``tools/list`` answer the session page parses for its per-tool context cost (a
+#: larger one is costed whole, from its size, without the per-tool table).
+COST_PARSE_LIMIT = 4 * 1024 * 1024
+#: Bytes of a frame a Copy button carries on the page (its JSON, its bytes, a curl command, a
+#: JSON Lines snippet): a larger frame is not put on the page twice; its download stays.
+COPY_LIMIT = 512 * 1024
+#: Exchanges on one waterfall page (``limit=``), as the timeline's page limit.
+WATERFALL_PAGE = 1000
 
 # --- CLI and faults ---
 

@@ -31,6 +31,7 @@ CORE = (
     "mcp_proxy.netutil",
     "mcp_proxy.limits",
     "mcp_proxy.bounded",
+    "mcp_proxy.tokens",
     # ``from mcp_proxy import __version__``: the package's own ``__init__`` imports nothing.
     "mcp_proxy.__version__",
 )
