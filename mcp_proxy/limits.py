@@ -182,6 +182,10 @@ MAX_DEPTH = 128
 PER_CODE_CAP = 50
 #: Frame references kept per finding (a proof, not a copy of the session).
 MAX_SEQS = 1000
+#: Distinct names (methods, capability keys) one finding of the protocol checks collects: a peer
+#: may send any number of invented methods; past this the finding still counts them all and names
+#: the first ones.
+LIMIT_METHODS_NAMED = 64
 #: How far (monotonic ns) the pairing looks ahead for a message of the other side that a
 #: message refers to: the relay stamps each direction on its own thread, so a host's retry can be
 #: stamped a scheduling slice before the server result it answers (analysis/reorder.py).

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mcp_proxy.analysis.consumer import Consumer, Seqs
 from mcp_proxy.analysis.exchanges import Paired
 from mcp_proxy.analysis.facts import header
 from mcp_proxy.analysis.model import (
@@ -26,6 +27,7 @@ from mcp_proxy.analysis.model import (
 )
 from mcp_proxy.analysis.reorder import REORDER_WINDOW_NS
 from mcp_proxy.analysis.routing import invalid_x_mcp_header, routing_problems
+from mcp_proxy.limits import LIMIT_METHODS_NAMED
 from mcp_proxy.protocol import version_at_least
 
 #: Client method → the server capability path that must be declared for it.
@@ -105,38 +107,52 @@ def protocol_checks(
     http: Mapping[int, Mapping[str, Any]],
     sink: FindingSink,
 ) -> None:
-    """Run every protocol check over the session."""
-    _lifecycle(msgs, facts, sink)
-    _modern_shape(pairing, facts, sink)
-    _capabilities(msgs, pairing, facts, sink)
+    """Run every protocol check over the session: each family a
+    :class:`~mcp_proxy.analysis.consumer.Consumer`, fed every message and exchange once."""
+    families: list[Consumer] = [
+        Lifecycle(facts, sink),
+        ModernShape(facts, sink),
+        Capabilities(facts, sink),
+    ]
+    for m in msgs:
+        for c in families:
+            c.message(m)
+    for ex in pairing.exchanges:
+        for c in families:
+            c.exchange(ex)
+    for c in families:
+        c.finish()
     _lists(pairing, facts, sink)
     if http and not facts.legacy_sse:
         _http_headers(msgs, pairing, facts, http, sink)
 
 
+#: Distinct method names a finding names in its title (a peer may invent any number of them).
+_METHODS_NAMED = LIMIT_METHODS_NAMED
+
+
 # ------------------------------------------------------------------------------ lifecycle
-def _lifecycle(msgs: list[Msg], facts: SessionFacts, sink: FindingSink) -> None:
-    if facts.version is not None and facts.version not in KNOWN_VERSIONS:
-        sink.add(
-            "lifecycle.unknown_protocol_version",
-            f"protocol version {facts.version!r} is not a published revision",
-            "Published revisions: " + ", ".join(KNOWN_VERSIONS) + ".",
-            [s for s in (facts.initialize_result_seq, facts.first_envelope_seq) if s],
-        )
-    if facts.modern:
-        return
-    init_done = facts.initialize_result_seq
-    # Seq order across directions is only as good as the relay's timestamps (taken after
-    # forwarding, one thread per direction): within REORDER_WINDOW_NS of the other side's
-    # message, "before" is not proven. Same-direction order is exact: a client request after
-    # its own notifications/initialized certainly came after the initialize response.
-    mono = {m.seq: m.mono_ns for m in msgs if m.seq in (init_done, facts.initialized_seq)}
-    done_ns = mono.get(init_done) if init_done is not None else None
-    initialized_ns = mono.get(facts.initialized_seq) if facts.initialized_seq else None
-    early: list[Msg] = []
-    server_early: list[Msg] = []
-    later_client = False
-    for m in msgs:
+class Lifecycle:
+    """Handshake order: requests before initialize, server requests before initialized, a
+    missing notifications/initialized (initialize era), an unknown protocol version."""
+
+    def __init__(self, facts: SessionFacts, sink: FindingSink) -> None:
+        self.facts = facts
+        self.sink = sink
+        self.early = Seqs()
+        self.early_methods: set[str] = set()
+        self.server_early = Seqs()
+        self.server_methods: set[str] = set()
+        self.later_client = False
+
+    def exchange(self, ex: Exchange) -> None:
+        pass
+
+    def message(self, m: Msg) -> None:
+        facts = self.facts
+        if facts.modern:
+            return
+        init_done = facts.initialize_result_seq
         if m.kind != "request":
             if (
                 init_done is not None
@@ -145,91 +161,134 @@ def _lifecycle(msgs: list[Msg], facts: SessionFacts, sink: FindingSink) -> None:
                 and m.kind in ("notification", "response")
                 and m.method != "notifications/initialized"
             ):
-                later_client = True
-            continue
+                self.later_client = True
+            return
+        # Seq order across directions is only as good as the relay's timestamps (taken after
+        # forwarding, one thread per direction): within REORDER_WINDOW_NS of the other side's
+        # message, "before" is not proven. Same-direction order is exact: a client request
+        # after its own notifications/initialized certainly came after the initialize response.
         if m.direction == "c2s":
             if m.method in ("initialize", "ping"):
-                continue
-            if init_done is not None and m.seq > init_done:
-                later_client = True
-                continue
-            if facts.initialized_seq is not None and m.seq > facts.initialized_seq:
-                later_client = True
-                continue
+                return
+            if (init_done is not None and m.seq > init_done) or (
+                facts.initialized_seq is not None and m.seq > facts.initialized_seq
+            ):
+                self.later_client = True
+                return
+            done_ns = facts.initialize_result_mono if init_done is not None else None
             if done_ns is not None and done_ns - m.mono_ns <= REORDER_WINDOW_NS:
-                continue  # stamped just before the answer it may well have seen
+                return  # stamped just before the answer it may well have seen
             if META + "protocolVersion" in m.meta:
-                continue  # a 2026-07-28 probe (server/discover) before falling back
-            early.append(m)
+                return  # a 2026-07-28 probe (server/discover) before falling back
+            self.early.add(m.seq)
+            _note(self.early_methods, m.method)
         elif (
-            initialized_ns is not None
+            facts.initialized_seq is not None
+            and facts.initialized_mono is not None
             and m.method != "ping"
-            and initialized_ns - m.mono_ns > REORDER_WINDOW_NS
+            and facts.initialized_mono - m.mono_ns > REORDER_WINDOW_NS
         ):
-            server_early.append(m)
-    if early and (facts.initialize_seq is not None or facts.era in (None, ERA_INITIALIZE)):
-        methods = sorted({m.method or "?" for m in early})
-        where = (
-            "before the server answered initialize"
-            if facts.initialize_seq is not None
-            else "in a session that never initialized"
-        )
-        sink.add(
-            "lifecycle.request_before_initialize",
-            f"{len(early)} request(s) {where}: {', '.join(methods)}",
-            "Only pings may precede the initialize response.",
-            [m.seq for m in early] + ([facts.initialize_seq] if facts.initialize_seq else []),
-        )
-    if server_early:
-        sink.add(
-            "lifecycle.server_request_before_initialized",
-            f"server sent {', '.join(sorted({m.method or '?' for m in server_early}))} before"
-            " notifications/initialized",
-            f"notifications/initialized arrived in frame #{facts.initialized_seq}.",
-            [m.seq for m in server_early],
-        )
-    if init_done is not None and facts.initialized_seq is None and (later_client or not facts.live):
-        sink.add(
-            "lifecycle.initialized_missing",
-            "the client never sent notifications/initialized",
-            f"initialize succeeded in frame #{init_done}; the notification must follow.",
-            [s for s in (facts.initialize_seq, init_done) if s],
-        )
+            self.server_early.add(m.seq)
+            _note(self.server_methods, m.method)
+
+    def finish(self) -> None:
+        facts, sink = self.facts, self.sink
+        if facts.version is not None and facts.version not in KNOWN_VERSIONS:
+            sink.add(
+                "lifecycle.unknown_protocol_version",
+                f"protocol version {facts.version!r} is not a published revision",
+                "Published revisions: " + ", ".join(KNOWN_VERSIONS) + ".",
+                [s for s in (facts.initialize_result_seq, facts.first_envelope_seq) if s],
+            )
+        if facts.modern:
+            return
+        init_done = facts.initialize_result_seq
+        early = self.early
+        if early and (facts.initialize_seq is not None or facts.era in (None, ERA_INITIALIZE)):
+            where = (
+                "before the server answered initialize"
+                if facts.initialize_seq is not None
+                else "in a session that never initialized"
+            )
+            sink.add(
+                "lifecycle.request_before_initialize",
+                f"{early.n} request(s) {where}: {', '.join(sorted(self.early_methods))}",
+                "Only pings may precede the initialize response.",
+                early.seqs + ([facts.initialize_seq] if facts.initialize_seq else []),
+            )
+        if self.server_early:
+            sink.add(
+                "lifecycle.server_request_before_initialized",
+                f"server sent {', '.join(sorted(self.server_methods))} before"
+                " notifications/initialized",
+                f"notifications/initialized arrived in frame #{facts.initialized_seq}.",
+                self.server_early.seqs,
+            )
+        if (
+            init_done is not None
+            and facts.initialized_seq is None
+            and (self.later_client or not facts.live)
+        ):
+            sink.add(
+                "lifecycle.initialized_missing",
+                "the client never sent notifications/initialized",
+                f"initialize succeeded in frame #{init_done}; the notification must follow.",
+                [s for s in (facts.initialize_seq, init_done) if s],
+            )
+
+
+def _note(names: set[str], method: str | None) -> None:
+    """Remember a method a finding will name, up to :data:`_METHODS_NAMED` of them."""
+    if len(names) < _METHODS_NAMED:
+        names.add(method or "?")
 
 
 # ------------------------------------------------------------------------------ 2026-07-28 shape
-def _modern_shape(pairing: Paired, facts: SessionFacts, sink: FindingSink) -> None:
-    if not facts.modern:
-        return
-    missing: list[Exchange] = []
-    no_type: list[Exchange] = []
-    for ex in pairing.exchanges:
-        if ex.direction != "c2s" or ex.request is None:
-            continue
+class ModernShape:
+    """2026-07-28 requests without the envelope, results without resultType."""
+
+    def __init__(self, facts: SessionFacts, sink: FindingSink) -> None:
+        self.facts = facts
+        self.sink = sink
+        self.missing = Seqs()
+        self.missing_methods: set[str] = set()
+        self.no_type = Seqs()
+        self.no_type_methods: set[str] = set()
+
+    def message(self, m: Msg) -> None:
+        pass
+
+    def exchange(self, ex: Exchange) -> None:
+        if not self.facts.modern or ex.direction != "c2s" or ex.request is None:
+            return
         if not ex.enveloped:
-            missing.append(ex)
+            self.missing.add(ex.request_seq)
+            _note(self.missing_methods, ex.method)
         if ex.untyped_result:
-            no_type.append(ex)
-    if missing:
-        sink.add(
-            "envelope.missing",
-            f"{len(missing)} request(s) without the io.modelcontextprotocol/ envelope: "
-            + ", ".join(sorted({e.method for e in missing})),
-            "Each request must carry protocolVersion and clientCapabilities in params._meta.",
-            [e.request_seq for e in missing],
-        )
-    if no_type:
-        sink.add(
-            "result.missing_result_type",
-            f"{len(no_type)} result(s) without resultType: "
-            + ", ".join(sorted({e.method for e in no_type})),
-            "2026-07-28 servers must state resultType in every result.",
-            [e.response_seq or e.request_seq for e in no_type],
-        )
+            self.no_type.add(ex.response_seq or ex.request_seq)
+            _note(self.no_type_methods, ex.method)
+
+    def finish(self) -> None:
+        if self.missing:
+            self.sink.add(
+                "envelope.missing",
+                f"{self.missing.n} request(s) without the io.modelcontextprotocol/ envelope: "
+                + ", ".join(sorted(self.missing_methods)),
+                "Each request must carry protocolVersion and clientCapabilities in params._meta.",
+                self.missing.seqs,
+            )
+        if self.no_type:
+            self.sink.add(
+                "result.missing_result_type",
+                f"{self.no_type.n} result(s) without resultType: "
+                + ", ".join(sorted(self.no_type_methods)),
+                "2026-07-28 servers must state resultType in every result.",
+                self.no_type.seqs,
+            )
 
 
 # ------------------------------------------------------------------------------ capabilities
-def _input_requests_lacking(ex: Exchange, client_missing: dict[tuple[str, str], list[int]]) -> None:
+def _input_requests_lacking(ex: Exchange, client_missing: dict[tuple[str, str], Seqs]) -> None:
     """MRTR input requests are server→client requests in disguise: each needs the client
     capability its standalone request would, declared in the retried request's envelope."""
     resp = ex.response
@@ -246,92 +305,116 @@ def _input_requests_lacking(ex: Exchange, client_missing: dict[tuple[str, str], 
             ir_method, ir_params if isinstance(ir_params, dict) else {}, caps
         )
         if lack:
-            client_missing.setdefault((f"{ir_method} (inputRequests.{key})", lack), []).extend(
-                [ex.request_seq, resp.seq]
-            )
+            seqs = _keyed(client_missing, (f"{ir_method} (inputRequests.{key})", lack))
+            if seqs is not None:
+                seqs.add(ex.request_seq)
+                seqs.add(resp.seq)
 
 
-def _capabilities(msgs: list[Msg], pairing: Paired, facts: SessionFacts, sink: FindingSink) -> None:
-    server_caps = facts.server_caps
-    unadvertised: dict[str, list[Exchange]] = {}
-    client_missing: dict[tuple[str, str], list[int]] = {}
-    for ex in pairing.exchanges:
+def _keyed[K](table: dict[K, Seqs], key: K) -> Seqs | None:
+    """``table[key]``, made if there is room: at most :data:`_METHODS_NAMED` keys (the keys
+    name what a peer sent)."""
+    seqs = table.get(key)
+    if seqs is None and len(table) < _METHODS_NAMED:
+        seqs = table[key] = Seqs()
+    return seqs
+
+
+class Capabilities:
+    """Methods and notifications used without the capability that announces them."""
+
+    def __init__(self, facts: SessionFacts, sink: FindingSink) -> None:
+        self.facts = facts
+        self.sink = sink
+        self.unadvertised: dict[str, Seqs] = {}
+        self.client_missing: dict[tuple[str, str], Seqs] = {}
+        self.notif: dict[str, Seqs] = {}
+        self.logs = Seqs()
+
+    def exchange(self, ex: Exchange) -> None:
+        facts = self.facts
         if ex.direction == "c2s":
             need = SERVER_FEATURES.get(ex.method)
+            server_caps = facts.server_caps
             if need is not None and server_caps is not None and not _has(server_caps, need):
-                unadvertised.setdefault(ex.method, []).append(ex)
+                self.unadvertised.setdefault(ex.method, Seqs()).add(ex.request_seq)
             if facts.modern and ex.result_type == "input_required":
-                _input_requests_lacking(ex, client_missing)
+                _input_requests_lacking(ex, self.client_missing)
         elif ex.request is not None and facts.era == ERA_INITIALIZE:
             lack = client_feature_missing(ex.method, ex.request.params, facts.client_caps)
             if lack:
-                client_missing.setdefault((ex.method, lack), []).append(ex.request_seq)
-    for method, exs in unadvertised.items():
-        need_text = ".".join(SERVER_FEATURES[method])
-        sink.add(
-            "capability.server_not_advertised",
-            f"client called {method} ({len(exs)}×) but the server did not declare {need_text}",
-            f"Server capabilities from frame #{facts.server_caps_seq}: "
-            + (", ".join(sorted(server_caps or {})) or "none"),
-            [e.request_seq for e in exs]
-            + ([facts.server_caps_seq] if facts.server_caps_seq else []),
-        )
-    for (method, lack), seqs in client_missing.items():
-        sink.add(
-            "capability.client_not_advertised",
-            f"server sent {method} but the client did not declare {lack}",
-            "The client's capabilities "
-            + (
-                f"(initialize, frame #{facts.initialize_seq})"
-                if facts.era == ERA_INITIALIZE
-                else "(the request's io.modelcontextprotocol/clientCapabilities)"
-            )
-            + " do not include it.",
-            seqs
-            + (
-                [facts.initialize_seq]
-                if facts.era == ERA_INITIALIZE and facts.initialize_seq
-                else []
-            ),
-        )
-    # Notifications announced by capabilities.
-    notif: dict[str, list[int]] = {}
-    logs: list[int] = []
-    for m in msgs:
+                seqs = _keyed(self.client_missing, (ex.method, lack))
+                if seqs is not None:
+                    seqs.add(ex.request_seq)
+
+    def message(self, m: Msg) -> None:
         if m.kind != "notification":
-            continue
+            return
+        facts = self.facts
         if m.direction == "s2c":
             if m.method == "notifications/message":
-                logs.append(m.seq)
-                continue
+                self.logs.add(m.seq)
+                return
             need = SERVER_NOTIFICATIONS.get(m.method or "")
-            if need is None or server_caps is None:
-                continue
+            if need is None or facts.server_caps is None:
+                return
             if need[1] == "subscribe" and facts.modern:
-                continue  # 2026-07-28 resource updates ride subscriptions/listen
-            if not _has(server_caps, need):
-                notif.setdefault(f"{m.method}|server|{'.'.join(need)}", []).append(m.seq)
+                return  # 2026-07-28 resource updates ride subscriptions/listen
+            if not _has(facts.server_caps, need):
+                key = f"{m.method}|server|{'.'.join(need)}"
+                self.notif.setdefault(key, Seqs()).add(m.seq)
         elif (
             m.method == "notifications/roots/list_changed"
             and facts.era == ERA_INITIALIZE
             and not _has(facts.client_caps, ("roots", "listChanged"))
         ):
-            notif.setdefault(f"{m.method}|client|roots.listChanged", []).append(m.seq)
-    for key, seqs in notif.items():
-        method, who, need_text = key.split("|")
-        sink.add(
-            "capability.notification_not_advertised",
-            f"{who} sent {method} ({len(seqs)}×) without declaring {need_text}",
-            "A side may send this notification only after declaring the capability.",
-            seqs,
-        )
-    if logs and server_caps is not None and "logging" not in server_caps:
-        sink.add(
-            "capability.logging_not_advertised",
-            f"{len(logs)} log message(s) from a server that did not declare logging",
-            "The official SDK servers do this; reported for completeness.",
-            logs,
-        )
+            self.notif.setdefault(f"{m.method}|client|roots.listChanged", Seqs()).add(m.seq)
+
+    def finish(self) -> None:
+        facts, sink = self.facts, self.sink
+        server_caps = facts.server_caps
+        for method, exs in self.unadvertised.items():
+            need_text = ".".join(SERVER_FEATURES[method])
+            sink.add(
+                "capability.server_not_advertised",
+                f"client called {method} ({exs.n}×) but the server did not declare {need_text}",
+                f"Server capabilities from frame #{facts.server_caps_seq}: "
+                + (", ".join(sorted(server_caps or {})) or "none"),
+                exs.seqs + ([facts.server_caps_seq] if facts.server_caps_seq else []),
+            )
+        for (method, lack), seqs in self.client_missing.items():
+            sink.add(
+                "capability.client_not_advertised",
+                f"server sent {method} but the client did not declare {lack}",
+                "The client's capabilities "
+                + (
+                    f"(initialize, frame #{facts.initialize_seq})"
+                    if facts.era == ERA_INITIALIZE
+                    else "(the request's io.modelcontextprotocol/clientCapabilities)"
+                )
+                + " do not include it.",
+                seqs.seqs
+                + (
+                    [facts.initialize_seq]
+                    if facts.era == ERA_INITIALIZE and facts.initialize_seq
+                    else []
+                ),
+            )
+        for key, seqs in self.notif.items():
+            method, who, need_text = key.split("|")
+            sink.add(
+                "capability.notification_not_advertised",
+                f"{who} sent {method} ({seqs.n}×) without declaring {need_text}",
+                "A side may send this notification only after declaring the capability.",
+                seqs.seqs,
+            )
+        if self.logs and server_caps is not None and "logging" not in server_caps:
+            sink.add(
+                "capability.logging_not_advertised",
+                f"{self.logs.n} log message(s) from a server that did not declare logging",
+                "The official SDK servers do this; reported for completeness.",
+                self.logs.seqs,
+            )
 
 
 # ------------------------------------------------------------------------------ lists & cursors

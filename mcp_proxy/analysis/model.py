@@ -506,6 +506,10 @@ class SessionFacts:
     initialize_result_seq: int | None = None
     initialize_failed: bool = False
     initialized_seq: int | None = None
+    #: Monotonic stamps of the initialize result and of notifications/initialized (what the
+    #: lifecycle check compares the other side's messages with, one message at a time).
+    initialize_result_mono: int | None = None
+    initialized_mono: int | None = None
     requested_version: str | None = None
     client_caps: dict[str, Any] | None = None
     server_caps: dict[str, Any] | None = None
