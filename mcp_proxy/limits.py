@@ -186,6 +186,16 @@ MAX_SEQS = 1000
 #: may send any number of invented methods; past this the finding still counts them all and names
 #: the first ones.
 LIMIT_METHODS_NAMED = 64
+#: nextCursor values the pagination check remembers per list method (to tell a cursor the server
+#: returned from one it never did): past this the oldest are forgotten, and a request naming one
+#: is reported as an unknown cursor.
+LIST_CURSORS_KEPT = 10_000
+#: Walks over a list's pages whose identifiers the duplicate check holds at once (a new walk
+#: begins with every list request without a cursor): the oldest walk is forgotten first.
+LIST_WALKS_KEPT = 64
+#: Identifiers (tool names, URIs) kept per walk, and duplicates already reported: past this a
+#: walk's later items are not compared.
+LIST_IDS_KEPT = 10_000
 #: How far (monotonic ns) the pairing looks ahead for a message of the other side that a
 #: message refers to: the relay stamps each direction on its own thread, so a host's retry can be
 #: stamped a scheduling slice before the server result it answers (analysis/reorder.py).

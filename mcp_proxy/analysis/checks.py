@@ -27,7 +27,7 @@ from mcp_proxy.analysis.model import (
 )
 from mcp_proxy.analysis.reorder import REORDER_WINDOW_NS
 from mcp_proxy.analysis.routing import invalid_x_mcp_header, routing_problems
-from mcp_proxy.limits import LIMIT_METHODS_NAMED
+from mcp_proxy.limits import LIMIT_METHODS_NAMED, LIST_CURSORS_KEPT, LIST_IDS_KEPT, LIST_WALKS_KEPT
 from mcp_proxy.protocol import version_at_least
 
 #: Client method → the server capability path that must be declared for it.
@@ -113,6 +113,7 @@ def protocol_checks(
         Lifecycle(facts, sink),
         ModernShape(facts, sink),
         Capabilities(facts, sink),
+        Lists(facts, sink),
     ]
     for m in msgs:
         for c in families:
@@ -122,7 +123,6 @@ def protocol_checks(
             c.exchange(ex)
     for c in families:
         c.finish()
-    _lists(pairing, facts, sink)
     if http and not facts.legacy_sse:
         _http_headers(msgs, pairing, facts, http, sink)
 
@@ -418,24 +418,73 @@ class Capabilities:
 
 
 # ------------------------------------------------------------------------------ lists & cursors
-def _lists(pairing: Paired, facts: SessionFacts, sink: FindingSink) -> None:
-    walk_of: dict[tuple[str, str], int] = {}
-    seen: dict[int, dict[str, int]] = {}
-    returned: dict[str, set[str]] = {}
-    empty_pending: dict[str, int] = {}
-    reported_dup: set[tuple[str, str]] = set()
-    reported_schema: set[tuple[str, str]] = set()
-    next_walk = 0
-    for ex in pairing.exchanges:
+def _forget_oldest(table: dict[Any, Any], limit: int) -> None:
+    """Drop the oldest entry of a table (names a peer sent, in insertion order) past its limit."""
+    if len(table) > limit:
+        del table[next(iter(table))]
+
+
+class Lists:
+    """Pagination and list contents: unknown cursors, a dropped empty cursor, duplicate items
+    within one walk over the pages, tools whose x-mcp-header is invalid.
+
+    A walk is the pages one first request leads to through nextCursor; its identifiers are kept
+    while a cursor may still lead into it (:data:`LIST_WALKS_KEPT` walks, each at most
+    :data:`LIST_IDS_KEPT` identifiers; the oldest are forgotten first)."""
+
+    def __init__(self, facts: SessionFacts, sink: FindingSink) -> None:
+        self.facts = facts
+        self.sink = sink
+        self.walk_of: dict[tuple[str, str], int] = {}
+        self.seen: dict[int, dict[str, int]] = {}
+        self.returned: dict[str, dict[str, None]] = {}
+        self.empty_pending: dict[str, int] = {}
+        self.reported_dup: dict[tuple[str, str], None] = {}
+        self.reported_schema: dict[tuple[str, str], None] = {}
+        self.next_walk = 0
+
+    def message(self, m: Msg) -> None:
+        pass
+
+    def exchange(self, ex: Exchange) -> None:
         if ex.direction != "c2s" or ex.method not in LISTS or ex.request is None:
-            continue
+            return
         method = ex.method
+        walk = self._walk(ex, method)
+        resp = ex.response
+        result = resp.result if resp is not None and resp.kind == "response" else None
+        if not result or resp is None:
+            return
+        nxt = result.get("nextCursor")
+        if isinstance(nxt, str):
+            returned = self.returned.setdefault(method, {})
+            returned[nxt] = None
+            _forget_oldest(returned, LIST_CURSORS_KEPT)
+            self.walk_of[(method, nxt)] = walk
+            _forget_oldest(self.walk_of, LIST_CURSORS_KEPT)
+            if nxt == "":
+                self.empty_pending[method] = resp.seq
+        key, field = LISTS[method]
+        items = result.get(key)
+        if not isinstance(items, list):
+            return
+        ids = self.seen.get(walk)
+        if ids is None:
+            ids = self.seen[walk] = {}
+            _forget_oldest(self.seen, LIST_WALKS_KEPT)
+        for item in items:
+            if isinstance(item, dict):
+                self._item(ex, resp, method, field, item, ids)
+
+    def _walk(self, ex: Exchange, method: str) -> int:
+        assert ex.request is not None
         cursor = ex.request.params.get("cursor")
+        walk = None
         if isinstance(cursor, str):
-            if cursor == "" and method in empty_pending:
-                del empty_pending[method]
-            if cursor not in returned.get(method, set()):
-                sink.add(
+            if cursor == "" and method in self.empty_pending:
+                del self.empty_pending[method]
+            if cursor not in self.returned.get(method, {}):
+                self.sink.add(
                     "pagination.unknown_cursor",
                     f"{method} with a cursor the server never returned",
                     f"Cursor {cursor[:80]!r} is not among the nextCursor values of earlier"
@@ -443,59 +492,54 @@ def _lists(pairing: Paired, facts: SessionFacts, sink: FindingSink) -> None:
                     [ex.request_seq],
                     exchange=ex.index,
                 )
-            walk = walk_of.get((method, cursor))
-        else:
-            walk = None
+            walk = self.walk_of.get((method, cursor))
         if walk is None:
-            walk = next_walk
-            next_walk += 1
-        resp = ex.response
-        result = resp.result if resp is not None and resp.kind == "response" else None
-        if not result:
-            continue
-        nxt = result.get("nextCursor")
-        if isinstance(nxt, str):
-            returned.setdefault(method, set()).add(nxt)
-            walk_of[(method, nxt)] = walk
-            if nxt == "":
-                empty_pending[method] = resp.seq if resp else ex.request_seq
-        key, field = LISTS[method]
-        items = result.get(key)
-        if not isinstance(items, list):
-            continue
-        ids = seen.setdefault(walk, {})
-        for item in items:
-            if not isinstance(item, dict):
-                continue
-            ident = item.get(field)
-            if not isinstance(ident, str):
-                continue
-            if ident in ids and (method, ident) not in reported_dup:
-                reported_dup.add((method, ident))
-                sink.add(
-                    "list.duplicate",
-                    f"{method} lists {field} {ident!r} twice",
-                    "Seen in frame #" + str(ids[ident]) + " and again in frame #" + str(resp.seq)
-                    if resp
-                    else "",
-                    [ids[ident], resp.seq] if resp else [ids[ident]],
+            walk = self.next_walk
+            self.next_walk += 1
+        return walk
+
+    def _item(
+        self,
+        ex: Exchange,
+        resp: Msg,
+        method: str,
+        field: str,
+        item: dict[str, Any],
+        ids: dict[str, int],
+    ) -> None:
+        ident = item.get(field)
+        if not isinstance(ident, str):
+            return
+        if ident in ids and (method, ident) not in self.reported_dup:
+            self.reported_dup[(method, ident)] = None
+            _forget_oldest(self.reported_dup, LIST_IDS_KEPT)
+            self.sink.add(
+                "list.duplicate",
+                f"{method} lists {field} {ident!r} twice",
+                "Seen in frame #" + str(ids[ident]) + " and again in frame #" + str(resp.seq),
+                [ids[ident], resp.seq],
+                exchange=ex.index,
+            )
+        if ident not in ids and len(ids) < LIST_IDS_KEPT:
+            ids[ident] = resp.seq
+        if method == "tools/list":
+            why = invalid_x_mcp_header(item.get("inputSchema"))
+            if why and (ident, why) not in self.reported_schema:
+                self.reported_schema[(ident, why)] = None
+                _forget_oldest(self.reported_schema, LIST_IDS_KEPT)
+                self.sink.add(
+                    "tools.invalid_x_mcp_header",
+                    f"tool {ident!r}: invalid x-mcp-header",
+                    why + ". Clients must reject this tool definition.",
+                    [resp.seq],
                     exchange=ex.index,
                 )
-            ids.setdefault(ident, resp.seq if resp else ex.request_seq)
-            if method == "tools/list":
-                why = invalid_x_mcp_header(item.get("inputSchema"))
-                if why and (ident, why) not in reported_schema:
-                    reported_schema.add((ident, why))
-                    sink.add(
-                        "tools.invalid_x_mcp_header",
-                        f"tool {ident!r}: invalid x-mcp-header",
-                        why + ". Clients must reject this tool definition.",
-                        [resp.seq] if resp else [ex.request_seq],
-                        exchange=ex.index,
-                    )
-    if not facts.live:
-        for method, seq in empty_pending.items():
-            sink.add(
+
+    def finish(self) -> None:
+        if self.facts.live:
+            return
+        for method, seq in self.empty_pending.items():
+            self.sink.add(
                 "pagination.empty_cursor_dropped",
                 f'{method} returned nextCursor "" and the client never asked for that page',
                 'A present nextCursor (even "") means more results may exist.',
