@@ -178,6 +178,9 @@ MAX_DEPTH = 128
 
 # --- Analysis ---
 
+#: stderr lines the transport findings quote (the tail before a crash) and so keep.
+STDERR_TAIL = 8
+
 #: Individual findings kept per code; beyond that they are folded into one "… and N more".
 PER_CODE_CAP = 50
 #: Frame references kept per finding (a proof, not a copy of the session).

@@ -100,29 +100,24 @@ def client_feature_missing(method: str, params: Mapping[str, Any], caps: Any) ->
     return None
 
 
-def protocol_checks(
+def protocol_consumers(facts: SessionFacts, sink: FindingSink) -> list[Consumer]:
+    """The protocol checks, each family a :class:`~mcp_proxy.analysis.consumer.Consumer`."""
+    return [
+        Lifecycle(facts, sink),
+        ModernShape(facts, sink),
+        Capabilities(facts, sink),
+        Lists(facts, sink),
+    ]
+
+
+def http_header_checks(
     msgs: list[Msg],
     pairing: Paired,
     facts: SessionFacts,
     http: Mapping[int, Mapping[str, Any]],
     sink: FindingSink,
 ) -> None:
-    """Run every protocol check over the session: each family a
-    :class:`~mcp_proxy.analysis.consumer.Consumer`, fed every message and exchange once."""
-    families: list[Consumer] = [
-        Lifecycle(facts, sink),
-        ModernShape(facts, sink),
-        Capabilities(facts, sink),
-        Lists(facts, sink),
-    ]
-    for m in msgs:
-        for c in families:
-            c.message(m)
-    for ex in pairing.exchanges:
-        for c in families:
-            c.exchange(ex)
-    for c in families:
-        c.finish()
+    """The HTTP header rules (Streamable HTTP only)."""
     if http and not facts.legacy_sse:
         _http_headers(msgs, pairing, facts, http, sink)
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_proxy.analysis.catalogue import CATALOGUE, SEVERITY_RANK, Severity
-from mcp_proxy.analysis.checks import protocol_checks
+from mcp_proxy.analysis.checks import http_header_checks, protocol_consumers
+from mcp_proxy.analysis.consumer import Consumer
 from mcp_proxy.analysis.exchanges import pair
 from mcp_proxy.analysis.facts import Decoder, Injected, session_facts
 from mcp_proxy.analysis.model import (
@@ -24,7 +25,9 @@ from mcp_proxy.analysis.model import (
 )
 from mcp_proxy.analysis.oauth import oauth_checks
 from mcp_proxy.analysis.taxonomy import classify_error, taxonomy_findings
+from mcp_proxy.analysis.transport import Transport
 from mcp_proxy.analysis.version import ANALYZER_VERSION
+from mcp_proxy.limits import STDERR_TAIL
 
 __all__ = [
     "CATALOGUE",
@@ -155,7 +158,16 @@ def _analyze(
     pairing = pair(msgs, facts, http, sink, decoder.injected)
     _forget_notification_bytes(msgs)
     taxonomy_findings(msgs, pairing, facts, http, sink)
-    protocol_checks(msgs, pairing, facts, http, sink)
+    families: list[Consumer] = [*protocol_consumers(facts, sink), Transport(facts, http, sink)]
+    for m in msgs:
+        for c in families:
+            c.message(m)
+    for ex in pairing.exchanges:
+        for c in families:
+            c.exchange(ex)
+    for c in families:
+        c.finish()
+    http_header_checks(msgs, pairing, facts, http, sink)
     if http:
         oauth_checks(http, sink, _seqs_by_exchange(msgs))
     # Drop the parsed bodies and the messages (exchanges keep their seqs): they are most of the
@@ -190,10 +202,6 @@ def _seqs_by_exchange(msgs: list[Msg], cap: int = 4) -> dict[int, list[int]]:
             if len(seqs) < cap and (not seqs or seqs[-1] != m.seq):
                 seqs.append(m.seq)
     return out
-
-
-#: stderr lines whose bytes the transport findings quote (the tail before a crash).
-STDERR_TAIL = 8
 
 
 def _forget_notification_bytes(msgs: list[Msg]) -> None:

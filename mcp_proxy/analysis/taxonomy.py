@@ -24,6 +24,7 @@ from typing import Any
 from mcp_proxy.analysis.exchanges import Paired
 from mcp_proxy.analysis.facts import header
 from mcp_proxy.analysis.model import ERA_MODERN, Exchange, FindingSink, Msg, SessionFacts
+from mcp_proxy.analysis.transport import snippet
 from mcp_proxy.protocol import ERROR_NAMES, MODERN_ERROR_STATUS
 
 # --------------------------------------------------------------------------------- JSON-RPC
@@ -275,13 +276,6 @@ _QUIET = frozenset(
 _TRANSPORT_STATUSES = frozenset({401, 403, 405, 406, 409, 413, 415, 421, 429})
 
 
-def _snippet(raw: bytes | None, limit: int = 160) -> str:
-    if not raw:
-        return ""
-    text = raw.decode("utf-8", "replace").strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _text_of(content: Any, limit: int = 200) -> str:
     if not isinstance(content, list):
         return ""
@@ -354,7 +348,6 @@ def taxonomy_findings(
             f"{ec.name} ({m.error_code}). {ec.meaning}",
             [m.seq],
         )
-    _transport_findings(msgs, facts, http, sink)
 
 
 def _http_findings(
@@ -439,7 +432,7 @@ def _http_findings(
                 f" {emsg!r}" if isinstance(emsg, str) else ""
             )
         elif bodies.get(hid):
-            body_note = f" Body: {_snippet(bodies[hid][0].raw)!r}" if bodies[hid][0].raw else ""
+            body_note = f" Body: {snippet(bodies[hid][0].raw)!r}" if bodies[hid][0].raw else ""
         answered = req is not None and req.response is not None and req.response.http == hid
         id_bearing = (
             answered
@@ -593,127 +586,4 @@ def _status_agreement(
             f"Era {facts.era or 'unknown'}: a plain-JSON {what} must come with HTTP"
             f" {' or '.join(map(str, sorted(allowed)))}.",
             [m.seq],
-        )
-
-
-# --------------------------------------------------------------------------------- transport
-SSE_EVENT_LIMIT = 1 << 20  # the SDK client's default max SSE event size
-POST_BODY_LIMIT = 4 << 20  # the SDK server's max request body
-
-
-def _transport_findings(
-    msgs: list[Msg],
-    facts: SessionFacts,
-    http: Mapping[int, Mapping[str, Any]],
-    sink: FindingSink,
-) -> None:
-    noise: dict[str, list[Msg]] = {}
-    invalid: dict[str, list[Msg]] = {}
-    stderr_tail: list[bytes] = []
-    for m in msgs:
-        kind = m.kind
-        if kind == "stderr":
-            if m.raw is not None:
-                stderr_tail.append(m.raw)
-                if len(stderr_tail) > 8:
-                    del stderr_tail[0]
-            continue
-        if kind == "noise":
-            if m.channel == "sse" and m.event not in (None, "", "message"):
-                continue  # e.g. the legacy transport's `endpoint` event: not a JSON-RPC message
-            if m.channel == "http" and m.direction == "s2c" and m.http is not None:
-                row = http.get(m.http)
-                if row is not None and (
-                    (row.get("status") or 0) >= 400
-                    or "json" not in (header(row.get("response_headers"), "content-type") or "")
-                ):
-                    continue  # a plain-text body ("Accepted", an error page): not JSON-RPC
-            utf8_ok = True
-            if m.raw is not None:
-                try:
-                    m.raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    utf8_ok = False
-            if not utf8_ok:
-                code = "transport.invalid_utf8"
-            elif m.direction == "s2c":
-                code = "transport.server_noise"
-            else:
-                code = "transport.host_noise"
-            noise.setdefault(code, []).append(m)
-        elif kind == "invalid":
-            invalid.setdefault(m.direction, []).append(m)
-        elif kind == "batch":
-            if facts.version is not None and facts.version != "2025-03-26":
-                sink.add(
-                    "jsonrpc.batch_not_allowed",
-                    f"JSON-RPC batch from the {'host' if m.direction == 'c2s' else 'server'}"
-                    f" in a {facts.version} session",
-                    "Batches were allowed only in 2025-03-26.",
-                    [m.seq],
-                )
-        if not m.complete and m.channel != "stderr":
-            sink.add(
-                "transport.incomplete_frame",
-                f"{'host' if m.direction == 'c2s' else 'server'} message cut short"
-                f" ({m.size} bytes, no line end)",
-                "The stream ended before the message did.",
-                [m.seq],
-            )
-        if m.channel == "sse" and m.size > SSE_EVENT_LIMIT:
-            sink.add(
-                "transport.oversize",
-                f"SSE event of {m.size / 1048576:.1f} MiB",
-                "The official SDK client refuses SSE events over 1 MiB by default.",
-                [m.seq],
-            )
-        elif m.channel == "http" and m.direction == "c2s" and m.size > POST_BODY_LIMIT:
-            sink.add(
-                "transport.oversize",
-                f"POST body of {m.size / 1048576:.1f} MiB",
-                "The official SDK server answers 413 for bodies over 4 MiB.",
-                [m.seq],
-            )
-    for code, items in noise.items():
-        first = items[0]
-        who = {
-            "transport.server_noise": "server",
-            "transport.host_noise": "host",
-        }.get(code, "server" if first.direction == "s2c" else "host")
-        where = {"stdio": "stdout" if first.direction == "s2c" else "stdin"}.get(
-            first.channel, first.channel
-        )
-        sink.add(
-            code,
-            f"{len(items)} non-JSON line(s) from the {who} on {where}"
-            if code != "transport.invalid_utf8"
-            else f"{len(items)} message(s) with invalid UTF-8",
-            f"First: {_snippet(first.raw)!r}" if first.raw else "",
-            [m.seq for m in items],
-        )
-    for direction, items in invalid.items():
-        from mcp_proxy.frames import classify_message
-
-        problem = classify_message(items[0].body).problem if items[0].body is not None else None
-        sink.add(
-            "jsonrpc.invalid_message",
-            f"{len(items)} JSON value(s) from the {'host' if direction == 'c2s' else 'server'}"
-            " that are not JSON-RPC",
-            f"First problem: {problem}." if problem else "",
-            [m.seq for m in items],
-        )
-    if facts.status == "crashed":
-        tail = [_snippet(r, 200) for r in stderr_tail[-5:]]
-        how = (
-            f"killed by signal {facts.exit_signal}"
-            if facts.exit_signal is not None
-            else f"exit status {facts.exit_code}"
-        )
-        sink.add(
-            "transport.server_crashed",
-            f"server crashed ({how})",
-            "Last stderr lines:\n" + "\n".join(tail)
-            if tail
-            else "The server wrote nothing on stderr.",
-            [msgs[-1].seq] if msgs else [],
         )
