@@ -24,7 +24,7 @@ from mcp_proxy.analysis.model import (
     severity_counts,
 )
 from mcp_proxy.analysis.oauth import oauth_checks
-from mcp_proxy.analysis.taxonomy import classify_error, taxonomy_findings
+from mcp_proxy.analysis.taxonomy import Taxonomy, classify_error
 from mcp_proxy.analysis.transport import Transport
 from mcp_proxy.analysis.version import ANALYZER_VERSION
 from mcp_proxy.limits import STDERR_TAIL
@@ -157,14 +157,17 @@ def _analyze(
     sink = FindingSink()
     pairing = pair(msgs, facts, http, sink, decoder.injected)
     _forget_notification_bytes(msgs)
-    taxonomy_findings(msgs, pairing, facts, http, sink)
-    families: list[Consumer] = [*protocol_consumers(facts, sink), Transport(facts, http, sink)]
-    for m in msgs:
-        for c in families:
-            c.message(m)
+    families: list[Consumer] = [
+        Taxonomy(facts, http, sink, pairing.orphan_errors),
+        *protocol_consumers(facts, sink),
+        Transport(facts, http, sink),
+    ]
     for ex in pairing.exchanges:
         for c in families:
             c.exchange(ex)
+    for m in msgs:
+        for c in families:
+            c.message(m)
     for c in families:
         c.finish()
     http_header_checks(msgs, pairing, facts, http, sink)
