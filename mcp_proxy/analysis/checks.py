@@ -11,10 +11,9 @@ initialize-era rules (handshake, session headers) stay quiet in 2026-07-28 sessi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from mcp_proxy.analysis.consumer import Consumer, Seqs
-from mcp_proxy.analysis.exchanges import Paired
 from mcp_proxy.analysis.facts import header
 from mcp_proxy.analysis.model import (
     ERA_INITIALIZE,
@@ -100,26 +99,17 @@ def client_feature_missing(method: str, params: Mapping[str, Any], caps: Any) ->
     return None
 
 
-def protocol_consumers(facts: SessionFacts, sink: FindingSink) -> list[Consumer]:
+def protocol_consumers(
+    facts: SessionFacts, http: Mapping[int, Mapping[str, Any]], sink: FindingSink
+) -> list[Consumer]:
     """The protocol checks, each family a :class:`~mcp_proxy.analysis.consumer.Consumer`."""
     return [
         Lifecycle(facts, sink),
         ModernShape(facts, sink),
         Capabilities(facts, sink),
         Lists(facts, sink),
+        HttpHeaders(facts, http, sink),
     ]
-
-
-def http_header_checks(
-    msgs: list[Msg],
-    pairing: Paired,
-    facts: SessionFacts,
-    http: Mapping[int, Mapping[str, Any]],
-    sink: FindingSink,
-) -> None:
-    """The HTTP header rules (Streamable HTTP only)."""
-    if http and not facts.legacy_sse:
-        _http_headers(msgs, pairing, facts, http, sink)
 
 
 #: Distinct method names a finding names in its title (a peer may invent any number of them).
@@ -543,105 +533,150 @@ class Lists:
 
 
 # ------------------------------------------------------------------------------ HTTP headers
-def _http_headers(
-    msgs: list[Msg],
-    pairing: Paired,
-    facts: SessionFacts,
-    http: Mapping[int, Mapping[str, Any]],
-    sink: FindingSink,
-) -> None:
-    bodies: dict[int, Msg] = {}
-    for m in msgs:
+class _Body(NamedTuple):
+    """The first host message of an HTTP exchange (what its header rules read)."""
+
+    seq: int
+    method: str | None
+    #: a request carrying the 2026-07-28 envelope: checked when it came, not at the end
+    enveloped: bool
+
+
+class HttpHeaders:
+    """The Streamable HTTP header rules: MCP-Protocol-Version and the routing headers against
+    the body (2026-07-28, checked as each request comes), Mcp-Session-Id and
+    MCP-Protocol-Version on every request after initialize (initialize era, at the end, in the
+    order the HTTP exchanges started). Per HTTP exchange it keeps its first host message's seq
+    and method (the http rows themselves are held by the caller)."""
+
+    def __init__(
+        self, facts: SessionFacts, http: Mapping[int, Mapping[str, Any]], sink: FindingSink
+    ) -> None:
+        self.facts = facts
+        self.http = http
+        self.sink = sink
+        self.on = bool(http) and not facts.legacy_sse
+        self.bodies: dict[int, _Body] = {}
+        #: tool name → (frame of the tools/list result that defined it, its inputSchema)
+        self.schemas: dict[str, tuple[int, Any]] = {}
+
+    def exchange(self, ex: Exchange) -> None:
+        if not self.on or ex.method != "tools/list":
+            return
+        resp = ex.response
+        if resp is None or not resp.result:
+            return
+        for tool in resp.result.get("tools") or ():
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                self.schemas[tool["name"]] = (resp.seq, tool.get("inputSchema"))
+                _forget_oldest(self.schemas, LIST_IDS_KEPT)
+
+    def message(self, m: Msg) -> None:
+        hid = m.http
         if (
-            m.direction == "c2s"
-            and m.http is not None
-            and m.kind in ("request", "notification", "response", "error")
+            not self.on
+            or hid is None
+            or m.direction != "c2s"
+            or m.kind not in ("request", "notification", "response", "error")
+            or hid in self.bodies
         ):
-            bodies.setdefault(m.http, m)
-    schemas: dict[str, tuple[int, Any]] = {}
-    for ex in pairing.exchanges:
-        if ex.method == "tools/list" and ex.response is not None and ex.response.result:
-            for tool in ex.response.result.get("tools") or ():
-                if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                    schemas[tool["name"]] = (ex.response.seq, tool.get("inputSchema"))
-    init_started: float | None = None
-    init_http: int | None = None
-    if facts.initialize_seq is not None:
-        for m in msgs:
-            if m.seq == facts.initialize_seq and m.http is not None:
-                init_http = m.http
-                row = http.get(m.http)
-                init_started = (row or {}).get("started_at")
-                break
-    needs_version = facts.era == ERA_INITIALIZE and version_at_least(facts.version, "2025-06-18")
-    missing_sid: list[int] = []
-    missing_pv: list[int] = []
-    for row in sorted(http.values(), key=lambda r: (r.get("started_at") or 0, r.get("id") or 0)):
-        hid = int(row.get("id") or 0)
+            return
+        enveloped = m.kind == "request" and META + "protocolVersion" in m.meta
+        self.bodies[hid] = _Body(m.seq, m.method, enveloped)
+        if enveloped:
+            self._envelope(m, self.http.get(hid) or {})
+
+    def _envelope(self, body: Msg, row: Mapping[str, Any]) -> None:
         hdrs = row.get("request_headers")
-        body = bodies.get(hid)
-        seqs = [body.seq] if body is not None else []
-        what = (
-            f"{row.get('method')} {body.method if body is not None and body.method else ''}".strip()
+        what = f"{row.get('method')} {body.method or ''}".strip()
+        version = body.meta.get(META + "protocolVersion")
+        pv = header(hdrs, "mcp-protocol-version")
+        if pv != version:
+            self.sink.add(
+                "http.protocol_version_header_mismatch",
+                f"{what}: MCP-Protocol-Version {pv!r} but the body says {version!r}",
+                "2026-07-28: the header must equal params._meta"
+                " io.modelcontextprotocol/protocolVersion.",
+                [body.seq],
+            )
+        schema = None
+        if body.method == "tools/call":
+            name = body.params.get("name")
+            if isinstance(name, str) and name in self.schemas and self.schemas[name][0] < body.seq:
+                schema = self.schemas[name][1]
+        problems = routing_problems(hdrs, body.body, input_schema=schema)
+        if problems:
+            self.sink.add(
+                "http.routing_header_mismatch",
+                f"{what}: " + "; ".join(problems[:3]) + (" …" if len(problems) > 3 else ""),
+                "\n".join(problems),
+                [body.seq],
+            )
+
+    def finish(self) -> None:
+        facts = self.facts
+        if not self.on or facts.era != ERA_INITIALIZE or facts.initialize_seq is None:
+            return
+        init = next(
+            ((hid, b) for hid, b in self.bodies.items() if b.seq == facts.initialize_seq),
+            None,
         )
-        if body is not None and body.kind == "request" and META + "protocolVersion" in body.meta:
-            problems: list[str] = []
-            version = body.meta.get(META + "protocolVersion")
-            pv = header(hdrs, "mcp-protocol-version")
-            if pv != version:
-                sink.add(
-                    "http.protocol_version_header_mismatch",
-                    f"{what}: MCP-Protocol-Version {pv!r} but the body says {version!r}",
-                    "2026-07-28: the header must equal params._meta"
-                    " io.modelcontextprotocol/protocolVersion.",
-                    seqs,
-                )
-            schema = None
-            if body.method == "tools/call":
-                name = body.params.get("name")
-                if isinstance(name, str) and name in schemas and schemas[name][0] < body.seq:
-                    schema = schemas[name][1]
-            problems = routing_problems(hdrs, body.body, input_schema=schema)
-            body.release()
-            if problems:
-                sink.add(
-                    "http.routing_header_mismatch",
-                    f"{what}: " + "; ".join(problems[:3]) + (" …" if len(problems) > 3 else ""),
-                    "\n".join(problems),
-                    seqs,
-                )
-            continue
-        if facts.era != ERA_INITIALIZE or init_started is None or hid == init_http:
-            continue
-        if (row.get("started_at") or 0) < init_started:
-            continue
-        if facts.session_id_header and not header(hdrs, "mcp-session-id"):
-            missing_sid.append(hid)
-        if needs_version:
-            pv = header(hdrs, "mcp-protocol-version")
-            if pv is None:
-                missing_pv.append(hid)
-            elif pv != facts.version:
-                sink.add(
-                    "http.protocol_version_header_mismatch",
-                    f"{what}: MCP-Protocol-Version {pv!r} but {facts.version!r} was negotiated",
-                    f"initialize negotiated {facts.version} in frame"
-                    f" #{facts.initialize_result_seq}.",
-                    seqs,
-                )
-    seq_of = {m.http: m.seq for m in bodies.values()}
-    if missing_sid:
-        sink.add(
-            "http.session_id_missing",
-            f"{len(missing_sid)} HTTP request(s) after initialize without Mcp-Session-Id",
-            f"The server assigned session id {facts.session_id_header!r} in its initialize"
-            " response.",
-            [seq_of[h] for h in missing_sid if h in seq_of] + [facts.initialize_result_seq or 0],
+        if init is None:
+            return
+        init_http = init[0]
+        init_started = (self.http.get(init_http) or {}).get("started_at")
+        if init_started is None:
+            return
+        needs_version = version_at_least(facts.version, "2025-06-18")
+        missing_sid = Seqs()
+        missing_pv = Seqs()
+        rows = sorted(
+            self.http.values(), key=lambda r: (r.get("started_at") or 0, r.get("id") or 0)
         )
-    if missing_pv:
-        sink.add(
-            "http.protocol_version_header_missing",
-            f"{len(missing_pv)} HTTP request(s) after initialize without MCP-Protocol-Version",
-            f"{facts.version} was negotiated; from 2025-06-18 on every request must name it.",
-            [seq_of[h] for h in missing_pv if h in seq_of] + [facts.initialize_result_seq or 0],
-        )
+        for row in rows:
+            hid = int(row.get("id") or 0)
+            body = self.bodies.get(hid)
+            if body is not None and body.enveloped:
+                continue
+            if hid == init_http or (row.get("started_at") or 0) < init_started:
+                continue
+            hdrs = row.get("request_headers")
+            if facts.session_id_header and not header(hdrs, "mcp-session-id"):
+                if body is not None:
+                    missing_sid.add(body.seq)
+                else:
+                    missing_sid.n += 1
+            if needs_version:
+                self._version(row, body, missing_pv)
+        if missing_sid:
+            self.sink.add(
+                "http.session_id_missing",
+                f"{missing_sid.n} HTTP request(s) after initialize without Mcp-Session-Id",
+                f"The server assigned session id {facts.session_id_header!r} in its initialize"
+                " response.",
+                [*missing_sid.seqs, facts.initialize_result_seq or 0],
+            )
+        if missing_pv:
+            self.sink.add(
+                "http.protocol_version_header_missing",
+                f"{missing_pv.n} HTTP request(s) after initialize without MCP-Protocol-Version",
+                f"{facts.version} was negotiated; from 2025-06-18 on every request must name it.",
+                [*missing_pv.seqs, facts.initialize_result_seq or 0],
+            )
+
+    def _version(self, row: Mapping[str, Any], body: _Body | None, missing: Seqs) -> None:
+        facts = self.facts
+        pv = header(row.get("request_headers"), "mcp-protocol-version")
+        if pv is None:
+            if body is not None:
+                missing.add(body.seq)
+            else:
+                missing.n += 1
+        elif pv != facts.version:
+            what = f"{row.get('method')} {body.method if body is not None and body.method else ''}"
+            self.sink.add(
+                "http.protocol_version_header_mismatch",
+                f"{what.strip()}: MCP-Protocol-Version {pv!r} but {facts.version!r} was negotiated",
+                f"initialize negotiated {facts.version} in frame #{facts.initialize_result_seq}.",
+                [body.seq] if body is not None else [],
+            )

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_proxy.analysis.catalogue import CATALOGUE, SEVERITY_RANK, Severity
-from mcp_proxy.analysis.checks import http_header_checks, protocol_consumers
+from mcp_proxy.analysis.checks import protocol_consumers
 from mcp_proxy.analysis.consumer import Consumer
 from mcp_proxy.analysis.exchanges import pair
 from mcp_proxy.analysis.facts import Decoder, Injected, session_facts
@@ -159,7 +159,7 @@ def _analyze(
     _forget_notification_bytes(msgs)
     families: list[Consumer] = [
         Taxonomy(facts, http, sink, pairing.orphan_errors),
-        *protocol_consumers(facts, sink),
+        *protocol_consumers(facts, http, sink),
         Transport(facts, http, sink),
     ]
     for ex in pairing.exchanges:
@@ -170,7 +170,6 @@ def _analyze(
             c.message(m)
     for c in families:
         c.finish()
-    http_header_checks(msgs, pairing, facts, http, sink)
     if http:
         oauth_checks(http, sink, _seqs_by_exchange(msgs))
     # Drop the parsed bodies and the messages (exchanges keep their seqs): they are most of the
