@@ -207,6 +207,14 @@ REORDER_WINDOW_NS = 100_000_000
 #: is past :data:`REORDER_WINDOW_NS`): the bound of its look-ahead buffer, whatever the session's
 #: size.
 REORDER_LOOKAHEAD = 5_000
+#: Answered requests the pairing remembers (newest kept), by id, by progress token and by HTTP
+#: exchange: what a late progress notification, a cancel that crossed the response, a duplicate
+#: answer or a log on the request's stream still finds. Past it, such a late message is reported
+#: as for an unknown request.
+ANSWERED_KEPT = 20_000
+#: Request ids the pairing remembers to report an id reused after its request completed
+#: (initialize era): a reuse further back than this many requests goes unreported.
+REQUEST_IDS_KEPT = 100_000
 
 # --- The store, import and export ---
 

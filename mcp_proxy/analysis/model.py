@@ -138,6 +138,11 @@ class Msg:
         if self.raw is not None:
             self._body = _UNPARSED
 
+    def forget(self) -> None:
+        """Forget the bytes and the body for good (every check has read this message)."""
+        self.raw = None
+        self._body = None
+
     @property
     def params(self) -> dict[str, Any]:
         b = self.body
