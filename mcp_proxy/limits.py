@@ -211,10 +211,10 @@ REORDER_LOOKAHEAD = 5_000
 #: exchange: what a late progress notification, a cancel that crossed the response, a duplicate
 #: answer or a log on the request's stream still finds. Past it, such a late message is reported
 #: as for an unknown request.
-ANSWERED_KEPT = 20_000
+ANSWERED_KEPT = 5_000
 #: Request ids the pairing remembers to report an id reused after its request completed
 #: (initialize era): a reuse further back than this many requests goes unreported.
-REQUEST_IDS_KEPT = 100_000
+REQUEST_IDS_KEPT = 50_000
 
 # --- The store, import and export ---
 
