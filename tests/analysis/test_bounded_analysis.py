@@ -17,6 +17,7 @@ from mcp_proxy.analysis.checks import Lists
 from mcp_proxy.analysis.exchanges import Pairing
 from mcp_proxy.analysis.facts import decode, session_facts
 from mcp_proxy.analysis.model import Exchange, FindingSink, SessionFacts
+from mcp_proxy.limits import LIST_WALKS_KEPT
 from mcp_proxy.store.queries import Store
 from mcp_proxy.testing.factories import Wire, envelope
 from tests.analysis.cases import CASES
@@ -31,10 +32,8 @@ async def _both(db_url: str, ref: str) -> tuple[list[dict[str, Any]], list[dict[
         view = service.session_view(s)
         view["fault_end"] = service.fault_end(await store.recorded_findings(s["id"]))
         bounded = await asyncio.to_thread(service.stream_analysis, db_url, view, http)
-        return [f.as_dict() for f in full.findings], [f.as_dict() for f in bounded.findings], (
-            full,
-            bounded,
-        )
+        pair = (full, bounded)
+        return [f.as_dict() for f in full.findings], [f.as_dict() for f in bounded.findings], pair
     finally:
         await store.close()
 
@@ -142,10 +141,4 @@ def test_lists_keep_a_bounded_number_of_walks() -> None:
             ex = by_id[m.msg_id]
             ex.response = m
             lists.exchange(ex)
-    assert 0 < len(lists.seen) <= service_limit_walks()
-
-
-def service_limit_walks() -> int:
-    from mcp_proxy.limits import LIST_WALKS_KEPT
-
-    return LIST_WALKS_KEPT
+    assert 0 < len(lists.seen) <= LIST_WALKS_KEPT
