@@ -178,10 +178,27 @@ MAX_DEPTH = 128
 
 # --- Analysis ---
 
+#: stderr lines the transport findings quote (the tail before a crash) and so keep.
+STDERR_TAIL = 8
+
 #: Individual findings kept per code; beyond that they are folded into one "… and N more".
 PER_CODE_CAP = 50
 #: Frame references kept per finding (a proof, not a copy of the session).
 MAX_SEQS = 1000
+#: Distinct names (methods, capability keys) one finding of the protocol checks collects: a peer
+#: may send any number of invented methods; past this the finding still counts them all and names
+#: the first ones.
+LIMIT_METHODS_NAMED = 64
+#: nextCursor values the pagination check remembers per list method (to tell a cursor the server
+#: returned from one it never did): past this the oldest are forgotten, and a request naming one
+#: is reported as an unknown cursor.
+LIST_CURSORS_KEPT = 10_000
+#: Walks over a list's pages whose identifiers the duplicate check holds at once (a new walk
+#: begins with every list request without a cursor): the oldest walk is forgotten first.
+LIST_WALKS_KEPT = 64
+#: Identifiers (tool names, URIs) kept per walk, and duplicates already reported: past this a
+#: walk's later items are not compared.
+LIST_IDS_KEPT = 10_000
 #: How far (monotonic ns) the pairing looks ahead for a message of the other side that a
 #: message refers to: the relay stamps each direction on its own thread, so a host's retry can be
 #: stamped a scheduling slice before the server result it answers (analysis/reorder.py).
@@ -190,6 +207,14 @@ REORDER_WINDOW_NS = 100_000_000
 #: is past :data:`REORDER_WINDOW_NS`): the bound of its look-ahead buffer, whatever the session's
 #: size.
 REORDER_LOOKAHEAD = 5_000
+#: Answered requests the pairing remembers (newest kept), by id, by progress token and by HTTP
+#: exchange: what a late progress notification, a cancel that crossed the response, a duplicate
+#: answer or a log on the request's stream still finds. Past it, such a late message is reported
+#: as for an unknown request.
+ANSWERED_KEPT = 5_000
+#: Request ids the pairing remembers to report an id reused after its request completed
+#: (initialize era): a reuse further back than this many requests goes unreported.
+REQUEST_IDS_KEPT = 50_000
 
 # --- The store, import and export ---
 
