@@ -18,10 +18,35 @@ import pytest
 from mcp_proxy.analysis.facts import SHAPED_FRAME_COLUMNS
 from mcp_proxy.analysis.stats import StatsPass, sorted_stats
 from mcp_proxy.store.stream import NULL, RAW_READ, STATS_COLUMNS, shaped_pages
+from mcp_proxy.testing.factories import Wire, envelope
 from tests.analysis.cases import CASES
-from tests.analysis.test_stats_stream import _busy
 
 pytestmark = pytest.mark.both_dialects
+
+
+def busy(modern: bool, *, status: str = "ended", exit_code: int | None = 0) -> Wire:
+    """Errors, tool errors, cancellations, progress, logs, stderr and unanswered requests."""
+    w = Wire.modern() if modern else Wire()
+    if not modern:
+        w.handshake()
+    for i in range(2, 40):
+        meta = envelope(log_level="info") if modern else {}
+        meta["progressToken"] = i
+        w.request("tools/call", i, {"name": f"tool{i % 3}", "arguments": {"q": i}, "_meta": meta})
+        w.progress(i, 1, 2, direction="s2c")
+        w.log(f"working on {i}", level="info")
+        if i % 7 == 0:
+            w.error(i, -32602, "Unknown tool")
+        elif i % 13 == 0:
+            w.notify("notifications/cancelled", {"requestId": i, "reason": "user"})
+        elif i % 17 == 0:
+            pass  # never answered
+        else:
+            w.result(i, {"content": [{"type": "text", "text": "ok"}], "isError": i % 5 == 0})
+        if i % 3 == 0:
+            w.stderr(f"line {i}")
+    w.request("ping", 999, {})
+    return w.end(status, exit_code=exit_code)
 
 
 def _stats(url: str, sid: str, columns: tuple[str, ...], *, by_name: bool) -> str:
@@ -39,7 +64,7 @@ def test_the_lean_read_keeps_the_full_reads_positions() -> None:
 
 
 def test_stats_of_the_lean_read_are_those_of_the_full_read(db_url: str) -> None:
-    wires: list[Any] = [_busy(False), _busy(True, status="crashed", exit_code=1)]
+    wires: list[Any] = [busy(False), busy(True, status="crashed", exit_code=1)]
     wires += [CASES[code][0]() for code in sorted(CASES)]
     sids = [w.record(db_url, name=f"s{i}") for i, w in enumerate(wires)]
     counted = 0
@@ -52,7 +77,7 @@ def test_stats_of_the_lean_read_are_those_of_the_full_read(db_url: str) -> None:
 
 
 def test_the_lean_read_leaves_the_bodies_of_counted_frames_on_disk(db_url: str) -> None:
-    w = _busy(True)
+    w = busy(True)
     sid = w.record(db_url, name="busy")
     shapes, pages = shaped_pages(db_url, sid, ("shape", RAW_READ))
     fetched: dict[tuple[str, str | None], set[bool]] = {}
