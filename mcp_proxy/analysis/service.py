@@ -50,7 +50,7 @@ from mcp_proxy.analysis.version import ANALYZER_VERSION
 from mcp_proxy.errors import StoreError
 from mcp_proxy.store.engine import sqlite_path
 from mcp_proxy.store.queries import Store, session_status
-from mcp_proxy.store.stream import frame_batches, shaped_batches
+from mcp_proxy.store.stream import STATS_COLUMNS, frame_batches, shaped_batches, shaped_pages
 
 log = logging.getLogger(__name__)
 
@@ -398,17 +398,10 @@ def stream_stats(
     with its ``fault_end``)."""
     p = StatsPass(session, http_rows, by_name=by_name)
     sid = str(session["id"])
-    path = sqlite_path(url)
     with gc_paused():
-        if path is not None:  # frame_rows as stored (one shape integer for four columns)
-            shapes, batches = shaped_batches(
-                str(path), sid, SHAPED_FRAME_COLUMNS, batch=STATS_BATCH
-            )
-            for rows in batches:
-                p.feed_shaped(rows, shapes)
-        else:
-            for rows in frame_batches(url, sid, batch=STATS_BATCH):
-                p.feed(rows)
+        shapes, batches = shaped_pages(url, sid, STATS_COLUMNS, batch=STATS_BATCH)
+        for rows in batches:
+            p.feed_shaped(rows, shapes)
         return p.finish()
 
 
