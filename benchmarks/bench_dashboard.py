@@ -43,7 +43,14 @@ from mcp_proxy.store.schema import (  # noqa: E402
     sessions,
 )
 
-TARGETS_MS = {"sessions page": 150.0, "big session, first timeline page": 200.0, "exchange": 50.0}
+TARGETS_MS = {
+    "sessions page": 150.0,
+    "big session, first timeline page": 200.0,
+    "exchange": 50.0,
+    # The inspector's pages (issue #28) page like the timeline: the same target.
+    "big session, first waterfall page": 200.0,
+    "host timeline": 200.0,
+}
 TOOLS = ("search", "read_file", "write_file", "list_dir", "run_query", "fetch_url", "summarise")
 DAY = 86_400.0
 
@@ -389,6 +396,12 @@ async def measure(db: Path, big_id: str, runs: int) -> list[dict[str, Any]]:
         "sessions filtered by tag": "/sessions?tag=bug-repro",
         "sessions sorted by frames": "/sessions?sort=frames",
         "frame detail": f"/sessions/{big_id}/frames/{seq}",
+        "big session, first waterfall page": f"/sessions/{big_id}/waterfall",
+        "big session, a later waterfall page": f"/sessions/{big_id}/waterfall?after=90000",
+        "big session, waterfall (.json)": f"/sessions/{big_id}/waterfall.json",
+        "host timeline": "/timeline?client=bench-host",
+        "host timeline (.json)": "/timeline.json?client=bench-host",
+        "big session with an exchange beside it": f"/sessions/{big_id}?x={seq}",
     }
     results = []
     async with TestClient(TestServer(app, host="127.0.0.1")) as client:

@@ -21,6 +21,7 @@ from dashboard import present
 from dashboard.analysis import Analyst
 from dashboard.security import TOKEN_FIELD, new_token, security_middleware
 from mcp_proxy import render as render_text
+from mcp_proxy import tokens
 from mcp_proxy.netutil import is_loopback
 from mcp_proxy.store.queries import Store
 
@@ -56,6 +57,10 @@ def make_env() -> jinja2.Environment:
         when=render_text.when,
         dur=present.duration,
         size=present.human_size,
+        era=present.era_label,
+        charrefs=present.charrefs,
+        tokens=tokens.estimate,
+        era_title=present.era_title,
     )
     return env
 

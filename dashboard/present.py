@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import signal
 import unicodedata
 from collections.abc import Iterable
 from typing import Any
@@ -22,6 +23,7 @@ from markupsafe import Markup, escape
 from mcp_proxy.frames import strip_line_end, text_or_none
 from mcp_proxy.headers import decode_header_value as _decode_header_value
 from mcp_proxy.limits import TEXT_LIMIT, TREE_DEPTH, TREE_LIMIT
+from mcp_proxy.protocol import ERA_INITIALIZE, ERA_MODERN
 from mcp_proxy.render import human_size, parse_json_safely
 
 #: Characters that must never reach the page as themselves: C0/C1 controls (except tab and
@@ -58,6 +60,17 @@ def vis(text: Any) -> Markup:
         else:
             parts.append(str(escape(ch)))
     return Markup("".join(parts))
+
+
+def charrefs(text: Any) -> Markup:
+    """Escape ``text`` for a ``<template>`` a Copy button reads: every invisible or
+    direction-changing character as a numeric reference, so none reaches the page source as
+    itself, while the parsed text (what is copied) is the exact original. (HTML maps the C1
+    references ``&#x80;``–``&#x9F;`` to windows-1252 characters: those few copy differently.)"""
+    s = str(escape("" if text is None else str(text)))
+    if not any(ord(ch) in _INVISIBLE for ch in s):
+        return Markup(s)
+    return Markup("".join(f"&#x{ord(ch):X};" if ord(ch) in _INVISIBLE else ch for ch in s))
 
 
 def plain(text: Any) -> str:
@@ -310,6 +323,42 @@ def latency_svg(rows: list[dict[str, Any]], *, width: int = 720) -> dict[str, An
         "left": label_w + pad,
         "right": width - pad,
     }
+
+
+#: What an era is called on a page: both eras named the same way (by how a session opens),
+#: the value the filters and the ``.json`` twins use kept in the title.
+ERA_LABELS = {
+    ERA_INITIALIZE: ("initialize handshake", "initialize era: the session opens with initialize"),
+    ERA_MODERN: ("stateless", "2026-07-28 era: no initialize, each request carries its version"),
+}
+
+
+def era_label(era: str | None) -> str:
+    """The era as a word for a column (``initialize`` and ``2026-07-28`` read alike)."""
+    if not era:
+        return ""
+    return ERA_LABELS.get(era, (f"era {era}", ""))[0]
+
+
+def era_title(era: str | None) -> str:
+    if not era:
+        return ""
+    return ERA_LABELS.get(era, ("", f"era {era}"))[1]
+
+
+def exit_text(code: int | None, sig: int | None) -> str:
+    """How a server process ended: ``exit 1``, ``killed by SIGKILL (9)``, or both when a
+    wrapper reported a code and a signal; empty when neither is known."""
+    parts: list[str] = []
+    if code is not None:
+        parts.append(f"exit {code}")
+    if sig:
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = "signal"
+        parts.append(f"killed by {name} ({sig})")
+    return ", ".join(parts)
 
 
 def ms_value(milliseconds: float | None) -> str:

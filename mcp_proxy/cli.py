@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 
-from mcp_proxy.errors import McptapeError, StoreError, UserError, report
+from mcp_proxy.errors import ERROR_FORMAT_ENV, McptapeError, StoreError, UserError, report
 
 app = typer.Typer(
     name="mcptape",
@@ -59,6 +59,10 @@ def handle_errors[F: Callable[..., Any]](func: F) -> F:
 
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        # `--format json` asks for JSON errors by setting MCPTAPE_ERROR_FORMAT (children see it
+        # too); it is this command's setting, so it is put back when the command returns — a
+        # process that runs commands one after another (tests, an embedding) keeps its own.
+        before = os.environ.get(ERROR_FORMAT_ENV)
         try:
             return func(*args, **kwargs)
         except UserError as exc:
@@ -76,6 +80,11 @@ def handle_errors[F: Callable[..., Any]](func: F) -> F:
             except OSError:
                 pass
             raise typer.Exit(0) from None
+        finally:
+            if before is None:
+                os.environ.pop(ERROR_FORMAT_ENV, None)
+            else:
+                os.environ[ERROR_FORMAT_ENV] = before
 
     return wrapper  # type: ignore[return-value]
 

@@ -46,9 +46,13 @@ class StoreError(McptapeError):
     """The database could not be opened, migrated or written."""
 
 
+#: The variable that asks for JSON error lines (``--format json`` sets it for its command).
+ERROR_FORMAT_ENV = "MCPTAPE_ERROR_FORMAT"
+
+
 def report(message: str, code: int) -> None:
     """Print one error line on stderr: plain, or a JSON envelope with MCPTAPE_ERROR_FORMAT=json."""
-    if os.environ.get("MCPTAPE_ERROR_FORMAT") == "json":
+    if os.environ.get(ERROR_FORMAT_ENV) == "json":
         print(json.dumps({"error": {"message": message, "code": code}}), file=sys.stderr)
     else:
         print(f"mcptape: {message}", file=sys.stderr)

@@ -126,13 +126,26 @@ def strip_line_end(raw: bytes | bytearray) -> bytes:
     return bytes(raw[:end])
 
 
+#: The kinds the common messages get, bound once (an enum class's attribute is a lookup).
+_NOTIFICATION, _REQUEST, _RESPONSE = Kind.NOTIFICATION, Kind.REQUEST, Kind.RESPONSE
+
+
 def classify_message(msg: Any) -> Classified:
     """Classify an already-parsed JSON value as JSON-RPC 2.0."""
-    if type(msg) is dict and msg.get("jsonrpc") == "2.0" and "id" not in msg:
-        # The commonest frame of all — a notification — decided in three lookups.
+    if type(msg) is dict and msg.get("jsonrpc") == "2.0":
+        # The common messages — a notification, a request or a response with an integer or
+        # string id — decided in a few lookups; the same answers as the general path below.
         method = msg.get("method")
-        if type(method) is str:
-            return Classified(Kind.NOTIFICATION, method, None, msg)
+        if "id" not in msg:
+            if type(method) is str:
+                return Classified(_NOTIFICATION, method, None, msg)
+        else:
+            raw_id = msg["id"]
+            if type(raw_id) is int or type(raw_id) is str:
+                if type(method) is str:
+                    return Classified(_REQUEST, method, id_key(raw_id), msg)
+                if method is None and "result" in msg and "error" not in msg:
+                    return Classified(_RESPONSE, None, id_key(raw_id), msg)
     if isinstance(msg, list):
         return Classified(Kind.BATCH, message=msg, problem=None if msg else "empty batch")
     if not isinstance(msg, dict):
@@ -175,7 +188,6 @@ def classify_message(msg: Any) -> Classified:
 
 
 _HEAD = 64 * 1024
-_JSON_START = frozenset((b"{", b"["))
 _METHOD_RE = re.compile(rb'"method"\s*:\s*"((?:[^"\\]|\\.){1,256})"')
 _ID_RE = re.compile(rb'"id"\s*:\s*(-?\d+(?:\.\d+)?|"(?:[^"\\]|\\.){0,256}"|null)')
 _CODE_RE = re.compile(rb'"error"\s*:\s*\{[^{}]*?"code"\s*:\s*(-?\d+)')
@@ -276,15 +288,15 @@ def classify(
 def _classify(
     raw: bytes | bytearray | memoryview, channel: Channel | str, checked: bool
 ) -> Classified:
-    if channel == Channel.STDERR:
+    if channel == "stderr":  # Channel.STDERR is this str
         return Classified(Kind.STDERR)
     if len(raw) > FULL_PARSE_LIMIT:
         return _classify_huge(bytes(raw[:_HEAD]) + bytes(raw[-32:]))
-    data = bytes(raw)
-    head = data[:4]
+    data = raw if type(raw) is bytes else bytes(raw)
+    first = data[:1]
     # Fast path: json.loads on UTF-8 bytes directly (no decode copy, no newline strip). Bytes
     # that json would sniff as UTF-16/32 (NULs, BOMs) take the strict path instead.
-    if head[:1] in _JSON_START and b"\x00" not in head:
+    if (first == b"{" or first == b"[") and b"\x00" not in data[:4]:
         # orjson first (~5× json's speed on small frames). What it refuses — lone surrogates,
         # NaN, infinities, nesting past 1024, invalid UTF-8 — falls through to the json path
         # below, and so do long digit runs (orjson reads an integer past 64 bits as a float),

@@ -178,10 +178,27 @@ MAX_DEPTH = 128
 
 # --- Analysis ---
 
+#: stderr lines the transport findings quote (the tail before a crash) and so keep.
+STDERR_TAIL = 8
+
 #: Individual findings kept per code; beyond that they are folded into one "… and N more".
 PER_CODE_CAP = 50
 #: Frame references kept per finding (a proof, not a copy of the session).
 MAX_SEQS = 1000
+#: Distinct names (methods, capability keys) one finding of the protocol checks collects: a peer
+#: may send any number of invented methods; past this the finding still counts them all and names
+#: the first ones.
+LIMIT_METHODS_NAMED = 64
+#: nextCursor values the pagination check remembers per list method (to tell a cursor the server
+#: returned from one it never did): past this the oldest are forgotten, and a request naming one
+#: is reported as an unknown cursor.
+LIST_CURSORS_KEPT = 10_000
+#: Walks over a list's pages whose identifiers the duplicate check holds at once (a new walk
+#: begins with every list request without a cursor): the oldest walk is forgotten first.
+LIST_WALKS_KEPT = 64
+#: Identifiers (tool names, URIs) kept per walk, and duplicates already reported: past this a
+#: walk's later items are not compared.
+LIST_IDS_KEPT = 10_000
 #: How far (monotonic ns) the pairing looks ahead for a message of the other side that a
 #: message refers to: the relay stamps each direction on its own thread, so a host's retry can be
 #: stamped a scheduling slice before the server result it answers (analysis/reorder.py).
@@ -190,6 +207,14 @@ REORDER_WINDOW_NS = 100_000_000
 #: is past :data:`REORDER_WINDOW_NS`): the bound of its look-ahead buffer, whatever the session's
 #: size.
 REORDER_LOOKAHEAD = 5_000
+#: Answered requests the pairing remembers (newest kept), by id, by progress token and by HTTP
+#: exchange: what a late progress notification, a cancel that crossed the response, a duplicate
+#: answer or a log on the request's stream still finds. Past it, such a late message is reported
+#: as for an unknown request.
+ANSWERED_KEPT = 5_000
+#: Request ids the pairing remembers to report an id reused after its request completed
+#: (initialize era): a reuse further back than this many requests goes unreported.
+REQUEST_IDS_KEPT = 50_000
 
 # --- The store, import and export ---
 
@@ -243,6 +268,24 @@ INLINE_LIMIT = 20_000
 ANALYSIS_CACHE = 32
 #: Frames read around one request on a session too big to analyse whole.
 SPAN_LIMIT = 5000
+#: Ticks (progress, log and other notifications of one exchange, e.g. each SSE event) a
+#: waterfall bar shows: a task that reported progress 100,000 times is one bar, not a page of
+#: 100,000 marks; the bar says how many it left out.
+WATERFALL_TICKS = 50
+#: Sessions (lanes' bars) on one host timeline: a host runs ten servers, a busy hour a few dozen
+#: sessions; past it the page says how many it left out and a narrower window shows them.
+HOST_SESSIONS = 60
+#: Requests drawn per session on the host timeline (its first in the window); the rest are
+#: counted, and the session's own waterfall shows them all.
+HOST_REQUESTS = 300
+#: The largest ``tools/list`` answer the session page parses for its per-tool context cost (a
+#: larger one is costed whole, from its size, without the per-tool table).
+COST_PARSE_LIMIT = 4 * 1024 * 1024
+#: Bytes of a frame a Copy button carries on the page (its JSON, its bytes, a curl command, a
+#: JSON Lines snippet): a larger frame is not put on the page twice; its download stays.
+COPY_LIMIT = 512 * 1024
+#: Exchanges on one waterfall page (``limit=``), as the timeline's page limit.
+WATERFALL_PAGE = 1000
 
 # --- CLI and faults ---
 

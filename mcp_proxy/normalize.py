@@ -8,11 +8,14 @@ thousands of levels deep). This module is the one place that decides what is lef
 
 from __future__ import annotations
 
+import copy
 import json
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import jsonpath
+from jsonpath import CompoundJSONPath, JSONPath
 
 from mcp_proxy.limits import MAX_DEPTH
 
@@ -27,123 +30,91 @@ OPAQUE = "<opaque>"
 TOO_DEEP = "<nested too deep"
 
 
-# ============================================================================ JSONPath (subset)
+# ============================================================================ JSONPath
+# python-jsonpath (RFC 9535, with filters, slices and descendants) reads and finds; this module
+# only decides what a match becomes: dropped, or masked as OPAQUE.
 
 
 class JsonPathError(ValueError):
-    """A ``--ignore`` path this module cannot read; the message says which part."""
+    """A ``--ignore`` path that cannot be read; the message says why."""
 
 
-_TOKEN = re.compile(
-    r"""\.\.(?P<deep>[A-Za-z_$@/][\w$@/.:-]*?|\*)(?=\.|\[|$)
-      | \.(?P<key>[A-Za-z_$@/][\w$@/:-]*|\*)
-      | \[(?P<index>-?\d+|\*)\]
-      | \[['"](?P<qkey>[^'"]*)['"]\]
-      | \.\.\[['"](?P<dqkey>[^'"]*)['"]\]""",
-    re.VERBOSE,
-)
+#: RFC 9535 as written (python-jsonpath's default syntax adds extensions, one of which reads a
+#: name starting with ``_`` — ``$.._meta`` — as something else).
+_JSONPATH = jsonpath.JSONPathEnvironment(strict=True)
 
 
-@dataclass(frozen=True, slots=True)
-class _Seg:
-    kind: str  # key | index | any | deep
-    value: Any = None
+def parse_jsonpath(path: str) -> JSONPath | CompoundJSONPath:
+    """Compile a JSONPath (RFC 9535: ``$.key``, ``['key']``, ``[n]``, ``[*]``, ``..key``,
+    slices, filters such as ``$..content[?@.type == 'image']``).
 
-
-def parse_jsonpath(path: str) -> tuple[_Seg, ...]:
-    """Parse the JSONPath subset ``$``, ``.key``, ``['key']``, ``[n]``, ``[*]``, ``.*``, ``..key``.
-
-    Enough to name what to ignore (``$..timestamp``, ``$.result.content[0].text``); filters and
-    slices are refused with a clear message rather than half-supported.
+    A path must start at the root (``$``) and name a part of the document, not all of it.
     """
     p = path.strip()
     if not p.startswith("$"):
         raise JsonPathError(f"JSONPath {path!r} must start with '$'")
-    pos = 1
-    segs: list[_Seg] = []
-    while pos < len(p):
-        m = _TOKEN.match(p, pos)
-        if not m:
-            raise JsonPathError(f"cannot read JSONPath {path!r} at {p[pos:]!r}")
-        pos = m.end()
-        if m.group("deep") is not None:
-            d = m.group("deep")
-            segs.append(_Seg("deep", None if d == "*" else d))
-        elif m.group("dqkey") is not None:
-            segs.append(_Seg("deep", m.group("dqkey")))
-        elif m.group("key") is not None:
-            k = m.group("key")
-            segs.append(_Seg("any") if k == "*" else _Seg("key", k))
-        elif m.group("qkey") is not None:
-            segs.append(_Seg("key", m.group("qkey")))
-        else:
-            i = m.group("index")
-            segs.append(_Seg("any") if i == "*" else _Seg("index", int(i)))
-    if not segs:
+    if p == "$":
         raise JsonPathError(f"JSONPath {path!r} names the whole document; name a part of it")
-    return tuple(segs)
+    try:
+        return _JSONPATH.compile(p)
+    except jsonpath.JSONPathError as exc:
+        raise JsonPathError(f"cannot read JSONPath {path!r}: {exc}") from None
 
 
-_GONE = object()  # what a dropped value becomes while a container is rebuilt
+def _container(doc: Any, parts: Sequence[Any]) -> Any:
+    """The value at ``parts`` in ``doc``, or None when it is gone (dropped, masked above)."""
+    node = doc
+    for part in parts:
+        if isinstance(node, dict) and isinstance(part, str) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            return None
+    return node if isinstance(node, dict | list) else None
 
 
-def _hit(value: Any, rest: Sequence[_Seg], action: str) -> Any:
-    """A value the path names: walked further, or (last segment) masked or dropped."""
-    if rest:
-        return _apply(value, rest, action)
-    return OPAQUE if action == "mask" else _GONE
-
-
-def _apply(doc: Any, segs: Sequence[_Seg], action: str) -> Any:
-    """Return a copy of ``doc`` with what ``segs`` names removed (``drop``) or masked."""
-    if not segs:
+def _apply(doc: Any, path: JSONPath | CompoundJSONPath, action: str) -> Any:
+    """A copy of ``doc`` with what ``path`` names removed (``drop``) or masked; ``doc`` itself
+    when nothing matches."""
+    by_parent: dict[tuple[Any, ...], set[Any]] = {}
+    for match in path.finditer(doc):
+        parts = tuple(match.parts)
+        if parts:
+            by_parent.setdefault(parts[:-1], set()).add(parts[-1])
+    if not by_parent:
         return doc
-    seg, rest = segs[0], segs[1:]
-    if seg.kind == "deep":
-        return _apply_deep(doc, seg, segs, action)
-    if isinstance(doc, dict) and seg.kind in ("key", "any"):
-        out = {}
-        for k, v in doc.items():
-            if seg.kind == "any" or k == seg.value:
-                v = _hit(v, rest, action)
-            if v is not _GONE:
-                out[k] = v
-        return out
-    if isinstance(doc, list) and seg.kind in ("index", "any"):
-        n = len(doc)
-        target = None if seg.kind == "any" else (seg.value % n if n and -n <= seg.value < n else -1)
-        items = (
-            _hit(v, rest, action) if target is None or i == target else v for i, v in enumerate(doc)
-        )
-        return [v for v in items if v is not _GONE]
-    return doc
-
-
-def _apply_deep(doc: Any, seg: _Seg, segs: Sequence[_Seg], action: str) -> Any:
-    """``..name``: the name at this level, then every child for deeper matches."""
-    if isinstance(doc, list):
-        return [_apply(v, segs, action) for v in doc]
-    if not isinstance(doc, dict):
-        return doc
-    out = {}
-    for k, v in doc.items():
-        if seg.value is None or k == seg.value:
-            v = _hit(v, segs[1:], action)
-            if v is _GONE:
-                continue
-            if len(segs) == 1:  # masked: nothing below an opaque value
-                out[k] = v
-                continue
-        out[k] = _apply(v, segs, action)
+    out = copy.deepcopy(doc)
+    # Outer parents first: what lies under a dropped or masked value is gone with it. Within
+    # one list, the highest index first, so that a drop does not move the ones still to do.
+    for parent in sorted(by_parent, key=len):
+        node = _container(out, parent)
+        if node is None:
+            continue
+        for key in sorted(by_parent[parent], key=_position, reverse=True):
+            if isinstance(node, dict) and isinstance(key, str) and key in node:
+                if action == "mask":
+                    node[key] = OPAQUE
+                else:
+                    del node[key]
+            elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+                if action == "mask":
+                    node[key] = OPAQUE
+                else:
+                    del node[key]
     return out
+
+
+def _position(key: Any) -> tuple[int, Any]:
+    return (1, key) if isinstance(key, int) else (0, str(key))
 
 
 @dataclass(frozen=True)
 class Normalizer:
     """The ignores and masks applied to every step document before comparing."""
 
-    ignores: tuple[tuple[_Seg, ...], ...] = ()
-    masks: tuple[tuple[_Seg, ...], ...] = ()
+    ignores: tuple[JSONPath | CompoundJSONPath, ...] = ()
+    masks: tuple[JSONPath | CompoundJSONPath, ...] = ()
 
     @classmethod
     def build(cls, extra_ignores: Iterable[str] = (), *, defaults: bool = True) -> Normalizer:
@@ -154,10 +125,10 @@ class Normalizer:
         )
 
     def __call__(self, doc: Any) -> Any:
-        for segs in self.masks:
-            doc = _apply(doc, segs, "mask")
-        for segs in self.ignores:
-            doc = _apply(doc, segs, "drop")
+        for path in self.masks:
+            doc = _apply(doc, path, "mask")
+        for path in self.ignores:
+            doc = _apply(doc, path, "drop")
         return doc
 
 

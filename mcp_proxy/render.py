@@ -12,7 +12,9 @@ import base64
 import json
 import re
 import time
+from bisect import bisect_right
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Any
 
 from orjson import OPT_INDENT_2 as _INDENT_2
@@ -385,17 +387,39 @@ def _pretty(value: Any, pad: str, out: list[str]) -> None:
 #: its digits). A body without one holds no float, so orjson reads it as ``json.loads`` does (and
 #: writes it indented as ``json.dumps``); one with a match (a float, or a string such as
 #: ``"v1.2"``) takes the general path. The JSON-RPC version member, in every message, is
-#: removed before the scan (its ``"2.0"`` is a string). Invalid JSON fails in orjson and takes
-#: the general path too. So do integers of 19 digits or more: orjson reads one past 64 bits as
-#: a float, where ``json.loads`` keeps it exact.
-_FLOAT_DIGIT = re.compile(rb"[0-9][.eE]|[0-9]{19}").search
-_VERSION_MEMBERS = (b'"jsonrpc":"2.0"', b'"jsonrpc": "2.0"')
+#: passed over (its ``"2.0"`` is a string). Invalid JSON fails in orjson and takes the general
+#: path too. So do integers of 19 digits or more: orjson reads one past 64 bits as a float,
+#: where ``json.loads`` keeps it exact. Searched in C without a regex: the page's bodies are
+#: translated (every digit to ``0``, ``e``/``E`` to ``.``), then searched for ``0.`` and for
+#: nineteen ``0``.
+_FLOAT_FOLD = bytes.maketrans(b"0123456789eE", b"0000000000..")
+_FLOAT_MARKS = (b"0.", b"0" * 19)
+#: The version member folded, and the same length with its dot gone (offsets are kept).
+_VERSIONS = ((b'"jsonrpc":"0.0"', b'"jsonrpc":"0_0"'), (b'"jsonrpc": "0.0"', b'"jsonrpc": "0_0"'))
 
 
-def _floatish(data: bytes) -> bool:
-    """Whether ``data`` may hold a JSON float or a long integer (see :data:`_FLOAT_DIGIT`)."""
-    v1, v2 = _VERSION_MEMBERS
-    return _FLOAT_DIGIT(data.replace(v1, b"").replace(v2, b"")) is not None
+def _floaty(raws: list[bytes]) -> set[int]:
+    """The indexes of the bodies in ``raws`` that may hold a JSON float or a long integer (see
+    :data:`_FLOAT_FOLD`): the page's bodies joined by line ends (no mark spans one) and folded
+    once, searched once; only a page with a mark has its marks placed in their bodies."""
+    folded = b"\n".join(raws).translate(_FLOAT_FOLD)
+    for version, kept in _VERSIONS:
+        folded = folded.replace(version, kept)
+    found: set[int] = set()
+    ends: list[int] | None = None
+    for mark in _FLOAT_MARKS:
+        at = folded.find(mark)
+        while at >= 0:
+            if ends is None:
+                ends = list(accumulate(len(r) + 1 for r in raws))  # past each body's line end
+            i = bisect_right(ends, at)
+            found.add(i)
+            at = folded.find(mark, ends[i])  # the next body
+    return found
+
+
+#: ``.000`` … ``.999``: a timestamp's milliseconds as the text header prints them.
+_MILLIS = [f".{i:03d}" for i in range(1000)]
 
 
 _sizes: dict[int, str] = {}
@@ -531,15 +555,17 @@ class FrameRenderer:
         cache = self._text
         out: list[str] = []
         append = out.append
-        clocks, loads, dumps, floatish = _clock_cache, _orjson_loads, _orjson_dumps, _floatish
-        for row in rows:
-            seq, ts, shape, msg_id, error_code, size, complete, raw = row[:8]
+        clocks, loads, dumps, millis = _clock_cache, _orjson_loads, _orjson_dumps, _MILLIS
+        datas = [raw if type(raw) is bytes else bytes(raw or b"") for raw in (r[7] for r in rows)]
+        floaty = _floaty(datas) if body else set()
+        for i, row in enumerate(rows):
+            seq, ts, shape, msg_id, error_code, size, complete = row[:7]
             mid, general = cache.get(shape) or self._text_shape(shape)
             base = clocks.get(int(ts))
             if base is None:
                 head = f"#{seq:<5} {_clock_fast(ts)}{mid}"
             else:
-                head = f"#{seq:<5} {base}.{int((ts % 1) * 1000):03d}{mid}"
+                head = f"#{seq:<5} {base}{millis[int((ts % 1) * 1000)]}{mid}"
             if msg_id is not None:
                 head += (
                     f" id={msg_id}"
@@ -554,9 +580,9 @@ class FrameRenderer:
             if not body:
                 append(head)
                 continue
-            data = raw if type(raw) is bytes else bytes(raw or b"")
+            data = datas[i]
             text = None
-            if not general and len(data) <= BODY_CHARS and not floatish(data):
+            if not general and len(data) <= BODY_CHARS and (not floaty or i not in floaty):
                 try:
                     msg = loads(data)
                     pretty = dumps(msg, option=_INDENT_2)

@@ -101,6 +101,17 @@ def _bytecode_for_subprocesses() -> None:
 WORKERS_ENV = "MCPTAPE_TEST_WORKERS"
 
 
+def workers_from_env(value: str) -> int:
+    """``MCPTAPE_TEST_WORKERS``'s count (``0``: serial); anything else is one usage line."""
+    try:
+        workers = int(value)
+    except ValueError:
+        workers = -1
+    if workers < 0:
+        raise pytest.UsageError(f"{WORKERS_ENV}={value!r}: a number of workers (0: serial)")
+    return workers
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """The whole suite (``uv run pytest`` with no paths: the README's and CI's command) runs on
@@ -112,7 +123,8 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     fixtures start once); the costly session fixtures are built once per run into files that
     every worker copies (``tests/helpers/shared.py``). Every worker has its own temporary
     folders and its own PostgreSQL databases (names carry the pid). ``-n N`` on the command
-    line wins; ``MCPTAPE_TEST_WORKERS=N`` sets the count (``0``: serial)."""
+    line wins; ``MCPTAPE_TEST_WORKERS=N`` sets the count (``0``: serial; ``3`` is the other
+    count worth timing on a 2-core machine, where the workers mostly wait)."""
     option = config.option
     if not hasattr(option, "numprocesses") or hasattr(config, "workerinput"):
         return  # xdist not installed / disabled, or this is a worker
@@ -120,7 +132,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         return
     wanted = os.environ.get(WORKERS_ENV, "")
     if wanted.strip():
-        workers = int(wanted)
+        workers = workers_from_env(wanted)
     elif config.args_source == pytest.Config.ArgsSource.TESTPATHS:
         workers = min(2, os.cpu_count() or 1)
     else:
@@ -206,14 +218,20 @@ def matrix_only(item: pytest.Item) -> str | None:
 
     - marked ``full`` (e.g. a hypothesis corpus starting real processes per example);
     - a parameter of ``postgresql`` outside :data:`PG_CONTRACT` and not marked ``smoke``;
-    - a forward ``engine`` parameter of ``mitmproxy`` not marked ``smoke``.
+    - a forward ``engine`` parameter of ``mitmproxy`` not marked ``smoke``;
+    - marked ``smoke(dialect=D)`` (its end-to-end example is the one on ``D``) but run on
+      another dialect, while ``D`` is enabled: that twin is the dialect matrix.
     """
     if item.get_closest_marker("full"):
         return "full"
-    if item.get_closest_marker("smoke"):
-        return None
     callspec = getattr(item, "callspec", None)
     params = callspec.params if callspec is not None else {}
+    smoke = item.get_closest_marker("smoke")
+    if smoke is not None:
+        only = smoke.kwargs.get("dialect")
+        if only in DIALECTS and params.get("store_dialect", only) != only:
+            return str(params["store_dialect"])
+        return None
     if any(isinstance(v, str) and v == "postgresql" for v in params.values()):
         if not item.nodeid.startswith(PG_CONTRACT):
             return "postgresql"
@@ -268,7 +286,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "smoke: keeps its PostgreSQL / mitmproxy-engine parameters in the default run (the one "
-        "end-to-end example of its kind)",
+        "end-to-end example of its kind); smoke(dialect='postgresql'): only on that dialect, "
+        "its other dialect twin under --full",
     )
     config.addinivalue_line(
         "markers",

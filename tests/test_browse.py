@@ -18,11 +18,14 @@ import pytest
 
 from tests.conftest import mcptape_cmd
 from tests.dashboard.test_hardening import C2S, FUZZ_C2S, FUZZ_S2C, record_raw
+from tests.helpers.cli import run_mcptape
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``mcptape ARGS`` as a process, to a real pipe (the other calls run in-process through
+    the real entry point: ``run_mcptape``, or ``cli`` where capsys reads the output)."""
     return subprocess.run(
         [*mcptape_cmd(), *args],
         capture_output=True,
@@ -81,7 +84,7 @@ def test_every_reading_command_prints_fuzzed_frames(
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_show_prints_deep_and_undecodable_frames(hostile_db: Path, fmt: str) -> None:
     """Item 12: ``show`` (text) died of RecursionError on a frame nested 1,200 levels deep."""
-    done = run("show", "hostile-frames", "--db", str(hostile_db), "--format", fmt)
+    done = run_mcptape("show", "hostile-frames", "--db", str(hostile_db), "--format", fmt)
     assert done.returncode == 0, done.stderr[-1500:]
     assert "Traceback" not in done.stderr
     if fmt == "json":
@@ -96,7 +99,7 @@ def test_show_prints_deep_and_undecodable_frames(hostile_db: Path, fmt: str) -> 
 def test_show_json_with_a_long_id(hostile_db: Path) -> None:
     """Item 3 (viewer side): an id the store cut short was invalid JSON and crashed the JSON
     output; whatever is stored, every frame prints."""
-    done = run("show", "long-id", "--db", str(hostile_db), "--format", "json")
+    done = run_mcptape("show", "long-id", "--db", str(hostile_db), "--format", "json")
     assert done.returncode == 0, done.stderr[-1500:]
     frames = [json.loads(line) for line in done.stdout.splitlines()]
     assert [f["kind"] for f in frames][:2] == ["request", "response"]
@@ -117,7 +120,7 @@ def test_bad_numbers_and_times_are_one_line_and_exit_2(
     hostile_db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Item 13: tracebacks (``--limit 1e23``, ``--limit 2**64``) or silent acceptance before."""
-    done = run("sessions", "--db", str(hostile_db), "--limit", str(2**64))  # as a user runs it
+    done = run_mcptape("sessions", "--db", str(hostile_db), "--limit", str(2**64))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("mcptape: --limit must be between 0 (all) and")
     for args, message in BAD_VALUES:
@@ -136,7 +139,7 @@ def test_reading_commands_never_create_a_database(
 ) -> None:
     """Item 14: ``sessions --db /typo/x.db`` created the folder and an empty database."""
     db = tmp_path / "typo" / "x.db"
-    done = run("sessions", "--db", str(db))  # as a user runs it
+    done = run_mcptape("sessions", "--db", str(db))
     assert done.returncode == 4 and done.stderr.startswith("mcptape: no database at "), done
     for command in READING:
         code, _, err = cli(capsys, *command, "--db", str(db))

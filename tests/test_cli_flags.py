@@ -2,9 +2,12 @@
 stderr and a stable exit code (docs/cli-exit-codes.md), never a traceback and never a silent
 "ok" — before anything starts listening, running or creating a database.
 
-``record`` runs as the installed console script (before the fix, some of these started a relay
-and listened on a port of their own choosing); the other commands run in-process through the
-same entry point (``mcp_proxy.entry.main``), which is faster and has the same parser.
+Every case runs in-process through the console script's entry point (``mcp_proxy.entry.main``,
+the same parser and messages without a Python start-up each), except one ``record`` case run as
+the installed console script (:data:`AS_A_PROCESS`: before the fix, it started a relay and
+listened on a port of its own choosing): the usage error of a real process, its exit code and
+its one line. Were a ``record`` flag accepted again, the in-process case would start its relay
+here and fail on its own assertions or on the timeout.
 """
 
 from __future__ import annotations
@@ -35,10 +38,12 @@ SERVER = [sys.executable, "-c", "pass"]
 USAGE, NOT_FOUND = 2, 4
 
 
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch) -> tuple[int, str]:
-    """``mcptape ARGV``: (exit code, stderr). ``record`` runs as a process of its own."""
+def _run(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch, *, process: bool = False
+) -> tuple[int, str]:
+    """``mcptape ARGV``: (exit code, stderr), in-process unless ``process``."""
     monkeypatch.delenv("MCPTAPE_ERROR_FORMAT", raising=False)
-    if argv[0] == "record":
+    if process:
         proc = subprocess.run(
             [*mcptape_cmd(), *argv],
             capture_output=True,
@@ -122,12 +127,17 @@ BAD_FLAGS = {
 }
 
 
+#: The case run as the installed console script (the others run in-process).
+AS_A_PROCESS = "record-upstream-port"
+
+
 @pytest.mark.parametrize(("argv", "expected"), BAD_FLAGS.values(), ids=BAD_FLAGS.keys())
 def test_a_bad_flag_value_is_one_line_and_exit_2(
     argv: list[str], expected: str, tmp_path: Path, capsys, monkeypatch
 ) -> None:
     db = tmp_path / "flags.db"
-    code, err = _run([*argv[:1], "--db", str(db), *argv[1:]], capsys, monkeypatch)
+    process = argv is BAD_FLAGS[AS_A_PROCESS][0]
+    code, err = _run([*argv[:1], "--db", str(db), *argv[1:]], capsys, monkeypatch, process=process)
     _one_line(err, expected)
     assert code == USAGE, err
     assert not db.exists()  # nothing started, nothing recorded

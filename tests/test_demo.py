@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.analysis.test_real_sessions import analysed
 from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
+from tests.helpers.cli import run_mcptape
 
 
 @pytest.mark.timeout(120)
@@ -57,6 +59,14 @@ def test_demo_records_both_eras_into_the_default_database(tmp_path: Path) -> Non
         [*mcptape_cmd(), *shown[3:], "--no-body"], capture_output=True, env=env, timeout=60
     )
     assert ran.returncode == 0 and b"tools/call" in ran.stdout, ran.stderr
+    # The demo's sessions are clean: no finding above info, and `check` says so.
+    for name in ("demo", "demo-legacy"):
+        a = analysed(db, name)
+        assert [f.code for f in a.findings if f.severity != "info"] == [], name
+    done = run_mcptape(
+        "check", "demo", "demo-legacy", "--db", str(db), "--fail-on", "warning", "--format", "json"
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_next_steps_name_the_command_as_the_user_runs_it() -> None:

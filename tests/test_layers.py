@@ -31,6 +31,7 @@ CORE = (
     "mcp_proxy.netutil",
     "mcp_proxy.limits",
     "mcp_proxy.bounded",
+    "mcp_proxy.tokens",
     # ``from mcp_proxy import __version__``: the package's own ``__init__`` imports nothing.
     "mcp_proxy.__version__",
 )
@@ -156,13 +157,6 @@ RULES = (
 PRIVATE_USES_ALLOWED = frozenset(
     {
         "mcp_proxy.analysis.facts imports mcp_proxy.analysis.model._UNPARSED",
-        "mcp_proxy.commands.db uses mcp_proxy.store.engine._short",
-        "mcp_proxy.store.base uses mcp_proxy.store.engine._short",
-        "mcp_proxy.store.copy uses mcp_proxy.store.engine._short",
-        "mcp_proxy.store.queries uses mcp_proxy.store.engine._short",
-        "mcp_proxy.store.recordings uses mcp_proxy.store.engine._short",
-        "mcp_proxy.store.status imports mcp_proxy.store.engine._short",
-        "mcp_proxy.store.stream uses mcp_proxy.store.engine._short",
     }
 )
 

@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
+from tests.helpers.cli import run_mcptape
 from tests.helpers.db import wait_until
 from tests.helpers.watch import StreamWatch
 
@@ -194,11 +195,11 @@ def test_not_executable_exits_126(tmp_path: Path, db_path: Path) -> None:
 
 
 def test_no_command_is_a_usage_error(db_path: Path) -> None:
-    proc = subprocess.run(
-        [*mcptape_cmd(), "record", "--db", str(db_path)], capture_output=True, timeout=30
-    )
+    # In-process (it fails before anything starts); a record process's usage error is
+    # tests/test_cli_flags.py's AS_A_PROCESS case.
+    proc = run_mcptape("record", "--db", str(db_path))
     assert proc.returncode == 2
-    assert b"no server command" in proc.stderr and b"Traceback" not in proc.stderr
+    assert "no server command" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_environment_cwd_and_args_reach_the_server(tmp_path: Path, db_path: Path) -> None:

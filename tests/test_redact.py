@@ -20,6 +20,7 @@ from mcp_proxy.redact import (
 )
 from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
+from tests.helpers.cli import run_mcptape
 
 R = Redactor()
 
@@ -417,13 +418,9 @@ def test_secrets_on_stderr_and_in_tool_text_never_reach_the_disk(tmp_path: Path)
         proc.wait(30)
         proc.stdout.close()
     after = {p.name: p.read_bytes() for p in db.parent.iterdir()}
-    exported = subprocess.run(
-        [*mcptape_cmd(), "export", "leaky", "--db", str(db), "-o", "-", "--format", "jsonl"],
-        capture_output=True,
-        timeout=60,
-    )
+    exported = run_mcptape("export", "leaky", "--db", str(db), "-o", "-", "--format", "jsonl")
     assert exported.returncode == 0, exported.stderr
-    for where, data in [*live.items(), *after.items(), ("export", exported.stdout)]:
+    for where, data in [*live.items(), *after.items(), ("export", exported.stdout.encode())]:
         assert b"s3cr3t" not in data, (where, data[data.find(b"s3cr3t") - 60 :][:120])
     stored = [bytes(r["raw"]) for r in rdb.rows(db, "SELECT raw FROM frames ORDER BY seq")]
     assert b"api_key: [REDACTED]\n" in stored

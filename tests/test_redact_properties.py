@@ -18,6 +18,7 @@ import json
 from typing import Any
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -27,14 +28,16 @@ from mcp_proxy.redact import (
     _EXACT_KEYS,
     _KEY_PARTS,
     _KEY_SUFFIXES,
+    _PREFILTER_WORDS,
     _SCHEMES,
     _TOKEN_ALLOW,
     DEFAULT_HEADERS,
     Redactor,
 )
+from tests.conftest import running_full
 
 R = Redactor()
-#: Long enough to take the prefilter's substring path (``_LOOP_FROM``), clean itself.
+#: A relay read of many clean lines (the prefilter then looks at a read, not a line), clean itself.
 PAD = b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7}}\n' * 30
 
 NAMES = sorted(
@@ -109,9 +112,16 @@ def frames_of(text: str) -> list[Frame]:
     return out
 
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: 100 generated lines per property in the default run (the planted shapes are explicit
+#: examples, and run every time); 300 under --full.
+SETTINGS = settings(
+    max_examples=300 if running_full() else 100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
+@pytest.mark.corpus  # its 300 examples again under --only-full (CI's second run)
 @SETTINGS
 @given(LINE)
 # found by this test: the plumbing key cut out behind an escaped quote (the JSON key
@@ -130,6 +140,7 @@ def test_what_the_prefilter_lets_through_the_redactor_leaves_alone(text: str) ->
             assert R.frame(frame).raw == frame.raw
 
 
+@pytest.mark.corpus  # its 300 examples again under --only-full (CI's second run)
 @SETTINGS
 @given(LINE.filter(lambda s: "\r" not in s))
 def test_the_value_rules_are_the_same_on_stderr_and_in_json_strings(text: str) -> None:
@@ -148,3 +159,38 @@ def test_the_properties_see_the_planted_shapes() -> None:
     for text in ("api_key: s3cr3t", "PIN = 1234", "'Otp':'1'", "Bearer abcdefgh12", "CODE=x"):
         frame = Frame(Direction.S2C, Channel.STDERR, text.encode() + b"\n", 0, 0.0)
         assert R.frame(frame).raw != frame.raw, text
+
+
+def _has_a_word(raw: bytes) -> bool:
+    """The prefilter's definition: some word of the rule tables in the folded bytes (upper
+    case lowered, ``-``/``_`` gone, the plumbing key cut down to its quotes)."""
+    folded = raw.lower().replace(b"-", b"").replace(b"_", b"").replace(b'"progresstoken"', b'""')
+    return any(word in folded for word in _PREFILTER_WORDS)
+
+
+_PIECES = st.sampled_from(
+    [*_PREFILTER_WORDS, b'"progressToken"', b"progress", b"Token", b'"', b"\\", b"-", b"_", b" ",
+     b"\n", b":", b"=", b"ping", b"author", b"unicode", b"\xe2\x84", b"\xaa", b"P", b"I", b"N"]
+)  # fmt: skip
+
+
+@SETTINGS
+@given(st.lists(_PIECES | st.binary(max_size=6), max_size=24).map(b"".join))
+def test_the_prefilter_looks_exactly_where_a_word_is(raw: bytes) -> None:
+    """The one automaton over the folded bytes (``_WORDS``) finds a word wherever one is,
+    alone, inside a relay-sized read and among many bodies; and nothing where none is."""
+    want = _has_a_word(raw)
+    assert R.needs_look(raw) is want, raw
+    if b"\n" not in raw:
+        assert R.needs_look(PAD + raw + b"\n" + PAD) is want, raw
+        assert R.suspects([PAD, raw, PAD]) == ([1] if want else []), raw
+
+
+def test_a_word_across_a_window_of_a_huge_body_is_seen() -> None:
+    """A body past 1 MiB is looked at a window at a time: a word cut by a window's edge is
+    still seen (the windows overlap), and the clean body is clean."""
+    big = 1 << 20
+    filler = b"x" * (big - 3)
+    assert not R.needs_look(filler + b"y" * 100)
+    for word in (b"secret", b"apikey", b'pin"'):
+        assert R.needs_look(filler + word + b"y" * 100), word

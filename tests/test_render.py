@@ -14,6 +14,8 @@ import json
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mcp_proxy.render import (
     FrameRenderer,
@@ -217,3 +219,54 @@ def test_the_unsafe_character_class_matches_exactly_the_unsafe_characters() -> N
         ch = chr(c)
         assert (_UNSAFE_RE.match(ch) is not None) == (c in _UNSAFE), hex(c)
         assert (_SPECIAL_RE.match(ch) is not None) == (c in special), hex(c)
+
+
+_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False)
+    | st.sampled_from(["2.0", "v1.2", "1e5", "jsonrpc"])
+    | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_values, st.booleans()), min_size=1, max_size=12))
+def test_a_page_of_bodies_prints_each_body_as_json_dumps_writes_it(
+    bodies: list[tuple[object, bool]],
+) -> None:
+    """``show`` decides per page which bodies may hold a float (one scan of the page): each
+    body of a page with floats, long integers and version members anywhere among them is
+    indented as ``json.dumps`` writes it, as if it were printed alone."""
+    page = []
+    for i, (value, spaced) in enumerate(bodies):
+        msg = {"jsonrpc": "2.0", "id": i, "result": value}
+        raw = json.dumps(msg, separators=(", ", ": ") if spaced else (",", ":")).encode()
+        page.append(
+            dict_row(
+                {
+                    "seq": i,
+                    "ts": 1796058497.25,
+                    "direction": "s2c",
+                    "channel": "stdio",
+                    "kind": "response",
+                    "method": None,
+                    "msg_id": str(i),
+                    "size": len(raw),
+                    "raw": raw + b"\n",
+                }
+            )
+        )
+    renderer = FrameRenderer(same_shape)
+    printed = renderer.text(page)
+    for row, (value, _spaced), text in zip(page, bodies, printed, strict=True):
+        want = json.dumps(
+            {"jsonrpc": "2.0", "id": row[0], "result": value}, indent=2, ensure_ascii=False
+        )
+        assert text.split("\n", 1)[1] == "\n".join("    " + x for x in safe(want).splitlines())
+        assert renderer.text([row]) == [text]

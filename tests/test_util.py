@@ -67,7 +67,8 @@ def test_write_all_to_a_closed_reader() -> None:
 
 def test_stop_process_escalates_to_sigkill() -> None:
     """A child that ignores SIGTERM is killed after the timeout, and reaped."""
-    code = "import signal, time, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"  # scenario: lives until killed
+    # lives until killed: blocks on a signal, and SIGTERM is ignored
+    code = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); signal.pause()"
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     assert proc.stdout is not None
     proc.stdout.readline()
@@ -78,10 +79,10 @@ def test_stop_process_escalates_to_sigkill() -> None:
 
 def test_stop_process_group_stops_grandchildren() -> None:
     code = (
-        "import subprocess, sys, time; "
-        # scenario: both live until killed
-        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-        "print(c.pid, flush=True); time.sleep(60)"  # scenario: the parent too
+        "import signal, subprocess, sys; "
+        # both live until killed: each blocks until a signal ends it
+        "c = subprocess.Popen([sys.executable, '-c', 'import signal; signal.pause()']); "
+        "print(c.pid, flush=True); signal.pause()"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True

@@ -7,8 +7,11 @@ URLs (each page also answers with ``.json`` appended to its path):
   (:mod:`.session`)
 - ``/sessions/{id}/exchanges/{seq}`` — a request with its answer and what belongs to it
 - ``/sessions/{id}/frames/{seq}`` — one frame; ``…/raw`` for its exact bytes
-- ``/sessions/{id}/http/{n}`` — one HTTP request/response with headers and timings
+- ``/sessions/{id}/http/{hid}`` — one HTTP request/response with headers and timings
+  (``hid``: the exchange's database-wide id)
   (those three: :mod:`.details`)
+- ``/sessions/{id}/waterfall`` — the exchanges as bars on a time axis (:mod:`.waterfall`)
+- ``/timeline`` — one host's servers in one view, a lane per server (:mod:`.host`)
 - ``/stats``, ``/sessions/{id}/stats`` — latency distribution and error counts (:mod:`.stats`)
 - ``/sessions/live``, ``/sessions/{id}/live`` — Server-Sent Events for pages that follow a recording
 - ``/annotations/…`` — tags and notes (:mod:`.notes`)
@@ -23,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dashboard.views import details, notes, session, sessions, stats
+from dashboard.views import details, host, notes, session, sessions, stats, waterfall
 from dashboard.views._common import EXT, SID, BadRequest, error_response
 from mcp_proxy.errors import NotFoundError, StoreError, UserError
 
@@ -34,12 +37,14 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/sessions/live", sessions.sessions_live)
     r.add_get("/sessions" + EXT, sessions.sessions_page)
     r.add_get("/stats" + EXT, stats.stats_page)
+    r.add_get("/timeline" + EXT, host.host_timeline)
     r.add_get(f"/sessions/{SID}/live", session.session_live)
     r.add_get(f"/sessions/{SID}/stats" + EXT, stats.stats_page)
     r.add_get(f"/sessions/{SID}/frames/{{seq:\\d+}}/raw", details.frame_raw)
     r.add_get(f"/sessions/{SID}/frames/{{seq:\\d+}}" + EXT, details.frame_page)
     r.add_get(f"/sessions/{SID}/exchanges/{{seq:\\d+}}" + EXT, details.exchange_page)
     r.add_get(f"/sessions/{SID}/http/{{hid:\\d+}}" + EXT, details.http_page)
+    r.add_get(f"/sessions/{SID}/waterfall" + EXT, waterfall.waterfall_page)
     r.add_get(f"/sessions/{SID}" + EXT, session.session_page)
     r.add_post(f"/sessions/{SID}/annotations" + EXT, notes.annotation_add)
     r.add_post(f"/sessions/{SID}/analyse" + EXT, session.session_analyse)

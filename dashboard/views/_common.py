@@ -111,6 +111,7 @@ def url(path: str, params: dict[str, Any]) -> str:
 def session_out(s: dict[str, Any], counts: dict[str, Any] | None = None) -> dict[str, Any]:
     out = session_json(s)
     out.pop("meta", None)
+    out["exit"] = present.exit_text(s.get("exit_code"), s.get("exit_signal"))
     if counts is not None:
         out.update(counts)
     return out

@@ -7,7 +7,7 @@ from typing import Any
 from aiohttp import web
 
 from dashboard import analysis as an
-from dashboard import present
+from dashboard import copies, present
 from dashboard.app import ANALYST, QUERIES, STORE, render
 from dashboard.views._common import (
     exchange_out,
@@ -84,7 +84,13 @@ async def frame_page(request: web.Request) -> web.Response:
         "annotations": [note_out(a) for a in await q.annotations_for(sid, [seq]) if a["frame_seq"]],
         "findings": [finding_out(x) for x in found if seq in (x.get("frame_seqs") or [])],
     }
-    return render(request, "frame.html", data, body=present.frame_body(f))
+    return render(
+        request,
+        "frame.html",
+        data,
+        body=present.frame_body(f),
+        copies=copies.frame_copies(f, f"copy-{seq}"),
+    )
 
 
 async def frame_raw(request: web.Request) -> web.Response:
@@ -150,6 +156,10 @@ async def exchange_page(request: web.Request) -> web.Response:
     by_id = await q.http_exchanges_by_id(http_ids)
     https = [http_out(by_id[i]) for i in sorted(by_id) if by_id[i]["session_id"] == sid]
     seqs = [req["seq"]] + ([answer["seq"]] if answer else [])
+    curl = None
+    if req["http_exchange_id"] in by_id:
+        curl = copies.curl_command(by_id[req["http_exchange_id"]], bytes(req["raw"] or b""))
+    snippet = copies.jsonl_snippet(s, [req, answer] if answer else [req])
     data = {
         "session": session_out(s),
         "exchange": exchange_out(ex),
@@ -171,6 +181,10 @@ async def exchange_page(request: web.Request) -> web.Response:
         data,
         req_body=present.frame_body(req),
         resp_body=present.frame_body(answer) if answer else None,
+        req_copies=copies.frame_copies(req, f"copy-{req['seq']}"),
+        resp_copies=copies.frame_copies(answer, f"copy-{answer['seq']}") if answer else [],
+        curl=curl,
+        snippet=snippet,
     )
 
 

@@ -29,6 +29,8 @@ from dashboard.views._common import (
     session_out,
     url,
 )
+from dashboard.views.cost import tools_list_cost
+from mcp_proxy import tokens
 from mcp_proxy.analysis.model import Exchange
 from mcp_proxy.store.filters import SessionFilter, TimelineFilter
 from mcp_proxy.store.queries import session_status
@@ -137,6 +139,7 @@ def _frame_row(
         "error_code": f["error_code"],
         "error_name": an.error_name(f["error_code"]) if f["error_code"] is not None else None,
         "size": f["size"],
+        "tokens": tokens.estimate(int(f["size"])) if f["channel"] != "stderr" else None,
         "complete": bool(f["complete"]),
         "preview": present.preview(f.get("head"), f["kind"]),
         "exchange": None,
@@ -220,6 +223,7 @@ async def session_page(request: web.Request) -> web.Response:
             "inline_limit": an.INLINE_LIMIT,
         },
         "methods": await q.session_methods(sid),
+        "context_cost": await tools_list_cost(request, sid),
     }
     return render(
         request,
@@ -234,6 +238,7 @@ async def session_page(request: web.Request) -> web.Response:
         replay_on=bool(request.app[SETTINGS].get("replay")),
         recent=await _recent_others(request, sid),
         exports=export_links(s),
+        selected=int_param(request, "x", 0, hi=SEQ_MAX) or None,
     )
 
 

@@ -106,6 +106,9 @@ def main() -> int:
                 "mrtr.png": f"/sessions/{mrtr}/exchanges/{chain['seq']}",
                 "stats.png": "/stats",
                 "hostile.png": f"/sessions/{hostile}/frames/{noise['seq']}",
+                "waterfall.png": f"/sessions/{repro}/waterfall",
+                "split.png": f"/sessions/{repro}?x={slow['seq']}",
+                "timeline.png": "/timeline?since=0",
             }
             with sync_playwright() as pw:
                 browser = launch(pw)
@@ -113,9 +116,13 @@ def main() -> int:
                 page.goto(url)
                 for name, path in shots.items():
                     page.goto(base + path)
-                    page.wait_for_load_state("load")
+                    page.wait_for_load_state("networkidle")  # the split pane fetches its detail
                     page.screenshot(path=str(OUT / name))
                     print(OUT / name)
+                page.goto(base + f"/sessions/{repro}")
+                page.keyboard.press("?")  # the keyboard map
+                page.screenshot(path=str(OUT / "keys.png"))
+                print(OUT / "keys.png")
                 browser.close()
     return 0
 

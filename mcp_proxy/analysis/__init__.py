@@ -10,7 +10,8 @@ Entry points for other parts of mcptape:
 - :func:`analyze` — frames (+ session row, HTTP exchanges) → :class:`Analysis`
   (``exchanges``, ``chains``, ``findings``, ``facts``);
 - :mod:`mcp_proxy.analysis.service` — ``session_analysis(store, session)`` and
-  ``session_findings(store, session)`` (stored, versioned, recomputed only when stale);
+  ``session_findings(store, session)`` (stored, versioned, recomputed only when stale, by
+  ``stream_analysis``: two streaming passes, bounded memory, no exchanges kept);
 - :mod:`mcp_proxy.analysis.stats` — per-method counts, error rates and latency percentiles;
 - :mod:`mcp_proxy.analysis.catalogue` — every finding code with severity, explanation and
   spec reference; :func:`mcp_proxy.analysis.taxonomy.classify_error` names one error.

@@ -11,9 +11,9 @@ initialize-era rules (handshake, session headers) stay quiet in 2026-07-28 sessi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-from mcp_proxy.analysis.exchanges import Paired
+from mcp_proxy.analysis.consumer import Consumer, Seqs
 from mcp_proxy.analysis.facts import header
 from mcp_proxy.analysis.model import (
     ERA_INITIALIZE,
@@ -26,6 +26,7 @@ from mcp_proxy.analysis.model import (
 )
 from mcp_proxy.analysis.reorder import REORDER_WINDOW_NS
 from mcp_proxy.analysis.routing import invalid_x_mcp_header, routing_problems
+from mcp_proxy.limits import LIMIT_METHODS_NAMED, LIST_CURSORS_KEPT, LIST_IDS_KEPT, LIST_WALKS_KEPT
 from mcp_proxy.protocol import version_at_least
 
 #: Client method → the server capability path that must be declared for it.
@@ -98,45 +99,45 @@ def client_feature_missing(method: str, params: Mapping[str, Any], caps: Any) ->
     return None
 
 
-def protocol_checks(
-    msgs: list[Msg],
-    pairing: Paired,
-    facts: SessionFacts,
-    http: Mapping[int, Mapping[str, Any]],
-    sink: FindingSink,
-) -> None:
-    """Run every protocol check over the session."""
-    _lifecycle(msgs, facts, sink)
-    _modern_shape(pairing, facts, sink)
-    _capabilities(msgs, pairing, facts, sink)
-    _lists(pairing, facts, sink)
-    if http and not facts.legacy_sse:
-        _http_headers(msgs, pairing, facts, http, sink)
+def protocol_consumers(
+    facts: SessionFacts, http: Mapping[int, Mapping[str, Any]], sink: FindingSink
+) -> list[Consumer]:
+    """The protocol checks, each family a :class:`~mcp_proxy.analysis.consumer.Consumer`."""
+    return [
+        Lifecycle(facts, sink),
+        ModernShape(facts, sink),
+        Capabilities(facts, sink),
+        Lists(facts, sink),
+        HttpHeaders(facts, http, sink),
+    ]
+
+
+#: Distinct method names a finding names in its title (a peer may invent any number of them).
+_METHODS_NAMED = LIMIT_METHODS_NAMED
 
 
 # ------------------------------------------------------------------------------ lifecycle
-def _lifecycle(msgs: list[Msg], facts: SessionFacts, sink: FindingSink) -> None:
-    if facts.version is not None and facts.version not in KNOWN_VERSIONS:
-        sink.add(
-            "lifecycle.unknown_protocol_version",
-            f"protocol version {facts.version!r} is not a published revision",
-            "Published revisions: " + ", ".join(KNOWN_VERSIONS) + ".",
-            [s for s in (facts.initialize_result_seq, facts.first_envelope_seq) if s],
-        )
-    if facts.modern:
-        return
-    init_done = facts.initialize_result_seq
-    # Seq order across directions is only as good as the relay's timestamps (taken after
-    # forwarding, one thread per direction): within REORDER_WINDOW_NS of the other side's
-    # message, "before" is not proven. Same-direction order is exact: a client request after
-    # its own notifications/initialized certainly came after the initialize response.
-    mono = {m.seq: m.mono_ns for m in msgs if m.seq in (init_done, facts.initialized_seq)}
-    done_ns = mono.get(init_done) if init_done is not None else None
-    initialized_ns = mono.get(facts.initialized_seq) if facts.initialized_seq else None
-    early: list[Msg] = []
-    server_early: list[Msg] = []
-    later_client = False
-    for m in msgs:
+class Lifecycle:
+    """Handshake order: requests before initialize, server requests before initialized, a
+    missing notifications/initialized (initialize era), an unknown protocol version."""
+
+    def __init__(self, facts: SessionFacts, sink: FindingSink) -> None:
+        self.facts = facts
+        self.sink = sink
+        self.early = Seqs()
+        self.early_methods: set[str] = set()
+        self.server_early = Seqs()
+        self.server_methods: set[str] = set()
+        self.later_client = False
+
+    def exchange(self, ex: Exchange) -> None:
+        pass
+
+    def message(self, m: Msg) -> None:
+        facts = self.facts
+        if facts.modern:
+            return
+        init_done = facts.initialize_result_seq
         if m.kind != "request":
             if (
                 init_done is not None
@@ -145,91 +146,134 @@ def _lifecycle(msgs: list[Msg], facts: SessionFacts, sink: FindingSink) -> None:
                 and m.kind in ("notification", "response")
                 and m.method != "notifications/initialized"
             ):
-                later_client = True
-            continue
+                self.later_client = True
+            return
+        # Seq order across directions is only as good as the relay's timestamps (taken after
+        # forwarding, one thread per direction): within REORDER_WINDOW_NS of the other side's
+        # message, "before" is not proven. Same-direction order is exact: a client request
+        # after its own notifications/initialized certainly came after the initialize response.
         if m.direction == "c2s":
             if m.method in ("initialize", "ping"):
-                continue
-            if init_done is not None and m.seq > init_done:
-                later_client = True
-                continue
-            if facts.initialized_seq is not None and m.seq > facts.initialized_seq:
-                later_client = True
-                continue
+                return
+            if (init_done is not None and m.seq > init_done) or (
+                facts.initialized_seq is not None and m.seq > facts.initialized_seq
+            ):
+                self.later_client = True
+                return
+            done_ns = facts.initialize_result_mono if init_done is not None else None
             if done_ns is not None and done_ns - m.mono_ns <= REORDER_WINDOW_NS:
-                continue  # stamped just before the answer it may well have seen
+                return  # stamped just before the answer it may well have seen
             if META + "protocolVersion" in m.meta:
-                continue  # a 2026-07-28 probe (server/discover) before falling back
-            early.append(m)
+                return  # a 2026-07-28 probe (server/discover) before falling back
+            self.early.add(m.seq)
+            _note(self.early_methods, m.method)
         elif (
-            initialized_ns is not None
+            facts.initialized_seq is not None
+            and facts.initialized_mono is not None
             and m.method != "ping"
-            and initialized_ns - m.mono_ns > REORDER_WINDOW_NS
+            and facts.initialized_mono - m.mono_ns > REORDER_WINDOW_NS
         ):
-            server_early.append(m)
-    if early and (facts.initialize_seq is not None or facts.era in (None, ERA_INITIALIZE)):
-        methods = sorted({m.method or "?" for m in early})
-        where = (
-            "before the server answered initialize"
-            if facts.initialize_seq is not None
-            else "in a session that never initialized"
-        )
-        sink.add(
-            "lifecycle.request_before_initialize",
-            f"{len(early)} request(s) {where}: {', '.join(methods)}",
-            "Only pings may precede the initialize response.",
-            [m.seq for m in early] + ([facts.initialize_seq] if facts.initialize_seq else []),
-        )
-    if server_early:
-        sink.add(
-            "lifecycle.server_request_before_initialized",
-            f"server sent {', '.join(sorted({m.method or '?' for m in server_early}))} before"
-            " notifications/initialized",
-            f"notifications/initialized arrived in frame #{facts.initialized_seq}.",
-            [m.seq for m in server_early],
-        )
-    if init_done is not None and facts.initialized_seq is None and (later_client or not facts.live):
-        sink.add(
-            "lifecycle.initialized_missing",
-            "the client never sent notifications/initialized",
-            f"initialize succeeded in frame #{init_done}; the notification must follow.",
-            [s for s in (facts.initialize_seq, init_done) if s],
-        )
+            self.server_early.add(m.seq)
+            _note(self.server_methods, m.method)
+
+    def finish(self) -> None:
+        facts, sink = self.facts, self.sink
+        if facts.version is not None and facts.version not in KNOWN_VERSIONS:
+            sink.add(
+                "lifecycle.unknown_protocol_version",
+                f"protocol version {facts.version!r} is not a published revision",
+                "Published revisions: " + ", ".join(KNOWN_VERSIONS) + ".",
+                [s for s in (facts.initialize_result_seq, facts.first_envelope_seq) if s],
+            )
+        if facts.modern:
+            return
+        init_done = facts.initialize_result_seq
+        early = self.early
+        if early and (facts.initialize_seq is not None or facts.era in (None, ERA_INITIALIZE)):
+            where = (
+                "before the server answered initialize"
+                if facts.initialize_seq is not None
+                else "in a session that never initialized"
+            )
+            sink.add(
+                "lifecycle.request_before_initialize",
+                f"{early.n} request(s) {where}: {', '.join(sorted(self.early_methods))}",
+                "Only pings may precede the initialize response.",
+                early.seqs + ([facts.initialize_seq] if facts.initialize_seq else []),
+            )
+        if self.server_early:
+            sink.add(
+                "lifecycle.server_request_before_initialized",
+                f"server sent {', '.join(sorted(self.server_methods))} before"
+                " notifications/initialized",
+                f"notifications/initialized arrived in frame #{facts.initialized_seq}.",
+                self.server_early.seqs,
+            )
+        if (
+            init_done is not None
+            and facts.initialized_seq is None
+            and (self.later_client or not facts.live)
+        ):
+            sink.add(
+                "lifecycle.initialized_missing",
+                "the client never sent notifications/initialized",
+                f"initialize succeeded in frame #{init_done}; the notification must follow.",
+                [s for s in (facts.initialize_seq, init_done) if s],
+            )
+
+
+def _note(names: set[str], method: str | None) -> None:
+    """Remember a method a finding will name, up to :data:`_METHODS_NAMED` of them."""
+    if len(names) < _METHODS_NAMED:
+        names.add(method or "?")
 
 
 # ------------------------------------------------------------------------------ 2026-07-28 shape
-def _modern_shape(pairing: Paired, facts: SessionFacts, sink: FindingSink) -> None:
-    if not facts.modern:
-        return
-    missing: list[Exchange] = []
-    no_type: list[Exchange] = []
-    for ex in pairing.exchanges:
-        if ex.direction != "c2s" or ex.request is None:
-            continue
+class ModernShape:
+    """2026-07-28 requests without the envelope, results without resultType."""
+
+    def __init__(self, facts: SessionFacts, sink: FindingSink) -> None:
+        self.facts = facts
+        self.sink = sink
+        self.missing = Seqs()
+        self.missing_methods: set[str] = set()
+        self.no_type = Seqs()
+        self.no_type_methods: set[str] = set()
+
+    def message(self, m: Msg) -> None:
+        pass
+
+    def exchange(self, ex: Exchange) -> None:
+        if not self.facts.modern or ex.direction != "c2s" or ex.request is None:
+            return
         if not ex.enveloped:
-            missing.append(ex)
+            self.missing.add(ex.request_seq)
+            _note(self.missing_methods, ex.method)
         if ex.untyped_result:
-            no_type.append(ex)
-    if missing:
-        sink.add(
-            "envelope.missing",
-            f"{len(missing)} request(s) without the io.modelcontextprotocol/ envelope: "
-            + ", ".join(sorted({e.method for e in missing})),
-            "Each request must carry protocolVersion and clientCapabilities in params._meta.",
-            [e.request_seq for e in missing],
-        )
-    if no_type:
-        sink.add(
-            "result.missing_result_type",
-            f"{len(no_type)} result(s) without resultType: "
-            + ", ".join(sorted({e.method for e in no_type})),
-            "2026-07-28 servers must state resultType in every result.",
-            [e.response_seq or e.request_seq for e in no_type],
-        )
+            self.no_type.add(ex.response_seq or ex.request_seq)
+            _note(self.no_type_methods, ex.method)
+
+    def finish(self) -> None:
+        if self.missing:
+            self.sink.add(
+                "envelope.missing",
+                f"{self.missing.n} request(s) without the io.modelcontextprotocol/ envelope: "
+                + ", ".join(sorted(self.missing_methods)),
+                "Each request must carry protocolVersion and clientCapabilities in params._meta.",
+                self.missing.seqs,
+            )
+        if self.no_type:
+            self.sink.add(
+                "result.missing_result_type",
+                f"{self.no_type.n} result(s) without resultType: "
+                + ", ".join(sorted(self.no_type_methods)),
+                "2026-07-28 servers must state resultType in every result.",
+                self.no_type.seqs,
+            )
 
 
 # ------------------------------------------------------------------------------ capabilities
-def _input_requests_lacking(ex: Exchange, client_missing: dict[tuple[str, str], list[int]]) -> None:
+def _input_requests_lacking(ex: Exchange, client_missing: dict[tuple[str, str], Seqs]) -> None:
     """MRTR input requests are server→client requests in disguise: each needs the client
     capability its standalone request would, declared in the retried request's envelope."""
     resp = ex.response
@@ -246,113 +290,186 @@ def _input_requests_lacking(ex: Exchange, client_missing: dict[tuple[str, str], 
             ir_method, ir_params if isinstance(ir_params, dict) else {}, caps
         )
         if lack:
-            client_missing.setdefault((f"{ir_method} (inputRequests.{key})", lack), []).extend(
-                [ex.request_seq, resp.seq]
-            )
+            seqs = _keyed(client_missing, (f"{ir_method} (inputRequests.{key})", lack))
+            if seqs is not None:
+                seqs.add(ex.request_seq)
+                seqs.add(resp.seq)
 
 
-def _capabilities(msgs: list[Msg], pairing: Paired, facts: SessionFacts, sink: FindingSink) -> None:
-    server_caps = facts.server_caps
-    unadvertised: dict[str, list[Exchange]] = {}
-    client_missing: dict[tuple[str, str], list[int]] = {}
-    for ex in pairing.exchanges:
+def _keyed[K](table: dict[K, Seqs], key: K) -> Seqs | None:
+    """``table[key]``, made if there is room: at most :data:`_METHODS_NAMED` keys (the keys
+    name what a peer sent)."""
+    seqs = table.get(key)
+    if seqs is None and len(table) < _METHODS_NAMED:
+        seqs = table[key] = Seqs()
+    return seqs
+
+
+class Capabilities:
+    """Methods and notifications used without the capability that announces them."""
+
+    def __init__(self, facts: SessionFacts, sink: FindingSink) -> None:
+        self.facts = facts
+        self.sink = sink
+        self.unadvertised: dict[str, Seqs] = {}
+        self.client_missing: dict[tuple[str, str], Seqs] = {}
+        self.notif: dict[str, Seqs] = {}
+        self.logs = Seqs()
+
+    def exchange(self, ex: Exchange) -> None:
+        facts = self.facts
         if ex.direction == "c2s":
             need = SERVER_FEATURES.get(ex.method)
+            server_caps = facts.server_caps
             if need is not None and server_caps is not None and not _has(server_caps, need):
-                unadvertised.setdefault(ex.method, []).append(ex)
+                self.unadvertised.setdefault(ex.method, Seqs()).add(ex.request_seq)
             if facts.modern and ex.result_type == "input_required":
-                _input_requests_lacking(ex, client_missing)
+                _input_requests_lacking(ex, self.client_missing)
         elif ex.request is not None and facts.era == ERA_INITIALIZE:
             lack = client_feature_missing(ex.method, ex.request.params, facts.client_caps)
             if lack:
-                client_missing.setdefault((ex.method, lack), []).append(ex.request_seq)
-    for method, exs in unadvertised.items():
-        need_text = ".".join(SERVER_FEATURES[method])
-        sink.add(
-            "capability.server_not_advertised",
-            f"client called {method} ({len(exs)}×) but the server did not declare {need_text}",
-            f"Server capabilities from frame #{facts.server_caps_seq}: "
-            + (", ".join(sorted(server_caps or {})) or "none"),
-            [e.request_seq for e in exs]
-            + ([facts.server_caps_seq] if facts.server_caps_seq else []),
-        )
-    for (method, lack), seqs in client_missing.items():
-        sink.add(
-            "capability.client_not_advertised",
-            f"server sent {method} but the client did not declare {lack}",
-            "The client's capabilities "
-            + (
-                f"(initialize, frame #{facts.initialize_seq})"
-                if facts.era == ERA_INITIALIZE
-                else "(the request's io.modelcontextprotocol/clientCapabilities)"
-            )
-            + " do not include it.",
-            seqs
-            + (
-                [facts.initialize_seq]
-                if facts.era == ERA_INITIALIZE and facts.initialize_seq
-                else []
-            ),
-        )
-    # Notifications announced by capabilities.
-    notif: dict[str, list[int]] = {}
-    logs: list[int] = []
-    for m in msgs:
+                seqs = _keyed(self.client_missing, (ex.method, lack))
+                if seqs is not None:
+                    seqs.add(ex.request_seq)
+
+    def message(self, m: Msg) -> None:
         if m.kind != "notification":
-            continue
+            return
+        facts = self.facts
         if m.direction == "s2c":
             if m.method == "notifications/message":
-                logs.append(m.seq)
-                continue
+                self.logs.add(m.seq)
+                return
             need = SERVER_NOTIFICATIONS.get(m.method or "")
-            if need is None or server_caps is None:
-                continue
+            if need is None or facts.server_caps is None:
+                return
             if need[1] == "subscribe" and facts.modern:
-                continue  # 2026-07-28 resource updates ride subscriptions/listen
-            if not _has(server_caps, need):
-                notif.setdefault(f"{m.method}|server|{'.'.join(need)}", []).append(m.seq)
+                return  # 2026-07-28 resource updates ride subscriptions/listen
+            if not _has(facts.server_caps, need):
+                key = f"{m.method}|server|{'.'.join(need)}"
+                self.notif.setdefault(key, Seqs()).add(m.seq)
         elif (
             m.method == "notifications/roots/list_changed"
             and facts.era == ERA_INITIALIZE
             and not _has(facts.client_caps, ("roots", "listChanged"))
         ):
-            notif.setdefault(f"{m.method}|client|roots.listChanged", []).append(m.seq)
-    for key, seqs in notif.items():
-        method, who, need_text = key.split("|")
-        sink.add(
-            "capability.notification_not_advertised",
-            f"{who} sent {method} ({len(seqs)}×) without declaring {need_text}",
-            "A side may send this notification only after declaring the capability.",
-            seqs,
-        )
-    if logs and server_caps is not None and "logging" not in server_caps:
-        sink.add(
-            "capability.logging_not_advertised",
-            f"{len(logs)} log message(s) from a server that did not declare logging",
-            "The official SDK servers do this; reported for completeness.",
-            logs,
-        )
+            self.notif.setdefault(f"{m.method}|client|roots.listChanged", Seqs()).add(m.seq)
+
+    def finish(self) -> None:
+        facts, sink = self.facts, self.sink
+        server_caps = facts.server_caps
+        for method, exs in self.unadvertised.items():
+            need_text = ".".join(SERVER_FEATURES[method])
+            sink.add(
+                "capability.server_not_advertised",
+                f"client called {method} ({exs.n}×) but the server did not declare {need_text}",
+                f"Server capabilities from frame #{facts.server_caps_seq}: "
+                + (", ".join(sorted(server_caps or {})) or "none"),
+                exs.seqs + ([facts.server_caps_seq] if facts.server_caps_seq else []),
+            )
+        for (method, lack), seqs in self.client_missing.items():
+            sink.add(
+                "capability.client_not_advertised",
+                f"server sent {method} but the client did not declare {lack}",
+                "The client's capabilities "
+                + (
+                    f"(initialize, frame #{facts.initialize_seq})"
+                    if facts.era == ERA_INITIALIZE
+                    else "(the request's io.modelcontextprotocol/clientCapabilities)"
+                )
+                + " do not include it.",
+                seqs.seqs
+                + (
+                    [facts.initialize_seq]
+                    if facts.era == ERA_INITIALIZE and facts.initialize_seq
+                    else []
+                ),
+            )
+        for key, seqs in self.notif.items():
+            method, who, need_text = key.split("|")
+            sink.add(
+                "capability.notification_not_advertised",
+                f"{who} sent {method} ({seqs.n}×) without declaring {need_text}",
+                "A side may send this notification only after declaring the capability.",
+                seqs.seqs,
+            )
+        if self.logs and server_caps is not None and "logging" not in server_caps:
+            sink.add(
+                "capability.logging_not_advertised",
+                f"{self.logs.n} log message(s) from a server that did not declare logging",
+                "The official SDK servers do this; reported for completeness.",
+                self.logs.seqs,
+            )
 
 
 # ------------------------------------------------------------------------------ lists & cursors
-def _lists(pairing: Paired, facts: SessionFacts, sink: FindingSink) -> None:
-    walk_of: dict[tuple[str, str], int] = {}
-    seen: dict[int, dict[str, int]] = {}
-    returned: dict[str, set[str]] = {}
-    empty_pending: dict[str, int] = {}
-    reported_dup: set[tuple[str, str]] = set()
-    reported_schema: set[tuple[str, str]] = set()
-    next_walk = 0
-    for ex in pairing.exchanges:
+def _forget_oldest(table: dict[Any, Any], limit: int) -> None:
+    """Drop the oldest entry of a table (names a peer sent, in insertion order) past its limit."""
+    if len(table) > limit:
+        del table[next(iter(table))]
+
+
+class Lists:
+    """Pagination and list contents: unknown cursors, a dropped empty cursor, duplicate items
+    within one walk over the pages, tools whose x-mcp-header is invalid.
+
+    A walk is the pages one first request leads to through nextCursor; its identifiers are kept
+    while a cursor may still lead into it (:data:`LIST_WALKS_KEPT` walks, each at most
+    :data:`LIST_IDS_KEPT` identifiers; the oldest are forgotten first)."""
+
+    def __init__(self, facts: SessionFacts, sink: FindingSink) -> None:
+        self.facts = facts
+        self.sink = sink
+        self.walk_of: dict[tuple[str, str], int] = {}
+        self.seen: dict[int, dict[str, int]] = {}
+        self.returned: dict[str, dict[str, None]] = {}
+        self.empty_pending: dict[str, int] = {}
+        self.reported_dup: dict[tuple[str, str], None] = {}
+        self.reported_schema: dict[tuple[str, str], None] = {}
+        self.next_walk = 0
+
+    def message(self, m: Msg) -> None:
+        pass
+
+    def exchange(self, ex: Exchange) -> None:
         if ex.direction != "c2s" or ex.method not in LISTS or ex.request is None:
-            continue
+            return
         method = ex.method
+        walk = self._walk(ex, method)
+        resp = ex.response
+        result = resp.result if resp is not None and resp.kind == "response" else None
+        if not result or resp is None:
+            return
+        nxt = result.get("nextCursor")
+        if isinstance(nxt, str):
+            returned = self.returned.setdefault(method, {})
+            returned[nxt] = None
+            _forget_oldest(returned, LIST_CURSORS_KEPT)
+            self.walk_of[(method, nxt)] = walk
+            _forget_oldest(self.walk_of, LIST_CURSORS_KEPT)
+            if nxt == "":
+                self.empty_pending[method] = resp.seq
+        key, field = LISTS[method]
+        items = result.get(key)
+        if not isinstance(items, list):
+            return
+        ids = self.seen.get(walk)
+        if ids is None:
+            ids = self.seen[walk] = {}
+            _forget_oldest(self.seen, LIST_WALKS_KEPT)
+        for item in items:
+            if isinstance(item, dict):
+                self._item(ex, resp, method, field, item, ids)
+
+    def _walk(self, ex: Exchange, method: str) -> int:
+        assert ex.request is not None
         cursor = ex.request.params.get("cursor")
+        walk = None
         if isinstance(cursor, str):
-            if cursor == "" and method in empty_pending:
-                del empty_pending[method]
-            if cursor not in returned.get(method, set()):
-                sink.add(
+            if cursor == "" and method in self.empty_pending:
+                del self.empty_pending[method]
+            if cursor not in self.returned.get(method, {}):
+                self.sink.add(
                     "pagination.unknown_cursor",
                     f"{method} with a cursor the server never returned",
                     f"Cursor {cursor[:80]!r} is not among the nextCursor values of earlier"
@@ -360,59 +477,54 @@ def _lists(pairing: Paired, facts: SessionFacts, sink: FindingSink) -> None:
                     [ex.request_seq],
                     exchange=ex.index,
                 )
-            walk = walk_of.get((method, cursor))
-        else:
-            walk = None
+            walk = self.walk_of.get((method, cursor))
         if walk is None:
-            walk = next_walk
-            next_walk += 1
-        resp = ex.response
-        result = resp.result if resp is not None and resp.kind == "response" else None
-        if not result:
-            continue
-        nxt = result.get("nextCursor")
-        if isinstance(nxt, str):
-            returned.setdefault(method, set()).add(nxt)
-            walk_of[(method, nxt)] = walk
-            if nxt == "":
-                empty_pending[method] = resp.seq if resp else ex.request_seq
-        key, field = LISTS[method]
-        items = result.get(key)
-        if not isinstance(items, list):
-            continue
-        ids = seen.setdefault(walk, {})
-        for item in items:
-            if not isinstance(item, dict):
-                continue
-            ident = item.get(field)
-            if not isinstance(ident, str):
-                continue
-            if ident in ids and (method, ident) not in reported_dup:
-                reported_dup.add((method, ident))
-                sink.add(
-                    "list.duplicate",
-                    f"{method} lists {field} {ident!r} twice",
-                    "Seen in frame #" + str(ids[ident]) + " and again in frame #" + str(resp.seq)
-                    if resp
-                    else "",
-                    [ids[ident], resp.seq] if resp else [ids[ident]],
+            walk = self.next_walk
+            self.next_walk += 1
+        return walk
+
+    def _item(
+        self,
+        ex: Exchange,
+        resp: Msg,
+        method: str,
+        field: str,
+        item: dict[str, Any],
+        ids: dict[str, int],
+    ) -> None:
+        ident = item.get(field)
+        if not isinstance(ident, str):
+            return
+        if ident in ids and (method, ident) not in self.reported_dup:
+            self.reported_dup[(method, ident)] = None
+            _forget_oldest(self.reported_dup, LIST_IDS_KEPT)
+            self.sink.add(
+                "list.duplicate",
+                f"{method} lists {field} {ident!r} twice",
+                "Seen in frame #" + str(ids[ident]) + " and again in frame #" + str(resp.seq),
+                [ids[ident], resp.seq],
+                exchange=ex.index,
+            )
+        if ident not in ids and len(ids) < LIST_IDS_KEPT:
+            ids[ident] = resp.seq
+        if method == "tools/list":
+            why = invalid_x_mcp_header(item.get("inputSchema"))
+            if why and (ident, why) not in self.reported_schema:
+                self.reported_schema[(ident, why)] = None
+                _forget_oldest(self.reported_schema, LIST_IDS_KEPT)
+                self.sink.add(
+                    "tools.invalid_x_mcp_header",
+                    f"tool {ident!r}: invalid x-mcp-header",
+                    why + ". Clients must reject this tool definition.",
+                    [resp.seq],
                     exchange=ex.index,
                 )
-            ids.setdefault(ident, resp.seq if resp else ex.request_seq)
-            if method == "tools/list":
-                why = invalid_x_mcp_header(item.get("inputSchema"))
-                if why and (ident, why) not in reported_schema:
-                    reported_schema.add((ident, why))
-                    sink.add(
-                        "tools.invalid_x_mcp_header",
-                        f"tool {ident!r}: invalid x-mcp-header",
-                        why + ". Clients must reject this tool definition.",
-                        [resp.seq] if resp else [ex.request_seq],
-                        exchange=ex.index,
-                    )
-    if not facts.live:
-        for method, seq in empty_pending.items():
-            sink.add(
+
+    def finish(self) -> None:
+        if self.facts.live:
+            return
+        for method, seq in self.empty_pending.items():
+            self.sink.add(
                 "pagination.empty_cursor_dropped",
                 f'{method} returned nextCursor "" and the client never asked for that page',
                 'A present nextCursor (even "") means more results may exist.',
@@ -421,105 +533,150 @@ def _lists(pairing: Paired, facts: SessionFacts, sink: FindingSink) -> None:
 
 
 # ------------------------------------------------------------------------------ HTTP headers
-def _http_headers(
-    msgs: list[Msg],
-    pairing: Paired,
-    facts: SessionFacts,
-    http: Mapping[int, Mapping[str, Any]],
-    sink: FindingSink,
-) -> None:
-    bodies: dict[int, Msg] = {}
-    for m in msgs:
+class _Body(NamedTuple):
+    """The first host message of an HTTP exchange (what its header rules read)."""
+
+    seq: int
+    method: str | None
+    #: a request carrying the 2026-07-28 envelope: checked when it came, not at the end
+    enveloped: bool
+
+
+class HttpHeaders:
+    """The Streamable HTTP header rules: MCP-Protocol-Version and the routing headers against
+    the body (2026-07-28, checked as each request comes), Mcp-Session-Id and
+    MCP-Protocol-Version on every request after initialize (initialize era, at the end, in the
+    order the HTTP exchanges started). Per HTTP exchange it keeps its first host message's seq
+    and method (the http rows themselves are held by the caller)."""
+
+    def __init__(
+        self, facts: SessionFacts, http: Mapping[int, Mapping[str, Any]], sink: FindingSink
+    ) -> None:
+        self.facts = facts
+        self.http = http
+        self.sink = sink
+        self.on = bool(http) and not facts.legacy_sse
+        self.bodies: dict[int, _Body] = {}
+        #: tool name → (frame of the tools/list result that defined it, its inputSchema)
+        self.schemas: dict[str, tuple[int, Any]] = {}
+
+    def exchange(self, ex: Exchange) -> None:
+        if not self.on or ex.method != "tools/list":
+            return
+        resp = ex.response
+        if resp is None or not resp.result:
+            return
+        for tool in resp.result.get("tools") or ():
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                self.schemas[tool["name"]] = (resp.seq, tool.get("inputSchema"))
+                _forget_oldest(self.schemas, LIST_IDS_KEPT)
+
+    def message(self, m: Msg) -> None:
+        hid = m.http
         if (
-            m.direction == "c2s"
-            and m.http is not None
-            and m.kind in ("request", "notification", "response", "error")
+            not self.on
+            or hid is None
+            or m.direction != "c2s"
+            or m.kind not in ("request", "notification", "response", "error")
+            or hid in self.bodies
         ):
-            bodies.setdefault(m.http, m)
-    schemas: dict[str, tuple[int, Any]] = {}
-    for ex in pairing.exchanges:
-        if ex.method == "tools/list" and ex.response is not None and ex.response.result:
-            for tool in ex.response.result.get("tools") or ():
-                if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                    schemas[tool["name"]] = (ex.response.seq, tool.get("inputSchema"))
-    init_started: float | None = None
-    init_http: int | None = None
-    if facts.initialize_seq is not None:
-        for m in msgs:
-            if m.seq == facts.initialize_seq and m.http is not None:
-                init_http = m.http
-                row = http.get(m.http)
-                init_started = (row or {}).get("started_at")
-                break
-    needs_version = facts.era == ERA_INITIALIZE and version_at_least(facts.version, "2025-06-18")
-    missing_sid: list[int] = []
-    missing_pv: list[int] = []
-    for row in sorted(http.values(), key=lambda r: (r.get("started_at") or 0, r.get("id") or 0)):
-        hid = int(row.get("id") or 0)
+            return
+        enveloped = m.kind == "request" and META + "protocolVersion" in m.meta
+        self.bodies[hid] = _Body(m.seq, m.method, enveloped)
+        if enveloped:
+            self._envelope(m, self.http.get(hid) or {})
+
+    def _envelope(self, body: Msg, row: Mapping[str, Any]) -> None:
         hdrs = row.get("request_headers")
-        body = bodies.get(hid)
-        seqs = [body.seq] if body is not None else []
-        what = (
-            f"{row.get('method')} {body.method if body is not None and body.method else ''}".strip()
+        what = f"{row.get('method')} {body.method or ''}".strip()
+        version = body.meta.get(META + "protocolVersion")
+        pv = header(hdrs, "mcp-protocol-version")
+        if pv != version:
+            self.sink.add(
+                "http.protocol_version_header_mismatch",
+                f"{what}: MCP-Protocol-Version {pv!r} but the body says {version!r}",
+                "2026-07-28: the header must equal params._meta"
+                " io.modelcontextprotocol/protocolVersion.",
+                [body.seq],
+            )
+        schema = None
+        if body.method == "tools/call":
+            name = body.params.get("name")
+            if isinstance(name, str) and name in self.schemas and self.schemas[name][0] < body.seq:
+                schema = self.schemas[name][1]
+        problems = routing_problems(hdrs, body.body, input_schema=schema)
+        if problems:
+            self.sink.add(
+                "http.routing_header_mismatch",
+                f"{what}: " + "; ".join(problems[:3]) + (" …" if len(problems) > 3 else ""),
+                "\n".join(problems),
+                [body.seq],
+            )
+
+    def finish(self) -> None:
+        facts = self.facts
+        if not self.on or facts.era != ERA_INITIALIZE or facts.initialize_seq is None:
+            return
+        init = next(
+            ((hid, b) for hid, b in self.bodies.items() if b.seq == facts.initialize_seq),
+            None,
         )
-        if body is not None and body.kind == "request" and META + "protocolVersion" in body.meta:
-            problems: list[str] = []
-            version = body.meta.get(META + "protocolVersion")
-            pv = header(hdrs, "mcp-protocol-version")
-            if pv != version:
-                sink.add(
-                    "http.protocol_version_header_mismatch",
-                    f"{what}: MCP-Protocol-Version {pv!r} but the body says {version!r}",
-                    "2026-07-28: the header must equal params._meta"
-                    " io.modelcontextprotocol/protocolVersion.",
-                    seqs,
-                )
-            schema = None
-            if body.method == "tools/call":
-                name = body.params.get("name")
-                if isinstance(name, str) and name in schemas and schemas[name][0] < body.seq:
-                    schema = schemas[name][1]
-            problems = routing_problems(hdrs, body.body, input_schema=schema)
-            body.release()
-            if problems:
-                sink.add(
-                    "http.routing_header_mismatch",
-                    f"{what}: " + "; ".join(problems[:3]) + (" …" if len(problems) > 3 else ""),
-                    "\n".join(problems),
-                    seqs,
-                )
-            continue
-        if facts.era != ERA_INITIALIZE or init_started is None or hid == init_http:
-            continue
-        if (row.get("started_at") or 0) < init_started:
-            continue
-        if facts.session_id_header and not header(hdrs, "mcp-session-id"):
-            missing_sid.append(hid)
-        if needs_version:
-            pv = header(hdrs, "mcp-protocol-version")
-            if pv is None:
-                missing_pv.append(hid)
-            elif pv != facts.version:
-                sink.add(
-                    "http.protocol_version_header_mismatch",
-                    f"{what}: MCP-Protocol-Version {pv!r} but {facts.version!r} was negotiated",
-                    f"initialize negotiated {facts.version} in frame"
-                    f" #{facts.initialize_result_seq}.",
-                    seqs,
-                )
-    seq_of = {m.http: m.seq for m in bodies.values()}
-    if missing_sid:
-        sink.add(
-            "http.session_id_missing",
-            f"{len(missing_sid)} HTTP request(s) after initialize without Mcp-Session-Id",
-            f"The server assigned session id {facts.session_id_header!r} in its initialize"
-            " response.",
-            [seq_of[h] for h in missing_sid if h in seq_of] + [facts.initialize_result_seq or 0],
+        if init is None:
+            return
+        init_http = init[0]
+        init_started = (self.http.get(init_http) or {}).get("started_at")
+        if init_started is None:
+            return
+        needs_version = version_at_least(facts.version, "2025-06-18")
+        missing_sid = Seqs()
+        missing_pv = Seqs()
+        rows = sorted(
+            self.http.values(), key=lambda r: (r.get("started_at") or 0, r.get("id") or 0)
         )
-    if missing_pv:
-        sink.add(
-            "http.protocol_version_header_missing",
-            f"{len(missing_pv)} HTTP request(s) after initialize without MCP-Protocol-Version",
-            f"{facts.version} was negotiated; from 2025-06-18 on every request must name it.",
-            [seq_of[h] for h in missing_pv if h in seq_of] + [facts.initialize_result_seq or 0],
-        )
+        for row in rows:
+            hid = int(row.get("id") or 0)
+            body = self.bodies.get(hid)
+            if body is not None and body.enveloped:
+                continue
+            if hid == init_http or (row.get("started_at") or 0) < init_started:
+                continue
+            hdrs = row.get("request_headers")
+            if facts.session_id_header and not header(hdrs, "mcp-session-id"):
+                if body is not None:
+                    missing_sid.add(body.seq)
+                else:
+                    missing_sid.n += 1
+            if needs_version:
+                self._version(row, body, missing_pv)
+        if missing_sid:
+            self.sink.add(
+                "http.session_id_missing",
+                f"{missing_sid.n} HTTP request(s) after initialize without Mcp-Session-Id",
+                f"The server assigned session id {facts.session_id_header!r} in its initialize"
+                " response.",
+                [*missing_sid.seqs, facts.initialize_result_seq or 0],
+            )
+        if missing_pv:
+            self.sink.add(
+                "http.protocol_version_header_missing",
+                f"{missing_pv.n} HTTP request(s) after initialize without MCP-Protocol-Version",
+                f"{facts.version} was negotiated; from 2025-06-18 on every request must name it.",
+                [*missing_pv.seqs, facts.initialize_result_seq or 0],
+            )
+
+    def _version(self, row: Mapping[str, Any], body: _Body | None, missing: Seqs) -> None:
+        facts = self.facts
+        pv = header(row.get("request_headers"), "mcp-protocol-version")
+        if pv is None:
+            if body is not None:
+                missing.add(body.seq)
+            else:
+                missing.n += 1
+        elif pv != facts.version:
+            what = f"{row.get('method')} {body.method if body is not None and body.method else ''}"
+            self.sink.add(
+                "http.protocol_version_header_mismatch",
+                f"{what.strip()}: MCP-Protocol-Version {pv!r} but {facts.version!r} was negotiated",
+                f"initialize negotiated {facts.version} in frame #{facts.initialize_result_seq}.",
+                [body.seq] if body is not None else [],
+            )

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_proxy.analysis.catalogue import CATALOGUE, SEVERITY_RANK, Severity
-from mcp_proxy.analysis.checks import protocol_checks
-from mcp_proxy.analysis.exchanges import pair
+from mcp_proxy.analysis.checks import protocol_consumers
+from mcp_proxy.analysis.consumer import Consumer
+from mcp_proxy.analysis.exchanges import Pairing
 from mcp_proxy.analysis.facts import Decoder, Injected, session_facts
 from mcp_proxy.analysis.model import (
     Chain,
@@ -22,8 +23,9 @@ from mcp_proxy.analysis.model import (
     SessionFacts,
     severity_counts,
 )
-from mcp_proxy.analysis.oauth import oauth_checks
-from mcp_proxy.analysis.taxonomy import classify_error, taxonomy_findings
+from mcp_proxy.analysis.oauth import OAuth
+from mcp_proxy.analysis.taxonomy import Taxonomy, classify_error
+from mcp_proxy.analysis.transport import Transport
 from mcp_proxy.analysis.version import ANALYZER_VERSION
 
 __all__ = [
@@ -53,6 +55,8 @@ class Analysis:
     unattached_logs: int = 0
     #: Frames mcptape injected (fault rules): left out of pairing and checks, shown apart.
     injected: list[Injected] = field(default_factory=list)
+    #: How many exchanges the session had (``exchanges`` is empty when not kept).
+    exchange_count: int = 0
 
     def counts(self) -> dict[str, int]:
         """Findings per severity (error, warning, info)."""
@@ -149,65 +153,101 @@ def _analyze(
     http_exchanges: Sequence[Mapping[str, Any]],
 ) -> Analysis:
     msgs = decoder.msgs
-    http = {int(r["id"]): r for r in http_exchanges if r.get("id") is not None}
-    facts = session_facts(msgs, session, http)
-    sink = FindingSink()
-    pairing = pair(msgs, facts, http, sink, decoder.injected)
-    _forget_notification_bytes(msgs)
-    taxonomy_findings(msgs, pairing, facts, http, sink)
-    protocol_checks(msgs, pairing, facts, http, sink)
-    if http:
-        oauth_checks(http, sink, _seqs_by_exchange(msgs))
-    # Drop the parsed bodies and the messages (exchanges keep their seqs): they are most of the
-    # objects made, and freeing them here by reference counting spares the cyclic GC a walk
-    # over all of them later.
-    last_seq = max(msgs[-1].seq if msgs else 0, decoder.injected[-1].seq if decoder.injected else 0)
+    http = http_rows(http_exchanges)
+    one = SessionPass(session_facts(msgs, session, http), http, decoder.injected, keep=True)
+    for i in range(0, len(msgs), _SLICE):
+        one.feed_many(msgs[i : i + _SLICE])
+    # Drop the messages (exchanges keep their seqs): they are most of the objects made, and
+    # freeing them here by reference counting spares the cyclic GC a walk over them later.
     decoder.msgs = []
-    for m in msgs:
-        m.release()
     del msgs
-    for ex in pairing.exchanges:
-        ex.request = ex.response = None
-    return Analysis(
-        session_id=(session or {}).get("id"),
-        facts=facts,
-        exchanges=pairing.exchanges,
-        chains=pairing.chains,
-        findings=sink.result(),
-        frame_count=decoder.frames,
-        last_seq=last_seq,
-        unattached_logs=pairing.unattached_logs,
-        injected=decoder.injected,
-    )
+    return one.finish(session, decoder.frames)
 
 
-def _seqs_by_exchange(msgs: list[Msg], cap: int = 4) -> dict[int, list[int]]:
-    """The first frames of each HTTP exchange (what an HTTP-level finding points at)."""
-    out: dict[int, list[int]] = {}
-    for m in msgs:
-        if m.http is not None:
-            seqs = out.setdefault(m.http, [])
-            if len(seqs) < cap and (not seqs or seqs[-1] != m.seq):
-                seqs.append(m.seq)
-    return out
+def http_rows(http_exchanges: Sequence[Mapping[str, Any]]) -> dict[int, Mapping[str, Any]]:
+    """A session's http_exchanges rows by id (what the analysis reads them as)."""
+    return {int(r["id"]): r for r in http_exchanges if r.get("id") is not None}
 
 
-#: stderr lines whose bytes the transport findings quote (the tail before a crash).
-STDERR_TAIL = 8
+#: Messages handed to the pairing at once by :func:`analyze` (the window's buffer stays this
+#: much over its look-ahead).
+_SLICE = 1024
 
 
-def _forget_notification_bytes(msgs: list[Msg]) -> None:
-    """Free the bytes no check reads after pairing: notifications (pairing has read their
-    tokens, request ids and levels; later checks look at method, size and channel only) and
-    stderr lines but the last few. On a burst of logs that is most of the session's memory."""
-    stderr_kept = 0
-    for m in reversed(msgs):
-        kind = m.kind
-        if kind == "notification" and m.raw is not None:
-            m.raw = None
-            m._body = None
-        elif kind == "stderr":
-            if stderr_kept < STDERR_TAIL:
-                stderr_kept += 1
-            else:
-                m.raw = None
+class SessionPass:
+    """The one analysis of a session, fed its messages batch by batch (:meth:`feed_many`, in
+    ``seq`` order) and then :meth:`finish`ed.
+
+    ``facts`` must be complete before the first message (the handshake decides how messages
+    are judged): :func:`analyze` reads them from the messages it holds; the service from a first
+    pass over the store. The one :class:`~mcp_proxy.analysis.exchanges.Pairing` hands every
+    exchange, once its outcome is known, and every message, once handled, to each check family
+    (:class:`~mcp_proxy.analysis.consumer.Consumer`). With ``keep`` the exchanges are kept (the
+    views list them); without, an exchange is forgotten once the checks have seen it, and memory
+    holds the pending requests, the look-ahead and the families' bounded state.
+    """
+
+    def __init__(
+        self,
+        facts: SessionFacts,
+        http: Mapping[int, Mapping[str, Any]],
+        injected: Sequence[Injected],
+        *,
+        keep: bool,
+    ) -> None:
+        self.facts = facts
+        self.injected = injected
+        self.sink = sink = FindingSink()
+        self.last_seq = 0
+        self.pairing = Pairing(
+            facts,
+            http,
+            sink,
+            injected,
+            keep=keep,
+            light=False,
+            on_final=self._exchange,
+            on_message=self._message,
+        )
+        self.families: list[Consumer] = [
+            Taxonomy(facts, http, sink, self.pairing.orphan_errors),
+            *protocol_consumers(facts, http, sink),
+            Transport(facts, http, sink),
+            OAuth(http, sink),
+        ]
+
+    def _exchange(self, ex: Exchange) -> None:
+        for c in self.families:
+            c.exchange(ex)
+
+    def _message(self, m: Msg) -> None:
+        for c in self.families:
+            c.message(m)
+        if m.seq > self.last_seq:
+            self.last_seq = m.seq
+        if m.kind == "notification" or m.kind == "stderr":
+            m.forget()  # (no exchange holds it; the checks have read it)
+
+    def feed_many(self, msgs: Sequence[Msg]) -> None:
+        self.pairing.feed_many(msgs)
+
+    def finish(self, session: Mapping[str, Any] | None, frames: int) -> Analysis:
+        """Every pending request's outcome, every family's findings: the session's analysis."""
+        paired = self.pairing.finish()
+        for c in self.families:
+            c.finish()
+        for ex in paired.exchanges:
+            ex.request = ex.response = None
+        injected = list(self.injected)
+        return Analysis(
+            session_id=(session or {}).get("id"),
+            facts=self.facts,
+            exchanges=paired.exchanges,
+            chains=paired.chains,
+            findings=self.sink.result(),
+            frame_count=frames,
+            last_seq=max(self.last_seq, injected[-1].seq if injected else 0),
+            unattached_logs=paired.unattached_logs,
+            injected=injected,
+            exchange_count=paired.count,
+        )

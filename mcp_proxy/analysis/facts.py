@@ -379,6 +379,7 @@ class FactsBuilder:
                 and facts.initialized_seq is None
             ):
                 facts.initialized_seq = m.seq
+                facts.initialized_mono = m.mono_ns
         elif kind in ("response", "error") and m.msg_id is not None:
             self._answer(m)
 
@@ -408,6 +409,7 @@ class FactsBuilder:
         if m.msg_id == self.init_id and facts.initialize_result_seq is None:
             if m.kind == "response" and m.result is not None:
                 facts.initialize_result_seq = m.seq
+                facts.initialize_result_mono = m.mono_ns
                 r = m.result
                 v = r.get("protocolVersion")
                 self.init_version = v if isinstance(v, str) else None

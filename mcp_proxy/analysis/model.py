@@ -138,6 +138,11 @@ class Msg:
         if self.raw is not None:
             self._body = _UNPARSED
 
+    def forget(self) -> None:
+        """Forget the bytes and the body for good (every check has read this message)."""
+        self.raw = None
+        self._body = None
+
     @property
     def params(self) -> dict[str, Any]:
         b = self.body
@@ -506,6 +511,10 @@ class SessionFacts:
     initialize_result_seq: int | None = None
     initialize_failed: bool = False
     initialized_seq: int | None = None
+    #: Monotonic stamps of the initialize result and of notifications/initialized (what the
+    #: lifecycle check compares the other side's messages with, one message at a time).
+    initialize_result_mono: int | None = None
+    initialized_mono: int | None = None
     requested_version: str | None = None
     client_caps: dict[str, Any] | None = None
     server_caps: dict[str, Any] | None = None

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from mcp_proxy.analysis.model import FindingSink
+from mcp_proxy.analysis.model import Exchange, FindingSink, Msg
 
 __all__ = ["LOOP_THRESHOLD", "oauth_checks"]
 
@@ -186,3 +186,32 @@ def _resource(
             f" {expected or _origin(url)}.",
             seqs,
         )
+
+
+#: Frames of one HTTP exchange an OAuth finding points at (its first ones).
+_SEQS_PER_EXCHANGE = 4
+
+
+class OAuth:
+    """The OAuth checks as a :class:`~mcp_proxy.analysis.consumer.Consumer`: the messages give
+    each HTTP exchange's first frames (what a finding points at), the checks run at the end over
+    the session's http rows (held by the caller; this keeps a few seqs per row)."""
+
+    def __init__(self, http: Mapping[int, Mapping[str, Any]], sink: FindingSink) -> None:
+        self.http = http
+        self.sink = sink
+        self.seqs: dict[int, list[int]] = {}
+
+    def exchange(self, ex: Exchange) -> None:
+        pass
+
+    def message(self, m: Msg) -> None:
+        if m.http is None or not self.http:
+            return
+        seqs = self.seqs.setdefault(m.http, [])
+        if len(seqs) < _SEQS_PER_EXCHANGE and (not seqs or seqs[-1] != m.seq):
+            seqs.append(m.seq)
+
+    def finish(self) -> None:
+        if self.http:
+            oauth_checks(self.http, self.sink, self.seqs)

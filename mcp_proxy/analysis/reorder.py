@@ -81,7 +81,7 @@ class Window:
     stamped after all of them (``top``: the latest clock handled), or a full look-ahead.
     """
 
-    __slots__ = ("_hi", "base", "buf", "deferred", "i", "ids", "tokens", "top")
+    __slots__ = ("_hi", "base", "buf", "deferrals", "deferred", "i", "ids", "tokens", "top")
 
     def __init__(self) -> None:
         #: messages (:class:`Msg`, or :class:`Mark` where the consumer reads none)
@@ -92,6 +92,8 @@ class Window:
         self.i = -1
         #: message position → messages to handle right after it
         self.deferred: dict[int, list[Msg]] = {}
+        #: messages deferred so far (a message handled now was not deferred if this did not grow)
+        self.deferrals = 0
         self._hi = 0
         #: the latest clock of the messages handled so far (a deferred one looks ahead from it)
         self.top = 0
@@ -122,6 +124,7 @@ class Window:
                 return False
             if x.direction != m.direction and match(x):
                 self.deferred.setdefault(k, []).append(m)
+                self.deferrals += 1
                 return True
         return False
 
@@ -148,6 +151,7 @@ class Window:
             if buf[j - base].mono_ns > limit:
                 return False
         self.deferred.setdefault(k, []).append(m)
+        self.deferrals += 1
         return True
 
     def _index(self) -> None:

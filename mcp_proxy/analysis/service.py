@@ -32,13 +32,13 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mcp_proxy.analysis.catalogue import SUMMARY_CODE
-from mcp_proxy.analysis.core import Analysis, analyze, gc_paused
-from mcp_proxy.analysis.facts import SHAPED_FRAME_COLUMNS, Decoder
-from mcp_proxy.analysis.model import finding_order, finding_record
+from mcp_proxy.analysis.core import Analysis, SessionPass, analyze, gc_paused, http_rows
+from mcp_proxy.analysis.facts import SHAPED_FRAME_COLUMNS, Decoder, FactsBuilder, Injected
+from mcp_proxy.analysis.model import Msg, finding_order, finding_record
 from mcp_proxy.analysis.stats import (
     MethodStats,
     StatsKey,
@@ -50,7 +50,7 @@ from mcp_proxy.analysis.version import ANALYZER_VERSION
 from mcp_proxy.errors import StoreError
 from mcp_proxy.store.engine import sqlite_path
 from mcp_proxy.store.queries import Store, session_status
-from mcp_proxy.store.stream import frame_batches, shaped_batches
+from mcp_proxy.store.stream import STATS_COLUMNS, frame_batches, shaped_batches, shaped_pages
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,7 @@ __all__ = [
     "sessions_stats",
     "settle",
     "sort_rows",
+    "stream_analysis",
 ]
 
 
@@ -152,7 +153,7 @@ def finding_rows(
             "code": SUMMARY_CODE,
             "severity": "info",
             "title": (
-                f"analysed {analysis.frame_count} frames, {len(analysis.exchanges)} exchanges:"
+                f"analysed {analysis.frame_count} frames, {analysis.exchange_count} exchanges:"
                 f" {counts['error']} errors, {counts['warning']} warnings, {counts['info']} info"
             ),
             # Only what readers use: the fingerprint that says whether these rows are current.
@@ -205,6 +206,59 @@ def load_sync(url: str, session_id: str) -> Decoder:
         for rows in frame_batches(url, session_id, batch=LOAD_BATCH):
             decoder.feed(rows)
     return decoder
+
+
+def _read(url: str, session_id: str, decoder: Decoder, after: Callable[[], None]) -> None:
+    """Stream a session's frame rows from the store into ``decoder``, calling ``after`` after
+    each batch (SQLite: ``frame_rows`` as stored; otherwise the view's rows)."""
+    path = sqlite_path(url)
+    if path is not None:
+        shapes, batches = shaped_batches(
+            str(path), session_id, SHAPED_FRAME_COLUMNS, batch=LOAD_BATCH
+        )
+        for rows in batches:
+            decoder.feed_shaped(rows, shapes)
+            after()
+        return
+    for rows in frame_batches(url, session_id, batch=LOAD_BATCH):
+        decoder.feed(rows)
+        after()
+
+
+def _nothing() -> None:
+    pass
+
+
+def stream_analysis(
+    url: str, session: dict[str, Any], http_list: Sequence[Mapping[str, Any]]
+) -> Analysis:
+    """A session's findings in bounded memory: two streaming passes over its frames.
+
+    The first reads the handshake facts (:class:`~mcp_proxy.analysis.facts.FactsBuilder`: era,
+    versions, capabilities decide how every later message is judged); the second feeds one
+    :class:`~mcp_proxy.analysis.core.SessionPass` that keeps no exchange. Memory: a batch of
+    rows, the pending requests, the pairing's look-ahead and the check families' bounded state,
+    whatever the session's size. The result has the findings and counts, not the exchanges
+    (``exchange_count`` says how many): what ``check`` stores and the recorder process settles.
+    ``session`` as :func:`session_view` gives it, with its ``fault_end``.
+    """
+    sid = str(session["id"])
+    http = http_rows(http_list)
+    with gc_paused():
+        facts = FactsBuilder(session, http)
+        _read(url, sid, Decoder(facts.feed), _nothing)
+        injected: list[Injected] = []
+        one = SessionPass(facts.finish(), http, injected, keep=False)
+        held: list[Msg] = []
+        decoder = Decoder(held.append)
+        decoder.injected = injected
+
+        def flush() -> None:
+            one.feed_many(held)
+            held.clear()
+
+        _read(url, sid, decoder, flush)
+        return one.finish(session, decoder.frames)
 
 
 def _load_and_analyze(
@@ -260,10 +314,21 @@ async def session_analysis(
 
 
 async def refresh(store: Store, session: dict[str, Any], *, threaded: bool = False) -> Analysis:
-    """Recompute and store a session's findings whatever the stored state."""
-    analysis = await session_analysis(store, session, save=False, threaded=threaded)
+    """Recompute and store a session's findings whatever the stored state, in bounded memory
+    (:func:`stream_analysis`: the result holds no exchanges)."""
+    analysis = await _bounded(store, session, threaded=threaded)
     await _store_findings(store, session, analysis, strict=True)
     return analysis
+
+
+async def _bounded(store: Store, session: dict[str, Any], *, threaded: bool) -> Analysis:
+    """:func:`stream_analysis` of a stored session (in a worker thread when ``threaded``)."""
+    http = await store.http_exchanges(session["id"])
+    view = session_view(session)
+    view["fault_end"] = fault_end(await store.recorded_findings(session["id"]))
+    if threaded:
+        return await asyncio.to_thread(stream_analysis, store.url, view, http)
+    return stream_analysis(store.url, view, http)
 
 
 async def _stored(store: Store, session: dict[str, Any]) -> list[dict[str, Any]]:
@@ -297,7 +362,7 @@ async def findings_view(
     summary = await store.analysis_summary(session["id"])
     fresh = is_fresh(session, summary)
     if not fresh and analyse_if_stale:
-        analysis = await session_analysis(store, session, save=False, threaded=True)
+        analysis = await _bounded(store, session, threaded=True)
         await _store_findings(store, session, analysis, strict=False)
         fresh = is_fresh(session, await store.analysis_summary(session["id"]))
     return await _stored(store, session), fresh
@@ -333,17 +398,10 @@ def stream_stats(
     with its ``fault_end``)."""
     p = StatsPass(session, http_rows, by_name=by_name)
     sid = str(session["id"])
-    path = sqlite_path(url)
     with gc_paused():
-        if path is not None:  # frame_rows as stored (one shape integer for four columns)
-            shapes, batches = shaped_batches(
-                str(path), sid, SHAPED_FRAME_COLUMNS, batch=STATS_BATCH
-            )
-            for rows in batches:
-                p.feed_shaped(rows, shapes)
-        else:
-            for rows in frame_batches(url, sid, batch=STATS_BATCH):
-                p.feed(rows)
+        shapes, batches = shaped_pages(url, sid, STATS_COLUMNS, batch=STATS_BATCH)
+        for rows in batches:
+            p.feed_shaped(rows, shapes)
         return p.finish()
 
 

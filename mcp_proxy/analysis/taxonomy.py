@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from mcp_proxy.analysis.exchanges import Paired
+from mcp_proxy.analysis.consumer import Seqs
 from mcp_proxy.analysis.facts import header
 from mcp_proxy.analysis.model import ERA_MODERN, Exchange, FindingSink, Msg, SessionFacts
+from mcp_proxy.analysis.transport import snippet
 from mcp_proxy.protocol import ERROR_NAMES, MODERN_ERROR_STATUS
 
 # --------------------------------------------------------------------------------- JSON-RPC
@@ -275,13 +276,6 @@ _QUIET = frozenset(
 _TRANSPORT_STATUSES = frozenset({401, 403, 405, 406, 409, 413, 415, 421, 429})
 
 
-def _snippet(raw: bytes | None, limit: int = 160) -> str:
-    if not raw:
-        return ""
-    text = raw.decode("utf-8", "replace").strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _text_of(content: Any, limit: int = 200) -> str:
     if not isinstance(content, list):
         return ""
@@ -294,114 +288,233 @@ def _named(ex: Exchange) -> str:
     return f" {ex.name}" if ex.name else ""
 
 
-def taxonomy_findings(
-    msgs: list[Msg],
-    pairing: Paired,
-    facts: SessionFacts,
-    http: Mapping[int, Mapping[str, Any]],
-    sink: FindingSink,
-) -> None:
-    """Every error of the session, named: JSON-RPC, tool, HTTP and transport."""
-    explained = _http_findings(msgs, pairing, facts, http, sink)
-    era = facts.era
-    for ex in pairing.exchanges:
+class _Req(NamedTuple):
+    """The first host request an HTTP exchange carried (what an HTTP finding names)."""
+
+    exchange: int
+    method: str
+    name: str | None
+    request_seq: int
+    #: its answer came in this HTTP exchange and bears the request's id
+    id_bearing: bool
+
+
+class _Body:
+    """What a failed HTTP exchange's response carried: its frames and the first of them."""
+
+    __slots__ = ("error", "note", "seqs")
+
+    def __init__(self) -> None:
+        self.seqs = Seqs()
+        self.error: tuple[int | None, Any] | None = None  # code and message of the first error
+        self.note: str | None = None  # the first non-JSON-RPC body, quoted
+
+
+def _failed(row: Mapping[str, Any] | None) -> bool:
+    """An HTTP exchange an HTTP finding may be about: no status, 400 and up, or a relay
+    failure."""
+    if row is None:
+        return False
+    status = row.get("status")
+    return status is None or status >= 400 or str(row.get("outcome") or "") in RELAY_FAILURES
+
+
+class Taxonomy:
+    """Every error of the session, named: JSON-RPC errors and tool errors of exchanges, HTTP
+    statuses, statuses that disagree with the answer, errors answering no known request.
+
+    An HTTP error status and the JSON-RPC error in its body usually describe one event: the
+    exchange's error is not reported when the status explains it (:meth:`explains`). What is
+    kept per HTTP exchange is only for the failed ones (no status, or 400 and up)."""
+
+    def __init__(
+        self,
+        facts: SessionFacts,
+        http: Mapping[int, Mapping[str, Any]],
+        sink: FindingSink,
+        orphan_errors: Sequence[Msg] = (),
+    ) -> None:
+        self.facts = facts
+        self.http = http
+        self.sink = sink
+        self.orphan_errors = orphan_errors
+        self.requests: dict[int, _Req] = {}
+        self.bodies: dict[int, _Body] = {}
+        #: the latest start of a 2xx HTTP exchange (a 401 before it was answered afterwards)
+        self.last_ok = max(
+            (
+                r.get("started_at") or 0
+                for r in http.values()
+                if 200 <= (r.get("status") or 0) < 300
+            ),
+            default=None,
+        )
+
+    # ------------------------------------------------------------------ feeding
+    def exchange(self, ex: Exchange) -> None:
+        hid = ex.http
+        if (
+            hid is not None
+            and ex.direction == "c2s"
+            and hid not in self.requests
+            and _failed(self.http.get(hid))
+        ):
+            resp = ex.response
+            self.requests[hid] = _Req(
+                ex.index,
+                ex.method,
+                ex.name,
+                ex.request_seq,
+                resp is not None and resp.http == hid and resp.msg_id is not None,
+            )
         resp = ex.response
         if resp is None:
-            continue
+            return
         if ex.outcome == "error":
-            err = resp.error
-            ec = classify_error(
-                ex.error_code,
-                ex.error_message,
-                err.get("data"),
-                era=era,
-                method=ex.method,
-                transport=facts.transport,
-            )
-            ex.error_class = ec.code
-            if resp.http is not None and resp.http in explained:
-                continue
-            data = decode_error_data(ex.error_code, err.get("data"))
-            sink.add(
-                ec.code,
-                f"{ex.method}{_named(ex)}: {ex.error_code} {ex.error_message or ec.name}",
-                f"{ec.name} ({ex.error_code}). {ec.meaning}" + (f" {data}." if data else ""),
-                [ex.request_seq, resp.seq],
-                exchange=ex.index,
-            )
+            self._error(ex, resp)
         elif ex.outcome == "tool_error":
             ex.error_class = "tool.error_result"
             text = _text_of((resp.result or {}).get("content"))
-            sink.add(
+            self.sink.add(
                 "tool.error_result",
                 f"tool {ex.name or '?'} reported an error" + (f": {text}" if text else ""),
                 "The tool ran and returned isError: true; this is not a protocol error.",
                 [ex.request_seq, resp.seq],
                 exchange=ex.index,
             )
-    for m in pairing.orphan_errors:
-        if m.http is not None and m.http in explained:
-            continue
-        row = http.get(m.http) if m.http is not None else None
-        if row is not None and (row.get("status") or 0) >= 400:
-            continue
-        err = m.error
-        msg = err.get("message") if isinstance(err.get("message"), str) else None
-        ec = classify_error(m.error_code, msg, err.get("data"), era=era, transport=facts.transport)
-        sink.add(
+
+    def _error(self, ex: Exchange, resp: Msg) -> None:
+        err = resp.error
+        ec = classify_error(
+            ex.error_code,
+            ex.error_message,
+            err.get("data"),
+            era=self.facts.era,
+            method=ex.method,
+            transport=self.facts.transport,
+        )
+        ex.error_class = ec.code
+        if resp.http is not None and self.explains(resp.http):
+            return
+        data = decode_error_data(ex.error_code, err.get("data"))
+        self.sink.add(
             ec.code,
-            f"error {m.error_code} {msg or ec.name} (answering no known request)",
-            f"{ec.name} ({m.error_code}). {ec.meaning}",
+            f"{ex.method}{_named(ex)}: {ex.error_code} {ex.error_message or ec.name}",
+            f"{ec.name} ({ex.error_code}). {ec.meaning}" + (f" {data}." if data else ""),
+            [ex.request_seq, resp.seq],
+            exchange=ex.index,
+        )
+
+    def message(self, m: Msg) -> None:
+        hid = m.http
+        if hid is None or m.direction != "s2c":
+            return
+        if m.channel == "http" and m.kind in ("response", "error"):
+            self._status_agreement(m, hid)
+        if m.kind not in ("error", "noise", "invalid") or not _failed(self.http.get(hid)):
+            return
+        body = self.bodies.get(hid)
+        if body is None:
+            body = self.bodies[hid] = _Body()
+        body.seqs.add(m.seq)
+        if m.kind == "error":
+            if body.error is None:
+                body.error = (m.error_code, m.error.get("message"))
+        elif body.note is None:
+            body.note = f" Body: {snippet(m.raw)!r}" if m.raw else ""
+
+    # ------------------------------------------------------------------ HTTP statuses
+    def _fallback(self, hid: int, status: int | None) -> bool:
+        """server/discover answered 400/404/405: an initialize-era server."""
+        req = self.requests.get(hid)
+        return req is not None and req.method == "server/discover" and status in (400, 404, 405)
+
+    def explains(self, hid: int) -> bool:
+        """Whether the HTTP exchange's status is the finding (not the JSON-RPC error in it)."""
+        row = self.http.get(hid)
+        if row is None:
+            return False
+        status = row.get("status")
+        outcome = str(row.get("outcome") or "")
+        if outcome in RELAY_FAILURES or (status is None and outcome and outcome not in _QUIET):
+            return True
+        if status is None or status < 400:
+            return False
+        if _refused_host(row) is not None or self._fallback(hid, status):
+            return True
+        req = self.requests.get(hid)
+        return _transport_primary(row, status) or not (req is not None and req.id_bearing)
+
+    def _status_agreement(self, m: Msg, hid: int) -> None:
+        """A plain-JSON answer whose HTTP status disagrees with the JSON-RPC outcome for the era.
+
+        Not the answers to a ``server/discover`` probe that an initialize-era server refused:
+        that server follows the rules of its own era, in which the 2026-07-28 status mapping
+        does not apply; ``lifecycle.discover_fallback`` already says what happened.
+        """
+        row = self.http.get(hid)
+        status = row.get("status") if row else None
+        if status is None or self._fallback(hid, status):
+            return
+        is_result = m.kind == "response"
+        era = self.facts.era
+        allowed = status_expected(era, m.error_code, is_result=is_result)
+        if allowed is None or status in allowed:
+            return
+        what = "result" if is_result else f"error {m.error_code}"
+        self.sink.add(
+            "http.status_mismatch",
+            f"JSON-RPC {what} sent with HTTP {status}"
+            f" (expected {'/'.join(map(str, sorted(allowed)))})",
+            f"Era {era or 'unknown'}: a plain-JSON {what} must come with HTTP"
+            f" {' or '.join(map(str, sorted(allowed)))}.",
             [m.seq],
         )
-    _transport_findings(msgs, facts, http, sink)
 
+    # ------------------------------------------------------------------ the end
+    def finish(self) -> None:
+        http = self.http
+        rows = sorted(http.values(), key=lambda r: (r.get("started_at") or 0, r.get("id") or 0))
+        for row in rows:
+            if _failed(row):
+                self._row(row)
+        era, facts = self.facts.era, self.facts
+        for m in self.orphan_errors:
+            if m.http is not None and self.explains(m.http):
+                continue
+            orow = http.get(m.http) if m.http is not None else None
+            if orow is not None and (orow.get("status") or 0) >= 400:
+                continue
+            err = m.error
+            msg = err.get("message") if isinstance(err.get("message"), str) else None
+            ec = classify_error(
+                m.error_code, msg, err.get("data"), era=era, transport=facts.transport
+            )
+            self.sink.add(
+                ec.code,
+                f"error {m.error_code} {msg or ec.name} (answering no known request)",
+                f"{ec.name} ({m.error_code}). {ec.meaning}",
+                [m.seq],
+            )
 
-def _http_findings(
-    msgs: list[Msg],
-    pairing: Paired,
-    facts: SessionFacts,
-    http: Mapping[int, Mapping[str, Any]],
-    sink: FindingSink,
-) -> set[int]:
-    """HTTP status findings; returns the HTTP exchanges whose JSON-RPC errors they explain."""
-    explained: set[int] = set()
-    fallback: set[int] = set()  # server/discover answered 4xx: an initialize-era server
-    if not http:
-        return explained
-    requests: dict[int, Exchange] = {}
-    for ex in pairing.exchanges:
-        if ex.http is not None and ex.direction == "c2s":
-            requests.setdefault(ex.http, ex)
-    errors: dict[int, list[Msg]] = {}
-    bodies: dict[int, list[Msg]] = {}
-    for m in msgs:
-        if m.http is None or m.direction != "s2c":
-            continue
-        if m.kind == "error":
-            errors.setdefault(m.http, []).append(m)
-        elif m.kind in ("noise", "invalid"):
-            bodies.setdefault(m.http, []).append(m)
-    rows = sorted(http.values(), key=lambda r: (r.get("started_at") or 0, r.get("id") or 0))
-    ok_after: list[float] = [
-        r.get("started_at") or 0 for r in rows if 200 <= (r.get("status") or 0) < 300
-    ]
-    for row in rows:
+    def _row(self, row: Mapping[str, Any]) -> None:
+        """The finding of one failed HTTP exchange, if its status is one."""
+        sink = self.sink
         hid = int(row.get("id") or 0)
         status = row.get("status")
         outcome = str(row.get("outcome") or "")
         method = str(row.get("method") or "")
-        req = requests.get(hid)
+        req = self.requests.get(hid)
         what = f"{method} {row.get('url') or ''}".strip()
         if req is not None:
-            what += f" ({req.method}{_named(req)})"
+            what += f" ({req.method}{' ' + req.name if req.name else ''})"
         seqs = [req.request_seq] if req is not None else []
-        errs = errors.get(hid, [])
-        seqs += [m.seq for m in errs] + [m.seq for m in bodies.get(hid, [])]
+        body = self.bodies.get(hid)
+        if body is not None:
+            seqs += body.seqs.seqs
         if outcome in RELAY_FAILURES or (status is None and outcome and outcome not in _QUIET):
             # The relay answered for the server (502/504 with X-Mcptape-Error) or the response
             # broke off: what the host saw did not come from the server.
-            explained.add(hid)
             why = header(row.get("response_headers"), "x-mcptape-error")
             sink.add(
                 "http.upstream_error",
@@ -410,17 +523,14 @@ def _http_findings(
                 + f" ({outcome}{', ' + why if why else ''})",
                 row.get("error") or "The relay got no complete HTTP response from the upstream.",
                 seqs,
-                exchange=req.index if req else None,
+                exchange=req.exchange if req else None,
             )
-            continue
+            return
         if status is None:
-            continue
-        if status < 400:
-            continue
-        refused = _refused_host(row)
-        if refused is not None:
+            return
+        if _refused_host(row) is not None:
+            refused = _refused_host(row)
             # mcptape answered itself (nothing went upstream): the host's doing, not the server's.
-            explained.add(hid)
             sink.add(
                 "http.foreign_host",
                 f"{what}: HTTP {status} from mcptape: the host addressed {refused!r}",
@@ -428,50 +538,36 @@ def _http_findings(
                 " refused it (DNS-rebinding protection) and the server never saw it. Point the"
                 " host at the relay's address, or allow the name with --allow-host.",
                 seqs,
-                exchange=req.index if req else None,
+                exchange=req.exchange if req else None,
             )
-            continue
+            return
         body_note = ""
-        if errs:
-            e0 = errs[0]
-            emsg = e0.error.get("message")
-            body_note = f" Body: JSON-RPC error {e0.error_code}" + (
+        if body is not None and body.error is not None:
+            ecode, emsg = body.error
+            body_note = f" Body: JSON-RPC error {ecode}" + (
                 f" {emsg!r}" if isinstance(emsg, str) else ""
             )
-        elif bodies.get(hid):
-            body_note = f" Body: {_snippet(bodies[hid][0].raw)!r}" if bodies[hid][0].raw else ""
-        answered = req is not None and req.response is not None and req.response.http == hid
-        id_bearing = (
-            answered
-            and req is not None
-            and req.response is not None
-            and (req.response.msg_id is not None)
-        )
-        if req is not None and req.method == "server/discover" and status in (400, 404, 405):
-            explained.add(hid)
-            fallback.add(hid)
+        elif body is not None and body.note:
+            body_note = body.note
+        if req is not None and self._fallback(hid, status):
             sink.add(
                 "lifecycle.discover_fallback",
                 f"server/discover answered HTTP {status}: initialize-era server",
                 "The client probed 2026-07-28 discovery; the server answered with a client error,"
                 " so the client falls back to initialize." + body_note,
                 seqs,
-                exchange=req.index,
+                exchange=req.exchange,
             )
-            continue
-        transport_primary = status in _TRANSPORT_STATUSES or status >= 500
+            return
+        if not _transport_primary(row, status) and req is not None and req.id_bearing:
+            return  # the JSON-RPC error of the request is the finding (status checked apart)
         session_hdr = header(row.get("request_headers"), "mcp-session-id")
-        if status == 404 and session_hdr:
-            transport_primary = True
-        if not transport_primary and id_bearing:
-            continue  # the JSON-RPC error of the request is the finding (status checked below)
-        explained.add(hid)
         if status == 401:
             challenge = parse_www_authenticate(
                 header(row.get("response_headers"), "www-authenticate")
             )
             started = row.get("started_at") or 0
-            recovered = any(t > started for t in ok_after)
+            recovered = self.last_ok is not None and self.last_ok > started
             bits = [f"{k}={v}" for k, v in challenge.items() if k != "scheme"]
             desc = (
                 f"WWW-Authenticate: {challenge.get('scheme', '')} " + ", ".join(bits)
@@ -483,59 +579,66 @@ def _http_findings(
                 f"{what}: HTTP 401" + (" (authorized afterwards)" if recovered else ""),
                 desc + body_note,
                 seqs,
-                exchange=req.index if req else None,
+                exchange=req.exchange if req else None,
             )
-            continue
-        if status == 404:
-            code = "http.session_not_found" if session_hdr else "http.not_found"
-            detail = (
-                f"The request carried Mcp-Session-Id {session_hdr}, which the server does not"
-                " know (expired or the server restarted)."
-                if session_hdr
-                else "Nothing answered at this URL."
-            )
-        elif status == 405:
-            code = (
-                "http.method_not_allowed"
-                if method == "POST"
-                else "http.optional_method_unsupported"
-            )
-            allow = header(row.get("response_headers"), "allow")
-            detail = f"Allow: {allow}." if allow else "No Allow header."
-        elif status == 400:
-            code = "http.bad_request"
-            detail = "The server rejected the HTTP request."
-        elif status == 403:
-            code = "http.forbidden"
-            challenge = parse_www_authenticate(
-                header(row.get("response_headers"), "www-authenticate")
-            )
-            detail = (
-                f"WWW-Authenticate error={challenge['error']}."
-                if "error" in challenge
-                else "Origin not allowed, or insufficient permissions."
-            )
-        elif status in _HTTP_SIMPLE:
-            code = _HTTP_SIMPLE[status]
-            detail = ""
-            if status == 429:
-                ra = header(row.get("response_headers"), "retry-after")
-                detail = f"Retry-After: {ra}." if ra else ""
-        elif status >= 500:
-            code = "http.server_error"
-            detail = ""
-        else:
-            code = "http.client_error"
-            detail = ""
+            return
+        code, detail = _status_finding(row, status, method, session_hdr)
         sink.add(
             code,
             f"{what}: HTTP {status}",
             (detail + body_note).strip(),
             seqs,
-            exchange=req.index if req else None,
+            exchange=req.exchange if req else None,
         )
-    _status_agreement(msgs, facts, http, sink, fallback)
-    return explained
+
+
+def _transport_primary(row: Mapping[str, Any], status: int) -> bool:
+    """A status that describes the transport, whatever the body says."""
+    if status in _TRANSPORT_STATUSES or status >= 500:
+        return True
+    return status == 404 and bool(header(row.get("request_headers"), "mcp-session-id"))
+
+
+def _status_finding(
+    row: Mapping[str, Any], status: int, method: str, session_hdr: str | None
+) -> tuple[str, str]:
+    """The finding code and detail of an HTTP error status (not 401)."""
+    if status == 404:
+        code = "http.session_not_found" if session_hdr else "http.not_found"
+        detail = (
+            f"The request carried Mcp-Session-Id {session_hdr}, which the server does not"
+            " know (expired or the server restarted)."
+            if session_hdr
+            else "Nothing answered at this URL."
+        )
+    elif status == 405:
+        code = "http.method_not_allowed" if method == "POST" else "http.optional_method_unsupported"
+        allow = header(row.get("response_headers"), "allow")
+        detail = f"Allow: {allow}." if allow else "No Allow header."
+    elif status == 400:
+        code = "http.bad_request"
+        detail = "The server rejected the HTTP request."
+    elif status == 403:
+        code = "http.forbidden"
+        challenge = parse_www_authenticate(header(row.get("response_headers"), "www-authenticate"))
+        detail = (
+            f"WWW-Authenticate error={challenge['error']}."
+            if "error" in challenge
+            else "Origin not allowed, or insufficient permissions."
+        )
+    elif status in _HTTP_SIMPLE:
+        code = _HTTP_SIMPLE[status]
+        detail = ""
+        if status == 429:
+            ra = header(row.get("response_headers"), "retry-after")
+            detail = f"Retry-After: {ra}." if ra else ""
+    elif status >= 500:
+        code = "http.server_error"
+        detail = ""
+    else:
+        code = "http.client_error"
+        detail = ""
+    return code, detail
 
 
 def _refused_host(row: Mapping[str, Any]) -> str | None:
@@ -556,164 +659,3 @@ def _refused_host(row: Mapping[str, Any]) -> str | None:
         return None
     host = meta.get("refused_host")
     return host if isinstance(host, str) else "?"
-
-
-def _status_agreement(
-    msgs: list[Msg],
-    facts: SessionFacts,
-    http: Mapping[int, Mapping[str, Any]],
-    sink: FindingSink,
-    fallback: set[int],
-) -> None:
-    """Plain-JSON answers whose HTTP status disagrees with the JSON-RPC outcome for the era.
-
-    Not the answers to a ``server/discover`` probe that an initialize-era server refused
-    (``fallback``): that server follows the rules of its own era, in which the 2026-07-28
-    status mapping does not apply; ``lifecycle.discover_fallback`` already says what happened.
-    """
-    for m in msgs:
-        if m.direction != "s2c" or m.channel != "http" or m.http is None:
-            continue
-        if m.http in fallback:
-            continue
-        if m.kind not in ("response", "error"):
-            continue
-        row = http.get(m.http)
-        status = row.get("status") if row else None
-        if status is None:
-            continue
-        is_result = m.kind == "response"
-        allowed = status_expected(facts.era, m.error_code, is_result=is_result)
-        if allowed is None or status in allowed:
-            continue
-        what = "result" if is_result else f"error {m.error_code}"
-        sink.add(
-            "http.status_mismatch",
-            f"JSON-RPC {what} sent with HTTP {status} (expected {'/'.join(map(str, sorted(allowed)))})",
-            f"Era {facts.era or 'unknown'}: a plain-JSON {what} must come with HTTP"
-            f" {' or '.join(map(str, sorted(allowed)))}.",
-            [m.seq],
-        )
-
-
-# --------------------------------------------------------------------------------- transport
-SSE_EVENT_LIMIT = 1 << 20  # the SDK client's default max SSE event size
-POST_BODY_LIMIT = 4 << 20  # the SDK server's max request body
-
-
-def _transport_findings(
-    msgs: list[Msg],
-    facts: SessionFacts,
-    http: Mapping[int, Mapping[str, Any]],
-    sink: FindingSink,
-) -> None:
-    noise: dict[str, list[Msg]] = {}
-    invalid: dict[str, list[Msg]] = {}
-    stderr_tail: list[bytes] = []
-    for m in msgs:
-        kind = m.kind
-        if kind == "stderr":
-            if m.raw is not None:
-                stderr_tail.append(m.raw)
-                if len(stderr_tail) > 8:
-                    del stderr_tail[0]
-            continue
-        if kind == "noise":
-            if m.channel == "sse" and m.event not in (None, "", "message"):
-                continue  # e.g. the legacy transport's `endpoint` event: not a JSON-RPC message
-            if m.channel == "http" and m.direction == "s2c" and m.http is not None:
-                row = http.get(m.http)
-                if row is not None and (
-                    (row.get("status") or 0) >= 400
-                    or "json" not in (header(row.get("response_headers"), "content-type") or "")
-                ):
-                    continue  # a plain-text body ("Accepted", an error page): not JSON-RPC
-            utf8_ok = True
-            if m.raw is not None:
-                try:
-                    m.raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    utf8_ok = False
-            if not utf8_ok:
-                code = "transport.invalid_utf8"
-            elif m.direction == "s2c":
-                code = "transport.server_noise"
-            else:
-                code = "transport.host_noise"
-            noise.setdefault(code, []).append(m)
-        elif kind == "invalid":
-            invalid.setdefault(m.direction, []).append(m)
-        elif kind == "batch":
-            if facts.version is not None and facts.version != "2025-03-26":
-                sink.add(
-                    "jsonrpc.batch_not_allowed",
-                    f"JSON-RPC batch from the {'host' if m.direction == 'c2s' else 'server'}"
-                    f" in a {facts.version} session",
-                    "Batches were allowed only in 2025-03-26.",
-                    [m.seq],
-                )
-        if not m.complete and m.channel != "stderr":
-            sink.add(
-                "transport.incomplete_frame",
-                f"{'host' if m.direction == 'c2s' else 'server'} message cut short"
-                f" ({m.size} bytes, no line end)",
-                "The stream ended before the message did.",
-                [m.seq],
-            )
-        if m.channel == "sse" and m.size > SSE_EVENT_LIMIT:
-            sink.add(
-                "transport.oversize",
-                f"SSE event of {m.size / 1048576:.1f} MiB",
-                "The official SDK client refuses SSE events over 1 MiB by default.",
-                [m.seq],
-            )
-        elif m.channel == "http" and m.direction == "c2s" and m.size > POST_BODY_LIMIT:
-            sink.add(
-                "transport.oversize",
-                f"POST body of {m.size / 1048576:.1f} MiB",
-                "The official SDK server answers 413 for bodies over 4 MiB.",
-                [m.seq],
-            )
-    for code, items in noise.items():
-        first = items[0]
-        who = {
-            "transport.server_noise": "server",
-            "transport.host_noise": "host",
-        }.get(code, "server" if first.direction == "s2c" else "host")
-        where = {"stdio": "stdout" if first.direction == "s2c" else "stdin"}.get(
-            first.channel, first.channel
-        )
-        sink.add(
-            code,
-            f"{len(items)} non-JSON line(s) from the {who} on {where}"
-            if code != "transport.invalid_utf8"
-            else f"{len(items)} message(s) with invalid UTF-8",
-            f"First: {_snippet(first.raw)!r}" if first.raw else "",
-            [m.seq for m in items],
-        )
-    for direction, items in invalid.items():
-        from mcp_proxy.frames import classify_message
-
-        problem = classify_message(items[0].body).problem if items[0].body is not None else None
-        sink.add(
-            "jsonrpc.invalid_message",
-            f"{len(items)} JSON value(s) from the {'host' if direction == 'c2s' else 'server'}"
-            " that are not JSON-RPC",
-            f"First problem: {problem}." if problem else "",
-            [m.seq for m in items],
-        )
-    if facts.status == "crashed":
-        tail = [_snippet(r, 200) for r in stderr_tail[-5:]]
-        how = (
-            f"killed by signal {facts.exit_signal}"
-            if facts.exit_signal is not None
-            else f"exit status {facts.exit_code}"
-        )
-        sink.add(
-            "transport.server_crashed",
-            f"server crashed ({how})",
-            "Last stderr lines:\n" + "\n".join(tail)
-            if tail
-            else "The server wrote nothing on stderr.",
-            [msgs[-1].seq] if msgs else [],
-        )

@@ -39,7 +39,9 @@ FormatOption = Annotated[Format, typer.Option("--format", help="text or json.")]
 def json_errors(fmt: str) -> None:
     """With --format json, errors also come as one JSON line on stderr (for scripts)."""
     if fmt == Format.json:
-        os.environ.setdefault("MCPTAPE_ERROR_FORMAT", "json")
+        from mcp_proxy.errors import ERROR_FORMAT_ENV
+
+        os.environ.setdefault(ERROR_FORMAT_ENV, "json")  # put back by cli.handle_errors
 
 
 def print_json(doc: object, *, line: bool = False) -> None:

@@ -132,7 +132,7 @@ def upgrade(db: DbOption = None, fmt: FormatOption = Format.text) -> None:
         except StoreError:
             raise
         except Exception as exc:  # alembic's errors and the driver's: one line
-            raise StoreError(f"cannot migrate the database: {engine_mod._short(exc)}") from exc
+            raise StoreError(f"cannot migrate the database: {engine_mod.error_line(exc)}") from exc
         # before == head: someone else upgraded it while we waited for the lock
         result = UpgradeResult(st.url, before, st.head, upgraded=before != st.head)
     if fmt is Format.json:

@@ -7,7 +7,12 @@ from typing import Annotated
 import typer
 
 from mcp_proxy.cli import app, fail, handle_errors
-from mcp_proxy.commands.common import port_value, redact_paths_value, seconds_value
+from mcp_proxy.commands.common import (
+    Format,
+    port_value,
+    redact_paths_value,
+    seconds_value,
+)
 
 
 @app.command(
@@ -129,15 +134,26 @@ def record(
             " OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT.",
         ),
     ] = None,
+    fmt: Annotated[
+        Format,
+        typer.Option(
+            "--format",
+            help="text or json: the summary printed when recording stops, as the last line on"
+            " stderr (stdout is the server's channel with stdio).",
+        ),
+    ] = Format.text,
 ) -> None:
     """Run a server through mcptape and record every frame.
 
     stdio:  mcptape record --name fs -- npx -y @modelcontextprotocol/server-filesystem ~/src
     HTTP:   mcptape record --upstream https://server.example/mcp --port 8765
     """
+    from mcp_proxy.commands.common import json_errors
     from mcp_proxy.redact import env_allows_redaction
     from mcp_proxy.store.engine import resolve_url
 
+    json_errors(fmt)
+    output = fmt.value
     url = resolve_url(db)
     if otlp_endpoint is not None:
         _live_otlp(otlp_endpoint)
@@ -164,6 +180,7 @@ def record(
                 redact_paths=redact_path or [],
                 idle_cut=idle_cut,
                 engine=forward_engine,
+                output=output,
             )
         )
     if forward_engine is not None:
@@ -188,6 +205,7 @@ def record(
                 response_timeout=response_timeout or None,
                 allow_hosts=allow_host or [],
                 faults=engine,
+                output=output,
             )
         )
     if not command:
@@ -203,6 +221,7 @@ def record(
             redact_headers=redact_header or [],
             redact_paths=redact_path or [],
             faults=engine,
+            output=output,
         )
     )
 
@@ -217,11 +236,11 @@ def _live_otlp(endpoint: str) -> None:
 
     try:
         parts = urlsplit(endpoint)
-        host = parts.hostname
-    except ValueError:
-        host = None
-    if parts.scheme not in ("http", "https") or not host:
+        host, scheme, path = parts.hostname, parts.scheme, parts.path
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        host, scheme, path = None, "", ""
+    if scheme not in ("http", "https") or not host:
         fail(f"--otlp-endpoint wants an http(s):// URL of an OTLP/HTTP receiver, not {endpoint!r}")
-    if parts.path in ("", "/"):
+    if path in ("", "/"):
         endpoint = endpoint.rstrip("/") + "/v1/traces"
     os.environ[ENDPOINT_ENV] = endpoint

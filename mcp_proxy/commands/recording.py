@@ -229,12 +229,22 @@ def import_(
             " MCPTAPE_REDACT=0 does the same.",
         ),
     ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the imported sessions as one JSON document (--format names the file's"
+            " format here).",
+        ),
+    ] = False,
 ) -> None:
     """Load a recording file into the database (each session gets a new id), redacted as
     `record` redacts."""
     from mcp_proxy.recording.database import import_file, import_redactor
     from mcp_proxy.store.engine import resolve_url
 
+    if as_json:
+        common.json_errors(common.Format.json)
     try:
         size: int | None = os.stat(file).st_size or None  # a pipe or /dev/stdin: 0, unknown
     except OSError:
@@ -251,8 +261,15 @@ def import_(
             progress=advance,
             redactor=import_redactor(False) if no_redact else None,
         )
-    for (old, new), s, n in zip(result.sessions, recording.sessions, result.counts, strict=True):
-        name = s.session.get("name")
+    done = [
+        (new, s.session.get("name"), n, old)
+        for (old, new), s, n in zip(result.sessions, recording.sessions, result.counts, strict=True)
+    ]
+    if as_json:
+        sessions = [{"id": i, "name": nm, "frames": n, "was": old} for i, nm, n, old in done]
+        common.print_json({"sessions": sessions, "frames": result.frames})
+        return
+    for new, name, n, old in done:
         print(f"{new}  {name or '-'}  ({n} frames; was {old[:12]})")
     print(
         f"imported {len(result.sessions)} session(s), {result.frames} frame(s)",

@@ -260,6 +260,7 @@ async def serve_forward(
     announce: bool = True,
     stop: asyncio.Event | None = None,
     engine: str | None = None,
+    output: str = "text",
 ) -> int:
     """Run the proxy until ``stop`` (or SIGINT/SIGTERM); returns the exit status.
 
@@ -273,7 +274,17 @@ async def serve_forward(
     if options.get("ssl_insecure"):
         warn_insecure()
     run = _Run(
-        conf, db_url, host, port, name, redactor, idle_cut, record_all, announce, _stop_event(stop)
+        conf,
+        db_url,
+        host,
+        port,
+        name,
+        redactor,
+        idle_cut,
+        record_all,
+        announce,
+        _stop_event(stop),
+        output,
     )
     if chosen == "lean":
         return await _serve_lean(run, options)
@@ -294,6 +305,7 @@ class _Run:
     record_all: bool
     announce: bool
     stop: asyncio.Event
+    output: str = "text"
 
     def recording(self) -> tuple[Any, ForwardTape]:
         """The recorder process (started) and the tape that feeds it."""
@@ -322,11 +334,9 @@ class _Run:
 
     def stopped(self, tape: ForwardTape) -> int:
         if self.announce:
-            print(
-                f"mcptape: stopped; {tape.stats_exchanges} exchange(s) recorded",
-                file=sys.stderr,
-                flush=True,
-            )
+            from mcp_proxy.relay.stop import StopSummary, print_stop
+
+            print_stop(StopSummary("forward", True, exchanges=tape.stats_exchanges), self.output)
         return 0
 
 
@@ -490,8 +500,10 @@ def record_forward(
     redact_paths: list[str] | tuple[str, ...] = (),
     idle_cut: float = 300.0,
     engine: str | None = None,
+    output: str = "text",
 ) -> int:
-    """``mcptape record --forward``: serve until SIGINT/SIGTERM; exit status."""
+    """``mcptape record --forward``: serve until SIGINT/SIGTERM; exit status (``output``:
+    ``json`` makes the last line on stderr a JSON summary, :mod:`mcp_proxy.relay.stop`)."""
     from mcp_proxy.forward import require_mitmproxy
 
     require_mitmproxy()
@@ -509,6 +521,7 @@ def record_forward(
                 redactor=redactor,
                 idle_cut=idle_cut,
                 engine=engine,
+                output=output,
             ),
             loop_factory=loop_factory(),
         )

@@ -151,6 +151,11 @@ class BatchRunner:
             self._next_open = 0.0
         self.flush()
         deadline = time.monotonic() + patience
+        if self.writer is not None and self._carrying() and patience > 0:
+            self._warn(
+                f"recorder: the database still refuses what the recording owes it"
+                f" ({self.stats.last_error}); trying again for up to {patience:.0f} s"
+            )
         while self.writer is not None and self._carrying() and time.monotonic() < deadline:
             time.sleep(0.5)
             self.flush()

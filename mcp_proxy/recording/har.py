@@ -292,7 +292,7 @@ def write_har(recording: Recording, progress: Progress | None = None) -> list[by
 
 
 def _format() -> Any:
-    from mcp_proxy.recording.har_read import loads_har, sniff
+    from mcp_proxy.recording.har_read import loads_har, loads_har_rows, sniff
     from mcp_proxy.recording.registry import Format
 
     return Format(
@@ -302,6 +302,7 @@ def _format() -> Any:
         media_type="application/json",
         write=write_har,
         read=loads_har,
+        read_rows=loads_har_rows,
         sniff=sniff,
         transports=("http", "sse"),
     )

@@ -31,6 +31,7 @@ from mcp_proxy.recording.model import (
     Recording,
     RecordingFormatError,
     SessionRecording,
+    frame_dicts,
 )
 
 _JSONRPC = frozenset({Kind.REQUEST, Kind.RESPONSE, Kind.ERROR, Kind.NOTIFICATION, Kind.BATCH})
@@ -238,47 +239,45 @@ class _Builder:
             "meta": None,
         }
 
-    def frames_of(self, n: int, e: _Entry) -> list[tuple[float, int, dict[str, Any]]]:
-        """The exchange's frames as (time, order, partial row)."""
-        out: list[tuple[float, int, dict[str, Any]]] = []
+    def frames_of(self, n: int, e: _Entry) -> list[tuple[float, int, _Wire]]:
+        """The exchange's frames as (time, order, what the wire carried)."""
+        out: list[tuple[float, int, _Wire]] = []
         if e.req_body:
-            out.append((e.started, 0, _partial(Direction.C2S, Channel.HTTP, e.req_body, n)))
+            out.append((e.started, 0, (_C2S, _HTTP, e.req_body, n, None, None)))
         if e.is_sse:
             for i, (t, data, ev_id, ev_type) in enumerate(e.sse_events, start=1):
-                row = _partial(Direction.S2C, Channel.SSE, data, n)
-                row.update(sse_id=ev_id, sse_event=ev_type)
-                out.append((t if t is not None else e.first_byte, i, row))
+                out.append(
+                    (t if t is not None else e.first_byte, i, (_S2C, _SSE, data, n, ev_id, ev_type))
+                )
         elif e.resp_body:
-            out.append((e.ended, 1, _partial(Direction.S2C, Channel.HTTP, e.resp_body, n)))
+            out.append((e.ended, 1, (_S2C, _HTTP, e.resp_body, n, None, None)))
         return out
 
-    def build(self, titles: dict[str, str], creator: str) -> SessionRecording:
+    def build(self, titles: dict[str, str], creator: str) -> tuple[SessionRecording, Rows]:
+        """The session without its frames, and its frames as row tuples (``FRAME_COLUMNS``
+        order), numbered in time order and classified from their bytes."""
         self.entries.sort(key=lambda e: e.started)
         exchanges = []
-        timed: list[tuple[float, int, int, dict[str, Any]]] = []
+        timed: list[tuple[float, int, int, _Wire]] = []
         for n, e in enumerate(self.entries, start=1):
             exchanges.append(self.exchange_row(n, e))
-            timed.extend((t, n, order, row) for t, order, row in self.frames_of(n, e))
+            timed.extend((t, n, order, wire) for t, order, wire in self.frames_of(n, e))
         timed.sort(key=lambda x: (x[0], x[1], x[2]))
         tracker = HandshakeTracker()
         facts: dict[str, Any] = {}
-        frames = []
-        for seq, (t, _, _, row) in enumerate(timed, start=1):
-            c = classify(row["raw"], row["channel"])
-            row.update(
-                seq=seq,
-                ts=t,
-                mono_ns=int(t * 1e9),
-                kind=c.kind.value,
-                method=c.method,
-                msg_id=c.msg_id,
-                error_code=c.error_code,
-                partial_parse=c.partial,
-            )
-            frames.append(row)
+        rows: Rows = []
+        for seq, (t, _, _, (direction, channel, raw, n, sse_id, sse_event)) in enumerate(
+            timed, start=1
+        ):
+            c = classify(raw, channel)
+            rows.append(
+                (seq, t, int(t * 1e9), direction, channel, c.kind.value, c.method, c.msg_id,
+                 c.error_code, len(raw), True, c.partial, raw, n, sse_id, sse_event)
+            )  # fmt: skip
             if c.message is not None:
-                facts.update(tracker.observe(Direction(row["direction"]), c) or {})
-        return SessionRecording(self.session_row(titles, creator, facts), exchanges, frames)
+                facts.update(tracker.observe(Direction(direction), c) or {})
+        session = SessionRecording(self.session_row(titles, creator, facts), exchanges)
+        return session, rows
 
     def session_row(
         self, titles: dict[str, str], creator: str, facts: dict[str, Any]
@@ -315,21 +314,28 @@ def _is_hex_id(value: Any) -> bool:
     )
 
 
-def _partial(direction: Direction, channel: Channel, raw: bytes, exchange: int) -> dict[str, Any]:
-    return {
-        "direction": direction.value,
-        "channel": channel.value,
-        "raw": raw,
-        "size": len(raw),
-        "complete": True,
-        "http_exchange_id": exchange,
-        "sse_id": None,
-        "sse_event": None,
-    }
+#: A frame as the wire carried it: direction, channel, bytes, exchange number, SSE id and event.
+type _Wire = tuple[str, str, bytes, int, str | None, str | None]
+#: A session's frames as row tuples (``mcp_proxy.store.columns.FRAME_COLUMNS`` order).
+type Rows = list[tuple[Any, ...]]
+_C2S, _S2C = Direction.C2S.value, Direction.S2C.value
+_HTTP, _SSE = Channel.HTTP.value, Channel.SSE.value
 
 
 def loads_har(data: bytes, origin: str = "HAR", progress: Progress | None = None) -> Recording:
-    """A HAR 1.2 document's bytes → the MCP sessions it holds (pure)."""
+    """A HAR 1.2 document's bytes → the MCP sessions it holds (pure), as the model (diff,
+    replay, mock): :func:`loads_har_rows` with each frame row as the model's dict."""
+    recording, rows = loads_har_rows(data, origin, progress)
+    for s, frames in zip(recording.sessions, rows, strict=True):
+        s.frames = frame_dicts(frames)
+    return recording
+
+
+def loads_har_rows(
+    data: bytes, origin: str = "HAR", progress: Progress | None = None
+) -> tuple[Recording, list[Rows]]:
+    """A HAR 1.2 document's bytes → its MCP sessions without their frames, and each session's
+    frames as row tuples (what an import writes: no dict per frame)."""
     try:
         doc = json.loads(data)
     except RecursionError:
@@ -359,11 +365,11 @@ def loads_har(data: bytes, origin: str = "HAR", progress: Progress | None = None
             f"{origin} holds no MCP traffic: none of its {len(log['entries'])} entries"
             " carries JSON-RPC, an SSE stream or an Mcp-Session-Id"
         )
-    sessions = [b.build(titles, creator) for b in groups.values()]
-    sessions.sort(key=lambda s: (s.session["started_at"], s.id))
+    built = [b.build(titles, creator) for b in groups.values()]
+    built.sort(key=lambda b: (b[0].session["started_at"], b[0].id))
     if progress is not None:
-        progress(sum(len(s.frames) for s in sessions))
-    return Recording(sessions, origin=origin)
+        progress(sum(len(rows) for _s, rows in built))
+    return Recording([s for s, _rows in built], origin=origin), [rows for _s, rows in built]
 
 
 def sniff(head: bytes) -> bool:

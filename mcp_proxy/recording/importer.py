@@ -9,8 +9,9 @@ nothing is kept per frame (the map from a file's frame numbers to the new ones i
 they are 1, 2, …; only a file with gaps in its numbers costs 8 bytes a frame for it).
 
 Everything goes in one transaction: a bad line anywhere in the file (a value out of range, a
-truncated end) leaves the database as it was. Other formats (HAR) are read into the model first
-and written by the same writer (:func:`import_recording`).
+truncated end) leaves the database as it was. Other formats (HAR) are read whole as row tuples
+(the format's ``read_rows``) and written by the same writer; :func:`import_recording` takes a
+model built in memory the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import os
 from array import array
 from bisect import bisect_left
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import batched
 from typing import TYPE_CHECKING, Any
@@ -293,12 +295,26 @@ def import_recording(
     the recording policy (``redactor``; default :func:`import_redactor`: on, as ``record``) and
     then marked ``redacted`` — a file someone sends you is recorded like live traffic.
     """
+    rows = (frame_rows(s.frames) for s in recording.sessions)
+    return _import_rows(recording, rows, db_url, extra_meta, progress, redactor)
+
+
+def _import_rows(
+    recording: Recording,
+    rows: Iterable[Iterable[tuple[Any, ...]]],
+    db_url: str,
+    extra_meta: dict[str, Any] | None,
+    progress: Progress | None,
+    redactor: Redactor | None,
+) -> ImportResult:
+    """Sessions read whole (``rows``: each session's frames, in ``recording``'s order) into the
+    database a page at a time, in one transaction."""
     from mcp_proxy.store.recordings import RecordingStore
 
     with RecordingStore(db_url, write=True) as rs, rs.import_writer() as writer:
         importer = _Importer(writer, _policy(redactor), progress, extra_meta)
-        for s in recording.sessions:
-            for page in batched(frame_rows(s.frames), IMPORT_PAGE):
+        for s, frames in zip(recording.sessions, rows, strict=True):
+            for page in batched(frames, IMPORT_PAGE):
                 importer.page(s, list(page))
         result = importer.finish(recording)
         writer.commit()
@@ -329,12 +345,14 @@ def import_file(
 
     chosen = get_format(fmt) if fmt is not None else detect(path, read_head(path, 4096))
     if chosen is not None and chosen.name != "jsonl":
+        read_rows = chosen.need_rows_reader()
         data = read_file_bytes(path)
         if read_bytes is not None:
             read_bytes(len(data))
-        recording = chosen.need_reader()(data, str(path), read_progress)
+        recording, rows = read_rows(data, str(path), read_progress)
         del data
-        return recording, import_recording(recording, db_url, progress=progress, redactor=redactor)
+        result = _import_rows(recording, rows, db_url, None, progress, redactor)
+        return recording, result
     with RecordingStore(db_url, write=True) as rs, rs.import_writer() as writer:
         importer = _Importer(writer, _policy(redactor), progress, None)
         recording = stream_rows(

@@ -264,6 +264,7 @@ def _format() -> Any:
         write=iter_jsonl,
         write_db=_write_db,
         read=read_jsonl,
+        read_rows=loads_rows,
         sniff=sniff,
         label="JSON Lines",
     )

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 from orjson import loads as _orjson_loads
 
 from mcp_proxy.errors import NotFoundError, UserError
-from mcp_proxy.frames import Channel, Direction, classify, has_long_number
+from mcp_proxy.frames import Channel, Direction, Kind, classify, has_long_number
 from mcp_proxy.limits import IMPORT_LINE_MAX, IMPORT_READ, IMPORT_SEQ_MAX, IMPORT_TIME_MAX
 from mcp_proxy.recording import validate
 from mcp_proxy.recording.model import (
@@ -111,12 +111,32 @@ _BLANK_B = b" \t\r\x0b\x0c"
 _JSON_SPACE = " \t\r"
 
 
-def line_records(data: bytes, origin: str) -> Records:
+class BlockScan:
+    """What the block the last record was read from says of every frame text in it.
+
+    ``digits_checked``: the block has no run of 19+ digits (:func:`has_long_number`) and no
+    ``\\u`` escape, so no frame text of it (a JSON string, whose digits appear as themselves
+    unless written as ``\\u003X``) holds such a run either: :func:`~mcp_proxy.frames.classify`
+    may skip its own look (``checked=True``), and decides as without it.
+    """
+
+    __slots__ = ("digits_checked",)
+
+    def __init__(self) -> None:
+        self.digits_checked = False
+
+
+def line_records(data: bytes, origin: str, scan: BlockScan | None = None) -> Records:
     """Each non-blank line's record of a file's bytes in memory, with its line number."""
-    return _block_lines((data,), origin, lambda: data)
+    return _block_lines((data,), origin, lambda: data, scan)
 
 
-def _block_lines(blocks: Iterable[bytes], origin: str, whole: Callable[[], bytes]) -> Records:
+def _block_lines(
+    blocks: Iterable[bytes],
+    origin: str,
+    whole: Callable[[], bytes],
+    scan: BlockScan | None = None,
+) -> Records:
     """Each non-blank line's record, with its line number, from blocks of whole lines.
 
     Each line's bytes go to orjson (~3× the C scanner, and no decoding of the whole file
@@ -130,6 +150,8 @@ def _block_lines(blocks: Iterable[bytes], origin: str, whole: Callable[[], bytes
     lineno = 0
     for block in blocks:
         fast = not has_long_number(block)
+        if scan is not None:
+            scan.digits_checked = fast and b"\\u" not in block
         for lineno, line in enumerate(block.split(b"\n"), start=lineno + 1):  # noqa: B020
             if fast and line[:1] == b"{":
                 try:
@@ -307,13 +329,13 @@ def _frame_raw(rec: dict[str, Any], where: str) -> bytes:
     raise RecordingFormatError(f"{where}: a frame needs 'text' or 'base64'")
 
 
-def frame_row(rec: dict[str, Any], where: str) -> tuple[Any, ...]:
+def frame_row(rec: dict[str, Any], where: str, checked: bool = False) -> tuple[Any, ...]:
     """A file's frame record → a frame row tuple (``FRAME_COLUMNS`` order), validated.
 
     The bytes decide: kind, method, id and error code are classified from the frame's bytes
     (:func:`mcp_proxy.frames.classify`), never taken from the record, whoever wrote the file
     (its header's say-so is no proof). A tuple, not a dict: an import moves it to the store as
-    it is.
+    it is. ``checked``: the record's ``text`` holds no run of 19+ digits (:class:`BlockScan`).
 
     The common record (every field of the right type, UTF-8 ``text``, none of the rare fields)
     is read with one lookup per field; anything else takes :func:`_frame_row_checked`, which
@@ -342,13 +364,14 @@ def frame_row(rec: dict[str, Any], where: str) -> tuple[Any, ...]:
         raw = text.encode("utf-8")
     except UnicodeEncodeError:
         return _frame_row_checked(rec, where)
-    c = classify(raw, channel)
+    c = classify(raw, channel, checked=checked)
     return (
-        seq, ts, mono, direction, channel, c.kind.value, c.method, c.msg_id, c.error_code,
+        seq, ts, mono, direction, channel, _KIND_TEXT[c.kind], c.method, c.msg_id, c.error_code,
         len(raw), True, c.partial, raw, None, None, None,
     )  # fmt: skip
 
 
+_KIND_TEXT = {k: k.value for k in Kind}
 #: Frame fields that a common record lacks (their presence sends it the checked way).
 _RARE_KEYS = frozenset(("exchange", "complete", "sse_id", "sse_event", "base64"))
 
@@ -559,7 +582,8 @@ def loads_rows(
     session's frames as row tuples (``FRAME_COLUMNS`` order), validated the same way."""
     if not data.strip():
         raise RecordingFormatError(f"{origin} is empty")
-    return read_rows(line_records(data, origin), origin, progress)
+    scan = BlockScan()
+    return read_rows(line_records(data, origin, scan), origin, progress, scan=scan)
 
 
 def stream_rows(
@@ -582,12 +606,14 @@ def stream_rows(
         return _file_head(path, IMPORT_READ * 64)
 
     blocks = file_blocks(path, origin, read_bytes)
+    scan = BlockScan()
     recording, rest = read_rows(
-        _block_lines(blocks, origin, whole),
+        _block_lines(blocks, origin, whole, scan),
         origin,
         progress,
         on_page=on_page,
         page=page,
+        scan=scan,
     )
     for s, rows in zip(recording.sessions, rest, strict=True):
         if rows:
@@ -612,9 +638,12 @@ def read_rows(
     *,
     on_page: OnPage | None = None,
     page: int = sys.maxsize,
+    scan: BlockScan | None = None,
 ) -> tuple[Recording, list[list[tuple[Any, ...]]]]:
     """The records of ``stream`` (a file's lines) read and checked: the sessions without their
     frames, and each session's frames not handed to ``on_page`` (all of them without it).
+    ``scan`` is the :class:`BlockScan` the stream's reader keeps (a file of this version only:
+    an upgrade may make a frame's text from other bytes than the line's).
 
     A dict per frame was a third of an import's time, for fields the store wants as a tuple.
     """
@@ -623,6 +652,8 @@ def read_rows(
     for v in range(version, FORMAT_VERSION):
         records = UPGRADES[v](records)
     reader = _Reader(origin, progress)
+    if version != FORMAT_VERSION:
+        scan = None
     end: dict[str, Any] | None = None
     last_line = 1
     rows_of = reader.rows
@@ -643,7 +674,7 @@ def read_rows(
                 reader.owned(rec, "frame", f"{origin} line {lineno}")  # raises: unknown session
                 continue
             try:
-                row = row_of(rec, "")
+                row = row_of(rec, "", scan is not None and scan.digits_checked)
             except RecordingFormatError:
                 row_of(rec, f"{origin} line {lineno}")
                 raise

@@ -15,7 +15,7 @@ import importlib
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.errors import UserError
 
@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 type Writer = Callable[[Recording, Progress | None], Iterable[bytes]]
 #: Reads a file's bytes (with the file's name for messages) into a recording.
 type Reader = Callable[[bytes, str, Progress | None], Recording]
+#: Reads the same, each session's frames as row tuples (``FRAME_COLUMNS`` order) beside it.
+type RowsReader = Callable[
+    [bytes, str, Progress | None], tuple[Recording, list[list[tuple[Any, ...]]]]
+]
 #: Writes sessions straight from a database (URL, exact session ids), streaming: no model.
 type DbWriter = Callable[[str, Sequence[str], Progress | None], Iterable[bytes]]
 #: Sends a recording somewhere that is not a file (a URL); returns a one-line summary.
@@ -52,6 +56,8 @@ class Format:
     label: str = ""
     #: The session transports the format can hold (HAR: HTTP only); empty means every one.
     transports: tuple[str, ...] = ()
+    #: ``read`` with the frames as row tuples: what ``import`` writes (no dict per frame).
+    read_rows: RowsReader | None = None
     #: Writes the same bytes as ``write`` straight from a database, a page of rows at a time
     #: (``export`` and the dashboard's downloads use it when there is one).
     write_db: DbWriter | None = None
@@ -68,6 +74,13 @@ class Format:
         if self.write is None:
             raise UserError(f"mcptape cannot write {self.name} (it only reads it)")
         return self.write
+
+    def need_rows_reader(self) -> RowsReader:
+        """What ``import`` reads a whole file with (JSON Lines streams instead)."""
+        if self.read_rows is None:
+            self.need_reader()  # the line that says which formats it imports
+            raise UserError(f"mcptape cannot import {self.name} as rows")
+        return self.read_rows
 
     def need_reader(self) -> Reader:
         if self.read is None:

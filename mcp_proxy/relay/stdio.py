@@ -389,8 +389,12 @@ def record_stdio(
     redact_headers: list[str] | tuple[str, ...] = (),
     redact_paths: list[str] | tuple[str, ...] = (),
     faults: FaultDecider | None = None,
+    output: str = "text",
 ) -> int:
     """``mcptape record -- COMMAND``: relay and record; returns the exit status to use.
+
+    ``output``: ``json`` ends the run with a JSON summary as the last line on stderr
+    (:mod:`mcp_proxy.relay.stop`; in text mode a stdio relay says nothing at its end).
 
     ``db_url`` is a database URL, or what ``--db`` takes (a path; empty for ``MCPTAPE_DB`` or
     the default location): the recorder process resolves it.
@@ -441,4 +445,16 @@ def record_stdio(
         result = relay.run(proc)
     finally:
         recorder.close()
+    from mcp_proxy.relay.stop import StopSummary, print_stop
+
+    death = getattr(recorder, "worker_death", None)
+    summary = StopSummary(
+        "stdio",
+        death is None,
+        session_id=result.session_id,
+        exit_code=result.exit_code,
+        exit_signal=result.exit_signal,
+        problem=None if death is None else f"the recorder process died ({death})",
+    )
+    print_stop(summary, output, text=False)
     return result.exit_code

@@ -13,7 +13,7 @@ pytest plugin and CI all read the same list::
     [diff."weather.mcptape.jsonl"]
     ignore = ["$.result.content[0].text"]     # for this recording only
 
-Paths are the JSONPath subset of ``--ignore``; a bad one is a usage error naming the file.
+Paths are JSONPaths as ``--ignore`` reads them (RFC 9535, :mod:`mcp_proxy.normalize`); a bad one is a usage error naming the file.
 
 ``mcptape replay DIR`` replays every recording of a directory against one server; recordings of
 other servers name theirs in the same file (the first glob that matches the file name wins)::

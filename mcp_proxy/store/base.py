@@ -44,7 +44,7 @@ class StoreBase:
                 result = await conn.execute(stmt)
                 return [_row(r) for r in result]
         except sa.exc.DBAPIError as exc:
-            raise StoreError(engine_mod._short(exc)) from exc
+            raise StoreError(engine_mod.error_line(exc)) from exc
 
     async def _one(self, stmt: sa.Executable) -> dict[str, Any] | None:
         rows = await self._all(stmt)
@@ -56,7 +56,7 @@ class StoreBase:
             async with self.engine.connect() as conn:
                 return (await conn.execute(stmt)).scalar()
         except sa.exc.DBAPIError as exc:
-            raise StoreError(engine_mod._short(exc)) from exc
+            raise StoreError(engine_mod.error_line(exc)) from exc
 
     async def _write(self, stmt: sa.Executable) -> Any:
         """Run one write in its own transaction; returns the driver's result."""
@@ -64,4 +64,4 @@ class StoreBase:
             async with self.engine.begin() as conn:
                 return await conn.execute(stmt)
         except sa.exc.DBAPIError as exc:
-            raise StoreError(engine_mod._short(exc)) from exc
+            raise StoreError(engine_mod.error_line(exc)) from exc

@@ -158,7 +158,7 @@ def copy_store(
                     progress(f"{i}/{len(ids)} {sid[:12]}")
             dtrans.commit()
     except sa.exc.DBAPIError as exc:
-        raise StoreError(engine_mod._short(exc)) from exc
+        raise StoreError(engine_mod.error_line(exc)) from exc
     finally:
         src.dispose()
         dst.dispose()

@@ -341,7 +341,7 @@ def schema_state(url: str) -> SchemaState:
             rev = _revision(conn)
         return SchemaState(display_url(url), engine.dialect.name, rev, SCHEMA_HEAD)
     except sa.exc.DBAPIError as exc:
-        raise StoreError(_short(exc)) from exc
+        raise StoreError(error_line(exc)) from exc
     finally:
         engine.dispose()
 
@@ -472,21 +472,22 @@ def ensure_schema(url: str, engine: Engine | None = None) -> None:
                 except (sa.exc.SQLAlchemyError, StoreError):
                     raise
                 except Exception as exc:  # alembic's CommandError and friends: one line
-                    raise StoreError(f"cannot migrate the database: {_short(exc)}") from exc
+                    raise StoreError(f"cannot migrate the database: {error_line(exc)}") from exc
                 return
             except sa.exc.OperationalError as exc:
                 if attempt == 4 or is_postgresql(url):
                     # PostgreSQL: no file lock to wait for; the driver already waited up to its
                     # connect timeout, so say what is wrong at once.
-                    raise StoreError(_short(exc)) from exc
+                    raise StoreError(error_line(exc)) from exc
                 time.sleep(0.2 * (attempt + 1))
     except sa.exc.DBAPIError as exc:
-        raise StoreError(_short(exc)) from exc
+        raise StoreError(error_line(exc)) from exc
     finally:
         if own:
             engine.dispose()
 
 
-def _short(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None)
-    return str(orig or exc).splitlines()[0]
+def error_line(exc: BaseException) -> str:
+    """A driver's error (or SQLAlchemy's around one) as one line: what a ``StoreError`` says."""
+    text = str(getattr(exc, "orig", None) or exc)
+    return text.splitlines()[0] if text else type(exc).__name__

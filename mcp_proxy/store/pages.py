@@ -321,6 +321,96 @@ class PageQueries(StoreBase):
             )
         return out
 
+    async def sessions_in_window(
+        self, since: float, until: float, client: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        """Sessions that overlap ``[since, until]`` (of one host's client name when given),
+        oldest first: the host timeline's lanes."""
+        c = sessions.c
+        where = [
+            c.started_at <= until,
+            sa.or_(c.ended_at.is_(None), c.ended_at >= since, c.updated_at >= since),
+        ]
+        if client is not None:
+            where.append(c.client_name == client)
+        stmt = sa.select(sessions).where(*where).order_by(c.started_at, c.id).limit(limit)
+        return await self._all(stmt)
+
+    async def newest_start(self, client: str | None) -> float | None:
+        """When the newest session (of one host's client name when given) started."""
+        stmt = sa.select(sa.func.max(sessions.c.started_at))
+        if client is not None:
+            stmt = stmt.where(sessions.c.client_name == client)
+        value = await self._scalar(stmt)
+        return float(value) if value is not None else None
+
+    async def requests_in_window(
+        self, session: dict[str, Any], since: float, until: float, limit: int
+    ) -> list[dict[str, Any]]:
+        """A session's requests sent within ``[since, until]`` (no bytes), in order, at most
+        ``limit``; their answers come from :meth:`partners`.
+
+        Frames carry no time index: where the window starts (or ends) inside the session, the
+        frame number there is found by bisection on ``(session, seq)`` — a few dozen index
+        probes — so a window of a 1,000,000-frame session reads only the frames inside it.
+        """
+        sid = session["id"]
+        after = 0
+        if float(session["started_at"]) < since:
+            after = await self._seq_at(sid, since) - 1
+        where = [frames.c.session_id == sid, frames.c.seq > after, frames.c.kind == "request"]
+        ended = session.get("ended_at") or session.get("updated_at")
+        if ended is None or float(ended) > until:
+            where.append(frames.c.seq < await self._seq_at(sid, until, after=True))
+        return await self._all(
+            sa.select(*FRAME_COLUMNS_NO_RAW)
+            .where(*where, frames.c.ts >= since, frames.c.ts <= until)
+            .order_by(frames.c.seq)
+            .limit(limit)
+        )
+
+    async def _seq_at(self, session_id: str, ts: float, *, after: bool = False) -> int:
+        """The first frame number recorded at ``ts`` or later (strictly later with ``after``),
+        by bisection (frames are recorded in time order, near enough); past the end: last + 1."""
+        fr = frame_rows.c
+        key = select_key(session_id).scalar_subquery()
+        lo = await self._scalar(sa.select(sa.func.min(fr.seq)).where(fr.session_key == key))
+        last = await self._scalar(sa.select(sa.func.max(fr.seq)).where(fr.session_key == key))
+        if lo is None or last is None:
+            return 1
+        hi = int(last) + 1
+        lo = int(lo)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            row = await self._one(
+                sa.select(fr.seq, fr.ts)
+                .where(fr.session_key == key, fr.seq >= mid)
+                .order_by(fr.seq)
+                .limit(1)
+            )
+            if row is None:
+                hi = mid
+            elif (row["ts"] > ts) if after else (row["ts"] >= ts):
+                hi = mid
+            else:
+                lo = int(row["seq"]) + 1
+        return lo
+
+    async def frame_times(self, session_id: str, seqs: Iterable[int]) -> dict[int, float]:
+        """When the frames with these numbers were recorded (no bytes read): a waterfall's
+        ticks."""
+        wanted = sorted(set(seqs))
+        out: dict[int, float] = {}
+        for i in range(0, len(wanted), 500):  # bounded IN lists (SQLite's variable limit)
+            chunk = wanted[i : i + 500]
+            rows = await self._all(
+                sa.select(frames.c.seq, frames.c.ts).where(
+                    frames.c.session_id == session_id, frames.c.seq.in_(chunk)
+                )
+            )
+            out.update((int(r["seq"]), float(r["ts"])) for r in rows)
+        return out
+
     async def neighbours(self, session_id: str, seq: int) -> tuple[int | None, int | None]:
         """The previous and next frame numbers (seq has no gaps in principle, but may)."""
         # On frame_rows by the session's key: through the view PostgreSQL joined session_keys

@@ -245,7 +245,7 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
                 async with self.engine.connect() as conn:
                     rows = list((await conn.execute(stmt)).fetchall())
             except sa.exc.DBAPIError as exc:
-                raise StoreError(engine_mod._short(exc)) from exc
+                raise StoreError(engine_mod.error_line(exc)) from exc
             if rows:
                 yield rows
             if batch is None or len(rows) < batch:
@@ -294,7 +294,7 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
                 if rows:
                     await conn.execute(findings.insert(), [storable(r) for r in rows])
         except sa.exc.DBAPIError as exc:
-            raise StoreError(engine_mod._short(exc)) from exc
+            raise StoreError(engine_mod.error_line(exc)) from exc
 
 
 def storable(row: dict[str, Any]) -> dict[str, Any]:

@@ -3,9 +3,13 @@
 Export and import move whole sessions, tens of thousands of frames at a time, so they do not
 go through the dashboard's async read API (one awaited round trip per page of rows) nor through
 the recorder (built for a live trickle of frames, with classification, numbering and handshake
-tracking that an import already has from the file). This module reads a session's rows in
-pages over one sync connection and writes an import in one transaction, a page of frames at a
-time (:class:`ImportWriter`) — the store keeps every SQL statement; callers see plain dicts.
+tracking that an import already has from the file). Like the bulk frame stream
+(``store/stream.py``), this module talks to the driver itself — ``sqlite3`` or ``psycopg``, on
+one connection — with statements written once per table from the schema's column names: a
+session's rows are read with one statement per table, an import is written in one transaction,
+a page of frames at a time (:class:`ImportWriter`). SQLAlchemy's sync engine only opens that
+connection (with the pragmas and connect arguments every other connection gets) and, for an
+import, brings the schema to its head first (alembic needs it); it runs no statement here.
 
 It imports nothing of the project above the store: the recording package converts these rows
 to and from its model.
@@ -13,13 +17,11 @@ to and from its model.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 
 from mcp_proxy.errors import StoreError
 from mcp_proxy.frames import column_id
@@ -52,9 +54,18 @@ _SSE_EVENT_MAX = 100
 #: SQLite page cache for an import's connection, in KiB (``limits.IMPORT_SQLITE_CACHE_KIB``).
 BULK_CACHE_KIB = IMPORT_SQLITE_CACHE_KIB
 
-
-def _short(exc: BaseException) -> str:
-    return engine_mod._short(exc)
+#: Each table's columns this module reads and writes, in the schema's order.
+_SESSION_COLS = tuple(c.name for c in sessions.c)
+_EXCHANGE_COLS = tuple(c.name for c in http_exchanges.c if c.name != "id")
+_FINDING_COLS = tuple(c.name for c in findings.c if c.name != "id")
+_NOTE_COLS = ("session_id", "frame_seq", "tag", "note", "created_at", "updated_at")
+#: The JSON columns (``sa.JSON``): text on SQLite, ``json`` on PostgreSQL.
+_JSON_COLS = frozenset(
+    c.name
+    for table in (sessions, http_exchanges, findings, schema.annotations)
+    for c in table.c
+    if c.type.__class__.__name__ == "JSON"
+)
 
 
 @dataclass
@@ -67,21 +78,83 @@ class SessionRows:
     annotations: list[dict[str, Any]] = field(default_factory=list)
 
 
+class _Driver:
+    """One DBAPI connection and what differs between the two drivers: the parameter marker,
+    how a JSON value goes in and comes out, the driver's error class."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = engine_mod.sync_engine(url)
+        self.pg = self.engine.dialect.name == "postgresql"
+        self.error: type[Exception] = self.engine.dialect.loaded_dbapi.Error
+        try:
+            self.proxy = self.engine.raw_connection()
+        except Exception as exc:
+            self.engine.dispose()
+            raise StoreError(engine_mod.error_line(exc)) from exc
+        self.dbapi: Any = self.proxy.driver_connection
+        self.mark = "%s" if self.pg else "?"
+        if self.pg:
+            from psycopg.types.json import Json
+
+            self._json_in: Any = Json
+        else:
+            self._json_in = _json_text
+
+    def close(self) -> None:
+        try:
+            self.proxy.close()
+        finally:
+            self.engine.dispose()
+
+    def value_in(self, name: str, value: Any) -> Any:
+        return self._json_in(value) if value is not None and name in _JSON_COLS else value
+
+    def value_out(self, name: str, value: Any) -> Any:
+        if not self.pg and type(value) is str and name in _JSON_COLS:
+            return json.loads(value)
+        return value
+
+    def insert_sql(self, table: str, cols: Sequence[str], returning: str | None = None) -> str:
+        marks = ", ".join([self.mark] * len(cols))
+        tail = f" RETURNING {returning}" if returning else ""
+        return f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({marks}){tail}"
+
+    def params(self, cols: Sequence[str], row: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(self.value_in(c, row.get(c)) for c in cols)
+
+    def dicts(self, sql: str, args: Sequence[Any]) -> list[dict[str, Any]]:
+        cur = self.dbapi.cursor()
+        try:
+            cur.execute(sql, tuple(args))
+            names = [d[0] for d in cur.description]
+            return [
+                {n: self.value_out(n, v) for n, v in zip(names, row, strict=True)}
+                for row in cur.fetchall()
+            ]
+        finally:
+            cur.close()
+
+
+def _json_text(value: Any) -> str:
+    """A JSON column's value as SQLite holds it (what SQLAlchemy's ``sa.JSON`` writes)."""
+    return json.dumps(value)
+
+
 class RecordingStore:
     """A sync handle on one database for export and import (open, use, :meth:`close`)."""
 
     def __init__(self, url: str, *, write: bool = False) -> None:
         try:
-            self.engine: Engine = engine_mod.sync_engine(url)
             if write:
-                engine_mod.ensure_schema(url, self.engine)
+                engine_mod.ensure_schema(url)
+            self.driver = _Driver(url)
         except StoreError:
             raise
         except Exception as exc:
-            raise StoreError(_short(exc)) from exc
+            raise StoreError(engine_mod.error_line(exc)) from exc
 
     def close(self) -> None:
-        self.engine.dispose()
+        self.driver.close()
 
     def __enter__(self) -> RecordingStore:
         return self
@@ -90,45 +163,47 @@ class RecordingStore:
         self.close()
 
     # ------------------------------------------------------------------ reading
-    def _rows(self, stmt: sa.Executable) -> list[dict[str, Any]]:
+    def _rows(self, sql: str, session_id: str) -> list[dict[str, Any]]:
+        d = self.driver
         try:
-            with self.engine.connect() as conn:
-                return [dict(r._mapping) for r in conn.execute(stmt)]
-        except sa.exc.DBAPIError as exc:
-            raise StoreError(_short(exc)) from exc
+            return d.dicts(sql.replace("?", d.mark), (session_id,))
+        except d.error as exc:
+            raise StoreError(engine_mod.error_line(exc)) from exc
+        finally:
+            if d.pg:
+                d.dbapi.rollback()  # a read leaves no transaction open on the server
 
     def session_rows(self, session_id: str) -> SessionRows:
         """A session's row, exchanges (numbered 1, 2, … in order), findings and annotations."""
-        found = self._rows(sa.select(sessions).where(sessions.c.id == session_id))
+        found = self._rows(
+            f"SELECT {', '.join(_SESSION_COLS)} FROM sessions WHERE id = ?", session_id
+        )
         if not found:
             raise StoreError(f"session {session_id} disappeared while it was read")
         exchanges = self._rows(
-            sa.select(http_exchanges)
-            .where(http_exchanges.c.session_id == session_id)
-            .order_by(http_exchanges.c.started_at, http_exchanges.c.id)
+            f"SELECT id, {', '.join(_EXCHANGE_COLS)} FROM http_exchanges WHERE session_id = ?"
+            " ORDER BY started_at, id",
+            session_id,
         )
         recorded = self._rows(
-            sa.select(*[c for c in findings.c if c.name not in ("id", "session_id")])
-            .where(findings.c.session_id == session_id)
-            .order_by(findings.c.id)
+            f"SELECT {', '.join(c for c in _FINDING_COLS if c != 'session_id')} FROM findings"
+            " WHERE session_id = ? ORDER BY id",
+            session_id,
         )
         notes = self._rows(
-            sa.select(
-                schema.annotations.c.frame_seq,
-                schema.annotations.c.tag,
-                schema.annotations.c.note,
-                schema.annotations.c.created_at,
-                schema.annotations.c.updated_at,
-            )
-            .where(schema.annotations.c.session_id == session_id)
-            .order_by(schema.annotations.c.created_at, schema.annotations.c.id)
+            f"SELECT {', '.join(_NOTE_COLS[1:])} FROM annotations WHERE session_id = ?"
+            " ORDER BY created_at, id",
+            session_id,
         )
         return SessionRows(found[0], exchanges, recorded, notes)
 
     # ------------------------------------------------------------------ writing
     def import_writer(self) -> ImportWriter:
         """A writer for one import, in one transaction (use it as a context manager)."""
-        return ImportWriter(self.engine)
+        return ImportWriter(self.driver)
+
+
+_FRAME_INSERT_COLS = STORED_FRAME_COLS
 
 
 class ImportWriter:
@@ -146,66 +221,77 @@ class ImportWriter:
     from, always go in whole.
     """
 
-    def __init__(self, engine: Engine) -> None:
-        from mcp_proxy.store.writes import frame_insert_sql
-
-        self.engine = engine
-        self.pg = engine.dialect.name == "postgresql"
-        self.sql = None if self.pg else frame_insert_sql(engine)
+    def __init__(self, driver: _Driver) -> None:
+        self.driver = driver
+        self.pg = driver.pg
+        self.sql = driver.insert_sql("frame_rows", _FRAME_INSERT_COLS)
         #: Method name (as the file has it) → code; bounded (``IMPORT_METHOD_CACHE``).
         self.methods: dict[str, int] = {}
-        self._conn: sa.Connection | None = None
-        self._trans: sa.RootTransaction | None = None
+        self._open = False
 
     def __enter__(self) -> ImportWriter:
+        d = self.driver
         try:
-            self._conn = self.engine.connect()
-            self._trans = self._conn.begin()
-            if not self.pg:
+            if d.pg:
+                d.dbapi.rollback()  # whatever a read left: the import starts its own
+            else:
+                d.dbapi.commit()
                 # Five indexes on frames: with SQLite's default 2 MiB page cache a large import
                 # spends its time re-reading index pages. This connection only.
-                self._conn.exec_driver_sql(f"PRAGMA cache_size = -{BULK_CACHE_KIB}")
-        except sa.exc.DBAPIError as exc:
-            self.__exit__(None, None, None)
-            raise StoreError(f"import failed: {_short(exc)}") from exc
+                d.dbapi.execute(f"PRAGMA cache_size = -{BULK_CACHE_KIB}")
+                d.dbapi.execute("BEGIN")
+        except d.error as exc:
+            raise StoreError(f"import failed: {engine_mod.error_line(exc)}") from exc
+        self._open = True
         return self
 
     def __exit__(self, *exc: object) -> None:
-        conn, self._conn = self._conn, None
-        if conn is None:
+        if not self._open:
             return
+        self._open = False
+        d = self.driver
         try:
-            if self._trans is not None and self._trans.is_active:
-                self._trans.rollback()
-        finally:
-            conn.close()
+            d.dbapi.rollback()  # after commit(): nothing left to undo
+        except d.error:
+            pass
 
-    @property
-    def conn(self) -> sa.Connection:
-        if self._conn is None:
-            raise StoreError("import failed: the writer is closed")
-        return self._conn
+    def _fail(self, exc: BaseException) -> StoreError:
+        return StoreError(f"import failed: {engine_mod.error_line(exc)}")
 
     def commit(self) -> None:
+        if not self._open:
+            raise StoreError("import failed: the writer is closed")
+        d = self.driver
         try:
-            if self._trans is not None:
-                self._trans.commit()
-        except sa.exc.DBAPIError as exc:
-            raise StoreError(f"import failed: {_short(exc)}") from exc
+            d.dbapi.commit()
+        except d.error as exc:
+            raise self._fail(exc) from exc
+
+    def _execute(self, sql: str, args: Sequence[Any]) -> Any:
+        if not self._open:
+            raise StoreError("import failed: the writer is closed")
+        cur = self.driver.dbapi.cursor()
+        try:
+            cur.execute(sql, tuple(args))
+            return cur.fetchone() if cur.description else None
+        finally:
+            cur.close()
 
     def session(self, session: dict[str, Any]) -> tuple[str, int]:
         """Insert a session row (a new id; ``frame_count`` 0 until :meth:`finish`): its id, key."""
         from mcp_proxy.store.codes import resolve
 
+        d = self.driver
         new_id = uuid.uuid4().hex
-        row = {k: v for k, v in session.items() if k in sessions.c and k != "id"}
+        row = {k: v for k, v in session.items() if k in _SESSION_COLS and k != "id"}
         row.update(id=new_id, frame_count=0)
+        cols = tuple(row)
         keys: dict[str, int] = {}
         try:
-            self.conn.execute(sessions.insert(), [row])
-            resolve(self.conn.connection.driver_connection, keys, {}, [(new_id,) + (None,) * 7])
-        except sa.exc.DBAPIError as exc:
-            raise StoreError(f"import failed: {_short(exc)}") from exc
+            self._execute(d.insert_sql("sessions", cols), d.params(cols, row))
+            resolve(d.dbapi, keys, {}, [(new_id,) + (None,) * 7])
+        except d.error as exc:
+            raise self._fail(exc) from exc
         key = keys.get(new_id)
         if key is None:
             raise StoreError(f"import failed: session {new_id} has no key")
@@ -213,16 +299,16 @@ class ImportWriter:
 
     def exchanges(self, session_id: str, exchanges: Sequence[dict[str, Any]]) -> dict[int, int]:
         """Insert exchanges (each with its per-session number as ``id``): number → database id."""
-        if not exchanges:
-            return {}
-        names = [c.name for c in http_exchanges.c if c.name not in ("id", "session_id")]
-        params = [{"session_id": session_id, **{n: ex.get(n) for n in names}} for ex in exchanges]
-        stmt = http_exchanges.insert().returning(http_exchanges.c.id, sort_by_parameter_order=True)
+        d = self.driver
+        sql = d.insert_sql("http_exchanges", _EXCHANGE_COLS, returning="id")
+        out: dict[int, int] = {}
         try:
-            result = self.conn.execute(stmt, params)
-            return {int(ex["id"]): int(db[0]) for ex, db in zip(exchanges, result, strict=True)}
-        except sa.exc.DBAPIError as exc:
-            raise StoreError(f"import failed: {_short(exc)}") from exc
+            for ex in exchanges:
+                row = self._execute(sql, d.params(_EXCHANGE_COLS, {**ex, "session_id": session_id}))
+                out[int(ex["id"])] = int(row[0])
+        except d.error as exc:
+            raise self._fail(exc) from exc
+        return out
 
     def frames(
         self,
@@ -236,20 +322,21 @@ class ImportWriter:
         (the rows' own ``seq`` is ignored), ``marked`` rows flagged ``redacted``."""
         if not page:
             return
-        conn = self.conn
-        dbapi = conn.connection.driver_connection
+        if not self._open:
+            raise StoreError("import failed: the writer is closed")
+        d = self.driver
         if len(self.methods) > IMPORT_METHOD_CACHE:
             self.methods.clear()
         try:
-            stored = _stored_page(dbapi, key, before, page, marked, exchange_ids, self.methods)
+            stored = _stored_page(d.dbapi, key, before, page, marked, exchange_ids, self.methods)
             if self.pg:
                 from mcp_proxy.store import pg as pg_mod
 
-                pg_mod.copy_into(conn, "frame_rows", STORED_FRAME_COLS, stored)
+                pg_mod.copy_rows(d.dbapi, "frame_rows", STORED_FRAME_COLS, stored)
             else:
-                conn.exec_driver_sql(self.sql, stored)  # type: ignore[arg-type]
-        except sa.exc.DBAPIError as exc:
-            raise StoreError(f"import failed: {_short(exc)}") from exc
+                d.dbapi.executemany(self.sql, stored)
+        except d.error as exc:
+            raise self._fail(exc) from exc
 
     def finish(
         self,
@@ -259,17 +346,33 @@ class ImportWriter:
         notes: Sequence[dict[str, Any]],
     ) -> None:
         """A session's last word: its row's ``values`` (frame count, times), findings, notes."""
-        conn = self.conn
+        d = self.driver
+        names = [n for n in values if n in _SESSION_COLS]
+        sets = ", ".join(f"{n} = {d.mark}" for n in names)
         try:
-            conn.execute(sessions.update().where(sessions.c.id == session_id).values(**values))
-            if recorded:
-                conn.execute(findings.insert(), [{**f, "session_id": session_id} for f in recorded])
-            if notes:
-                conn.execute(
-                    schema.annotations.insert(), [{**n, "session_id": session_id} for n in notes]
-                )
-        except sa.exc.DBAPIError as exc:
-            raise StoreError(f"import failed: {_short(exc)}") from exc
+            self._execute(
+                f"UPDATE sessions SET {sets} WHERE id = {d.mark}",
+                (*d.params(names, values), session_id),
+            )
+            cur = d.dbapi.cursor()
+            try:
+                if recorded:
+                    cur.executemany(
+                        d.insert_sql("findings", _FINDING_COLS),
+                        [
+                            d.params(_FINDING_COLS, {**f, "session_id": session_id})
+                            for f in recorded
+                        ],
+                    )
+                if notes:
+                    cur.executemany(
+                        d.insert_sql("annotations", _NOTE_COLS),
+                        [d.params(_NOTE_COLS, {**n, "session_id": session_id}) for n in notes],
+                    )
+            finally:
+                cur.close()
+        except d.error as exc:
+            raise self._fail(exc) from exc
 
 
 _INT64 = (-(2**63), 2**63 - 1)

@@ -12,7 +12,7 @@ from typing import Literal
 
 import sqlalchemy as sa
 
-from mcp_proxy.store.engine import _short, current_revision, sqlite_path, sync_engine
+from mcp_proxy.store.engine import current_revision, error_line, sqlite_path, sync_engine
 from mcp_proxy.store.schema import SCHEMA_HEAD
 
 
@@ -54,7 +54,7 @@ def database_status(url: str) -> DbStatus:
             conn.execute(sa.text("SELECT 1"))
         rev = current_revision(engine)
     except sa.exc.DBAPIError as exc:
-        return DbStatus("unreachable", None, _short(exc))
+        return DbStatus("unreachable", None, error_line(exc))
     finally:
         engine.dispose()
     if rev == SCHEMA_HEAD:

@@ -20,9 +20,11 @@ from mcp_proxy.errors import StoreError
 from mcp_proxy.limits import SHAPE_CACHE
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.columns import (
+    CHANNEL_CODES,
     CHANNEL_NAMES,
     DIRECTION_NAMES,
     FRAME_COLUMNS,
+    KIND_CODES,
     KIND_NAMES,
     keyset_pages,
     stream_sql,
@@ -91,7 +93,7 @@ def _dbapi_rows(
             finally:
                 cursor.close()
     except (sa.exc.DBAPIError, engine.dialect.loaded_dbapi.Error) as exc:
-        raise StoreError(engine_mod._short(exc)) from exc
+        raise StoreError(engine_mod.error_line(exc)) from exc
     finally:
         engine.dispose()
 
@@ -170,20 +172,58 @@ class Shapes:
         return found
 
 
+#: Column specs beside the stored names (what ``stats`` reads, :data:`STATS_COLUMNS`): a
+#: ``NULL`` in a column's place (sqlite3 hands ``None`` over for nothing), and ``raw`` only for
+#: the frames whose body ``stats`` reads (``None`` for the rest).
+NULL = "null"
+RAW_READ = "raw_read"
+#: The kinds whose bodies an exchange's outcome depends on (``analysis/stats.py``
+#: ``_OUTCOME_KINDS``: request, response, error, batch), plus the ``inject`` channel (the
+#: decoder keeps injected frames aside whatever their kind) and notifications/cancelled (its
+#: method code is the database's, looked up when the statement is written).
+_READ_KINDS = tuple(KIND_CODES[k] for k in ("request", "response", "error", "batch"))
+_INJECT_CHANNEL = CHANNEL_CODES["inject"]
+_CANCELLED = "notifications/cancelled"
+
+#: ``stats``' read: the positions of ``analysis.facts.SHAPED_FRAME_COLUMNS`` (what
+#: ``Decoder.feed_shaped`` unpacks), with ``ts``, ``size``, ``complete`` and ``sse_id`` left in
+#: the database (no per-method number depends on them: latency is ``mono_ns``'s, a missing
+#: ``complete`` reads as complete) and ``raw`` fetched only where a body is read
+#: (:data:`RAW_READ`). Half of a busy session's frames are notifications ``stats`` only
+#: counts as marks: their bodies stay on disk.
+STATS_COLUMNS: tuple[str, ...] = (
+    "seq", NULL, "mono_ns", "shape", "msg_id", "error_code", NULL, NULL, "partial_parse",
+    RAW_READ, "http_exchange_id", NULL, "sse_event",
+)  # fmt: skip
+
+
 def _stored_columns(columns: tuple[str, ...]) -> None:
     bad = (
-        set(columns) - (set(FRAME_COLUMNS) - {"direction", "channel", "kind", "method"}) - {"shape"}
+        set(columns)
+        - (set(FRAME_COLUMNS) - {"direction", "channel", "kind", "method"})
+        - {"shape", NULL, RAW_READ}
     )
     if bad:
         raise ValueError(f"not stored frame columns: {sorted(bad)}")
+
+
+def _select_list(columns: tuple[str, ...], shape_sql: str, methods: dict[int, str]) -> str:
+    """The SELECT list of ``columns`` (stored names and the specs above) on ``frame_rows``."""
+    cancelled = [code for code, name in methods.items() if name == _CANCELLED]
+    read = f"kind IN ({', '.join(map(str, _READ_KINDS))}) OR channel = {_INJECT_CHANNEL}"
+    if cancelled:
+        read += f" OR method_code = {int(cancelled[0])}"
+    special = {"shape": shape_sql, NULL: "NULL", RAW_READ: f"CASE WHEN {read} THEN raw END"}
+    return ", ".join(special.get(c, c) for c in columns)
 
 
 def shaped_pages(
     url: str, session_id: str, columns: tuple[str, ...], *, batch: int = BATCH
 ) -> tuple[Shapes, Iterator[list[tuple[Any, ...]]]]:
     """A session's rows of ``columns`` in ``seq`` order, read from ``frame_rows`` as stored:
-    names of :data:`FRAME_COLUMNS` other than direction/channel/kind/method, and ``"shape"``
-    (those four as one integer, decoded by the returned :class:`Shapes`). On SQLite
+    names of :data:`FRAME_COLUMNS` other than direction/channel/kind/method, ``"shape"``
+    (those four as one integer, decoded by the returned :class:`Shapes`), :data:`NULL` and
+    :data:`RAW_READ` (:data:`STATS_COLUMNS`). On SQLite
     :func:`shaped_batches`; elsewhere keyset pages from the driver's cursor. What ``show`` and
     ``export`` read."""
     _stored_columns(columns)
@@ -203,12 +243,12 @@ def shaped_pages(
             cursor.close()
     except (sa.exc.DBAPIError, engine.dialect.loaded_dbapi.Error) as exc:
         engine.dispose()
-        raise StoreError(engine_mod._short(exc)) from exc
+        raise StoreError(engine_mod.error_line(exc)) from exc
     if found is None:
         engine.dispose()
         return Shapes(methods), iter(())
     wanted = columns if "seq" in columns else (*columns, "seq")
-    cols = ", ".join(SHAPE_SQL_BIGINT if c == "shape" else c for c in wanted)
+    cols = _select_list(wanted, SHAPE_SQL_BIGINT, methods)
     sql = (
         f"SELECT {cols} FROM frame_rows WHERE session_key = %s AND seq > %s"
         f" ORDER BY seq LIMIT {int(batch)}"
@@ -235,7 +275,7 @@ def _keyset(
             finally:
                 cursor.close()
     except (sa.exc.DBAPIError, engine.dialect.loaded_dbapi.Error) as exc:
-        raise StoreError(engine_mod._short(exc)) from exc
+        raise StoreError(engine_mod.error_line(exc)) from exc
     finally:
         engine.dispose()
 
@@ -260,7 +300,7 @@ def shaped_batches(
     if found is None:
         conn.close()
         return Shapes(methods), iter(())
-    cols = ", ".join(SHAPE_SQL if c == "shape" else c for c in columns)
+    cols = _select_list(columns, SHAPE_SQL, methods)
     sql = f"SELECT {cols} FROM frame_rows WHERE session_key = ? ORDER BY seq"
     return Shapes(methods), _fetch(conn, sql, found[0], batch)
 

@@ -32,6 +32,7 @@ from mcp_proxy.testing.process import start_http_server
 from tests.analysis.test_real_sessions import check
 from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
+from tests.helpers.cli import run_mcptape
 from tests.relay.test_http_wire import H_JSON, http_raw, rpc
 
 pytestmark = pytest.mark.timeout(90)
@@ -234,13 +235,7 @@ def test_a_request_an_injected_error_answered_is_answered(tmp_path: Path) -> Non
     assert [f["title"] for f in unanswered] == ["tools/call hang (id 3) was never answered"]
     assert "inject.error" in codes(found)
     # the exchange view agrees: the host got an error for id 2 (mcptape's), nothing for id 3
-    argv = [*mcptape_cmd(), "show", "fault-error", "--exchanges", "--format", "json"]
-    show = subprocess.run(
-        [*argv, "--db", str(db)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    show = run_mcptape("show", "fault-error", "--exchanges", "--format", "json", "--db", str(db))
     assert show.returncode == 0, show.stderr
     exchanges = [json.loads(line) for line in show.stdout.splitlines()]
     outcomes = {str(e["id"]): e["outcome"] for e in exchanges if e["method"] == "tools/call"}

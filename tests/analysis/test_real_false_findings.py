@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 
 import anyio
@@ -24,6 +25,7 @@ from tests.analysis.test_real_http import relayed
 from tests.analysis.test_real_sessions import analysed
 from tests.helpers import db as rdb
 from tests.helpers.proxy import proxied
+from tests.helpers.watch import until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -164,18 +166,23 @@ async def test_http_session_length_is_its_traffic_not_the_relay_lifetime(db_path
     open-ended, whatever the relay's stop time."""
     with start_http_server("basic", "http", stateless=True, json_response=True) as (url, _p):
         with relayed(url, db_path, "no-delete") as local:
+            began = time.time()
             async with make_client(local, mode="auto") as client:
                 await client.call_tool("echo", {"text": "one"})
                 await client.call_tool("echo", {"text": "two"})
-            # The relay keeps running after the client is done, longer than the 1.5 s of
-            # traffic the assertion below allows.
-            await anyio.sleep(2.0)  # scenario: a relay outliving its traffic
+            done = time.time()
+            # The relay keeps running after the client is done: as long again as the traffic
+            # took, and at least 0.3 s, so that its lifetime and the traffic's differ.
+            outlived = done + max(0.3, done - began)
+            assert await until(lambda: time.time() >= outlived)
+        stopped = time.time()
     [s] = rdb.sessions(db_path)
     a = analysed(db_path, "no-delete")
     assert a.facts.open_ended, a.facts
     assert a.facts.last_ts is not None and a.facts.first_ts is not None
     active = a.facts.last_ts - a.facts.first_ts
-    assert active < 1.5, active
+    assert active <= done - began + 0.01, (active, done - began)  # the traffic's span …
+    assert active < stopped - a.facts.first_ts - 0.25, active  # … not the relay's lifetime
     # The relay now dates such a session at its last exchange too; the analysis does not
     # depend on it either way.
     assert s["ended_at"] is None or s["ended_at"] - a.facts.last_ts < 1.5

@@ -67,8 +67,10 @@ def test_fresh_findings_are_not_recomputed(
     _crash_session(db_url)
     asyncio.run(_findings(db_url, "crashy"))
     calls = []
-    real = service.analyze
-    monkeypatch.setattr(service, "analyze", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = service.stream_analysis  # what check's recomputation runs
+    monkeypatch.setattr(
+        service, "stream_analysis", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
     asyncio.run(_findings(db_url, "crashy"))
     assert calls == []
     asyncio.run(_findings(db_url, "crashy", recompute=True))
@@ -89,8 +91,10 @@ def test_new_frames_or_a_new_state_recompute(
     asyncio.run(_findings(db_url, "crashy"))
     _exec(db_path, change)
     calls = []
-    real = service.analyze
-    monkeypatch.setattr(service, "analyze", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = service.stream_analysis  # what check's recomputation runs
+    monkeypatch.setattr(
+        service, "stream_analysis", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
     rows = asyncio.run(_findings(db_url, "crashy"))
     assert calls == [1]
     # One set of analyzer rows, not two.

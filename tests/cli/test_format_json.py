@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -27,13 +28,11 @@ from tests.travel.conftest import RECORDINGS
 #: Commands whose output has no ``--format json``, each with the reason. A new command that
 #: prints a result is expected to take ``--format text|json`` (the test below fails otherwise).
 WITHOUT_JSON = {
-    # issue #29: record's stop summary (its lines live in the relay code, refactored apart).
-    "record": "issue #29: record's stop summary",
     # The output is the data itself: --format names the recording format written.
     "export": "--format names the recording format written",
-    # --format names the recording format read; its result lines (the new session ids) have
-    # no JSON form yet (commands/recording.py's import is outside this change).
-    "import": "--format names the recording format read",
+    # --format names the recording format read; its result (the new session ids) is JSON with
+    # --json (test_import_json below).
+    "import": "--format names the recording format read; --json prints the result",
 }
 
 
@@ -199,6 +198,10 @@ def test_install_json_reports_a_broken_config_and_goes_on(
     assert json.loads(line)["error"]["message"].startswith("VS Code: ")
 
 
+# --full only: a second `mcptape demo` (~8 s of CPU: three recorded sessions and their SDK
+# servers). The default run records the demo once, as text (tests/test_demo.py: the README's
+# quick start); the other commands' --format json run here in the default run.
+@pytest.mark.full
 @pytest.mark.timeout(120)
 def test_demo_json(tmp_path: Path) -> None:
     """As a process: the SDK's stdio client hands the server this process's stderr (a fd)."""
@@ -284,3 +287,86 @@ def test_stdio_mock_refuses_format_json_in_one_line() -> None:
 def test_hosts_json_is_one_document(host_env: dict[str, str]) -> None:
     rows = _json(run_mcptape("hosts", "--format", "json", env=host_env))
     assert {r["host"]: r["state"] for r in rows}["cursor"] == "found"
+
+
+def test_import_json(tmp_path: Path) -> None:
+    db = tmp_path / "i.db"
+    source = RECORDINGS / "basic-legacy.mcptape.jsonl"
+    doc = _json(run_mcptape("import", str(source), "--db", str(db), "--json"))
+    (session,) = doc["sessions"]
+    assert doc["frames"] == session["frames"] == 34 and session["was"] and session["id"]
+    assert [s["id"] for s in rdb.sessions(db)] == [session["id"]]
+    missing = run_mcptape("import", str(tmp_path / "nope.jsonl"), "--db", str(db), "--json")
+    assert _json_error(missing, missing.returncode)["message"] and missing.stdout == ""
+
+
+def _record(args: list[str], **kw: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*mcptape_cmd(), "record", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+def test_record_stdio_ends_with_a_json_summary_on_stderr(tmp_path: Path) -> None:
+    """stdout is the server's channel: the summary is the last line of stderr, and in text mode
+    a stdio relay still says nothing at its end."""
+    db = tmp_path / "r.db"
+    server = [sys.executable, "-m", "mcp_proxy.testing.rawecho"]
+    line = '{"jsonrpc":"2.0","id":1,"method":"ping"}\n'
+    proc = _record(["--db", str(db), "--format", "json", "--", *server])
+    out, err = proc.communicate(line, timeout=60)
+    assert proc.returncode == 0, err
+    assert json.loads(out) == {"jsonrpc": "2.0", "id": 1, "result": {}}  # only the server's
+    summary = json.loads(err.strip().splitlines()[-1])
+    (session,) = rdb.sessions(db)
+    assert summary == {
+        "event": "stopped",
+        "transport": "stdio",
+        "recorded": True,
+        "exchanges": None,
+        "sessions": None,
+        "session_id": session["id"],
+        "exit_code": 0,
+        "exit_signal": None,
+        "problem": None,
+    }
+    plain = _record(["--db", str(db), "--", *server])
+    _, err = plain.communicate(line, timeout=60)
+    assert plain.returncode == 0 and "stopped" not in err
+
+
+def test_record_upstream_ends_with_a_json_summary_on_stderr(tmp_path: Path) -> None:
+    db = tmp_path / "u.db"
+    args = ["--db", str(db), "--upstream", "http://127.0.0.1:9/mcp", "--port", "0"]
+    proc = _record([*args, "--format", "json"])
+    assert proc.stderr is not None
+    ready = proc.stderr.readline()
+    assert ready.startswith("mcptape: relaying"), ready
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=60)
+    assert proc.returncode == 0, rest
+    summary = json.loads(rest.strip().splitlines()[-1])
+    assert summary["event"] == "stopped" and summary["transport"] == "http"
+    assert (summary["exchanges"], summary["sessions"], summary["recorded"]) == (0, 0, True)
+
+
+def test_format_json_asks_for_json_errors_for_its_own_command_only(tmp_path: Path) -> None:
+    """``--format json`` sets MCPTAPE_ERROR_FORMAT for its command; a process that runs commands
+    one after another (an embedding, the in-process tests) gets it back as it was — before, a
+    later command's error came out as JSON."""
+    from typer.testing import CliRunner
+
+    from mcp_proxy.cli import _register_commands, app
+
+    _register_commands()
+    os.environ.pop("MCPTAPE_ERROR_FORMAT", None)
+    missing = str(tmp_path / "none.db")
+    first = CliRunner().invoke(app, ["db", "status", "--db", missing, "--format", "json"])
+    assert first.exit_code == 4 and json.loads(first.stderr)["error"]["code"] == 4
+    assert "MCPTAPE_ERROR_FORMAT" not in os.environ
+    second = CliRunner().invoke(app, ["db", "status", "--db", missing])
+    assert second.exit_code == 4 and second.stderr.startswith("mcptape: no database at")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import importlib.util
 import json
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from mcp_proxy.testing.client import (
 from mcp_proxy.testing.process import server_argv
 from tests.conftest import DIALECTS, fresh_db, mcptape_cmd
 from tests.helpers import db as rdb
-from tests.helpers.shared import built_once, copy_sqlite
+from tests.helpers.shared import bench_file, built_once, copy_sqlite, load_bench
 
 TOKEN = "test-token-0123456789"
 #: What a hostile server puts in its name, its tool output, its stdout and its stderr.
@@ -180,19 +179,6 @@ async def get_html(client: TestClient, path: str, status: int = 200) -> str:
     return body
 
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_bench() -> Any:
-    """``benchmarks/bench_dashboard.py`` as a module (benchmarks are not a package)."""
-    path = ROOT / "benchmarks" / "bench_dashboard.py"
-    spec = importlib.util.spec_from_file_location("bench_dashboard", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def bench_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
     """A generated database shaped like the benchmark's: (path, big session id, a request seq).
@@ -200,17 +186,8 @@ def bench_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
     The big session is larger than what the dashboard analyses whole, so the paged, windowed
     path is what runs on it.
     """
-    from dashboard.analysis import INLINE_LIMIT
-
     bench = load_bench()
-
-    def build(path: Path) -> None:
-        bench.generate(path, sessions_n=400, frames_n=60_000, big=INLINE_LIMIT + 5_000)
-
-    db = copy_sqlite(
-        built_once(tmp_path_factory, "bench.db", build),
-        tmp_path_factory.mktemp("bench") / "bench.db",
-    )
+    db = copy_sqlite(bench_file(tmp_path_factory), tmp_path_factory.mktemp("bench") / "bench.db")
     big = next(
         r["id"] for r in rdb.rows(db, "SELECT id FROM sessions ORDER BY frame_count DESC LIMIT 1")
     )

@@ -64,7 +64,9 @@ def test_click_through_list_session_exchange_frame(page: Page, dashboard_url: st
     expect(page.locator("h1")).to_contain_text("demo-legacy")
     expect(page.locator("#timeline tr.ch-stderr")).to_have_count(2)
 
+    # The exchange opens beside the timeline (issue #28); its full page is one link away.
     page.locator("a.exchange-link", has_text="tools/call").first.click()
+    page.locator("#detail a.full-page").click()
     expect(page).to_have_url(re.compile(r"/exchanges/\d+$"))
     expect(page.locator("h1")).to_contain_text("tools/call")
     expect(page.locator("h1 .badge")).to_have_text("ok")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import subprocess
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -23,9 +22,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from dashboard.app import create_app
 from mcp_proxy.recording.registry import downloads
 from mcp_proxy.testing.client import make_client
-from tests.conftest import mcptape_cmd
 from tests.dashboard.conftest import AUTH, TOKEN, get_html, recorded_params
 from tests.helpers import db as rdb
+from tests.helpers.cli import run_mcptape
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -65,12 +64,7 @@ def sessions_db(
         bench_db[1],
     )
     argv = ["db", "copy", str(bench_db[0]), str(module_any_db), "-q", "--session", http["id"]]
-    done = subprocess.run(
-        [*mcptape_cmd(), *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_mcptape(*argv)  # in-process through the real entry point
     assert done.returncode == 0, done.stderr
 
     async def go() -> None:

@@ -105,6 +105,10 @@ async def test_main_pages_use_indices(bench_db: tuple[Path, str, int]):
         f"/sessions/{big}?after=15000",
         f"/sessions/{big}/exchanges/{seq}",
         f"/sessions/{big}/frames/{seq}",
+        f"/sessions/{big}/waterfall",
+        f"/sessions/{big}/waterfall?after=15000",
+        "/timeline?client=bench-host",
+        "/timeline.json",
     ]
     plans = await _plans_for(db, paths)
     problems = []

@@ -130,6 +130,9 @@ async def _hostile_pages(client: TestClient, recordings: Recordings) -> dict[str
         f"/sessions/{sid}/frames/{stderr}",
         f"/sessions/{sid}/exchanges/{echo}",
         f"/sessions/{sid}/stats",
+        f"/sessions/{sid}/waterfall",
+        f"/sessions/{sid}?x={echo}",
+        "/timeline?since=0",
     ]
     return {p: await get_html(client, p) for p in paths}
 

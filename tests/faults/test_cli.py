@@ -1,4 +1,9 @@
-"""``mcptape record --fault/--faults`` on the command line: a bad rule is one line, exit 2."""
+"""``mcptape record --fault/--faults`` on the command line: a bad rule is one line, exit 2.
+
+A bad rule fails before anything starts, so those cases run in-process through the real entry
+point (``tests/helpers/cli.run_mcptape``); a good rule runs the server as the installed console
+script (:func:`test_faults_with_a_good_rule_run_the_server`), and a usage error of a real
+``record`` process is ``tests/test_cli_flags.py``'s ``AS_A_PROCESS`` case."""
 
 from __future__ import annotations
 
@@ -9,11 +14,17 @@ import pytest
 
 from mcp_proxy.entry import parse_plain_record
 from tests.conftest import mcptape_cmd
+from tests.helpers.cli import run_mcptape
 
 pytestmark = pytest.mark.timeout(60)
 
 
 def record(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``mcptape record`` in-process: for rules that fail before anything starts."""
+    return run_mcptape("record", "--db", str(tmp_path / "cli.sqlite"), *args, "--", "true")
+
+
+def record_process(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     db = str(tmp_path / "cli.sqlite")
     return subprocess.run(
         [*mcptape_cmd(), "record", "--db", db, *args, "--", "true"],
@@ -76,5 +87,5 @@ def test_fault_options_leave_the_fast_path() -> None:
 
 
 def test_faults_with_a_good_rule_run_the_server(tmp_path: Path) -> None:
-    done = record(tmp_path, "--fault", "delay ms=10 method=tools/call")
+    done = record_process(tmp_path, "--fault", "delay ms=10 method=tools/call")
     assert (done.returncode, done.stderr) == (0, "")

@@ -16,7 +16,6 @@ stateful SDK server answers calls with an event stream); ``auto`` settles on 202
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,8 +24,8 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import mcptape_cmd
 from tests.faults.http_rig import Rig, both, call, rig, rules_toml
+from tests.helpers.cli import run_mcptape
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -183,10 +182,9 @@ def test_reset_before_the_response(g: Rig, mode: str) -> None:
     assert not injected(frames, "s2c")
     # The analysis does not blame the server for mcptape's reset (no http.upstream_error).
     sid = request["session_id"]
-    out = subprocess.run(
-        [*mcptape_cmd(), "check", "--db", str(g.relay.db), sid, "--format", "json",
-         "--fail-on", "never", "--recompute"],
-        capture_output=True, text=True, timeout=60,
+    out = run_mcptape(
+        "check", "--db", str(g.relay.db), sid, "--format", "json", "--fail-on", "never",
+        "--recompute",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     blamed = [

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from mcp_proxy.testing.client import stdio_params
 from mcp_proxy.testing.faulty import LiveClient, faulty_params, outcome
 from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
+from tests.helpers.cli import run_mcptape
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -323,22 +323,8 @@ def test_check_reports_the_hosts_reaction_or_ignores_the_faults(rig: Rig) -> Non
     recorded(rig, "inject.drop")
 
     def check(*args: str) -> list[dict[str, Any]]:
-        done = subprocess.run(
-            [
-                *mcptape_cmd(),
-                "check",
-                "shared",
-                "--db",
-                str(rig.db),
-                "--format",
-                "json",
-                "--fail-on",
-                "never",
-                *args,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
+        done = run_mcptape(  # in-process through the real entry point
+            "check", "shared", "--db", str(rig.db), "--format", "json", "--fail-on", "never", *args
         )
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)[0]["findings"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +34,8 @@ from mcp_proxy.analysis.oauth import oauth_checks
 from mcp_proxy.testing.client import CallbackRecorder, make_client, run_scripted_session
 from tests.forward.conftest import Forward, TLSFiles, TLSServer, run_forward, start_tls_server
 from tests.forward.tee import Seen, TeeTransport
-from tests.relay.conftest import MCPTAPE
+from tests.helpers.cli import run_mcptape
+from tests.helpers.watch import until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -188,19 +188,8 @@ async def test_oauth_dance_recorded_linked_and_redacted(
         data = path.read_bytes()
         for s in secrets:
             assert s.encode() not in data, (path.name, s[:12])
-    export = subprocess.run(  # noqa: ASYNC221 - the CLI, after the proxy stopped
-        [
-            str(MCPTAPE),
-            "export",
-            "--db",
-            str(db),
-            sessions[0]["id"],
-            "-o",
-            str(tmp_path / "x.jsonl"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    export = run_mcptape(
+        "export", "--db", str(db), sessions[0]["id"], "-o", str(tmp_path / "x.jsonl")
     )
     assert export.returncode == 0, export.stderr
     text = (tmp_path / "x.jsonl").read_text()
@@ -247,7 +236,7 @@ async def test_token_refresh_recorded_in_the_session(
     On the shared proxy: this test's servers are on origins of their own, and only the
     exchanges and sessions of those origins are looked at."""
     fw = shared_fw
-    with start_tls_server(tls_files, "--mode", "stateful", "--oauth", "--token-ttl", "2") as srv:
+    with start_tls_server(tls_files, "--mode", "stateful", "--oauth", "--token-ttl", "1") as srv:
         browser = Browser(fw)
         provider = OAuthClientProvider(
             server_url=srv.url,
@@ -271,7 +260,8 @@ async def test_token_refresh_recorded_in_the_session(
             transport = streamable_http_client(srv.url, http_client=client)
             async with make_client(transport, mode="legacy") as c:
                 await c.call_tool("echo", {"text": "before"})
-                await asyncio.sleep(3)  # scenario: the access token expires
+                # The access token expires (a lifetime of 1 s): the client sees it so.
+                assert await until(lambda: not provider.context.is_token_valid(), within=30)
                 after = await c.call_tool("echo", {"text": "after"})
     assert not after.is_error
     mcp_origin = srv.url.rsplit("/", 1)[0]

@@ -92,14 +92,20 @@ MODES = [
 ]
 #: The mitmproxy engine's one test in the default run (the others run under --full).
 SMOKE = ("stateful", "legacy", "mitmproxy")
+#: The lean engine's cells in the default run: each server and each era once (the other two
+#: cells cross the same paths; --full runs them).
+LEAN_KEPT = {("stateful", "legacy", "lean"), ("stateless", "auto", "lean")}
+
+
+def _marks(m: tuple[str, str, str]) -> list[pytest.MarkDecorator]:
+    if m == SMOKE:
+        return [pytest.mark.smoke]
+    return [] if m in LEAN_KEPT or m[2] != "lean" else [pytest.mark.full]
 
 
 @pytest.mark.parametrize(
     ("server", "mode", "engine"),
-    [
-        pytest.param(*m, id="-".join(m), marks=[pytest.mark.smoke] if m == SMOKE else [])
-        for m in MODES
-    ],
+    [pytest.param(*m, id="-".join(m), marks=_marks(m)) for m in MODES],
 )
 async def test_sdk_over_https_identical_and_recorded(
     server: str,

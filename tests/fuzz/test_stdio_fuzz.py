@@ -10,9 +10,8 @@ ids, wrong types, truncated JSON, CRLF, no final newline). Then:
 - ``show``, ``show --format json``, ``check``, ``stats``, ``export`` → ``import`` (bytes kept),
   ``diff`` and every dashboard page and ``.json`` twin answer without a traceback or a 5xx.
 
-The viewers are checked in two shares (``viewers.VIEWERS``), one test each, every share on
-the same examples and each relaying the session itself (the relay and recording checks run in
-every share): under pytest-xdist the shares run on both workers at once.
+The viewers (``viewers.VIEWERS``: the commands, ``import`` too, and the dashboard, all
+in-process) are checked on every example after the relay and recording checks.
 
 Seeded: ``derandomize=True`` makes every run draw the same examples (hypothesis prints the
 failing example and a ``@reproduce_failure`` blob); the first example is always one line of

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,17 +17,19 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from dashboard.app import create_app
-from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
+from tests.helpers.cli import run_mcptape
 
 TOKEN = "fuzz-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def _cli(args: list[str], ok: tuple[int, ...] = (0,)) -> tuple[list[str], str]:
-    done = subprocess.run([*mcptape_cmd(), *args], capture_output=True, timeout=120, check=False)
-    out = done.stdout.decode("utf-8", "replace")
-    err = done.stderr.decode("utf-8", "replace")
+    """``mcptape ARGS`` in-process through the real entry point (tests/helpers/cli.py), not a
+    Python start-up each (``import`` of the exported file too: a database of its own); the relay
+    that recorded the hostile bytes is the process under test."""
+    done = run_mcptape(*args)
+    out, err = done.stdout, done.stderr
     problems = []
     if "Traceback" in err or "Traceback" in out:
         problems.append(f"mcptape {' '.join(args)}: traceback\n{err[-1500:]}")
@@ -77,17 +78,18 @@ def move_and_page_problems(db: Path, sid: str, tmp: Path) -> list[str]:
     return cli_move_problems(db, sid, tmp) + asyncio.run(dashboard_problems(db, sid))
 
 
-#: The viewers of a recorded session in two shares of about equal cost (each ``mcptape``
-#: command starts a Python process, ~1.3 s of CPU: the four reading commands in one share;
-#: export, import, diff and the in-process dashboard pages in the other). A fuzz test runs
-#: once per share on the same examples (a pinned seed); the default run relays only the
-#: explicit example of every hostile kind, ``--full`` the generated corpus too
-#: (``tests/conftest.py`` ``corpus_phases``). Together the shares make
-#: exactly the checks the single test made, at the cost of relaying each example twice (~1.4 s
-#: of CPU; three shares cost more in relaying than they gained in balance).
+def every_viewer_problems(db: Path, sid: str, tmp: Path) -> list[str]:
+    """:func:`cli_read_problems`, :func:`cli_move_problems` and :func:`dashboard_problems`."""
+    return cli_read_problems(db, sid, tmp) + move_and_page_problems(db, sid, tmp)
+
+
+#: The viewers of a recorded session, one share: the reading commands run in-process
+#: (``IN_PROCESS``), so the two shares the fuzz tests had (one per worker, each relaying the
+#: example again) saved nothing any more; the default run relays only the explicit example of
+#: every hostile kind, ``--full`` the generated corpus too (``tests/conftest.py``
+#: ``corpus_phases``).
 VIEWERS: dict[str, Callable[[Path, str, Path], list[str]]] = {
-    "cli-read": cli_read_problems,
-    "cli-move-and-pages": move_and_page_problems,
+    "cli-and-pages": every_viewer_problems,
 }
 
 

@@ -10,11 +10,13 @@ folder of its own (tests may write to their copy). Without ``fcntl`` each worker
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sqlite3
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,6 +51,32 @@ def built_once(
             build(work / name)
             os.replace(work / name, target)
     return target
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_bench() -> Any:
+    """``benchmarks/bench_dashboard.py`` as a module (benchmarks are not a package)."""
+    path = ROOT / "benchmarks" / "bench_dashboard.py"
+    spec = importlib.util.spec_from_file_location("bench_dashboard", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def bench_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The benchmark's generated database (one big session among 400 small ones, 60,000
+    frames; the big one larger than what the dashboard analyses whole), built once per run
+    for the dashboard's query-plan tests on SQLite and on PostgreSQL. Read-only: copy it
+    (:func:`copy_sqlite`) to write to it."""
+    from dashboard.analysis import INLINE_LIMIT
+
+    def build(path: Path) -> None:
+        load_bench().generate(path, sessions_n=400, frames_n=60_000, big=INLINE_LIMIT + 5_000)
+
+    return built_once(tmp_path_factory, "bench.db", build)
 
 
 def copy_sqlite(source: Path, destination: Path) -> Path:

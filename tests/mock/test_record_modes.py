@@ -69,6 +69,9 @@ async def echo(target: Any, *texts: str) -> list[str]:
     return out
 
 
+# --full only: `once` (recording when the file is missing, then serving without asking the
+# upstream) runs in the default run per transport in tests/mock/test_modes_by_transport.py.
+@pytest.mark.full
 async def test_once_records_when_the_file_is_missing_then_only_serves(
     upstream: str, tmp_path: Path
 ) -> None:
@@ -99,6 +102,9 @@ async def test_new_episodes_forwards_misses_to_http_and_appends(
         assert await echo(url, "a new episode", "hello, wire") == ["a new episode", "hello, wire"]
 
 
+# --full only: `all` (forwarding what matches, the file rewritten with the live traffic) runs
+# in the default run per transport in tests/mock/test_modes_by_transport.py.
+@pytest.mark.full
 async def test_all_forwards_even_what_matches_and_rewrites_the_file(tmp_path: Path) -> None:
     file = tmp_path / "all.mcptape.jsonl"
     shutil.copy(BASIC, file)

@@ -22,6 +22,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
+from tests.helpers.cli import run_mcptape
 from tests.helpers.db import wait_until
 from tests.helpers.otlp import Receiver, otlp_receiver
 
@@ -137,11 +138,7 @@ def test_spans_arrive_while_the_session_is_live_and_join_the_callers_trace(
     # One span builder: the recorded session exported after the fact gives the same spans.
     (session,) = rdb.sessions(db)
     out = tmp_path / "after.otlp.json"
-    done = subprocess.run(
-        [*mcptape_cmd(), "export", session["id"], "--db", str(db), "-o", str(out)],
-        capture_output=True,
-        timeout=60,
-    )
+    done = run_mcptape("export", session["id"], "--db", str(db), "-o", str(out))  # in-process
     assert done.returncode == 0, done.stderr
     after = json.loads(out.read_bytes())
 
@@ -198,11 +195,10 @@ def test_with_the_receiver_down_the_recording_is_complete_and_one_line_says_so(
 
 
 def test_a_bad_endpoint_is_one_line_and_a_usage_exit(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [*mcptape_cmd(), "record", "--db", str(tmp_path / "x.db"), "--otlp-endpoint", "grpc:4317"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().count("\n") == 0 and "--otlp-endpoint" in done.stderr
+    # In-process: it fails before anything starts (a record process's usage error:
+    # tests/test_cli_flags.py AS_A_PROCESS).
+    for bad in ("grpc:4317", "http://[::1:4318"):  # the second: urlsplit raises ValueError
+        db = str(tmp_path / "x.db")
+        done = run_mcptape("record", "--db", db, "--otlp-endpoint", bad)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().count("\n") == 0 and "--otlp-endpoint" in done.stderr

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import pytest
 from mcp_proxy.analysis import service
 from mcp_proxy.analysis.catalogue import SUMMARY_CODE
 from mcp_proxy.store.queries import Store
-from tests.conftest import mcptape_cmd
+from tests.helpers.cli import run_mcptape
 from tests.recorder.util import ECHO, findings, record, session
 
 pytestmark = pytest.mark.both_dialects
@@ -70,11 +69,7 @@ def test_findings_are_stored_when_the_session_ends(db_path: Path | str) -> None:
     assert asyncio.run(_fresh(db_path, s["id"]))
     # The first `check` reads them: the same rows, not recomputed (their ids are kept).
     ids = sorted(r["id"] for r in analyzer)
-    out = subprocess.run(
-        [*mcptape_cmd(), "check", s["id"], "--db", str(db_path), "--format", "json"],
-        capture_output=True,
-        timeout=60,
-    )
+    out = run_mcptape("check", s["id"], "--db", str(db_path), "--format", "json")  # in-process
     assert out.returncode in (0, 5), out.stderr
     printed = json.loads(out.stdout)
     assert "exchange.no_response" in {f["code"] for f in printed[0]["findings"]}, printed

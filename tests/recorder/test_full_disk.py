@@ -10,7 +10,6 @@ import contextlib
 import errno
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,8 +83,9 @@ def test_frames_relayed_while_the_disk_is_full_are_counted_in_the_database(
     try:
         exchange(100)
         proc.stdin.close()
-        time.sleep(2)  # scenario: past the retries of any one batch (~1.5 s), it still waits
-        assert proc.poll() is None  # still waiting to write what it owes the database
+        # Past the retries of the last batch, the recorder says it keeps trying …
+        stderr.wait_for("trying again for up to")
+        assert proc.poll() is None  # … and still waits to write what it owes the database
     finally:
         filler.unlink()
     assert proc.wait(timeout=60) == 0

@@ -35,6 +35,7 @@ from mcp_proxy.testing.client import (
 )
 from mcp_proxy.testing.process import READY_PREFIX, server_argv
 from tests.conftest import matrix, mcptape_cmd
+from tests.helpers import db as rdb
 from tests.travel.conftest import PY, run_cli
 
 pytestmark = pytest.mark.timeout(240)
@@ -125,8 +126,9 @@ async def _scripted(url: str, mode: str) -> dict[str, object]:
         return await run_scripted_session(client, rec)
 
 
-# The default run: the Streamable HTTP and legacy SSE flavours; --full: every flavour.
-@pytest.mark.parametrize("flavour", matrix(FLAVOURS, keep={"stateful-2026", "legacy-sse"}))
+# The default run: one Streamable HTTP flavour (replay and mock of legacy SSE run in the default
+# run in tests/mock/test_modes_by_transport.py); --full: every flavour.
+@pytest.mark.parametrize("flavour", matrix(FLAVOURS, keep={"stateful-2026"}))
 async def test_replay_and_mock(flavour: str, tmp_path: Path, servers: Servers) -> None:
     transport, flags, mode = FLAVOURS[flavour]
     db = tmp_path / "rec.db"
@@ -156,6 +158,13 @@ async def test_replay_and_mock(flavour: str, tmp_path: Path, servers: Servers) -
         "a": "hello, wire",
         "b": "HELLO, WIRE",
     } in echo["changes"]
+    # Both replays are sessions of their own, recorded by the relay and linked to the original.
+    sessions = rdb.sessions(db)
+    original = next(s for s in sessions if s["name"] == flavour)
+    linked = [s for s in sessions if "replay_of" in json.loads(s["meta"] or "{}")]
+    assert len(linked) == 2, sessions
+    assert all(json.loads(s["meta"])["replay_of"]["session_id"] == original["id"] for s in linked)
+    assert all(s["transport"] == original["transport"] for s in linked)
 
     mock = [*mcptape_cmd(), "mock", str(file), "--port", "0"]
     child = AnnouncedChild(

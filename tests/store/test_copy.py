@@ -24,6 +24,7 @@ from mcp_proxy.store.engine import sync_engine
 from mcp_proxy.store.schema import annotations
 from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
+from tests.helpers.cli import run_mcptape
 from tests.helpers.db import PgServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +34,18 @@ PY = sys.executable
 pytestmark = pytest.mark.timeout(300)
 
 
+#: Commands run in-process through the real entry point (tests/helpers/cli.py): the same parsing,
+#: output and exit codes without a Python start-up each (``replay`` still starts the relay and
+#: its server as processes of their own).
+IN_PROCESS = frozenset({"import", "check", "show", "export", "db", "replay"})
+
+
 def cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    if stdin is None and args[0] in IN_PROCESS:
+        done = run_mcptape(*args)
+        return subprocess.CompletedProcess(
+            done.args, done.returncode, done.stdout.encode(), done.stderr.encode()
+        )
     return subprocess.run(
         [*mcptape_cmd(), *args],
         capture_output=True,

@@ -15,10 +15,8 @@ and the exchange use the indices made for them.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -31,32 +29,21 @@ from dashboard.app import ANALYST, STORE, create_app
 from mcp_proxy.store.copy import copy_store
 from tests.helpers import db as rdb
 from tests.helpers.db import PgServer, libpq_conninfo
+from tests.helpers.shared import bench_file
 
-ROOT = Path(__file__).resolve().parents[2]
 #: More frame rows than this read by one step of one page query is a walk over the session.
 PAGE_ROWS = 2_000
 
 pytestmark = pytest.mark.timeout(240)
 
 
-def _generate(path: Path) -> str:
-    spec = importlib.util.spec_from_file_location(
-        "bench_dashboard", ROOT / "benchmarks" / "bench_dashboard.py"
-    )
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    from dashboard.analysis import INLINE_LIMIT
-
-    return str(bench.generate(path, sessions_n=400, frames_n=60_000, big=INLINE_LIMIT + 5_000))
-
-
 @pytest.fixture(scope="module")
 def pg_bench(
     pg_server: PgServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, str]]:
-    lite = tmp_path_factory.mktemp("plans") / "bench.db"
-    big = _generate(lite)
+    # The SQLite twin's generated database, built once per run (tests/helpers/shared.py).
+    lite = bench_file(tmp_path_factory)
+    big = rdb.rows(lite, "SELECT id FROM sessions ORDER BY frame_count DESC LIMIT 1")[0]["id"]
     url = pg_server.create_database()
     copy_store("sqlite:///" + str(lite), url)
     with psycopg.connect(libpq_conninfo(url), autocommit=True) as conn:

@@ -18,9 +18,12 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 PY = sys.executable
 
 
-#: Commands that only read a recording (a file or the database) and print or write a file:
-#: run in-process through the real entry point (tests/helpers/cli.py), not a Python start-up each.
-IN_PROCESS = frozenset({"diff", "sessions", "show", "stats", "check", "export"})
+#: Commands that read a recording (a file or the database) and print or write a file,
+#: ``import`` (a file into a database, in one transaction) and ``replay`` (it drives the relay
+#: and the server as processes of its own, and waits for them): run in-process through the real
+#: entry point (tests/helpers/cli.py), not a Python start-up each. ``mock`` serves until it is
+#: stopped and runs as the console script.
+IN_PROCESS = frozenset({"diff", "sessions", "show", "stats", "check", "export", "import", "replay"})
 
 
 def run_cli(*args: str, timeout: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:

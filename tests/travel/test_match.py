@@ -26,10 +26,31 @@ def test_default_normaliser_drops_meta_and_tokens_and_masks_request_state() -> N
     }
 
 
-@pytest.mark.parametrize("bad", ["params.x", "$[?(@.a)]", "$"])
-def test_unsupported_jsonpaths_are_refused(bad: str) -> None:
+@pytest.mark.parametrize("bad", ["params.x", "$", "$.a[", "$..", "$[?@.a ==]"])
+def test_unreadable_jsonpaths_are_refused(bad: str) -> None:
     with pytest.raises(JsonPathError):
         parse_jsonpath(bad)
+
+
+def test_filters_and_slices_name_what_to_leave_out() -> None:
+    """RFC 9535 JSONPath (python-jsonpath): filters and slices, not only names and indexes."""
+    doc = {
+        "result": {
+            "content": [
+                {"type": "text", "text": "a"},
+                {"type": "image", "data": "…", "mimeType": "image/png"},
+                {"type": "text", "text": "b"},
+            ]
+        }
+    }
+    images = Normalizer.build(["$.result.content[?@.type == 'image']"], defaults=False)
+    assert images(doc)["result"]["content"] == [
+        {"type": "text", "text": "a"},
+        {"type": "text", "text": "b"},
+    ]
+    firsts = Normalizer.build(["$.result.content[0:2]"], defaults=False)
+    assert firsts(doc)["result"]["content"] == [{"type": "text", "text": "b"}]
+    assert doc["result"]["content"][0] == {"type": "text", "text": "a"}  # the input is not changed
 
 
 def _step(method: str, params: object, result: object = None) -> Step:

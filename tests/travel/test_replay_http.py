@@ -29,7 +29,7 @@ from mcp_proxy.testing.client import (
     run_scripted_session,
 )
 from mcp_proxy.testing.process import READY_PREFIX, start_http_server, stop_process
-from tests.conftest import crossed, mcptape_cmd
+from tests.conftest import crossed, matrix, mcptape_cmd
 from tests.helpers import db as rdb
 from tests.travel.conftest import PY, RECORDINGS, run_cli
 
@@ -91,6 +91,10 @@ async def _record_http(url: str, db: Path | str, name: str, mode: str = "legacy"
             await run_scripted_session(client, rec)
 
 
+# --full only: the default run records through the HTTP relay, replays against the same and the
+# changed server and checks that the replays are sessions linked to the original in
+# tests/replay/test_http_transports.py (stateful-2026).
+@pytest.mark.full
 async def test_http_record_then_replay_same_and_changed(tmp_path: Path) -> None:
     db = tmp_path / "http.db"
     with start_http_server(SCRIPTED_PRESETS, name="mcptape-test") as (url, _proc):
@@ -131,18 +135,22 @@ async def test_http_record_then_replay_same_and_changed(tmp_path: Path) -> None:
     assert all(s["transport"] == original["transport"] for s in linked)
 
 
-def test_stdio_recording_replays_over_http_and_unreachable_is_reported(tmp_path: Path) -> None:
+# The default run: the initialize era (a 2026-07-28 recording replays over HTTP in the default
+# run in tests/replay/test_http_transports.py); --full: both eras.
+@pytest.mark.parametrize("name", matrix(["basic-legacy", "basic-2026"], keep={"basic-legacy"}))
+def test_stdio_recording_replays_over_http_and_unreachable_is_reported(
+    name: str, tmp_path: Path
+) -> None:
     """A stdio recording of either era replays against the HTTP server; a dead URL is exit 1."""
     db = str(tmp_path / "r.db")
+    file = str(RECORDINGS / f"{name}.mcptape.jsonl")
     with start_http_server(SCRIPTED_PRESETS, name="mcptape-test") as (url, _proc):
-        for name in ("basic-legacy", "basic-2026"):
-            file = str(RECORDINGS / f"{name}.mcptape.jsonl")
-            proc = run_cli("replay", file, "--db", db, "--upstream", url)
-            assert proc.returncode == 0, proc.stdout + proc.stderr
-            assert "no differences" in proc.stdout
+        proc = run_cli("replay", file, "--db", db, "--upstream", url)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "no differences" in proc.stdout
     gone = run_cli(
         "replay",
-        str(RECORDINGS / "basic-legacy.mcptape.jsonl"),
+        file,
         "--db",
         db,
         "--timeout",

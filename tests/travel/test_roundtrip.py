@@ -144,6 +144,10 @@ async def test_mock_replays_nested_server_requests_and_mrtr() -> None:
     assert confirmed == "deploy: accept: Ada" and counted == "liftoff after 2 rounds"
 
 
+# --full only: the default run replays nested-legacy against its server in the fixture of
+# tests/store/test_copy.py, and .ci/run's replay job replays every recording in recordings/
+# (mrtr-2026 among them) against its server.
+@pytest.mark.full
 def test_replay_of_the_other_recordings_against_their_servers(tmp_path: Path) -> None:
     for name, presets in (("nested-legacy", "sampling,elicitation"), ("mrtr-2026", "mrtr")):
         proc = run_cli(

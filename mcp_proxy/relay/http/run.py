@@ -19,11 +19,12 @@ from mcp_proxy.recorder.client import RecorderClient
 from mcp_proxy.redact import ENV_REDACT, redactor_for_recording
 from mcp_proxy.relay.http.common import RelayConfig, Target, is_loopback
 from mcp_proxy.relay.http.server import HTTPRelay
+from mcp_proxy.relay.stop import StopSummary, print_stop
 
 __all__ = ["record_http"]
 
 
-async def _serve(config: RelayConfig, db_url: str) -> int:
+async def _serve(config: RelayConfig, db_url: str, output: str = "text") -> int:
     # The recorder runs in its own process (see mcp_proxy.recorder.client): the event loop never
     # shares a GIL with classification, redaction and database writes. It learns the redaction
     # policy from its environment; bodies are redacted there, before anything is written.
@@ -55,15 +56,15 @@ async def _serve(config: RelayConfig, db_url: str) -> int:
     finally:
         await relay.close()
         await asyncio.to_thread(recorder.close)
-    print(_stop_line(recorder, relay), file=sys.stderr, flush=True)
+    print_stop(_stop_summary(recorder, relay), output)
     return 0
 
 
-def _stop_line(recorder: RecorderClient, relay: HTTPRelay) -> str:
-    """The last line: what was relayed, and what was recorded — never more than the truth.
+def _stop_summary(recorder: RecorderClient, relay: HTTPRelay) -> StopSummary:
+    """What was relayed, and what was recorded — never more than the truth.
 
     The recorder client notices a dead worker itself (at once, on stderr), replaces it and
-    counts what the dead one had not written as a recording gap; so the last line only says
+    counts what the dead one had not written as a recording gap; so the summary only says
     "recorded" when no worker died and the last one ended cleanly.
     """
     n, sessions = relay.stats_exchanges, relay.router.sessions_created
@@ -71,7 +72,7 @@ def _stop_line(recorder: RecorderClient, relay: HTTPRelay) -> str:
     proc = getattr(recorder, "proc", None)
     code = proc.poll() if proc is not None else None
     if death is None and code in (0, None):
-        return f"mcptape: stopped; {n} exchange(s) in {sessions} session(s) recorded"
+        return StopSummary("http", True, exchanges=n, sessions=sessions)
     if death is None:
         death = f"exit status {code}"
     restarts = getattr(recorder, "restarts", 0)
@@ -80,10 +81,8 @@ def _stop_line(recorder: RecorderClient, relay: HTTPRelay) -> str:
         if restarts
         else "what came later was NOT recorded"
     )
-    return (
-        f"mcptape: stopped; {n} exchange(s) relayed in {sessions} session(s); the recording is"
-        f" incomplete: the recorder process died ({death}); {after}"
-    )
+    problem = f"the recorder process died ({death}); {after}"
+    return StopSummary("http", False, exchanges=n, sessions=sessions, problem=problem)
 
 
 def loop_factory() -> Any:
@@ -113,10 +112,12 @@ def record_http(
     response_timeout: float | None = None,
     allow_hosts: list[str] | tuple[str, ...] = (),
     faults: Any = None,
+    output: str = "text",
 ) -> int:
     """``mcptape record --upstream URL``: relay and record until SIGINT/SIGTERM; exit status.
 
     ``faults``: a ``FaultEngine`` whose rules the relay carries out (None: no fault injection).
+    ``output``: ``json`` makes the last line on stderr a JSON summary (:mod:`mcp_proxy.relay.stop`).
     """
     redactor = redactor_for_recording(redact, redact_headers, redact_paths)
     config = RelayConfig(
@@ -137,6 +138,6 @@ def record_http(
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     logging.getLogger("aiohttp.access").setLevel(logging.CRITICAL)
     try:
-        return asyncio.run(_serve(config, db_url), loop_factory=loop_factory())
+        return asyncio.run(_serve(config, db_url, output), loop_factory=loop_factory())
     except KeyboardInterrupt:
         return 130
