@@ -255,6 +255,15 @@ class PageQueries(StoreBase):
                 out[f["seq"]] = match
         return out
 
+    async def tools_list_answers(self, session_id: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The answers (responses, without full raw bytes) to the session's first ``limit``
+        ``tools/list`` requests, in wire order: the last one is what the host saw last."""
+        asked, _more = await self.timeline(
+            session_id, TimelineFilter(method="tools/list", kind="request", limit=limit)
+        )
+        answers = await self.partners(session_id, asked)
+        return [a for r in asked if (a := answers.get(r["seq"])) and a["kind"] == "response"]
+
     async def http_exchanges_by_id(self, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
         wanted = sorted(set(ids))
         if not wanted:
