@@ -3,8 +3,9 @@
 Each request is a bar from the moment it was sent to its answer; the part before the first
 thing that came back (a progress or log notification, an SSE event, the answer itself) is drawn
 lighter, as the Network panel's "waiting" part; each notification that belongs to the exchange
-is a tick on the bar. It pages like the timeline (``after=SEQ``, ``limit``), and its axis spans
-the page: the whole session when it fits on one page. The bars are server-rendered SVG (its
+is a tick on the bar. It pages like the timeline (``after=SEQ``, ``limit``), and every page's axis
+spans the whole session (its start to its end, or to its newest frame while it is live), so a bar
+of page 2 sits where it belongs in the session. The bars are server-rendered SVG (its
 geometry as attributes, so the page's CSP needs no inline style and no script), each with its
 timings as a tooltip (hover) and as text that shows when the row has the keyboard focus.
 """
@@ -117,18 +118,24 @@ async def waterfall_bars(
     return bars, next_after
 
 
-def lay_out(bars: list[Bar], *, until: float | None = None) -> dict[str, Any]:
-    """Place the bars on one axis (the page's span) and say what its ticks are.
+def lay_out(
+    bars: list[Bar], *, since: float | None = None, until: float | None = None
+) -> dict[str, Any]:
+    """Place the bars on one axis and say what its ticks are.
 
-    An unanswered exchange runs to the end of the axis (``until``: the session's end when
-    known); pure: the unit tests call it with made-up bars.
+    The axis runs from ``since`` to ``until`` (the session's start and end, so that every page
+    of a session shares one axis), widened to any bar outside them; without them, it spans the
+    bars. An unanswered exchange runs to the end of the axis. Pure: the unit tests call it with
+    made-up bars.
     """
     if not bars:
         return {"start": None, "end": None, "span_ms": 0.0, "ticks": []}
     t0 = min(b.sent for b in bars)
+    if since is not None:
+        t0 = min(t0, since)
     ends = [b.end or b.first or b.sent for b in bars]
     t1 = max([*ends, *(t["ts"] for b in bars for t in b.ticks)])
-    if until is not None and any(b.end is None for b in bars):
+    if until is not None:
         t1 = max(t1, until)
     span = max(t1 - t0, 1e-6)
 
@@ -181,8 +188,10 @@ async def waterfall_page(request: web.Request) -> web.Response:
     after = int_param(request, "after", 0, hi=SEQ_MAX)
     limit = int_param(request, "limit", 200, 1, WATERFALL_PAGE)
     bars, next_after = await waterfall_bars(request, s, after, limit)
+    # The whole session's span on every page: its end, or its newest frame while live.
     until = s.get("ended_at")
-    axis = lay_out(bars, until=float(until) if until is not None else None)
+    end = float(until) if until is not None else await q.last_frame_ts(sid)
+    axis = lay_out(bars, since=float(s["started_at"]), until=end)
     data = {
         "session": session_out(s),
         "axis": axis,

@@ -420,6 +420,18 @@ class PageQueries(StoreBase):
             out.update((int(r["seq"]), float(r["ts"])) for r in rows)
         return out
 
+    async def last_frame_ts(self, session_id: str) -> float | None:
+        """When the session's newest frame was recorded (one index probe): the end of a live
+        session's axis."""
+        fr = frame_rows.c
+        row = await self._one(
+            sa.select(fr.ts)
+            .where(fr.session_key == select_key(session_id).scalar_subquery())
+            .order_by(fr.seq.desc())
+            .limit(1)
+        )
+        return float(row["ts"]) if row is not None else None
+
     async def neighbours(self, session_id: str, seq: int) -> tuple[int | None, int | None]:
         """The previous and next frame numbers (seq has no gaps in principle, but may)."""
         # On frame_rows by the session's key: through the view PostgreSQL joined session_keys
