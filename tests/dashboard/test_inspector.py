@@ -243,3 +243,34 @@ async def test_context_cost_of_tools_list_and_frames(client: TestClient, recordi
     assert f"≈ {cc['tokens']:,} tokens" in page
     frame = await get_html(client, f"/sessions/{sid}/frames/{cc['response_seq']}")
     assert f"≈ {cc['tokens']} tokens" in frame
+
+
+# ---------------------------------------------------------------------------------- one latency
+
+
+async def test_one_exchange_has_one_latency_on_every_page(
+    client: TestClient, recordings: Recordings
+):
+    """Issue #28, "the latency chart and the timeline agree": a request's latency is the same
+    number on the waterfall, the host timeline and the stats page (a method called once: its
+    p50 and max are that request's latency)."""
+    sid = recordings.ids["demo-legacy"]
+    bars = (await get_json(client, f"/sessions/{sid}/waterfall.json"))["bars"]
+    stats = (await get_json(client, f"/sessions/{sid}/stats.json"))["methods"]
+    once = {
+        (m["direction"], m["method"]): m["latency_ms"]["max"]
+        for m in stats
+        if m["count"] == 1 and m["latency_ms"]["n"] == 1
+    }
+    host = await get_json(client, "/timeline.json?since=0")
+    lane = next(lane for lane in host["lanes"] if lane["name"] == "demo-legacy")
+    on_lane = {r["seq"]: r["latency_ms"] for s in lane["sessions"] for r in s["requests"]}
+    checked = 0
+    for b in bars:
+        if b["latency_ms"] is None:
+            continue
+        assert on_lane[b["seq"]] == b["latency_ms"], b["method"]
+        if (b["direction"], b["method"]) in once:
+            assert once[(b["direction"], b["method"])] == b["latency_ms"], b["method"]
+            checked += 1
+    assert checked >= 2, once
