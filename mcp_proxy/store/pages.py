@@ -317,6 +317,25 @@ class PageQueries(StoreBase):
             .limit(limit)
         )
 
+    async def notifications_between(
+        self, session_id: str, first: int, last: int, *, limit: int, max_bytes: int
+    ) -> list[dict[str, Any]]:
+        """Notifications with ``first < seq < last`` (without full raw bytes; the bytes of
+        those up to ``max_bytes``), at most ``limit``, in order: the ticks of a waterfall page
+        on a session analysed a window at a time."""
+        raw = sa.case((frames.c.size <= max_bytes, frames.c.raw), else_=sa.null()).label("raw")
+        return await self._all(
+            sa.select(*FRAME_COLUMNS_NO_RAW, raw)
+            .where(
+                frames.c.session_id == session_id,
+                frames.c.seq > first,
+                frames.c.seq < last,
+                frames.c.kind == "notification",
+            )
+            .order_by(frames.c.seq)
+            .limit(limit)
+        )
+
     async def frames_by_seq(self, session_id: str, seqs: Iterable[int]) -> list[dict[str, Any]]:
         """The frames with these numbers, raw included, in order: one query, not one per frame."""
         wanted = sorted(set(seqs))
