@@ -286,6 +286,13 @@ COST_PARSE_LIMIT = 4 * 1024 * 1024
 COPY_LIMIT = 512 * 1024
 #: Exchanges on one waterfall page (``limit=``), as the timeline's page limit.
 WATERFALL_PAGE = 1000
+#: Notifications read for one waterfall page of a session too big to analyse whole (to put
+#: their ticks on the page's bars): a page's requests between them rarely carry more; past it
+#: the later bars lack ticks and the page says so.
+WATERFALL_NOTES = 2000
+#: Bytes of one such notification read with it (progress and log notifications are small); a
+#: larger one is no tick on such a page. With WATERFALL_NOTES, at most 16 MiB a page.
+WATERFALL_NOTE_BYTES = 8 * 1024
 
 # --- CLI and faults ---
 

@@ -10,7 +10,7 @@ Pure and core: imports nothing of mcptape.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 #: Bytes of UTF-8 JSON counted as one token.
@@ -57,3 +57,18 @@ def tools_cost(result: Any) -> list[ToolCost]:
         )
     out.sort(key=lambda t: (-t.tokens, t.name))
     return out
+
+
+def listing_cost(size: int, result: Any, listings: int = 1) -> dict[str, Any]:
+    """The context cost of one ``tools/list`` answer of ``size`` bytes: whole, and per tool
+    (the dearest first) when its ``result`` was parsed (None: too large to parse, costed whole).
+    The shape the session page, its twin and ``mcptape stats --format json`` show."""
+    costs = tools_cost(result) if isinstance(result, dict) else None
+    return {
+        "how": METHOD,
+        "listings": listings,
+        "tokens": estimate(size),
+        "tools": [asdict(c) for c in costs] if costs is not None else None,
+        "tool_count": len(costs) if costs is not None else None,
+        "more_pages": bool(result.get("nextCursor")) if isinstance(result, dict) else False,
+    }

@@ -3,8 +3,9 @@
 Each request is a bar from the moment it was sent to its answer; the part before the first
 thing that came back (a progress or log notification, an SSE event, the answer itself) is drawn
 lighter, as the Network panel's "waiting" part; each notification that belongs to the exchange
-is a tick on the bar. It pages like the timeline (``after=SEQ``, ``limit``), and its axis spans
-the page: the whole session when it fits on one page. The bars are server-rendered SVG (its
+is a tick on the bar. It pages like the timeline (``after=SEQ``, ``limit``), and every page's axis
+spans the whole session (its start to its end, or to its newest frame while it is live), so a bar
+of page 2 sits where it belongs in the session. The bars are server-rendered SVG (its
 geometry as attributes, so the page's CSP needs no inline style and no script), each with its
 timings as a tooltip (hover) and as text that shows when the row has the keyboard focus.
 """
@@ -21,7 +22,12 @@ from dashboard import present
 from dashboard.app import ANALYST, QUERIES, render
 from dashboard.views._common import SEQ_MAX, int_param, session_out, url
 from mcp_proxy.analysis.model import Exchange
-from mcp_proxy.limits import WATERFALL_PAGE, WATERFALL_TICKS
+from mcp_proxy.limits import (
+    WATERFALL_NOTE_BYTES,
+    WATERFALL_NOTES,
+    WATERFALL_PAGE,
+    WATERFALL_TICKS,
+)
 from mcp_proxy.store.filters import TimelineFilter
 
 #: The SVG's user units across: bars are placed in per-mille of the page's span.
@@ -66,19 +72,24 @@ def _tick_seqs(ex: Exchange) -> list[int]:
 
 async def waterfall_bars(
     request: web.Request, session: dict[str, Any], after: int, limit: int
-) -> tuple[list[Bar], int | None]:
-    """The bars of one page of requests and the cursor of the next page."""
+) -> tuple[list[Bar], int | None, bool]:
+    """The bars of one page of requests, the cursor of the next page, and whether the
+    notifications of a session analysed a window at a time were more than were read."""
     q = request.app[QUERIES]
     analyst = request.app[ANALYST]
     sid = session["id"]
     tf = TimelineFilter(kind="request", after=after, limit=limit)
     page, next_after = await q.timeline(sid, tf, after=after)
     whole = await analyst.whole(session)
+    notes_left_out = False
     if whole is not None:
         analysis = whole
     else:
         partners = await q.partners(sid, page)
-        analysis = await analyst.window(session, [*page, *partners.values()])
+        notes = await _page_notifications(request, sid, page, list(partners.values()))
+        notes_left_out = len(notes) > WATERFALL_NOTES
+        rows = [*page, *partners.values(), *notes[:WATERFALL_NOTES]]
+        analysis = await analyst.window(session, rows)
     by_request = an.exchange_index(analysis)["request"]
     exchanges = [by_request[f["seq"]] for f in page if f["seq"] in by_request]
     wanted: dict[int, list[int]] = {ex.request_seq: _tick_seqs(ex) for ex in exchanges}
@@ -114,21 +125,43 @@ async def waterfall_bars(
                 ticks_left_out=max(0, len(seqs) - WATERFALL_TICKS),
             )
         )
-    return bars, next_after
+    return bars, next_after, notes_left_out
 
 
-def lay_out(bars: list[Bar], *, until: float | None = None) -> dict[str, Any]:
-    """Place the bars on one axis (the page's span) and say what its ticks are.
+async def _page_notifications(
+    request: web.Request, sid: str, page: list[dict[str, Any]], answers: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The notifications sent while the page's requests were open (from its first request to
+    its last answer), so the window's analysis can put them on their bars: at most
+    ``WATERFALL_NOTES`` + 1 (one more says some were left out), bodies up to
+    ``WATERFALL_NOTE_BYTES``."""
+    if not page:
+        return []
+    first = min(f["seq"] for f in page)
+    last = max([*(a["seq"] for a in answers), *(f["seq"] for f in page)])
+    return await request.app[QUERIES].notifications_between(
+        sid, first, last, limit=WATERFALL_NOTES + 1, max_bytes=WATERFALL_NOTE_BYTES
+    )
 
-    An unanswered exchange runs to the end of the axis (``until``: the session's end when
-    known); pure: the unit tests call it with made-up bars.
+
+def lay_out(
+    bars: list[Bar], *, since: float | None = None, until: float | None = None
+) -> dict[str, Any]:
+    """Place the bars on one axis and say what its ticks are.
+
+    The axis runs from ``since`` to ``until`` (the session's start and end, so that every page
+    of a session shares one axis), widened to any bar outside them; without them, it spans the
+    bars. An unanswered exchange runs to the end of the axis. Pure: the unit tests call it with
+    made-up bars.
     """
     if not bars:
         return {"start": None, "end": None, "span_ms": 0.0, "ticks": []}
     t0 = min(b.sent for b in bars)
+    if since is not None:
+        t0 = min(t0, since)
     ends = [b.end or b.first or b.sent for b in bars]
     t1 = max([*ends, *(t["ts"] for b in bars for t in b.ticks)])
-    if until is not None and any(b.end is None for b in bars):
+    if until is not None:
         t1 = max(t1, until)
     span = max(t1 - t0, 1e-6)
 
@@ -180,15 +213,18 @@ async def waterfall_page(request: web.Request) -> web.Response:
     sid = s["id"]
     after = int_param(request, "after", 0, hi=SEQ_MAX)
     limit = int_param(request, "limit", 200, 1, WATERFALL_PAGE)
-    bars, next_after = await waterfall_bars(request, s, after, limit)
+    bars, next_after, notes_left_out = await waterfall_bars(request, s, after, limit)
+    # The whole session's span on every page: its end, or its newest frame while live.
     until = s.get("ended_at")
-    axis = lay_out(bars, until=float(until) if until is not None else None)
+    end = float(until) if until is not None else await q.last_frame_ts(sid)
+    axis = lay_out(bars, since=float(s["started_at"]), until=end)
     data = {
         "session": session_out(s),
         "axis": axis,
         "bars": [asdict(b) for b in bars],
         "after": after,
         "limit": limit,
+        "notifications_left_out": notes_left_out,
         "next": next_after,
         "next_url": url(
             f"/sessions/{sid}/waterfall",

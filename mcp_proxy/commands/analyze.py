@@ -26,6 +26,9 @@ from mcp_proxy.commands.common import (
     parse_time,
 )
 
+#: Tools named by ``stats`` under each session's context cost, the dearest first.
+STATS_TOP_TOOLS = 10
+
 #: ``check`` found something at or above ``--fail-on`` (mcptape's own code, distinct from 1 for
 #: an unexpected failure; see docs/cli-exit-codes.md).
 EXIT_FINDINGS = 5
@@ -180,6 +183,38 @@ def check(
         )
 
 
+async def _context_cost(store: Any, session_id: str) -> dict[str, Any] | None:
+    """What the session's last answered ``tools/list`` costs a model's context (estimated,
+    :mod:`mcp_proxy.tokens`); None when the session has none."""
+    from mcp_proxy import tokens
+    from mcp_proxy.limits import COST_PARSE_LIMIT
+    from mcp_proxy.render import parse_json_safely
+
+    answered = await store.tools_list_answers(session_id)
+    if not answered:
+        return None
+    last = answered[-1]
+    result = None
+    if int(last["size"]) <= COST_PARSE_LIMIT:
+        frame = await store.frame(session_id, last["seq"])
+        msg = parse_json_safely(frame["raw"]) if frame else None
+        result = msg.get("result") if isinstance(msg, dict) else None
+    cost = tokens.listing_cost(int(last["size"]), result, len(answered))
+    if cost["tools"] is not None:
+        cost["tools"] = cost["tools"][:STATS_TOP_TOOLS]
+    return {"session": session_id, "response_seq": last["seq"], **cost}
+
+
+def _cost_line(cost: dict[str, Any]) -> str:
+    from mcp_proxy import tokens
+
+    line = f"context cost of tools/list ({tokens.METHOD}): ~{cost['tokens']} tokens"
+    if cost["tools"] is not None:
+        dear = ", ".join(f"{t['name']} ~{t['tokens']}" for t in cost["tools"][:3])
+        line += f", {cost['tool_count']} tool(s)" + (f"; dearest: {dear}" if dear else "")
+    return line
+
+
 def _fmt_ms(v: float | None) -> str:
     if v is None:
         return "-"
@@ -216,7 +251,7 @@ def stats(
     from mcp_proxy.analysis.service import sessions_stats
     from mcp_proxy.render import cli_name
 
-    async def go() -> tuple[list[dict[str, Any]], Any]:
+    async def go() -> tuple[list[dict[str, Any]], Any, list[dict[str, Any]]]:
         store = await open_store(db)
         try:
             rows: list[dict[str, Any]] = []
@@ -228,17 +263,20 @@ def stats(
             else:
                 rows = await store.list_sessions(name=name, since=since_ts, limit=max_rows)
             # One session analysed at a time, only its per-method numbers kept.
-            return rows, await sessions_stats(store, rows, by_name=by_name)
+            table = await sessions_stats(store, rows, by_name=by_name)
+            costs = [c for s in rows if (c := await _context_cost(store, s["id"])) is not None]
+            return rows, table, costs
         finally:
             await store.close()
 
-    rows, table = asyncio.run(go())
+    rows, table, costs = asyncio.run(go())
     if fmt == Format.json:
         print(
             json.dumps(
                 {
                     "sessions": [{"id": s["id"], "name": s.get("name")} for s in rows],
                     "methods": [st.as_dict() for st in table],
+                    "context_cost": costs,
                 },
                 indent=2,
                 ensure_ascii=False,
@@ -265,3 +303,6 @@ def stats(
             f" {_fmt_ms(lat['p50']):>8} {_fmt_ms(lat['p95']):>8} {_fmt_ms(lat['p99']):>8}"
             f" {_fmt_ms(lat['max']):>8}"
         )
+    for cost in costs:
+        prefix = f"{cost['session'][:8]}: " if len(rows) > 1 else ""
+        print(prefix + _cost_line(cost))

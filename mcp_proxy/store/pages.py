@@ -255,6 +255,15 @@ class PageQueries(StoreBase):
                 out[f["seq"]] = match
         return out
 
+    async def tools_list_answers(self, session_id: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The answers (responses, without full raw bytes) to the session's first ``limit``
+        ``tools/list`` requests, in wire order: the last one is what the host saw last."""
+        asked, _more = await self.timeline(
+            session_id, TimelineFilter(method="tools/list", kind="request", limit=limit)
+        )
+        answers = await self.partners(session_id, asked)
+        return [a for r in asked if (a := answers.get(r["seq"])) and a["kind"] == "response"]
+
     async def http_exchanges_by_id(self, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
         wanted = sorted(set(ids))
         if not wanted:
@@ -304,6 +313,25 @@ class PageQueries(StoreBase):
         return await self._all(
             sa.select(frames)
             .where(frames.c.session_id == session_id, frames.c.seq > first, frames.c.seq < last)
+            .order_by(frames.c.seq)
+            .limit(limit)
+        )
+
+    async def notifications_between(
+        self, session_id: str, first: int, last: int, *, limit: int, max_bytes: int
+    ) -> list[dict[str, Any]]:
+        """Notifications with ``first < seq < last`` (without full raw bytes; the bytes of
+        those up to ``max_bytes``), at most ``limit``, in order: the ticks of a waterfall page
+        on a session analysed a window at a time."""
+        raw = sa.case((frames.c.size <= max_bytes, frames.c.raw), else_=sa.null()).label("raw")
+        return await self._all(
+            sa.select(*FRAME_COLUMNS_NO_RAW, raw)
+            .where(
+                frames.c.session_id == session_id,
+                frames.c.seq > first,
+                frames.c.seq < last,
+                frames.c.kind == "notification",
+            )
             .order_by(frames.c.seq)
             .limit(limit)
         )
@@ -410,6 +438,18 @@ class PageQueries(StoreBase):
             )
             out.update((int(r["seq"]), float(r["ts"])) for r in rows)
         return out
+
+    async def last_frame_ts(self, session_id: str) -> float | None:
+        """When the session's newest frame was recorded (one index probe): the end of a live
+        session's axis."""
+        fr = frame_rows.c
+        row = await self._one(
+            sa.select(fr.ts)
+            .where(fr.session_key == select_key(session_id).scalar_subquery())
+            .order_by(fr.seq.desc())
+            .limit(1)
+        )
+        return float(row["ts"]) if row is not None else None
 
     async def neighbours(self, session_id: str, seq: int) -> tuple[int | None, int | None]:
         """The previous and next frame numbers (seq has no gaps in principle, but may)."""

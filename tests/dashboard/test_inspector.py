@@ -121,7 +121,9 @@ async def test_waterfall_twin_agrees_with_the_timeline(client: TestClient, recor
     for b in ticked:
         assert all(b["sent"] <= t["ts"] for t in b["ticks"])
         assert b["first"] <= min(t["ts"] for t in b["ticks"])
-    assert wf["axis"]["start"] == min(b["sent"] for b in bars)
+    # The axis is the session's span: from its start to its end.
+    assert wf["axis"]["start"] == wf["session"]["started_at"] <= min(b["sent"] for b in bars)
+    assert wf["axis"]["end"] >= max(b["end"] or b["sent"] for b in bars)
     page = await get_html(client, f"/sessions/{sid}/waterfall")
     assert page.count('<tr id="w') == len(bars)
     assert "style=" not in page  # geometry as SVG attributes: the CSP allows no inline style
@@ -132,15 +134,21 @@ async def test_waterfall_twin_agrees_with_the_timeline(client: TestClient, recor
 
 async def test_waterfall_pages_like_the_timeline(client: TestClient, recordings: Recordings):
     sid = recordings.ids["demo-modern"]
-    whole = (await get_json(client, f"/sessions/{sid}/waterfall.json"))["bars"]
+    one_page = await get_json(client, f"/sessions/{sid}/waterfall.json")
+    whole = one_page["bars"]
     assert len(whole) > 3
     first = await get_json(client, f"/sessions/{sid}/waterfall.json?limit=2")
     assert [b["seq"] for b in first["bars"]] == [b["seq"] for b in whole[:2]]
     assert first["next"] == whole[1]["seq"] and "after=" in first["next_url"]
     second = await get_json(client, first["next_url"].replace("/waterfall", "/waterfall.json"))
     assert [b["seq"] for b in second["bars"]] == [b["seq"] for b in whole[2:4]]
-    # Each page's axis is its own span: its first bar starts at 0.
-    assert second["bars"][0]["x"] == 0
+    # Every page's axis is the session's (issue #28, "scaled to the session"): a bar of page 2
+    # sits where it sits when the session fits on one page (it was drawn from 0 before).
+    assert first["axis"] == second["axis"] == one_page["axis"]
+    at = {b["seq"]: (b["x"], b["w"], b["wait_w"]) for b in whole}
+    for b in [*first["bars"], *second["bars"]]:
+        assert (b["x"], b["w"], b["wait_w"]) == at[b["seq"]]
+    assert second["bars"][0]["x"] > 0
     empty = await get_json(client, f"/sessions/{sid}/waterfall.json?after=999999")
     assert empty["bars"] == [] and empty["next"] is None
     await get_json(client, f"/sessions/{sid}/waterfall.json?after=x", status=400)
@@ -235,3 +243,34 @@ async def test_context_cost_of_tools_list_and_frames(client: TestClient, recordi
     assert f"≈ {cc['tokens']:,} tokens" in page
     frame = await get_html(client, f"/sessions/{sid}/frames/{cc['response_seq']}")
     assert f"≈ {cc['tokens']} tokens" in frame
+
+
+# ---------------------------------------------------------------------------------- one latency
+
+
+async def test_one_exchange_has_one_latency_on_every_page(
+    client: TestClient, recordings: Recordings
+):
+    """Issue #28, "the latency chart and the timeline agree": a request's latency is the same
+    number on the waterfall, the host timeline and the stats page (a method called once: its
+    p50 and max are that request's latency)."""
+    sid = recordings.ids["demo-legacy"]
+    bars = (await get_json(client, f"/sessions/{sid}/waterfall.json"))["bars"]
+    stats = (await get_json(client, f"/sessions/{sid}/stats.json"))["methods"]
+    once = {
+        (m["direction"], m["method"]): m["latency_ms"]["max"]
+        for m in stats
+        if m["count"] == 1 and m["latency_ms"]["n"] == 1
+    }
+    host = await get_json(client, "/timeline.json?since=0")
+    lane = next(lane for lane in host["lanes"] if lane["name"] == "demo-legacy")
+    on_lane = {r["seq"]: r["latency_ms"] for s in lane["sessions"] for r in s["requests"]}
+    checked = 0
+    for b in bars:
+        if b["latency_ms"] is None:
+            continue
+        assert on_lane[b["seq"]] == b["latency_ms"], b["method"]
+        if (b["direction"], b["method"]) in once:
+            assert once[(b["direction"], b["method"])] == b["latency_ms"], b["method"]
+            checked += 1
+    assert checked >= 2, once

@@ -71,6 +71,20 @@ def test_every_bar_is_on_the_axis_and_visible(spec):
         assert 0 <= b.wait_w <= b.w
 
 
+def test_the_axis_is_the_sessions_span_whatever_the_page():
+    # two pages of one session (10 s to 20 s): each bar lands at the same place on both
+    page1 = [bar(1, 11.0, 11.5, 12.0)]
+    page2 = [bar(3, 15.0, 15.5, 16.0)]
+    for page in (page1, page2):
+        axis = lay_out(page, since=10.0, until=20.0)
+        assert (axis["start"], axis["end"], axis["span_ms"]) == (10.0, 20.0, 10000)
+    assert (page1[0].x, page1[0].w) == (100, 100)
+    assert (page2[0].x, page2[0].w) == (500, 100) and "sent at +5000 ms" in page2[0].title
+    # a bar outside the recorded span (clock skew) widens the axis rather than leaving it
+    late = [bar(5, 19.0, None, 21.0)]
+    assert lay_out(late, since=10.0, until=20.0)["end"] == 21.0 and late[0].x + late[0].w == WIDTH
+
+
 def test_mrtr_rounds_are_joined():
     first = bar(1, 10.0, 10.1, 10.2)
     other = bar(3, 10.3, 10.35, 10.4)
