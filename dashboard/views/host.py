@@ -22,6 +22,7 @@ from aiohttp import web
 from dashboard import present
 from dashboard.app import QUERIES, render
 from dashboard.views._common import url
+from mcp_proxy.analysis.model import latency_ms
 from mcp_proxy.errors import BadValueError
 from mcp_proxy.limits import HOST_REQUESTS, HOST_SESSIONS
 from mcp_proxy.render import session_status
@@ -114,7 +115,11 @@ async def host_timeline(request: web.Request) -> web.Response:
         for f in page:
             a = answers.get(f["seq"])
             answered = float(a["ts"]) if a is not None and a["seq"] > f["seq"] else None
-            lat = latency_ms(f, a) if a is not None and answered is not None else None
+            lat = (
+                latency_ms(int(f["mono_ns"]), int(a["mono_ns"]))
+                if a is not None and answered is not None
+                else None
+            )
             ls.requests.append(
                 LaneRequest(
                     seq=f["seq"],
@@ -143,13 +148,6 @@ async def host_timeline(request: web.Request) -> web.Response:
         ),
     }
     return render(request, "host_timeline.html", data, width=WIDTH, slow_ms=SLOW_MS)
-
-
-def latency_ms(request_row: dict[str, Any], answer_row: dict[str, Any]) -> float:
-    """A request's latency as the analysis measures it (``Pairing``, the waterfall, the stats
-    page and ``mcptape stats``): on the monotonic clock, whole microseconds, never negative —
-    not the wall clock, which can step; so one exchange reads one number on every page."""
-    return max(0, int(answer_row["mono_ns"]) - int(request_row["mono_ns"])) // 1000 / 1000
 
 
 def lay_out(lanes: list[Lane], since: float, until: float) -> dict[str, Any]:

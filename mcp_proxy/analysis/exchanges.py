@@ -44,6 +44,7 @@ from mcp_proxy.analysis.model import (
     Msg,
     Outcome,
     SessionFacts,
+    latency_ms,
 )
 from mcp_proxy.analysis.reorder import MARK, TRIM, Mark, Window, fast_key, take_pending
 from mcp_proxy.frames import id_key
@@ -408,7 +409,7 @@ class Pairing:
         ex.response_seq = m.seq
         ex.response_ts = m.ts
         # Never negative: a response stamped before its request (see REORDER_WINDOW_NS) took ~0.
-        ex.latency_ms = max(0, m.mono_ns - ex.request_mono_ns) // 1000 / 1000
+        ex.latency_ms = latency_ms(ex.request_mono_ns, m.mono_ns)
         light = self.light
         if not light:
             _remember(self.done, (ex.direction, ex.msg_id), ex, ANSWERED_KEPT)

@@ -552,3 +552,9 @@ def severity_counts(findings: Iterable[Finding]) -> dict[str, int]:
     for f in findings:
         counts[f.severity] += 1
     return counts
+
+
+def latency_ms(request_mono_ns: int, answer_mono_ns: int) -> float:
+    """A request's latency as every view shows it: on the monotonic clock (the wall clock can
+    step), in milliseconds cut to whole microseconds, never negative."""
+    return max(0, answer_mono_ns - request_mono_ns) // 1000 / 1000
