@@ -12,8 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mcp_proxy.recording.database import import_recording
 from mcp_proxy.recording import read_recording
+from mcp_proxy.recording.database import import_recording
 from mcp_proxy.store.engine import ensure_schema
 from tests.analysis.cases import CASES
 from tests.helpers.cli import run_mcptape
