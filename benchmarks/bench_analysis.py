@@ -18,7 +18,8 @@ peak RSS (``wait4``) are printed against the targets of the performance issue:
   upgrade);
 - ``check (current)`` — findings already current: a read;
 - ``stats`` — per-method numbers (one streaming pass);
-- ``show -x`` — the frames with their exchanges, to a pipe.
+- ``show -x`` — the exchanges, printed to a pipe as the streaming pass resolves them (one
+  bounded pass, like ``check --recompute``, plus a bounded reorder buffer).
 
 Targets on 1,000,000 frames (issue 24), printed beside the figures: first ``check`` ≤ 1.5× the
 second and ≤ 150 MB RSS; ``check --recompute`` ≤ 4 s and ≤ 150 MB; ``show -x`` ≤ 150 MB;

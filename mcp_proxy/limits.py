@@ -215,6 +215,12 @@ ANSWERED_KEPT = 5_000
 #: Request ids the pairing remembers to report an id reused after its request completed
 #: (initialize era): a reuse further back than this many requests goes unreported.
 REQUEST_IDS_KEPT = 50_000
+#: Exchanges ``show -x`` holds to print them in request order: an exchange answered early waits
+#: for every earlier-started one, and a printed one can no longer gain frames, so it also waits
+#: while the pairing may still attach late frames to it (it remembers :data:`ANSWERED_KEPT`
+#: answered requests). Past it (a request pending while this many later ones were answered) the
+#: rest print in the order they were answered, with one line on stderr.
+SHOW_EXCHANGES_HELD = ANSWERED_KEPT
 
 # --- The store, import and export ---
 

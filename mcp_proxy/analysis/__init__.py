@@ -11,7 +11,9 @@ Entry points for other parts of mcptape:
   (``exchanges``, ``chains``, ``findings``, ``facts``);
 - :mod:`mcp_proxy.analysis.service` — ``session_analysis(store, session)`` and
   ``session_findings(store, session)`` (stored, versioned, recomputed only when stale, by
-  ``stream_analysis``: two streaming passes, bounded memory, no exchanges kept);
+  ``stream_analysis``: two streaming passes, bounded memory, no exchanges kept;
+  ``stream_exchanges``: the same pass handing each exchange to a consumer, e.g.
+  :class:`~mcp_proxy.analysis.in_order.InOrder` for ``show -x``);
 - :mod:`mcp_proxy.analysis.stats` — per-method counts, error rates and latency percentiles;
 - :mod:`mcp_proxy.analysis.catalogue` — every finding code with severity, explanation and
   spec reference; :func:`mcp_proxy.analysis.taxonomy.classify_error` names one error.

@@ -184,7 +184,8 @@ class SessionPass:
     exchange, once its outcome is known, and every message, once handled, to each check family
     (:class:`~mcp_proxy.analysis.consumer.Consumer`). With ``keep`` the exchanges are kept (the
     views list them); without, an exchange is forgotten once the checks have seen it, and memory
-    holds the pending requests, the look-ahead and the families' bounded state.
+    holds the pending requests, the look-ahead and the families' bounded state. ``also`` are
+    consumers fed after the check families (``show -x`` prints the exchanges).
     """
 
     def __init__(
@@ -194,6 +195,7 @@ class SessionPass:
         injected: Sequence[Injected],
         *,
         keep: bool,
+        also: Sequence[Consumer] = (),
     ) -> None:
         self.facts = facts
         self.injected = injected
@@ -214,6 +216,7 @@ class SessionPass:
             *protocol_consumers(facts, http, sink),
             Transport(facts, http, sink),
             OAuth(http, sink),
+            *also,
         ]
 
     def _exchange(self, ex: Exchange) -> None:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mcp_proxy.analysis.catalogue import SUMMARY_CODE
+from mcp_proxy.analysis.consumer import Consumer
 from mcp_proxy.analysis.core import Analysis, SessionPass, analyze, gc_paused, http_rows
 from mcp_proxy.analysis.facts import SHAPED_FRAME_COLUMNS, Decoder, FactsBuilder, Injected
 from mcp_proxy.analysis.model import Msg, finding_order, finding_record
@@ -70,6 +71,7 @@ __all__ = [
     "settle",
     "sort_rows",
     "stream_analysis",
+    "stream_exchanges",
 ]
 
 
@@ -230,7 +232,11 @@ def _nothing() -> None:
 
 
 def stream_analysis(
-    url: str, session: dict[str, Any], http_list: Sequence[Mapping[str, Any]]
+    url: str,
+    session: dict[str, Any],
+    http_list: Sequence[Mapping[str, Any]],
+    *,
+    also: Callable[[Sequence[Injected]], Consumer] | None = None,
 ) -> Analysis:
     """A session's findings in bounded memory: two streaming passes over its frames.
 
@@ -240,7 +246,8 @@ def stream_analysis(
     rows, the pending requests, the pairing's look-ahead and the check families' bounded state,
     whatever the session's size. The result has the findings and counts, not the exchanges
     (``exchange_count`` says how many): what ``check`` stores and the recorder process settles.
-    ``session`` as :func:`session_view` gives it, with its ``fault_end``.
+    ``session`` as :func:`session_view` gives it, with its ``fault_end``. ``also`` makes one more
+    consumer of the pass from the list of injected frames the pass fills (``show -x``).
     """
     sid = str(session["id"])
     http = http_rows(http_list)
@@ -248,7 +255,8 @@ def stream_analysis(
         facts = FactsBuilder(session, http)
         _read(url, sid, Decoder(facts.feed), _nothing)
         injected: list[Injected] = []
-        one = SessionPass(facts.finish(), http, injected, keep=False)
+        extra = () if also is None else (also(injected),)
+        one = SessionPass(facts.finish(), http, injected, keep=False, also=extra)
         held: list[Msg] = []
         decoder = Decoder(held.append)
         decoder.injected = injected
@@ -321,14 +329,32 @@ async def refresh(store: Store, session: dict[str, Any], *, threaded: bool = Fal
     return analysis
 
 
-async def _bounded(store: Store, session: dict[str, Any], *, threaded: bool) -> Analysis:
+async def _bounded(
+    store: Store,
+    session: dict[str, Any],
+    *,
+    threaded: bool,
+    also: Callable[[Sequence[Injected]], Consumer] | None = None,
+) -> Analysis:
     """:func:`stream_analysis` of a stored session (in a worker thread when ``threaded``)."""
     http = await store.http_exchanges(session["id"])
     view = session_view(session)
     view["fault_end"] = fault_end(await store.recorded_findings(session["id"]))
     if threaded:
-        return await asyncio.to_thread(stream_analysis, store.url, view, http)
-    return stream_analysis(store.url, view, http)
+        return await asyncio.to_thread(stream_analysis, store.url, view, http, also=also)
+    return stream_analysis(store.url, view, http, also=also)
+
+
+async def stream_exchanges(
+    store: Store, session: dict[str, Any], also: Callable[[Sequence[Injected]], Consumer]
+) -> Analysis:
+    """One bounded pass over a stored session (:func:`stream_analysis`) that also feeds the
+    consumer ``also`` makes (``show -x``: each exchange once its outcome is known); its findings
+    are stored when the stored ones are stale, so that the next :func:`session_findings` reads."""
+    analysis = await _bounded(store, session, threaded=False, also=also)
+    if not is_fresh(session, await store.analysis_summary(session["id"])):
+        await _store_findings(store, session, analysis, strict=True)
+    return analysis
 
 
 async def _stored(store: Store, session: dict[str, Any]) -> list[dict[str, Any]]:

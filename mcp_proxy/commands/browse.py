@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -93,8 +92,8 @@ def show(
     out = sys.stdout
 
     async def go() -> None:
-        from mcp_proxy.analysis.service import session_analysis, session_findings
-        from mcp_proxy.render import exchange_text, finding_text, injected_text
+        from mcp_proxy.analysis.service import session_findings
+        from mcp_proxy.render import finding_text
 
         store = await open_store(db)
         try:
@@ -102,14 +101,7 @@ def show(
             if fmt == Format.text:
                 out.write(_session_head(s))
             if exchanges:
-                analysis = await session_analysis(store, s)
-                for item in _in_order(analysis.exchanges, analysis.injected):
-                    if fmt == Format.json:
-                        out.write(json.dumps(item.as_dict(), ensure_ascii=False) + "\n")
-                    elif isinstance(item, tuple):  # a frame mcptape injected
-                        out.write(injected_text(item) + "\n")
-                    else:
-                        out.write(exchange_text(item) + "\n")
+                await _print_exchanges(store, s, fmt)
             else:
                 _print_frames(store.url, s["id"], fmt, body=not no_body, no_stderr=no_stderr)
             if fmt == Format.text and not no_findings:
@@ -123,15 +115,34 @@ def show(
     asyncio.run(go())
 
 
-def _in_order(exchanges: list[Any], injected: list[Any]) -> Iterator[Any]:
-    """Exchanges with the frames mcptape injected between them, by frame number."""
-    k = 0
-    for ex in exchanges:
-        while k < len(injected) and injected[k].seq < ex.request_seq:
-            yield injected[k]
-            k += 1
-        yield ex
-    yield from injected[k:]
+async def _print_exchanges(store: Any, s: dict[str, Any], fmt: Format) -> None:
+    """A session's exchanges, printed as the streaming pass resolves them, in request order
+    with the frames mcptape injected between them (``InOrder``: a bounded reorder buffer, past
+    which they print in the order they were answered, and stderr says so once)."""
+    from mcp_proxy.analysis.in_order import InOrder
+    from mcp_proxy.analysis.model import Exchange
+    from mcp_proxy.analysis.service import stream_exchanges
+    from mcp_proxy.render import exchange_text, injected_text
+
+    write = sys.stdout.write
+    json_mode = fmt == Format.json
+
+    def emit(item: Any) -> None:
+        if json_mode:
+            write(json.dumps(item.as_dict(), ensure_ascii=False) + "\n")
+        elif isinstance(item, Exchange):
+            write(exchange_text(item) + "\n")
+        else:  # a frame mcptape injected
+            write(injected_text(item) + "\n")
+
+    def overflow(held: int) -> None:
+        print(
+            f"note: a request was still pending after {held} later ones were answered;"
+            " the exchanges from here on are printed in the order they were answered",
+            file=sys.stderr,
+        )
+
+    await stream_exchanges(store, s, lambda injected: InOrder(injected, emit, overflow))
 
 
 def _session_head(s: dict[str, Any]) -> str:
