@@ -42,6 +42,9 @@ class JsonPathError(ValueError):
 #: RFC 9535 as written (python-jsonpath's default syntax adds extensions, one of which reads a
 #: name starting with ``_`` — ``$.._meta`` — as something else).
 _JSONPATH = jsonpath.JSONPathEnvironment(strict=True)
+#: Values reach a path clipped to MAX_DEPTH (:func:`clip_depth`), inside a step document of a
+#: few levels; the library's own limit (100) would refuse what the clip lets through.
+_JSONPATH.max_recursion_depth = MAX_DEPTH + 16
 
 
 def parse_jsonpath(path: str) -> JSONPath | CompoundJSONPath:

@@ -31,13 +31,16 @@ class StopSummary:
 
     def text(self) -> str:
         where = f" in {self.sessions} session(s)" if self.sessions is not None else ""
-        if self.exchanges is not None:
-            what = f"{self.exchanges} exchange(s){where}"
-        else:
-            what = f"session {self.session_id or '-'}"
+        what = (
+            f"{self.exchanges} exchange(s)"
+            if self.exchanges is not None
+            else f"session {self.session_id or '-'}"
+        )
         if self.recorded:
-            return f"mcptape: stopped; {what} recorded"
-        return f"mcptape: stopped; {what} relayed; the recording is incomplete: {self.problem}"
+            return f"mcptape: stopped; {what}{where} recorded"
+        return (
+            f"mcptape: stopped; {what} relayed{where}; the recording is incomplete: {self.problem}"
+        )
 
     def document(self) -> dict[str, object]:
         return {"event": "stopped", **asdict(self)}
