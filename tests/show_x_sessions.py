@@ -22,6 +22,10 @@ RECORDINGS = Path(__file__).resolve().parents[1] / "recordings"
 EXPECTED = Path(__file__).resolve().parent / "browse_data" / "show_x.json"
 
 
+#: The keys of the catalogue's sessions (trigger and near miss of every code).
+CATALOGUE_KEYS = frozenset(f"{code}-{which}" for code in CASES for which in (0, 1))
+
+
 def record_all(db: Path) -> dict[str, str]:
     """Every pinned session recorded into ``db``: its key in the expectations -> its id."""
     url = "sqlite:///" + str(db)
