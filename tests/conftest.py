@@ -115,16 +115,16 @@ def workers_from_env(value: str) -> int:
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """The whole suite (``uv run pytest`` with no paths: the README's and CI's command) runs on
-    two pytest-xdist workers; a run of chosen files or tests stays in one process.
+    one pytest-xdist worker more than the machine has cores (3 on 2 cores); a run of chosen
+    files or tests stays in one process.
 
-    Most of the suite's time is spent waiting on subprocesses it starts (relays, SDK servers,
-    ``mcptape`` commands, Chromium), so one process keeps about one of two cores busy; two
-    workers keep both. ``--dist loadfile``: a module's tests stay on one worker (module
+    Much of the suite's time is spent waiting on subprocesses it starts (relays, SDK servers,
+    ``mcptape`` commands, Chromium): two workers kept the two cores ~66% busy; on a quiet
+    2-core machine three ran the default run in 6 min 15 s. ``--dist loadfile``: a module's tests stay on one worker (module
     fixtures start once); the costly session fixtures are built once per run into files that
     every worker copies (``tests/helpers/shared.py``). Every worker has its own temporary
     folders and its own PostgreSQL databases (names carry the pid). ``-n N`` on the command
-    line wins; ``MCPTAPE_TEST_WORKERS=N`` sets the count (``0``: serial; ``3`` is the other
-    count worth timing on a 2-core machine, where the workers mostly wait)."""
+    line wins; ``MCPTAPE_TEST_WORKERS=N`` sets the count (``0``: serial)."""
     option = config.option
     if not hasattr(option, "numprocesses") or hasattr(config, "workerinput"):
         return  # xdist not installed / disabled, or this is a worker
@@ -134,7 +134,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     if wanted.strip():
         workers = workers_from_env(wanted)
     elif config.args_source == pytest.Config.ArgsSource.TESTPATHS:
-        workers = min(2, os.cpu_count() or 1)
+        workers = (os.cpu_count() or 1) + 1
     else:
         return
     if workers > 1:
