@@ -37,7 +37,12 @@ from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.framing import SSEEvent, SSEParser
 from mcp_proxy.headers import mcp_headers
 from mcp_proxy.limits import STREAM_ABOVE
-from mcp_proxy.relay.http.common import decode_for_record, default_reason, meta_body
+from mcp_proxy.relay.http.common import (
+    decode_for_record,
+    default_reason,
+    meta_body,
+    response_body_frame,
+)
 from mcp_proxy.relay.http.sessions import (
     RULE_LEGACY_SSE,
     RULE_MCP_SESSION,
@@ -519,27 +524,14 @@ class TapeExchange:
     def _record_body(self, body: bytes, *, complete: bool) -> None:
         if not body or self.kind == KIND_DROPPED:
             return
-        ctype = self.ctype
-        encoding = self.meta.get("content_encoding")
-        if encoding:  # bounded: a decompression bomb costs MAX_INFLATED_BODY bytes at most
-            decoded = decode_for_record(body, encoding, "response", ctype)
-            self.meta.update(decoded.note or {})
-            if decoded.data is None:
-                return
-            body, complete = decoded.data, complete and decoded.complete
-        jsonish = ctype.lower().startswith("application/json") or body.lstrip()[:1] in (b"{", b"[")
-        if self.kind == KIND_MCP and jsonish:
-            self.tape.frame(
-                self,
-                WireFrame(
-                    Direction.S2C,
-                    Channel.HTTP,
-                    body,
-                    time.monotonic_ns(),
-                    time.time(),
-                    complete,
-                    extra={"content_type": ctype},
-                ),
-            )
-        else:
-            self.meta["response_body"] = meta_body(self.tape.redactor, body, ctype)
+        frame = response_body_frame(
+            body,
+            self.ctype,
+            self.meta.get("content_encoding"),
+            complete,
+            self.meta,
+            self.tape.redactor,
+            lambda _data: self.kind == KIND_MCP,
+        )
+        if frame is not None:
+            self.tape.frame(self, frame)

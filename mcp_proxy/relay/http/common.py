@@ -10,6 +10,8 @@ import contextlib
 import ipaddress
 import json
 import socket
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -17,10 +19,11 @@ from yarl import URL
 
 from mcp_proxy.bounded import InflateError, inflate
 from mcp_proxy.errors import UserError
-from mcp_proxy.frames import Frame
+from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.limits import MAX_INFLATED_BODY, META_BODY_LIMIT
 from mcp_proxy.netutil import is_loopback
 from mcp_proxy.redact import Redactor
+from mcp_proxy.relay.http.wire import WireFrame
 
 if TYPE_CHECKING:
     from mcp_proxy.relay.http.upstream import UpstreamReply
@@ -256,6 +259,38 @@ def decode_for_record(body: bytes, coding: str, side: str, ctype: str | None) ->
         broken = {"coding": coding, "wire_size": len(body), "recorded": len(got.data)}
         return RecordedBody(got.data, False, {f"{side}_body_inflate_broken": broken})
     return RecordedBody(got.data, True)
+
+
+def response_body_frame(
+    body: bytes,
+    ctype: str,
+    encoding: str | None,
+    complete: bool,
+    meta: dict[str, Any],
+    redactor: Redactor,
+    is_message: Callable[[bytes], bool],
+) -> WireFrame | None:
+    """A whole response body as the recording keeps it — the reverse relay's and the forward
+    proxy's one rule: decoded (bounded) when it has a ``Content-Encoding``, then a frame when it
+    is JSON that ``is_message`` accepts (a JSON body of an MCP exchange is a frame even when it
+    is not valid JSON-RPC: the analysis classifies it), else kept in ``meta`` (plain text such
+    as "Accepted" or error pages is not a message). ``meta`` gets the decoding's notes."""
+    if encoding and encoding != "identity":
+        # After forwarding, bounded: a decompression bomb costs MAX_INFLATED_BODY bytes.
+        decoded = decode_for_record(body, encoding, "response", ctype)
+        if decoded.note:
+            meta.update(decoded.note)
+        if decoded.data is None:
+            return None
+        body, complete = decoded.data, complete and decoded.complete
+    jsonish = ctype.lower().startswith("application/json") or body.lstrip()[:1] in (b"{", b"[")
+    if jsonish and is_message(body):
+        now_ns, now = time.monotonic_ns(), time.time()
+        return WireFrame(
+            Direction.S2C, Channel.HTTP, body, now_ns, now, complete, extra={"content_type": ctype}
+        )
+    meta["response_body"] = meta_body(redactor, body, ctype)
+    return None
 
 
 def cut_findings(meta: dict[str, Any]) -> list[dict[str, str]]:

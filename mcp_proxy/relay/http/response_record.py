@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.framing import SSEEvent
-from mcp_proxy.relay.http.common import decode_for_record, jsonrpc_error_body, meta_body
+from mcp_proxy.relay.http.common import jsonrpc_error_body, response_body_frame
 from mcp_proxy.relay.http.exchange import Exchange
 from mcp_proxy.relay.http.front import RelayResponse, plain_response
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE, RULE_MCP_SESSION, body_facts
@@ -71,33 +71,17 @@ def record_body(
     """A whole response body: a frame when it is a JSON-RPC message, else kept in ``meta``."""
     if not body:
         return
-    if encoding and encoding != "identity":
-        # After forwarding, bounded: a decompression bomb costs MAX_INFLATED_BODY bytes.
-        decoded = decode_for_record(body, encoding, "response", ctype)
-        if decoded.note:
-            ex.meta.update(decoded.note)
-        if decoded.data is None:
-            return
-        body = decoded.data
-        complete = complete and decoded.complete
-    jsonish = ctype.lower().startswith("application/json") or body.lstrip()[:1] in (b"{", b"[")
-    if jsonish and (is_mcp or body_facts(body).is_jsonrpc):
-        # A JSON body of an MCP exchange is a frame even when it is not valid JSON-RPC
-        # (the analysis classifies it); plain-text bodies ("Accepted", error text) are not
-        # messages and stay with the exchange.
-        ex.frame(
-            WireFrame(
-                Direction.S2C,
-                Channel.HTTP,
-                body,
-                time.monotonic_ns(),
-                time.time(),
-                complete,
-                extra={"content_type": ctype},
-            )
-        )
-    else:
-        ex.meta["response_body"] = meta_body(ex.ctx.redactor, body, ctype)
+    frame = response_body_frame(
+        body,
+        ctype,
+        encoding,
+        complete,
+        ex.meta,
+        ex.ctx.redactor,
+        lambda data: is_mcp or body_facts(data).is_jsonrpc,
+    )
+    if frame is not None:
+        ex.frame(frame)
 
 
 def sse_events(
