@@ -192,3 +192,27 @@ def bench_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
         r["id"] for r in rdb.rows(db, "SELECT id FROM sessions ORDER BY frame_count DESC LIMIT 1")
     )
     return db, big, bench.exchange_seq(db, big)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One Chromium (Playwright) per module of browser tests, closed after it."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.dashboard.browser import launch
+
+    with sync_playwright() as pw:
+        b = launch(pw)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture(scope="module")
+def dashboard_url(recordings: Recordings) -> Iterator[str]:
+    """A real ``mcptape dashboard`` process over the module's recordings: its address."""
+    from tests.dashboard.browser import dashboard_process
+
+    with dashboard_process(recordings.db) as url:
+        yield url

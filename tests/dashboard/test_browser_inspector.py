@@ -10,31 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from mcp_proxy.recording.jsonl import loads_recording
 from mcp_proxy.testing.client import make_client
-from tests.dashboard.browser import dashboard_process, launch
+from tests.dashboard.browser import dashboard_process
 from tests.dashboard.conftest import FIRST_DIALECT_ONLY, Recordings, recorded_params, run_async
 from tests.helpers import db as rdb
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as pw:
-        b = launch(pw)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture(scope="module")
-def dashboard_url(recordings: Recordings) -> Iterator[str]:
-    with dashboard_process(recordings.db) as url:
-        yield url
 
 
 @pytest.fixture

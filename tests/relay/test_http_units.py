@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from mcp_proxy.frames import Frame
 from mcp_proxy.relay.http.common import HostCheck, RelayConfig
 from mcp_proxy.relay.http.forward import build_request_head
 from mcp_proxy.relay.http.server import HTTPRelay
 from tests.relay.fake_pool import FakeUpstreamPool
+from tests.relay.unit.fakes import Recorder
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -70,39 +70,6 @@ def test_host_rules() -> None:
     assert lan.allows("192.168.1.5:8765") and not lan.allows("localhost")
 
 
-class ListRecorder:
-    """A recorder that keeps every call (the relay's whole conversation with it)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Any]] = []
-        self._n = 0
-
-    def new_session(self, *, transport: str, **fields: Any) -> str:
-        self._n += 1
-        self.calls.append(("new_session", fields))
-        return f"s{self._n}"
-
-    def put(self, session_id: str, frame: Frame) -> None:
-        self.calls.append(("put", frame))
-
-    def new_exchange(self, session_id: str, **fields: Any) -> int:
-        self.calls.append(("new_exchange", fields))
-        return len(self.calls)
-
-    def update_exchange(self, local_id: int, **fields: Any) -> None:
-        self.calls.append(("update_exchange", fields))
-
-    def record_exchange(self, session_id: str, *, frames: list[Frame], **fields: Any) -> int:
-        self.calls.append(("record_exchange", (frames, fields)))
-        return len(self.calls)
-
-    def update_session(self, session_id: str, **fields: Any) -> None:
-        self.calls.append(("update_session", fields))
-
-    def end_session(self, session_id: str, **fields: Any) -> None:
-        self.calls.append(("end_session", fields))
-
-
 RESULT = b'{"jsonrpc":"2.0","id":1,"result":{}}'
 JSON_REPLY = (
     b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nX-Up: 1\r\n"
@@ -126,8 +93,8 @@ def _post(port: int, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
     return out
 
 
-async def _run_relay(pool: FakeUpstreamPool, *bodies: bytes) -> tuple[list[Any], ListRecorder]:
-    rec = ListRecorder()
+async def _run_relay(pool: FakeUpstreamPool, *bodies: bytes) -> tuple[list[Any], Recorder]:
+    rec = Recorder()
     relay = HTTPRelay(RelayConfig("http://upstream.test/mcp", port=0), rec, pool=pool)
     url = await relay.start()
     port = int(url.rsplit(":", 1)[1].split("/")[0])
