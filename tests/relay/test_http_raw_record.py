@@ -27,7 +27,8 @@ from mcp_proxy.relay.http.server import HTTPRelay
 from mcp_proxy.relay.http.wire import WireFrame
 from tests.helpers.watch import until
 from tests.relay.fake_pool import FakeUpstreamPool
-from tests.relay.test_http_units import JSON_REPLY, RESULT, ListRecorder
+from tests.relay.test_http_units import JSON_REPLY, RESULT
+from tests.relay.unit.fakes import Recorder
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -109,8 +110,8 @@ def _post(port: int, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
     return out
 
 
-async def _relay(pool: FakeUpstreamPool) -> tuple[Any, ListRecorder]:
-    rec = ListRecorder()
+async def _relay(pool: FakeUpstreamPool) -> tuple[Any, Recorder]:
+    rec = Recorder()
     relay = HTTPRelay(RelayConfig("http://upstream.test/mcp", port=0), rec, pool=pool)
     url = await relay.start()
     port = int(url.rsplit(":", 1)[1].split("/")[0])
@@ -173,7 +174,7 @@ def test_response_head_goes_to_the_host_as_the_upstream_sent_it() -> None:
     dropped; the upstream's reason phrase kept."""
 
     async def run() -> bytes:
-        rec = ListRecorder()
+        rec = Recorder()
         relay = HTTPRelay(
             RelayConfig("http://upstream.test/mcp", port=0), rec, pool=FakeUpstreamPool(HOP_REPLY)
         )
@@ -209,7 +210,7 @@ def test_response_head_goes_to_the_host_as_the_upstream_sent_it() -> None:
     )
 
 
-class RawListRecorder(ListRecorder):
+class RawRecorder(Recorder):
     """A list recorder that takes exchanges raw, described as the recorder process does."""
 
     def __init__(self, redactor: Redactor) -> None:
@@ -245,9 +246,9 @@ def test_events_after_the_host_left_keep_the_described_meta() -> None:
     )
     pool = FakeUpstreamPool([(0.0, head + _sse(answer)), (0.3, _sse(later) + b"0\r\n\r\n")])
 
-    async def run() -> RawListRecorder:
+    async def run() -> RawRecorder:
         config = RelayConfig("http://upstream.test/mcp", port=0)
-        rec = RawListRecorder(config.redactor)
+        rec = RawRecorder(config.redactor)
         relay = HTTPRelay(config, rec, pool=pool)
         url = await relay.start()
         port = int(url.rsplit(":", 1)[1].split("/")[0])
