@@ -11,7 +11,7 @@ import asyncio
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -347,3 +347,20 @@ class IdleLru[K: Hashable, V]:
             for value in self.values():
                 each(value)
         self._schedule()
+
+
+def depth_exceeds(value: Any, limit: int) -> bool:
+    """True when ``value`` nests deeper than ``limit`` containers (iterative: never recurses)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Iterable[Any] = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False

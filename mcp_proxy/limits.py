@@ -175,6 +175,11 @@ MAX_ID_TEXT = 300
 #: replaced by :func:`too_deep_marker`, which keeps a digest so that two different deep values
 #: still compare as different.
 MAX_DEPTH = 128
+#: Levels of nesting ``show`` pretty-prints (its printer recurses once per level): a deeper body
+#: prints as its raw text. Far below Python's recursion limit, so the printer never runs the
+#: stack out — near that limit a garbage collection that finalises something (a generator's
+#: ``finally``) has no stack left, and its error escapes as an "unraisable" exception.
+PRETTY_DEPTH = 500
 
 # --- Analysis ---
 

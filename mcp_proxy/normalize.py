@@ -17,6 +17,7 @@ from typing import Any
 import jsonpath
 from jsonpath import CompoundJSONPath, JSONPath
 
+from mcp_proxy.bounded import depth_exceeds
 from mcp_proxy.limits import MAX_DEPTH
 
 #: What always differs between two runs of one conversation, as JSONPaths over a step document
@@ -133,23 +134,6 @@ class Normalizer:
         for path in self.ignores:
             doc = _apply(doc, path, "drop")
         return doc
-
-
-def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """True when ``value`` nests deeper than ``limit`` containers (iterative: never recurses)."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: Iterable[Any] = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        if depth >= limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
 
 
 def too_deep_marker(value: Any) -> str:

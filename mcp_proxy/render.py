@@ -21,8 +21,9 @@ from orjson import OPT_INDENT_2 as _INDENT_2
 from orjson import dumps as _orjson_dumps
 from orjson import loads as _orjson_loads
 
+from mcp_proxy.bounded import depth_exceeds
 from mcp_proxy.frames import parse_json, strip_line_end, text_or_none
-from mcp_proxy.limits import SHAPE_CACHE
+from mcp_proxy.limits import PRETTY_DEPTH, SHAPE_CACHE
 from mcp_proxy.store.queries import duration, session_status
 
 ARROWS = {"c2s": "→", "s2c": "←"}
@@ -454,7 +455,7 @@ def _block(head: str, channel: Any, kind: Any, data: bytes) -> str:
         return f"{head}  {safe(text if text is not None else repr(data))}"
     msg = parse_json_safely(data) if kind not in ("noise", "stderr") else None
     text = None
-    if msg is not None:
+    if msg is not None and not depth_exceeds(msg, PRETTY_DEPTH):
         out: list[str] = []
         try:
             _pretty(msg, "", out)
@@ -622,6 +623,8 @@ class FrameRenderer:
             return _block(head, channel, kind, data)
         text = _indent_c(msg) if not self._floats else None
         if text is None:
+            if depth_exceeds(msg, PRETTY_DEPTH):
+                return _block(head, channel, kind, data)
             out: list[str] = []
             try:
                 _pretty(msg, "    ", out)
