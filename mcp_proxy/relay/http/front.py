@@ -657,7 +657,10 @@ class FrontProtocol(asyncio.Protocol):
 
     # ------------------------------------------------------------------ handling
     def _start(self, req: FrontRequest) -> None:
-        self._task = self.loop.create_task(self._run(req))
+        task = self._task = self.loop.create_task(self._run(req))
+        tasks = self.server.tasks
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     async def _run(self, req: FrontRequest) -> None:
         resp: RelayResponse | None = None
@@ -735,6 +738,10 @@ class FrontServer:
         self.log_error = log_error
         self.loop = asyncio.get_running_loop()
         self.connections: set[FrontProtocol] = set()
+        #: Every running handler, also of a connection already lost (its handler, cancelled,
+        #: is still finishing its recording): :meth:`close` waits for them all. At most one per
+        #: connection.
+        self.tasks: set[asyncio.Task[None]] = set()
         self.stopping = False
         self._server: asyncio.Server | None = None
 
@@ -751,13 +758,10 @@ class FrontServer:
         self.stopping = True
         if self._server is not None:
             self._server.close()
-        busy: list[asyncio.Task[None]] = []
         for conn in list(self.connections):
-            if conn._task is None:
-                if conn.transport is not None:
-                    conn.transport.close()
-            else:
-                busy.append(conn._task)
+            if conn._task is None and conn.transport is not None:
+                conn.transport.close()
+        busy = [task for task in self.tasks if not task.done()]
         if busy:
             _done, pending = await asyncio.wait(busy, timeout=grace)
             for task in pending:
