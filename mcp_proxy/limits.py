@@ -226,6 +226,13 @@ REQUEST_IDS_KEPT = 50_000
 #: answered requests). Past it (a request pending while this many later ones were answered) the
 #: rest print in the order they were answered, with one line on stderr.
 SHOW_EXCHANGES_HELD = ANSWERED_KEPT
+#: Tasks (MCP tasks, both eras) the pairing follows at once, by task id: each holds its creating
+#: exchange, its status and counts. Past it the oldest task is forgotten (counted and reported
+#: with ``task.untracked``); a later poll for it is not reported as for an unknown task.
+MAX_TASKS_TRACKED = 10_000
+#: Status changes kept per task for its lifecycle (created → working → … → completed); polls
+#: that repeat a status are folded. Past it the later changes are counted, not listed.
+TASK_STATUSES_KEPT = 32
 
 # --- The store, import and export ---
 

@@ -252,6 +252,14 @@ def exchange_text(ex: Any) -> str:
         extras.append(f"cancel #{ex.cancel_seq}")
     if ex.chain is not None:
         extras.append(f"MRTR chain {ex.chain} round {ex.round}")
+    task = getattr(ex, "task", None)
+    if task is not None:
+        took = f" in {task.duration_ms / 1000:.3f} s" if task.duration_ms is not None else ""
+        polls = f", {task.polls} poll(s)" if task.polls else ""
+        extras.append(safe(f"task {task.id[:40]}: {task.lifecycle_text()[:200]}{took}{polls}"))
+    task_of = getattr(ex, "task_of", None)
+    if task_of is not None:
+        extras.append(f"task of #{task_of}")
     if ex.error_message and ex.outcome == "error":
         extras.append(repr(ex.error_message[:60]))
     return (

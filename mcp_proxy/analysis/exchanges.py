@@ -47,6 +47,7 @@ from mcp_proxy.analysis.model import (
     latency_ms,
 )
 from mcp_proxy.analysis.reorder import MARK, TRIM, Mark, Window, fast_key, take_pending
+from mcp_proxy.analysis.tasks import TASK_METHODS, TASK_NOTIFICATIONS, Tasks
 from mcp_proxy.frames import id_key
 from mcp_proxy.limits import (
     ANSWERED_KEPT,
@@ -80,7 +81,7 @@ def _may_chain(raw: bytes) -> bool:
 
 def _plain_result(method: str, raw: bytes) -> bool:
     """A response whose bytes cannot make it an MRTR round or a tool error: ``ok`` unread."""
-    if raw.find(b"input_required") >= 0 or _escaped(raw):
+    if raw.find(b"input_required") >= 0 or raw.find(b"taskId") >= 0 or _escaped(raw):
         return False
     return method != "tools/call" or raw.find(b"isError") < 0 or _IS_ERROR_TRUE(raw) is None
 
@@ -134,6 +135,7 @@ class Pairing:
         names: bool = True,
         light: bool | None = None,
         on_message: Callable[[Msg], None] | None = None,
+        on_task: Callable[[Exchange], None] | None = None,
     ) -> None:
         self.facts = facts
         self.http = http or {}
@@ -173,6 +175,8 @@ class Pairing:
         self.unattached_logs = 0
         self.not_increasing: set[int] = set()
         self.w = Window()
+        #: the session's tasks (MCP tasks): ``on_task`` sees a creating exchange once its task ended
+        self.tasks = Tasks(facts, self.sink, on_task)
 
     # ------------------------------------------------------------------ feeding
     def feed(self, m: Msg | Mark) -> None:
@@ -250,8 +254,12 @@ class Pairing:
                 self.request(m)
         elif kind == "response" or kind == "error":
             self.response(m)
-        elif kind == "notification" and (not self.light or m.method == "notifications/cancelled"):
-            self.notification(m)  # (light: only what decides an outcome)
+        elif kind == "notification" and (
+            not self.light
+            or m.method == "notifications/cancelled"
+            or m.method in TASK_NOTIFICATIONS
+        ):
+            self.notification(m)  # (light: only what decides an outcome, or a task's)
 
     # ------------------------------------------------------------------ requests
     def request(self, m: Msg) -> None:
@@ -292,6 +300,8 @@ class Pairing:
             ex.name = v if isinstance(v, str) else None
         if not light:
             self._request_meta(ex, m)
+        if not light or m.method.startswith("tasks/"):
+            self.tasks.request(ex, m)
         plist = self.pending.get(key)
         if plist:
             # 2026-07-28 over HTTP: every POST is its own scope and carries its own answer.
@@ -438,13 +448,17 @@ class Pairing:
                 ex.untyped_result = "resultType" not in result
             rt = result.get("resultType")
             ex.result_type = rt if isinstance(rt, str) else None
-            if rt == "input_required":
+            if rt == "input_required" and ex.method not in TASK_METHODS:
                 ex.outcome = Outcome.INPUT_REQUIRED
                 self._open_tail(ex, result)
             elif ex.method == "tools/call" and result.get("isError") is True:
                 ex.outcome = Outcome.TOOL_ERROR
             else:
                 ex.outcome = Outcome.OK
+        if ex.task_of is not None or ex.method.startswith("tasks/") or ex.result_type == "task":
+            self.tasks.response(ex, m)
+        elif m.kind == "response" and m.raw is not None and m.raw.find(b"taskId") >= 0:
+            self.tasks.response(ex, m)  # (a 2025-11-25 handle: {"task": {"taskId": …}})
         if ex.latency_ms is not None and ex.latency_ms >= SLOW_MS:
             self.sink.add(
                 "exchange.slow",
@@ -483,8 +497,8 @@ class Pairing:
     def _link_retry(self, ex: Exchange, m: Msg) -> None:
         p = m.params
         has_state = "requestState" in p
-        if not has_state and "inputResponses" not in p:
-            return
+        if (not has_state and "inputResponses" not in p) or ex.method in TASK_METHODS:
+            return  # (tasks/update carries inputResponses for a task, not an MRTR round)
         state = p.get("requestState")
         tail: Exchange | None = None
         if isinstance(state, str) and state in self.tails_state:
@@ -550,6 +564,8 @@ class Pairing:
             self._cancelled(m)
         elif method == "notifications/message" and m.direction == "s2c":
             self._log(m)
+        elif method in TASK_NOTIFICATIONS:
+            self.tasks.notification(m)
         elif m.direction == "s2c" and m.http is not None:
             owner = self.by_http.get(m.http)
             if owner is not None:
@@ -691,6 +707,7 @@ class Pairing:
                 self._final(ex)
         self.pending = {}
         end.report()
+        self.tasks.finish()
         for chain in self.chains:
             self._finish_chain(chain)
         if self.log_violations:

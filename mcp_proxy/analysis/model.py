@@ -35,6 +35,7 @@ __all__ = [
     "Msg",
     "Outcome",
     "SessionFacts",
+    "Task",
     "finding_order",
     "finding_record",
     "severity_counts",
@@ -275,6 +276,12 @@ class Exchange:
     chain: int | None = None
     round: int = 0
     last_progress: float | None = None
+    #: The task this request created (MCP tasks, both eras): its handle came as the answer.
+    task: Task | None = None
+    #: The request seq of the call that created the task this request is about (``tasks/get``,
+    #: ``tasks/result``, ``tasks/cancel``, ``tasks/update``, or a request with the
+    #: ``related-task`` ``_meta``).
+    task_of: int | None = None
     #: Read while pairing (the bodies are parsed then, and released after): the request carried
     #: the 2026-07-28 envelope; the answer was a result without ``resultType``.
     enveloped: bool = False
@@ -320,7 +327,74 @@ class Exchange:
             "parent": self.parent,
             "chain": self.chain,
             "round": self.round,
+        } | self._task_fields()
+
+    def _task_fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.task is not None:
+            out["task"] = self.task.as_dict()
+        if self.task_of is not None:
+            out["task_of"] = self.task_of
+        return out
+
+
+#: The statuses that end a task: after one, a task's status never changes.
+TASK_TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass(slots=True)
+class Task:
+    """A task (MCP tasks: 2025-11-25 core, 2026-07-28 the ``io.modelcontextprotocol/tasks``
+    extension): one conversation, from the call that created it to its terminal status.
+
+    ``lifecycle`` holds the status changes as ``(status, seq)`` (repeats folded, the first
+    :data:`~mcp_proxy.limits.TASK_STATUSES_KEPT`); ``ended_seq`` is the frame where a terminal
+    status was first seen and ``duration_ms`` the time from the creating request to it.
+    """
+
+    id: str
+    created_seq: int
+    created_mono: int
+    status: str = "working"
+    polls: int = 0
+    updates: int = 0
+    notifications: int = 0
+    ended_seq: int | None = None
+    duration_ms: float | None = None
+    poll_interval_ms: float | None = None
+    lifecycle: list[tuple[str, int]] = field(default_factory=list)
+    #: status changes past the kept ones
+    changes_dropped: int = 0
+    #: the monotonic stamp of the last poll (``tasks/get``), and polls much faster than asked
+    last_poll_mono: int | None = None
+    fast_polls: int = 0
+    #: what the task's result was (``ok``, ``tool_error``, ``error``), once seen
+    result: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.status in TASK_TERMINAL
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "polls": self.polls,
+            "ended_seq": self.ended_seq,
+            "duration_ms": self.duration_ms,
+            "poll_interval_ms": self.poll_interval_ms,
+            "updates": self.updates,
+            "notifications": self.notifications,
+            "result": self.result,
+            "lifecycle": [{"status": st, "seq": seq} for st, seq in self.lifecycle],
         }
+
+    def lifecycle_text(self) -> str:
+        """``created → working → completed`` (polls folded: ``working ×3 polls``)."""
+        steps = ["created"] + [st for st, _ in self.lifecycle]
+        if self.changes_dropped:
+            steps.append(f"… {self.changes_dropped} more")
+        return " → ".join(steps)
 
 
 @dataclass(slots=True)

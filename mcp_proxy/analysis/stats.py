@@ -16,6 +16,7 @@ from mcp_proxy.analysis.exchanges import Pairing
 from mcp_proxy.analysis.facts import Decoder, FactsBuilder, Injected
 from mcp_proxy.analysis.model import Exchange, Msg, Outcome
 from mcp_proxy.analysis.reorder import Mark
+from mcp_proxy.analysis.tasks import TASK_NOTIFICATIONS
 
 
 def percentile(sorted_values: list[float], p: float) -> float | None:
@@ -41,6 +42,9 @@ class MethodStats:
     cancelled: int = 0
     pending: int = 0
     latencies: list[float] = field(default_factory=list)
+    #: tasks this method created that reached a terminal status: creation → end, in ms
+    #: (``latencies`` is the time to the task's handle)
+    task_durations: list[float] = field(default_factory=list)
 
     def add(self, ex: Exchange) -> None:
         self.count += 1
@@ -71,6 +75,7 @@ class MethodStats:
         self.cancelled += other.cancelled
         self.pending += other.pending
         self.latencies.extend(other.latencies)
+        self.task_durations.extend(other.task_durations)
 
     @property
     def answered(self) -> int:
@@ -88,7 +93,7 @@ class MethodStats:
 
     def as_dict(self) -> dict[str, Any]:
         lat = sorted(self.latencies)
-        return {
+        out = {
             "direction": self.direction,
             "method": self.method,
             "name": self.name,
@@ -109,6 +114,21 @@ class MethodStats:
                 "n": len(lat),
             },
         }
+        if self.task_durations:
+            out["task_ms"] = _summary(sorted(self.task_durations))
+        return out
+
+
+def _summary(values: list[float]) -> dict[str, Any]:
+    """p50/p95/p99/mean/max/n of sorted values."""
+    return {
+        "p50": percentile(values, 50),
+        "p95": percentile(values, 95),
+        "p99": percentile(values, 99),
+        "mean": round(sum(values) / len(values), 3),
+        "max": values[-1],
+        "n": len(values),
+    }
 
 
 StatsKey = tuple[str, str, str | None]
@@ -133,13 +153,28 @@ class MethodTable:
             st = self.stats[key] = MethodStats(ex.direction, ex.method, name)
         st.add(ex)
 
+    def add_task(self, ex: Exchange) -> None:
+        """A task ``ex`` created reached its end: its duration (the pairing's ``on_task``)."""
+        if ex.task is None or ex.task.duration_ms is None:
+            return
+        name = ex.name if self.by_name else None
+        key = (ex.direction, ex.method, name)
+        st = self.stats.get(key)
+        if st is None:
+            st = self.stats[key] = MethodStats(ex.direction, ex.method, name)
+        st.task_durations.append(ex.task.duration_ms)
+
 
 _OUTCOME_KINDS = frozenset({"request", "response", "error", "batch"})
 
 
 def _outcome_kinds(kind: str, method: str | None) -> bool:
     """The messages an outcome depends on (the rest only hold their place in the pairing)."""
-    return kind in _OUTCOME_KINDS or method == "notifications/cancelled"
+    return (
+        kind in _OUTCOME_KINDS
+        or method == "notifications/cancelled"
+        or (method in TASK_NOTIFICATIONS)
+    )
 
 
 class StatsPass:
@@ -172,6 +207,7 @@ class StatsPass:
             keep=False,
             on_final=self.table.add,
             names=by_name,
+            on_task=self.table.add_task,
         )
         #: messages decoded from the current batch of rows, on their way to the pairing
         self.held: list[Msg | Mark] = []
@@ -215,6 +251,8 @@ def method_stats(
     table = MethodTable(by_name=by_name)
     for ex in exchanges:
         table.add(ex)
+        if ex.task is not None:
+            table.add_task(ex)
     return table.stats
 
 

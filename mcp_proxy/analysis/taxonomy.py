@@ -218,7 +218,16 @@ def decode_error_data(code: int | None, data: Any) -> str:
     if code == -32021:
         req = data.get("requiredCapabilities")
         if isinstance(req, dict):
-            return "required client capabilities: " + ", ".join(sorted(req)) if req else ""
+            names = [
+                f"extension {ext}" if key == "extensions" else key
+                for key in sorted(req)
+                for ext in (
+                    sorted(req[key])
+                    if key == "extensions" and isinstance(req[key], dict)
+                    else [None]
+                )
+            ]
+            return "required client capabilities: " + ", ".join(names) if names else ""
     if code in (-32602, -32002) and "uri" in data:
         return f"uri {data['uri']}"
     if code == -32042:

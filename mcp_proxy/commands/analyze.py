@@ -303,6 +303,13 @@ def stats(
             f" {_fmt_ms(lat['p50']):>8} {_fmt_ms(lat['p95']):>8} {_fmt_ms(lat['p99']):>8}"
             f" {_fmt_ms(lat['max']):>8}"
         )
+        task = d.get("task_ms")
+        if task:  # the task's own life (creation → terminal status), apart from the handle's
+            print(
+                f"{'  ↳ task duration':34} {'':3} {task['n']:>6} {'':6} {'':5} {'':6} {'':8}"
+                f" {'':7} {_fmt_ms(task['p50']):>8} {_fmt_ms(task['p95']):>8}"
+                f" {_fmt_ms(task['p99']):>8} {_fmt_ms(task['max']):>8}"
+            )
     for cost in costs:
         prefix = f"{cost['session'][:8]}: " if len(rows) > 1 else ""
         print(prefix + _cost_line(cost))

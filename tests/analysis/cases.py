@@ -1036,3 +1036,6 @@ def _(t: bool) -> Wire:
     _oauth_row(w, "GET", prm, 200, meta=meta)
     _oauth_row(w, "POST", MCP_URL, 200)
     return w.end()
+
+
+from tests.analysis import cases_tasks as _cases_tasks  # noqa: E402,F401  (registers task cases)

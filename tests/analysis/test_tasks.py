@@ -1,0 +1,74 @@
+"""Tasks (both eras): the creating exchange and every exchange about its task linked into one
+conversation, in the kept analysis and in the streaming passes (``stats``, ``show -x``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_proxy.analysis.stats import StatsPass
+from mcp_proxy.analysis.taxonomy import decode_error_data
+from tests.analysis.task_wires import legacy, modern
+
+
+def _by_method(wire: Any) -> tuple[Any, dict[str, list[dict[str, Any]]]]:
+    a = wire.analyze()
+    out: dict[str, list[dict[str, Any]]] = {}
+    for ex in a.exchanges:
+        out.setdefault(ex.method, []).append(ex.as_dict())
+    return a, out
+
+
+def test_2025_task_links_polls_and_result_to_the_creating_call() -> None:
+    a, by = _by_method(legacy(["working", "working", "completed"]))
+    call = by["tools/call"][0]
+    task = call["task"]
+    assert task["id"] == "t-1"
+    assert task["status"] == "completed"
+    assert task["polls"] == 3
+    assert [s["status"] for s in task["lifecycle"]] == ["working", "completed"]
+    assert task["ended_seq"] == by["tasks/get"][-1]["response_seq"]
+    assert task["duration_ms"] > call["latency_ms"]
+    assert task["result"] == "ok"
+    for ex in by["tasks/get"] + by["tasks/result"]:
+        assert ex["task_of"] == call["request_seq"]
+    assert "task_of" not in call and "task" not in by["tasks/get"][0]
+    assert not {f.code for f in a.findings} & {"task.unfinished", "task.unknown_id"}
+
+
+def test_2026_task_links_update_and_inlined_result() -> None:
+    a, by = _by_method(modern(["working", "input_required", "completed"], update=True))
+    call = by["tools/call"][0]
+    assert call["task"]["status"] == "completed"
+    assert call["task"]["updates"] == 1
+    assert call["task"]["result"] == "ok"
+    steps = [s["status"] for s in call["task"]["lifecycle"]]
+    assert steps == ["working", "input_required", "completed"]
+    assert by["tasks/update"][0]["task_of"] == call["request_seq"]
+    assert {f.code for f in a.findings} == set()
+
+
+def test_status_notification_joins_the_task() -> None:
+    _, by = _by_method(legacy(["working"], notify="completed"))
+    task = by["tools/call"][0]["task"]
+    assert task["status"] == "completed" and task["notifications"] == 1
+    assert by["tools/call"][0]["other_seqs"] == [task["ended_seq"]]
+
+
+def test_stats_reports_task_durations_apart_from_handle_latency() -> None:
+    wire = legacy(["working", "completed"], poll_ms=400)
+    sp = StatsPass(wire.session, by_name=True)
+    sp.feed(wire.frames)
+    stats = sp.finish()
+    st = stats[("c2s", "tools/call", "research")]
+    d = st.as_dict()
+    assert d["latency_ms"]["max"] < 100
+    assert d["task_ms"]["n"] == 1 and d["task_ms"]["max"] >= 800
+
+
+def test_minus_32021_names_the_extension() -> None:
+    data = {"requiredCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}
+    text = decode_error_data(-32021, data)
+    assert "extension io.modelcontextprotocol/tasks" in text
+    assert decode_error_data(-32021, {"requiredCapabilities": {"sampling": {}}}).endswith(
+        "sampling"
+    )
