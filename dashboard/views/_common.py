@@ -138,6 +138,12 @@ def exchange_out(ex: Exchange) -> dict[str, Any]:
         "parent": ex.parent,
         "chain": ex.chain,
         "round": ex.round,
+        # a task this request created (its lifecycle and whole duration), or the creating
+        # request of the task this one is about
+        "task": ex.task.as_dict() | {"lifecycle_text": ex.task.lifecycle_text()}
+        if ex.task is not None
+        else None,
+        "task_of": ex.task_of,
     }
 
 

@@ -61,6 +61,9 @@ class Bar:
     w: float = MIN_BAR
     wait_w: float = 0.0
     title: str = ""
+    #: A task this request created: its whole life, creation → terminal status (the bar ends
+    #: there, not at the handle); None when it never ended or no task.
+    task_ms: float | None = None
     #: An MRTR round after the first: where the previous round's answer came (x), joined to
     #: this bar by a line, so a conversation reads as one.
     join_x: float | None = None
@@ -104,6 +107,10 @@ async def waterfall_bars(
         if ex.response_ts is not None:
             back.append(ex.response_ts)
         first = min(back) if back else None
+        task_ms = ex.task.duration_ms if ex.task is not None else None
+        end = ex.response_ts
+        if task_ms is not None:  # a task's bar covers its whole life, not only the handle
+            end = max(end or ex.request_ts, ex.request_ts + task_ms / 1000)
         bars.append(
             Bar(
                 seq=ex.request_seq,
@@ -115,8 +122,9 @@ async def waterfall_bars(
                 style=an.OUTCOME_STYLE.get(ex.outcome, "err"),
                 sent=ex.request_ts,
                 first=first,
-                end=ex.response_ts,
+                end=end,
                 latency_ms=ex.latency_ms,
+                task_ms=task_ms,
                 wait_ms=(first - ex.request_ts) * 1000 if first is not None else None,
                 response_seq=ex.response_seq,
                 chain=ex.chain,
@@ -201,6 +209,8 @@ def timings_text(b: Bar, t0: float) -> str:
         parts.append(f"answered after {present.ms_value(b.latency_ms)}")
     else:
         parts.append("no answer")
+    if b.task_ms is not None:
+        parts.append(f"task ended after {present.ms_value(b.task_ms)}")
     if b.ticks:
         more = f" (+{b.ticks_left_out} more)" if b.ticks_left_out else ""
         parts.append(f"{len(b.ticks)} notification{'s' if len(b.ticks) != 1 else ''}{more}")
