@@ -233,6 +233,9 @@ MAX_TASKS_TRACKED = 10_000
 #: Status changes kept per task for its lifecycle (created → working → … → completed); polls
 #: that repeat a status are folded. Past it the later changes are counted, not listed.
 TASK_STATUSES_KEPT = 32
+#: Events (status changes and polls) one task's OTLP span carries: the OpenTelemetry SDK's own
+#: default span limit. Past it the rest are counted in ``mcp.task.events_dropped``.
+OTLP_TASK_EVENTS = 128
 
 # --- The store, import and export ---
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from mcp_proxy import __version__
+from mcp_proxy.limits import OTLP_TASK_EVENTS
 from mcp_proxy.store.rows import utf8_text
 
 if TYPE_CHECKING:
@@ -99,6 +100,21 @@ class ExchangeFacts:
     error_message: str | None = None
     error_class: str | None = None
     traceparent: TraceParent | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFacts:
+    """A task an exchange created (MCP tasks): its life from the creating request to its
+    terminal status (``end_ts`` None: it never ended; the span then ends at its last event),
+    and what happened on the way, in time order: ``(ts, name, seq, status)`` with ``name``
+    ``status`` (a status change) or ``poll`` (a ``tasks/get``)."""
+
+    id: str
+    status: str
+    start_ts: float
+    end_ts: float | None
+    polls: int
+    events: tuple[tuple[float, str, int, str | None], ...] = ()
 
 
 def ident(n: int, *parts: object) -> int:
@@ -349,6 +365,65 @@ class SpanBuilder:
                 )
             )
         return spans
+
+    def task_span(self, ex: ExchangeFacts, task: TaskFacts) -> ReadableSpan:
+        """The task ``ex`` created: one INTERNAL span under its CLIENT span, from creation to
+        the terminal status, with its status changes and polls as events (the first
+        :data:`~mcp_proxy.limits.OTLP_TASK_EVENTS`)."""
+        from opentelemetry.sdk.trace import Event, ReadableSpan
+        from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+        from opentelemetry.trace.status import Status, StatusCode
+
+        tp = ex.traceparent
+        trace = tp.trace_id if tp is not None else self.trace_id
+        flags = TraceFlags(tp.flags & 1) if tp is not None else TraceFlags(1)
+        parent = SpanContext(
+            trace, ident(8, "exchange", self.facts.id, ex.request_seq), False, flags
+        )
+        ctx = SpanContext(trace, ident(8, "task", self.facts.id, ex.request_seq), False, flags)
+        kept = task.events[:OTLP_TASK_EVENTS]
+        events = [
+            Event(
+                f"mcp.task.{what}",
+                {"mcptape.frame": seq} | ({"mcp.task.status": utf8(st)} if st else {}),
+                ns(ts),
+            )
+            for ts, what, seq, st in kept
+        ]
+        last = max([task.start_ts, *(e[0] for e in kept)])
+        end = task.end_ts if task.end_ts is not None else last
+        attrs = {
+            **self.base,
+            "mcp.method.name": utf8(ex.method),
+            "mcp.task.id": utf8(task.id),
+            "mcp.task.status": utf8(task.status),
+            "mcp.task.polls": task.polls,
+            "mcp.task.ended": task.end_ts is not None,
+        }
+        if ex.name and ex.method in TARGETED:
+            attrs[TARGETED[ex.method]] = utf8(ex.name)
+        if len(task.events) > len(kept):
+            attrs["mcp.task.events_dropped"] = len(task.events) - len(kept)
+        failed = task.status in ("failed", "cancelled")
+        status = (
+            Status(StatusCode.ERROR, f"task {task.status}") if failed else Status(StatusCode.UNSET)
+        )
+        name = "task " + utf8(
+            ex.method + (f" {ex.name}" if ex.method in TARGETED and ex.name else "")
+        )
+        return ReadableSpan(
+            name=name,
+            context=ctx,
+            parent=parent,
+            resource=self.server if ex.direction != "s2c" else self.client,
+            attributes=attrs,
+            events=events,
+            kind=SpanKind.INTERNAL,
+            instrumentation_scope=self.scope,
+            status=status,
+            start_time=ns(task.start_ts),
+            end_time=ns(max(end, task.start_ts)),
+        )
 
 
 def encode(spans: list[ReadableSpan]) -> bytes:

@@ -32,6 +32,7 @@ from mcp_proxy.otel.spans import (
     Peer,
     SessionFacts,
     SpanBuilder,
+    TaskFacts,
     http_version,
     traceparent,
 )
@@ -44,6 +45,8 @@ from mcp_proxy.recording.model import (
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
+
+    from mcp_proxy.analysis.model import Exchange
 
 
 def _mcp_session_id(s: SessionRecording) -> str:
@@ -85,6 +88,10 @@ def session_spans(s: SessionRecording) -> list[ReadableSpan]:
     build = SpanBuilder(session_facts(s))
     frames = {f["seq"]: f for f in s.frames}
     spans = [build.session_span()]
+    polls: dict[int, list[Exchange]] = {}
+    for ex in analysis.exchanges:
+        if ex.task_of is not None and ex.method == "tasks/get":
+            polls.setdefault(ex.task_of, []).append(ex)
     for ex in analysis.exchanges:
         request = frames.get(ex.request_seq)
         facts = ExchangeFacts(
@@ -102,7 +109,28 @@ def session_spans(s: SessionRecording) -> list[ReadableSpan]:
             traceparent=traceparent(parse_json(bytes(request["raw"]))) if request else None,
         )
         spans.extend(build.exchange_spans(facts))
+        if ex.task is not None:
+            spans.append(
+                build.task_span(facts, _task_facts(ex, polls.get(ex.request_seq, []), frames))
+            )
     return spans
+
+
+def _task_facts(ex: Exchange, polls: list[Exchange], frames: dict[int, Any]) -> TaskFacts:
+    """The task ``ex`` created, its status changes and polls as span events, in time order."""
+    task = ex.task
+    assert task is not None
+
+    def at(seq: int) -> float:
+        f = frames.get(seq)
+        return float(f["ts"]) if f is not None else ex.request_ts
+
+    events: list[tuple[float, str, int, str | None]]
+    events = [(at(seq), "status", seq, st) for st, seq in task.lifecycle]
+    events += [(p.request_ts, "poll", p.request_seq, None) for p in polls]
+    events.sort(key=lambda e: (e[0], e[2]))
+    end = at(task.ended_seq) if task.ended_seq is not None else None
+    return TaskFacts(task.id, task.status, ex.request_ts, end, task.polls, tuple(events))
 
 
 def _hex_ids(node: Any) -> Any:
