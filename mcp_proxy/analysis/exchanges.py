@@ -81,10 +81,15 @@ def _may_chain(raw: bytes) -> bool:
 
 def _plain_result(method: str, raw: bytes) -> bool:
     """A response whose bytes cannot make it an MRTR round or a tool error: ``ok`` unread."""
-    if raw.find(b"input_required") >= 0 or raw.find(b"taskId") >= 0 or _escaped(raw):
+    if raw.find(b"input_required") >= 0 or _escaped(raw):
         return False
+    if method in _TASKABLE and raw.find(b"taskId") >= 0:
+        return False  # (a task handle)
     return method != "tools/call" or raw.find(b"isError") < 0 or _IS_ERROR_TRUE(raw) is None
 
+
+#: Requests a receiver may answer with a task handle (both eras).
+_TASKABLE = frozenset({"tools/call", "sampling/createMessage", "elicitation/create"})
 
 #: A response slower than this is reported as ``exchange.slow`` (info).
 SLOW_MS = 10_000.0
@@ -421,6 +426,7 @@ class Pairing:
         # Never negative: a response stamped before its request (see REORDER_WINDOW_NS) took ~0.
         ex.latency_ms = latency_ms(ex.request_mono_ns, m.mono_ns)
         light = self.light
+        handle = False  # (the answer may be a task's handle)
         if not light:
             _remember(self.done, (ex.direction, ex.msg_id), ex, ANSWERED_KEPT)
         if ex.progress_token is not None:
@@ -448,6 +454,7 @@ class Pairing:
                 ex.untyped_result = "resultType" not in result
             rt = result.get("resultType")
             ex.result_type = rt if isinstance(rt, str) else None
+            handle = rt == "task" or "task" in result
             if rt == "input_required" and ex.method not in TASK_METHODS:
                 ex.outcome = Outcome.INPUT_REQUIRED
                 self._open_tail(ex, result)
@@ -455,10 +462,8 @@ class Pairing:
                 ex.outcome = Outcome.TOOL_ERROR
             else:
                 ex.outcome = Outcome.OK
-        if ex.task_of is not None or ex.method.startswith("tasks/") or ex.result_type == "task":
+        if handle or ex.task_of is not None or ex.method.startswith("tasks/"):
             self.tasks.response(ex, m)
-        elif m.kind == "response" and m.raw is not None and m.raw.find(b"taskId") >= 0:
-            self.tasks.response(ex, m)  # (a 2025-11-25 handle: {"task": {"taskId": …}})
         if ex.latency_ms is not None and ex.latency_ms >= SLOW_MS:
             self.sink.add(
                 "exchange.slow",
