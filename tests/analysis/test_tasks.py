@@ -7,7 +7,8 @@ from typing import Any
 
 from mcp_proxy.analysis.stats import StatsPass
 from mcp_proxy.analysis.taxonomy import decode_error_data
-from tests.analysis.task_wires import legacy, modern
+from mcp_proxy.testing.factories import CLIENT_CAPS, Wire
+from tests.analysis.task_wires import TASK_CAPS_2025, legacy, modern, task_fields
 
 
 def _by_method(wire: Any) -> tuple[Any, dict[str, list[dict[str, Any]]]]:
@@ -72,3 +73,40 @@ def test_minus_32021_names_the_extension() -> None:
     assert decode_error_data(-32021, {"requiredCapabilities": {"sampling": {}}}).endswith(
         "sampling"
     )
+
+
+def test_a_server_can_ask_the_client_to_run_sampling_as_a_task() -> None:
+    """2025-11-25: tasks run both ways; the client is the receiver here."""
+
+    def wire(advertised: bool) -> Any:
+        caps = dict(CLIENT_CAPS)
+        if advertised:
+            caps["tasks"] = {"requests": {"sampling": {"createMessage": {}}}}
+        w = Wire.initialized(client_caps=caps)
+        w.request("sampling/createMessage", 1, {"messages": [], "task": {}}, direction="s2c")
+        w.result(1, {"task": task_fields("working", "c-9")}, direction="c2s")
+        w.request("tasks/get", 2, {"taskId": "c-9"}, direction="s2c")
+        w.result(2, task_fields("completed", "c-9"), direction="c2s")
+        return w.end()
+
+    a = wire(True).analyze()
+    ask = next(ex for ex in a.exchanges if ex.method == "sampling/createMessage")
+    assert ask.direction == "s2c" and ask.task is not None and ask.task.status == "completed"
+    poll = next(ex for ex in a.exchanges if ex.method == "tasks/get")
+    assert poll.task_of == ask.request_seq
+    assert "task.not_advertised" not in {f.code for f in a.findings}
+    assert "task.not_advertised" in {f.code for f in wire(False).analyze().findings}
+
+
+def test_a_cancelled_task_ends_cancelled_and_is_not_unfinished() -> None:
+    w = Wire.initialized(server_caps=TASK_CAPS_2025)
+    w.request("tools/call", 2, {"name": "research", "arguments": {}, "task": {}})
+    w.result(2, {"task": task_fields("working")})
+    w.request("tasks/cancel", 3, {"taskId": "t-1"})
+    w.result(3, task_fields("cancelled"))
+    a = w.end().analyze()
+    call = a.exchanges[1]
+    assert call.task is not None and call.task.status == "cancelled"
+    assert call.task.lifecycle_text() == "created → working → cancelled"
+    assert a.exchanges[2].task_of == call.request_seq
+    assert not {f.code for f in a.findings}
