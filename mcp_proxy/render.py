@@ -254,7 +254,8 @@ def exchange_text(ex: Any) -> str:
         extras.append(f"MRTR chain {ex.chain} round {ex.round}")
     task = getattr(ex, "task", None)
     if task is not None:
-        took = f" in {task.duration_ms / 1000:.3f} s" if task.duration_ms is not None else ""
+        ms = task.duration_ms
+        took = "" if ms is None else f" in {ms:.1f} ms" if ms < 1000 else f" in {ms / 1000:.2f} s"
         polls = f", {task.polls} poll(s)" if task.polls else ""
         extras.append(safe(f"task {task.id[:40]}: {task.lifecycle_text()[:200]}{took}{polls}"))
     task_of = getattr(ex, "task_of", None)

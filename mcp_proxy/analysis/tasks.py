@@ -162,8 +162,8 @@ class Tasks:
             t.reported.add("fast")
             self.sink.add(
                 "task.poll_too_fast",
-                f"task {task.id} polled {gap:.0f} ms after the previous poll; pollInterval"
-                f" asks {task.poll_interval_ms:.0f} ms",
+                f"task {task.id} polled {gap:.1f} ms after the previous poll; pollInterval"
+                f" asks {task.poll_interval_ms:g} ms",
                 f"{_FAST_POLLS} polls came sooner than half the pollInterval the receiver"
                 " suggested; requestors should respect it.",
                 [task.created_seq, m.seq],

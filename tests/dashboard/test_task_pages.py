@@ -56,3 +56,8 @@ async def test_exchange_page_timeline_and_waterfall_show_the_task(
     assert bar["task_ms"] == task["duration_ms"]
     last_poll = bars[polls[-1]["seq"]]
     assert bar["x"] + bar["w"] >= last_poll["x"]  # the task's bar reaches its last poll
+
+    stats = await get_json(client, f"/sessions/{sid}/stats.json")
+    row = next(r for r in stats["methods"] if r["method"] == "tools/call")
+    assert row["task_ms"]["max"] == task["duration_ms"] > row["latency_ms"]["max"]
+    assert "↳ task duration" in await get_html(client, f"/sessions/{sid}/stats")
