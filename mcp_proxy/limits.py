@@ -233,6 +233,9 @@ MAX_TASKS_TRACKED = 10_000
 #: Status changes kept per task for its lifecycle (created → working → … → completed); polls
 #: that repeat a status are folded. Past it the later changes are counted, not listed.
 TASK_STATUSES_KEPT = 32
+#: Characters of a task id or status the analysis keeps (a peer may send any string): a longer
+#: one is cut to this many, and still identifies its task unless two differ only past the cut.
+TASK_TEXT_CHARS = 256
 #: Events (status changes and polls) one task's OTLP span carries: the OpenTelemetry SDK's own
 #: default span limit. Past it the rest are counted in ``mcp.task.events_dropped``.
 OTLP_TASK_EVENTS = 128

@@ -36,7 +36,7 @@ from mcp_proxy.analysis.model import (
     Task,
     latency_ms,
 )
-from mcp_proxy.limits import MAX_SEQS, MAX_TASKS_TRACKED, TASK_STATUSES_KEPT
+from mcp_proxy.limits import MAX_SEQS, MAX_TASKS_TRACKED, TASK_STATUSES_KEPT, TASK_TEXT_CHARS
 
 #: The tasks extension's identifier (2026-07-28, SEP-2663).
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
@@ -60,6 +60,11 @@ _FAST_POLLS = 3
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    """A task id or status as kept: a string, at most TASK_TEXT_CHARS characters."""
+    return value[:TASK_TEXT_CHARS] if isinstance(value, str) else None
 
 
 def _fields(result: dict[str, Any]) -> dict[str, Any]:
@@ -115,12 +120,12 @@ class Tasks:
         """A request: about a task (``taskId``, ``related-task``) or asking for one."""
         p = m.params
         if ex.method in TASK_METHODS:
-            tid = p.get("taskId")
-            if isinstance(tid, str):
+            tid = _text(p.get("taskId"))
+            if tid is not None:
                 self._about(ex, m, tid)
             return
-        rel = _dict(_dict(p.get("_meta")).get(RELATED_TASK)).get("taskId")
-        if isinstance(rel, str) and rel in self.by_id:
+        rel = _text(_dict(_dict(p.get("_meta")).get(RELATED_TASK)).get("taskId"))
+        if rel is not None and rel in self.by_id:
             ex.task_of = self.by_id[rel].task.created_seq
         if isinstance(p.get("task"), dict) and self.facts.era == ERA_INITIALIZE:
             self._augmented(ex, m)
@@ -226,7 +231,7 @@ class Tasks:
         if result is None:
             return
         fields = _fields(result)
-        tid = fields.get("taskId")
+        tid = _text(fields.get("taskId"))
         handle = result.get("resultType") == "task" or ("task" in result and fields is not result)
         if not handle or not isinstance(tid, str):
             return
@@ -255,20 +260,20 @@ class Tasks:
                     [ex.request_seq, m.seq],
                     exchange=ex.index,
                 )
-        status = fields.get("status")
-        self._status(t, status if isinstance(status, str) else "working", m)
+        self._status(t, _text(fields.get("status")) or "working", m)
 
     def _listed(self, m: Msg) -> None:
-        for item in (m.result or {}).get("tasks") or ():
-            tid = _dict(item).get("taskId")
-            if isinstance(tid, str) and tid not in self.by_id:
+        items = (m.result or {}).get("tasks")
+        for item in items if isinstance(items, list) else ():
+            tid = _text(_dict(item).get("taskId"))
+            if tid is not None and tid not in self.by_id:
                 self.listed[tid] = None
                 if len(self.listed) > MAX_TASKS_TRACKED:
                     del self.listed[next(iter(self.listed))]
 
     def _method_answer(self, ex: Exchange, m: Msg) -> None:
-        tid = ex.request.params.get("taskId") if ex.request is not None else None
-        t = self.by_id.get(tid) if isinstance(tid, str) else None
+        tid = _text(ex.request.params.get("taskId")) if ex.request is not None else None
+        t = self.by_id.get(tid) if tid is not None else None
         if t is None:
             return
         if m.kind == "error":
@@ -283,8 +288,8 @@ class Tasks:
             if not t.task.ended:
                 self._status(t, "completed", m)
             return
-        status = result.get("status")
-        if isinstance(status, str):
+        status = _text(result.get("status"))
+        if status is not None:
             self._status(t, status, m)
         interval = _interval(result)
         if interval is not None:
@@ -334,15 +339,15 @@ class Tasks:
     # ------------------------------------------------------------------ notifications
     def notification(self, m: Msg) -> None:
         p = m.params
-        tid = p.get("taskId")
-        t = self.by_id.get(tid) if isinstance(tid, str) else None
+        tid = _text(p.get("taskId"))
+        t = self.by_id.get(tid) if tid is not None else None
         if t is None:
             return
         t.task.notifications += 1
         if len(t.creator.other_seqs) < MAX_SEQS:
             t.creator.add("other_seqs", m.seq)
-        status = p.get("status")
-        if isinstance(status, str):
+        status = _text(p.get("status"))
+        if status is not None:
             self._status(t, status, m)
 
     # ------------------------------------------------------------------ statuses

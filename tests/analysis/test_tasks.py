@@ -110,3 +110,23 @@ def test_a_cancelled_task_ends_cancelled_and_is_not_unfinished() -> None:
     assert call.task.lifecycle_text() == "created → working → cancelled"
     assert a.exchanges[2].task_of == call.request_seq
     assert not {f.code for f in a.findings}
+
+
+def test_hostile_task_shapes_do_not_raise_and_stay_small() -> None:
+    w = Wire.initialized()
+    w.request("tools/call", 2, {"name": "r", "arguments": {}, "task": [1]})
+    w.result(2, {"task": {"taskId": "k" * 100_000, "status": "s" * 100_000, "pollInterval": "x"}})
+    w.request("tools/call", 3, {"name": "r", "arguments": {}, "task": {}})
+    w.result(3, {"task": {"taskId": 5, "status": None}})
+    w.request("tasks/list", 4)
+    w.result(4, {"tasks": 7})
+    w.request("tasks/get", 5, {"taskId": ["x"]})
+    w.result(5, {"status": {"a": 1}, "result": "no", "error": 3})
+    w.notify("notifications/tasks/status", {"taskId": None}, direction="s2c")
+    w.request("tasks/result", 6, {"taskId": "k" * 100_000})
+    w.error(6, -32603, None)  # type: ignore[arg-type]
+    a = w.end().analyze()
+    call = a.exchanges[1]
+    assert call.task is not None and len(call.task.id) == 256
+    assert all(len(st) <= 256 for st, _ in call.task.lifecycle)
+    assert a.exchanges[-1].task_of == call.request_seq
