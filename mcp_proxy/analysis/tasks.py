@@ -111,6 +111,8 @@ class Tasks:
         self.by_id: dict[str, _Tracked] = {}
         #: ids a tasks/list answer named (tasks created before this recording began)
         self.listed: dict[str, None] = {}
+        #: (method, sides) already reported as using the tasks extension undeclared
+        self.undeclared: set[tuple[str, tuple[str, ...]]] = set()
         #: tasks forgotten past MAX_TASKS_TRACKED, and the creating requests of the first ones
         self.forgotten = 0
         self.forgotten_seqs: list[int] = []
@@ -131,6 +133,8 @@ class Tasks:
             self._augmented(ex, m)
 
     def _about(self, ex: Exchange, m: Msg, tid: str) -> None:
+        if self.facts.modern:
+            self._extension_declared(ex, m)
         t = self.by_id.get(tid)
         if t is None:
             if tid not in self.listed and not self.forgotten:
@@ -145,8 +149,6 @@ class Tasks:
             return
         task = t.task
         ex.task_of = task.created_seq
-        if self.facts.modern:
-            self._extension_declared(ex, m, t)
         if ex.method == "tasks/update":
             task.updates += 1
         elif ex.method == "tasks/get":
@@ -195,19 +197,19 @@ class Tasks:
             exchange=ex.index,
         )
 
-    def _extension_declared(self, ex: Exchange, m: Msg, t: _Tracked) -> None:
-        """2026-07-28: a tasks/* method is the extension's; both sides must declare it."""
-        if "ext" in t.reported:
-            return
+    def _extension_declared(self, ex: Exchange, m: Msg) -> None:
+        """2026-07-28: a tasks/* method is the extension's; both sides must declare it
+        (reported once per method and side that did not)."""
         client = _dict(m.meta.get(META + "clientCapabilities"))
         missing = []
         if META + "clientCapabilities" in m.meta and not _declares(client):
             missing.append("the client (this request's clientCapabilities)")
         if self.facts.server_caps is not None and not _declares(self.facts.server_caps):
             missing.append("the server (server/discover capabilities)")
-        if not missing:
+        key = (ex.method, tuple(missing))
+        if not missing or key in self.undeclared:
             return
-        t.reported.add("ext")
+        self.undeclared.add(key)
         self.sink.add(
             "extension.undeclared",
             f"{ex.method} used without {' and '.join(missing)} declaring {TASKS_EXTENSION}",

@@ -2,7 +2,8 @@
 hand so that each era's wire shape is exactly what the test wants.
 
 ``python -m tests.analysis.raw_task_server 2025|2026 [fail]``: the task stays ``working`` for
-two polls, then ends ``completed`` (or ``failed``). 2025-11-25: initialize, params.task →
+two polls, then ends ``completed`` (or ``failed``). A 2026-07-28 ``tasks/get`` whose
+clientCapabilities do not declare the tasks extension is refused with -32021 naming it. 2025-11-25: initialize, params.task →
 ``{"task": {...}}``, ``tasks/get``, ``tasks/result`` (with the related-task ``_meta``),
 ``notifications/tasks/status`` at the end. 2026-07-28: server/discover declaring the tasks
 extension, ``resultType: "task"``, ``tasks/get`` inlining the result (or error) once ended.
@@ -16,6 +17,12 @@ from typing import Any
 
 EXT = "io.modelcontextprotocol/tasks"
 RELATED = "io.modelcontextprotocol/related-task"
+
+
+def _declares(msg: dict[str, Any]) -> bool:
+    meta = msg.get("params", {}).get("_meta", {})
+    caps = meta.get("io.modelcontextprotocol/clientCapabilities", {})
+    return EXT in caps.get("extensions", {})
 
 
 def main() -> int:
@@ -75,6 +82,10 @@ def main() -> int:
             else:
                 result = {"resultType": "task", **task("working")}
                 send({"jsonrpc": "2.0", "id": rid, "result": result})
+        elif method == "tasks/get" and era == "2026" and not _declares(msg):
+            data = {"requiredCapabilities": {"extensions": {EXT: {}}}}
+            error = {"code": -32021, "message": "Missing required client capability", "data": data}
+            send({"jsonrpc": "2.0", "id": rid, "error": error})
         elif method == "tasks/get":
             polls += 1
             status = "working" if polls <= 2 else end

@@ -21,8 +21,10 @@ ROOT = Path(__file__).resolve().parents[2]
 EXT = "io.modelcontextprotocol/tasks"
 
 
-def _envelope() -> dict[str, Any]:
-    caps = {"elicitation": {}, "extensions": {EXT: {}}}
+def _envelope(declared: bool = True) -> dict[str, Any]:
+    caps: dict[str, Any] = {"elicitation": {}}
+    if declared:
+        caps["extensions"] = {EXT: {}}
     return {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientInfo": {"name": "raw-host", "version": "1"},
@@ -30,7 +32,7 @@ def _envelope() -> dict[str, Any]:
     }
 
 
-def _host(era: str, db: str, *, fail: bool = False) -> None:
+def _host(era: str, db: str, *, fail: bool = False, undeclared: bool = False) -> None:
     """Drive one task session through ``mcptape record``: create, poll until ended, result."""
     argv = [PY, "-m", "tests.analysis.raw_task_server", era] + (["fail"] if fail else [])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -43,9 +45,11 @@ def _host(era: str, db: str, *, fail: bool = False) -> None:
     )
     assert proc.stdin is not None and proc.stdout is not None
 
-    def call(rid: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    def call(
+        rid: int, method: str, params: dict[str, Any], *, declared: bool = True
+    ) -> dict[str, Any]:
         if era == "2026":
-            params = {**params, "_meta": _envelope()}
+            params = {**params, "_meta": _envelope(declared)}
         line = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
         proc.stdin.write(json.dumps(line).encode() + b"\n")  # type: ignore[union-attr]
         proc.stdin.flush()  # type: ignore[union-attr]
@@ -66,6 +70,9 @@ def _host(era: str, db: str, *, fail: bool = False) -> None:
         assert handle["result"]["resultType"] == "task"
         tid = handle["result"]["taskId"]
     rid, status = 3, "working"
+    if undeclared:  # a first poll whose envelope leaves the extension out: refused, -32021
+        assert call(rid, "tasks/get", {"taskId": tid}, declared=False)["error"]["code"] == -32021
+        rid += 1
     while status == "working":
         status = call(rid, "tasks/get", {"taskId": tid})["result"]["status"]
         rid += 1
@@ -125,3 +132,20 @@ def test_a_failed_task_is_a_finding_on_its_tool(era: str, tmp_path: Path) -> Non
     call = next(x for x in _exchanges(db, f"task{era}") if x["method"] == "tools/call")
     assert call["request_seq"] in failed[0]["frame_seqs"]
     assert call["task"]["status"] == "failed"
+
+
+def test_an_undeclared_extension_method_is_refused_and_named(tmp_path: Path) -> None:
+    db = str(tmp_path / "t.db")
+    _host("2026", db, undeclared=True)
+    out = json.loads(run_mcptape("check", "task2026", "--db", db, "--format", "json").stdout)
+    findings = out[0]["findings"] if out and "findings" in out[0] else out
+    codes = {f["code"]: f for f in findings}
+    assert "the client" in codes["extension.undeclared"]["title"]
+    refused = codes["mcp.missing_client_capability"]
+    assert (
+        "required client capabilities: extension io.modelcontextprotocol/tasks"
+        in (refused["detail"])
+    )
+    xs = _exchanges(db, "task2026")
+    call = next(x for x in xs if x["method"] == "tools/call")
+    assert call["task"]["polls"] == 4 and call["task"]["status"] == "completed"
