@@ -22,8 +22,14 @@ RECORDINGS = Path(__file__).resolve().parents[1] / "recordings"
 EXPECTED = Path(__file__).resolve().parent / "browse_data" / "show_x.json"
 
 
-#: The keys of the catalogue's sessions (trigger and near miss of every code).
-CATALOGUE_KEYS = frozenset(f"{code}-{which}" for code in CASES for which in (0, 1))
+#: Catalogue cases left out of the pinning: sessions of tens of thousands of frames (past a
+#: bound of the analysis, e.g. task.untracked: MAX_TASKS_TRACKED tasks) whose ``show -x`` would
+#: add megabytes to the expectations and seconds to every run; their pairing is every case's.
+BIG_CASES = frozenset({"task.untracked"})
+#: The keys of the catalogue's sessions (trigger and near miss of every other code).
+CATALOGUE_KEYS = frozenset(
+    f"{code}-{which}" for code in CASES if code not in BIG_CASES for which in (0, 1)
+)
 
 
 def record_all(db: Path) -> dict[str, str]:
@@ -31,7 +37,7 @@ def record_all(db: Path) -> dict[str, str]:
     url = "sqlite:///" + str(db)
     ensure_schema(url)
     sids: dict[str, str] = {}
-    for code in sorted(CASES):
+    for code in sorted(set(CASES) - BIG_CASES):
         for which in (0, 1):
             sids[f"{code}-{which}"] = CASES[code][which]().record(url, name=f"{code}-{which}")
     for path in sorted(RECORDINGS.glob("*.jsonl")):

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from mcp_proxy.analysis.core import SessionPass
+from mcp_proxy.analysis.facts import Decoder, session_facts
 from mcp_proxy.analysis.stats import StatsPass
 from mcp_proxy.analysis.taxonomy import decode_error_data
 from mcp_proxy.testing.factories import CLIENT_CAPS, Wire
+from tests.analysis.cases import CASES
 from tests.analysis.task_wires import TASK_CAPS_2025, legacy, modern, task_fields
 
 
@@ -130,3 +135,36 @@ def test_hostile_task_shapes_do_not_raise_and_stay_small() -> None:
     assert call.task is not None and len(call.task.id) == 256
     assert all(len(st) <= 256 for st, _ in call.task.lifecycle)
     assert a.exchanges[-1].task_of == call.request_seq
+
+
+@pytest.mark.parametrize("code", sorted(c for c in CASES if c.startswith(("task.", "extension."))))
+def test_the_streaming_pass_finds_what_the_kept_analysis_finds(code: str) -> None:
+    """``check`` and ``show -x`` keep no exchange (the creating call is long answered when its
+    task ends): the same findings and the same task on the creating call."""
+    for build in CASES[code]:
+        w = build()
+        kept = w.analyze()
+        d = Decoder()
+        d.feed(w.frames)
+        one = SessionPass(session_facts(d.msgs, w.session, {}), {}, d.injected, keep=False)
+        seen: list[Any] = []
+        one.families.append(_Keep(seen))
+        one.feed_many(d.msgs)
+        streamed = one.finish(w.session, d.frames)
+        assert [f.as_dict() for f in streamed.findings] == [f.as_dict() for f in kept.findings]
+        tasks = [ex.task.as_dict() for ex in kept.exchanges if ex.task is not None]
+        assert [ex.task.as_dict() for ex in seen if ex.task is not None] == tasks
+
+
+class _Keep:
+    def __init__(self, seen: list[Any]) -> None:
+        self.seen = seen
+
+    def message(self, m: Any) -> None:
+        pass
+
+    def exchange(self, ex: Any) -> None:
+        self.seen.append(ex)
+
+    def finish(self) -> None:
+        pass
