@@ -88,7 +88,8 @@ async def _answers(session: ClientSession, requests: dict[str, Any]) -> dict[str
 async def _resolve(handle: TaskHandle, ctx: ClaimContext) -> types.CallToolResult:
     """Poll a 2026-07-28 task to its end; the CallToolResult it ended with."""
     run = TaskRun(era="2026-07-28", task_id=handle.task_id, statuses=[handle.status])
-    await _poll_modern(ctx.session, run, cancel_after=None, interval=0.01)
+    pause = _interval(None, (handle.model_extra or {}).get("pollInterval"))
+    await _poll_modern(ctx.session, run, cancel_after=None, interval=pause)
     if run.result is not None:
         return types.CallToolResult.model_validate(run.result, by_name=False)
     message = (run.error or {}).get("message", run.statuses[-1])
@@ -166,7 +167,7 @@ async def _run_legacy(
     *,
     ttl: int,
     cancel_after: int | None,
-    interval: float,
+    interval: float | None,
 ) -> TaskRun:
     session = client.session
     version = client.protocol_version
@@ -178,6 +179,7 @@ async def _run_legacy(
     if not isinstance(task, dict):
         raise MCPError(code=-32603, message=f"no task handle in {created!r}")
     run = TaskRun(era=version, task_id=str(task["taskId"]), statuses=[str(task.get("status"))])
+    interval = _interval(interval, task.get("pollInterval"))
     while run.status not in TERMINAL and run.status != "input_required":
         if run.polls >= MAX_POLLS:
             raise TimeoutError(f"task {run.task_id} did not end after {run.polls} polls")
@@ -209,12 +211,13 @@ async def run_task(
     *,
     ttl: int = 60_000,
     cancel_after: int | None = None,
-    interval: float = 0.01,
+    interval: float | None = None,
 ) -> TaskRun:
     """Run ``tool`` as a task on ``client``'s server and follow it to its end.
 
     ``cancel_after=N`` sends ``tasks/cancel`` after ``N`` polls (0: right after creation).
-    ``input_required`` is answered with the client's callbacks (give it a
+    ``interval`` (seconds between polls) defaults to the handle's ``pollInterval``, as a
+    well-behaved client polls. ``input_required`` is answered with the client's callbacks (give it a
     :class:`~mcp_proxy.testing.client.CallbackRecorder`). 2025-11-25 ends with ``tasks/result``
     and one last ``tasks/get``; 2026-07-28 ends when a ``tasks/get`` is terminal.
     """
@@ -227,5 +230,16 @@ async def run_task(
     if not isinstance(handle, TaskHandle):
         raise MCPError(code=-32603, message=f"{tool} did not run as a task: {handle!r}")
     run = TaskRun(era=client.protocol_version, task_id=handle.task_id, statuses=[handle.status])
-    await _poll_modern(client.session, run, cancel_after=cancel_after, interval=interval)
+    advised = (handle.model_extra or {}).get("pollInterval")
+    pause = _interval(interval, advised)
+    await _poll_modern(client.session, run, cancel_after=cancel_after, interval=pause)
     return run
+
+
+def _interval(asked: float | None, advised: Any) -> float:
+    """The pause between polls: the caller's, else the server's ``pollInterval`` (ms)."""
+    if asked is not None:
+        return asked
+    if isinstance(advised, int | float) and not isinstance(advised, bool) and advised > 0:
+        return min(float(advised) / 1000.0, 5.0)
+    return 0.02
