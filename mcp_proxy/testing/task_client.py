@@ -38,8 +38,10 @@ __all__ = [
     "TaskHandle",
     "TaskRun",
     "TasksExtension",
+    "create_task",
     "run_task",
     "task_extensions",
+    "task_request",
 ]
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -171,13 +173,7 @@ async def _run_legacy(
 ) -> TaskRun:
     session = client.session
     version = client.protocol_version
-    params = {"name": tool, "arguments": arguments, "task": {"ttl": ttl}}
-    opts: Any = {"headers": {"mcp-protocol-version": version}}
-    # SDK gap (module doc): the typed path would reject the CreateTaskResult.
-    created = await session._dispatcher.send_raw_request("tools/call", params, opts)
-    task = created.get("task") if isinstance(created, dict) else None
-    if not isinstance(task, dict):
-        raise MCPError(code=-32603, message=f"no task handle in {created!r}")
+    task = await create_task(client, tool, arguments, ttl=ttl)
     run = TaskRun(era=version, task_id=str(task["taskId"]), statuses=[str(task.get("status"))])
     interval = _interval(interval, task.get("pollInterval"))
     while run.status not in TERMINAL and run.status != "input_required":
@@ -204,6 +200,36 @@ async def _run_legacy(
     return run
 
 
+async def create_task(
+    client: Client, tool: str, arguments: dict[str, Any] | None = None, *, ttl: int = 60_000
+) -> dict[str, Any]:
+    """Call ``tool`` as a task; the Task object of the handle (``taskId``, ``status`` …).
+
+    2025-11-25: ``params.task`` with ``ttl``; 2026-07-28: the client's declared extension asks
+    (``ttl`` is the server's to choose). Raises ``MCPError`` when no task handle comes back.
+    """
+    args = dict(arguments or {})
+    if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        handle = await client.session.call_tool(tool, args, allow_claimed=True)
+        if not isinstance(handle, TaskHandle):
+            raise MCPError(code=-32603, message=f"{tool} did not run as a task: {handle!r}")
+        wire = handle.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return {k: v for k, v in wire.items() if k not in ("resultType", "_meta")}
+    params = {"name": tool, "arguments": args, "task": {"ttl": ttl}}
+    opts: Any = {"headers": {"mcp-protocol-version": client.protocol_version}}
+    # SDK gap (module doc): the typed path would reject the CreateTaskResult.
+    created = await client.session._dispatcher.send_raw_request("tools/call", params, opts)
+    task = created.get("task") if isinstance(created, dict) else None
+    if not isinstance(task, dict):
+        raise MCPError(code=-32603, message=f"no task handle in {created!r}")
+    return task
+
+
+async def task_request(client: Client, method: str, **params: Any) -> dict[str, Any]:
+    """Send one ``tasks/*`` request (``taskId=…``, ``inputResponses=…``); its result as a dict."""
+    return await _send(client.session, method, **params)
+
+
 async def run_task(
     client: Client,
     tool: str,
@@ -226,12 +252,11 @@ async def run_task(
         return await _run_legacy(
             client, tool, args, ttl=ttl, cancel_after=cancel_after, interval=interval
         )
-    handle = await client.session.call_tool(tool, args, allow_claimed=True)
-    if not isinstance(handle, TaskHandle):
-        raise MCPError(code=-32603, message=f"{tool} did not run as a task: {handle!r}")
-    run = TaskRun(era=client.protocol_version, task_id=handle.task_id, statuses=[handle.status])
-    advised = (handle.model_extra or {}).get("pollInterval")
-    pause = _interval(interval, advised)
+    handle = await create_task(client, tool, args, ttl=ttl)
+    run = TaskRun(
+        era=client.protocol_version, task_id=handle["taskId"], statuses=[handle["status"]]
+    )
+    pause = _interval(interval, handle.get("pollInterval"))
     await _poll_modern(client.session, run, cancel_after=cancel_after, interval=pause)
     return run
 
