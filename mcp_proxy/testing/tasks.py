@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -198,6 +199,8 @@ class TaskRuntime:
         self.extension_methods: dict[str, tuple[str, Callable[[Mapping[str, Any]], Any]]] = {}
         """Extension request methods: method → (extension id, handler of params)."""
         self._ids = itertools.count(1)
+        #: Task ids differ per server process, as a real server's do (replay must map them).
+        self._token = secrets.token_hex(3)
 
     # -- middleware entry -----------------------------------------------------------------
 
@@ -292,7 +295,7 @@ class TaskRuntime:
             _, oldest = self.tasks.popitem(last=False)
             if oldest.runner is not None:
                 oldest.runner.cancel()
-        task_id = f"task-{next(self._ids)}"
+        task_id = f"task-{next(self._ids)}-{self._token}"
         task = TaskState(task_id=task_id, tool=tool.name, modern=modern, ttl=ttl)
         self.tasks[task_id] = task
         return task
