@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from mcp_proxy.limits import TEST_SERVER_TASKS
 from mcp_proxy.testing.client import CallbackRecorder, make_client, stdio_params
 from mcp_proxy.testing.process import start_http_server
 from mcp_proxy.testing.task_client import TaskRun, run_task, task_extensions
@@ -242,3 +243,26 @@ async def test_the_driver_reports_a_server_without_tasks() -> None:
     async with make_client(stdio_params("basic"), mode="legacy") as client:
         with pytest.raises(MCPError):
             await run_task(client, "echo", {"text": "x"})
+
+
+async def test_a_server_keeps_at_most_test_server_tasks_tasks() -> None:
+    """Past TEST_SERVER_TASKS the oldest task is dropped: a poll for it is -32602."""
+    raw = await RawStdio.start("tasks")
+    try:
+        await _legacy(raw)
+        ids = []
+        for _ in range(TEST_SERVER_TASKS + 5):
+            created = await _answer(
+                raw,
+                "tools/call",
+                {"name": "research", "arguments": {"duration": 0}, "task": {"ttl": 1000}},
+            )
+            ids.append(created["result"]["task"]["taskId"])
+        oldest = await _answer(raw, "tasks/get", {"taskId": ids[4]})
+        assert oldest["error"]["code"] == -32602
+        kept = await _answer(raw, "tasks/get", {"taskId": ids[5]})
+        assert kept["result"]["taskId"] == ids[5]
+        listed = await _answer(raw, "tasks/list", {})
+        assert len(listed["result"]["tasks"]) == TEST_SERVER_TASKS
+    finally:
+        await raw.close()
