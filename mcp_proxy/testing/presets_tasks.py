@@ -22,8 +22,8 @@
     ``text``): 2026-07-28 answers ``{"text": …}`` if the request's ``_meta`` capabilities declare
     the extension, else ``-32021`` with ``data.requiredCapabilities.extensions``; before
     2026-07-28 the method is ``-32601``. With any task preset, a 2026-07-28 task tool called
-    without the tasks extension declared is refused with ``-32021`` too (instead of running
-    synchronously).
+    (or a ``tasks/*`` request sent) without the tasks extension declared is refused with
+    ``-32021`` too (instead of running synchronously).
 
 Called without task augmentation, every task tool runs synchronously (the SDK tool) and
 returns what its task would end with (``approve`` cannot ask, and says so).

@@ -322,6 +322,8 @@ class TaskRuntime:
         self, ctx: ServerRequestContext[Any, Any], modern: bool, params: Mapping[str, Any]
     ) -> dict[str, Any]:
         method = ctx.method
+        if modern and self.strict and EXTENSION_TASKS not in _client_extensions(ctx):
+            raise self._missing(EXTENSION_TASKS)  # an extension method, undeclared
         if method == "tasks/list" and not modern:
             await self._announce_all(ctx)
             return {"tasks": [t.wire() for t in self.tasks.values() if not t.modern]}

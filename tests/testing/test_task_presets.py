@@ -226,6 +226,8 @@ async def test_raw_2026_07_28_wire() -> None:
         assert refused["error"]["data"] == {
             "requiredCapabilities": {"extensions": {EXTENSION_TASKS: {}}}
         }
+        undeclared = await _answer(raw, "tasks/get", _modern_params({}, taskId=task_id))
+        assert undeclared["error"]["code"] == -32021
         echo = await _answer(raw, "mcptape/echo", _modern_params({}, text="hi"))
         assert echo["error"]["code"] == -32021
         assert echo["error"]["data"]["requiredCapabilities"] == {
