@@ -48,7 +48,7 @@ from typing import Any
 import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPError, NoBackChannelError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -71,6 +71,10 @@ DEFAULT_TTL_MS = 60_000
 POLL_INTERVAL_MS = 20
 """What the handle advises; tests poll on their own schedule."""
 
+NO_BACK_CHANNEL = (
+    "input_required needs a server→client request, which this connection cannot carry"
+    " (stateless or JSON-response HTTP)"
+)
 INVALID_PARAMS = -32602
 METHOD_NOT_FOUND = -32601
 MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
@@ -370,7 +374,13 @@ class TaskRuntime:
             if task.status == "input_required" and not task.asked:
                 task.asked = True
                 await self._announce(ctx, task)
-                task.answer(await self._elicit(ctx, task))
+                try:
+                    task.answer(await self._elicit(ctx, task))
+                except NoBackChannelError:  # stateless or JSON-response HTTP: cannot ask
+                    if task.runner is not None:
+                        task.runner.cancel()
+                    task.error = {"code": -32603, "message": NO_BACK_CHANNEL}
+                    task.move("failed", NO_BACK_CHANNEL)
                 continue
             await changed.wait()
         await self._announce(ctx, task)

@@ -268,3 +268,12 @@ async def test_a_server_keeps_at_most_test_server_tasks_tasks() -> None:
         assert len(listed["result"]["tasks"]) == TEST_SERVER_TASKS
     finally:
         await raw.close()
+
+
+async def test_input_required_without_a_back_channel_fails_the_task() -> None:
+    """2025-11-25 over stateless HTTP the server cannot ask: the task fails, saying why."""
+    with start_http_server("tasks-input", "http", stateless=True) as (url, _):
+        async with _client(url, "legacy", CallbackRecorder()) as client:
+            run = await run_task(client, "approve", {"duration": 0}, interval=0.01)
+    assert run.status == "failed"
+    assert run.error is not None and "cannot carry" in run.error["message"]
