@@ -3,6 +3,8 @@
 It launches the bundled test server through ``mcptape record`` exactly as a host would (a
 subprocess whose command line is ``mcptape record --name … -- server…``), drives a scripted
 conversation with the official SDK client in both protocol eras, and prints what was recorded.
+The 2026-07-28 stdio session also runs one task (the ``tasks`` preset's ``research`` tool):
+its handle, its polls and its inlined result are in the recording.
 """
 
 from __future__ import annotations
@@ -39,8 +41,11 @@ async def _drive(db_url: str, name: str, mode: str) -> dict[str, Any]:
         run_scripted_session,
         stdio_params,
     )
+    from mcp_proxy.testing.task_client import run_task, task_extensions
 
-    server = stdio_params(SCRIPTED_PRESETS, name="mcptape-demo-server")
+    with_task = mode == "auto"
+    presets = [*SCRIPTED_PRESETS, "tasks"] if with_task else list(SCRIPTED_PRESETS)
+    server = stdio_params(presets, name="mcptape-demo-server")
     params = StdioServerParameters(
         command=mcptape_argv()[0],
         args=[
@@ -56,8 +61,17 @@ async def _drive(db_url: str, name: str, mode: str) -> dict[str, Any]:
         ],
     )
     rec = CallbackRecorder()
-    async with make_client(params, mode=mode, recorder=rec) as client:
-        return await run_scripted_session(client, rec)
+    extra: dict[str, Any] = {"extensions": task_extensions()} if with_task else {}
+    async with make_client(params, mode=mode, recorder=rec, **extra) as client:
+        result = await run_scripted_session(client, rec)
+        if with_task:
+            task = await run_task(client, "research", DEMO_TASK)
+            result["task"] = {"status": task.status, "polls": task.polls, "text": task.text()}
+        return result
+
+
+#: The demo's one task: short, so the demo stays fast, and long enough to be polled.
+DEMO_TASK = {"topic": "flight recorders", "duration": 0.1, "steps": 2}
 
 
 def _drive_http(db_url: str, name: str) -> dict[str, Any]:
@@ -134,6 +148,12 @@ def run_demo(db_url: str, *, out: Callable[[str], None] = print) -> list[DemoSes
             f" echo={result['echo']!r}, add={result['add']}, failing tool isError="
             f"{result['fail']['is_error']}, {len(result['progress'])} progress updates"
         )
+        if "task" in result:
+            task = result["task"]
+            out(
+                f"  {name}: task research -> {task['status']} after {task['polls']} polls:"
+                f" {task['text']!r}"
+            )
 
     async def show() -> list[DemoSession]:
         store = await Store.open(db_url)

@@ -9,6 +9,8 @@ same order, answered with the same results, errors and notifications. So:
    notification) — the pairing comes from :mod:`mcp_proxy.analysis` (see :func:`conversation`);
 2. every JSON value is normalised: the default ignores plus ``--ignore`` JSONPaths are removed
    (or masked, for values whose presence matters but whose content is opaque);
+   a task's ``tasks/get`` polls fold into its last one (:func:`fold_task_polls`: how often a
+   host polls is timing);
 3. the two step lists are aligned like sequences (same direction and method required, params
    similarity breaks ties), and aligned steps are compared as JSON.
 
@@ -257,6 +259,93 @@ def parsable_frames(frames: Sequence[dict[str, Any]]) -> tuple[list[dict[str, An
                 pass
         out.append(f)
     return out, unparsable
+
+
+# ============================================================================ tasks
+
+#: A task's status notification: sent when a change is seen, so timing decides how many.
+TASK_STATUS_NOTE = "notifications/tasks/status"
+#: Task fields that are clocks (never compared, like every timestamp).
+TASK_CLOCKS = frozenset({"createdAt", "lastUpdatedAt"})
+
+
+def task_handle_id(step: Step) -> str | None:
+    """The task id a ``tools/call`` answered with a task handle (either era), else ``None``."""
+    res = step.result
+    if step.method != "tools/call" or not isinstance(res, dict):
+        return None
+    if res.get("resultType") == "task":
+        task_id = res.get("taskId")
+    elif isinstance(res.get("task"), dict):
+        task_id = res["task"].get("taskId")
+    else:
+        return None
+    return task_id if isinstance(task_id, str) else None
+
+
+def _task_param(step: Step) -> str | None:
+    task_id = step.params.get("taskId") if isinstance(step.params, dict) else None
+    return task_id if isinstance(task_id, str) else None
+
+
+def _renamed(value: Any, names: dict[str, str]) -> Any:
+    """``value`` with task ids replaced by their ordinal and task clocks left out (iterative)."""
+    root: list[Any] = [value]
+    stack: list[tuple[Any, Any, Any]] = [(root, 0, value)]
+    while stack:
+        parent, key, node = stack.pop()
+        if isinstance(node, str) and node in names:
+            parent[key] = names[node]
+        elif isinstance(node, dict):
+            copy = {k: v for k, v in node.items() if k not in TASK_CLOCKS}
+            parent[key] = copy
+            stack.extend((copy, k, v) for k, v in copy.items())
+        elif isinstance(node, list):
+            items = list(node)
+            parent[key] = items
+            stack.extend((items, i, v) for i, v in enumerate(items))
+    return root[0]
+
+
+def fold_task_polls(steps: list[Step]) -> tuple[list[Step], list[tuple[str, int]]]:
+    """A task conversation as it is compared: created, updated, cancelled, and its final state.
+
+    How often a host polls ``tasks/get`` (and so which intermediate statuses it saw, and when
+    ``notifications/tasks/status`` went out) is timing, not conversation: each task's polls
+    fold into its last one, status notifications are left out, and task ids (per run) and task
+    clocks are compared as ``<task N>`` in creation order. Returns the steps and, per task,
+    ``(ordinal, polls)`` so a report can say the counts differ without calling it a change.
+    """
+    names: dict[str, str] = {}
+    for st in steps:
+        task_id = task_handle_id(st)
+        if task_id is not None and task_id not in names:
+            names[task_id] = f"<task {len(names) + 1}>"
+    if not names:
+        return steps, []
+    last_poll: dict[str, int] = {}
+    polls: dict[str, int] = dict.fromkeys(names.values(), 0)
+    for i, st in enumerate(steps):
+        task_id = _task_param(st)
+        if st.method == "tasks/get" and task_id in names:
+            last_poll[task_id] = i
+            polls[names[task_id]] += 1
+    out: list[Step] = []
+    for i, st in enumerate(steps):
+        task_id = _task_param(st)
+        if st.method == TASK_STATUS_NOTE or (
+            st.method == "tasks/get" and task_id in names and last_poll[task_id] != i
+        ):
+            continue
+        if task_id in names or task_handle_id(st) is not None:
+            st.params, st.result, st.error = (
+                _renamed(st.params, names),
+                _renamed(st.result, names),
+                _renamed(st.error, names),
+            )
+        st.notifications = [n for n in st.notifications if n.get("method") != TASK_STATUS_NOTE]
+        out.append(st)
+    return out, sorted(polls.items())
 
 
 # ============================================================================ comparing
@@ -555,13 +644,24 @@ def diff_sessions(
     b_label: str | None = None,
 ) -> DiffResult:
     """Diff two recorded sessions (from files or the database). The dashboard calls this."""
+    steps_a, polls_a = fold_task_polls(conversation(a))
+    steps_b, polls_b = fold_task_polls(conversation(b))
     result = diff_steps(
-        conversation(a),
-        conversation(b),
+        steps_a,
+        steps_b,
         ignores=ignores,
         a_label=a_label or a.label,
         b_label=b_label or b.label,
     )
+    if polls_a != polls_b and polls_a and polls_b:
+        counts = "; ".join(
+            f"{name}: {dict(polls_a).get(name, 0)} vs {dict(polls_b).get(name, 0)}"
+            for name in sorted({n for n, _ in [*polls_a, *polls_b]})
+        )
+        result.notes.append(
+            f"tasks were polled a different number of times ({counts}); polls are timing,"
+            " so each task is compared by its final state"
+        )
     for p in result.pairs:
         for side, step in (("a", p.a), ("b", p.b)):
             if step is not None and step.method == UNPARSABLE:

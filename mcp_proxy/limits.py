@@ -328,3 +328,10 @@ MAX_FLAG_SECONDS = 7 * 24 * 3600.0
 #: records. A larger count could never fire, so it is a typo (``nth=10000000000000000000000000``),
 #: refused with one line rather than accepted silently.
 MAX_FAULT_COUNT = 1_000_000_000
+
+# --- Test servers (``mcp_proxy.testing``) ---
+
+#: Tasks one task-preset test server keeps (``tasks``, ``tasks-failed`` …): a client creating
+#: tasks without end must not grow the server without end. Past it the oldest task is dropped
+#: (its runner cancelled) and a poll for it is answered "unknown task" (-32602).
+TEST_SERVER_TASKS = 256

@@ -44,6 +44,13 @@ def test_demo_records_both_eras_into_the_default_database(tmp_path: Path) -> Non
         assert {"tools/call", "resources/read", "prompts/get", "notifications/progress"} <= methods
         assert "notifications/message" in methods
         assert s["status"] == "ended" and s["gap_count"] == 0
+    # The 2026-07-28 session ran one task: the handle, at least one poll, the inlined result.
+    demo = rdb.frames(db, sessions["demo"]["id"])
+    polls = [f for f in demo if f["method"] == "tasks/get" and f["kind"] == "request"]
+    assert polls, "the demo's task must be polled"
+    assert any(b'"resultType":"task"' in bytes(f["raw"]) for f in demo)
+    assert any(b"findings on flight recorders" in bytes(f["raw"]) for f in demo)
+    assert "task research -> completed after" in out
     # what it prints: the sessions, their frames, and what to try next (no browser without a tty)
     assert "tools/call" in out and "Next:" in out
     next_lines = out.split("Next:", 1)[1].strip().splitlines()

@@ -8,6 +8,15 @@
   real value was never stored, so it cannot be compared. :attr:`MockIndex.redacted` lists them.
 - Repeats: identical recorded requests are served in recorded order, and the last one keeps
   answering (``repeat_last=False`` makes a used-up match a miss instead).
+- Tasks (both eras): the task-augmented call is served its recorded handle like any request,
+  and the task's ``tasks/get`` polls their recorded answers in recorded order — a poll beyond
+  the recorded ones repeats the last status (even with ``repeat_last=False``: how often a
+  client polls is timing, not a different request). Once the live client has been told the
+  task is over (a terminal status, the ``tasks/result`` answer, a ``tasks/cancel``
+  acknowledgement), every later poll gets the last recorded *terminal* answer for it (else the
+  answer that ended it, when that is a Task — a 2025-11-25 ``tasks/cancel`` result): the
+  status never moves backwards out of a terminal state because the live client polled less
+  than the recorded one.
 - A miss explains itself: the nearest recorded requests and how each differs.
 """
 
@@ -27,6 +36,11 @@ MISS_CODE = -32050
 METHOD_NOT_FOUND = -32601
 #: Requests matched on the method alone.
 HANDSHAKE_METHODS = frozenset({"initialize", "server/discover"})
+#: Task polls: repeated by timing, so the last recorded answer repeats whatever the options.
+TASK_POLLS = frozenset({"tasks/get", "tasks/result"})
+#: Answers that tell the live client a task is over.
+TASK_ENDERS = frozenset({"tasks/result", "tasks/cancel"})
+TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 
 Path = tuple[str | int, ...]
 
@@ -136,6 +150,17 @@ def _adopt_stray_notifications(steps: list[Step]) -> None:
             owner.events.append(("notify", note))
 
 
+def _task_id(params: Any) -> str | None:
+    task_id = params.get("taskId") if isinstance(params, dict) else None
+    return task_id if isinstance(task_id, str) else None
+
+
+def _status(entry: Entry) -> Any:
+    """The task status a recorded answer carries (a Task result), else ``None``."""
+    result = (entry.step.response or {}).get("result")
+    return result.get("status") if isinstance(result, dict) else None
+
+
 def show_path(path: Path) -> str:
     return "$.params" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
 
@@ -152,6 +177,8 @@ class MockIndex:
     ) -> None:
         self.norm = Normalizer.build(ignores)
         self.repeat_last = repeat_last
+        #: Task ids the live client has been told are over, with the answer that told it.
+        self.ended_tasks: dict[str, Entry] = {}
         self.entries: dict[tuple[str, str], list[Entry]] = {}
         self.by_method: dict[str, list[Entry]] = {}
         #: "method $.params.path" of every recorded field the recorder redacted.
@@ -195,16 +222,40 @@ class MockIndex:
         key, norm = self.key_of(method, params)
         found = self._candidates(method, key, norm)
         if found:
-            for entry in found:
-                if entry.uses == 0:
-                    entry.uses += 1
-                    return entry
-            if self.repeat_last:
-                found[-1].uses += 1
-                return found[-1]
+            entry = self._pick(method, params, found)
+            if entry is not None:
+                entry.uses += 1
+                self._note_task(method, params, entry)
+                return entry
             return Miss(method, norm, True, self._nearest(method, norm), exhausted=True)
         shown = norm if method not in HANDSHAKE_METHODS else self.norm(clip_depth(params)[0])
         return Miss(method, shown, method in self.by_method, self._nearest(method, norm))
+
+    def _pick(self, method: str, params: Any, found: list[Entry]) -> Entry | None:
+        """The next recorded answer; the last again when used up (and allowed), else ``None``."""
+        task_poll = method in TASK_POLLS
+        ender = self.ended_tasks.get(_task_id(params) or "")
+        if task_poll and ender is not None:
+            ends = [e for e in found if _status(e) in TERMINAL_STATUSES]
+            if ends:
+                return ends[-1]
+            if method == "tasks/get" and _status(ender) in TERMINAL_STATUSES:
+                return ender  # a Task-shaped answer (2025-11-25 tasks/cancel), as tasks/get's
+            return found[-1]
+        for entry in found:
+            if entry.uses == 0:
+                return entry
+        return found[-1] if self.repeat_last or task_poll else None
+
+    def _note_task(self, method: str, params: Any, entry: Entry) -> None:
+        """Remember that the live client now knows the task is over."""
+        task_id = _task_id(params)
+        if task_id is None or not method.startswith("tasks/"):
+            return
+        response = entry.step.response or {}
+        ended = method == "tasks/result" or (method in TASK_ENDERS and "result" in response)
+        if (ended or _status(entry) in TERMINAL_STATUSES) and task_id not in self.ended_tasks:
+            self.ended_tasks[task_id] = entry
 
     def _nearest(self, method: str, norm: Any, limit: int = 3) -> list[dict[str, Any]]:
         candidates = self.by_method.get(method) or [

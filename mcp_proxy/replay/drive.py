@@ -22,6 +22,7 @@ from mcp_proxy.framing import LineFramer
 from mcp_proxy.mcp_client import compact, messages_in
 from mcp_proxy.recording.model import SessionRecording
 from mcp_proxy.replay.plan import Action
+from mcp_proxy.replay.tasks import TERMINAL, LiveTasks, TaskPlan
 
 DEFAULT_TIMEOUT = 15.0
 #: Extra seconds the first awaited answer may take: the server is starting.
@@ -117,6 +118,7 @@ class _Driver:
         self.pending_states = dict(states)  # c2s request id → the requestState its result had
         self.sent_ids: set[str] = set()
         self.started = False
+        self.tasks: LiveTasks | None = None
 
     def learn_states(self) -> None:
         for rid, rec_state in list(self.pending_states.items()):
@@ -173,10 +175,53 @@ class _Driver:
                 **(msg.get("params") or {}),
                 "requestState": self.state_map[act.request_state],
             }
-            data = compact({**msg, "params": params}) + b"\n"
+            msg = {**msg, "params": params}
+            data = compact(msg) + b"\n"
+        live_task = self.tasks.rewrite(msg) if self.tasks and isinstance(msg, dict) else None
+        if live_task is not None:
+            data = compact(live_task) + b"\n"
         if isinstance(msg, dict) and "method" in msg and msg.get("id") is not None:
             self.sent_ids.add(id_key(msg["id"]) or "")
         return data
+
+    def poll_task(self, template: dict[str, Any], send: Callable[[bytes], None], want: str) -> None:
+        """Poll the live task of ``template`` until its status is ``want`` (or terminal)."""
+        assert self.tasks is not None
+        params = template.get("params")
+        recorded = params.get("taskId") if isinstance(params, dict) else None
+        deadline = time.monotonic() + self.timeout
+        while not self.live.closed and time.monotonic() < deadline:
+            rid, msg = self.tasks.poll(template)
+            msg = self.tasks.rewrite(msg) or msg
+            self.sent_ids.add(rid)
+            send(compact(msg) + b"\n")
+            if not self.wait(self.responded([rid]), f"waiting for an extra poll of {recorded}"):
+                return
+            result = self.live.responses[rid].get("result")
+            status = result.get("status") if isinstance(result, dict) else None
+            if status == want or status in TERMINAL:
+                return
+            time.sleep(self.tasks.pause_for(recorded))
+        self.notes.append(f"task {recorded}: not {want} after polling for {self.timeout:g} s")
+
+    def task_steps(self, act: Action, send: Callable[[bytes], None], *, after: bool) -> None:
+        """Before a ``tasks/update``: wait for the question; after a task's last recorded poll
+        that saw it end: poll until the live task ended too (:mod:`.tasks`)."""
+        msg = act.message
+        if self.tasks is None or not isinstance(msg, dict) or self.live.closed:
+            return
+        if not after and msg.get("method") == "tasks/update":
+            self.poll_task(msg, send, "input_required")
+            return
+        rid = id_key(msg["id"]) if after and msg.get("id") is not None else None
+        recorded = self.tasks.plan.last_polls.get(rid or "")
+        if recorded not in TERMINAL or rid is None:
+            return
+        if not self.wait(self.responded([rid]), f"waiting for the response to request id {rid}"):
+            return
+        result = self.live.responses[rid].get("result")
+        if not (isinstance(result, dict) and result.get("status") in TERMINAL):
+            self.poll_task(msg, send, str(recorded))
 
 
 def drive(
@@ -189,9 +234,12 @@ def drive(
     timeout: float,
     pacing: str,
     notes: list[str],
+    tasks: TaskPlan | None = None,
 ) -> None:
     """Follow the plan against the live server (blocking; the transport runs elsewhere)."""
     d = _Driver(live, states, timeout, notes)
+    if tasks is not None and not tasks.empty:
+        d.tasks = LiveTasks(tasks)
     start = time.monotonic()
     t0 = actions[0].ts if actions else 0.0
     for act in actions:
@@ -207,6 +255,13 @@ def drive(
             )
         live.pump(time.monotonic())
         d.learn_states()
+        if d.tasks is not None:
+            d.tasks.learn(live.responses)
+        try:
+            d.task_steps(act, send, after=False)
+        except OSError:
+            notes.append(f"the server stopped reading before frame #{act.seq}")
+            return
         data = d.data_for(act)
         if data is None:
             continue
@@ -215,6 +270,7 @@ def drive(
             return
         try:
             send(data)
+            d.task_steps(act, send, after=True)
         except OSError:
             notes.append(f"the server stopped reading before frame #{act.seq}")
             return

@@ -31,6 +31,7 @@ from mcp_proxy.replay.drive import (
     linked_result,
 )
 from mcp_proxy.replay.plan import outstanding_requests, plan, recorded_states
+from mcp_proxy.replay.tasks import task_plan
 
 RELAY_PREFIX = "mcptape: relaying "
 #: How often a stream that ended before its response is resumed (the SDK client's default).
@@ -337,6 +338,7 @@ def replay_http(
             timeout=timeout,
             pacing=pacing,
             notes=notes,
+            tasks=task_plan(session),
         )
         host.finish()
         notes.extend(host.problems)

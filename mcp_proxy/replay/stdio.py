@@ -17,6 +17,7 @@ from mcp_proxy.osutil import write_all
 from mcp_proxy.recording.model import SessionRecording
 from mcp_proxy.replay.drive import DEFAULT_TIMEOUT, Live, ReplayResult, drive, linked_result
 from mcp_proxy.replay.plan import outstanding_requests, plan, recorded_states
+from mcp_proxy.replay.tasks import task_plan
 
 
 def replay_stdio(
@@ -89,6 +90,7 @@ def replay_stdio(
             timeout=timeout,
             pacing=pacing,
             notes=notes,
+            tasks=task_plan(session),
         )
     finally:
         with contextlib.suppress(OSError):

@@ -55,6 +55,9 @@ Misbehaving presets:
     ``burst(count: int = 5000, kind: str = "log")`` sends ``count`` notifications (``log``,
     ``progress`` or ``both``) and then returns.
 
+Task presets (``tasks``, ``tasks-failed``, ``tasks-cancelled``, ``tasks-input``) and the
+extension-refusing ``extension-strict``: see :mod:`mcp_proxy.testing.presets_tasks`.
+
 Why the raw-stdout trick is needed: while serving, the SDK's stdio transport points fd 1 at
 stderr and writes the wire through a private duplicate of the original stdout. Presets that
 must corrupt the wire therefore duplicate fd 1 *when they are applied*, before the transport
@@ -84,6 +87,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError, NoBackChannelError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
+
+from mcp_proxy.testing.presets_tasks import TASK_PRESETS
 
 __all__ = [
     "PRESETS",
@@ -508,8 +513,9 @@ PRESETS: dict[str, Preset] = {
     "crash": preset_crash,
     "huge": preset_huge,
     "burst": preset_burst,
+    **TASK_PRESETS,
 }
-"""Every preset by name, in the order the docs list them."""
+"""Every preset by name, in the order the docs list them (task presets: :mod:`.presets_tasks`)."""
 
 ALL_WELL_BEHAVED = ("basic", "slow", "failing", "sampling", "elicitation", "mrtr")
 """Presets that never corrupt the wire or kill the process, safe to combine in one server."""

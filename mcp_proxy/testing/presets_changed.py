@@ -3,7 +3,8 @@
 ``mcptape replay`` must report a difference when the server under test answers differently from
 the recording. ``basic_changed`` is the ``basic`` preset whose ``echo`` tool now shouts (returns
 its text upper-cased) — one result differs, everything else is identical, so a test can check
-that exactly that exchange is reported.
+that exactly that exchange is reported. ``tasks_changed`` is the ``tasks`` preset whose
+``research`` task ends with its findings upper-cased (the final result of a task differs).
 
 It plugs in without touching :mod:`mcp_proxy.testing.presets` or the server entry point: this
 module, run as a program, adds its presets to ``PRESETS`` in its own process and then hands
@@ -14,12 +15,16 @@ over to :func:`mcp_proxy.testing.server.main`, so every server option works unch
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 
 from mcp_proxy.testing.presets import PRESETS, Preset, preset_basic
+from mcp_proxy.testing.presets_tasks import preset_tasks
+from mcp_proxy.testing.tasks import TaskState, TaskTool, runtime_of
 
 
 def preset_basic_changed(server: MCPServer) -> None:
@@ -32,7 +37,23 @@ def preset_basic_changed(server: MCPServer) -> None:
         return text.upper()
 
 
-CHANGED_PRESETS: dict[str, Preset] = {"basic_changed": preset_basic_changed}
+async def _shouting_research(task: TaskState, args: dict[str, Any]) -> None:
+    await asyncio.sleep(max(0.0, min(float(args.get("duration", 0.05)), 60.0)))
+    text = f"findings on {args.get('topic', 'mcp')}".upper()
+    task.result = {"content": [{"type": "text", "text": text}]}
+    task.move("completed", "done")
+
+
+def preset_tasks_changed(server: MCPServer) -> None:
+    """``tasks``, except that a ``research`` task's findings are upper-cased."""
+    preset_tasks(server)
+    runtime_of(server).tools["research"] = TaskTool("research", _shouting_research)
+
+
+CHANGED_PRESETS: dict[str, Preset] = {
+    "basic_changed": preset_basic_changed,
+    "tasks_changed": preset_tasks_changed,
+}
 
 
 def server_argv(presets: str, python: str | None = None) -> list[str]:

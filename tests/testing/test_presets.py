@@ -353,6 +353,11 @@ def test_parse_preset_names() -> None:
         "crash",
         "huge",
         "burst",
+        "tasks",
+        "tasks-failed",
+        "tasks-cancelled",
+        "tasks-input",
+        "extension-strict",
     }
 
 
