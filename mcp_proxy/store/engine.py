@@ -58,6 +58,12 @@ def resolve_url(db: str | None = None) -> str:
 
 def sqlite_path(url: str) -> Path | None:
     """The file behind a SQLite URL, or None for other databases and in-memory SQLite."""
+    for prefix in ("sqlite:///", "sqlite+pysqlite:///"):
+        # The plain form without SQLAlchemy (the recorder process's settle must not import it);
+        # anything to decode or parse (``%``, options, a host part) goes to make_url.
+        rest = url[len(prefix) :] if url.startswith(prefix) else ""
+        if rest and rest != ":memory:" and not any(c in rest for c in "%?#@"):
+            return Path(rest)
     import sqlalchemy as sa
 
     try:

@@ -19,10 +19,18 @@ from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.annotations import AnnotationQueries
 from mcp_proxy.store.base import FRAME_COLUMNS_NO_RAW, StoreBase
 from mcp_proxy.store.columns import FRAME_COLUMNS
+from mcp_proxy.store.liveness import is_live, session_status
 from mcp_proxy.store.pages import PageQueries
 from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
 
-__all__ = ["FRAME_COLUMNS_NO_RAW", "Store", "duration", "missing_database", "session_status"]
+__all__ = [
+    "FRAME_COLUMNS_NO_RAW",
+    "Store",
+    "duration",
+    "is_live",
+    "missing_database",
+    "session_status",
+]
 
 
 def missing_database(url: str) -> Path | None:
@@ -309,36 +317,6 @@ def storable(row: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, str):
             out[key] = value.encode("utf-8", "backslashreplace").decode("utf-8")
     return out
-
-
-def is_live(session: dict[str, Any], *, now: float | None = None) -> bool:
-    """A session is live while its recorder runs; a ``live`` row whose recorder died is not.
-
-    Only checkable for recorders on this machine (same hostname); others count as live.
-    """
-    if session.get("status") != "live":
-        return False
-    import os
-    import socket
-
-    pid = session.get("pid")
-    if pid and session.get("hostname") == socket.gethostname():
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-    del now
-    return True
-
-
-def session_status(session: dict[str, Any]) -> str:
-    """live | ended | crashed | abandoned (the recorder died without closing the session)."""
-    status = str(session.get("status") or "")
-    if status == "live" and not is_live(session):
-        return "abandoned"
-    return status
 
 
 def duration(session: dict[str, Any]) -> float | None:
