@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # the async store: imported by its callers, never by the reco
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "current_findings",
     "enrich",
     "fault_end",
     "finding_rows",
@@ -450,11 +451,29 @@ def settle(url: str, session_id: str) -> bool:
             return False
         if is_fresh(session, store.analysis_summary(session_id)):
             return False
-        view = session_view(session)
-        view["fault_end"] = fault_end(store.recorded_findings(session_id))
-        analysis = stream_analysis(url, view, store.http_exchanges(session_id))
-        store.replace_analyzer_findings(session_id, finding_rows(analysis, session))
+        _refresh_direct(store, url, session)
         return True
+
+
+def current_findings(url: str, session: dict[str, Any]) -> list[dict[str, Any]]:
+    """:func:`session_findings` without an event loop or the async store (``show``): the
+    stored findings, recomputed and stored first when stale, through the driver."""
+    sid = str(session["id"])
+    with DirectStore(url) as store:
+        fresh = store.session(sid) or session
+        if not is_fresh(fresh, store.analysis_summary(sid)):
+            _refresh_direct(store, url, fresh)
+        rows = [r for r in store.recorded_findings(sid) if r["code"] != SUMMARY_CODE]
+    return sort_rows([finding_record(r) for r in rows])
+
+
+def _refresh_direct(store: DirectStore, url: str, session: dict[str, Any]) -> None:
+    """:func:`refresh` through the driver: the bounded pass, its findings swapped in."""
+    sid = str(session["id"])
+    view = session_view(session)
+    view["fault_end"] = fault_end(store.recorded_findings(sid))
+    analysis = stream_analysis(url, view, store.http_exchanges(sid))
+    store.replace_analyzer_findings(sid, finding_rows(analysis, session))
 
 
 def enrich(row: dict[str, Any]) -> dict[str, Any]:

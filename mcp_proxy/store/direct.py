@@ -8,7 +8,8 @@ it goes through the driver too: plain :mod:`sqlite3` on a SQLite file — no SQL
 imported, which cost the recorder process of every ``mcptape record`` more CPU than the
 recording — and, elsewhere, the DBAPI connection of a sync engine (the recorder already
 imports it there). The rows come back as the async store's do (``store/queries.py``): dicts
-of every column, JSON columns decoded.
+of every column, JSON columns decoded. ``show`` (its frames and findings) and ``export`` read a
+session through it too, so that neither starts the async store.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from mcp_proxy.errors import StoreError
-from mcp_proxy.store.engine import BUSY_TIMEOUT_MS, error_line
+from mcp_proxy.errors import NotFoundError, StoreError
+from mcp_proxy.store.engine import error_line, sqlite_connect
 from mcp_proxy.store.rows import (
     EXCHANGE_COLUMNS,
     FINDING_COLUMNS,
@@ -54,10 +55,7 @@ class DirectStore:
             raise StoreError(error_line(exc)) from exc
 
     def _open_sqlite(self, path: str) -> None:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA foreign_keys=ON")
-        self.conn: Any = conn
+        self.conn: Any = sqlite_connect(path, isolation_level=None, check_same_thread=False)
         self.pg = False
         self.error: type[Exception] = sqlite3.Error
 
@@ -123,6 +121,31 @@ class DirectStore:
             (session_id,),
         )
         return rows[0] if rows else None
+
+    def resolve_session(self, ref: str) -> dict[str, Any]:
+        """A session by unique id prefix, or by name (the latest with that name): as the async
+        store's ``resolve_session``, with its errors (:class:`NotFoundError`, exit 4)."""
+        ref = ref.strip()
+        if not ref:
+            raise NotFoundError("empty session reference")
+        select = f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions"
+        if all(ch in "0123456789abcdef" for ch in ref.lower()):
+            # Hex digits only: nothing in the pattern that LIKE would read as a wildcard.
+            rows = self._dicts(
+                "sessions", f"{select} WHERE id LIKE ? LIMIT 2", (ref.lower() + "%",)
+            )
+            if len(rows) == 1:
+                return rows[0]
+            if len(rows) > 1:
+                raise NotFoundError(f"session id prefix {ref!r} is ambiguous; give more characters")
+        rows = self._dicts(
+            "sessions",
+            f"{select} WHERE name = ? ORDER BY started_at DESC, id DESC LIMIT 1",
+            (ref,),
+        )
+        if not rows:
+            raise NotFoundError(f"no session matches {ref!r} (an id prefix or a session name)")
+        return rows[0]
 
     def http_exchanges(self, session_id: str) -> list[dict[str, Any]]:
         return self._dicts(

@@ -190,6 +190,21 @@ def _create(url: str, factory: Any, **kwargs: Any) -> Any:
         raise StoreError(f"not a database URL: {display_url(url)}") from exc
 
 
+def sqlite_connect(path: Path | str, **kwargs: Any) -> Any:
+    """A plain ``sqlite3`` connection to an existing file with the pragmas every connection of
+    an engine gets (busy timeout, WAL, ``synchronous=NORMAL``, foreign keys): for the readers
+    and writers that talk to the driver without SQLAlchemy (``store/direct.py``,
+    ``store/recordings.py``). A driver error is one :class:`StoreError` line."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(path, **kwargs)
+        _sqlite_pragmas(conn, None)
+    except sqlite3.Error as exc:
+        raise StoreError(error_line(exc)) from exc
+    return conn
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")

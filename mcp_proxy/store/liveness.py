@@ -1,14 +1,15 @@
 """Whether a session's recorder still runs: what every reader of a session's status asks.
 
 No SQLAlchemy here, so that the recorder process's settle (``analysis.service.settle``) and
-``render.py`` can ask without importing the async store (``store/queries.py`` re-exports both).
+``render.py`` can ask without importing the async store (``store/queries.py`` re-exports them).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-__all__ = ["is_live", "session_status"]
+__all__ = ["duration", "is_live", "session_status"]
 
 
 def is_live(session: dict[str, Any], *, now: float | None = None) -> bool:
@@ -39,3 +40,13 @@ def session_status(session: dict[str, Any]) -> str:
     if status == "live" and not is_live(session):
         return "abandoned"
     return status
+
+
+def duration(session: dict[str, Any]) -> float | None:
+    start = session.get("started_at")
+    end = session.get("ended_at") or session.get("updated_at")
+    if start is None:
+        return None
+    if end is None and session.get("status") == "live":
+        end = time.time()
+    return (end - start) if end else None

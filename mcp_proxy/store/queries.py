@@ -7,7 +7,6 @@ paths a user walks (sessions newest first, one session's frames in order) are se
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.annotations import AnnotationQueries
 from mcp_proxy.store.base import FRAME_COLUMNS_NO_RAW, StoreBase
 from mcp_proxy.store.columns import FRAME_COLUMNS
-from mcp_proxy.store.liveness import is_live, session_status
+from mcp_proxy.store.liveness import duration, is_live, session_status
 from mcp_proxy.store.pages import PageQueries
 from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
 
@@ -317,13 +316,3 @@ def storable(row: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, str):
             out[key] = value.encode("utf-8", "backslashreplace").decode("utf-8")
     return out
-
-
-def duration(session: dict[str, Any]) -> float | None:
-    start = session.get("started_at")
-    end = session.get("ended_at") or session.get("updated_at")
-    if start is None:
-        return None
-    if end is None and session.get("status") == "live":
-        end = time.time()
-    return (end - start) if end else None

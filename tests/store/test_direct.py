@@ -100,3 +100,38 @@ def test_an_unreachable_database_is_one_store_error_line(tmp_path: Any) -> None:
     with pytest.raises(StoreError) as err:
         DirectStore("sqlite:///" + str(tmp_path / "no" / "such" / "dir.db"))
     assert "\n" not in str(err.value)
+
+
+def test_a_session_is_named_as_the_async_store_names_it(db_url: str) -> None:
+    from mcp_proxy.errors import NotFoundError
+
+    writer = BatchWriter.open(db_url)
+    try:
+        ids = ["ab12" + "0" * 28, "ab13" + "0" * 28, "cd00" + "0" * 28]
+        starts = [1.0, 2.0, 3.0]
+        names = ["same", "same", "other"]
+        writer.write(
+            Batch(
+                sessions=[
+                    {"id": i, "name": n, "transport": "stdio", "status": "ended", "started_at": t}
+                    for i, n, t in zip(ids, names, starts, strict=True)
+                ]
+            )
+        )
+    finally:
+        writer.close()
+
+    async def theirs(ref: str) -> str:
+        store = await Store.open(db_url)
+        try:
+            return str((await store.resolve_session(ref))["id"])
+        finally:
+            await store.close()
+
+    with DirectStore(db_url) as d:
+        for ref in ("ab12", "AB13", "cd", "same", "other", ids[0]):
+            assert d.resolve_session(ref)["id"] == asyncio.run(theirs(ref)), ref
+        assert d.resolve_session("same")["id"] == ids[1]  # the latest of that name
+        for ref, says in (("ab1", "ambiguous"), ("nope", "no session matches"), (" ", "empty")):
+            with pytest.raises(NotFoundError, match=says):
+                d.resolve_session(ref)
