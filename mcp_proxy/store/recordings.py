@@ -91,7 +91,9 @@ class _Driver:
 
             self.pg = False
             self.error: type[Exception] = sqlite3.Error
-            self.proxy: Any = engine_mod.sqlite_connect(plain)
+            # check_same_thread off, as SQLAlchemy has it for a file: a generator reading
+            # through it (stream_jsonl) may be resumed on another thread, never two at once.
+            self.proxy: Any = engine_mod.sqlite_connect(plain, check_same_thread=False)
             self.dbapi: Any = self.proxy
             self.mark = "?"
             self._json_in: Any = _json_text
