@@ -24,7 +24,7 @@ from orjson import loads as _orjson_loads
 from mcp_proxy.bounded import depth_exceeds
 from mcp_proxy.frames import parse_json, strip_line_end, text_or_none
 from mcp_proxy.limits import PRETTY_DEPTH, SHAPE_CACHE
-from mcp_proxy.store.queries import duration, session_status
+from mcp_proxy.store.liveness import duration, session_status
 
 ARROWS = {"c2s": "→", "s2c": "←"}
 #: The ``inject`` channel: bytes mcptape put on the wire in a peer's place (fault injection).

@@ -33,7 +33,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.analysis.catalogue import SUMMARY_CODE
 from mcp_proxy.analysis.consumer import Consumer
@@ -49,13 +49,18 @@ from mcp_proxy.analysis.stats import (
 )
 from mcp_proxy.analysis.version import ANALYZER_VERSION
 from mcp_proxy.errors import StoreError
+from mcp_proxy.store.direct import DirectStore
 from mcp_proxy.store.engine import sqlite_path
-from mcp_proxy.store.queries import Store, session_status
+from mcp_proxy.store.liveness import session_status
 from mcp_proxy.store.stream import STATS_COLUMNS, frame_batches, shaped_batches, shaped_pages
+
+if TYPE_CHECKING:  # the async store: imported by its callers, never by the recorder's settle
+    from mcp_proxy.store.queries import Store
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "current_findings",
     "enrich",
     "fault_end",
     "finding_rows",
@@ -434,22 +439,41 @@ def stream_stats(
 def settle(url: str, session_id: str) -> bool:
     """Store the findings of a session that ended, unless current ones are stored: what the
     recorder process does once a session's rows are written (``mcp_proxy.recorder_process``),
-    so that the first ``check`` is a read. True when it analysed the session."""
-    return asyncio.run(_settle(url, session_id))
+    so that the first ``check`` is a read. True when it analysed the session.
 
-
-async def _settle(url: str, session_id: str) -> bool:
-    store = await Store.open(url)
-    try:
-        session = await store.get_session(session_id)
+    Through the driver (:class:`~mcp_proxy.store.direct.DirectStore`) and the bounded
+    :func:`stream_analysis`, with no event loop: on SQLite the recorder process imports no
+    SQLAlchemy for it (the async store's start-up cost more CPU than a small session's
+    analysis, in every ``mcptape record``)."""
+    with DirectStore(url) as store:
+        session = store.session(session_id)
         if session is None or session_status(session) == "live":
             return False
-        if is_fresh(session, await store.analysis_summary(session_id)):
+        if is_fresh(session, store.analysis_summary(session_id)):
             return False
-        await refresh(store, session)
+        _refresh_direct(store, url, session)
         return True
-    finally:
-        await store.close()
+
+
+def current_findings(url: str, session: dict[str, Any]) -> list[dict[str, Any]]:
+    """:func:`session_findings` without an event loop or the async store (``show``): the
+    stored findings, recomputed and stored first when stale, through the driver."""
+    sid = str(session["id"])
+    with DirectStore(url) as store:
+        fresh = store.session(sid) or session
+        if not is_fresh(fresh, store.analysis_summary(sid)):
+            _refresh_direct(store, url, fresh)
+        rows = [r for r in store.recorded_findings(sid) if r["code"] != SUMMARY_CODE]
+    return sort_rows([finding_record(r) for r in rows])
+
+
+def _refresh_direct(store: DirectStore, url: str, session: dict[str, Any]) -> None:
+    """:func:`refresh` through the driver: the bounded pass, its findings swapped in."""
+    sid = str(session["id"])
+    view = session_view(session)
+    view["fault_end"] = fault_end(store.recorded_findings(sid))
+    analysis = stream_analysis(url, view, store.http_exchanges(sid))
+    store.replace_analyzer_findings(sid, finding_rows(analysis, session))
 
 
 def enrich(row: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,14 @@ from typing import Annotated, Any
 import typer
 
 from mcp_proxy.cli import app, handle_errors
-from mcp_proxy.commands.common import DbOption, Format, check_limit, open_store, parse_time
+from mcp_proxy.commands.common import (
+    DbOption,
+    Format,
+    check_limit,
+    open_direct,
+    open_store,
+    parse_time,
+)
 
 
 @app.command()
@@ -90,25 +97,40 @@ def show(
     object per line.
     """
     out = sys.stdout
+    findings = fmt == Format.text and not no_findings
+
+    def print_findings(rows: list[dict[str, Any]]) -> None:
+        from mcp_proxy.render import finding_text
+
+        out.write(f"\nFindings ({len(rows)}):\n" if rows else "\nNo findings.\n")
+        for row in rows:
+            out.write(finding_text(row, detail=not no_body) + "\n")
+
+    if not exchanges:
+        # Frames and findings through the driver: no event loop, no async store to start.
+        from mcp_proxy.analysis.service import current_findings
+
+        url, direct = open_direct(db)
+        with direct:
+            s = direct.resolve_session(session)
+        if fmt == Format.text:
+            out.write(_session_head(s))
+        _print_frames(url, s["id"], fmt, body=not no_body, no_stderr=no_stderr)
+        if findings:
+            print_findings(current_findings(url, s))
+        return
 
     async def go() -> None:
         from mcp_proxy.analysis.service import session_findings
-        from mcp_proxy.render import finding_text
 
         store = await open_store(db)
         try:
             s = await store.resolve_session(session)
             if fmt == Format.text:
                 out.write(_session_head(s))
-            if exchanges:
-                await _print_exchanges(store, s, fmt)
-            else:
-                _print_frames(store.url, s["id"], fmt, body=not no_body, no_stderr=no_stderr)
-            if fmt == Format.text and not no_findings:
-                rows = await session_findings(store, s)
-                out.write(f"\nFindings ({len(rows)}):\n" if rows else "\nNo findings.\n")
-                for row in rows:
-                    out.write(finding_text(row, detail=not no_body) + "\n")
+            await _print_exchanges(store, s, fmt)
+            if findings:
+                print_findings(await session_findings(store, s))
         finally:
             await store.close()
 

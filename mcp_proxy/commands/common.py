@@ -19,6 +19,7 @@ import typer
 from mcp_proxy.limits import MAX_FLAG_SECONDS
 
 if TYPE_CHECKING:
+    from mcp_proxy.store.direct import DirectStore
     from mcp_proxy.store.queries import Store
 
 DbOption = Annotated[
@@ -68,6 +69,19 @@ async def open_store(db: str | None) -> Store:
     return await Store.open(url, create=False)
 
 
+def open_direct(db: str | None) -> tuple[str, DirectStore]:
+    """The database a reading command was pointed at, through the driver (``show``, ``export``):
+    ``(url, store)``, without the async store's start-up. A missing file is an error, as for
+    :func:`open_store`; an older schema is brought to the head as :func:`open_store` does."""
+    from mcp_proxy.store.direct import DirectStore
+    from mcp_proxy.store.engine import ensure_schema, resolve_url
+
+    url = resolve_url(db)
+    require_database(url)
+    ensure_schema(url)
+    return url, DirectStore(url)
+
+
 def require_database(url: str) -> None:
     """Raise NotFoundError (exit 4) when ``url`` names a SQLite file that does not exist.
 
@@ -76,9 +90,15 @@ def require_database(url: str) -> None:
     """
     from mcp_proxy.errors import NotFoundError
     from mcp_proxy.render import cli_name
-    from mcp_proxy.store.queries import missing_database
+    from mcp_proxy.store.engine import plain_sqlite_file
 
-    missing = missing_database(url)
+    plain = plain_sqlite_file(url)  # a plain file is checked without importing SQLAlchemy
+    if plain is not None:
+        missing = None if plain.is_file() else plain
+    else:
+        from mcp_proxy.store.queries import missing_database
+
+        missing = missing_database(url)
     if missing is not None:
         raise NotFoundError(
             f"no database at {missing} (record a session first — try: {cli_name()} demo —"

@@ -7,7 +7,6 @@ when stderr is a terminal (never in pipes, logs or CI).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import sys
@@ -154,27 +153,23 @@ def export(
     db: DbOption = None,
 ) -> None:
     """Write sessions to a file in a recording format (deterministic bytes), or send them."""
-    from mcp_proxy.commands.common import require_database
-    from mcp_proxy.recording.database import read_sessions, resolve_sessions
+    from mcp_proxy.commands.common import open_direct
+    from mcp_proxy.recording.database import read_sessions
     from mcp_proxy.recording.registry import output_format
-    from mcp_proxy.store.engine import resolve_url
-    from mcp_proxy.store.queries import Store
 
     sending = output.startswith(("http://", "https://"))
     chosen = _sender(fmt) if sending else output_format(output, fmt)
     writer = chosen.need_writer() if not sending else None
 
-    url = resolve_url(db)
-    require_database(url)  # export only reads: a --db typo must not create a database
-
-    async def resolve() -> list[dict[str, Any]]:
-        store = await Store.open(url, create=False)
-        try:
-            return await resolve_sessions(store, sessions)
-        finally:
-            await store.close()
-
-    rows = asyncio.run(resolve())
+    # export only reads: a --db typo must not create a database (open_direct refuses it). The
+    # sessions are named through the driver, without starting the async store.
+    url, direct = open_direct(db)
+    with direct:
+        named: dict[str, dict[str, Any]] = {}
+        for ref in sessions:
+            row = direct.resolve_session(ref)
+            named.setdefault(str(row["id"]), row)
+    rows = list(named.values())
     ids = [str(r["id"]) for r in rows]
     total = sum(int(r.get("frame_count") or 0) for r in rows)
     if not sending and chosen.write_db is not None:

@@ -56,8 +56,23 @@ def resolve_url(db: str | None = None) -> str:
     return "sqlite:///" + str(Path(value).expanduser().resolve())
 
 
+def plain_sqlite_file(url: str) -> Path | None:
+    """The file of a plain ``sqlite:///PATH`` URL, read without SQLAlchemy (the recorder
+    process must not import it); None for anything else — other databases, memory, and URLs with
+    something to decode or parse (``%``, options, a host part), which :func:`sqlite_path`
+    leaves to SQLAlchemy."""
+    for prefix in ("sqlite:///", "sqlite+pysqlite:///"):
+        rest = url[len(prefix) :] if url.startswith(prefix) else ""
+        if rest and rest != ":memory:" and not any(c in rest for c in "%?#@"):
+            return Path(rest)
+    return None
+
+
 def sqlite_path(url: str) -> Path | None:
     """The file behind a SQLite URL, or None for other databases and in-memory SQLite."""
+    plain = plain_sqlite_file(url)
+    if plain is not None:
+        return plain
     import sqlalchemy as sa
 
     try:
@@ -173,6 +188,21 @@ def _create(url: str, factory: Any, **kwargs: Any) -> Any:
         raise StoreError(f"unsupported database URL {display_url(url)}: {exc}") from exc
     except sa.exc.ArgumentError as exc:
         raise StoreError(f"not a database URL: {display_url(url)}") from exc
+
+
+def sqlite_connect(path: Path | str, **kwargs: Any) -> Any:
+    """A plain ``sqlite3`` connection to an existing file with the pragmas every connection of
+    an engine gets (busy timeout, WAL, ``synchronous=NORMAL``, foreign keys): for the readers
+    and writers that talk to the driver without SQLAlchemy (``store/direct.py``,
+    ``store/recordings.py``). A driver error is one :class:`StoreError` line."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(path, **kwargs)
+        _sqlite_pragmas(conn, None)
+    except sqlite3.Error as exc:
+        raise StoreError(error_line(exc)) from exc
+    return conn
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -441,6 +471,90 @@ def _newer_message(rev: str | None, head: str) -> str:
     )
 
 
+def create_sqlite_at_head(path: Path) -> bool:
+    """Make a new SQLite file at the schema head with plain ``sqlite3`` (True), from the
+    snapshot of what the migrations leave an empty file with (``store/sqlite_head.py``): no
+    SQLAlchemy or alembic, which cost a first ``mcptape record`` into a new file more CPU than
+    the recording. True as well when the file is already at the head.
+
+    False — the caller migrates — when the file holds anything else (an older schema, other
+    tables) or the snapshot is not of the schema's head. Under the migration lock, in one
+    transaction: two recorders making one file at once make it once. The file and a folder
+    made for it are private (``0600``/``0700``), as every database file mcptape makes.
+    """
+    import sqlite3
+
+    from mcp_proxy.store import sqlite_head
+    from mcp_proxy.store.rows import SCHEMA_HEAD
+
+    if sqlite_head.HEAD != SCHEMA_HEAD:
+        return False
+    if path.exists():  # read-only first: a file in use or not ours to write is only looked at
+        state = _sqlite_state(path, SCHEMA_HEAD)
+        if state != "empty":
+            return state == "head"
+    url = "sqlite:///" + str(path)
+    _prepare_sqlite_file(url)
+    with _migration_lock(url):
+        try:
+            conn = sqlite3.connect(path, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(error_line(exc)) from exc
+        try:
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                made = _from_snapshot(conn, sqlite_head.STATEMENTS, SCHEMA_HEAD)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return made
+        except sqlite3.Error as exc:
+            raise StoreError(error_line(exc)) from exc
+        finally:
+            conn.close()
+
+
+def _sqlite_state(path: Path, head: str) -> str:
+    """``head``, ``empty`` (no table: a new file) or ``other``, read through a read-only
+    connection (an unreadable or locked file is ``other``: the migrations' path decides)."""
+    import sqlite3
+
+    try:
+        from urllib.parse import quote
+
+        uri = f"file:{quote(str(path))}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error:
+        return "other"
+    try:
+        if not conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            return "empty"
+        row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        return "head" if row is not None and row[0] == head else "other"
+    except sqlite3.Error:
+        return "other"
+    finally:
+        conn.close()
+
+
+def _from_snapshot(conn: Any, statements: tuple[str, ...], head: str) -> bool:
+    """Run the snapshot on an empty file (True); a file at ``head`` is left (True), any other
+    content too (False)."""
+    if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        try:
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        except Exception:  # no such table: not ours to change here
+            return False
+        return row is not None and row[0] == head
+    for statement in statements:
+        conn.execute(statement)
+    conn.execute("INSERT INTO alembic_version (version_num) VALUES (?)", (head,))
+    return True
+
+
 def ensure_schema(url: str, engine: Engine | None = None) -> None:
     """Make sure the database exists and is at :data:`SCHEMA_HEAD`.
 
@@ -448,6 +562,9 @@ def ensure_schema(url: str, engine: Engine | None = None) -> None:
     (SQLite) and refused with the command to run otherwise (PostgreSQL); a newer one is always
     refused. Raises :class:`StoreError` with one clear line when the database cannot be reached.
     """
+    path = plain_sqlite_file(url)
+    if path is not None and create_sqlite_at_head(path):
+        return  # a new file made from the snapshot, or one at the head already
     import sqlalchemy as sa
 
     from mcp_proxy.store.schema import SCHEMA_HEAD

@@ -7,7 +7,6 @@ paths a user walks (sessions newest first, one session's frames in order) are se
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,18 @@ from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.annotations import AnnotationQueries
 from mcp_proxy.store.base import FRAME_COLUMNS_NO_RAW, StoreBase
 from mcp_proxy.store.columns import FRAME_COLUMNS
+from mcp_proxy.store.liveness import duration, is_live, session_status
 from mcp_proxy.store.pages import PageQueries
 from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
 
-__all__ = ["FRAME_COLUMNS_NO_RAW", "Store", "duration", "missing_database", "session_status"]
+__all__ = [
+    "FRAME_COLUMNS_NO_RAW",
+    "Store",
+    "duration",
+    "is_live",
+    "missing_database",
+    "session_status",
+]
 
 
 def missing_database(url: str) -> Path | None:
@@ -309,43 +316,3 @@ def storable(row: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, str):
             out[key] = value.encode("utf-8", "backslashreplace").decode("utf-8")
     return out
-
-
-def is_live(session: dict[str, Any], *, now: float | None = None) -> bool:
-    """A session is live while its recorder runs; a ``live`` row whose recorder died is not.
-
-    Only checkable for recorders on this machine (same hostname); others count as live.
-    """
-    if session.get("status") != "live":
-        return False
-    import os
-    import socket
-
-    pid = session.get("pid")
-    if pid and session.get("hostname") == socket.gethostname():
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-    del now
-    return True
-
-
-def session_status(session: dict[str, Any]) -> str:
-    """live | ended | crashed | abandoned (the recorder died without closing the session)."""
-    status = str(session.get("status") or "")
-    if status == "live" and not is_live(session):
-        return "abandoned"
-    return status
-
-
-def duration(session: dict[str, Any]) -> float | None:
-    start = session.get("started_at")
-    end = session.get("ended_at") or session.get("updated_at")
-    if start is None:
-        return None
-    if end is None and session.get("status") == "live":
-        end = time.time()
-    return (end - start) if end else None

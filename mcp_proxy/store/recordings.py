@@ -27,7 +27,6 @@ from mcp_proxy.errors import StoreError
 from mcp_proxy.frames import column_id
 from mcp_proxy.limits import IMPORT_METHOD_CACHE, IMPORT_SQLITE_CACHE_KIB
 from mcp_proxy.store import engine as engine_mod
-from mcp_proxy.store import schema
 from mcp_proxy.store.columns import (
     CHANNEL_CODES,
     DIRECTION_CODES,
@@ -35,8 +34,13 @@ from mcp_proxy.store.columns import (
     KIND_CODES,
     STORED_FRAME_COLS,
 )
-from mcp_proxy.store.rows import storable
-from mcp_proxy.store.schema import findings, http_exchanges, sessions
+from mcp_proxy.store.rows import (
+    EXCHANGE_COLUMNS,
+    FINDING_COLUMNS,
+    JSON_COLUMNS,
+    SESSION_COLUMNS,
+    storable,
+)
 
 __all__ = [
     "FRAME_COLUMNS",
@@ -54,18 +58,15 @@ _SSE_EVENT_MAX = 100
 #: SQLite page cache for an import's connection, in KiB (``limits.IMPORT_SQLITE_CACHE_KIB``).
 BULK_CACHE_KIB = IMPORT_SQLITE_CACHE_KIB
 
-#: Each table's columns this module reads and writes, in the schema's order.
-_SESSION_COLS = tuple(c.name for c in sessions.c)
-_EXCHANGE_COLS = tuple(c.name for c in http_exchanges.c if c.name != "id")
-_FINDING_COLS = tuple(c.name for c in findings.c if c.name != "id")
+#: Each table's columns this module reads and writes, in the schema's order (``store/rows.py``
+#: has them without SQLAlchemy; ``tests/recorder/test_store_writes.py`` checks them against the
+#: schema), so that an export from a SQLite file imports no SQLAlchemy.
+_SESSION_COLS = SESSION_COLUMNS
+_EXCHANGE_COLS = EXCHANGE_COLUMNS
+_FINDING_COLS = FINDING_COLUMNS
 _NOTE_COLS = ("session_id", "frame_seq", "tag", "note", "created_at", "updated_at")
-#: The JSON columns (``sa.JSON``): text on SQLite, ``json`` on PostgreSQL.
-_JSON_COLS = frozenset(
-    c.name
-    for table in (sessions, http_exchanges, findings, schema.annotations)
-    for c in table.c
-    if c.type.__class__.__name__ == "JSON"
-)
+#: The JSON columns (``sa.JSON``): text on SQLite, ``json`` on PostgreSQL (annotations have none).
+_JSON_COLS = frozenset().union(*JSON_COLUMNS.values())
 
 
 @dataclass
@@ -83,20 +84,34 @@ class _Driver:
     how a JSON value goes in and comes out, the driver's error class."""
 
     def __init__(self, url: str) -> None:
+        plain = engine_mod.plain_sqlite_file(url)
+        self.engine: Any = None
+        if plain is not None and plain.is_file():  # sqlite3 itself: no SQLAlchemy to import
+            import sqlite3
+
+            self.pg = False
+            self.error: type[Exception] = sqlite3.Error
+            # check_same_thread off, as SQLAlchemy has it for a file: a generator reading
+            # through it (stream_jsonl) may be resumed on another thread, never two at once.
+            self.proxy: Any = engine_mod.sqlite_connect(plain, check_same_thread=False)
+            self.dbapi: Any = self.proxy
+            self.mark = "?"
+            self._json_in: Any = _json_text
+            return
         self.engine = engine_mod.sync_engine(url)
         self.pg = self.engine.dialect.name == "postgresql"
-        self.error: type[Exception] = self.engine.dialect.loaded_dbapi.Error
+        self.error = self.engine.dialect.loaded_dbapi.Error
         try:
             self.proxy = self.engine.raw_connection()
         except Exception as exc:
             self.engine.dispose()
             raise StoreError(engine_mod.error_line(exc)) from exc
-        self.dbapi: Any = self.proxy.driver_connection
+        self.dbapi = self.proxy.driver_connection
         self.mark = "%s" if self.pg else "?"
         if self.pg:
             from psycopg.types.json import Json
 
-            self._json_in: Any = Json
+            self._json_in = Json
         else:
             self._json_in = _json_text
 
@@ -104,7 +119,8 @@ class _Driver:
         try:
             self.proxy.close()
         finally:
-            self.engine.dispose()
+            if self.engine is not None:
+                self.engine.dispose()
 
     def value_in(self, name: str, value: Any) -> Any:
         return self._json_in(value) if value is not None and name in _JSON_COLS else value

@@ -198,6 +198,11 @@ class BatchWriter:
         """A writer for ``url``: plain sqlite3 for a migrated SQLite file, SQLAlchemy otherwise."""
         path = sqlite_file(url)
         if path is None or not _at_head(path):
+            from mcp_proxy.store.engine import create_sqlite_at_head, plain_sqlite_file
+
+            plain = plain_sqlite_file(url)
+            if plain is not None and create_sqlite_at_head(plain):  # a new file: no SQLAlchemy
+                return cls(SqliteBackend(str(plain)))
             from mcp_proxy.store import writes  # SQLAlchemy: other databases, or migrate first
 
             if path is None:

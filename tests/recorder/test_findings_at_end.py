@@ -19,6 +19,7 @@ import pytest
 from mcp_proxy.analysis import service
 from mcp_proxy.analysis.catalogue import SUMMARY_CODE
 from mcp_proxy.store.queries import Store
+from mcp_proxy.store.writes import open_for_writing
 from tests.helpers.cli import run_mcptape
 from tests.recorder.util import ECHO, findings, record, session
 
@@ -74,3 +75,31 @@ def test_findings_are_stored_when_the_session_ends(db_path: Path | str) -> None:
     printed = json.loads(out.stdout)
     assert "exchange.no_response" in {f["code"] for f in printed[0]["findings"]}, printed
     assert sorted(r["id"] for r in findings(db_path, s["id"]) if r["source"] == "analyzer") == ids
+
+
+@pytest.mark.parametrize("new_file", [False, True], ids=["existing", "new"])
+def test_the_recorder_process_settles_a_sqlite_session_without_sqlalchemy(
+    tmp_path: Path, new_file: bool
+) -> None:
+    """The settle reads and writes through the driver (``store/direct.py``), and a new file is
+    made from the schema snapshot (``store/sqlite_head.py``): neither SQLAlchemy, whose import
+    (the async store: engine, ORM, asyncio) cost every ``mcptape record`` more CPU than
+    recording a small session, nor alembic. Python's own import log, switched on by the
+    environment for the relay and the recorder process alike, says what either imported."""
+    db = tmp_path / "lean.sqlite"
+    if not new_file:
+        open_for_writing("sqlite:///" + str(db)).dispose()
+    proc = record(db, ECHO, name="lean", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdin.write(INIT)
+    proc.stdin.flush()
+    assert proc.stdout.readline() == INIT
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 0
+    log = proc.stderr.read().decode()
+    imported = {line.rsplit("|", 1)[-1].strip() for line in log.splitlines() if "|" in line}
+    assert "mcp_proxy.analysis.service" in imported  # the settle ran in the recorder process
+    assert not {m for m in imported if m.split(".")[0] in ("sqlalchemy", "aiosqlite", "alembic")}
+    s = session(db, "lean")
+    codes = {r["code"] for r in findings(db, s["id"]) if r["source"] == "analyzer"}
+    assert SUMMARY_CODE in codes and "exchange.no_response" in codes

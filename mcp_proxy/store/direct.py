@@ -1,0 +1,218 @@
+"""A session's rows and its analyzer findings through the driver, for the recorder process.
+
+When a session ends, the recorder process stores its findings (``analysis.service.settle``):
+it reads the session's row, its HTTP exchanges, its recorded findings and the analyzer's
+summary row, and swaps the analyzer's rows for new ones. That is a handful of statements once
+per session, in a process that otherwise writes through the driver (``store/writer.py``), so
+it goes through the driver too: plain :mod:`sqlite3` on a SQLite file — no SQLAlchemy is
+imported, which cost the recorder process of every ``mcptape record`` more CPU than the
+recording — and, elsewhere, the DBAPI connection of a sync engine (the recorder already
+imports it there). The rows come back as the async store's do (``store/queries.py``): dicts
+of every column, JSON columns decoded. ``show`` (its frames and findings) and ``export`` read a
+session through it too, so that neither starts the async store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from mcp_proxy.errors import NotFoundError, StoreError
+from mcp_proxy.store.engine import error_line, sqlite_connect
+from mcp_proxy.store.rows import (
+    EXCHANGE_COLUMNS,
+    FINDING_COLUMNS,
+    JSON_COLUMNS,
+    SESSION_COLUMNS,
+    storable,
+)
+from mcp_proxy.store.writer import sqlite_file
+
+__all__ = ["DirectStore"]
+
+_SUMMARY = "analysis.summary"
+_FINDING_SELECT = f"SELECT id, {', '.join(FINDING_COLUMNS)} FROM findings"
+_FINDINGS_JSON = JSON_COLUMNS["findings"]
+
+
+class DirectStore:
+    """One DBAPI connection (open, use, :meth:`close`); each call its own transaction."""
+
+    def __init__(self, url: str) -> None:
+        self._engine: Any = None
+        path = sqlite_file(url)
+        try:
+            if path is not None:
+                self._open_sqlite(path)
+            else:
+                self._open_engine(url)
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise StoreError(error_line(exc)) from exc
+
+    def _open_sqlite(self, path: str) -> None:
+        self.conn: Any = sqlite_connect(path, isolation_level=None, check_same_thread=False)
+        self.pg = False
+        self.error: type[Exception] = sqlite3.Error
+
+    def _open_engine(self, url: str) -> None:
+        from mcp_proxy.store import engine as engine_mod
+
+        self._engine = engine = engine_mod.sync_engine(url)
+        self.pg = engine.dialect.name == "postgresql"
+        self.error = engine.dialect.loaded_dbapi.Error
+        try:
+            self._proxy = engine.raw_connection()
+        except Exception:
+            engine.dispose()
+            raise
+        self.conn = self._proxy.driver_connection
+        if not self.pg:
+            self.conn.isolation_level = None  # explicit BEGIN/COMMIT, as on a file
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            (self._proxy if self._engine is not None else self.conn).close()
+        if self._engine is not None:
+            self._engine.dispose()
+
+    def __enter__(self) -> DirectStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ reading
+    def _dicts(self, table: str, sql: str, args: Sequence[Any]) -> list[dict[str, Any]]:
+        js = JSON_COLUMNS.get(table, frozenset())
+        if self.pg:
+            sql = sql.replace("?", "%s")
+        try:
+            cur = self.conn.cursor()
+            try:
+                cur.execute(sql, tuple(args))
+                names = [d[0] for d in cur.description]
+                rows = cur.fetchall()
+            finally:
+                cur.close()
+            if self.pg:
+                self.conn.rollback()  # a read leaves no transaction open on the server
+        except self.error as exc:
+            raise StoreError(error_line(exc)) from exc
+        out = []
+        for row in rows:
+            d = dict(zip(names, row, strict=True))
+            if not self.pg:  # SQLite holds JSON columns as text (what sa.JSON writes)
+                for k in js:
+                    if type(d.get(k)) is str:
+                        d[k] = json.loads(d[k])
+            out.append(d)
+        return out
+
+    def session(self, session_id: str) -> dict[str, Any] | None:
+        """The session's row (None: no such session)."""
+        rows = self._dicts(
+            "sessions",
+            f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ?",
+            (session_id,),
+        )
+        return rows[0] if rows else None
+
+    def resolve_session(self, ref: str) -> dict[str, Any]:
+        """A session by unique id prefix, or by name (the latest with that name): as the async
+        store's ``resolve_session``, with its errors (:class:`NotFoundError`, exit 4)."""
+        ref = ref.strip()
+        if not ref:
+            raise NotFoundError("empty session reference")
+        select = f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions"
+        if all(ch in "0123456789abcdef" for ch in ref.lower()):
+            # Hex digits only: nothing in the pattern that LIKE would read as a wildcard.
+            rows = self._dicts(
+                "sessions", f"{select} WHERE id LIKE ? LIMIT 2", (ref.lower() + "%",)
+            )
+            if len(rows) == 1:
+                return rows[0]
+            if len(rows) > 1:
+                raise NotFoundError(f"session id prefix {ref!r} is ambiguous; give more characters")
+        rows = self._dicts(
+            "sessions",
+            f"{select} WHERE name = ? ORDER BY started_at DESC, id DESC LIMIT 1",
+            (ref,),
+        )
+        if not rows:
+            raise NotFoundError(f"no session matches {ref!r} (an id prefix or a session name)")
+        return rows[0]
+
+    def http_exchanges(self, session_id: str) -> list[dict[str, Any]]:
+        return self._dicts(
+            "http_exchanges",
+            f"SELECT id, {', '.join(EXCHANGE_COLUMNS)} FROM http_exchanges"
+            " WHERE session_id = ? ORDER BY started_at, id",
+            (session_id,),
+        )
+
+    def recorded_findings(self, session_id: str) -> list[dict[str, Any]]:
+        """Every stored finding of the session, in insertion order (as the async store's)."""
+        return self._dicts(
+            "findings", f"{_FINDING_SELECT} WHERE session_id = ? ORDER BY id", (session_id,)
+        )
+
+    def analysis_summary(self, session_id: str) -> dict[str, Any] | None:
+        """The analyzer's ``analysis.summary`` row for a session (None: never analysed)."""
+        rows = self._dicts(
+            "findings",
+            f"{_FINDING_SELECT} WHERE session_id = ? AND source = 'analyzer' AND code = ?"
+            " ORDER BY id DESC LIMIT 1",
+            (session_id, _SUMMARY),
+        )
+        return rows[0] if rows else None
+
+    # ------------------------------------------------------------------ writing
+    def replace_analyzer_findings(self, session_id: str, rows: list[dict[str, Any]]) -> None:
+        """Swap a session's analyzer findings for ``rows`` in one transaction, the session row
+        locked first (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serialises
+        writers), so two processes refreshing one session leave one set of rows."""
+        m = "%s" if self.pg else "?"
+        insert = (
+            f"INSERT INTO findings ({', '.join(FINDING_COLUMNS)})"
+            f" VALUES ({', '.join([m] * len(FINDING_COLUMNS))})"
+        )
+        values = [tuple(self._value(c, r.get(c)) for c in FINDING_COLUMNS) for r in rows]
+        conn = self.conn
+        try:
+            if self.pg:
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.execute("SELECT id FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+                    self._swap(cur, session_id, insert, values)
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._swap(conn, session_id, insert, values)
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except self.error as exc:
+            raise StoreError(error_line(exc)) from exc
+
+    def _swap(self, cur: Any, session_id: str, insert: str, values: list[tuple[Any, ...]]) -> None:
+        m = "%s" if self.pg else "?"
+        cur.execute(
+            f"DELETE FROM findings WHERE session_id = {m} AND source = 'analyzer'", (session_id,)
+        )
+        if values:
+            cur.executemany(insert, values)
+
+    def _value(self, name: str, value: Any) -> Any:
+        if name in _FINDINGS_JSON:  # None as JSON ``null``, as ``sa.JSON`` writes it
+            if self.pg:
+                from psycopg.types.json import Json
+
+                return Json(value)
+            return json.dumps(value)
+        return storable(value)

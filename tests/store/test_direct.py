@@ -1,0 +1,137 @@
+"""The recorder process's settle reads and writes through the driver (``store/direct.py``):
+the same rows as the async store's (``store/queries.py``) on both dialects, and a swap of the
+analyzer's findings that leaves the recorder's alone."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from mcp_proxy.errors import StoreError
+from mcp_proxy.store.direct import DirectStore
+from mcp_proxy.store.queries import Store
+from mcp_proxy.store.rows import Batch
+from mcp_proxy.store.writer import BatchWriter
+
+pytestmark = [pytest.mark.both_dialects, pytest.mark.smoke]
+
+SID = "d" * 32
+
+
+def _finding(code: str, source: str, seqs: list[int] | None, title: str = "t") -> dict[str, Any]:
+    return {
+        "session_id": SID,
+        "code": code,
+        "severity": "info",
+        "title": title,
+        "detail": None,
+        "frame_seqs": seqs,
+        "source": source,
+        "analyzer_version": "1" if source == "analyzer" else None,
+        "created_at": 2.0,
+    }
+
+
+def _seed(url: str) -> None:
+    writer = BatchWriter.open(url)
+    try:
+        writer.write(
+            Batch(
+                sessions=[
+                    {
+                        "id": SID,
+                        "transport": "http",
+                        "status": "ended",
+                        "started_at": 1.0,
+                        "command": ["srv", "--x"],
+                        "meta": {"k": [1, 2]},
+                    }
+                ],
+                exchanges=[],
+                findings=[_finding("relay.gap", "recorder", [3])],
+            )
+        )
+    finally:
+        writer.close()
+
+
+async def _async_rows(url: str) -> tuple[Any, ...]:
+    store = await Store.open(url)
+    try:
+        return (
+            await store.get_session(SID),
+            await store.recorded_findings(SID),
+            await store.analysis_summary(SID),
+            await store.http_exchanges(SID),
+        )
+    finally:
+        await store.close()
+
+
+def test_rows_are_the_async_stores_and_the_swap_keeps_recorder_rows(db_url: str) -> None:
+    _seed(db_url)
+    with DirectStore(db_url) as d:
+        assert d.session("nope") is None and d.analysis_summary(SID) is None
+        rows = [
+            _finding("a.b", "analyzer", [1, 2], title="lone \ud800 surrogate"),
+            _finding("analysis.summary", "analyzer", []),
+        ]
+        d.replace_analyzer_findings(SID, rows)
+        d.replace_analyzer_findings(SID, rows)  # again: replaced, not added
+        mine = (d.session(SID), d.recorded_findings(SID), d.analysis_summary(SID))
+        assert d.http_exchanges(SID) == []
+    theirs = asyncio.run(_async_rows(db_url))
+    assert mine == theirs[:3]
+    session, found, summary = mine
+    assert session is not None and session["command"] == ["srv", "--x"]
+    assert session["meta"] == {"k": [1, 2]}
+    assert [(f["code"], f["source"], f["frame_seqs"]) for f in found] == [
+        ("relay.gap", "recorder", [3]),
+        ("a.b", "analyzer", [1, 2]),
+        ("analysis.summary", "analyzer", []),
+    ]
+    assert found[1]["title"] == "lone \\ud800 surrogate"
+    assert summary is not None and summary["id"] == found[2]["id"]
+
+
+def test_an_unreachable_database_is_one_store_error_line(tmp_path: Any) -> None:
+    with pytest.raises(StoreError) as err:
+        DirectStore("sqlite:///" + str(tmp_path / "no" / "such" / "dir.db"))
+    assert "\n" not in str(err.value)
+
+
+def test_a_session_is_named_as_the_async_store_names_it(db_url: str) -> None:
+    from mcp_proxy.errors import NotFoundError
+
+    writer = BatchWriter.open(db_url)
+    try:
+        ids = ["ab12" + "0" * 28, "ab13" + "0" * 28, "cd00" + "0" * 28]
+        starts = [1.0, 2.0, 3.0]
+        names = ["same", "same", "other"]
+        writer.write(
+            Batch(
+                sessions=[
+                    {"id": i, "name": n, "transport": "stdio", "status": "ended", "started_at": t}
+                    for i, n, t in zip(ids, names, starts, strict=True)
+                ]
+            )
+        )
+    finally:
+        writer.close()
+
+    async def theirs(ref: str) -> str:
+        store = await Store.open(db_url)
+        try:
+            return str((await store.resolve_session(ref))["id"])
+        finally:
+            await store.close()
+
+    with DirectStore(db_url) as d:
+        for ref in ("ab12", "AB13", "cd", "same", "other", ids[0]):
+            assert d.resolve_session(ref)["id"] == asyncio.run(theirs(ref)), ref
+        assert d.resolve_session("same")["id"] == ids[1]  # the latest of that name
+        for ref, says in (("ab1", "ambiguous"), ("nope", "no session matches"), (" ", "empty")):
+            with pytest.raises(NotFoundError, match=says):
+                d.resolve_session(ref)
