@@ -107,6 +107,7 @@ COMMAND_MODULES: list[str] = [
     "dashboard",
     "analyze",
     "db",  # mcptape db upgrade|status|copy
+    "intercept",  # mcptape intercept list|resolve
 ]
 
 

@@ -13,6 +13,7 @@ from mcp_proxy.commands.common import (
     redact_paths_value,
     seconds_value,
 )
+from mcp_proxy.limits import INTERCEPT_TIMEOUT
 
 
 @app.command(
@@ -125,6 +126,30 @@ def record(
             help="A TOML file of fault rules, re-read when it changes (docs/faults.md).",
         ),
     ] = None,
+    intercept: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--intercept",
+            help="Hold matching messages until you decide (mcptape intercept list/resolve):"
+            " fault-rule matchers, e.g. 'method=tools/call' (repeatable; docs/intercept.md).",
+        ),
+    ] = None,
+    intercepts_file: Annotated[
+        str | None,
+        typer.Option(
+            "--intercepts",
+            help="A TOML file of [[intercept]] rules, re-read when it changes.",
+        ),
+    ] = None,
+    intercept_timeout: Annotated[
+        float,
+        typer.Option(
+            "--intercept-timeout",
+            help="Seconds a held message waits for a decision before it is forwarded"
+            " unchanged; 0 waits for ever.",
+            callback=seconds_value(zero="waits for ever"),
+        ),
+    ] = INTERCEPT_TIMEOUT,
     otlp_endpoint: Annotated[
         str | None,
         typer.Option(
@@ -164,6 +189,13 @@ def record(
         from mcp_proxy.faults.load import load_engine
 
         engine = load_engine(fault or [], faults_file, transport="http" if upstream else "stdio")
+    held = None
+    if intercept or intercepts_file is not None:
+        if forward or upstream:
+            fail("--intercept works with -- COMMAND (stdio) so far, not --upstream or --forward")
+        from mcp_proxy.faults.load import load_intercepts
+
+        held = load_intercepts(intercept or [], intercepts_file)
     if forward:
         if command or upstream:
             fail("--forward records what hosts send through it: give no --upstream or COMMAND")
@@ -212,6 +244,14 @@ def record(
         fail("no server command given (usage: mcptape record [--name NAME] -- COMMAND [ARGS…])")
     from mcp_proxy.relay.stdio import record_stdio
 
+    desk = None
+    if held is not None:
+        from mcp_proxy.faults import FirstOf
+        from mcp_proxy.intercept.desk import InterceptDesk
+        from mcp_proxy.store.intercepts import InterceptTable
+
+        desk = InterceptDesk(InterceptTable(url), timeout=intercept_timeout)
+        engine = FirstOf(held, engine) if engine is not None else held
     raise typer.Exit(
         record_stdio(
             list(command),
@@ -221,6 +261,7 @@ def record(
             redact_headers=redact_header or [],
             redact_paths=redact_path or [],
             faults=engine,
+            intercepts=desk,
             output=output,
         )
     )
