@@ -115,9 +115,7 @@ def _read(path: Path, what: str) -> bytes:
 @handle_errors
 def resolve(
     intercept_id: Annotated[int, typer.Argument(help="The held message's number (see list).")],
-    forward: Annotated[
-        bool, typer.Option("--forward", help="Forward it as it is.")
-    ] = False,
+    forward: Annotated[bool, typer.Option("--forward", help="Forward it as it is.")] = False,
     edit: Annotated[
         Path | None,
         typer.Option("--edit", help="Forward this file's message instead (the whole message)."),

@@ -199,6 +199,8 @@ class FaultEngine:
             for rule in self._rules:
                 if not rule.match.selects(direction, method, name):
                     continue
+                if request is not None and rule.action == "intercept" and not rule.match.direction:
+                    continue  # ``--intercept method=tools/call`` holds the call, not its answer
                 if self._fires(rule):
                     roll = (
                         self._state[id(rule)].rng.random() if rule.settings.get("jitter") else 0.5

@@ -58,9 +58,7 @@ def load_intercepts(
     Raises :class:`FaultRuleError` (one line, exit 2) for a bad rule."""
     parsed = [parse_intercept_rule(text) for text in rules]
     source = (
-        RulesFile(Path(path), warn=warn or _stderr, table="intercept")
-        if path is not None
-        else None
+        RulesFile(Path(path), warn=warn or _stderr, table="intercept") if path is not None else None
     )
     if not parsed and source is None:
         return None

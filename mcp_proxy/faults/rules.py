@@ -305,9 +305,7 @@ def parse_intercept_rule(text: str, *, label: str = "--intercept") -> Rule:
     return build_rule("intercept", items, text, f"{label} {text!r} column 1")
 
 
-def parse_rules_text(
-    text: str, *, source: str = "faults.toml", table: str = "fault"
-) -> list[Rule]:
+def parse_rules_text(text: str, *, source: str = "faults.toml", table: str = "fault") -> list[Rule]:
     """Rules from a TOML document: ``[[fault]]`` tables with ``action`` and the same keys
     (``table="intercept"``: ``[[intercept]]`` tables of matchers, no ``action``)."""
     try:

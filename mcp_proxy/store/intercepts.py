@@ -158,9 +158,7 @@ class InterceptTable:
         except sa.exc.DBAPIError as exc:
             raise StoreError(engine_mod.error_line(exc)) from exc
 
-    def resolve(
-        self, intercept_id: int, decision: str, payload: bytes | None, by: str
-    ) -> HeldRow:
+    def resolve(self, intercept_id: int, decision: str, payload: bytes | None, by: str) -> HeldRow:
         """Decide a held message, once. Raises :class:`NotFoundError` (no such id) or
         :class:`AlreadyResolved` (decided before: by whom and how)."""
         if decision not in DECISIONS:
