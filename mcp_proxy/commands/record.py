@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,6 +14,9 @@ from mcp_proxy.commands.common import (
     seconds_value,
 )
 from mcp_proxy.limits import INTERCEPT_TIMEOUT
+
+if TYPE_CHECKING:
+    from mcp_proxy.relay.stdio_faults import FaultDecider
 
 
 @app.command(
@@ -245,13 +248,14 @@ def record(
     from mcp_proxy.relay.stdio import record_stdio
 
     desk = None
+    decider: FaultDecider | None = engine
     if held is not None:
         from mcp_proxy.faults import FirstOf
         from mcp_proxy.intercept.desk import InterceptDesk
         from mcp_proxy.store.intercepts import InterceptTable
 
         desk = InterceptDesk(InterceptTable(url), timeout=intercept_timeout)
-        engine = FirstOf(held, engine) if engine is not None else held
+        decider = held if engine is None else FirstOf(held, engine)
     raise typer.Exit(
         record_stdio(
             list(command),
@@ -260,7 +264,7 @@ def record(
             redact=False if no_redact else None,
             redact_headers=redact_header or [],
             redact_paths=redact_path or [],
-            faults=engine,
+            faults=decider,
             intercepts=desk,
             output=output,
         )

@@ -160,9 +160,9 @@ class InterceptDesk:
         try:
             row = self.table.resolve(iid, decision, None, f"mcptape ({why})")
         except AlreadyResolved:  # a person decided in the same instant: theirs wins
-            row = self.table.get(iid)
-            if row is not None:
-                return self._verdict(row, method)
+            theirs = self.table.get(iid)
+            if theirs is not None:
+                return self._verdict(theirs, method)
             return Verdict(iid, decision, None, "mcptape", method)
         except McptapeError:
             return Verdict(iid, decision, None, "mcptape", method)
