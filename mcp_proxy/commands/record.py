@@ -192,13 +192,21 @@ def record(
         from mcp_proxy.faults.load import load_engine
 
         engine = load_engine(fault or [], faults_file, transport="http" if upstream else "stdio")
-    held = None
+    held = desk = None
     if intercept or intercepts_file is not None:
-        if forward or upstream:
-            fail("--intercept works with -- COMMAND (stdio) so far, not --upstream or --forward")
+        if forward:
+            fail("--intercept works with -- COMMAND and --upstream so far, not --forward")
         from mcp_proxy.faults.load import load_intercepts
+        from mcp_proxy.intercept.desk import InterceptDesk
+        from mcp_proxy.store.intercepts import InterceptTable
 
         held = load_intercepts(intercept or [], intercepts_file)
+        desk = InterceptDesk(InterceptTable(url), timeout=intercept_timeout)
+    decider: FaultDecider | None = engine
+    if held is not None:
+        from mcp_proxy.faults import FirstOf
+
+        decider = held if engine is None else FirstOf(held, engine)
     if forward:
         if command or upstream:
             fail("--forward records what hosts send through it: give no --upstream or COMMAND")
@@ -239,7 +247,8 @@ def record(
                 connect_timeout=connect_timeout,
                 response_timeout=response_timeout or None,
                 allow_hosts=allow_host or [],
-                faults=engine,
+                faults=decider,
+                intercepts=desk,
                 output=output,
             )
         )
@@ -247,15 +256,6 @@ def record(
         fail("no server command given (usage: mcptape record [--name NAME] -- COMMAND [ARGS…])")
     from mcp_proxy.relay.stdio import record_stdio
 
-    desk = None
-    decider: FaultDecider | None = engine
-    if held is not None:
-        from mcp_proxy.faults import FirstOf
-        from mcp_proxy.intercept.desk import InterceptDesk
-        from mcp_proxy.store.intercepts import InterceptTable
-
-        desk = InterceptDesk(InterceptTable(url), timeout=intercept_timeout)
-        decider = held if engine is None else FirstOf(held, engine)
     raise typer.Exit(
         record_stdio(
             list(command),

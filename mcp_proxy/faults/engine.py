@@ -123,10 +123,14 @@ class Decision:
 
         return corrupt(raw, str(self.settings.get("mode", "truncate")), self.settings.get("at"))
 
-    def finding(self) -> dict[str, Any]:
-        """The ``inject.*`` finding that marks this fault in the recording."""
+    def finding(self, decided: str | None = None, by: str | None = None) -> dict[str, Any]:
+        """The ``inject.*`` finding that marks this fault in the recording (an intercept's
+        title says what was ``decided`` and ``by`` whom)."""
         what = self.request.method if self.request else self.facts.method
         title = f"injected {self.rule.action}" + (f" on {what}" if what else "")
+        if self.rule.action == "intercept":
+            by_whom = f" by {by}" if by and decided not in ("timeout", "too_large") else ""
+            title = f"intercepted {what or self.facts.kind}: {decided}{by_whom}"
         return {
             "code": f"inject.{self.rule.action.replace('-', '_')}",
             "severity": "info",

@@ -20,6 +20,7 @@ one compact JSON-RPC message is not sent — the original is forwarded and the t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sys
@@ -108,7 +109,38 @@ class InterceptDesk:
         self._closed.set()
 
     def hold(self, session_id: str, direction: str, raw: bytes, decision: Any) -> Verdict:
-        """Hold ``raw`` (one message as the peer sent it) until it is decided; never raises."""
+        """Hold ``raw`` (one message as the peer sent it) until it is decided; never raises.
+        Blocks the calling thread (a stdio pump) and nothing else."""
+        held = self._start(session_id, direction, raw, decision)
+        if isinstance(held, Verdict):
+            return held
+        deadline = self.clock() + self.timeout if self.timeout > 0 else None
+        while (verdict := self._step(held, deadline)) is None:
+            self._closed.wait(self.poll)
+        return verdict
+
+    async def hold_async(
+        self, session_id: str, direction: str, raw: bytes, decision: Any
+    ) -> Verdict:
+        """:meth:`hold` for an event loop (the HTTP relay): the store is used on a worker
+        thread one short call at a time, the wait between polls is the loop's, so a held
+        exchange holds only its own task (its request, its response, its event stream)."""
+        held = await asyncio.to_thread(self._start, session_id, direction, raw, decision)
+        if isinstance(held, Verdict):
+            return held
+        deadline = self.clock() + self.timeout if self.timeout > 0 else None
+        while True:
+            verdict = await asyncio.to_thread(self._step, held, deadline)
+            if verdict is not None:
+                return verdict
+            # Another process decides (the store is polled; nothing here can be awaited).
+            await asyncio.sleep(self.poll)
+
+    def _start(
+        self, session_id: str, direction: str, raw: bytes, decision: Any
+    ) -> tuple[int, str | None] | Verdict:
+        """Store the held message and say so: ``(id, method)``, or the verdict at once when it
+        cannot be held (too large, no store)."""
         facts, request = decision.facts, decision.request
         method = request.method if request is not None else facts.method
         if len(raw) > self.max_bytes:
@@ -130,25 +162,25 @@ class InterceptDesk:
             f"held #{iid} ({what}); decide with: mcptape intercept resolve {iid}"
             " --forward|--edit FILE|--set PATH=VALUE|--answer FILE|--drop"
         )
-        return self._wait(iid, method)
+        return (iid, method)
 
-    def _wait(self, iid: int, method: str | None) -> Verdict:
-        deadline = self.clock() + self.timeout if self.timeout > 0 else None
-        while True:
-            row = self._look(iid)
-            if row is not None and row.state == "resolved":
-                return self._verdict(row, method)
-            if self._closed.is_set():
-                return self._give_up(iid, method, "abandoned", "the relay ended")
-            if deadline is not None and self.clock() >= deadline:
-                verdict = self._give_up(iid, method, "timeout", "nobody resolved it")
-                if verdict.decision == "timeout":
-                    self.say(
-                        f"#{iid} forwarded unchanged after {self.timeout:g} s"
-                        " (--intercept-timeout): nobody resolved it"
-                    )
-                return verdict
-            self._closed.wait(self.poll)
+    def _step(self, held: tuple[int, str | None], deadline: float | None) -> Verdict | None:
+        """One look at a held message: its verdict, or None (still held; look again)."""
+        iid, method = held
+        row = self._look(iid)
+        if row is not None and row.state == "resolved":
+            return self._verdict(row, method)
+        if self._closed.is_set():
+            return self._give_up(iid, method, "abandoned", "the relay ended")
+        if deadline is not None and self.clock() >= deadline:
+            verdict = self._give_up(iid, method, "timeout", "nobody resolved it")
+            if verdict.decision == "timeout":
+                self.say(
+                    f"#{iid} forwarded unchanged after {self.timeout:g} s"
+                    " (--intercept-timeout): nobody resolved it"
+                )
+            return verdict
+        return None
 
     def _look(self, iid: int) -> HeldRow | None:
         try:

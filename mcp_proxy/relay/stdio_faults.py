@@ -181,11 +181,11 @@ class FaultPumps:
             frame = Frame(direction, Channel.INJECT, data, time.monotonic_ns(), time.time())
             relay.recorder.put(relay.session_id, frame)
 
-    def _finding(self, decision: Any, **detail: Any) -> None:
+    def _finding(self, decision: Any, /, **detail: Any) -> None:
         relay = self.relay
         if relay.recorder is None or relay.session_id is None:
             return
-        fields = decision.finding()
+        fields = decision.finding(detail.get("decision"), detail.get("by"))
         # The findings table keeps ``detail`` as text: JSON, as the analysis reads it back.
         fields["detail"] = json.dumps({**fields.get("detail", {}), **detail}, default=str)
         relay.recorder.add_finding(relay.session_id, **fields)
@@ -366,32 +366,14 @@ class FaultPumps:
             sent_to = None
         else:  # forward, timeout, abandoned, too_large: the frame as it came
             self._send(direction, line)
-        what = verdict.method or d.facts.kind
-        by = "" if verdict.decision in ("timeout", "too_large") else f" by {verdict.by}"
-        self._intercept_finding(
-            f"intercepted {what}: {verdict.decision}{by}",
-            rule=d.rule.describe(),
-            direction=direction.value,
-            id=d.facts.id,
-            method=verdict.method,
+        self._finding(
+            d,
             intercept=verdict.id,
             decision=verdict.decision,
             by=verdict.by,
             sent=None if sent_to is None else sent_to.value,
         )
         return True
-
-    def _intercept_finding(self, title: str, **detail: Any) -> None:
-        relay = self.relay
-        if relay.recorder is None or relay.session_id is None:
-            return
-        relay.recorder.add_finding(
-            relay.session_id,
-            code="inject.intercept",
-            severity="info",
-            title=title,
-            detail=json.dumps(detail, default=str),
-        )
 
     def _do_disconnect(
         self, d: Any, direction: Direction, line: bytes, mono: int, wall: float
