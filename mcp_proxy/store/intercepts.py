@@ -144,6 +144,17 @@ class InterceptTable:
             raise StoreError(engine_mod.error_line(exc)) from exc
         return [HeldRow.of(r) for r in rows], int(count)
 
+    def held_in(self, session_id: str) -> int:
+        """How many messages of one session are held now (its badge)."""
+        stmt = sa.select(sa.func.count()).where(
+            table.c.session_id == session_id, table.c.state == "held"
+        )
+        try:
+            with self._engine.connect() as conn:
+                return int(conn.execute(stmt).scalar_one())
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(engine_mod.error_line(exc)) from exc
+
     def for_session(self, session_id: str) -> list[HeldRow]:
         """Every intercept of one session (held and resolved), in order."""
         stmt = (
