@@ -14,6 +14,7 @@ worker thread.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from aiohttp import web
@@ -65,7 +66,16 @@ async def intercepts_page(request: web.Request) -> web.Response:
         "count": count,
         "can_resolve": bool(request.app[SETTINGS]["intercept"]),
     }
-    return render(request, "intercepts.html", data)
+    return render(request, "intercepts.html", data, pretty={r.id: _pretty(r) for r in rows})
+
+
+def _pretty(r: HeldRow) -> str:
+    """The held message indented for the editor (its own text when it is not plain JSON)."""
+    text = r.original.decode("utf-8", "replace").rstrip("\r\n")
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return text
 
 
 async def intercept_resolve(request: web.Request) -> web.Response:

@@ -89,3 +89,55 @@ def test_no_database_is_exit_4(tmp_path: Path) -> None:
     done = run_mcptape("intercept", "list", "--db", str(tmp_path / "none.sqlite"))
     assert done.returncode == 4 and done.stderr.count("\n") == 1
     assert not (tmp_path / "none.sqlite").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ("--intercept", "drop method=x"),
+            "--intercept 'drop method=x' column 1: 'drop' is not key=value (an intercept rule"
+            " has no action)",
+        ),
+        (
+            ("--intercept", "mthod=tools/call"),
+            "--intercept 'mthod=tools/call' column 1: 'mthod' is not a matcher (one of:"
+            " direction, method, name, nth, times, p, seed)",
+        ),
+        (
+            ("--intercept", "method=x", "--forward"),
+            "--intercept works with -- COMMAND and --upstream so far, not --forward",
+        ),
+        (("--fault", "intercept method=x"), "--fault 'intercept method=x' column 1: hold"
+         " messages with --intercept, not a fault"),
+        (("--intercept-timeout", "-1", "--intercept", "method=x"), "Invalid value for"
+         " '--intercept-timeout': -1 is not a number of seconds (0 or more, at most 604800;"
+         " 0 waits for ever) (see: mcptape record --help)"),
+    ],
+)  # fmt: skip
+def test_record_refuses_a_bad_intercept_in_one_line(
+    tmp_path: Path, args: tuple[str, ...], line: str
+) -> None:
+    db = tmp_path / "never.sqlite"
+    done = run_mcptape("record", "--db", str(db), *args, "--", "true")
+    assert (done.returncode, done.stderr) == (2, f"mcptape: {line}\n")
+    assert not db.exists()
+
+
+def test_an_intercepts_file_is_read_and_checked(tmp_path: Path) -> None:
+    from mcp_proxy.faults.load import load_intercepts
+
+    rules = tmp_path / "intercepts.toml"
+    rules.write_text('[[intercept]]\nmethod = "tools/call"\nname = "deploy"\n')
+    engine = load_intercepts([], rules)
+    assert engine is not None and [r.text for r in engine.rules] == [
+        "method=tools/call name=deploy"
+    ]
+    rules.write_text('[[intercept]]\naction = "drop"\n')
+    done = run_mcptape(
+        "record", "--intercepts", str(rules), "--db", str(tmp_path / "x"), "--", "true"
+    )
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"mcptape: {rules}: intercept #1: action 'drop' does not belong in [[intercept]]\n",
+    )
