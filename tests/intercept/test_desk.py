@@ -218,3 +218,22 @@ def test_a_rule_without_direction_holds_the_call_not_its_answer() -> None:
     engine = FaultEngine([parse_intercept_rule("direction=response method=tools/call")])
     assert engine.decide("c2s", CALL) is None
     assert engine.decide("s2c", answer) is not None
+
+
+def test_an_intercepts_file_is_re_read_when_it_changes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    from mcp_proxy.faults import RulesFile
+
+    path = Path(tmp_path) / "intercepts.toml"
+    path.write_text('[[intercept]]\nmethod = "ping"\n')
+    warned: list[str] = []
+    source = RulesFile(path, interval=0.0, warn=warned.append, table="intercept")
+    engine = FaultEngine(source=source)
+    assert engine.decide("c2s", CALL) is None
+    path.write_text('[[intercept]]\nmethod = "tools/call"\nname = "echo"\n# edited\n')
+    found = engine.decide("c2s", CALL)
+    assert found is not None and found.action == "intercept"
+    path.write_text("[[intercept]]\nmethod = \n")  # a bad edit keeps the rules, says so once
+    assert engine.decide("c2s", CALL) is not None
+    assert len(warned) == 1 and warned[0].endswith("(keeping the previous intercept rules)")
