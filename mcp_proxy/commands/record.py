@@ -201,6 +201,10 @@ def record(
         from mcp_proxy.store.intercepts import InterceptTable
 
         held = load_intercepts(intercept or [], intercepts_file)
+        if upstream and command:
+            fail("give either --upstream URL or -- COMMAND, not both")
+        if not upstream and not command:
+            fail("no server command given (usage: mcptape record [--name NAME] -- COMMAND [ARGS…])")
         desk = InterceptDesk(InterceptTable(url), timeout=intercept_timeout)
     decider: FaultDecider | None = engine
     if held is not None:
