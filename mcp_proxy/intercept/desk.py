@@ -129,12 +129,20 @@ class InterceptDesk:
         if isinstance(held, Verdict):
             return held
         deadline = self.clock() + self.timeout if self.timeout > 0 else None
-        while True:
-            verdict = await asyncio.to_thread(self._step, held, deadline)
-            if verdict is not None:
-                return verdict
-            # Another process decides (the store is polled; nothing here can be awaited).
-            await asyncio.sleep(self.poll)
+        try:
+            while True:
+                verdict = await asyncio.to_thread(self._step, held, deadline)
+                if verdict is not None:
+                    return verdict
+                # Another process decides (the store is polled; nothing here can be awaited).
+                await asyncio.sleep(self.poll)
+        except asyncio.CancelledError:
+            # The host left (or the relay stops): the row must not stay "held" for ever. The
+            # update runs on a worker thread; the cancellation is not held up by it.
+            asyncio.get_running_loop().run_in_executor(
+                None, self._give_up, held[0], held[1], "abandoned", "the host left"
+            )
+            raise
 
     def _start(
         self, session_id: str, direction: str, raw: bytes, decision: Any

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -137,3 +139,53 @@ async def test_an_sse_event_held_within_its_stream(upstream: str, tmp_path: Path
     original = [f for f in frames if f["channel"] == "sse" and b'"id":' in f["raw"] and
                 f["kind"] == "response" and f["msg_id"] == event["msg_id"]]  # fmt: skip
     assert original and "forty-two" not in original[0]["raw"].decode()
+
+
+async def test_stopping_the_relay_lets_a_held_request_go(upstream: str, tmp_path: Path) -> None:
+    """SIGINT while a request is held: the relay stops at once (the hold is abandoned, not
+    waited out for its 300 s) and the row says so."""
+    db = tmp_path / "stop.sqlite"
+    argv = [*mcptape_cmd(), "record", "--upstream", upstream, "--port", "0", "--db", str(db)]
+    argv += ["--intercept", "method=tools/call name=echo"]
+    with relay_process(argv, stop_timeout=20) as (proc, url, lines):
+
+        async def host() -> None:
+            async with make_client(url, mode="legacy") as client:
+                await client.call_tool("echo", {"text": "held at the end"})
+
+        call = asyncio.create_task(host())
+        await next_held(db)
+        began = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        code = await asyncio.to_thread(proc.wait, 15)
+        took = time.monotonic() - began
+        # (the client fails — its relay is gone — which is not the point here)
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(call, 10)
+    assert code == 0 and took < 10, (code, took, lines)
+    (after,) = rdb.rows(db, "SELECT state, decision FROM intercepts")
+    assert (after["state"], after["decision"]) == ("resolved", "abandoned")
+
+
+async def test_a_host_that_leaves_a_held_request_abandons_it(upstream: str, tmp_path: Path) -> None:
+    """The host's connection goes while its request is held: the row does not stay "held"
+    (a person deciding later would decide nothing): it is resolved ``abandoned``."""
+    import aiohttp
+
+    db = tmp_path / "left.sqlite"
+    call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "echo"}}
+    headers = {"Accept": "application/json, text/event-stream"}
+    with relay(upstream, db, "method=tools/call name=echo") as (url, _lines):
+        async with aiohttp.ClientSession() as http:
+            post = asyncio.create_task(http.post(url, json=call, headers=headers))
+            (row,) = await next_held(db)
+            post.cancel()  # the host gives up: its connection closes
+            with contextlib.suppress(asyncio.CancelledError):
+                await post
+
+        def abandoned() -> bool:
+            (now,) = rdb.rows(db, "SELECT state, decision FROM intercepts")
+            return (now["state"], now["decision"]) == ("resolved", "abandoned")
+
+        assert await asyncio.to_thread(rdb.wait_until, abandoned, 10.0), held(db)
+    assert row["id"] == 1
