@@ -108,14 +108,24 @@ class InterceptDesk:
         """The relay ends: every wait returns (its message is resolved ``abandoned``)."""
         self._closed.set()
 
-    def hold(self, session_id: str, direction: str, raw: bytes, decision: Any) -> Verdict:
+    def hold(
+        self,
+        session_id: str,
+        direction: str,
+        raw: bytes,
+        decision: Any,
+        gone: Callable[[], bool] | None = None,
+    ) -> Verdict:
         """Hold ``raw`` (one message as the peer sent it) until it is decided; never raises.
-        Blocks the calling thread (a stdio pump) and nothing else."""
+        Blocks the calling thread (a stdio pump) and nothing else. ``gone`` (looked at each
+        poll) says the host left: the hold is abandoned then, as when the relay ends."""
         held = self._start(session_id, direction, raw, decision)
         if isinstance(held, Verdict):
             return held
         deadline = self.clock() + self.timeout if self.timeout > 0 else None
         while (verdict := self._step(held, deadline)) is None:
+            if gone is not None and gone():
+                return self._give_up(held[0], held[1], "abandoned", "the host left")
             self._closed.wait(self.poll)
         return verdict
 

@@ -37,6 +37,7 @@ import heapq
 import itertools
 import json
 import os
+import select
 import signal
 import threading
 import time
@@ -117,7 +118,14 @@ class Holder(Protocol):
     """What the relay needs of :class:`mcp_proxy.intercept.desk.InterceptDesk`: hold a message
     until a person decides (blocks the calling pump only), return the verdict."""
 
-    def hold(self, session_id: str, direction: str, raw: bytes, decision: Any) -> Any: ...
+    def hold(
+        self,
+        session_id: str,
+        direction: str,
+        raw: bytes,
+        decision: Any,
+        gone: Callable[[], bool] | None = None,
+    ) -> Any: ...
 
     def close(self) -> None: ...
 
@@ -352,7 +360,9 @@ class FaultPumps:
             return False
         relay = self.relay
         self._record(direction, line, mono, wall)  # the frame as the peer sent it, when read
-        verdict = self.holder.hold(relay.session_id or "", direction.value, line, d)
+        verdict = self.holder.hold(
+            relay.session_id or "", direction.value, line, d, gone=self.host_gone
+        )
         end = line[len(line.rstrip(b"\r\n")) :] or b"\n"
         sent_to: Direction | None = direction
         if verdict.decision == "edit":
@@ -374,6 +384,23 @@ class FaultPumps:
             sent=None if sent_to is None else sent_to.value,
         )
         return True
+
+    def host_gone(self) -> bool:
+        """The host closed its end of a pipe: its stdin (all writers gone: ``POLLHUP``) or its
+        stdout (the reader gone: ``POLLERR``). Looked at while a message is held, so that a
+        host that leaves does not leave the relay holding for ever."""
+        relay = self.relay
+        if relay._host_gone or not hasattr(select, "poll"):  # (no poll on Windows)
+            return relay._host_gone
+        poller = select.poll()
+        poller.register(relay.stdin_fd, select.POLLHUP)
+        poller.register(relay.stdout_fd, select.POLLERR)
+        try:
+            ready = poller.poll(0)
+        except OSError:
+            return False
+        bad = select.POLLHUP | select.POLLERR | select.POLLNVAL
+        return any(events & bad for _fd, events in ready)
 
     def _do_disconnect(
         self, d: Any, direction: Direction, line: bytes, mono: int, wall: float

@@ -237,3 +237,14 @@ def test_an_intercepts_file_is_re_read_when_it_changes(tmp_path) -> None:  # typ
     path.write_text("[[intercept]]\nmethod = \n")  # a bad edit keeps the rules, says so once
     assert engine.decide("c2s", CALL) is not None
     assert len(warned) == 1 and warned[0].endswith("(keeping the previous intercept rules)")
+
+
+def test_a_host_that_leaves_abandons_the_hold() -> None:
+    clock = Clock()
+    table = FakeTable(clock)
+    polls = iter([False, False, True])
+    verdict = desk_for(table, clock, timeout=0).hold(
+        "s1", "c2s", CALL, decision(), gone=lambda: next(polls)
+    )
+    assert (verdict.decision, verdict.by) == ("abandoned", "mcptape (the host left)")
+    assert table.gets == 3 and table.rows[1].decision == "abandoned"

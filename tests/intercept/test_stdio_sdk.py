@@ -245,3 +245,39 @@ async def test_nobody_deciding_forwards_on_timeout_and_says_so(tmp_path: Path) -
     )
     (finding,) = rdb.rows(db, "SELECT title, detail FROM findings WHERE code = 'inject.intercept'")
     assert finding["title"] == "intercepted tools/call: timeout"
+
+
+@pytest.mark.parametrize("direction", ["c2s", "s2c"])
+def test_a_host_that_leaves_while_a_message_is_held_ends_the_relay(
+    tmp_path: Path, direction: str
+) -> None:
+    """``--intercept-timeout 0`` (wait for ever) and the host closes its pipes while a message
+    is held: the relay lets the message go ('abandoned') and ends — it does not wait for ever
+    for a person nobody will be. c2s: the host's request is held; s2c: the server's answer."""
+    import subprocess
+    import sys
+    import time
+
+    db = tmp_path / "left.sqlite"
+    rule = "direction=c2s method=ping" if direction == "c2s" else "direction=response method=ping"
+    argv = [*mcptape_cmd(), "record", "--db", str(db), "--intercept", rule]
+    argv += ["--intercept-timeout", "0", "--", sys.executable, "-m", "mcp_proxy.testing.rawecho"]
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
+        proc.stdin.flush()
+        assert rdb.wait_until(lambda: len(held(db)) == 1)
+        proc.stdin.close()
+        proc.stdout.close()  # the host is gone: both of its pipes
+        began = time.monotonic()
+        proc.wait(15)
+        assert time.monotonic() - began < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    (row,) = rdb.rows(db, "SELECT state, decision, resolved_by FROM intercepts")
+    assert (row["state"], row["decision"]) == ("resolved", "abandoned")
