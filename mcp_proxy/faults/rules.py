@@ -66,7 +66,8 @@ ACTIONS: dict[str, dict[str, Any]] = {
 CORRUPT_MODES = ("truncate", "cut-utf8", "invalid-json")
 DISCONNECT_MODES = ("close-stdin", "kill", "reset", "end-stream")
 DIRECTIONS = {"c2s": "c2s", "s2c": "s2c", "request": "c2s", "response": "s2c"}
-MATCH_KEYS = ("direction", "method", "name", "nth", "times", "p", "seed")
+MATCH_KEYS = ("direction", "method", "name", "kind", "id", "nth", "times", "p", "seed")
+KINDS = ("request", "notification", "response", "other")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s)?$")
 
 
@@ -77,14 +78,27 @@ class Match:
     direction: str | None = None  # "c2s" (host → server) or "s2c" (server → host)
     method: str | None = None  # glob on the JSON-RPC method (a response: its request's method)
     name: str | None = None  # glob on the tool/prompt name or resource URI
+    kind: str | None = None  # request | notification | response (errors too) | other
+    id: str | None = None  # the JSON-RPC id as text (``7``, ``abc``); a response: its own id
     nth: int | None = None  # only the nth frame that matches the conditions above (1-based)
     times: int | None = None  # at most this many firings
     p: float = 1.0  # probability of firing once everything else matched
     seed: int | None = None  # seeds ``p`` so that a run is repeatable
 
-    def selects(self, direction: str, method: str | None, name: str | None) -> bool:
+    def selects(
+        self,
+        direction: str,
+        method: str | None,
+        name: str | None,
+        kind: str | None = None,
+        msg_id: Any = None,
+    ) -> bool:
         """The static part of the match (the counting and dice live in the engine)."""
         if self.direction is not None and direction != self.direction:
+            return False
+        if self.kind is not None and kind != self.kind:
+            return False
+        if self.id is not None and (msg_id is None or str(msg_id) != self.id):
             return False
         if self.method is not None and not (method and fnmatch.fnmatchcase(method, self.method)):
             return False
@@ -151,6 +165,12 @@ def _match_value(key: str, value: Any, where: str) -> Any:
         return _integer(value, where, minimum=1, maximum=MAX_FAULT_COUNT)
     if key == "seed":
         return _integer(value, where)
+    if key == "kind":
+        return _choice(value, KINDS, where)
+    if key == "id":
+        if not str(value).strip():
+            raise _fail(where, "id= is empty (give the message's id, e.g. id=7)")
+        return str(value)
     if key == "p":
         try:
             p = float(value)

@@ -248,3 +248,20 @@ def test_a_host_that_leaves_abandons_the_hold() -> None:
     )
     assert (verdict.decision, verdict.by) == ("abandoned", "mcptape (the host left)")
     assert table.gets == 3 and table.rows[1].decision == "abandoned"
+
+
+def test_kind_and_id_match() -> None:
+    """``kind=`` and ``id=`` (added to the one matching language, for faults too)."""
+    note = b'{"jsonrpc":"2.0","method":"notifications/progress","params":{}}\n'
+    by_kind = FaultEngine([parse_intercept_rule("kind=notification")])
+    assert by_kind.decide("c2s", CALL) is None
+    assert by_kind.decide("s2c", note) is not None
+    by_id = FaultEngine([parse_intercept_rule("direction=response id=7")])
+    assert by_id.decide("c2s", CALL) is None
+    assert by_id.decide("s2c", b'{"jsonrpc":"2.0","id":8,"result":{}}\n') is None
+    assert by_id.decide("s2c", b'{"jsonrpc":"2.0","id":7,"result":{}}\n') is not None
+    from mcp_proxy.faults import FaultRuleError, parse_rule
+
+    assert parse_rule("drop kind=request id=abc").match.id == "abc"
+    with pytest.raises(FaultRuleError, match="'reply' is not one of request, notification"):
+        parse_intercept_rule("kind=reply")
