@@ -84,6 +84,7 @@ def create_app(
     extra_hosts: frozenset[str] = frozenset(),
     poll_interval: float = 0.25,
     bind_host: str = "127.0.0.1",
+    allow_remote: bool = False,
 ) -> web.Application:
     """Build the app. The store opens (and migrates) on startup and closes on cleanup.
 
@@ -108,13 +109,19 @@ def create_app(
         "poll_interval": poll_interval,
         "token_field": TOKEN_FIELD,
         "replay": is_loopback(bind_host),
+        # Held messages are decided here only on loopback, or when --allow-remote was given.
+        "intercept": is_loopback(bind_host) or allow_remote,
     }
     app[STREAMS] = set()
 
     async def open_store(app: web.Application) -> None:
+        from dashboard.views.intercepts import TABLE
+        from mcp_proxy.store.intercepts import InterceptTable
+
         store = await Store.open(db_url)
         app[STORE] = store
         app[ANALYST] = Analyst(store)
+        app[TABLE] = InterceptTable(db_url, create=False)  # Store.open migrated it
 
     async def stop_streams(app: web.Application) -> None:
         # Live streams would otherwise keep the server from shutting down.
@@ -123,8 +130,11 @@ def create_app(
             task.cancel()
 
     async def close_store(app: web.Application) -> None:
+        from dashboard.views.intercepts import TABLE
+
         await app[ANALYST].close()
         await app[STORE].close()
+        app[TABLE].close()
 
     app.on_startup.append(open_store)
     app.on_shutdown.append(stop_streams)
@@ -142,9 +152,10 @@ async def serve(
     extra_hosts: frozenset[str] = frozenset(),
     announce: Callable[[str], None] = print,
     stop: asyncio.Event | None = None,
+    allow_remote: bool = False,
 ) -> None:
     """Run until ``stop`` is set or SIGINT/SIGTERM; announce the URL (with token) once bound."""
-    app = create_app(db_url, extra_hosts=extra_hosts, bind_host=host)
+    app = create_app(db_url, extra_hosts=extra_hosts, bind_host=host, allow_remote=allow_remote)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     try:

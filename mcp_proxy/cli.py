@@ -107,6 +107,7 @@ COMMAND_MODULES: list[str] = [
     "dashboard",
     "analyze",
     "db",  # mcptape db upgrade|status|copy
+    "intercept",  # mcptape intercept list|resolve
 ]
 
 
@@ -188,6 +189,9 @@ EXAMPLES: dict[str, str] = {
     "stats": "mcptape stats --name fs --since 3d",
     "db": "mcptape db status",
     "db status": "mcptape db status --format json",
+    "intercept": "mcptape intercept list",
+    "intercept list": "mcptape intercept list --format json",
+    "intercept resolve": "mcptape intercept resolve 3 --set params.arguments.path=/tmp/x",
     "db upgrade": "mcptape db upgrade --db postgresql://mcptape@db.example/mcptape",
     "db copy": "mcptape db copy laptop.db postgresql://mcptape@db.example/mcptape",
 }

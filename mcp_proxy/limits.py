@@ -335,3 +335,21 @@ MAX_FAULT_COUNT = 1_000_000_000
 #: tasks without end must not grow the server without end. Past it the oldest task is dropped
 #: (its runner cancelled) and a poll for it is answered "unknown task" (-32602).
 TEST_SERVER_TASKS = 256
+
+# --- Intercept (docs/intercept.md) ---
+
+#: Seconds between two looks at the store while a message is held: a person's decision reaches
+#: the wire within this (a poll of one indexed row; the relay waits no longer in one go, so a
+#: relay that ends or a timeout is seen in time).
+INTERCEPT_POLL = 0.1
+#: ``--intercept-timeout``'s default: a held message nobody resolves is forwarded unchanged after
+#: five minutes (the host's own request timeout is usually longer; 0 waits for ever).
+INTERCEPT_TIMEOUT = 300.0
+#: The largest message that is held (and stored whole for a person to read and edit); a larger
+#: one is forwarded unchanged at once, with a line on stderr and an ``inject.intercept`` finding
+#: saying it was too large to hold. Also the largest edited message or answer ``intercept
+#: resolve`` takes.
+INTERCEPT_MAX_BYTES = 4 * 1024 * 1024
+#: Held messages ``intercept list`` and the store read show at once (the oldest first); a relay
+#: holds at most one per direction and stream, so more are left by relays that are gone.
+INTERCEPT_LIST_MAX = 1000

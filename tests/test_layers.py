@@ -62,6 +62,9 @@ TRAVEL = (
     "mcp_proxy.mcp_client",
 )
 HOSTS = ("mcp_proxy.hosts",)
+#: Intercept (docs/intercept.md): what a person may send (pure) and the relay's hold desk,
+#: which keeps held messages in the store. Relays use it through a Protocol, never an import.
+INTERCEPT = ("mcp_proxy.intercept",)
 CLI = ("mcp_proxy.cli", "mcp_proxy.commands", "mcp_proxy.entry", "mcp_proxy.__main__")
 
 
@@ -150,6 +153,11 @@ RULES = (
         exempt=CLI,
     ),
     Rule("otel/ imports only the core and the store", OTEL, only=(*CORE, *STORE, *OTEL)),
+    Rule(
+        "intercept/ imports only the core, the fault engine and the store",
+        INTERCEPT,
+        only=(*CORE, *FAULTS, *STORE, *INTERCEPT),
+    ),
 )
 
 #: Uses of another module's private name that predate the check (issue #24): the list may
@@ -460,6 +468,8 @@ BROKEN_TREE = {
     "mcp_proxy/otel/live.py": "from mcp_proxy.recording import otlp\n",
     "mcp_proxy/hosts/__init__.py": "",
     "mcp_proxy/hosts/doctor.py": "from mcp_proxy.recording import junit\n",
+    "mcp_proxy/intercept/__init__.py": "",
+    "mcp_proxy/intercept/desk.py": "from mcp_proxy.relay import stdio\n",
     "mcp_proxy/demo.py": "import typer\nfrom dashboard import app\n",
     "mcp_proxy/entry.py": "from mcp_proxy import cli\n",
     "mcp_proxy/cli.py": "import typer\n",
@@ -479,7 +489,7 @@ def test_the_checker_catches_a_deliberate_violation(tmp_path: Path) -> None:
     core, recorder, relays, relay_fwd, faults, store, analysis, recording = (
         r.name for r in RULES[:8]
     )
-    travel, hosts, dash_cli, typer, sql, dash, otel = (r.name for r in RULES[8:])
+    travel, hosts, dash_cli, typer, sql, dash, otel, intercept = (r.name for r in RULES[8:])
     expected = [
         ("addons.record imports dashboard", relays),
         ("addons.record imports dashboard", dash),
@@ -498,6 +508,8 @@ def test_the_checker_catches_a_deliberate_violation(tmp_path: Path) -> None:
         ("mcp_proxy.frames imports mcp_proxy.store.queries", core),
         ("mcp_proxy.hosts.doctor imports mcp_proxy.recording", hosts),
         ("mcp_proxy.hosts.doctor imports mcp_proxy.recording.junit", hosts),
+        ("mcp_proxy.intercept.desk imports mcp_proxy.relay", intercept),
+        ("mcp_proxy.intercept.desk imports mcp_proxy.relay.stdio", intercept),
         ("mcp_proxy.mock.__main__ imports mcp_proxy.entry", travel),
         ("mcp_proxy.mock.__main__ imports mcp_proxy.entry.main", travel),
         ("mcp_proxy.mock.__main__ imports mcp_proxy.entry", typer),

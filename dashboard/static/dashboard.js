@@ -288,7 +288,30 @@ function wireCopies(root) {
   }
 }
 
+// Intercepted: follow the held messages (the page's .json twin, every second). The page
+// reloads when the set of held messages changes — unless a message is being edited.
+function followIntercepts(box) {
+  let editing = false;
+  box.addEventListener("input", () => { editing = true; });
+  const tick = () => {
+    fetch(box.dataset.live, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then((r) => (r.ok ? r.json() : null))
+      .then((data) => {
+        if (!data) return;
+        const ids = data.held.map((h) => String(h.id)).join(",");
+        const count = document.getElementById("held-count");
+        if (count) count.textContent = String(data.count);
+        if (ids !== box.dataset.ids && !editing) location.reload();
+      })
+      .catch(() => {})
+      .finally(() => setTimeout(tick, 1000));
+  };
+  setTimeout(tick, 1000);
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  const held = document.getElementById("intercepts");
+  if (held) followIntercepts(held);
   wireSplit();
   wireCopies(document);
   document.addEventListener("keydown", onKey);

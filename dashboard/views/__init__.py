@@ -15,6 +15,7 @@ URLs (each page also answers with ``.json`` appended to its path):
 - ``/stats``, ``/sessions/{id}/stats`` — latency distribution and error counts (:mod:`.stats`)
 - ``/sessions/live``, ``/sessions/{id}/live`` — Server-Sent Events for pages that follow a recording
 - ``/annotations/…`` — tags and notes (:mod:`.notes`)
+- ``/intercepts`` — messages held by ``record --intercept``, decided here (:mod:`.intercepts`)
 
 Shared helpers are in :mod:`._common`. The export, diff and replay pages are
 :mod:`dashboard.travel`'s.
@@ -26,7 +27,16 @@ from typing import Any
 
 from aiohttp import web
 
-from dashboard.views import details, host, notes, session, sessions, stats, waterfall
+from dashboard.views import (
+    details,
+    host,
+    intercepts,
+    notes,
+    session,
+    sessions,
+    stats,
+    waterfall,
+)
 from dashboard.views._common import EXT, SID, BadRequest, error_response
 from mcp_proxy.errors import NotFoundError, StoreError, UserError
 
@@ -51,6 +61,8 @@ def add_routes(app: web.Application) -> None:
     r.add_post(r"/annotations/{aid:\d+}" + EXT, notes.annotation_edit)
     r.add_post(r"/annotations/{aid:\d+}/delete" + EXT, notes.annotation_delete)
     r.add_delete(r"/annotations/{aid:\d+}" + EXT, notes.annotation_delete)
+    r.add_get("/intercepts" + EXT, intercepts.intercepts_page)
+    r.add_post(r"/intercepts/{iid:\d+}" + EXT, intercepts.intercept_resolve)
     from dashboard import travel
 
     travel.add_routes(app)

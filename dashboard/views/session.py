@@ -11,6 +11,7 @@ from dashboard import analysis as an
 from dashboard import present
 from dashboard.app import ANALYST, JINJA, QUERIES, SETTINGS, STORE, render
 from dashboard.travel import export_links
+from dashboard.views import intercepts
 from dashboard.views._common import (
     KINDS,
     SEQ_MAX,
@@ -236,6 +237,7 @@ async def session_page(request: web.Request) -> web.Response:
         last_seq=max((r["seq"] for r in rows if r["seq"]), default=tf.after),
         live_url=url(f"/sessions/{sid}/live", params),
         replay_on=bool(request.app[SETTINGS].get("replay")),
+        held=await intercepts.held_in(request, sid),
         recent=await _recent_others(request, sid),
         exports=export_links(s),
         selected=int_param(request, "x", 0, hi=SEQ_MAX) or None,

@@ -1040,6 +1040,14 @@ _INJECT_WHAT = {
         """A fault rule held this frame and delivered it after the next frame in its direction
         (``reorder``); the late delivery is on the ``inject`` channel.""",
     ),
+    "intercept": (
+        "A message was held for a person (intercept)",
+        """An intercept rule (``--intercept``, docs/intercept.md) held this message until a
+        person decided: forwarded as it was, forwarded edited, answered in the peer's place or
+        dropped — or forwarded unchanged when nobody decided in time. The detail says which,
+        who decided, and the intercept's number; an edit or an answer is on the ``inject``
+        channel beside the message the sender really sent.""",
+    ),
 }
 for _action, (_title, _text) in _INJECT_WHAT.items():
     _e(f"inject.{_action}", I, _title, _text, "")

@@ -76,7 +76,16 @@ def dashboard(
         )
 
     try:
-        asyncio.run(serve(url, host=host, port=port, extra_hosts=extra, announce=announce))
+        asyncio.run(
+            serve(
+                url,
+                host=host,
+                port=port,
+                extra_hosts=extra,
+                announce=announce,
+                allow_remote=allow_remote,
+            )
+        )
     except OSError as exc:
         fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
     except KeyboardInterrupt:

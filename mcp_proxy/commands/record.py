@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,6 +13,10 @@ from mcp_proxy.commands.common import (
     redact_paths_value,
     seconds_value,
 )
+from mcp_proxy.limits import INTERCEPT_TIMEOUT
+
+if TYPE_CHECKING:
+    from mcp_proxy.relay.stdio_faults import FaultDecider
 
 
 @app.command(
@@ -125,6 +129,30 @@ def record(
             help="A TOML file of fault rules, re-read when it changes (docs/faults.md).",
         ),
     ] = None,
+    intercept: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--intercept",
+            help="Hold matching messages until you decide (mcptape intercept list/resolve):"
+            " fault-rule matchers, e.g. 'method=tools/call' (repeatable; docs/intercept.md).",
+        ),
+    ] = None,
+    intercepts_file: Annotated[
+        str | None,
+        typer.Option(
+            "--intercepts",
+            help="A TOML file of [[intercept]] rules, re-read when it changes.",
+        ),
+    ] = None,
+    intercept_timeout: Annotated[
+        float,
+        typer.Option(
+            "--intercept-timeout",
+            help="Seconds a held message waits for a decision before it is forwarded"
+            " unchanged; 0 waits for ever.",
+            callback=seconds_value(zero="waits for ever"),
+        ),
+    ] = INTERCEPT_TIMEOUT,
     otlp_endpoint: Annotated[
         str | None,
         typer.Option(
@@ -164,6 +192,25 @@ def record(
         from mcp_proxy.faults.load import load_engine
 
         engine = load_engine(fault or [], faults_file, transport="http" if upstream else "stdio")
+    held = desk = None
+    if intercept or intercepts_file is not None:
+        if forward:
+            fail("--intercept works with -- COMMAND and --upstream so far, not --forward")
+        from mcp_proxy.faults.load import load_intercepts
+        from mcp_proxy.intercept.desk import InterceptDesk
+        from mcp_proxy.store.intercepts import InterceptTable
+
+        held = load_intercepts(intercept or [], intercepts_file)
+        if upstream and command:
+            fail("give either --upstream URL or -- COMMAND, not both")
+        if not upstream and not command:
+            fail("no server command given (usage: mcptape record [--name NAME] -- COMMAND [ARGS…])")
+        desk = InterceptDesk(InterceptTable(url), timeout=intercept_timeout)
+    decider: FaultDecider | None = engine
+    if held is not None:
+        from mcp_proxy.faults import FirstOf
+
+        decider = held if engine is None else FirstOf(held, engine)
     if forward:
         if command or upstream:
             fail("--forward records what hosts send through it: give no --upstream or COMMAND")
@@ -204,7 +251,8 @@ def record(
                 connect_timeout=connect_timeout,
                 response_timeout=response_timeout or None,
                 allow_hosts=allow_host or [],
-                faults=engine,
+                faults=decider,
+                intercepts=desk,
                 output=output,
             )
         )
@@ -220,7 +268,8 @@ def record(
             redact=False if no_redact else None,
             redact_headers=redact_header or [],
             redact_paths=redact_path or [],
-            faults=engine,
+            faults=decider,
+            intercepts=desk,
             output=output,
         )
     )

@@ -20,6 +20,7 @@ import typer
 from mcp_proxy.cli import app, fail, handle_errors
 from mcp_proxy.commands import common
 from mcp_proxy.commands.common import port_value, seconds_value
+from mcp_proxy.limits import INTERCEPT_TIMEOUT
 
 DbOption = Annotated[
     str | None,
@@ -371,6 +372,26 @@ def mock(
     seed: Annotated[
         int | None, typer.Option("--seed", help="Seed for rules with p= (repeatable runs).")
     ] = None,
+    intercept: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--intercept",
+            help="Hold matching messages until you decide (mcptape intercept list/resolve),"
+            " e.g. 'method=tools/call' (repeatable; docs/intercept.md).",
+        ),
+    ] = None,
+    intercepts_file: Annotated[
+        str | None,
+        typer.Option("--intercepts", help="A TOML file of [[intercept]] rules, re-read."),
+    ] = None,
+    intercept_timeout: Annotated[
+        float,
+        typer.Option(
+            "--intercept-timeout",
+            help="Seconds a held message waits before it goes on unchanged; 0 waits for ever.",
+            callback=seconds_value(zero="waits for ever"),
+        ),
+    ] = INTERCEPT_TIMEOUT,
     db: DbOption = None,
     fmt: common.FormatOption = common.Format.text,
 ) -> None:
@@ -401,6 +422,16 @@ def mock(
     except JsonPathError as exc:
         fail(str(exc))
 
+    held = desk = None
+    if intercept or intercepts_file is not None:
+        from mcp_proxy.faults.load import load_intercepts
+        from mcp_proxy.intercept.desk import InterceptDesk
+        from mcp_proxy.store.engine import resolve_url
+        from mcp_proxy.store.intercepts import InterceptTable
+
+        held = load_intercepts(intercept or [], intercepts_file)
+        desk = InterceptDesk(InterceptTable(resolve_url(db)), timeout=intercept_timeout)
+
     def announce(url: str) -> None:
         if fmt is common.Format.json:
             common.print_json({"url": url, "source": source, "mode": record_mode.value}, line=True)
@@ -423,6 +454,8 @@ def mock(
                 faults=list(fault or []),
                 faults_file=faults_file,
                 seed=seed,
+                intercepts=held,
+                holder=desk,
             ),
             ready=announce,
         )

@@ -9,11 +9,19 @@ The transports (the stdio relay, the HTTP relay, the mock) carry decisions out; 
 docs/faults.md for the language and recipes.
 """
 
-from mcp_proxy.faults.engine import Decision, FaultEngine, MessageFacts, RulesFile, message_facts
+from mcp_proxy.faults.engine import (
+    Decision,
+    FaultEngine,
+    FirstOf,
+    MessageFacts,
+    RulesFile,
+    message_facts,
+)
 from mcp_proxy.faults.rules import (
     FaultRuleError,
     Match,
     Rule,
+    parse_intercept_rule,
     parse_rule,
     parse_rules_file,
     unsupported,
@@ -23,11 +31,13 @@ __all__ = [
     "Decision",
     "FaultEngine",
     "FaultRuleError",
+    "FirstOf",
     "Match",
     "MessageFacts",
     "Rule",
     "RulesFile",
     "message_facts",
+    "parse_intercept_rule",
     "parse_rule",
     "parse_rules_file",
     "unsupported",

@@ -27,7 +27,7 @@ from typing import Any
 
 from mcp_proxy.faults.rules import Rule, parse_rules_file
 
-__all__ = ["Decision", "FaultEngine", "MessageFacts", "RulesFile", "message_facts"]
+__all__ = ["Decision", "FaultEngine", "FirstOf", "MessageFacts", "RulesFile", "message_facts"]
 
 _NAME_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
@@ -123,10 +123,14 @@ class Decision:
 
         return corrupt(raw, str(self.settings.get("mode", "truncate")), self.settings.get("at"))
 
-    def finding(self) -> dict[str, Any]:
-        """The ``inject.*`` finding that marks this fault in the recording."""
+    def finding(self, decided: str | None = None, by: str | None = None) -> dict[str, Any]:
+        """The ``inject.*`` finding that marks this fault in the recording (an intercept's
+        title says what was ``decided`` and ``by`` whom)."""
         what = self.request.method if self.request else self.facts.method
         title = f"injected {self.rule.action}" + (f" on {what}" if what else "")
+        if self.rule.action == "intercept":
+            by_whom = f" by {by}" if by and decided not in ("timeout", "too_large") else ""
+            title = f"intercepted {what or self.facts.kind}: {decided}{by_whom}"
         return {
             "code": f"inject.{self.rule.action.replace('-', '_')}",
             "severity": "info",
@@ -197,8 +201,10 @@ class FaultEngine:
             method = request.method if request else facts.method
             name = request.name if request else facts.name
             for rule in self._rules:
-                if not rule.match.selects(direction, method, name):
+                if not rule.match.selects(direction, method, name, facts.kind, facts.id):
                     continue
+                if request is not None and rule.action == "intercept" and not rule.match.direction:
+                    continue  # ``--intercept method=tools/call`` holds the call, not its answer
                 if self._fires(rule):
                     roll = (
                         self._state[id(rule)].rng.random() if rule.settings.get("jitter") else 0.5
@@ -247,13 +253,15 @@ class RulesFile:
         interval: float = 0.25,
         warn: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        table: str = "fault",
     ) -> None:
         self.path = path
+        self.table = table
         self.interval = interval
         self._warn = warn or (lambda _msg: None)
         self._clock = clock
         self._stamp = self._stat()
-        self.rules = parse_rules_file(path)  # the first read must succeed: one clear line
+        self.rules = parse_rules_file(path, table=table)  # the first read must succeed
         self._checked = clock()
         self._last_error: str | None = None
 
@@ -275,11 +283,26 @@ class RulesFile:
             return False
         self._stamp = stamp
         try:
-            self.rules = parse_rules_file(self.path)
+            self.rules = parse_rules_file(self.path, table=self.table)
         except Exception as exc:  # any bad edit keeps the last good rules
             if str(exc) != self._last_error:
                 self._last_error = str(exc)
-                self._warn(f"{exc} (keeping the previous fault rules)")
+                self._warn(f"{exc} (keeping the previous {self.table} rules)")
             return False
         self._last_error = None
         return True
+
+
+class FirstOf:
+    """Several engines asked in turn (intercept rules first, then fault rules): the first
+    decision wins. Each engine keeps its own counters and rules file."""
+
+    def __init__(self, *engines: FaultEngine) -> None:
+        self.engines = engines
+
+    def decide(self, direction: str, raw: bytes) -> Decision | None:
+        found = None
+        for engine in self.engines:
+            decision = engine.decide(direction, raw)  # every engine tracks every request
+            found = found or decision
+        return found

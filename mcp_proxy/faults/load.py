@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mcp_proxy.faults.engine import FaultEngine, RulesFile
-from mcp_proxy.faults.rules import FaultRuleError, parse_rule, unsupported
+from mcp_proxy.faults.rules import FaultRuleError, parse_intercept_rule, parse_rule, unsupported
 
-__all__ = ["load_engine"]
+__all__ = ["load_engine", "load_intercepts"]
 
 
 def _stderr(message: str) -> None:
@@ -45,3 +45,21 @@ def load_engine(
         if why is not None:
             raise FaultRuleError(why)
     return FaultEngine(parsed, seed=seed, source=source)
+
+
+def load_intercepts(
+    rules: Sequence[str] = (),
+    path: Path | str | None = None,
+    *,
+    warn: Callable[[str], None] | None = None,
+) -> FaultEngine | None:
+    """The engine of ``--intercept RULE`` and ``--intercepts FILE`` (``[[intercept]]`` tables,
+    re-read when the file changes), or None for none; its decisions' action is ``intercept``.
+    Raises :class:`FaultRuleError` (one line, exit 2) for a bad rule."""
+    parsed = [parse_intercept_rule(text) for text in rules]
+    source = (
+        RulesFile(Path(path), warn=warn or _stderr, table="intercept") if path is not None else None
+    )
+    if not parsed and source is None:
+        return None
+    return FaultEngine(parsed, source=source)

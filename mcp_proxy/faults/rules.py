@@ -32,6 +32,7 @@ __all__ = [
     "FaultRuleError",
     "Match",
     "Rule",
+    "parse_intercept_rule",
     "parse_rule",
     "parse_rules_file",
     "parse_rules_text",
@@ -58,11 +59,15 @@ ACTIONS: dict[str, dict[str, Any]] = {
     "disconnect": {"mode": ..., "signal": "TERM", "after": 0},
     "duplicate": {},
     "reorder": {"wait": 1000},
+    # Not a fault: hold the message until a person decides (``--intercept``, docs/intercept.md).
+    # An intercept rule is written without its action (the matchers only).
+    "intercept": {},
 }
 CORRUPT_MODES = ("truncate", "cut-utf8", "invalid-json")
 DISCONNECT_MODES = ("close-stdin", "kill", "reset", "end-stream")
 DIRECTIONS = {"c2s": "c2s", "s2c": "s2c", "request": "c2s", "response": "s2c"}
-MATCH_KEYS = ("direction", "method", "name", "nth", "times", "p", "seed")
+MATCH_KEYS = ("direction", "method", "name", "kind", "id", "nth", "times", "p", "seed")
+KINDS = ("request", "notification", "response", "other")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s)?$")
 
 
@@ -73,14 +78,27 @@ class Match:
     direction: str | None = None  # "c2s" (host → server) or "s2c" (server → host)
     method: str | None = None  # glob on the JSON-RPC method (a response: its request's method)
     name: str | None = None  # glob on the tool/prompt name or resource URI
+    kind: str | None = None  # request | notification | response (errors too) | other
+    id: str | None = None  # the JSON-RPC id as text (``7``, ``abc``); a response: its own id
     nth: int | None = None  # only the nth frame that matches the conditions above (1-based)
     times: int | None = None  # at most this many firings
     p: float = 1.0  # probability of firing once everything else matched
     seed: int | None = None  # seeds ``p`` so that a run is repeatable
 
-    def selects(self, direction: str, method: str | None, name: str | None) -> bool:
+    def selects(
+        self,
+        direction: str,
+        method: str | None,
+        name: str | None,
+        kind: str | None = None,
+        msg_id: Any = None,
+    ) -> bool:
         """The static part of the match (the counting and dice live in the engine)."""
         if self.direction is not None and direction != self.direction:
+            return False
+        if self.kind is not None and kind != self.kind:
+            return False
+        if self.id is not None and (msg_id is None or str(msg_id) != self.id):
             return False
         if self.method is not None and not (method and fnmatch.fnmatchcase(method, self.method)):
             return False
@@ -147,6 +165,12 @@ def _match_value(key: str, value: Any, where: str) -> Any:
         return _integer(value, where, minimum=1, maximum=MAX_FAULT_COUNT)
     if key == "seed":
         return _integer(value, where)
+    if key == "kind":
+        return _choice(value, KINDS, where)
+    if key == "id":
+        if not str(value).strip():
+            raise _fail(where, "id= is empty (give the message's id, e.g. id=7)")
+        return str(value)
     if key == "p":
         try:
             p = float(value)
@@ -202,7 +226,8 @@ def _setting(action: str, key: str, value: Any, where: str) -> Any:
 def build_rule(action: str, items: Sequence[tuple[str, Any, str]], text: str, where: str) -> Rule:
     """A rule from its action and ``(key, value, position)`` settings, every value checked."""
     if action not in ACTIONS:
-        raise _fail(where, f"unknown action {action!r} (one of {', '.join(ACTIONS)})")
+        faults = [a for a in ACTIONS if a != "intercept"]
+        raise _fail(where, f"unknown action {action!r} (one of {', '.join(faults)})")
     allowed = ACTIONS[action]
     settings: dict[str, Any] = {k: v for k, v in allowed.items() if v is not ...}
     match: dict[str, Any] = {}
@@ -272,6 +297,8 @@ def parse_rule(text: str, *, label: str = "--fault") -> Rule:
     if not tokens:
         raise _fail(label, "empty rule (write an action, e.g. 'delay ms=500')")
     action, _ = tokens[0]
+    if action.lower() == "intercept":
+        raise _fail(f"{label} {text!r} column 1", "hold messages with --intercept, not a fault")
     items: list[tuple[str, Any, str]] = []
     for token, col in tokens[1:]:
         key, sep, value = token.partition("=")
@@ -281,43 +308,69 @@ def parse_rule(text: str, *, label: str = "--fault") -> Rule:
     return build_rule(action.lower(), items, text, f"{label} {text!r} column 1")
 
 
-def parse_rules_text(text: str, *, source: str = "faults.toml") -> list[Rule]:
-    """Rules from a TOML document: ``[[fault]]`` tables with ``action`` and the same keys."""
+def parse_intercept_rule(text: str, *, label: str = "--intercept") -> Rule:
+    """One intercept rule: the fault language's matchers without an action
+    (``method=tools/call``, ``direction=response method=tools/list``); empty holds every
+    message. Its action is ``intercept``."""
+    items: list[tuple[str, Any, str]] = []
+    for token, col in _tokens(text, label):
+        key, sep, value = token.partition("=")
+        where = f"{label} {text!r} column {col}"
+        if not sep or not key:
+            raise _fail(where, f"{token!r} is not key=value (an intercept rule has no action)")
+        key = key.strip().lower()
+        if key not in MATCH_KEYS:
+            raise _fail(where, f"{key!r} is not a matcher (one of: {', '.join(MATCH_KEYS)})")
+        items.append((key, value, where))
+    return build_rule("intercept", items, text, f"{label} {text!r} column 1")
+
+
+def parse_rules_text(text: str, *, source: str = "faults.toml", table: str = "fault") -> list[Rule]:
+    """Rules from a TOML document: ``[[fault]]`` tables with ``action`` and the same keys
+    (``table="intercept"``: ``[[intercept]]`` tables of matchers, no ``action``)."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _fail(source, f"not valid TOML: {exc}") from None
-    unknown = sorted(set(doc) - {"fault", "seed"})
+    unknown = sorted(set(doc) - {table, "seed"})
     if unknown:
-        raise _fail(source, f"unknown top-level key {unknown[0]!r} (use [[fault]] tables)")
-    tables = doc.get("fault", [])
+        raise _fail(source, f"unknown top-level key {unknown[0]!r} (use [[{table}]] tables)")
+    tables = doc.get(table, [])
     if not isinstance(tables, list):
-        raise _fail(source, "'fault' must be an array of tables: write [[fault]]")
+        raise _fail(source, f"{table!r} must be an array of tables: write [[{table}]]")
+    if table == "intercept":
+        tables = [
+            {"action": "intercept", **t} if isinstance(t, dict) and "action" not in t else t
+            for t in tables
+        ]
     default_seed = doc.get("seed")
     rules = []
-    for n, table in enumerate(tables, 1):
-        where = f"{source}: fault #{n}"
-        if not isinstance(table, dict) or "action" not in table:
+    for n, entry in enumerate(tables, 1):
+        where = f"{source}: {table} #{n}"
+        if not isinstance(entry, dict) or "action" not in entry:
             raise _fail(where, 'needs action = "…"')
-        items = [(k.lower(), v, f"{where}, key {k!r}") for k, v in table.items() if k != "action"]
-        if default_seed is not None and "seed" not in table:
+        action = str(entry["action"]).lower()
+        if (action == "intercept") != (table == "intercept"):
+            raise _fail(where, f"action {action!r} does not belong in [[{table}]]")
+        items = [(k.lower(), v, f"{where}, key {k!r}") for k, v in entry.items() if k != "action"]
+        if default_seed is not None and "seed" not in entry:
             items.append(("seed", default_seed, f"{source}: seed"))
-        text_form = str(table["action"]) + "".join(
-            f" {k}={shlex.quote(str(v))}" for k, v in table.items() if k != "action"
+        text_form = ("" if table == "intercept" else str(entry["action"])) + "".join(
+            f" {k}={shlex.quote(str(v))}" for k, v in entry.items() if k != "action"
         )
-        rules.append(build_rule(str(table["action"]).lower(), items, text_form, where))
+        rules.append(build_rule(action, items, text_form.strip(), where))
     return rules
 
 
-def parse_rules_file(path: Path) -> list[Rule]:
+def parse_rules_file(path: Path, *, table: str = "fault") -> list[Rule]:
     """Rules from a TOML file (one clear line if it cannot be read)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise FaultRuleError(f"{path}: cannot read fault rules: {exc.strerror}") from None
+        raise FaultRuleError(f"{path}: cannot read {table} rules: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise FaultRuleError(f"{path}: not UTF-8 text") from None
-    return parse_rules_text(text, source=str(path))
+    return parse_rules_text(text, source=str(path), table=table)
 
 
 #: What each transport cannot do: ``(action, mode or None) → why``.

@@ -101,9 +101,15 @@ class MockFaults:
         http: bool,
         fixed: Sequence[Rule] = (),
         source: RulesFile | None = None,
+        intercepts: FaultEngine | None = None,
+        holder: Any = None,
     ) -> None:
         self.engine = engine
         self.http = http
+        #: Intercept (docs/intercept.md): rules asked first, and the desk a matched message
+        #: waits at (``mcp_proxy.intercept.desk.InterceptDesk``, built by the CLI).
+        self.intercepts = intercepts
+        self.holder = holder
         self.fired: list[Decision] = []
         # The command line's rules stay when the rules file changes (the engine's own
         # ``source`` would replace them with the file's), so the file is watched here.
@@ -124,9 +130,12 @@ class MockFaults:
         http: bool,
         seed: int | None = None,
         warn: Callable[[str], None] | None = None,
+        intercepts: FaultEngine | None = None,
+        holder: Any = None,
     ) -> MockFaults | None:
-        """The rules given on the command line and in a rules file (re-read when it changes)."""
-        if not rules and not file:
+        """The rules given on the command line and in a rules file (re-read when it changes),
+        and the intercept rules with their desk."""
+        if not rules and not file and intercepts is None:
             return None
         parsed = [parse_rule(r) for r in rules]
         source = RulesFile(Path(file), warn=warn) if file else None
@@ -137,7 +146,28 @@ class MockFaults:
                         f"fault {rule.describe()!r}: an HTTP status needs the HTTP mock (--port)"
                     )
         engine = FaultEngine([*parsed, *(source.rules if source else [])], seed=seed)
-        return cls(engine, http=http, fixed=parsed, source=source)
+        return cls(
+            engine,
+            http=http,
+            fixed=parsed,
+            source=source,
+            intercepts=intercepts,
+            holder=holder,
+        )
+
+    async def _held(self, decision: Decision, direction: str, raw: bytes) -> Verdict:
+        """An intercepted message, held until a person decides: that decision as a verdict
+        (forward: as it was; edit: the edit instead; answer: a request answered in the mock's
+        place; drop: nothing)."""
+        verdict = await self.holder.hold_async("mock", direction, raw, decision)
+        how = verdict.decision
+        if how == "edit":
+            return Verdict(payloads=[verdict.payload], decision=decision)
+        if how == "answer" and direction == "c2s" and decision.facts.is_request:
+            return Verdict(payloads=[verdict.payload], consumed=True, decision=decision)
+        if how == "drop":
+            return Verdict(payloads=[], consumed=direction == "c2s", decision=decision)
+        return Verdict(decision=decision)
 
     async def _common(self, decision: Decision, raw: bytes) -> Verdict | None:
         """delay/throttle (then go on), http, disconnect, drop; None: action-specific."""
@@ -175,6 +205,10 @@ class MockFaults:
     ) -> tuple[Decision | None, Verdict | None]:
         """The rule that fires on ``raw`` (None: none) and, when the common actions settle it,
         the verdict; a decision without a verdict is left to the direction's own actions."""
+        if self.intercepts is not None and self.holder is not None:
+            held = self.intercepts.decide(direction, raw)
+            if held is not None:
+                return held, await self._held(held, direction, raw)
         decision = self._decide(direction, raw)
         if decision is None:
             return None, None

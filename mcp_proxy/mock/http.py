@@ -180,6 +180,8 @@ class HttpMock:
             return web.Response(status=405, headers={"Allow": "POST, DELETE"})
         body = await request.read()
         verdict = await self.faults.inbound(body) if self.faults else None
+        if verdict is not None and verdict.payloads and not verdict.consumed:
+            body = verdict.payloads[0]  # an intercepted message, edited
         ok, msg = _parse(body)
         if not ok and not (verdict and verdict.consumed):
             return _parse_error()
@@ -379,6 +381,8 @@ class HttpMock:
             for payload in verdict.payloads or []:
                 queue.put_nowait(payload)
             return web.Response(status=202, text="Accepted")
+        if verdict is not None and verdict.payloads:
+            body = verdict.payloads[0]  # an intercepted message, edited
         ok, msg = _parse(body)
         if not ok:
             return web.Response(status=400, text="Could not parse message")

@@ -105,6 +105,8 @@ async def serve_stdio(
                 for payload in verdict.payloads or []:
                     await write(payload + b"\n")
                 return
+            if verdict is not None and verdict.payloads:  # an intercepted message, edited
+                line = verdict.payloads[0]
         msg = safe_loads(line)  # not JSON, or too deep to parse: ignored, as the SDK does
         if msg is not None:
             await session.on_client_message(msg, send)
@@ -147,6 +149,9 @@ class MockOptions:
     faults: Sequence[str] = ()
     faults_file: str | None = None
     seed: int | None = None
+    #: Intercept (``--intercept``): the rules' engine and the desk held messages wait at.
+    intercepts: Any = None
+    holder: Any = None
 
 
 def check_port(port: int | None) -> None:
@@ -189,7 +194,13 @@ def run_mock(opts: MockOptions, *, ready: Callable[[str], None] | None = None) -
         raise UserError(f"unknown record mode {opts.mode!r} (one of {', '.join(RECORD_MODES)})")
     check_port(opts.port)
     faults = MockFaults.build(
-        opts.faults, opts.faults_file, http=opts.port is not None, seed=opts.seed, warn=_say
+        opts.faults,
+        opts.faults_file,
+        http=opts.port is not None,
+        seed=opts.seed,
+        warn=_say,
+        intercepts=opts.intercepts,
+        holder=opts.holder,
     )
     sessions, path = _load_for_mock(opts)
     mode = opts.mode

@@ -45,7 +45,7 @@ from mcp_proxy.osutil import write_all
 from mcp_proxy.recorder.contract import Producer
 
 if TYPE_CHECKING:  # imported when rules exist: the plain relay's start-up stays as it was
-    from mcp_proxy.relay.stdio_faults import FaultDecider, FaultPumps
+    from mcp_proxy.relay.stdio_faults import FaultDecider, FaultPumps, Holder
 
 #: Signals forwarded to the server (SIGHUP does not exist on Windows).
 FORWARDED_SIGNALS = tuple(
@@ -123,6 +123,7 @@ class StdioRelay:
         release_stdout_at_eof: bool = False,
         session_meta: dict[str, Any] | None = None,
         faults: FaultDecider | None = None,
+        intercepts: Holder | None = None,
     ) -> None:
         if not argv:
             raise UserError("no server command given (usage: mcptape record -- COMMAND [ARGS…])")
@@ -140,6 +141,9 @@ class StdioRelay:
         #: A fault engine (``mcp_proxy.faults.FaultEngine``): with one, the frame-aware pumps
         #: of :mod:`~mcp_proxy.relay.stdio_faults` replace the raw ones (docs/faults.md).
         self.faults = faults
+        #: Intercept (docs/intercept.md): where a message an ``intercept`` rule of ``faults``
+        #: matched is held until a person decides.
+        self.intercepts = intercepts
         self._fault_pumps: FaultPumps | None = None
         self.session_id: str | None = None
         self.proc: subprocess.Popen[bytes] | None = None
@@ -334,7 +338,7 @@ class StdioRelay:
         else:
             from mcp_proxy.relay.stdio_faults import FaultPumps
 
-            pumps = self._fault_pumps = FaultPumps(self, self.faults, stdin_fd)
+            pumps = self._fault_pumps = FaultPumps(self, self.faults, stdin_fd, self.intercepts)
             t_in = threading.Thread(
                 target=self._faulted_host_to_server, args=(pumps,), name="c2s", daemon=True
             )
@@ -354,6 +358,8 @@ class StdioRelay:
         finally:
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
+            if self.intercepts is not None:  # a message held for a gone server is let go
+                self.intercepts.close()
         # The server is gone: take what its pipes still hold (a grandchild may keep them open;
         # do not wait on it forever).
         t_out.join(5)
@@ -389,6 +395,7 @@ def record_stdio(
     redact_headers: list[str] | tuple[str, ...] = (),
     redact_paths: list[str] | tuple[str, ...] = (),
     faults: FaultDecider | None = None,
+    intercepts: Holder | None = None,
     output: str = "text",
 ) -> int:
     """``mcptape record -- COMMAND``: relay and record; returns the exit status to use.
@@ -436,6 +443,7 @@ def record_stdio(
         release_stdout_at_eof=True,
         session_meta=meta,
         faults=faults,
+        intercepts=intercepts,
     )
     # Spawn (and fail on a missing command) before starting the recorder process.
     proc = relay._spawn()

@@ -37,6 +37,7 @@ import heapq
 import itertools
 import json
 import os
+import select
 import signal
 import threading
 import time
@@ -113,12 +114,36 @@ class FaultDecider(Protocol):
     def decide(self, direction: str, raw: bytes) -> Any: ...
 
 
+class Holder(Protocol):
+    """What the relay needs of :class:`mcp_proxy.intercept.desk.InterceptDesk`: hold a message
+    until a person decides (blocks the calling pump only), return the verdict."""
+
+    def hold(
+        self,
+        session_id: str,
+        direction: str,
+        raw: bytes,
+        decision: Any,
+        gone: Callable[[], bool] | None = None,
+    ) -> Any: ...
+
+    def close(self) -> None: ...
+
+
 class FaultPumps:
     """Both message pumps of one relay run, and the state the faults share between them."""
 
-    def __init__(self, relay: StdioRelay, engine: FaultDecider, server_stdin: int) -> None:
+    def __init__(
+        self,
+        relay: StdioRelay,
+        engine: FaultDecider,
+        server_stdin: int,
+        holder: Holder | None = None,
+    ) -> None:
         self.relay = relay
         self.engine = engine
+        #: Intercept: where a message an ``intercept`` rule matched waits for a person.
+        self.holder = holder
         self.server_stdin = server_stdin
         self._to_host = threading.Lock()  # the host's stdout is written by both pumps
         self._to_server = threading.Lock()  # so is the server's stdin (answers to its requests)
@@ -164,11 +189,11 @@ class FaultPumps:
             frame = Frame(direction, Channel.INJECT, data, time.monotonic_ns(), time.time())
             relay.recorder.put(relay.session_id, frame)
 
-    def _finding(self, decision: Any, **detail: Any) -> None:
+    def _finding(self, decision: Any, /, **detail: Any) -> None:
         relay = self.relay
         if relay.recorder is None or relay.session_id is None:
             return
-        fields = decision.finding()
+        fields = decision.finding(detail.get("decision"), detail.get("by"))
         # The findings table keeps ``detail`` as text: JSON, as the analysis reads it back.
         fields["detail"] = json.dumps({**fields.get("detail", {}), **detail}, default=str)
         relay.recorder.add_finding(relay.session_id, **fields)
@@ -326,6 +351,57 @@ class FaultPumps:
         self._send(direction, line)
         self._inject(direction, line)
 
+    def _do_intercept(
+        self, d: Any, direction: Direction, line: bytes, mono: int, wall: float
+    ) -> bool:
+        """Hold the frame until a person decides (docs/intercept.md). This pump waits, so the
+        frames behind it in this direction wait too (order kept); the other pump flows."""
+        if self.holder is None:
+            return False
+        relay = self.relay
+        self._record(direction, line, mono, wall)  # the frame as the peer sent it, when read
+        verdict = self.holder.hold(
+            relay.session_id or "", direction.value, line, d, gone=self.host_gone
+        )
+        end = line[len(line.rstrip(b"\r\n")) :] or b"\n"
+        sent_to: Direction | None = direction
+        if verdict.decision == "edit":
+            self._send(direction, verdict.payload + end)
+            self._inject(direction, verdict.payload + end)
+        elif verdict.decision == "answer":
+            sent_to = _OPPOSITE[direction]  # back to the request's sender
+            self._send(sent_to, verdict.payload + end)
+            self._inject(sent_to, verdict.payload + end)
+        elif verdict.decision == "drop":
+            sent_to = None
+        else:  # forward, timeout, abandoned, too_large: the frame as it came
+            self._send(direction, line)
+        self._finding(
+            d,
+            intercept=verdict.id,
+            decision=verdict.decision,
+            by=verdict.by,
+            sent=None if sent_to is None else sent_to.value,
+        )
+        return True
+
+    def host_gone(self) -> bool:
+        """The host closed its end of a pipe: its stdin (all writers gone: ``POLLHUP``) or its
+        stdout (the reader gone: ``POLLERR``). Looked at while a message is held, so that a
+        host that leaves does not leave the relay holding for ever."""
+        relay = self.relay
+        if relay._host_gone or not hasattr(select, "poll"):  # (no poll on Windows)
+            return relay._host_gone
+        poller = select.poll()
+        poller.register(relay.stdin_fd, select.POLLHUP)
+        poller.register(relay.stdout_fd, select.POLLERR)
+        try:
+            ready = poller.poll(0)
+        except OSError:
+            return False
+        bad = select.POLLHUP | select.POLLERR | select.POLLNVAL
+        return any(events & bad for _fd, events in ready)
+
     def _do_disconnect(
         self, d: Any, direction: Direction, line: bytes, mono: int, wall: float
     ) -> bool:
@@ -370,4 +446,4 @@ class FaultPumps:
                     os.close(self.server_stdin)
 
 
-__all__ = ["FaultDecider", "FaultPumps"]
+__all__ = ["FaultDecider", "FaultPumps", "Holder"]

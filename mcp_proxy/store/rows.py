@@ -15,7 +15,7 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 #: The alembic revision the tables correspond to (re-exported by ``store.schema``; a test checks
 #: it is the migrations' head). Here so the recorder can check it without importing SQLAlchemy.
-SCHEMA_HEAD = "0004"
+SCHEMA_HEAD = "0005"
 
 #: Columns the recorder writes, per table (``id`` of exchanges/findings is the database's); a test
 #: checks them against ``store.schema``. JSON columns are stored as ``json.dumps`` text.

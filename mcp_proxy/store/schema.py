@@ -161,6 +161,33 @@ annotations = sa.Table(
     sa.Index("ix_annotations_tag", "tag", "session_id"),
 )
 
+# ---------------------------------------------------------------------------------------------
+# Intercept (revision 0005): messages a relay holds until a person decides (docs/intercept.md).
+# The relay inserts a row and polls it; ``mcptape intercept resolve`` or the dashboard, in
+# another process, writes the decision. No foreign key: the session row may not be written yet.
+
+intercepts = sa.Table(
+    "intercepts",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.String(32), nullable=False),
+    sa.Column("direction", sa.String(3), nullable=False),  # c2s | s2c
+    sa.Column("kind", sa.String(16), nullable=False),  # request | notification | response | other
+    sa.Column("method", sa.String(200), nullable=True),  # a response: its request's method
+    sa.Column("msg_id", sa.String(300), nullable=True),  # JSON text of the id
+    sa.Column("rule", sa.Text, nullable=True),  # the intercept rule that held it
+    sa.Column("original", sa.LargeBinary, nullable=False),  # the frame as the peer sent it
+    sa.Column("state", sa.String(8), nullable=False),  # held | resolved
+    # forward | edit | answer | drop | timeout (forwarded unchanged) | abandoned (relay ended)
+    sa.Column("decision", sa.String(8), nullable=True),
+    sa.Column("payload", sa.LargeBinary, nullable=True),  # the edited message or the answer
+    sa.Column("held_at", sa.Float, nullable=False),
+    sa.Column("resolved_at", sa.Float, nullable=True),
+    sa.Column("resolved_by", sa.String(200), nullable=True),
+    sa.Index("ix_intercepts_state", "state", "id"),
+    sa.Index("ix_intercepts_session", "session_id", "id"),
+)
+
 # Frame indexes, each for a query that needs it, partial where most rows would be NULL:
 # - a timeline page finds the partners of the requests it shows by id (``pages.partners``);
 sa.Index(

@@ -85,6 +85,9 @@ class RelayConfig:
     #: Fault rules (a ``mcp_proxy.faults.FaultEngine``) carried out by relay/http/faults.py;
     #: None (no rules) keeps the relay's own path untouched.
     faults: Any = None
+    #: Intercept (docs/intercept.md): the desk where a message an ``intercept`` rule of
+    #: ``faults`` matched waits for a person (``relay/http/intercept.py``'s ``AsyncHolder``).
+    intercepts: Any = None
 
 
 class HostCheck:

@@ -55,6 +55,7 @@ from mcp_proxy.framing import SSEEvent
 from mcp_proxy.relay.http.common import meta_body
 from mcp_proxy.relay.http.exchange import Exchange
 from mcp_proxy.relay.http.hooks import PASS, Act, Send, Verdict
+from mcp_proxy.relay.http.intercept import AsyncHolder, held_event, held_request, held_response
 from mcp_proxy.relay.http.response import RelayState
 from mcp_proxy.relay.http.response_record import has_response
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE
@@ -149,7 +150,7 @@ class ExchangeFaults:
     status: int = 0
     stream: StreamFaults | None = None
 
-    def fired(self, decision: Decision, **note: Any) -> None:
+    def fired(self, decision: Decision, /, **note: Any) -> None:
         """A rule fired: noted in the exchange's meta, its finding handed over when placed."""
         self.ex.meta.setdefault("injected", []).append(
             {"rule": decision.rule.describe(), "direction": decision.direction, **note}
@@ -163,7 +164,7 @@ class ExchangeFaults:
             return
         add = getattr(ex.ctx.recorder, "add_finding", None)
         for decision, note in self.pending:
-            finding = decision.finding()
+            finding = decision.finding(note.get("decision"), note.get("by"))
             detail = dict(finding.get("detail") or {})
             detail.update(note)
             finding["detail"] = json.dumps(detail, default=str, ensure_ascii=False)
@@ -203,9 +204,15 @@ class FaultHooks:
     """Carries out the fault engine's decisions at the relay's hooks (see the module docs)."""
 
     def __init__(
-        self, engine: FaultEngine, state: RelayState, upstream: Callable[[], Upstream | None]
+        self,
+        engine: FaultEngine,
+        state: RelayState,
+        upstream: Callable[[], Upstream | None],
+        holder: AsyncHolder | None = None,
     ) -> None:
         self.engine = engine
+        #: Intercept: where a message an ``intercept`` rule matched waits for a person.
+        self.holder = holder
         self.state = state
         self.upstream = upstream
         self.exchanges: dict[Exchange, ExchangeFaults] = {}
@@ -251,6 +258,8 @@ class FaultHooks:
         action = decision.action
         settings = decision.rule.settings
         legacy = ex.entry is not None and ex.entry.rule == RULE_LEGACY_SSE
+        if action == "intercept" and self.holder is not None:
+            return await held_request(self, f, decision, body)
         if action == "delay":
             f.fired(decision)
             return Verdict(Act.DELAY, seconds=decision.delay_seconds())
@@ -384,6 +393,8 @@ class FaultHooks:
             return PASS
         action = decision.action
         s = decision.rule.settings
+        if action == "intercept" and self.holder is not None:
+            return await held_response(self, f, decision, body)
         if action == "delay":
             f.fired(decision)
             return Verdict(Act.DELAY, seconds=decision.delay_seconds())
@@ -444,6 +455,8 @@ class FaultHooks:
             return self.deliver(f, st, ev, ev.raw)
         action = decision.action
         s = decision.rule.settings
+        if action == "intercept" and self.holder is not None:
+            return await held_event(self, f, st, decision, ev)
         if action == "delay":
             f.fired(decision)
             then = self.deliver(f, st, ev, ev.raw)

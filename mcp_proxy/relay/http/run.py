@@ -54,6 +54,8 @@ async def _serve(config: RelayConfig, db_url: str, output: str = "text") -> int:
     try:
         await stop.wait()
     finally:
+        if config.intercepts is not None:  # a message still held is let go before the close
+            config.intercepts.close()
         await relay.close()
         await asyncio.to_thread(recorder.close)
     print_stop(_stop_summary(recorder, relay), output)
@@ -112,6 +114,7 @@ def record_http(
     response_timeout: float | None = None,
     allow_hosts: list[str] | tuple[str, ...] = (),
     faults: Any = None,
+    intercepts: Any = None,
     output: str = "text",
 ) -> int:
     """``mcptape record --upstream URL``: relay and record until SIGINT/SIGTERM; exit status.
@@ -131,6 +134,7 @@ def record_http(
         redactor=redactor,
         allow_hosts=tuple(allow_hosts),
         faults=faults,
+        intercepts=intercepts,
     )
     Target(upstream)  # validate before anything starts
     # Relay latency matters more than the writer thread's throughput (see relay/stdio.py).

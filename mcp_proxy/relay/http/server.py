@@ -97,7 +97,9 @@ class HTTPRelay:
             # Imported here: a relay without rules never loads the fault layer.
             from mcp_proxy.relay.http.faults import FaultHooks
 
-            self.hooks = FaultHooks(config.faults, self.state, lambda: self.upstream)
+            self.hooks = FaultHooks(
+                config.faults, self.state, lambda: self.upstream, config.intercepts
+            )
         self.streams = StreamPath(self.state, self.hooks)
         self.responses = ResponsePath(self.state, self.streams, self.hooks)
         self.host_check = HostCheck(config.host, config.allow_hosts)
