@@ -5,7 +5,7 @@ file with plain ``sqlite3`` when :data:`HEAD` is the schema's head; otherwise a 
 is made by the migrations."""
 
 # fmt: off
-HEAD = '0004'
+HEAD = '0005'
 
 #: ``sqlite_master``'s statements in the order the migrations created them.
 STATEMENTS: tuple[str, ...] = (
@@ -32,4 +32,7 @@ STATEMENTS: tuple[str, ...] = (
     "CREATE VIEW frames AS SELECT frames.id AS id, k.id AS session_id, frames.seq AS seq, frames.ts AS ts, frames.mono_ns AS mono_ns, CASE frames.direction WHEN 0 THEN 'c2s' WHEN 1 THEN 's2c' END AS direction, CASE frames.channel WHEN 0 THEN 'stdio' WHEN 1 THEN 'http' WHEN 2 THEN 'sse' WHEN 3 THEN 'stderr' WHEN 4 THEN 'inject' END AS channel, CASE frames.kind WHEN 0 THEN 'request' WHEN 1 THEN 'response' WHEN 2 THEN 'notification' WHEN 3 THEN 'error' WHEN 4 THEN 'batch' WHEN 5 THEN 'invalid' WHEN 6 THEN 'noise' WHEN 7 THEN 'stderr' WHEN 8 THEN 'empty' WHEN 9 THEN 'undecodable' END AS kind, mt.name AS method, frames.msg_id AS msg_id, frames.error_code AS error_code, frames.size AS size, frames.complete AS complete, frames.partial_parse AS partial_parse, frames.raw AS raw, frames.http_exchange_id AS http_exchange_id, frames.sse_id AS sse_id, frames.sse_event AS sse_event, frames.redacted AS redacted FROM frame_rows AS frames JOIN session_keys AS k ON k.key = frames.session_key LEFT JOIN methods AS mt ON mt.code = frames.method_code",
     'CREATE TRIGGER sessions_key AFTER INSERT ON sessions BEGIN INSERT OR IGNORE INTO session_keys (id) VALUES (NEW.id); END',
     "CREATE TRIGGER frames_insert INSTEAD OF INSERT ON frames BEGIN INSERT OR IGNORE INTO methods (name) SELECT NEW.method WHERE NEW.method IS NOT NULL; INSERT INTO frame_rows (id, session_key, method_code, direction, channel, kind, seq, ts, mono_ns, msg_id, error_code, size, complete, partial_parse, raw, http_exchange_id, sse_id, sse_event, redacted) VALUES (NEW.id, (SELECT key FROM session_keys WHERE id = NEW.session_id), (SELECT code FROM methods WHERE name = NEW.method), CASE NEW.direction WHEN 'c2s' THEN 0 WHEN 's2c' THEN 1 END, CASE NEW.channel WHEN 'stdio' THEN 0 WHEN 'http' THEN 1 WHEN 'sse' THEN 2 WHEN 'stderr' THEN 3 WHEN 'inject' THEN 4 END, CASE NEW.kind WHEN 'request' THEN 0 WHEN 'response' THEN 1 WHEN 'notification' THEN 2 WHEN 'error' THEN 3 WHEN 'batch' THEN 4 WHEN 'invalid' THEN 5 WHEN 'noise' THEN 6 WHEN 'stderr' THEN 7 WHEN 'empty' THEN 8 WHEN 'undecodable' THEN 9 END, NEW.seq, NEW.ts, NEW.mono_ns, NEW.msg_id, NEW.error_code, NEW.size, COALESCE(NEW.complete, TRUE), COALESCE(NEW.partial_parse, FALSE), NEW.raw, NEW.http_exchange_id, NEW.sse_id, NEW.sse_event, NEW.redacted); END",
+    'CREATE TABLE intercepts (\n\tid INTEGER NOT NULL, \n\tsession_id VARCHAR(32) NOT NULL, \n\tdirection VARCHAR(3) NOT NULL, \n\tkind VARCHAR(16) NOT NULL, \n\tmethod VARCHAR(200), \n\tmsg_id VARCHAR(300), \n\trule TEXT, \n\toriginal BLOB NOT NULL, \n\tstate VARCHAR(8) NOT NULL, \n\tdecision VARCHAR(8), \n\tpayload BLOB, \n\theld_at FLOAT NOT NULL, \n\tresolved_at FLOAT, \n\tresolved_by VARCHAR(200), \n\tPRIMARY KEY (id)\n)',
+    'CREATE INDEX ix_intercepts_state ON intercepts (state, id)',
+    'CREATE INDEX ix_intercepts_session ON intercepts (session_id, id)',
 )
