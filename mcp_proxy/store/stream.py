@@ -179,11 +179,12 @@ NULL = "null"
 RAW_READ = "raw_read"
 #: The kinds whose bodies an exchange's outcome depends on (``analysis/stats.py``
 #: ``_OUTCOME_KINDS``: request, response, error, batch), plus the ``inject`` channel (the
-#: decoder keeps injected frames aside whatever their kind) and notifications/cancelled (its
-#: method code is the database's, looked up when the statement is written).
+#: decoder keeps injected frames aside whatever their kind), notifications/cancelled and a task's
+#: status notifications (a task's end, hence its duration, may come by one; ``analysis/tasks.py``)
+#: — their method codes are the database's, looked up when the statement is written.
 _READ_KINDS = tuple(KIND_CODES[k] for k in ("request", "response", "error", "batch"))
 _INJECT_CHANNEL = CHANNEL_CODES["inject"]
-_CANCELLED = "notifications/cancelled"
+_READ_METHODS = ("notifications/cancelled", "notifications/tasks/status", "notifications/tasks")
 
 #: ``stats``' read: the positions of ``analysis.facts.SHAPED_FRAME_COLUMNS`` (what
 #: ``Decoder.feed_shaped`` unpacks), with ``ts``, ``size``, ``complete`` and ``sse_id`` left in
@@ -209,10 +210,10 @@ def _stored_columns(columns: tuple[str, ...]) -> None:
 
 def _select_list(columns: tuple[str, ...], shape_sql: str, methods: dict[int, str]) -> str:
     """The SELECT list of ``columns`` (stored names and the specs above) on ``frame_rows``."""
-    cancelled = [code for code, name in methods.items() if name == _CANCELLED]
+    read_methods = sorted(int(code) for code, name in methods.items() if name in _READ_METHODS)
     read = f"kind IN ({', '.join(map(str, _READ_KINDS))}) OR channel = {_INJECT_CHANNEL}"
-    if cancelled:
-        read += f" OR method_code = {int(cancelled[0])}"
+    if read_methods:
+        read += f" OR method_code IN ({', '.join(map(str, read_methods))})"
     special = {"shape": shape_sql, NULL: "NULL", RAW_READ: f"CASE WHEN {read} THEN raw END"}
     return ", ".join(special.get(c, c) for c in columns)
 
