@@ -147,6 +147,10 @@ OTLP_PENDING = 10_000
 #: Sessions the exporter knows at once (a forward proxy may see many): past this the oldest is
 #: ended as if its session ended (its pending requests sent, its session span sent).
 OTLP_SESSIONS = 1_000
+#: Tasks the exporter follows at once (all sessions) to send each one's span when it ends: past
+#: this the oldest is sent as it stands, unended (a server that never ends its tasks, or a
+#: client that never polls, cannot grow the exporter).
+OTLP_TASKS = 10_000
 #: Spans per POST: a burst is sent in a few requests, none of them large.
 OTLP_BATCH_SPANS = 512
 #: The longest a finished span waits before it is sent ("live": well under a second).
