@@ -293,8 +293,10 @@ _e(
     """A task-augmented request (a tools/call, or a sampling or elicitation request run as a task)
     ended with status failed, or its result (tasks/result in 2025-11-25, the error inlined in a
     2026-07-28 tasks/get) was a JSON-RPC error: the operation did not complete. Attributed to
-    the call that created the task. A task whose tool result has isError: true is completed, and
-    reported as tool.error_result.""",
+    the call that created the task. In 2025-11-25 a tool result with isError: true ends the task
+    failed: that is this one finding (the result's text its reason), not a tool.error_result
+    too; a 2026-07-28 task that completed with an isError result is reported as
+    tool.error_result.""",
     f"{S25}/basic/utilities/tasks",
 )
 
