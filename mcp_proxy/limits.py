@@ -240,6 +240,11 @@ TASK_STATUSES_KEPT = 32
 #: Characters of a task id or status the analysis keeps (a peer may send any string): a longer
 #: one is cut to this many, and still identifies its task unless two differ only past the cut.
 TASK_TEXT_CHARS = 256
+#: Skill files (SEP-2640 skills extension) whose listed digest and size the analysis keeps, from
+#: ``skills/list`` and ``skills/get`` entries, to compare each ``resources/read`` of them with
+#: (the extension allows 512 files per skill; a listing may name any number of skills). Past it
+#: the oldest listed file is forgotten: a later read of it is not compared.
+SKILL_FILES_KEPT = 10_000
 #: Events (status changes and polls) one task's OTLP span carries: the OpenTelemetry SDK's own
 #: default span limit. Past it the rest are counted in ``mcp.task.events_dropped``.
 OTLP_TASK_EVENTS = 128

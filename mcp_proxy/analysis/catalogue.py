@@ -929,6 +929,17 @@ _e(
     "https://modelcontextprotocol.github.io/ext-tasks/specification/2026-07-28/tasks.html",
 )
 _e(
+    "skill.digest_mismatch",
+    W,
+    "A skill file served differs from its entry's digest or size",
+    """2026-07-28 skills extension (io.modelcontextprotocol/skills, SEP-2640): a skills/list or
+    skills/get entry listed this file with the SHA-256 digest and size of its raw bytes, and a
+    later resources/read served other bytes (a text content's UTF-8, a blob decoded). A host
+    must verify each skill file it reads against its entry and must not use content that does
+    not match: it is corrupted, tampered with, or the skill changed after it was listed.""",
+    "https://github.com/modelcontextprotocol/ext-skills/blob/main/specification/stable/skills.mdx",
+)
+_e(
     "oauth.resource_mismatch",
     E,
     "Protected-resource metadata names another resource",
