@@ -896,9 +896,9 @@ _e(
     "task.poll_too_fast",
     I,
     "Task polled much faster than its pollInterval",
-    """The requestor polled tasks/get several times sooner than half the pollInterval the
-    receiver suggested. Requestors should respect pollInterval; fast polling costs the server
-    work for no news.""",
+    """The requestor polled tasks/get several times sooner than half the pollInterval (2025-11-25;
+    pollIntervalMs in the 2026-07-28 tasks extension) the receiver suggested. Requestors should
+    respect it; fast polling costs the server work for no news.""",
     f"{S25}/basic/utilities/tasks",
 )
 _e(
