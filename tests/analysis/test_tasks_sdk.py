@@ -104,6 +104,7 @@ def _check_links(xs: list[dict[str, Any]], runs: dict[str, TaskRun], legacy: boo
         assert task["id"] == run.task_id and task["status"] == run.status, (tool, task)
         assert task["polls"] == run.polls == sum(x["method"] == "tasks/get" for x in about)
         assert task["updates"] == run.updates
+        assert task["poll_interval_ms"] == 20  # the handle's pollIntervalMs / pollInterval
         assert task["lifecycle"][0]["status"] == "working"
         assert task["lifecycle"][-1] == {"status": run.status, "seq": task["ended_seq"]}
         ends = [x["response_seq"] for x in about] + call["other_seqs"]
