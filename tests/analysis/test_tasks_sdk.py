@@ -153,8 +153,27 @@ def _check_stats(db: str, session: str) -> None:
         assert row["task_ms"]["max"] > row["latency_ms"]["max"], row
 
 
+def _check_text(db: str, session: str, runs: dict[str, TaskRun], legacy: bool) -> None:
+    """``show -x`` text: each creating call's line shows its task's lifecycle, duration,
+    polls and (2025-11-25) the status notifications joined to it."""
+    proc = run_mcptape("show", session, "--db", db, "-x")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for tool, run in runs.items():
+        (line,) = [ln for ln in lines if f"tools/call {tool} " in ln]
+        steps = (
+            ["working", "input_required", run.status]
+            if tool == "approve"
+            else ["working", run.status]
+        )
+        assert f"task {run.task_id}: created → {' → '.join(steps)} in " in line, line
+        assert f"{run.polls} poll(s)" in line, line
+        assert ("status notification(s)" in line) == legacy, line
+
+
 def _check(db: str, session: str, runs: dict[str, TaskRun], legacy: bool) -> None:
     _check_links(_exchanges(db, session), runs, legacy)
+    _check_text(db, session, runs, legacy)
     _check_findings(_findings(db, session), legacy)
     _check_stats(db, session)
 
