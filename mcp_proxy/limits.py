@@ -246,6 +246,10 @@ TASK_TEXT_CHARS = 256
 #: (the extension allows 512 files per skill; a listing may name any number of skills). Past it
 #: the oldest listed file is forgotten: a later read of it is not compared.
 SKILL_FILES_KEPT = 10_000
+#: Characters of a listed skill file's URI the analysis keeps it under (a peer may send any
+#: string): a file with a longer URI is not followed (its reads are not compared), so the kept
+#: URIs stay under SKILL_FILES_KEPT × this many characters.
+SKILL_URI_CHARS = 2_048
 #: Events (status changes and polls) one task's OTLP span carries: the OpenTelemetry SDK's own
 #: default span limit. Past it the rest are counted in ``mcp.task.events_dropped``.
 OTLP_TASK_EVENTS = 128

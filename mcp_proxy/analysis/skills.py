@@ -6,8 +6,9 @@ A ``skills/list`` or ``skills/get`` entry lists every file of a skill with the S
 them. The recording holds both the entries and the served files, so a file whose bytes (a
 text content's UTF-8, a blob's base64-decoded bytes) do not match its entry is a finding,
 ``skill.digest_mismatch``. At most :data:`~mcp_proxy.limits.SKILL_FILES_KEPT` listed files are
-remembered (the oldest forgotten first); an answer not parsed (cut short, too big) is not
-compared.
+remembered (the oldest forgotten first), and only those whose URI has at most
+:data:`~mcp_proxy.limits.SKILL_URI_CHARS` characters; an answer not parsed (cut short, too big)
+is not compared.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import re
 from typing import Any, NamedTuple
 
 from mcp_proxy.analysis.model import Exchange, FindingSink, Msg
-from mcp_proxy.limits import SKILL_FILES_KEPT
+from mcp_proxy.limits import SKILL_FILES_KEPT, SKILL_URI_CHARS
 
 #: The skills extension's identifier.
 SKILLS_EXTENSION = "io.modelcontextprotocol/skills"
@@ -89,11 +90,14 @@ class Skills:
         for entry in _entries(ex.method, result):
             files = entry.get("resources") if isinstance(entry, dict) else None
             for f in files if isinstance(files, list) else ():
-                self._list(f, resp.seq)
+                self.remember(f, resp.seq)
 
-    def _list(self, f: Any, seq: int) -> None:
+    def remember(self, f: Any, seq: int) -> None:
+        """Follow one listed file (a SkillResource) of the entry answered in frame ``seq``."""
         if not isinstance(f, dict) or not isinstance(f.get("uri"), str):
             return
+        if len(f["uri"]) > SKILL_URI_CHARS:
+            return  # (not followed: the kept URIs stay small)
         digest = _DIGEST.fullmatch(f["digest"]) if isinstance(f.get("digest"), str) else None
         size = f.get("size")
         if digest is None or not isinstance(size, int) or isinstance(size, bool):

@@ -119,3 +119,18 @@ def test_a_tampered_skill_file_through_the_stdio_relay(tampered: bool, tmp_path:
         return
     (f,) = found
     assert SKILL_URI in f["title"] and f"its entry says {len(SKILL_MD)}" in f["title"], f
+
+
+def test_listed_files_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most SKILL_FILES_KEPT files are followed (the oldest forgotten), none with a URI
+    longer than SKILL_URI_CHARS."""
+    from mcp_proxy.analysis import skills
+    from mcp_proxy.analysis.skills import Skills
+
+    monkeypatch.setattr(skills, "SKILL_FILES_KEPT", 3)
+    s = Skills(sink=None)  # type: ignore[arg-type]  (nothing is reported here)
+    digest = "sha256:" + "0" * 64
+    for i in range(5):
+        s.remember({"uri": f"skill://s/{i}", "digest": digest, "size": 1}, i)
+    s.remember({"uri": "skill://" + "x" * 5000, "digest": digest, "size": 1}, 9)
+    assert list(s.listed) == ["skill://s/2", "skill://s/3", "skill://s/4"]
