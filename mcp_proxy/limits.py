@@ -147,6 +147,11 @@ OTLP_PENDING = 10_000
 #: Sessions the exporter knows at once (a forward proxy may see many): past this the oldest is
 #: ended as if its session ended (its pending requests sent, its session span sent).
 OTLP_SESSIONS = 1_000
+#: Tasks the exporter follows at once (all sessions) to send each one's span when it ends: past
+#: this the oldest is sent as it stands, unended (a server that never ends its tasks, or a
+#: client that never polls, cannot grow the exporter). Each holds up to ``OTLP_TASK_EVENTS``
+#: events: measured, 1,000 tasks of 128 events each are ~16 MB (10,000 were 157 MB).
+OTLP_TASKS = 1_000
 #: Spans per POST: a burst is sent in a few requests, none of them large.
 OTLP_BATCH_SPANS = 512
 #: The longest a finished span waits before it is sent ("live": well under a second).
@@ -236,6 +241,15 @@ TASK_STATUSES_KEPT = 32
 #: Characters of a task id or status the analysis keeps (a peer may send any string): a longer
 #: one is cut to this many, and still identifies its task unless two differ only past the cut.
 TASK_TEXT_CHARS = 256
+#: Skill files (SEP-2640 skills extension) whose listed digest and size the analysis keeps, from
+#: ``skills/list`` and ``skills/get`` entries, to compare each ``resources/read`` of them with
+#: (the extension allows 512 files per skill; a listing may name any number of skills). Past it
+#: the oldest listed file is forgotten: a later read of it is not compared.
+SKILL_FILES_KEPT = 10_000
+#: Characters of a listed skill file's URI the analysis keeps it under (a peer may send any
+#: string): a file with a longer URI is not followed (its reads are not compared), so the kept
+#: URIs stay under SKILL_FILES_KEPT × this many characters.
+SKILL_URI_CHARS = 2_048
 #: Events (status changes and polls) one task's OTLP span carries: the OpenTelemetry SDK's own
 #: default span limit. Past it the rest are counted in ``mcp.task.events_dropped``.
 OTLP_TASK_EVENTS = 128

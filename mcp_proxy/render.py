@@ -257,6 +257,8 @@ def exchange_text(ex: Any) -> str:
         ms = task.duration_ms
         took = "" if ms is None else f" in {ms:.1f} ms" if ms < 1000 else f" in {ms / 1000:.2f} s"
         polls = f", {task.polls} poll(s)" if task.polls else ""
+        notes = getattr(task, "notifications", 0)
+        polls += f", {notes} status notification(s)" if notes else ""
         extras.append(safe(f"task {task.id[:40]}: {task.lifecycle_text()[:200]}{took}{polls}"))
     task_of = getattr(ex, "task_of", None)
     if task_of is not None:

@@ -293,8 +293,10 @@ _e(
     """A task-augmented request (a tools/call, or a sampling or elicitation request run as a task)
     ended with status failed, or its result (tasks/result in 2025-11-25, the error inlined in a
     2026-07-28 tasks/get) was a JSON-RPC error: the operation did not complete. Attributed to
-    the call that created the task. A task whose tool result has isError: true is completed, and
-    reported as tool.error_result.""",
+    the call that created the task. In 2025-11-25 a tool result with isError: true ends the task
+    failed: that is this one finding (the result's text its reason), not a tool.error_result
+    too; a 2026-07-28 task that completed with an isError result is reported as
+    tool.error_result.""",
     f"{S25}/basic/utilities/tasks",
 )
 
@@ -894,9 +896,9 @@ _e(
     "task.poll_too_fast",
     I,
     "Task polled much faster than its pollInterval",
-    """The requestor polled tasks/get several times sooner than half the pollInterval the
-    receiver suggested. Requestors should respect pollInterval; fast polling costs the server
-    work for no news.""",
+    """The requestor polled tasks/get several times sooner than half the pollInterval (2025-11-25;
+    pollIntervalMs in the 2026-07-28 tasks extension) the receiver suggested. Requestors should
+    respect it; fast polling costs the server work for no news.""",
     f"{S25}/basic/utilities/tasks",
 )
 _e(
@@ -925,6 +927,17 @@ _e(
     the server's capabilities did not declare the extension in capabilities.extensions
     (SEP-2133). A strict receiver refuses it with -32021 (2026-07-28) or -32601.""",
     "https://modelcontextprotocol.github.io/ext-tasks/specification/2026-07-28/tasks.html",
+)
+_e(
+    "skill.digest_mismatch",
+    W,
+    "A skill file served differs from its entry's digest or size",
+    """2026-07-28 skills extension (io.modelcontextprotocol/skills, SEP-2640): a skills/list or
+    skills/get entry listed this file with the SHA-256 digest and size of its raw bytes, and a
+    later resources/read served other bytes (a text content's UTF-8, a blob decoded). A host
+    must verify each skill file it reads against its entry and must not use content that does
+    not match: it is corrupted, tampered with, or the skill changed after it was listed.""",
+    "https://github.com/modelcontextprotocol/ext-skills/blob/main/specification/stable/skills.mdx",
 )
 _e(
     "oauth.resource_mismatch",

@@ -26,6 +26,7 @@ from mcp_proxy.analysis.model import (
 )
 from mcp_proxy.analysis.reorder import REORDER_WINDOW_NS
 from mcp_proxy.analysis.routing import invalid_x_mcp_header, routing_problems
+from mcp_proxy.analysis.skills import Skills
 from mcp_proxy.limits import LIMIT_METHODS_NAMED, LIST_CURSORS_KEPT, LIST_IDS_KEPT, LIST_WALKS_KEPT
 from mcp_proxy.protocol import version_at_least
 
@@ -109,6 +110,7 @@ def protocol_consumers(
         Capabilities(facts, sink),
         Lists(facts, sink),
         HttpHeaders(facts, http, sink),
+        Skills(sink),
     ]
 
 

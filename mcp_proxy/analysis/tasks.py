@@ -73,6 +73,17 @@ def _fields(result: dict[str, Any]) -> dict[str, Any]:
     return nested if isinstance(nested, dict) and "taskId" in nested else result
 
 
+def _error_text(result: dict[str, Any]) -> str | None:
+    """The first text block of an ``isError`` tool result (for a finding's title), if any."""
+    if result.get("isError") is not True or not isinstance(result.get("content"), list):
+        return None
+    for block in result["content"]:
+        text = _dict(block).get("text")
+        if isinstance(text, str):
+            return text[:TASK_TEXT_CHARS]
+    return None
+
+
 def _interval(fields: dict[str, Any]) -> float | None:
     for key in ("pollInterval", "pollIntervalMs"):
         v = fields.get(key)
@@ -286,9 +297,11 @@ class Tasks:
             return
         result = m.result or {}
         if ex.method == "tasks/result":
-            self._result(t, m, "tool_error" if result.get("isError") is True else "ok", None)
+            is_error = result.get("isError") is True
+            self._result(t, m, "tool_error" if is_error else "ok", _error_text(result))
             if not t.task.ended:
-                self._status(t, "completed", m)
+                # 2025-11-25: a tool call whose result has isError ended its task failed.
+                self._status(t, "failed" if is_error else "completed", m)
             return
         status = _text(result.get("status"))
         if status is not None:
@@ -298,7 +311,8 @@ class Tasks:
             t.task.poll_interval_ms = interval
         inline = result.get("result")
         if isinstance(inline, dict):
-            self._result(t, m, "tool_error" if inline.get("isError") is True else "ok", None)
+            kind = "tool_error" if inline.get("isError") is True else "ok"
+            self._result(t, m, kind, _error_text(inline))
         err = result.get("error")
         if isinstance(err, dict):
             msg = err.get("message")
@@ -309,7 +323,13 @@ class Tasks:
         if task.result is not None:
             return
         task.result = kind
-        if kind == "tool_error":
+        if kind == "tool_error" and (
+            task.status == "failed" or not (task.ended or self.facts.modern)
+        ):
+            # The task failed (or, 2025-11-25, ends failed with this result): one finding,
+            # tool.task_failed, not a second tool.error_result for the same failure.
+            self._failed(t, m, message)
+        elif kind == "tool_error":
             creator.error_class = "tool.error_result"
             self.sink.add(
                 "tool.error_result",

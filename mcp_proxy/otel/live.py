@@ -2,11 +2,12 @@
 
 ``mcptape record --otlp-endpoint URL`` (or the standard ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``
 / ``OTEL_EXPORTER_OTLP_ENDPOINT``) makes the recorder process hand every batch it builds to a
-:class:`LiveExporter`: :meth:`LiveExporter.observe` picks out the requests, answers and cancels
-(and the sessions' facts and ends) and queues them — bounded, never blocking, never touching
+:class:`LiveExporter`: :meth:`LiveExporter.observe` picks out the requests, answers, cancels and
+task status notifications (and the sessions' facts and ends) and queues them — bounded, never blocking, never touching
 the batch the database gets. A thread of its own pairs them, builds the spans with the one
 span builder (:mod:`mcp_proxy.otel.spans`, the same ids as ``mcptape export --format otlp``) and
-POSTs protobuf ``ExportTraceServiceRequest`` batches with a short timeout.
+POSTs protobuf ``ExportTraceServiceRequest`` batches with a short timeout. A task an answer
+created (MCP tasks) is followed (:mod:`mcp_proxy.otel.live_tasks`) and its span sent when it ends.
 
 The relay is a different process, so none of this is on its path; the recording never waits for
 the collector. A collector that is down or slow costs spans, not frames: they are dropped and
@@ -42,6 +43,7 @@ from mcp_proxy.limits import (
     OTLP_SESSIONS,
     OTLP_TAIL_BYTES,
 )
+from mcp_proxy.otel.live_tasks import STATUS_NOTIFICATIONS, Ended, LiveTasks
 from mcp_proxy.otel.spans import (
     RECORDER_SERVICE,
     SIDES,
@@ -208,6 +210,8 @@ class LiveExporter:
         self._sessions: dict[str, _Session] = {}
         self._open = 0
         self._out: list[ReadableSpan] = []
+        #: Tasks the answers created, sent as a span of their own when they end.
+        self._tasks = LiveTasks()
         self._due = 0.0
         self._per_request = 2 if config.sides == "both" else 1
         #: After a failed POST the collector is left alone this long (doubling, up to
@@ -246,7 +250,12 @@ class LiveExporter:
                     items.append(("mcp_id", (sid, found)))
         frames, dropped = [], 0
         for f in batch.frames:
-            if f.kind == "request" or f.kind in _ANSWERS or f.method == "notifications/cancelled":
+            if (
+                f.kind == "request"
+                or f.kind in _ANSWERS
+                or f.method == "notifications/cancelled"
+                or f.method in STATUS_NOTIFICATIONS
+            ):
                 if len(f.raw) > OTLP_FRAME_BYTES:
                     f = f._replace(raw=bytes(f.raw[-OTLP_TAIL_BYTES:]), partial_parse=True)
                 frames.append(f)
@@ -365,6 +374,7 @@ class LiveExporter:
                 self._evict_oldest()
             st.pending[(f.direction, f.msg_id)] = _Pending(f, msg)
             self._open += 1
+            self._tasks.request(f.session_id, f.method, msg, f.seq, f.ts)
             return
         asker = "s2c" if f.direction == "c2s" else "c2s"
         if f.kind in _ANSWERS:
@@ -372,6 +382,11 @@ class LiveExporter:
             if req is not None:
                 self._open -= 1
                 self._finished(f.session_id, st, req, f, msg)
+            return
+        if f.method in STATUS_NOTIFICATIONS:
+            self._send_tasks(
+                f.session_id, st, self._tasks.notification(f.session_id, msg, f.seq, f.ts)
+            )
             return
         # notifications/cancelled: the request it names ends here (sent by the asker).
         params = msg.get("params") if isinstance(msg, dict) else None
@@ -388,18 +403,28 @@ class LiveExporter:
         if answer.error_code is not None or answer.kind == "error":
             error = msg.get("error") if isinstance(msg, dict) else None
             message = error.get("message") if isinstance(error, dict) else None
-            self._emit(
+            facts = self._emit(
                 sid, st, req, answer.ts, "error", code=answer.error_code, message=_text(message)
             )
-            return
-        result = msg.get("result") if isinstance(msg, dict) else None
-        if isinstance(result, dict):
-            failed = result.get("isError") is True
-            outcome = "input_required" if result.get("resultType") == "input_required" else "ok"
         else:
-            failed = answer.partial_parse and bool(_IS_ERROR.search(bytes(answer.raw)))
-            outcome = "ok"
-        self._emit(sid, st, req, answer.ts, "tool_error" if failed else outcome)
+            result = msg.get("result") if isinstance(msg, dict) else None
+            if isinstance(result, dict):
+                failed = result.get("isError") is True
+                outcome = "input_required" if result.get("resultType") == "input_required" else "ok"
+            else:
+                failed = answer.partial_parse and bool(_IS_ERROR.search(bytes(answer.raw)))
+                outcome = "ok"
+            facts = self._emit(sid, st, req, answer.ts, "tool_error" if failed else outcome)
+        ended = self._tasks.answer(sid, facts, req.msg, msg, answer.seq, answer.ts)
+        self._send_tasks(sid, st, ended)
+
+    def _send_tasks(self, sid: str, st: _Session, ended: list[Ended]) -> None:
+        """The span of each task that ended (or is sent unended)."""
+        for creator, task in ended:
+            if self._resting():
+                self._dropped(1, self._down_reason)
+            else:
+                self._add([self._builder(sid, st).task_span(creator, task)])
 
     def _emit(
         self,
@@ -411,10 +436,8 @@ class LiveExporter:
         *,
         code: int | None = None,
         message: str | None = None,
-    ) -> None:
-        if self._resting():
-            self._dropped(self._per_request, self._down_reason)
-            return
+    ) -> ExchangeFacts:
+        """Send the request's spans (unless the collector rests); its facts."""
         f, msg = req.frame, req.msg
         params = msg.get("params") if isinstance(msg, dict) else None
         name = None
@@ -435,11 +458,18 @@ class LiveExporter:
             error_message=message,
             traceparent=traceparent(msg),
         )
+        if self._resting():
+            self._dropped(self._per_request, self._down_reason)
+        else:
+            self._add(self._builder(sid, st).exchange_spans(facts))
+        return facts
+
+    def _builder(self, sid: str, st: _Session) -> SpanBuilder:
         if st.builder is None:
             st.builder = SpanBuilder(
                 st.facts(sid), sides=self.config.sides, service=self.config.service
             )
-        self._add(st.builder.exchange_spans(facts))
+        return st.builder
 
     def _end(self, sid: str) -> None:
         """The session ended (or is forgotten): its unanswered requests, then its span."""
@@ -451,6 +481,7 @@ class LiveExporter:
             self._open -= 1
             self._emit(sid, st, req, float(ended) if ended else None, "no_response")
         st.pending.clear()
+        self._send_tasks(sid, st, self._tasks.session_ended(sid))
         st.builder = None
         if self._resting():
             self._dropped(1, self._down_reason)

@@ -115,6 +115,8 @@ class TaskFacts:
     end_ts: float | None
     polls: int
     events: tuple[tuple[float, str, int, str | None], ...] = ()
+    #: events not in ``events`` (the live exporter keeps at most ``OTLP_TASK_EVENTS``)
+    events_dropped: int = 0
 
 
 def ident(n: int, *parts: object) -> int:
@@ -402,8 +404,9 @@ class SpanBuilder:
         }
         if ex.name and ex.method in TARGETED:
             attrs[TARGETED[ex.method]] = utf8(ex.name)
-        if len(task.events) > len(kept):
-            attrs["mcp.task.events_dropped"] = len(task.events) - len(kept)
+        dropped = len(task.events) - len(kept) + task.events_dropped
+        if dropped:
+            attrs["mcp.task.events_dropped"] = dropped
         failed = task.status in ("failed", "cancelled")
         status = (
             Status(StatusCode.ERROR, f"task {task.status}") if failed else Status(StatusCode.UNSET)

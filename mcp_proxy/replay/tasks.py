@@ -30,13 +30,14 @@ MAX_POLL_PAUSE = 1.0
 
 
 def _handle(result: Any) -> tuple[str, Any] | None:
-    """(task id, advised pollInterval ms) of a task handle result, either era."""
+    """(task id, advised poll interval ms: ``pollIntervalMs`` 2026-07-28, ``pollInterval``
+    2025-11-25) of a task handle result, either era."""
     if not isinstance(result, dict):
         return None
     task = result if result.get("resultType") == "task" else result.get("task")
     if not isinstance(task, dict) or not isinstance(task.get("taskId"), str):
         return None
-    return task["taskId"], task.get("pollInterval")
+    return task["taskId"], task.get("pollIntervalMs", task.get("pollInterval"))
 
 
 @dataclass

@@ -90,7 +90,7 @@ async def _answers(session: ClientSession, requests: dict[str, Any]) -> dict[str
 async def _resolve(handle: TaskHandle, ctx: ClaimContext) -> types.CallToolResult:
     """Poll a 2026-07-28 task to its end; the CallToolResult it ended with."""
     run = TaskRun(era="2026-07-28", task_id=handle.task_id, statuses=[handle.status])
-    pause = _interval(None, (handle.model_extra or {}).get("pollInterval"))
+    pause = _interval(None, _advised(handle.model_extra or {}))
     await _poll_modern(ctx.session, run, cancel_after=None, interval=pause)
     if run.result is not None:
         return types.CallToolResult.model_validate(run.result, by_name=False)
@@ -175,7 +175,7 @@ async def _run_legacy(
     version = client.protocol_version
     task = await create_task(client, tool, arguments, ttl=ttl)
     run = TaskRun(era=version, task_id=str(task["taskId"]), statuses=[str(task.get("status"))])
-    interval = _interval(interval, task.get("pollInterval"))
+    interval = _interval(interval, _advised(task))
     while run.status not in TERMINAL and run.status != "input_required":
         if run.polls >= MAX_POLLS:
             raise TimeoutError(f"task {run.task_id} did not end after {run.polls} polls")
@@ -242,8 +242,9 @@ async def run_task(
     """Run ``tool`` as a task on ``client``'s server and follow it to its end.
 
     ``cancel_after=N`` sends ``tasks/cancel`` after ``N`` polls (0: right after creation).
-    ``interval`` (seconds between polls) defaults to the handle's ``pollInterval``, as a
-    well-behaved client polls. ``input_required`` is answered with the client's callbacks (give it a
+    ``interval`` (seconds between polls) defaults to the handle's ``pollIntervalMs`` (2026-07-28)
+    or ``pollInterval`` (2025-11-25), as a well-behaved client polls. ``input_required`` is
+    answered with the client's callbacks (give it a
     :class:`~mcp_proxy.testing.client.CallbackRecorder`). 2025-11-25 ends with ``tasks/result``
     and one last ``tasks/get``; 2026-07-28 ends when a ``tasks/get`` is terminal.
     """
@@ -256,13 +257,19 @@ async def run_task(
     run = TaskRun(
         era=client.protocol_version, task_id=handle["taskId"], statuses=[handle["status"]]
     )
-    pause = _interval(interval, handle.get("pollInterval"))
+    pause = _interval(interval, _advised(handle))
     await _poll_modern(client.session, run, cancel_after=cancel_after, interval=pause)
     return run
 
 
+def _advised(task: dict[str, Any]) -> Any:
+    """The poll interval a Task advises, in ms: ``pollIntervalMs`` (the 2026-07-28 tasks
+    extension) or ``pollInterval`` (2025-11-25)."""
+    return task.get("pollIntervalMs", task.get("pollInterval"))
+
+
 def _interval(asked: float | None, advised: Any) -> float:
-    """The pause between polls: the caller's, else the server's ``pollInterval`` (ms)."""
+    """The pause between polls: the caller's, else the server's advised interval (ms)."""
     if asked is not None:
         return asked
     if isinstance(advised, int | float) and not isinstance(advised, bool) and advised > 0:

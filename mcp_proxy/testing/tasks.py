@@ -21,7 +21,8 @@ request before the SDK looks its method up and
 - **2026-07-28** (extension ``io.modelcontextprotocol/tasks`` added to ``server/discover``'s
   ``capabilities.extensions``): a ``tools/call`` for a task tool from a client that declares
   the extension in its per-request ``_meta`` capabilities is answered with the flattened handle
-  ``{"resultType": "task", taskId, status, …}``; ``tasks/get`` returns the task and inlines
+  ``{"resultType": "task", taskId, status, …, ttlMs, pollIntervalMs}`` (the extension's field
+  names; 2025-11-25's Task says ``ttl`` and ``pollInterval``); ``tasks/get`` returns the task and inlines
   ``result`` (completed), ``error`` (failed) or ``inputRequests`` (input_required);
   ``tasks/update`` carries ``inputResponses``; ``tasks/cancel`` acknowledges. There is no
   ``tasks/result`` and no ``tasks/list`` in this era (-32601). A client that does not declare
@@ -136,16 +137,16 @@ class TaskState:
         self.changed = asyncio.Event()
 
     def wire(self) -> dict[str, Any]:
-        """The Task object as both eras put it on the wire."""
+        """The Task object as its era puts it on the wire: ``ttl`` and ``pollInterval``
+        (2025-11-25), ``ttlMs`` and ``pollIntervalMs`` (the 2026-07-28 tasks extension)."""
         task: dict[str, Any] = {"taskId": self.task_id, "status": self.status}
         if self.status_message is not None:
             task["statusMessage"] = self.status_message
-        task |= {
-            "createdAt": self.created_at,
-            "lastUpdatedAt": self.updated_at,
-            "ttl": self.ttl,
-            "pollInterval": POLL_INTERVAL_MS,
-        }
+        task |= {"createdAt": self.created_at, "lastUpdatedAt": self.updated_at}
+        if self.modern:
+            task |= {"ttlMs": self.ttl, "pollIntervalMs": POLL_INTERVAL_MS}
+        else:
+            task |= {"ttl": self.ttl, "pollInterval": POLL_INTERVAL_MS}
         return task
 
     async def ask(self, requests: dict[str, Any]) -> dict[str, Any]:

@@ -35,14 +35,19 @@ def main() -> int:
         out.flush()
 
     def task(status: str) -> dict[str, Any]:
-        t = {
+        t: dict[str, Any] = {
             "taskId": "task-7",
             "status": status,
             "createdAt": "2026-01-01T00:00:00Z",
             "lastUpdatedAt": "2026-01-01T00:00:00Z",
-            "ttl": 60000,
-            "pollInterval": 1,
         }
+        # The Task's clock fields by era: the tasks extension (SEP-2663) says ttlMs and
+        # pollIntervalMs, 2025-11-25 ttl and pollInterval.
+        t |= (
+            {"ttlMs": 60000, "pollIntervalMs": 1}
+            if era == "2026"
+            else {"ttl": 60000, "pollInterval": 1}
+        )
         if status == "failed":
             t["statusMessage"] = "research crashed"
         return t

@@ -168,3 +168,37 @@ class _Keep:
 
     def finish(self) -> None:
         pass
+
+
+ERROR_RESULT = {"content": [{"type": "text", "text": "disk full"}], "isError": True}
+
+
+@pytest.mark.parametrize("first", ["poll", "result"])
+def test_2025_is_error_result_is_one_failed_task_finding(first: str) -> None:
+    """2025-11-25: a tool call whose result has isError ends its task ``failed`` — one
+    tool.task_failed on the tool (not a second tool.error_result), whether a poll saw
+    ``failed`` first or ``tasks/result`` was the first to tell (then its text is the reason)."""
+    if first == "poll":
+        w = legacy(["working", "failed"], result=ERROR_RESULT)
+    else:
+        w = Wire.initialized(server_caps=TASK_CAPS_2025)
+        w.request("tools/call", 2, {"name": "research", "arguments": {}, "task": {}})
+        w.result(2, {"task": task_fields("working")})
+        w.request("tasks/result", 3, {"taskId": "t-1"})
+        w.result(3, ERROR_RESULT)
+        w = w.end()
+    a, by = _by_method(w)
+    task = by["tools/call"][0]["task"]
+    assert task["status"] == "failed" and task["result"] == "tool_error"
+    codes = [f.code for f in a.findings]
+    assert codes == ["tool.task_failed"], codes
+    assert "research" in a.findings[0].title
+    assert ("disk full" in a.findings[0].title) == (first == "result")
+    assert by["tools/call"][0]["error_class"] == "tool.task_failed"
+
+
+def test_2026_completed_task_with_is_error_result_is_a_tool_error() -> None:
+    """SEP-2663: a tool error is a completed task whose inlined result has isError."""
+    a, by = _by_method(modern(["working", "completed"], inline={**ERROR_RESULT}))
+    assert by["tools/call"][0]["task"]["status"] == "completed"
+    assert [f.code for f in a.findings] == ["tool.error_result"]

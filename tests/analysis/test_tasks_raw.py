@@ -98,6 +98,7 @@ def test_a_task_is_one_conversation_through_the_stdio_relay(era: str, tmp_path: 
     task = call["task"]
     assert task["id"] == "task-7" and task["status"] == "completed"
     assert task["polls"] == len(polls) == 3
+    assert task["poll_interval_ms"] == 1  # pollIntervalMs (2026-07-28) / pollInterval (2025)
     assert task["ended_seq"] == polls[-1]["response_seq"]
     assert task["duration_ms"] >= call["latency_ms"]
     assert [s["status"] for s in task["lifecycle"]] == ["working", "completed"]

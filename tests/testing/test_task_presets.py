@@ -193,6 +193,9 @@ async def test_raw_2026_07_28_wire() -> None:
         handle = created["result"]
         assert handle["resultType"] == "task" and handle["status"] == "working"
         assert "task" not in handle and "result" not in handle  # flattened, no outcome
+        # The extension's Task field names (SEP-2663): ttlMs and pollIntervalMs.
+        assert handle["ttlMs"] == 60_000 and handle["pollIntervalMs"] == 20
+        assert "ttl" not in handle and "pollInterval" not in handle
         task_id = handle["taskId"]
         got: dict[str, Any] = {}
         for _ in range(200):
