@@ -271,6 +271,22 @@ def exchange_text(ex: Any) -> str:
     )
 
 
+def folded_poll(ex: Any) -> bool:
+    """A task's ``tasks/get`` that answered plainly: ``show -x`` folds it into the line of the
+    call that created the task ("N poll(s)", the statuses in its lifecycle), as it folds
+    progress and log notifications; a poll that failed or carried more stays on its own line.
+    ``--format json`` keeps every exchange."""
+    return (
+        ex.method == "tasks/get"
+        and getattr(ex, "task_of", None) is not None
+        and ex.outcome == "ok"
+        and not ex.children
+        and not ex.progress_seqs
+        and not ex.log_seqs
+        and ex.cancel_seq is None
+    )
+
+
 def injected_text(item: Any) -> str:
     """An injected frame among the exchanges of ``show -x``: its own line, marked, so a
     rehearsal's fake answer is never read as the server's."""

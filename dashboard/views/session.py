@@ -33,6 +33,7 @@ from dashboard.views._common import (
 from dashboard.views.cost import tools_list_cost
 from mcp_proxy import tokens
 from mcp_proxy.analysis.model import Exchange
+from mcp_proxy.render import folded_poll
 from mcp_proxy.store.filters import SessionFilter, TimelineFilter
 from mcp_proxy.store.queries import session_status
 
@@ -87,6 +88,17 @@ async def timeline_rows(
                         {"seq": f["seq"], "method": f["method"]}
                     )
         folded = {g["seq"] for items in grouped.values() for g in items}
+        # A task's plain polls fold into the row of the call that created the task, as
+        # ``show -x`` folds them (its row shows the lifecycle and counts them).
+        polls: dict[int, set[int]] = {}
+        if not tf.every_frame:
+            for f in page:
+                ex = idx["request"].get(f["seq"]) or idx["owner"].get(f["seq"])
+                if ex is None or ex.task_of is None or ex.task_of not in on_page:
+                    continue
+                if folded_poll(ex):
+                    polls.setdefault(ex.task_of, set()).add(ex.request_seq)
+                    folded.add(f["seq"])
         http = await q.http_exchanges_by_id(
             {f["http_exchange_id"] for f in page if f["http_exchange_id"] is not None}
         )
@@ -111,6 +123,7 @@ async def timeline_rows(
                 notes.get(f["seq"], []),
                 grouped,
             )
+            row["polls"] = len(polls.get(f["seq"], ()))
             if tf.outcome and (row["exchange"] or {}).get("outcome") != tf.outcome:
                 continue
             rows.append(row)

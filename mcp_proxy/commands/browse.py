@@ -144,7 +144,7 @@ async def _print_exchanges(store: Any, s: dict[str, Any], fmt: Format) -> None:
     from mcp_proxy.analysis.in_order import InOrder
     from mcp_proxy.analysis.model import Exchange
     from mcp_proxy.analysis.service import stream_exchanges
-    from mcp_proxy.render import exchange_text, injected_text
+    from mcp_proxy.render import exchange_text, folded_poll, injected_text
 
     write = sys.stdout.write
     json_mode = fmt == Format.json
@@ -153,7 +153,8 @@ async def _print_exchanges(store: Any, s: dict[str, Any], fmt: Format) -> None:
         if json_mode:
             write(json.dumps(item.as_dict(), ensure_ascii=False) + "\n")
         elif isinstance(item, Exchange):
-            write(exchange_text(item) + "\n")
+            if not folded_poll(item):  # its task's line counts it
+                write(exchange_text(item) + "\n")
         else:  # a frame mcptape injected
             write(injected_text(item) + "\n")
 

@@ -35,7 +35,11 @@ async def test_exchange_page_timeline_and_waterfall_show_the_task(
     assert task["status"] == "completed" and task["polls"] == 3
     assert task["lifecycle_text"] == "created → working → completed"
     assert task["duration_ms"] > 800 > call["exchange"]["latency_ms"]
-    polls = [r for r in timeline if r["method"] == "tasks/get" and r["kind"] == "request"]
+    # The plain polls fold into the call's row (as show -x folds them); every=1 lists them.
+    assert call["polls"] == 3
+    assert not [r for r in timeline if r["method"] == "tasks/get"]
+    every = (await get_json(client, f"/sessions/{sid}.json?every=1"))["timeline"]
+    polls = [r for r in every if r["method"] == "tasks/get" and r["kind"] == "request"]
     assert [p["exchange"]["task_of"] for p in polls] == [call["seq"]] * 3
 
     twin = await get_json(client, f"/sessions/{sid}/exchanges/{call['seq']}.json")
@@ -48,7 +52,7 @@ async def test_exchange_page_timeline_and_waterfall_show_the_task(
         poll_html
     )
     rows = await get_html(client, f"/sessions/{sid}")
-    assert "task · created → working → completed" in rows
+    assert "task · created → working → completed" in rows and "+3 polls" in rows
 
     water = await get_json(client, f"/sessions/{sid}/waterfall.json")
     bars = {b["seq"]: b for b in water["bars"]}
