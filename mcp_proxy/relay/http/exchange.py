@@ -327,6 +327,16 @@ class Exchange:
         """Fields for the final update (saves a record for exchanges that end quickly)."""
         self.late.update(fields)
 
+    @property
+    def redactor(self) -> Redactor:
+        return self.ctx.redactor
+
+    def add_finding(self, session_id: str, **finding: Any) -> None:
+        """A finding of the exchange's session (for hooks: :class:`~.hooks.HookExchange`)."""
+        add = getattr(self.ctx.recorder, "add_finding", None)
+        if add is not None:
+            add(session_id, **finding)
+
     def _add_cut_findings(self) -> None:
         """A body cut for the recording (a decompression bomb) says so with a finding."""
         add = getattr(self.ctx.recorder, "add_finding", None)

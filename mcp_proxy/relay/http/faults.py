@@ -53,10 +53,8 @@ from mcp_proxy.faults.engine import Decision, FaultEngine
 from mcp_proxy.frames import Channel, Direction
 from mcp_proxy.framing import SSEEvent
 from mcp_proxy.relay.http.common import meta_body
-from mcp_proxy.relay.http.exchange import Exchange
-from mcp_proxy.relay.http.hooks import PASS, Act, Send, Verdict
+from mcp_proxy.relay.http.hooks import PASS, Act, HookExchange, Send, Verdict
 from mcp_proxy.relay.http.intercept import AsyncHolder, held_event, held_request, held_response
-from mcp_proxy.relay.http.response import RelayState
 from mcp_proxy.relay.http.response_record import has_response
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE
 from mcp_proxy.relay.http.upstream import Upstream
@@ -141,7 +139,7 @@ class StreamFaults:
 class ExchangeFaults:
     """What one exchange's faults owe (findings wait until it has a session) and hold."""
 
-    ex: Exchange
+    ex: HookExchange
     pending: list[tuple[Decision, dict[str, Any]]] = field(default_factory=list)
     #: Requests held by ``reorder`` that this one overtook: released once its head is back.
     waiting: list[asyncio.Event] = field(default_factory=list)
@@ -162,14 +160,12 @@ class ExchangeFaults:
         ex = self.ex
         if not self.pending or ex.entry is None:
             return
-        add = getattr(ex.ctx.recorder, "add_finding", None)
         for decision, note in self.pending:
             finding = decision.finding(note.get("decision"), note.get("by"))
             detail = dict(finding.get("detail") or {})
             detail.update(note)
             finding["detail"] = json.dumps(detail, default=str, ensure_ascii=False)
-            if add is not None:
-                add(ex.entry.session_id, **finding)
+            ex.add_finding(ex.entry.session_id, **finding)
         self.pending = []
 
     def place(self) -> None:
@@ -206,22 +202,24 @@ class FaultHooks:
     def __init__(
         self,
         engine: FaultEngine,
-        state: RelayState,
-        upstream: Callable[[], Upstream | None],
+        keep: Callable[[asyncio.Task[None]], None],
+        upstream: Callable[[HookExchange], Upstream | None],
         holder: AsyncHolder | None = None,
     ) -> None:
+        """``keep``: keeps a task the relay waits for when it stops; ``upstream``: where an
+        exchange's request went (``duplicate`` sends it there again; None: nowhere)."""
         self.engine = engine
         #: Intercept: where a message an ``intercept`` rule matched waits for a person.
         self.holder = holder
-        self.state = state
+        self.keep = keep
         self.upstream = upstream
-        self.exchanges: dict[Exchange, ExchangeFaults] = {}
+        self.exchanges: dict[HookExchange, ExchangeFaults] = {}
         #: Requests a ``reorder`` rule holds until the server has taken the next request.
         self.held: list[asyncio.Event] = []
         #: Open legacy HTTP+SSE GET streams, by session key (injected answers ride them).
         self.legacy: dict[str, ExchangeFaults] = {}
 
-    def of(self, ex: Exchange) -> ExchangeFaults:
+    def of(self, ex: HookExchange) -> ExchangeFaults:
         f = self.exchanges.get(ex)
         if f is None:
             f = self.exchanges[ex] = ExchangeFaults(ex)
@@ -237,10 +235,10 @@ class FaultHooks:
             except (ConnectionError, aiohttp.ClientConnectionResetError, RuntimeError):
                 pass
 
-        self.state.spawn(asyncio.ensure_future(guarded()))
+        self.keep(asyncio.ensure_future(guarded()))
 
     # ------------------------------------------------------------------ the request
-    async def request_body(self, ex: Exchange, head: bytes, body: bytes) -> Verdict:
+    async def request_body(self, ex: HookExchange, head: bytes, body: bytes) -> Verdict:
         f = self.of(ex)
         decision = self.engine.decide("c2s", body) if body else None
         verdict = PASS if decision is None else await self.decide_request(f, decision, head, body)
@@ -326,13 +324,13 @@ class FaultHooks:
             f.inject(Direction.S2C, body)
         return Verdict(Act.ANSWER, data=body, status=status, headers=tuple(headers))
 
-    def accepted(self, ex: Exchange, legacy: bool) -> Verdict:
+    def accepted(self, ex: HookExchange, legacy: bool) -> Verdict:
         """``202`` as the server says it: empty (Streamable HTTP) or ``Accepted`` (legacy SSE);
         not a JSON-RPC message, so kept in the exchange's meta rather than as a frame."""
         if not legacy:
             return Verdict(Act.ANSWER, data=b"", status=202)
         ctype = "text/plain; charset=utf-8"
-        ex.meta["response_body"] = meta_body(ex.ctx.redactor, b"Accepted", ctype)
+        ex.meta["response_body"] = meta_body(ex.redactor, b"Accepted", ctype)
         return Verdict(Act.ANSWER, data=b"Accepted", status=202, headers=(("Content-Type", ctype),))
 
     async def answer_on_stream(
@@ -357,7 +355,7 @@ class FaultHooks:
         gf.inject(Direction.S2C, answer, sse=ev)
         return verdict
 
-    def response_head(self, ex: Exchange, status: int) -> None:
+    def response_head(self, ex: HookExchange, status: int) -> None:
         f = self.of(ex)
         f.status = status
         f.release()
@@ -366,12 +364,12 @@ class FaultHooks:
             head, body = f.again
             f.again = None
             f.inject(Direction.C2S, body)
-            self.spawn(self.send_again(head, body))
+            self.spawn(self.send_again(ex, head, body))
 
-    async def send_again(self, head: bytes, body: bytes) -> None:
+    async def send_again(self, ex: HookExchange, head: bytes, body: bytes) -> None:
         """``duplicate``: the server gets the request a second time, on its own connection,
         as a host re-sending it would; its answer is read and dropped."""
-        upstream = self.upstream()
+        upstream = self.upstream(ex)
         if upstream is None:
             return
         try:
@@ -386,7 +384,7 @@ class FaultHooks:
             resp.close()
 
     # ------------------------------------------------------------------ the response
-    async def message(self, ex: Exchange, body: bytes) -> Verdict:
+    async def message(self, ex: HookExchange, body: bytes) -> Verdict:
         f = self.of(ex)
         decision = self.engine.decide("s2c", body) if body else None
         if decision is None:
@@ -430,7 +428,7 @@ class FaultHooks:
         f.fired(decision, applied=False, why=f"{action} needs a second message (SSE events)")
         return PASS
 
-    async def event(self, ex: Exchange, ev: SSEEvent, send: Send) -> Verdict:
+    async def event(self, ex: HookExchange, ev: SSEEvent, send: Send) -> Verdict:
         """Decide one event (already recorded as the upstream sent it)."""
         f = self.of(ex)
         st = f.stream
@@ -552,13 +550,13 @@ class FaultHooks:
             await asyncio.sleep(len(out) / st.bps)
         await st.send(out)
 
-    async def stream_end(self, ex: Exchange) -> None:
+    async def stream_end(self, ex: HookExchange) -> None:
         """The upstream ended the stream: what is held goes out before the end."""
         f = self.exchanges.get(ex)
         if f is not None:
             await self.flush_held(f)
 
-    def done(self, ex: Exchange) -> None:
+    def done(self, ex: HookExchange) -> None:
         f = self.exchanges.pop(ex, None)
         if f is None:
             return

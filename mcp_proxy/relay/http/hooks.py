@@ -10,21 +10,30 @@ hooks installed the relay pays one ``if`` per boundary and nothing else.
 Fault injection (:mod:`~mcp_proxy.relay.http.faults`) is one implementation: it asks the pure
 engine in :mod:`mcp_proxy.faults` and turns its decisions into verdicts. The intercept feature
 builds on the same protocol.
+
+Both engines call the same hooks: the reverse relay with its
+:class:`~mcp_proxy.relay.http.exchange.Exchange`, the lean forward proxy
+(:mod:`mcp_proxy.forward.handler`) with its :class:`~mcp_proxy.forward.exchange.TapeExchange`;
+hooks read and write an exchange only through :class:`HookExchange`, which both satisfy.
+:func:`carried` is what both do with a verdict on the bytes it concerns.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp_proxy.framing import SSEEvent
 
 if TYPE_CHECKING:
-    from mcp_proxy.relay.http.exchange import Exchange
+    from mcp_proxy.frames import Frame
+    from mcp_proxy.redact import Redactor
+    from mcp_proxy.relay.http.sessions import SessionEntry
 
-__all__ = ["PASS", "Act", "Hooks", "Send", "Verdict"]
+__all__ = ["ENDS", "PASS", "Act", "HookExchange", "Hooks", "Send", "Verdict", "carried"]
 
 
 class Act(enum.Enum):
@@ -50,35 +59,78 @@ class Verdict:
 
 PASS = Verdict(Act.PASS)
 
+#: Verdicts that end the exchange (or the stream) where they fall; each engine carries them
+#: out on its own host connection (an answer in the peer's place, a reset, a clean end).
+ENDS = frozenset({Act.ANSWER, Act.RESET, Act.END})
+
+
+async def carried(v: Verdict, data: bytes, *, withhold: bool) -> bytes | None:
+    """What goes on after verdict ``v`` on ``data`` (one of :data:`ENDS` is the caller's):
+    the bytes to send, or None when nothing is (a dropped event). ``withhold``: a drop leaves
+    the peer waiting — a request or a response body — until the host gives up (cancelled)."""
+    act = v.act
+    if act is Act.DELAY:
+        await asyncio.sleep(v.seconds)
+    elif act is Act.DROP:
+        if withhold:
+            await asyncio.Future()
+        return None
+    return data if v.data is None else v.data
+
 #: Writes bytes to the host on an open event stream (what a hook may send on its own: an
 #: event held back and sent later, an answer riding a legacy GET stream).
 Send = Callable[[bytes], Awaitable[None]]
 
 
+class HookExchange(Protocol):
+    """What hooks read and write of an exchange, whichever engine relays it."""
+
+    #: Its session, once placed (findings wait until then).
+    entry: SessionEntry | None
+    meta: dict[str, Any]
+    #: The host has had the JSON-RPC response of this exchange.
+    responded: bool
+
+    @property
+    def redactor(self) -> Redactor: ...
+
+    def frame(self, frame: Frame) -> None:
+        """Record a frame of this exchange (an ``inject`` one: what mcptape sent)."""
+        ...
+
+    def attach_fallback(self) -> None:
+        """Place the exchange in a session now (by client, else keyless)."""
+        ...
+
+    def add_finding(self, session_id: str, **finding: Any) -> None:
+        """Record a finding of the exchange's session."""
+        ...
+
+
 class Hooks(Protocol):
     """Called by the relay at an exchange's message boundaries (see the module docstring)."""
 
-    async def request_body(self, ex: Exchange, head: bytes, body: bytes) -> Verdict:
+    async def request_body(self, ex: HookExchange, head: bytes, body: bytes) -> Verdict:
         """The request (its head as it goes upstream, and its body when read whole — empty
         for a streamed one, which is not decided), before it goes upstream."""
         ...
 
-    def response_head(self, ex: Exchange, status: int) -> None:
+    def response_head(self, ex: HookExchange, status: int) -> None:
         """The upstream's response head came back (the upstream has taken the request)."""
         ...
 
-    async def message(self, ex: Exchange, body: bytes) -> Verdict:
+    async def message(self, ex: HookExchange, body: bytes) -> Verdict:
         """A small JSON response body of an MCP exchange, before the host gets it."""
         ...
 
-    async def event(self, ex: Exchange, ev: SSEEvent, send: Send) -> Verdict:
+    async def event(self, ex: HookExchange, ev: SSEEvent, send: Send) -> Verdict:
         """One SSE event (comments included), before the host gets it."""
         ...
 
-    async def stream_end(self, ex: Exchange) -> None:
+    async def stream_end(self, ex: HookExchange) -> None:
         """The upstream ended the event stream (what a hook holds back may still go out)."""
         ...
 
-    def done(self, ex: Exchange) -> None:
+    def done(self, ex: HookExchange) -> None:
         """The exchange ended, whichever way (its findings may now be handed over)."""
         ...

@@ -34,7 +34,7 @@ from mcp_proxy.limits import SMALL_RESPONSE
 from mcp_proxy.relay.http.common import decode_header, default_reason, quickack, quickack_socket
 from mcp_proxy.relay.http.exchange import Exchange, ExchangeContext
 from mcp_proxy.relay.http.front import FrontRequest, RelayResponse, plain_response
-from mcp_proxy.relay.http.hooks import Act, Hooks, Verdict
+from mcp_proxy.relay.http.hooks import ENDS, Act, Hooks, Verdict, carried
 from mcp_proxy.relay.http.response_record import (
     after,
     finish_body,
@@ -298,17 +298,12 @@ class ResponsePath:
         """Carry out the hooks' verdict on a small JSON body: what the host gets instead."""
         assert self.hooks is not None
         v = await self.hooks.message(ex, body)
-        act = v.act
-        if act is Act.PASS:
-            return body
-        if act is Act.DELAY:
-            await asyncio.sleep(v.seconds)
-            return body
-        if act is Act.REPLACE and v.data is not None:
-            head.sresp.set_header("Content-Length", str(len(v.data)))
-            return v.data
-        if act is Act.DROP:
-            await asyncio.Future()  # withheld until the host gives up (cancelled)
-        if act is Act.ANSWER:
+        if v.act is Act.ANSWER:
             return answer(ex, v, late=True)
-        return reset_host(request, ex, v.why)
+        if v.act in ENDS:
+            return reset_host(request, ex, v.why)
+        out = await carried(v, body, withhold=True)  # a drop: withheld until the host leaves
+        assert out is not None
+        if len(out) != len(body):
+            head.sresp.set_header("Content-Length", str(len(out)))
+        return out

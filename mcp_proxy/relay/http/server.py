@@ -34,7 +34,7 @@ from mcp_proxy.relay.http.front import (
     RelayResponse,
     plain_response,
 )
-from mcp_proxy.relay.http.hooks import Act, Hooks
+from mcp_proxy.relay.http.hooks import ENDS, Act, Hooks, carried
 from mcp_proxy.relay.http.request_side import BodyAborted, RequestBody, read_small_body
 from mcp_proxy.relay.http.response import RelayState, ResponsePath, answer, reset_host
 from mcp_proxy.relay.http.response_record import finish_body, synthetic
@@ -98,7 +98,7 @@ class HTTPRelay:
             from mcp_proxy.relay.http.faults import FaultHooks
 
             self.hooks = FaultHooks(
-                config.faults, self.state, lambda: self.upstream, config.intercepts
+                config.faults, self.state.spawn, lambda _ex: self.upstream, config.intercepts
             )
         self.streams = StreamPath(self.state, self.hooks)
         self.responses = ResponsePath(self.state, self.streams, self.hooks)
@@ -261,18 +261,18 @@ class HTTPRelay:
     ) -> RelayResponse:
         """The hooks' verdict on the request, carried out; then the one path."""
         v = await hooks.request_body(ex, rh.head, body or b"")
-        act = v.act
-        if act is Act.DELAY:
-            await asyncio.sleep(v.seconds)
-        elif act is Act.REPLACE and body is not None and v.data is not None:
-            data = v.data
-            rh = with_content_length(rh, len(body), len(data))
-        elif act is Act.DROP:
-            await asyncio.Future()  # unanswered until the host gives up (cancelled)
-        elif act is Act.ANSWER:
+        if v.act is Act.ANSWER:
             return answer(ex, v, late=False)
-        elif act is Act.RESET:
+        if v.act in ENDS:
             return reset_host(request, ex, v.why)
+        if body is not None:  # a drop waits here until the host gives up (cancelled)
+            out = await carried(v, body, withhold=True)
+            assert out is not None
+            if out is not body:
+                data = out
+                rh = with_content_length(rh, len(body), len(out))
+        else:
+            await carried(v, b"", withhold=True)  # a streamed body: delayed or dropped only
         return await self._relay(request, ex, rh, data, request.method)
 
     def _place_by_request(self, ex: Exchange, rh: RequestHead, path: str, query: str) -> None:

@@ -25,7 +25,7 @@ from mcp_proxy.limits import ENDPOINT_HOLD_LIMIT, MAX_RECORDED_BODY, TAIL_READ
 from mcp_proxy.relay.http.common import quickack
 from mcp_proxy.relay.http.exchange import Exchange
 from mcp_proxy.relay.http.front import FrontRequest, RelayResponse
-from mcp_proxy.relay.http.hooks import Act, Hooks, Send
+from mcp_proxy.relay.http.hooks import ENDS, Act, Hooks, Send, carried
 from mcp_proxy.relay.http.response import (
     RelayState,
     ResponseHead,
@@ -235,18 +235,14 @@ class StreamPath:
             out = rewrite_endpoint(ex, ev, out)
         sse_events(self.state, ex, [ev])  # what the upstream sent, on its usual channel
         v = await hooks.event(ex, ev, send)
-        act = v.act
-        if act is Act.DROP:
-            return
-        if act is Act.DELAY:
-            await asyncio.sleep(v.seconds)
-        elif act is Act.END:
+        if v.act in ENDS:
+            if v.act is not Act.END:  # a reset (no answer after a head)
+                assert st.request is not None
+                reset_host(st.request, ex, v.why)
             raise StreamEnd()
-        elif act is not Act.PASS and act is not Act.REPLACE:  # a reset (no answer after a head)
-            assert st.request is not None
-            reset_host(st.request, ex, v.why)
-            raise StreamEnd()
-        await send(out if v.data is None else v.data)
+        sent = await carried(v, out, withhold=False)
+        if sent is not None:
+            await send(sent)
 
     async def _plain_chunk(self, ex: Exchange, st: StreamState, chunk: bytes, last: bool) -> None:
         await deliver(st.head.sresp, chunk, ex, last=last)

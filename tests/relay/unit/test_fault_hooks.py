@@ -33,7 +33,7 @@ def rig(*rules: str) -> tuple[FaultHooks, Exchange, Recorder]:
     router = SessionRouter(rec, name=None, upstream="http://up.test/mcp", idle_cut=300)
     ctx = ExchangeContext(rec, router, Redactor(), "http://up.test", "http://127.0.0.1:1")
     hooks = FaultHooks(
-        FaultEngine([parse_rule(r) for r in rules]), RelayState(ctx, set()), lambda: None
+        FaultEngine([parse_rule(r) for r in rules]), RelayState(ctx, set()).spawn, lambda _ex: None
     )
     ex = Exchange(ctx, {"method": "POST", "started_at": 1.0}, {})
     ex.attach_key(router.mcp_key("s"), RULE_MCP_SESSION, grouping={"mcp_session_id": "s"})
