@@ -187,15 +187,12 @@ def record(
         _live_otlp(otlp_endpoint)
     engine = None
     if fault or faults_file is not None:
-        if forward:
-            fail("--fault/--faults work with -- COMMAND or --upstream, not --forward")
         from mcp_proxy.faults.load import load_engine
 
-        engine = load_engine(fault or [], faults_file, transport="http" if upstream else "stdio")
+        http = bool(upstream or forward)
+        engine = load_engine(fault or [], faults_file, transport="http" if http else "stdio")
     held = desk = None
     if intercept or intercepts_file is not None:
-        if forward:
-            fail("--intercept works with -- COMMAND and --upstream so far, not --forward")
         from mcp_proxy.faults.load import load_intercepts
         from mcp_proxy.intercept.desk import InterceptDesk
         from mcp_proxy.store.intercepts import InterceptTable
@@ -203,7 +200,7 @@ def record(
         held = load_intercepts(intercept or [], intercepts_file)
         if upstream and command:
             fail("give either --upstream URL or -- COMMAND, not both")
-        if not upstream and not command:
+        if not upstream and not command and not forward:
             fail("no server command given (usage: mcptape record [--name NAME] -- COMMAND [ARGS…])")
         desk = InterceptDesk(InterceptTable(url), timeout=intercept_timeout)
     decider: FaultDecider | None = engine
@@ -228,6 +225,8 @@ def record(
                 idle_cut=idle_cut,
                 engine=forward_engine,
                 output=output,
+                faults=decider,
+                intercepts=desk,
             )
         )
     if forward_engine is not None:

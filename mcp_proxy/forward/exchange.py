@@ -54,6 +54,7 @@ from mcp_proxy.relay.http.wire import WireFrame
 
 if TYPE_CHECKING:
     from mcp_proxy.forward.tape import ForwardTape
+    from mcp_proxy.redact import Redactor
 
 __all__ = [
     "KIND_DROPPED",
@@ -176,6 +177,7 @@ class TapeExchange:
         "origin",
         "parser",
         "pending",
+        "recorded",
         "request_size",
         "responded",
         "response",
@@ -219,6 +221,8 @@ class TapeExchange:
         self.request_size = 0
         self.response_size = 0
         self.responded = False
+        #: The response body was recorded already (a hook decided it): its end records none.
+        self.recorded = False
         self.finished = False
         self.streamed = False
         self.streaming = False
@@ -245,6 +249,48 @@ class TapeExchange:
         if self.head is not None:
             return self.head.fields()
         return {} if self.synthesized_status is None else {"status": self.synthesized_status}
+
+    # ------------------------------------------------------------------ for hooks
+    # What fault injection and intercept read and write of an exchange
+    # (:class:`~mcp_proxy.relay.http.hooks.HookExchange`), and how their verdicts end it.
+    @property
+    def redactor(self) -> Redactor:
+        return self.tape.redactor
+
+    def frame(self, frame: Frame) -> None:
+        self.tape.frame(self, frame)
+
+    def attach_fallback(self) -> None:
+        self.tape.attach_fallback(self)
+
+    def add_finding(self, session_id: str, **finding: Any) -> None:
+        rec = self.tape.recorder
+        if rec is not None:
+            rec.add_finding(session_id, **finding)
+
+    def message(self, body: bytes) -> None:
+        """A whole response body, recorded as the upstream sent it before a hook decides it."""
+        self.response_size = len(body)
+        self._record_body(body, complete=True)
+        self.recorded = True
+
+    def answered(self, status: int, headers: Sequence[tuple[str, str]], size: int) -> None:
+        """A hook answered the host in the upstream's place (the body: its inject frame)."""
+        now = time.time()
+        pairs = [[k, v] for k, v in headers] + [["Content-Length", str(size)]]
+        self.head = HeadRow(status, pairs, now)
+        self.head_early = False
+        self.response_size = size
+        self.ended_at = now
+        self.tape.finish(self, "complete")
+
+    def ended(self, outcome: str, error: str | None = None) -> None:
+        """Ended by a hook (``injected_reset``; ``complete``: a stream ended cleanly)."""
+        if self.finished:
+            return
+        self.ended_at = time.time()
+        self._close_stream(complete=outcome == "complete")
+        self.tape.finish(self, outcome, error)
 
     # ------------------------------------------------------------------ request
     def begin(self, head: RequestHead, view: RequestView, body: bytes, size: int | None) -> None:
@@ -468,7 +514,8 @@ class TapeExchange:
             if cut and size is not None:
                 self.response_size = size
                 self.meta["response_body_recorded"] = len(body)
-            self._record_body(body, complete=not cut)
+            if not self.recorded:
+                self._record_body(body, complete=not cut)
         with contextlib.suppress(Exception):  # learning must never break recording
             self.tape.oauth.on_response(self, body)
         self.tape.finish(self, "complete")

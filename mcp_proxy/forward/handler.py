@@ -29,12 +29,20 @@ from typing import Any
 
 from mcp_proxy.forward.bodies import Kept, drain, stream_body
 from mcp_proxy.forward.contexts import SNI_ATTR
-from mcp_proxy.forward.exchange import RequestHead, ResponseHead, TapeExchange
+from mcp_proxy.forward.exchange import (
+    KIND_MAYBE,
+    KIND_MCP,
+    RequestHead,
+    ResponseHead,
+    TapeExchange,
+)
 from mcp_proxy.forward.tape import ForwardTape, request_url
 from mcp_proxy.forward.tunnel import Target, parse_authority
+from mcp_proxy.framing import SSEParser
 from mcp_proxy.headers import end_to_end
 from mcp_proxy.limits import SMALL_BODY, TAIL_READ
-from mcp_proxy.relay.http.forward import build_request_head
+from mcp_proxy.relay.http.forward import RequestHead as WireHead
+from mcp_proxy.relay.http.forward import build_request_head, with_content_length
 from mcp_proxy.relay.http.front import (
     FrontProtocol,
     FrontRequest,
@@ -42,11 +50,15 @@ from mcp_proxy.relay.http.front import (
     RelayResponse,
     plain_response,
 )
-from mcp_proxy.relay.http.upstream import UpstreamPool
+from mcp_proxy.relay.http.hooks import ENDS, Act, HookExchange, Hooks, Verdict, carried
+from mcp_proxy.relay.http.upstream import Upstream, UpstreamPool
 
 __all__ = ["Copy", "RequestHandler", "TunnelFront", "guarded"]
 
 log = logging.getLogger("mcptape.forward")
+
+#: How an event stream decided by hooks ended (:meth:`RequestHandler._events`).
+ENDED, CUT, RESET = "ended", "cut", "reset"
 
 
 class TunnelFront(FrontProtocol):
@@ -91,6 +103,16 @@ class RequestHandler:
         self.loop = asyncio.get_running_loop()
         #: Set when the engine closes: no stream's rest is read aside any more.
         self.stopping = False
+        #: Called at message boundaries (fault rules, intercepts), as the reverse relay calls
+        #: them; None — the default — costs one ``if`` per boundary.
+        self.hooks: Hooks | None = None
+        #: With hooks: the origin of each exchange in flight (``duplicate`` sends there again).
+        self.targets: dict[HookExchange, Target] = {}
+
+    def upstream_of(self, ex: HookExchange) -> Upstream | None:
+        """Where an exchange's request went (for hooks that send it again)."""
+        target = self.targets.get(ex)
+        return None if target is None else self.pool(target)
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """One call into the recording: a failure there is logged, never the host's problem."""
@@ -123,6 +145,18 @@ class RequestHandler:
         return ex
 
     async def handle(self, req: FrontRequest) -> RelayResponse:
+        hooks = self.hooks
+        if hooks is None:
+            return await self._handle(req, None)
+        box: list[TapeExchange] = []  # the exchange, once the tape made it
+        try:
+            return await self._handle(req, box)
+        finally:
+            for ex in box:
+                self.targets.pop(ex, None)
+                hooks.done(ex)
+
+    async def _handle(self, req: FrontRequest, box: list[TapeExchange] | None) -> RelayResponse:
         conn: TunnelFront = req.conn  # type: ignore[assignment]
         started = time.time()
         target = conn.target
@@ -176,7 +210,17 @@ class RequestHandler:
             size = kept.size if kept is not None and kept.cut else None
             recorded = kept.take() if kept is not None else body
             ex = self._begin(conn, target, req, path, recorded, size, started)
+            if box is not None and ex is not None:
+                box.append(ex)
+                self.targets[ex] = target
 
+        if box is not None and not streamed:
+            on_sent()  # with hooks: recorded as the host sent it, then decided
+            if ex is not None and body and ex.kind == KIND_MCP:
+                decided = await self._decide_request(req, ex, head, body)
+                if isinstance(decided, RelayResponse):
+                    return decided
+                head, body = decided
         wire: bytes | AsyncIterator[bytes] | None = body or None
         if kept is not None:
             wire = stream_body(req, kept, on_sent)
@@ -284,6 +328,8 @@ class RequestHandler:
             # Whole already (a small JSON answer): head and body in one write, then the tape.
             body = await resp.read()
             resp.release()
+            if self.hooks is not None and ex is not None and body and ex.kind == KIND_MCP:
+                return await self._decide_whole(req, ex, resp, rr, body, arrived)
             rr.body = body
             await rr.send(req)
             if self._head(ex, resp, arrived) and ex is not None and body:
@@ -305,6 +351,18 @@ class RequestHandler:
                     copy = guarded(ex.chunk)
                 else:
                     kept = Kept()
+            if copy is not None and self._events_hooked(ex):
+                assert ex is not None and self.hooks is not None
+                host_write = False  # the host's going shows as its connection gone
+                how = await self._events(req, rr, ex, content.iter_any(), self.hooks)
+                if how != RESET:
+                    await rr.write_eof()
+                    self._done(ex, b"")
+                if how == ENDED:
+                    resp.release()
+                else:  # ended or reset by a hook: the upstream's rest is not read
+                    resp.close()
+                return rr
             last = False
             while not last:
                 chunk = await content.readany()
@@ -352,7 +410,10 @@ class RequestHandler:
         if ex is None:
             return False
         head = ResponseHead(resp.status, resp.reason or "", resp.raw_headers, arrived)
-        return bool(self._call(ex.response_head, head))
+        copying = bool(self._call(ex.response_head, head))
+        if self.hooks is not None:
+            self.hooks.response_head(ex, resp.status)
+        return copying
 
     def _ensure_head(self, ex: TapeExchange | None, resp: Any, arrived: float) -> None:
         if ex is not None and ex.response is None:
@@ -362,6 +423,137 @@ class RequestHandler:
         """The response went out whole: its end (and body, unless it was copied) to the tape."""
         if ex is not None:
             self._call(ex.done, None if ex.streamed else body, size, time.time())
+
+    # ------------------------------------------------------------------ hooks' verdicts
+    def _events_hooked(self, ex: TapeExchange | None) -> bool:
+        """The body is an event stream of MCP messages (or one that may be) and hooks decide
+        each event."""
+        return (
+            self.hooks is not None
+            and ex is not None
+            and ex.parser is not None
+            and ex.kind in (KIND_MCP, KIND_MAYBE)
+        )
+
+    async def _decide_request(
+        self, req: FrontRequest, ex: TapeExchange, head: WireHead, body: bytes
+    ) -> RelayResponse | tuple[WireHead, bytes]:
+        """The hooks' verdict on a request body before it goes upstream, carried out."""
+        assert self.hooks is not None
+        try:
+            v = await self.hooks.request_body(ex, head.head, body)
+            if v.act is Act.ANSWER:
+                return self._answer(ex, v)
+            if v.act in ENDS:
+                return self._reset(req, ex, v.why)
+            out = await carried(v, body, withhold=True)  # a drop: until the host gives up
+        except asyncio.CancelledError:
+            self._error(ex, "Client disconnected.")
+            raise
+        assert out is not None
+        if out is not body:
+            head = with_content_length(head, len(body), len(out))
+        return head, out
+
+    async def _decide_whole(
+        self,
+        req: FrontRequest,
+        ex: TapeExchange,
+        resp: Any,
+        rr: RelayResponse,
+        body: bytes,
+        arrived: float,
+    ) -> RelayResponse:
+        """A response whole at once, with hooks: recorded as the upstream sent it, decided
+        (one JSON message, or each event of an event stream), then what was decided sent."""
+        assert self.hooks is not None
+        copying = self._head(ex, resp, arrived)
+        try:
+            if copying and self._events_hooked(ex):
+                await rr.prepare(req)
+                if await self._events(req, rr, ex, _once(body), self.hooks) != RESET:
+                    await rr.write_eof()
+                    self._done(ex, b"")
+                return rr
+            if copying:  # not an event stream: a large body goes as it came
+                rr.body = body
+                await rr.send(req)
+                guarded(ex.chunk)(body)
+                self._done(ex, body)
+                return rr
+            self._call(ex.message, body)
+            v = await self.hooks.message(ex, body)
+            if v.act is Act.ANSWER:
+                return self._answer(ex, v)
+            if v.act in ENDS:
+                return self._reset(req, ex, v.why)
+            out = await carried(v, body, withhold=True)  # a drop: until the host gives up
+        except asyncio.CancelledError:
+            self._error(ex, "Client disconnected.")
+            raise
+        assert out is not None
+        if len(out) != len(body):
+            rr.set_header("Content-Length", str(len(out)))
+        rr.body = out
+        await rr.send(req)
+        self._done(ex, out)
+        return rr
+
+    async def _events(
+        self,
+        req: FrontRequest,
+        rr: RelayResponse,
+        ex: TapeExchange,
+        chunks: AsyncIterator[bytes],
+        hooks: Hooks,
+    ) -> str:
+        """An event stream event by event: each recorded as the upstream sent it, decided,
+        then carried out (the reverse relay's order). How it ended: ``ENDED`` (the upstream
+        ended it), ``CUT`` (a hook ended it cleanly) or ``RESET`` (a hook reset the host)."""
+
+        async def send(data: bytes) -> None:
+            await rr.write(data)
+
+        parser = SSEParser()
+        async for chunk in chunks:
+            for ev in parser.feed(chunk):
+                self._call(ex.chunk, ev.raw)
+                if ex.kind != KIND_MCP:  # a GET stream that is not MCP: not decided
+                    await rr.write(ev.raw)
+                    continue
+                v = await hooks.event(ex, ev, send)
+                if v.act is Act.END:
+                    return CUT
+                if v.act in ENDS:
+                    self._reset(req, ex, v.why)
+                    return RESET
+                out = await carried(v, ev.raw, withhold=False)
+                if out is not None:
+                    await rr.write(out)
+        rest = parser.flush()
+        if rest is not None:
+            self._call(ex.chunk, rest.raw)
+            await rr.write(rest.raw)
+        await hooks.stream_end(ex)
+        return ENDED
+
+    def _answer(self, ex: TapeExchange, v: Verdict) -> RelayResponse:
+        """A hook answers the host in the upstream's place."""
+        body = v.data or b""
+        self._call(ex.answered, v.status, v.headers, len(body))
+        return RelayResponse(status=v.status, headers=v.headers, body=body)
+
+    def _reset(self, req: FrontRequest, ex: TapeExchange, where: str) -> RelayResponse:
+        """A hook resets the host's connection: it sees the peer go away."""
+        transport = req.transport
+        if transport is not None:
+            transport.abort()
+        self._call(ex.ended, "injected_reset", f"mcptape reset the host's connection ({where})")
+        return plain_response(500)
+
+
+async def _once(body: bytes) -> AsyncIterator[bytes]:
+    yield body
 
 
 Copy = Callable[[bytes], None]

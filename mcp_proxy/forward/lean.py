@@ -181,11 +181,15 @@ class LeanForward:
         on_tls_refused: Callable[[str, str], None] | None = None,
         guard: Callable[[asyncio.BaseTransport], bool] | None = None,
         upstream_idle: float = UPSTREAM_IDLE,
+        faults: Any = None,
+        intercepts: Any = None,
     ) -> None:
         """``guard``: asked for each new host connection (False: it is closed at once); see
         :class:`ClientGuard` — not needed when listening on loopback only. ``upstream_idle``:
         seconds an upstream connection (and a per-origin pool) stays unused before it is
-        closed."""
+        closed. ``faults``: the fault (and intercept) rules' decider, carried out at the relay's
+        hooks (:class:`~mcp_proxy.relay.http.faults.FaultHooks`), as the reverse relay does;
+        ``intercepts``: where a message an intercept rule matched waits for a person."""
         self.tape = tape
         self.leaves = leaves
         self.upstream_ssl = upstream_ssl
@@ -204,6 +208,13 @@ class LeanForward:
         #: Upstream streams read to their end after their host left (see _host_left).
         self.tails: set[asyncio.Task[None]] = set()
         self.handler = RequestHandler(tape, self.pool, self.tails)
+        if faults is not None:
+            # Imported here: a proxy without rules never loads the fault layer.
+            from mcp_proxy.relay.http.faults import FaultHooks
+
+            self.handler.hooks = FaultHooks(
+                faults, self._keep, self.handler.upstream_of, intercepts
+            )
         self.front = FrontServer(self.handler.handle, self._log_error)
         self._server: asyncio.Server | None = None
         self._ssl_protocol = self._ssl_protocol_class()
@@ -226,6 +237,11 @@ class LeanForward:
         )
         name = self._server.sockets[0].getsockname()
         return str(name[0]), int(name[1])
+
+    def _keep(self, task: asyncio.Task[None]) -> None:
+        """A hook's task (a reorder's late send, a duplicate): waited for when closing."""
+        self.tails.add(task)
+        task.add_done_callback(self.tails.discard)
 
     async def close(self, grace: float = 5.0) -> None:
         """Stop accepting, let running requests finish (``grace`` s), close everything."""

@@ -261,16 +261,24 @@ async def serve_forward(
     stop: asyncio.Event | None = None,
     engine: str | None = None,
     output: str = "text",
+    faults: Any = None,
+    intercepts: Any = None,
 ) -> int:
     """Run the proxy until ``stop`` (or SIGINT/SIGTERM); returns the exit status.
 
     ``engine``: ``lean`` or ``mitmproxy`` (default: ``MCPTAPE_FORWARD_ENGINE``, else chosen by
     :func:`choose_engine`). ``extra_options`` are mitmproxy options (they select mitmproxy).
+    ``faults``/``intercepts``: fault and intercept rules, carried out by the lean engine only.
     """
     conf = confdir()
     check_ca(conf)
     options = {**config_options(conf), **(extra_options or {})}
     chosen, why = choose_engine(engine or os.environ.get(ENV_ENGINE), options)
+    if faults is not None and chosen != "lean":
+        raise UserError(
+            "--fault/--intercept work with the lean engine of --forward, not mitmproxy"
+            + (f" ({why})" if why else "")
+        )
     if options.get("ssl_insecure"):
         warn_insecure()
     run = _Run(
@@ -285,6 +293,8 @@ async def serve_forward(
         announce,
         _stop_event(stop),
         output,
+        faults,
+        intercepts,
     )
     if chosen == "lean":
         return await _serve_lean(run, options)
@@ -306,6 +316,9 @@ class _Run:
     announce: bool
     stop: asyncio.Event
     output: str = "text"
+    #: Fault and intercept rules (the lean engine's hooks) and where held messages wait.
+    faults: Any = None
+    intercepts: Any = None
 
     def recording(self) -> tuple[Any, ForwardTape]:
         """The recorder process (started) and the tape that feeds it."""
@@ -395,6 +408,8 @@ async def _serve_lean(run: _Run, options: dict[str, Any]) -> int:
         on_tls_refused=refused,
         guard=guard,
         upstream_idle=upstream_idle(),
+        faults=run.faults,
+        intercepts=run.intercepts,
     )
     try:
         try:
@@ -406,6 +421,8 @@ async def _serve_lean(run: _Run, options: dict[str, Any]) -> int:
         run.listening(bound)
         await run.stop.wait()
     finally:
+        if run.intercepts is not None:  # a message still held is let go before the close
+            run.intercepts.close()
         await proxy.close(grace=5.0)
         tape.close()
         leaves.close()
@@ -501,6 +518,8 @@ def record_forward(
     idle_cut: float = 300.0,
     engine: str | None = None,
     output: str = "text",
+    faults: Any = None,
+    intercepts: Any = None,
 ) -> int:
     """``mcptape record --forward``: serve until SIGINT/SIGTERM; exit status (``output``:
     ``json`` makes the last line on stderr a JSON summary, :mod:`mcp_proxy.relay.stop`)."""
@@ -522,6 +541,8 @@ def record_forward(
                 idle_cut=idle_cut,
                 engine=engine,
                 output=output,
+                faults=faults,
+                intercepts=intercepts,
             ),
             loop_factory=loop_factory(),
         )

@@ -77,6 +77,7 @@ async def carried(v: Verdict, data: bytes, *, withhold: bool) -> bytes | None:
         return None
     return data if v.data is None else v.data
 
+
 #: Writes bytes to the host on an open event stream (what a hook may send on its own: an
 #: event held back and sent later, an answer riding a legacy GET stream).
 Send = Callable[[bytes], Awaitable[None]]
