@@ -106,7 +106,7 @@ def test_no_database_is_exit_4(tmp_path: Path) -> None:
         ),
         (
             ("--intercept", "method=x", "--forward"),
-            "--intercept works with -- COMMAND and --upstream so far, not --forward",
+            "--forward records what hosts send through it: give no --upstream or COMMAND",
         ),
         (("--fault", "intercept method=x"), "--fault 'intercept method=x' column 1: hold"
          " messages with --intercept, not a fault"),

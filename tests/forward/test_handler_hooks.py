@@ -1,0 +1,240 @@
+"""The lean forward engine's handler carrying out hook verdicts, driven with fakes: a scripted
+upstream at the pool seam (``tests.relay.unit.fakes.FakeUpstream``), a scripted
+:class:`~mcp_proxy.relay.http.hooks.Hooks`, the handler's real front server on 127.0.0.1 taking
+absolute-form proxy requests, and a recorder that keeps every call. Each verdict at each
+boundary: what the host gets, what the upstream gets, what is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from mcp_proxy.forward.handler import RequestHandler, TunnelFront
+from mcp_proxy.forward.tape import ForwardTape
+from mcp_proxy.frames import Channel
+from mcp_proxy.framing import SSEEvent
+from mcp_proxy.relay.http.front import FrontServer, ignore
+from mcp_proxy.relay.http.hooks import PASS, Act, HookExchange, Send, Verdict
+from tests.relay.unit.fakes import (
+    FakeBody,
+    FakeReply,
+    FakeUpstream,
+    Recorder,
+    Script,
+    host_request,
+    until,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+CALL = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{}}}'
+RESULT = b'{"jsonrpc":"2.0","id":1,"result":{"content":[]}}'
+OTHER = b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"edited"}]}}'
+SSE = [("Content-Type", "text/event-stream")]
+HEADERS = {"Host": "up.test", "Accept": "application/json, text/event-stream"}
+
+
+def event(n: int) -> bytes:
+    return b'data: {"jsonrpc":"2.0","method":"notifications/progress","params":{"n":%d}}\n\n' % n
+
+
+class Body(FakeBody):
+    """The fake body with what the lean engine reads of aiohttp's: ``readany``, and
+    ``is_eof`` as aiohttp means it (the end arrived: no pause or break left to come)."""
+
+    def is_eof(self) -> bool:
+        return all(isinstance(s, bytes) for s in self.steps)
+
+    async def readany(self) -> bytes:
+        while self.steps:
+            step = self.steps.popleft()
+            if isinstance(step, float | int):
+                await asyncio.sleep(step)
+            elif isinstance(step, BaseException):
+                raise step
+            elif step:
+                return step
+        return b""
+
+
+class Upstream(FakeUpstream):
+    async def request(self, *args: Any, **kw: Any) -> FakeReply:
+        reply = await super().request(*args, **kw)
+        reply.content = Body(list(reply.content.steps))
+        return reply
+
+
+@dataclass
+class Scripted:
+    """Hooks that return scripted verdicts and keep what they were called with."""
+
+    request: Verdict = PASS
+    response: Verdict = PASS
+    events: list[Verdict] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+
+    async def request_body(self, ex: HookExchange, head: bytes, body: bytes) -> Verdict:
+        self.calls.append("request_body")
+        return self.request
+
+    def response_head(self, ex: HookExchange, status: int) -> None:
+        self.calls.append(f"response_head {status}")
+
+    async def message(self, ex: HookExchange, body: bytes) -> Verdict:
+        self.calls.append("message")
+        return self.response
+
+    async def event(self, ex: HookExchange, ev: SSEEvent, send: Send) -> Verdict:
+        self.calls.append("event")
+        return self.events.pop(0) if self.events else PASS
+
+    async def stream_end(self, ex: HookExchange) -> None:
+        self.calls.append("stream_end")
+
+    def done(self, ex: HookExchange) -> None:
+        self.calls.append("done")
+
+
+@dataclass
+class Rig:
+    port: int
+    upstream: Upstream
+    recorder: Recorder
+    handler: RequestHandler
+
+    async def post(self, body: bytes = CALL, **kw: Any) -> Any:
+        return await host_request(
+            self.port, "POST", "http://up.test/mcp", body, dict(HEADERS), **kw
+        )
+
+
+@contextlib.asynccontextmanager
+async def rig(hooks: Scripted | None, *scripts: Script) -> AsyncIterator[Rig]:
+    recorder = Recorder()
+    tape = ForwardTape(recorder)  # type: ignore[arg-type]
+    upstream = Upstream(*scripts)
+    handler = RequestHandler(tape, lambda _target: upstream, set())  # type: ignore[arg-type,return-value]
+    handler.hooks = hooks
+    front = FrontServer(handler.handle, ignore)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: TunnelFront(front, None), "127.0.0.1", 0)
+    try:
+        yield Rig(server.sockets[0].getsockname()[1], upstream, recorder, handler)
+    finally:
+        await front.close(1.0)
+        server.close()
+        tape.close()
+
+
+def frames(rec: Recorder, channel: Channel | None = None) -> list[bytes]:
+    return [f.raw for f in rec.frames() if channel is None or f.channel is channel]
+
+
+async def test_request_answered_in_the_upstreams_place() -> None:
+    verdict = Verdict(Act.ANSWER, data=RESULT, status=200, headers=(("X-A", "1"),))
+    hooks = Scripted(request=verdict)
+    async with rig(hooks) as r:
+        got = await r.post()
+        await until(lambda: "done" in hooks.calls)
+    assert (got.status, got.body) == (200, RESULT)
+    assert ("X-A", "1") in got.headers
+    assert r.upstream.sent == []  # the server never saw it
+    assert frames(r.recorder) == [CALL]  # as the host sent it (the hook records its answer)
+    row = r.recorder.exchange()
+    assert (row["status"], row["outcome"], row["response_size"]) == (200, "complete", len(RESULT))
+    assert hooks.calls == ["request_body", "done"]
+
+
+async def test_request_replaced_goes_upstream_with_its_length() -> None:
+    new = CALL.replace(b'"x"', b'"longer-name"')
+    hooks = Scripted(request=Verdict(Act.REPLACE, data=new))
+    async with rig(hooks, Script(body=[RESULT])) as r:
+        got = await r.post()
+    assert (got.status, got.body) == (200, RESULT)
+    ((head, sent),) = r.upstream.sent
+    assert sent == new and b"Content-Length: %d\r\n" % len(new) in head
+    assert hooks.calls == ["request_body", "response_head 200", "message", "done"]
+
+
+async def test_a_dropped_request_waits_until_the_host_leaves() -> None:
+    hooks = Scripted(request=Verdict(Act.DROP))
+    async with rig(hooks) as r:
+        task = asyncio.create_task(r.post())
+        await until(lambda: "request_body" in hooks.calls)
+        assert not task.done()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await until(lambda: "done" in hooks.calls)
+        await until(lambda: r.recorder.exchange().get("outcome") is not None)
+    assert r.upstream.sent == []
+    assert r.recorder.exchange()["outcome"] == "host_aborted"
+
+
+async def test_a_json_response_replaced_recorded_as_the_upstream_sent_it() -> None:
+    hooks = Scripted(response=Verdict(Act.REPLACE, data=OTHER))
+    async with rig(hooks, Script(body=[RESULT])) as r:
+        got = await r.post()
+    assert got.body == OTHER
+    assert ("Content-Length", str(len(OTHER))) in got.headers
+    assert frames(r.recorder) == [CALL, RESULT]  # the hook records what it sent instead
+    assert r.recorder.exchange()["response_size"] == len(OTHER)
+
+
+async def test_a_response_reset_aborts_the_host() -> None:
+    hooks = Scripted(response=Verdict(Act.RESET, why="before the response"))
+    async with rig(hooks, Script(body=[RESULT])) as r:
+        got = await r.post()
+        await until(lambda: r.recorder.exchange().get("outcome") is not None)
+    assert got.raw == b""
+    assert r.recorder.exchange()["outcome"] == "injected_reset"
+
+
+@pytest.mark.parametrize("pause", [False, True])
+async def test_events_dropped_replaced_then_the_stream_ended(pause: bool) -> None:
+    """Each SSE event decided: the first dropped, the second replaced, the third ends the
+    stream cleanly (a streamed reply's rest unread: closed, not reused). ``pause``: the
+    stream comes in pieces (the streaming path) rather than whole at once."""
+    body: list[bytes | float] = [event(1), event(2), event(3), event(4)]
+    if pause:
+        body.insert(1, 0.01)
+    instead = b"data: instead\n\n"
+    verdicts = [Verdict(Act.DROP), Verdict(Act.REPLACE, data=instead), Verdict(Act.END)]
+    hooks = Scripted(events=verdicts)
+    script = Script(headers=SSE, body=body, length=False)  # type: ignore[arg-type]
+    async with rig(hooks, script) as r:
+        got = await r.post()
+        await until(lambda: "done" in hooks.calls)
+    assert got.body == instead
+    # streamed: the rest is not read, the connection not reused; whole: it was read already
+    reply = r.upstream.replies[0]
+    assert reply.closed if pause else reply.released
+    assert hooks.calls.count("event") == 3 and "stream_end" not in hooks.calls
+    # what the upstream sent is recorded, up to where the stream was ended
+    assert len(frames(r.recorder, Channel.SSE)) == 3
+
+
+async def test_events_passed_and_delayed_reach_the_host_in_order() -> None:
+    verdicts = [Verdict(Act.DELAY, seconds=0.01), PASS]
+    hooks = Scripted(events=verdicts)
+    script = Script(headers=SSE, body=[event(1), 0.01, event(2)], length=False)
+    async with rig(hooks, script) as r:
+        got = await r.post()
+        await until(lambda: "done" in hooks.calls)
+    assert got.body == event(1) + event(2)
+    assert hooks.calls[-2:] == ["stream_end", "done"]
+    assert r.upstream.replies[0].released
+
+
+async def test_no_hooks_no_calls() -> None:
+    async with rig(None, Script(body=[RESULT])) as r:
+        got = await r.post()
+        assert r.handler.targets == {}
+    assert got.body == RESULT
+    assert frames(r.recorder) == [CALL, RESULT]
