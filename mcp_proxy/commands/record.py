@@ -185,6 +185,8 @@ def record(
     url = resolve_url(db)
     if otlp_endpoint is not None:
         _live_otlp(otlp_endpoint)
+    if forward and (command or upstream):
+        fail("--forward records what hosts send through it: give no --upstream or COMMAND")
     engine = None
     if fault or faults_file is not None:
         from mcp_proxy.faults.load import load_engine
@@ -209,8 +211,6 @@ def record(
 
         decider = held if engine is None else FirstOf(held, engine)
     if forward:
-        if command or upstream:
-            fail("--forward records what hosts send through it: give no --upstream or COMMAND")
         from mcp_proxy.forward.runner import record_forward
 
         raise typer.Exit(
