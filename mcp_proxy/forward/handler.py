@@ -144,19 +144,22 @@ class RequestHandler:
         ex: TapeExchange | None = self._call(self.tape.request, head, body, size)
         return ex
 
-    async def handle(self, req: FrontRequest) -> RelayResponse:
+    async def handle_hooked(self, req: FrontRequest) -> RelayResponse:
+        """:meth:`handle` with hooks installed: ``done`` is called once the exchange ended."""
         hooks = self.hooks
-        if hooks is None:
-            return await self._handle(req, None)
+        assert hooks is not None
         box: list[TapeExchange] = []  # the exchange, once the tape made it
         try:
-            return await self._handle(req, box)
+            return await self.handle(req, box)
         finally:
             for ex in box:
                 self.targets.pop(ex, None)
                 hooks.done(ex)
 
-    async def _handle(self, req: FrontRequest, box: list[TapeExchange] | None) -> RelayResponse:
+    async def handle(
+        self, req: FrontRequest, box: list[TapeExchange] | None = None
+    ) -> RelayResponse:
+        """Relay one request (``box``: with hooks, where the exchange is put once made)."""
         conn: TunnelFront = req.conn  # type: ignore[assignment]
         started = time.time()
         target = conn.target
@@ -351,7 +354,7 @@ class RequestHandler:
                     copy = guarded(ex.chunk)
                 else:
                     kept = Kept()
-            if copy is not None and self._events_hooked(ex):
+            if self.hooks is not None and copy is not None and self._events_hooked(ex):
                 assert ex is not None and self.hooks is not None
                 host_write = False  # the host's going shows as its connection gone
                 how = await self._events(req, rr, ex, content.iter_any(), self.hooks)

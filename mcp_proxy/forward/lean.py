@@ -215,7 +215,8 @@ class LeanForward:
             self.handler.hooks = FaultHooks(
                 faults, self._keep, self.handler.upstream_of, intercepts
             )
-        self.front = FrontServer(self.handler.handle, self._log_error)
+        handle = self.handler.handle if faults is None else self.handler.handle_hooked
+        self.front = FrontServer(handle, self._log_error)
         self._server: asyncio.Server | None = None
         self._ssl_protocol = self._ssl_protocol_class()
 

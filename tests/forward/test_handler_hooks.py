@@ -121,7 +121,7 @@ async def rig(hooks: Scripted | None, *scripts: Script) -> AsyncIterator[Rig]:
     upstream = Upstream(*scripts)
     handler = RequestHandler(tape, lambda _target: upstream, set())  # type: ignore[arg-type,return-value]
     handler.hooks = hooks
-    front = FrontServer(handler.handle, ignore)
+    front = FrontServer(handler.handle if hooks is None else handler.handle_hooked, ignore)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: TunnelFront(front, None), "127.0.0.1", 0)
     try:
