@@ -217,6 +217,16 @@ class RequestHandler:
                 box.append(ex)
                 self.targets[ex] = target
 
+        told = on_sent  # called once the request went upstream
+        went = False
+
+        def on_went() -> None:  # with hooks the tape may be told first: when it really went
+            nonlocal went
+            went = True
+            on_sent()
+
+        if box is not None:
+            told = on_went
         if box is not None and not streamed:
             on_sent()  # with hooks: recorded as the host sent it, then decided
             if ex is not None and body and ex.kind == KIND_MCP:
@@ -226,14 +236,14 @@ class RequestHandler:
                 head, body = decided
         wire: bytes | AsyncIterator[bytes] | None = body or None
         if kept is not None:
-            wire = stream_body(req, kept, on_sent)
+            wire = stream_body(req, kept, told)
         try:
             resp = await self.pool(target).request(
                 head.head,
                 wire,
                 head_only=req.method == "HEAD",
                 chunked=head.chunked,
-                on_sent=None if streamed else on_sent,
+                on_sent=None if streamed else told,
             )
         except asyncio.CancelledError:
             on_sent()
@@ -245,7 +255,7 @@ class RequestHandler:
                 await drain(req, kept)  # never sent: read it for the recording, briefly
             if not sent:
                 on_sent()
-            elif "closed" not in msg.lower():
+            elif (box is None or went) and "closed" not in msg.lower():
                 msg = f"the upstream closed the connection before its response: {msg}"
             self._error(ex, msg, synthesized=True)
             out = plain_response(502, f"mcptape forward proxy: {msg}\n")

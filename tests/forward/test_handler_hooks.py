@@ -238,3 +238,21 @@ async def test_no_hooks_no_calls() -> None:
         assert r.handler.targets == {}
     assert got.body == RESULT
     assert frames(r.recorder) == [CALL, RESULT]
+
+
+class Refusing(Upstream):
+    async def request(self, *args: Any, **kw: Any) -> FakeReply:
+        raise ConnectionRefusedError("connection refused")
+
+
+async def test_an_unreachable_upstream_is_said_so_with_hooks() -> None:
+    """With hooks the tape is told of a request before it goes: a refused connection is still
+    reported as refused, not as an upstream that closed before its response."""
+    hooks = Scripted()
+    async with rig(hooks) as r:
+        r.handler.pool = lambda _target: Refusing()  # type: ignore[assignment,return-value]
+        got = await r.post()
+        await until(lambda: "done" in hooks.calls)
+    assert got.status == 502
+    assert got.body == b"mcptape forward proxy: connection refused\n"
+    assert r.recorder.exchange()["error"] == "connection refused"
