@@ -501,14 +501,14 @@ class RequestHandler:
             if v.act in ENDS:
                 return self._reset(req, ex, v.why)
             out = await carried(v, body, withhold=True)  # a drop: until the host gives up
-        except asyncio.CancelledError:
+            assert out is not None
+            if len(out) != len(body):
+                rr.set_header("Content-Length", str(len(out)))
+            rr.body = out
+            await rr.send(req)
+        except (asyncio.CancelledError, ConnectionError):  # the host left
             self._error(ex, "Client disconnected.")
             raise
-        assert out is not None
-        if len(out) != len(body):
-            rr.set_header("Content-Length", str(len(out)))
-        rr.body = out
-        await rr.send(req)
         self._done(ex, out)
         return rr
 
