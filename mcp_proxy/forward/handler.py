@@ -36,11 +36,12 @@ from mcp_proxy.forward.exchange import (
     ResponseHead,
     TapeExchange,
 )
+from mcp_proxy.forward.recognize import is_event_stream
 from mcp_proxy.forward.tape import ForwardTape, request_url
 from mcp_proxy.forward.tunnel import Target, parse_authority
 from mcp_proxy.framing import SSEParser
 from mcp_proxy.headers import end_to_end
-from mcp_proxy.limits import SMALL_BODY, TAIL_READ
+from mcp_proxy.limits import SMALL_BODY, SMALL_RESPONSE, TAIL_READ
 from mcp_proxy.relay.http.forward import RequestHead as WireHead
 from mcp_proxy.relay.http.forward import build_request_head, with_content_length
 from mcp_proxy.relay.http.front import (
@@ -337,6 +338,23 @@ class RequestHandler:
             self._head(ex, resp, arrived)
             self._done(ex, b"")
             return rr
+        if self.hooks is not None and ex is not None and self._small_message(ex, resp):
+            # With hooks, a small MCP answer is read whole (as the reverse relay reads it) to
+            # be decided as one message, even when its body comes after its head.
+            try:
+                body = await resp.read()
+            except asyncio.CancelledError:
+                resp.close()
+                self._error(ex, "Client disconnected.")
+                raise
+            except Exception as exc:
+                resp.close()
+                self._ensure_head(ex, resp, arrived)
+                msg = f"the upstream failed while sending the response body: {exc!r}"
+                self._error(ex, msg, synthesized=True)
+                return plain_response(502, f"mcptape forward proxy: {msg}\n")
+            resp.release()
+            return await self._decide_whole(req, ex, resp, rr, body, arrived)
         if resp.has_buffered_body() and resp.content.is_eof():
             # Whole already (a small JSON answer): head and body in one write, then the tape.
             body = await resp.read()
@@ -438,6 +456,16 @@ class RequestHandler:
             self._call(ex.done, None if ex.streamed else body, size, time.time())
 
     # ------------------------------------------------------------------ hooks' verdicts
+    @staticmethod
+    def _small_message(ex: TapeExchange, resp: Any) -> bool:
+        """An MCP answer with a body of at most ``SMALL_RESPONSE`` bytes that is no event
+        stream: decided as one message."""
+        length = resp.content_length
+        if ex.kind != KIND_MCP or length is None or not 0 < length <= SMALL_RESPONSE:
+            return False
+        ctype = resp.headers.get("Content-Type", "")
+        return not is_event_stream(ctype)
+
     def _events_hooked(self, ex: TapeExchange | None) -> bool:
         """The body is an event stream of MCP messages (or one that may be) and hooks decide
         each event."""

@@ -200,3 +200,21 @@ async def test_mitmproxy_engine_refuses_faults_in_one_line(tmp_path: Path, confd
     lines = err.decode().strip().splitlines()
     assert done.returncode != 0 and len(lines) == 1, lines
     assert "lean engine" in lines[0] and "Traceback" not in lines[0]
+
+
+async def test_nobody_deciding_forwards_on_timeout_on_the_forward_proxy(
+    tmp_path: Path, confdir: Path, tls_stateful: TLSServer
+) -> None:
+    db = tmp_path / "timeout.db"
+    args = ("--intercept", "method=tools/call", "--intercept-timeout", "0.5")
+    with run_forward(db, confdir, *args) as fw:
+        async with client_of(fw, tls_stateful.url) as client:
+            assert tool_text(await client.call_tool("echo", {"text": "late"})) == "late"
+        assert fw.stop() == 0
+    (row,) = rdb.rows(db, "SELECT id, state, decision FROM intercepts")
+    assert (row["state"], row["decision"]) == ("resolved", "timeout")
+    said = f"mcptape: #{row['id']} forwarded unchanged after 0.5 s (--intercept-timeout):"
+    assert any(line.startswith(said) for line in fw.stderr), fw.stderr
+    (finding,) = rdb.rows(db, "SELECT title FROM findings WHERE code = 'inject.intercept'")
+    assert finding["title"] == "intercepted tools/call: timeout"
+    assert inject_frames(db) == []  # forwarded unchanged: nothing sent in a peer's place

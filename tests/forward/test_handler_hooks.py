@@ -177,9 +177,13 @@ async def test_a_dropped_request_waits_until_the_host_leaves() -> None:
     assert r.recorder.exchange()["outcome"] == "host_aborted"
 
 
-async def test_a_json_response_replaced_recorded_as_the_upstream_sent_it() -> None:
+@pytest.mark.parametrize("late", [False, True])
+async def test_a_json_response_replaced_recorded_as_the_upstream_sent_it(late: bool) -> None:
+    """``late``: the body comes a moment after the head (not whole with it): still read whole
+    and decided as one message."""
     hooks = Scripted(response=Verdict(Act.REPLACE, data=OTHER))
-    async with rig(hooks, Script(body=[RESULT])) as r:
+    body: list[bytes | float] = [0.02, RESULT] if late else [RESULT]
+    async with rig(hooks, Script(body=body)) as r:  # type: ignore[arg-type]
         got = await r.post()
     assert got.body == OTHER
     assert ("Content-Length", str(len(OTHER))) in got.headers
