@@ -14,10 +14,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import jsonpath
 from jsonpath import CompoundJSONPath, JSONPath
 
 from mcp_proxy.bounded import depth_exceeds
+from mcp_proxy.jsonpaths import JsonPathError, parse_jsonpath
 from mcp_proxy.limits import MAX_DEPTH
 
 #: What always differs between two runs of one conversation, as JSONPaths over a step document
@@ -32,37 +32,9 @@ TOO_DEEP = "<nested too deep"
 
 
 # ============================================================================ JSONPath
-# python-jsonpath (RFC 9535, with filters, slices and descendants) reads and finds; this module
-# only decides what a match becomes: dropped, or masked as OPAQUE.
-
-
-class JsonPathError(ValueError):
-    """A ``--ignore`` path that cannot be read; the message says why."""
-
-
-#: RFC 9535 as written (python-jsonpath's default syntax adds extensions, one of which reads a
-#: name starting with ``_`` — ``$.._meta`` — as something else).
-_JSONPATH = jsonpath.JSONPathEnvironment(strict=True)
-#: Values reach a path clipped to MAX_DEPTH (:func:`clip_depth`), inside a step document of a
-#: few levels; the library's own limit (100) would refuse what the clip lets through.
-_JSONPATH.max_recursion_depth = MAX_DEPTH + 16
-
-
-def parse_jsonpath(path: str) -> JSONPath | CompoundJSONPath:
-    """Compile a JSONPath (RFC 9535: ``$.key``, ``['key']``, ``[n]``, ``[*]``, ``..key``,
-    slices, filters such as ``$..content[?@.type == 'image']``).
-
-    A path must start at the root (``$``) and name a part of the document, not all of it.
-    """
-    p = path.strip()
-    if not p.startswith("$"):
-        raise JsonPathError(f"JSONPath {path!r} must start with '$'")
-    if p == "$":
-        raise JsonPathError(f"JSONPath {path!r} names the whole document; name a part of it")
-    try:
-        return _JSONPATH.compile(p)
-    except jsonpath.JSONPathError as exc:
-        raise JsonPathError(f"cannot read JSONPath {path!r}: {exc}") from None
+# python-jsonpath (RFC 9535, with filters, slices and descendants) reads and finds
+# (mcp_proxy.jsonpaths, shared with the fault rules' path= matcher); this module only decides
+# what a match becomes: dropped, or masked as OPAQUE.
 
 
 def _container(doc: Any, parts: Sequence[Any]) -> Any:

@@ -32,6 +32,7 @@ CORE = (
     "mcp_proxy.limits",
     "mcp_proxy.bounded",
     "mcp_proxy.tokens",
+    "mcp_proxy.jsonpaths",
     # ``from mcp_proxy import __version__``: the package's own ``__init__`` imports nothing.
     "mcp_proxy.__version__",
 )

@@ -201,7 +201,9 @@ class FaultEngine:
             method = request.method if request else facts.method
             name = request.name if request else facts.name
             for rule in self._rules:
-                if not rule.match.selects(direction, method, name, facts.kind, facts.id):
+                if not rule.match.selects(
+                    direction, method, name, facts.kind, facts.id, facts.message
+                ):
                     continue
                 if request is not None and rule.action == "intercept" and not rule.match.direction:
                     continue  # ``--intercept method=tools/call`` holds the call, not its answer

@@ -66,7 +66,7 @@ ACTIONS: dict[str, dict[str, Any]] = {
 CORRUPT_MODES = ("truncate", "cut-utf8", "invalid-json")
 DISCONNECT_MODES = ("close-stdin", "kill", "reset", "end-stream")
 DIRECTIONS = {"c2s": "c2s", "s2c": "s2c", "request": "c2s", "response": "s2c"}
-MATCH_KEYS = ("direction", "method", "name", "kind", "id", "nth", "times", "p", "seed")
+MATCH_KEYS = ("direction", "method", "name", "kind", "id", "path", "nth", "times", "p", "seed")
 KINDS = ("request", "notification", "response", "other")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s)?$")
 
@@ -80,6 +80,10 @@ class Match:
     name: str | None = None  # glob on the tool/prompt name or resource URI
     kind: str | None = None  # request | notification | response (errors too) | other
     id: str | None = None  # the JSON-RPC id as text (``7``, ``abc``); a response: its own id
+    #: A JSONPath (RFC 9535, compiled by :mod:`mcp_proxy.jsonpaths`) that must find at least one
+    #: node in the message, e.g. ``$[?@.arguments.city == 'Lyon']`` (a filter tests the children
+    #: of the node before it: here the message's ``params``).
+    path: Any = None
     nth: int | None = None  # only the nth frame that matches the conditions above (1-based)
     times: int | None = None  # at most this many firings
     p: float = 1.0  # probability of firing once everything else matched
@@ -92,8 +96,10 @@ class Match:
         name: str | None,
         kind: str | None = None,
         msg_id: Any = None,
+        message: Any = None,
     ) -> bool:
-        """The static part of the match (the counting and dice live in the engine)."""
+        """The static part of the match (the counting and dice live in the engine);
+        ``message``: the parsed message, for ``path``."""
         if self.direction is not None and direction != self.direction:
             return False
         if self.kind is not None and kind != self.kind:
@@ -102,7 +108,13 @@ class Match:
             return False
         if self.method is not None and not (method and fnmatch.fnmatchcase(method, self.method)):
             return False
-        return self.name is None or bool(name and fnmatch.fnmatchcase(name, self.name))
+        if self.name is not None and not (name and fnmatch.fnmatchcase(name, self.name)):
+            return False
+        if self.path is not None:
+            from mcp_proxy.jsonpaths import finds
+
+            return message is not None and finds(self.path, message)
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +179,13 @@ def _match_value(key: str, value: Any, where: str) -> Any:
         return _integer(value, where)
     if key == "kind":
         return _choice(value, KINDS, where)
+    if key == "path":
+        from mcp_proxy.jsonpaths import JsonPathError, parse_jsonpath
+
+        try:
+            return parse_jsonpath(str(value))
+        except JsonPathError as exc:
+            raise _fail(where, str(exc)) from None
     if key == "id":
         if not str(value).strip():
             raise _fail(where, "id= is empty (give the message's id, e.g. id=7)")

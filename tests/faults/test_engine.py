@@ -6,7 +6,9 @@ import json
 import os
 from pathlib import Path
 
-from mcp_proxy.faults import FaultEngine, RulesFile, message_facts, parse_rule
+import pytest
+
+from mcp_proxy.faults import FaultEngine, FaultRuleError, RulesFile, message_facts, parse_rule
 from mcp_proxy.faults.actions import corrupt, error_response, tool_error_response
 
 
@@ -31,6 +33,24 @@ def test_a_response_matches_by_its_requests_method_and_name() -> None:
     assert decision.request.name == "slow" and decision.action == "error"
     assert decision.finding()["code"] == "inject.error"
     assert decision.finding()["title"] == "injected error on tools/call"
+
+
+def test_a_jsonpath_on_the_body_must_find_a_node() -> None:
+    engine = FaultEngine([parse_rule("drop path=\"$[?@.arguments.city=='Lyon']\"")])
+    assert engine.decide("c2s", req(1, "tools/call", name="w", arguments={"city": "Oslo"})) is None
+    assert engine.decide("c2s", req(2, "tools/call", name="w", arguments={"city": "Lyon"}))
+    assert engine.decide("c2s", b"not json\n") is None  # nothing to look into
+    deep = b'{"jsonrpc":"2.0","id":3,"method":"x","params":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    assert engine.decide("c2s", deep) is None  # too deep to parse: no match, no error
+
+
+def test_a_bad_jsonpath_is_one_line_naming_its_column() -> None:
+    with pytest.raises(FaultRuleError) as err:
+        parse_rule("drop method=tools/call path=params.x")
+    assert str(err.value) == (
+        "--fault 'drop method=tools/call path=params.x' column 24:"
+        " JSONPath 'params.x' must start with '$'"
+    )
 
 
 def test_ids_of_the_two_directions_do_not_collide() -> None:

@@ -217,6 +217,27 @@ def test_error_answers_the_request_in_the_servers_place(rig: Rig) -> None:
     assert not by_id(frames, rid, channel="stdio", direction="s2c")  # the server was spared
 
 
+def test_a_jsonpath_test_on_the_body_picks_the_message(rig: Rig) -> None:
+    """``path=``: the rule fires only on a message where the JSONPath finds a node — one
+    matching language for faults and intercepts (``--intercept 'path=…'`` alike)."""
+    rig.set_rules(
+        {
+            "action": "error",
+            "code": -32003,
+            "message": "not that one",
+            "direction": "c2s",
+            "path": "$[?@.arguments.text == 'secret']",
+        }
+    )
+    assert call(rig.proxy, "echo", {"text": "public"})[0] == "result"
+    through = call(rig.proxy, "echo", {"text": "secret"})
+    assert through == ("raised", "MCPError", -32003, "not that one")
+    frames, _ = recorded(rig, "inject.error")
+    rid = last_call_id(frames, "echo")
+    assert by_id(frames, rid, channel="inject", direction="s2c")
+    assert not by_id(frames, rid, channel="stdio", direction="s2c")  # the server was spared
+
+
 def test_error_replaces_the_servers_response(rig: Rig) -> None:
     rig.set_rules(
         {"action": "error", "code": -32002, "message": "gone", "direction": "s2c", "name": "add"}
