@@ -1,5 +1,9 @@
 """A held call decided from another process on either store: SQLite and PostgreSQL (a team
-resolving from another machine goes through the same table)."""
+resolving from another machine goes through the same table).
+
+The default run keeps the PostgreSQL cell (``smoke(dialect="postgresql")``): the intercept
+table's one end-to-end use on PostgreSQL; held calls decided on SQLite are
+``test_stdio_sdk.py``'s. Its SQLite twin runs under ``--full``."""
 
 from __future__ import annotations
 
@@ -12,7 +16,11 @@ from mcp_proxy.testing.client import make_client, stdio_params, tool_text
 from tests.helpers import db as rdb
 from tests.intercept.test_stdio_sdk import next_held, resolve, through_mcptape
 
-pytestmark = [pytest.mark.timeout(90), pytest.mark.both_dialects]
+pytestmark = [
+    pytest.mark.timeout(90),
+    pytest.mark.both_dialects,
+    pytest.mark.smoke(dialect="postgresql"),
+]
 
 
 async def test_a_held_call_edited_from_the_cli(db_path: Path) -> None:

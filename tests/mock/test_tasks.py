@@ -5,6 +5,8 @@ polls on its own schedule. The mock answers the task-augmented call with the rec
 the polls with the recorded statuses in recorded order, a poll beyond the recorded ones with
 the last status (also under ``--no-repeat``: polls are timing, not new requests), and — once
 the live client was told the task is over — never a status from before its end.
+
+Each era's session is recorded once per module (:func:`_recorded`); each test mocks a copy.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from mcp_proxy.testing.task_client import (
     task_request,
 )
 from tests.helpers.proxy import proxied
+from tests.helpers.shared import copy_sqlite
 from tests.travel.conftest import child_env
 
 pytestmark = pytest.mark.timeout(120)
@@ -45,25 +48,39 @@ def _mock(db: Path, name: str, *flags: str) -> StdioServerParameters:
 async def _record(db: Path, name: str, mode: str) -> dict[str, Any]:
     """research polled to its end (several polls), endless cancelled after two polls."""
     async with _client(proxied(stdio_params(PRESETS), db, name), mode) as client:
-        done = await run_task(
-            client, "research", {"topic": "tape", "duration": 0.08}, interval=0.01
-        )
+        done = await run_task(client, "research", {"topic": "tape", "duration": 0.3}, interval=0.01)
         stopped = await run_task(client, "endless", {}, cancel_after=2, interval=0.01)
     assert done.status == "completed" and done.polls >= 3, done.statuses
     assert stopped.status == "cancelled", stopped.statuses
     return {"research": done, "endless": stopped}
 
 
-@pytest.mark.parametrize("mode", ["legacy", "auto"])
-async def test_the_mock_serves_a_task_session(mode: str, tmp_path: Path) -> None:
-    db = tmp_path / "tasks.db"
+_RECORDED: dict[str, tuple[Path, dict[str, Any]]] = {}
+
+
+async def _recorded(
+    mode: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> tuple[Path, str, dict[str, Any]]:
+    """The session of ``mode`` (recorded through the real relay once per module): a copy of its
+    database for this test, its name, and what the recording client saw."""
     name = f"tasks-{mode}"
-    recorded = await _record(db, name, mode)
+    if mode not in _RECORDED:
+        db = tmp_path_factory.mktemp(name) / "tasks.db"
+        _RECORDED[mode] = (db, await _record(db, name, mode))
+    source, runs = _RECORDED[mode]
+    return copy_sqlite(source, tmp_path / "tasks.db"), name, runs
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_the_mock_serves_a_task_session(
+    mode: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    db, name, recorded = await _recorded(mode, tmp_path_factory, tmp_path)
     rec_ok, rec_cancel = recorded["research"], recorded["endless"]
 
     async with _client(_mock(db, name, "--no-repeat"), mode) as client:
         # The handle is the recorded one.
-        handle = await create_task(client, "research", {"topic": "tape", "duration": 0.08})
+        handle = await create_task(client, "research", {"topic": "tape", "duration": 0.3})
         assert handle["taskId"] == rec_ok.task_id and handle["status"] == "working"
         # Polls get the recorded statuses in recorded order, then the last one again (no
         # miss under --no-repeat), however often the live client polls.
@@ -91,15 +108,13 @@ async def test_the_mock_serves_a_task_session(mode: str, tmp_path: Path) -> None
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_a_task_result_fetched_without_polling_ends_the_task_for_later_polls(
-    mode: str, tmp_path: Path
+    mode: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
     """A live client that asks less often than the recorded one still sees the task end."""
-    db = tmp_path / "tasks.db"
-    name = f"lazy-{mode}"
-    recorded = await _record(db, name, mode)
+    db, name, recorded = await _recorded(mode, tmp_path_factory, tmp_path)
     rec_ok = recorded["research"]
     async with _client(_mock(db, name), mode) as client:
-        task = await create_task(client, "research", {"topic": "tape", "duration": 0.08})
+        task = await create_task(client, "research", {"topic": "tape", "duration": 0.3})
         if mode == "legacy":
             result = await task_request(client, "tasks/result", taskId=task["taskId"])
             assert result["content"] == rec_ok.result["content"]  # type: ignore[index]

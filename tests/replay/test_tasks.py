@@ -5,6 +5,7 @@ Recorded through the real stdio relay with a host that polls every 10 ms, replay
 a fresh server whose task ids differ from the recorded ones. The replay maps the task ids, polls
 on until the live task got as far as the recorded one, and the diff folds each task's polls into
 its final state: no differences. A server whose task ends with another result is reported.
+Each era's session is recorded once per module (:func:`_recorded`); each test replays a copy.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mcp_proxy.testing.client import CallbackRecorder, make_client, stdio_params
 from mcp_proxy.testing.presets_changed import server_argv as changed_argv
 from mcp_proxy.testing.task_client import run_task, task_extensions
 from tests.helpers.proxy import proxied
+from tests.helpers.shared import copy_sqlite
 from tests.travel.conftest import run_cli, server
 
 pytestmark = pytest.mark.timeout(150)
@@ -33,7 +35,7 @@ async def _record(db: Path, name: str, mode: str) -> dict[str, int]:
     async with make_client(target, mode=mode, recorder=CallbackRecorder(), **extra) as client:
         runs = {
             "research": await run_task(
-                client, "research", {"topic": "tape", "duration": 0.15}, interval=0.01
+                client, "research", {"topic": "tape", "duration": 0.4}, interval=0.01
             ),
             "approve": await run_task(
                 client, "approve", {"action": "ship", "duration": 0.05}, interval=0.01
@@ -44,13 +46,27 @@ async def _record(db: Path, name: str, mode: str) -> dict[str, int]:
     return {tool: run.polls for tool, run in runs.items()}
 
 
+_RECORDED: dict[str, tuple[Path, dict[str, int]]] = {}
+
+
+async def _recorded(
+    mode: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> tuple[Path, str, dict[str, int]]:
+    """The session of ``mode`` (recorded through the real relay once per module): a copy of its
+    database for this test (the replay adds its session), its name, and the polls per tool."""
+    name = f"tasks-{mode}"
+    if mode not in _RECORDED:
+        db = tmp_path_factory.mktemp(name) / "tasks.db"
+        _RECORDED[mode] = (db, await _record(db, name, mode))
+    source, polls = _RECORDED[mode]
+    return copy_sqlite(source, tmp_path / "tasks.db"), name, polls
+
+
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_a_task_session_replays_equal_however_the_polls_fall(
-    mode: str, tmp_path: Path
+    mode: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
-    db = tmp_path / "tasks.db"
-    name = f"tasks-{mode}"
-    polls = await _record(db, name, mode)
+    db, name, polls = await _recorded(mode, tmp_path_factory, tmp_path)
     assert polls["research"] >= 5  # the recording polled while the task worked
 
     same = run_cli("replay", name, "--db", str(db), "--format", "json", "--", *server(PRESETS))
@@ -68,10 +84,10 @@ async def test_a_task_session_replays_equal_however_the_polls_fall(
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
-async def test_a_task_that_ends_differently_is_reported(mode: str, tmp_path: Path) -> None:
-    db = tmp_path / "tasks.db"
-    name = f"changed-{mode}"
-    await _record(db, name, mode)
+async def test_a_task_that_ends_differently_is_reported(
+    mode: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    db, name, _ = await _recorded(mode, tmp_path_factory, tmp_path)
     argv = changed_argv("tasks_changed,tasks-failed,tasks-input")
     proc = run_cli("replay", name, "--db", str(db), "--format", "json", "--", *argv)
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -21,7 +21,7 @@ from mcp_proxy.childproc import AnnouncedChild
 from mcp_proxy.testing.client import CallbackRecorder, make_client
 from mcp_proxy.testing.process import start_http_server
 from mcp_proxy.testing.task_client import TaskRun, run_task, task_extensions
-from tests.conftest import mcptape_cmd
+from tests.conftest import matrix, mcptape_cmd
 from tests.travel.conftest import run_cli
 
 pytestmark = pytest.mark.timeout(180)
@@ -63,7 +63,11 @@ def _outcome(runs: dict[str, TaskRun]) -> dict[str, Any]:
     return {tool: (run.status, run.text(), run.error) for tool, run in runs.items()}
 
 
-@pytest.mark.parametrize("mode", ["legacy", "auto"])
+# One era over HTTP in the default run: 2025-11-25 tasks are mocked and replayed over stdio
+# (tests/mock/test_tasks.py, tests/replay/test_tasks.py) and recorded over HTTP
+# (tests/analysis/test_tasks_sdk.py::test_task_presets_through_the_http_relay); this cell of
+# the era × transport matrix runs under --full.
+@pytest.mark.parametrize("mode", matrix(["legacy", "auto"], keep={"auto"}))
 async def test_task_sessions_through_the_http_relay_mock_and_replay(
     mode: str, tmp_path: Path
 ) -> None:
