@@ -215,6 +215,18 @@ def _zstd(data: memoryview, out: _Out) -> bool:
 # --- Bounded maps and pools (LRU, idle sweep) ---
 
 
+def remember[K: Hashable, V](table: OrderedDict[K, V], key: K, value: V, limit: int) -> None:
+    """``table[key] = value``, the oldest entry (in insertion order) forgotten past ``limit``.
+
+    An ``OrderedDict``, not a plain ``dict``: deleting a plain dict's first entry leaves a
+    dummy slot that every later ``next(iter(table))`` walks past until the dict is resized, so
+    a full table of ``limit`` entries cost O(``limit``) per insert (the pairing's 50,000 request
+    ids made ``check`` quadratic on a long session); ``popitem(last=False)`` is O(1)."""
+    table[key] = value
+    if len(table) > limit:
+        table.popitem(last=False)
+
+
 class IdleLru[K: Hashable, V]:
     """A map of at most ``max_entries``, whose entries also go once unused for ``idle`` seconds.
 

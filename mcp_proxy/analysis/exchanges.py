@@ -20,6 +20,7 @@ place that knows them. Pure: rows in, objects out.
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -48,6 +49,7 @@ from mcp_proxy.analysis.model import (
 )
 from mcp_proxy.analysis.reorder import MARK, TRIM, Mark, Window, fast_key, take_pending
 from mcp_proxy.analysis.tasks import TASK_METHODS, TASK_NOTIFICATIONS, Tasks
+from mcp_proxy.bounded import remember
 from mcp_proxy.frames import id_key
 from mcp_proxy.limits import (
     ANSWERED_KEPT,
@@ -104,13 +106,6 @@ def _other(direction: str) -> str:
 _fast_key = fast_key
 
 
-def _remember[K, V](table: dict[K, V], key: K, value: V, limit: int) -> None:
-    """``table[key] = value``, the oldest entry forgotten past ``limit`` entries."""
-    table[key] = value
-    if len(table) > limit:
-        del table[next(iter(table))]
-
-
 # ---------------------------------------------------------------------------------- pairing
 class Pairing:
     """The one pairing: fed messages one at a time (:meth:`feed`), then :meth:`finish`.
@@ -165,12 +160,12 @@ class Pairing:
         self.chains: list[Chain] = []
         self.pending: dict[tuple[str, str], list[Exchange]] = {}
         #: answered requests (late progress, cancels, duplicate answers), the ANSWERED_KEPT last
-        self.done: dict[tuple[str, str], Exchange] = {}
+        self.done: OrderedDict[tuple[str, str], Exchange] = OrderedDict()
         #: every request id seen (id reuse), the REQUEST_IDS_KEPT last
-        self.ever: dict[tuple[str, str], None] = {}
+        self.ever: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.tokens: dict[tuple[str, str], Exchange] = {}
-        self.done_tokens: dict[tuple[str, str], Exchange] = {}
-        self.by_http: dict[int, Exchange] = {}
+        self.done_tokens: OrderedDict[tuple[str, str], Exchange] = OrderedDict()
+        self.by_http: OrderedDict[int, Exchange] = OrderedDict()
         self.inflight_c2s: dict[int, Exchange] = {}
         self.tails_state: dict[str, Exchange] = {}
         self.tails_nostate: dict[tuple[str, str | None], Exchange] = {}
@@ -332,7 +327,7 @@ class Pairing:
                 exchange=ex.index,
             )
         if not self.light:
-            _remember(self.ever, key, None, REQUEST_IDS_KEPT)
+            remember(self.ever, key, None, REQUEST_IDS_KEPT)
         self.pending.setdefault(key, []).append(ex)
         if ex.progress_token is not None:
             self.tokens[(m.direction, ex.progress_token)] = ex
@@ -340,7 +335,7 @@ class Pairing:
             self.inflight_c2s[ex.index] = ex
             if m.http is not None and m.http not in self.by_http:
                 # (later logs on the POST's stream still find it: the ANSWERED_KEPT last)
-                _remember(self.by_http, m.http, ex, ANSWERED_KEPT)
+                remember(self.by_http, m.http, ex, ANSWERED_KEPT)
             if not light:
                 self._link_retry(ex, m)
         else:
@@ -428,13 +423,13 @@ class Pairing:
         light = self.light
         handle = False  # (the answer may be a task's handle)
         if not light:
-            _remember(self.done, (ex.direction, ex.msg_id), ex, ANSWERED_KEPT)
+            remember(self.done, (ex.direction, ex.msg_id), ex, ANSWERED_KEPT)
         if ex.progress_token is not None:
             tkey = (ex.direction, ex.progress_token)
             if self.tokens.get(tkey) is ex:
                 del self.tokens[tkey]
             if not light:
-                _remember(self.done_tokens, tkey, ex, ANSWERED_KEPT)
+                remember(self.done_tokens, tkey, ex, ANSWERED_KEPT)
         self.inflight_c2s.pop(ex.index, None)
         if light and ex.http is not None and self.by_http.get(ex.http) is ex:
             # One POST carries one request body: no later host request joins this exchange.

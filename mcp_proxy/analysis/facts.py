@@ -163,24 +163,30 @@ class Decoder:
     and at a million frames those copies alone cost hundreds of megabytes.
     """
 
-    __slots__ = ("_mark", "_put", "_shared", "frames", "injected", "msgs", "reads")
+    __slots__ = (
+        "_mark", "_put", "_shared", "first_ts", "frames", "injected", "last_ts", "msgs", "reads",
+    )  # fmt: skip
 
     def __init__(
         self,
         emit: Callable[[Msg], None] | None = None,
         *,
-        reads: Callable[[str, str | None], bool] | None = None,
+        reads: Callable[[str, str, str | None], bool] | None = None,
         mark: Callable[[Mark], None] | None = None,
     ) -> None:
         """``emit``: hand each message to it instead of keeping it in :attr:`msgs` (a
         streaming consumer such as ``stats``, which never holds the session). ``reads``
-        (kind, method): whether the consumer reads such a message at all; one it does not
-        read is handed to ``mark`` as a :class:`~mcp_proxy.analysis.reorder.Mark`."""
+        (channel, kind, method): whether the consumer reads such a message at all; one it does
+        not read is handed to ``mark`` as a :class:`~mcp_proxy.analysis.reorder.Mark` (or
+        dropped without ``mark``). :attr:`first_ts` and :attr:`last_ts` are the times of the
+        first and last rows fed (:meth:`feed_shaped`), read or not."""
         self.msgs: list[Msg] = []
         self._put = self.msgs.append if emit is None else emit
         self.reads = reads
         self._mark = mark
         self.frames = 0
+        self.first_ts: float | None = None
+        self.last_ts: float | None = None
         #: Frames on the ``inject`` channel, set aside (see :class:`Injected`).
         self.injected: list[Injected] = []
         self._shared: dict[str, str] = {}
@@ -209,6 +215,10 @@ class Decoder:
         add = self._make
         decoded: dict[int, Any] = {}
         mark = self._mark
+        if isinstance(rows, Sequence) and rows:
+            if self.first_ts is None:
+                self.first_ts = rows[0][1]
+            self.last_ts = rows[-1][1]
         for seq, ts, mono, shape, msg_id, code, size, complete, partial, raw, http, _s, ev in rows:
             found = decoded.get(shape)
             if found is None:
@@ -216,7 +226,8 @@ class Decoder:
             d, ch, kind, method, read = found
             if not read:
                 self.frames += 1
-                mark(Mark(mono, d))  # type: ignore[misc]  # (read is False only with a mark)
+                if mark is not None:
+                    mark(Mark(mono, d))
                 continue
             if ev is not None:
                 ev = self._shared.setdefault(ev, ev)
@@ -227,12 +238,15 @@ class Decoder:
         d, ch, kind, method = (
             None if v is None else self._shared.setdefault(v, v) for v in decoded
         )
-        read = self.reads is None or ch == INJECT or self.reads(str(kind), method)
+        read = self.reads is None or ch == INJECT or self.reads(str(ch), str(kind), method)
         return (d, ch, kind, method, read)
 
     def _add(self, row: Sequence[Any]) -> None:
         (seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete, partial,
          raw, http, _sse_id, event) = row  # fmt: skip
+        if self.first_ts is None:
+            self.first_ts = ts
+        self.last_ts = ts
         shared = self._shared
         direction = shared.setdefault(direction, direction)
         channel = shared.setdefault(channel, channel)
@@ -241,9 +255,10 @@ class Decoder:
             method = shared.setdefault(method, method)
         if event is not None:
             event = shared.setdefault(event, event)
-        if self.reads is not None and channel != INJECT and not self.reads(kind, method):
+        if self.reads is not None and channel != INJECT and not self.reads(channel, kind, method):
             self.frames += 1
-            self._mark(Mark(mono, direction))  # type: ignore[misc]
+            if self._mark is not None:
+                self._mark(Mark(mono, direction))
             return
         self._make(seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete,
                    partial, raw, http, event)  # fmt: skip
@@ -324,6 +339,10 @@ def session_facts(
     return b.finish()
 
 
+#: The kinds :class:`FactsBuilder` reads (requests, their answers; a batch's elements).
+_FACT_KINDS = frozenset({"request", "response", "error", "batch"})
+
+
 class FactsBuilder:
     """What the whole session establishes, read one message at a time.
 
@@ -359,6 +378,25 @@ class FactsBuilder:
         self.saw_http = False
         self.first_ts: float | None = None
         self.last_ts: float | None = None
+
+    @staticmethod
+    def reads(channel: str, kind: str, method: str | None) -> bool:
+        """The messages :meth:`feed` reads anything of but their time (a :class:`Decoder`'s
+        ``reads``): the rest of a session's frames need not become messages for it; their
+        times come from :meth:`span`."""
+        return (
+            kind in _FACT_KINDS
+            or method == "notifications/initialized"
+            or channel == "http"
+            or channel == "sse"
+        )
+
+    def span(self, first_ts: float | None, last_ts: float | None) -> None:
+        """The times of the session's first and last frames, when not every frame was fed
+        (:meth:`reads`: the :class:`Decoder`'s ``first_ts`` and ``last_ts``)."""
+        if first_ts is not None:
+            self.first_ts = first_ts
+            self.last_ts = last_ts
 
     def feed(self, m: Msg) -> None:
         facts = self.facts

@@ -52,7 +52,13 @@ from mcp_proxy.errors import StoreError
 from mcp_proxy.store.direct import DirectStore
 from mcp_proxy.store.engine import sqlite_path
 from mcp_proxy.store.liveness import session_status
-from mcp_proxy.store.stream import STATS_COLUMNS, frame_batches, shaped_batches, shaped_pages
+from mcp_proxy.store.stream import (
+    FACTS_COLUMNS,
+    STATS_COLUMNS,
+    frame_batches,
+    shaped_batches,
+    shaped_pages,
+)
 
 if TYPE_CHECKING:  # the async store: imported by its callers, never by the recorder's settle
     from mcp_proxy.store.queries import Store
@@ -258,7 +264,13 @@ def stream_analysis(
     http = http_rows(http_list)
     with gc_paused():
         facts = FactsBuilder(session, http)
-        _read(url, sid, Decoder(facts.feed), _nothing)
+        # The handshake pass: only the frames the facts depend on become messages, and only
+        # their bodies are fetched.
+        first = Decoder(facts.feed, reads=facts.reads)
+        shapes, batches = shaped_pages(url, sid, FACTS_COLUMNS, batch=LOAD_BATCH)
+        for rows in batches:
+            first.feed_shaped(rows, shapes)
+        facts.span(first.first_ts, first.last_ts)
         injected: list[Injected] = []
         extra = () if also is None else (also(injected),)
         one = SessionPass(facts.finish(), http, injected, keep=False, also=extra)

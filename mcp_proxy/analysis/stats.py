@@ -168,7 +168,7 @@ class MethodTable:
 _OUTCOME_KINDS = frozenset({"request", "response", "error", "batch"})
 
 
-def _outcome_kinds(kind: str, method: str | None) -> bool:
+def _outcome_kinds(_channel: str, kind: str, method: str | None) -> bool:
     """The messages an outcome depends on (the rest only hold their place in the pairing)."""
     return (
         kind in _OUTCOME_KINDS

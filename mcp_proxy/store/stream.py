@@ -198,6 +198,15 @@ STATS_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 
 
+#: The handshake pass of ``check`` (``analysis.facts.FactsBuilder``): :data:`STATS_COLUMNS`
+#: with ``ts`` (the session's first and last frame times); the frames whose body it reads
+#: (requests and their answers) are among :data:`RAW_READ`'s.
+FACTS_COLUMNS: tuple[str, ...] = (
+    "seq", "ts", "mono_ns", "shape", "msg_id", "error_code", NULL, NULL, "partial_parse",
+    RAW_READ, "http_exchange_id", NULL, "sse_event",
+)  # fmt: skip
+
+
 def _stored_columns(columns: tuple[str, ...]) -> None:
     bad = (
         set(columns)
