@@ -120,7 +120,9 @@ def _check_links(xs: list[dict[str, Any]], runs: dict[str, TaskRun], legacy: boo
         if tool == "endless":
             assert "tasks/cancel" in methods
         if legacy:
-            assert task["notifications"] >= 2 and len(call["other_seqs"]) >= 2  # status joined
+            # Status joined. The preset announces each status on the next task request that
+            # sees it, so a task that ended before its first poll announced only its end.
+            assert task["notifications"] >= 1 and len(call["other_seqs"]) >= 1
             assert "tasks/result" in methods or tool == "endless"
         else:
             assert "tasks/result" not in methods
