@@ -102,7 +102,7 @@ def test_no_database_is_exit_4(tmp_path: Path) -> None:
         (
             ("--intercept", "mthod=tools/call"),
             "--intercept 'mthod=tools/call' column 1: 'mthod' is not a matcher (one of:"
-            " direction, method, name, kind, id, nth, times, p, seed)",
+            " direction, method, name, kind, id, path, nth, times, p, seed)",
         ),
         (
             ("--intercept", "method=x", "--forward"),
