@@ -93,7 +93,7 @@ def start_http_server(
     state_key: str | None = None,
     extra_args: Iterable[str] = (),
     env: Mapping[str, str] | None = None,
-    timeout: float = 20.0,
+    timeout: float = 60.0,
     stdout: int | IO[bytes] | None = subprocess.DEVNULL,
     on_stderr_line: Callable[[str], None] | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
