@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 from aiohttp import web
 
@@ -36,20 +35,6 @@ TABLE = web.AppKey("intercepts", InterceptTable)
 CHOICES = ("forward", "edit", "answer", "drop")
 
 
-def held_out(r: HeldRow) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "session_id": r.session_id,
-        "direction": r.direction,
-        "kind": r.kind,
-        "method": r.method,
-        "msg_id": r.msg_id,
-        "rule": r.rule,
-        "held_at": r.held_at,
-        "message": r.original.decode("utf-8", "replace").rstrip("\r\n"),
-    }
-
-
 def table(request: web.Request) -> InterceptTable:
     return request.app[TABLE]
 
@@ -62,7 +47,7 @@ async def held_in(request: web.Request, session_id: str) -> int:
 async def intercepts_page(request: web.Request) -> web.Response:
     rows, count = await asyncio.to_thread(table(request).held)
     data = {
-        "held": [held_out(r) for r in rows],
+        "held": [r.listed() for r in rows],
         "count": count,
         "can_resolve": bool(request.app[SETTINGS]["intercept"]),
     }

@@ -60,20 +60,7 @@ def list_held(db: DbOption = None, fmt: FormatOption = Format.text) -> None:
     if fmt == Format.json:
         print_json(
             {
-                "held": [
-                    {
-                        "id": r.id,
-                        "session_id": r.session_id,
-                        "direction": r.direction,
-                        "kind": r.kind,
-                        "method": r.method,
-                        "msg_id": r.msg_id,
-                        "rule": r.rule,
-                        "held_at": r.held_at,
-                        "message": r.original.decode("utf-8", "replace").rstrip("\r\n"),
-                    }
-                    for r in rows
-                ],
+                "held": [r.listed() for r in rows],
                 "count": count,
             }
         )

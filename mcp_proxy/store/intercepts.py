@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -53,6 +54,21 @@ class HeldRow:
     held_at: float
     resolved_at: float | None
     resolved_by: str | None
+
+    def listed(self) -> dict[str, Any]:
+        """The held message as ``intercept list --format json`` and the dashboard's twin show
+        it (the message as text, its line end cut)."""
+        return {
+            "id": self.id,
+            "session_id": self.session_id,
+            "direction": self.direction,
+            "kind": self.kind,
+            "method": self.method,
+            "msg_id": self.msg_id,
+            "rule": self.rule,
+            "held_at": self.held_at,
+            "message": self.original.decode("utf-8", "replace").rstrip("\r\n"),
+        }
 
     @classmethod
     def of(cls, row: sa.Row[object]) -> HeldRow:
