@@ -42,7 +42,9 @@ def parse_jsonpath(path: str) -> JSONPath | CompoundJSONPath:
     try:
         return _JSONPATH.compile(p)
     except jsonpath.JSONPathError as exc:
-        raise JsonPathError(f"cannot read JSONPath {path!r}: {exc}") from None
+        # The library's message goes on with a caret diagram: a user error stays one line.
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise JsonPathError(f"cannot read JSONPath {path!r}: {why}") from None
 
 
 def finds(path: JSONPath | CompoundJSONPath, doc: Any) -> bool:

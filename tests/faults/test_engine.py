@@ -53,6 +53,14 @@ def test_a_bad_jsonpath_is_one_line_naming_its_column() -> None:
     )
 
 
+def test_an_unreadable_jsonpath_is_one_line() -> None:
+    with pytest.raises(FaultRuleError) as err:
+        parse_rule("drop path=$[")
+    assert str(err.value) == (
+        "--fault 'drop path=$[' column 6: cannot read JSONPath '$[': unexpected end of query"
+    )
+
+
 def test_ids_of_the_two_directions_do_not_collide() -> None:
     """Server→client request id 1 and client→server request id 1 are different requests."""
     engine = FaultEngine([parse_rule("drop method=roots/list direction=c2s")])
