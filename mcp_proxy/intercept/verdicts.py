@@ -25,18 +25,29 @@ def split_end(raw: bytes) -> tuple[bytes, bytes]:
     return raw, b""
 
 
+def _no_constant(name: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity`` are Python's extensions, not JSON: a message
+    carrying one would not parse at a strict peer."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def strict_json(data: bytes | str) -> Any:
+    """JSON as the wire has it (``json.loads`` without Python's non-finite extensions)."""
+    return json.loads(data, parse_constant=_no_constant)
+
+
 def _parse(data: bytes | str, what: str) -> Any:
     if len(data) > INTERCEPT_MAX_BYTES:
         raise BadValueError(f"{what} is larger than {INTERCEPT_MAX_BYTES:,} bytes")
     try:
-        return json.loads(data)
+        return strict_json(data)
     except (ValueError, RecursionError) as exc:
         raise BadValueError(f"{what} is not JSON: {exc}") from None
 
 
 def compact(message: Any) -> bytes:
     """One line of JSON (no newline inside: ``json.dumps`` escapes them in strings)."""
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
 def check_message(message: Any, what: str) -> None:
@@ -103,8 +114,8 @@ def set_path(original: bytes, assignment: str) -> bytes:
     if not sep or not path.strip():
         raise BadValueError(f"--set {assignment!r}: write PATH=VALUE, e.g. params.arguments.x=1")
     try:
-        value: Any = json.loads(raw_value)
-    except ValueError:
+        value: Any = strict_json(raw_value)
+    except (ValueError, RecursionError):
         value = raw_value
     message = _parse(split_end(original)[0], "the held message")
     steps = [_step(k) for k in path.strip().split(".")]

@@ -57,6 +57,21 @@ def test_resolve_once_then_already_resolved(db_path: Path | str, table: Intercep
     assert cli(db_path, "list", "--format", "json").stdout.count('"id"') == 0
 
 
+@pytest.mark.parametrize("typed", ["NaN", "Infinity", "-Infinity"])
+def test_a_set_value_python_would_read_as_a_number_stays_text(
+    db_path: Path | str, table: InterceptTable, typed: str
+) -> None:
+    """``NaN`` and the infinities are not JSON: ``--set x=NaN`` put a bare ``NaN`` in the
+    message, which a strict peer cannot parse. They are the text the person typed."""
+    iid = table.hold("s" * 32, "c2s", "request", "tools/call", "3", "", CALL)
+    done = cli(db_path, "resolve", str(iid), "--set", f"params.arguments.text={typed}")
+    assert done.returncode == 0, done.stderr
+    row = table.get(iid)
+    assert row is not None and row.payload is not None
+    strict = json.loads(row.payload, parse_constant=lambda c: pytest.fail(f"{c} on the wire"))
+    assert strict["params"]["arguments"] == {"text": typed}
+
+
 def test_user_errors_are_one_line(
     db_path: Path | str, table: InterceptTable, tmp_path: Path
 ) -> None:
