@@ -45,6 +45,7 @@ def compiled(prefix: Path, package: str) -> tuple[set[str], set[str]]:
     return opt, plain
 
 
+@pytest.mark.full  # the engine itself runs in the default run: test_sdk's mitmproxy cell
 async def test_mitmproxy_is_loaded_as_it_ships(
     tmp_path: Path, confdir: Path, tls_files: TLSFiles, tls_stateless: TLSServer
 ) -> None:

@@ -119,7 +119,7 @@ def echoed(session: Any) -> list[str]:
 # The default run: stdio and legacy SSE (a stateful Streamable HTTP mock runs in the default run
 # in tests/replay/test_http_transports.py and tests/mock/test_record_modes.py); --full: every
 # transport.
-@pytest.mark.parametrize("transport", matrix(TRANSPORTS, keep={"stdio", "legacy-sse"}))
+@pytest.mark.parametrize("transport", matrix(TRANSPORTS, keep={"stdio"}))
 async def test_record_modes(transport: str, tmp_path: Path) -> None:
     file = tmp_path / f"{transport}.mcptape.jsonl"
     want = "stdio" if transport == "stdio" else "http"

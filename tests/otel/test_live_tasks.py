@@ -22,6 +22,7 @@ from mcp_proxy.otel.live_tasks import LiveTasks
 from mcp_proxy.otel.spans import ExchangeFacts
 from mcp_proxy.testing.client import CallbackRecorder, make_client, stdio_params
 from mcp_proxy.testing.task_client import run_task, task_extensions
+from tests.conftest import matrix
 from tests.helpers import db as rdb
 from tests.helpers.cli import run_mcptape
 from tests.helpers.db import wait_until
@@ -120,7 +121,7 @@ def _exported_tasks(path: Path) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("mode", ["legacy", "auto"])
+@pytest.mark.parametrize("mode", matrix(["legacy", "auto"], keep={"auto"}))
 async def test_the_live_exporter_sends_each_task_span(
     mode: str, tmp_path: Path, receiver: Receiver
 ) -> None:

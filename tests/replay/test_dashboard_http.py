@@ -19,7 +19,10 @@ from mcp_proxy.testing.process import READY_PREFIX, start_http_server
 from tests.conftest import mcptape_cmd
 from tests.travel.conftest import PY
 
-pytestmark = pytest.mark.timeout(240)
+# Under --full: the default run replays from the dashboard in Chromium over stdio
+# (tests/dashboard/test_travel_pages.py) and replays HTTP sessions from the CLI
+# (tests/replay/test_http_transports.py).
+pytestmark = [pytest.mark.timeout(240), pytest.mark.full]
 
 
 def _word_after(prefix: str):  # type: ignore[no-untyped-def]

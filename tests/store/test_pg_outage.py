@@ -23,7 +23,9 @@ from tests.helpers import db as rdb
 from tests.helpers.db import PgCluster
 from tests.store.pg_outage_util import accounted, exchange, own_cluster, record
 
-pytestmark = pytest.mark.timeout(300)
+# A reliability scenario of the PostgreSQL backend, not its contract: it runs under --full
+# (the default run keeps the dialect contract suite and one recording per transport there).
+pytestmark = [pytest.mark.timeout(300), pytest.mark.full]
 
 
 @pytest.fixture(scope="module")

@@ -64,7 +64,7 @@ def _check_flows(runs: dict[str, TaskRun], modern: bool, rec: CallbackRecorder) 
         assert ok.result["_meta"][RELATED_TASK] == {"taskId": ok.task_id}
 
 
-@pytest.mark.parametrize("mode", ["legacy", "auto"])
+@pytest.mark.parametrize("mode", matrix(["legacy", "auto"], keep={"auto"}))
 async def test_every_task_flow_over_stdio(mode: str) -> None:
     rec = CallbackRecorder()
     async with _client(stdio_params(TASK_PRESETS), mode, rec) as client:
