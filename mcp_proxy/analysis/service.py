@@ -467,13 +467,17 @@ def settle(url: str, session_id: str) -> bool:
         return True
 
 
-def current_findings(url: str, session: dict[str, Any]) -> list[dict[str, Any]]:
-    """:func:`session_findings` without an event loop or the async store (``show``): the
-    stored findings, recomputed and stored first when stale, through the driver."""
+def current_findings(
+    url: str, session: dict[str, Any], *, recompute: bool = False
+) -> list[dict[str, Any]]:
+    """:func:`session_findings` without an event loop or the async store (``check``,
+    ``show``): the stored findings, recomputed and stored first when stale (or when asked to
+    ``recompute``), through the driver — on SQLite no SQLAlchemy is imported (its import cost
+    ``check`` on stored findings more CPU than the rest of its work)."""
     sid = str(session["id"])
     with DirectStore(url) as store:
         fresh = store.session(sid) or session
-        if not is_fresh(fresh, store.analysis_summary(sid)):
+        if recompute or not is_fresh(fresh, store.analysis_summary(sid)):
             _refresh_direct(store, url, fresh)
         rows = [r for r in store.recorded_findings(sid) if r["code"] != SUMMARY_CODE]
     return sort_rows([finding_record(r) for r in rows])
