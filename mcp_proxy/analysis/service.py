@@ -54,6 +54,7 @@ from mcp_proxy.store.engine import sqlite_path
 from mcp_proxy.store.liveness import session_status
 from mcp_proxy.store.stream import (
     FACTS_COLUMNS,
+    FACTS_ROWS,
     STATS_COLUMNS,
     frame_batches,
     shaped_batches,
@@ -264,10 +265,10 @@ def stream_analysis(
     http = http_rows(http_list)
     with gc_paused():
         facts = FactsBuilder(session, http)
-        # The handshake pass: only the frames the facts depend on become messages, and only
-        # their bodies are fetched.
+        # The handshake pass: only the frames the facts depend on (and the first and last, for
+        # the session's span) are fetched, with only their bodies.
         first = Decoder(facts.feed, reads=facts.reads)
-        shapes, batches = shaped_pages(url, sid, FACTS_COLUMNS, batch=LOAD_BATCH)
+        shapes, batches = shaped_pages(url, sid, FACTS_COLUMNS, batch=LOAD_BATCH, rows=FACTS_ROWS)
         for rows in batches:
             first.feed_shaped(rows, shapes)
         facts.span(first.first_ts, first.last_ts)
