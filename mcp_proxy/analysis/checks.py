@@ -137,6 +137,9 @@ class Lifecycle:
     def exchange(self, ex: Exchange) -> None:
         pass
 
+    def reads_messages(self) -> bool:
+        return not self.facts.modern  # (the handshake-order rules are the initialize era's)
+
     def message(self, m: Msg) -> None:
         facts = self.facts
         if facts.modern:
@@ -244,6 +247,9 @@ class ModernShape:
         self.no_type = Seqs()
         self.no_type_methods: set[str] = set()
 
+    def reads_messages(self) -> bool:
+        return False
+
     def message(self, m: Msg) -> None:
         pass
 
@@ -336,6 +342,9 @@ class Capabilities:
                 if seqs is not None:
                     seqs.add(ex.request_seq)
 
+    def reads_messages(self) -> bool:
+        return True
+
     def message(self, m: Msg) -> None:
         if m.kind != "notification":
             return
@@ -425,6 +434,9 @@ class Lists:
         self.reported_dup: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.reported_schema: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.next_walk = 0
+
+    def reads_messages(self) -> bool:
+        return False
 
     def message(self, m: Msg) -> None:
         pass
@@ -567,6 +579,9 @@ class HttpHeaders:
                 remember(
                     self.schemas, tool["name"], (resp.seq, tool.get("inputSchema")), LIST_IDS_KEPT
                 )
+
+    def reads_messages(self) -> bool:
+        return self.on
 
     def message(self, m: Msg) -> None:
         hid = m.http

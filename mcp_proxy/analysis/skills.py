@@ -71,6 +71,9 @@ class Skills:
         #: URIs already reported (once each), bounded as ``listed`` is
         self.reported: OrderedDict[str, None] = OrderedDict()
 
+    def reads_messages(self) -> bool:
+        return False
+
     def message(self, m: Msg) -> None:
         pass
 
