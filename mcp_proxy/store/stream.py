@@ -187,14 +187,14 @@ _INJECT_CHANNEL = CHANNEL_CODES["inject"]
 _READ_METHODS = ("notifications/cancelled", "notifications/tasks/status", "notifications/tasks")
 
 #: ``stats``' read: the positions of ``analysis.facts.SHAPED_FRAME_COLUMNS`` (what
-#: ``Decoder.feed_shaped`` unpacks), with ``ts``, ``size``, ``complete`` and ``sse_id`` left in
+#: ``Decoder.feed_shaped`` unpacks), with ``ts``, ``size`` and ``complete`` left in
 #: the database (no per-method number depends on them: latency is ``mono_ns``'s, a missing
 #: ``complete`` reads as complete) and ``raw`` fetched only where a body is read
 #: (:data:`RAW_READ`). Half of a busy session's frames are notifications ``stats`` only
 #: counts as marks: their bodies stay on disk.
 STATS_COLUMNS: tuple[str, ...] = (
     "seq", NULL, "mono_ns", "shape", "msg_id", "error_code", NULL, NULL, "partial_parse",
-    RAW_READ, "http_exchange_id", NULL, "sse_event",
+    RAW_READ, "http_exchange_id", "sse_event",
 )  # fmt: skip
 
 
@@ -203,7 +203,7 @@ STATS_COLUMNS: tuple[str, ...] = (
 #: (requests and their answers) are among :data:`RAW_READ`'s.
 FACTS_COLUMNS: tuple[str, ...] = (
     "seq", "ts", "mono_ns", "shape", "msg_id", "error_code", NULL, NULL, "partial_parse",
-    RAW_READ, "http_exchange_id", NULL, "sse_event",
+    RAW_READ, "http_exchange_id", "sse_event",
 )  # fmt: skip
 
 
