@@ -10,6 +10,7 @@ initialize-era rules (handshake, session headers) stay quiet in 2026-07-28 sessi
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -27,6 +28,7 @@ from mcp_proxy.analysis.model import (
 from mcp_proxy.analysis.reorder import REORDER_WINDOW_NS
 from mcp_proxy.analysis.routing import invalid_x_mcp_header, routing_problems
 from mcp_proxy.analysis.skills import Skills
+from mcp_proxy.bounded import remember
 from mcp_proxy.limits import LIMIT_METHODS_NAMED, LIST_CURSORS_KEPT, LIST_IDS_KEPT, LIST_WALKS_KEPT
 from mcp_proxy.protocol import version_at_least
 
@@ -135,6 +137,9 @@ class Lifecycle:
     def exchange(self, ex: Exchange) -> None:
         pass
 
+    def reads_messages(self) -> bool:
+        return not self.facts.modern  # (the handshake-order rules are the initialize era's)
+
     def message(self, m: Msg) -> None:
         facts = self.facts
         if facts.modern:
@@ -242,6 +247,9 @@ class ModernShape:
         self.no_type = Seqs()
         self.no_type_methods: set[str] = set()
 
+    def reads_messages(self) -> bool:
+        return False
+
     def message(self, m: Msg) -> None:
         pass
 
@@ -334,6 +342,9 @@ class Capabilities:
                 if seqs is not None:
                     seqs.add(ex.request_seq)
 
+    def reads_messages(self) -> bool:
+        return True
+
     def message(self, m: Msg) -> None:
         if m.kind != "notification":
             return
@@ -405,12 +416,6 @@ class Capabilities:
 
 
 # ------------------------------------------------------------------------------ lists & cursors
-def _forget_oldest(table: dict[Any, Any], limit: int) -> None:
-    """Drop the oldest entry of a table (names a peer sent, in insertion order) past its limit."""
-    if len(table) > limit:
-        del table[next(iter(table))]
-
-
 class Lists:
     """Pagination and list contents: unknown cursors, a dropped empty cursor, duplicate items
     within one walk over the pages, tools whose x-mcp-header is invalid.
@@ -422,13 +427,16 @@ class Lists:
     def __init__(self, facts: SessionFacts, sink: FindingSink) -> None:
         self.facts = facts
         self.sink = sink
-        self.walk_of: dict[tuple[str, str], int] = {}
-        self.seen: dict[int, dict[str, int]] = {}
-        self.returned: dict[str, dict[str, None]] = {}
+        self.walk_of: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self.seen: OrderedDict[int, dict[str, int]] = OrderedDict()
+        self.returned: dict[str, OrderedDict[str, None]] = {}
         self.empty_pending: dict[str, int] = {}
-        self.reported_dup: dict[tuple[str, str], None] = {}
-        self.reported_schema: dict[tuple[str, str], None] = {}
+        self.reported_dup: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self.reported_schema: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.next_walk = 0
+
+    def reads_messages(self) -> bool:
+        return False
 
     def message(self, m: Msg) -> None:
         pass
@@ -444,11 +452,11 @@ class Lists:
             return
         nxt = result.get("nextCursor")
         if isinstance(nxt, str):
-            returned = self.returned.setdefault(method, {})
-            returned[nxt] = None
-            _forget_oldest(returned, LIST_CURSORS_KEPT)
-            self.walk_of[(method, nxt)] = walk
-            _forget_oldest(self.walk_of, LIST_CURSORS_KEPT)
+            returned = self.returned.get(method)
+            if returned is None:
+                returned = self.returned[method] = OrderedDict()
+            remember(returned, nxt, None, LIST_CURSORS_KEPT)
+            remember(self.walk_of, (method, nxt), walk, LIST_CURSORS_KEPT)
             if nxt == "":
                 self.empty_pending[method] = resp.seq
         key, field = LISTS[method]
@@ -457,8 +465,8 @@ class Lists:
             return
         ids = self.seen.get(walk)
         if ids is None:
-            ids = self.seen[walk] = {}
-            _forget_oldest(self.seen, LIST_WALKS_KEPT)
+            ids = {}
+            remember(self.seen, walk, ids, LIST_WALKS_KEPT)
         for item in items:
             if isinstance(item, dict):
                 self._item(ex, resp, method, field, item, ids)
@@ -498,8 +506,7 @@ class Lists:
         if not isinstance(ident, str):
             return
         if ident in ids and (method, ident) not in self.reported_dup:
-            self.reported_dup[(method, ident)] = None
-            _forget_oldest(self.reported_dup, LIST_IDS_KEPT)
+            remember(self.reported_dup, (method, ident), None, LIST_IDS_KEPT)
             self.sink.add(
                 "list.duplicate",
                 f"{method} lists {field} {ident!r} twice",
@@ -512,8 +519,7 @@ class Lists:
         if method == "tools/list":
             why = invalid_x_mcp_header(item.get("inputSchema"))
             if why and (ident, why) not in self.reported_schema:
-                self.reported_schema[(ident, why)] = None
-                _forget_oldest(self.reported_schema, LIST_IDS_KEPT)
+                remember(self.reported_schema, (ident, why), None, LIST_IDS_KEPT)
                 self.sink.add(
                     "tools.invalid_x_mcp_header",
                     f"tool {ident!r}: invalid x-mcp-header",
@@ -560,7 +566,7 @@ class HttpHeaders:
         self.on = bool(http) and not facts.legacy_sse
         self.bodies: dict[int, _Body] = {}
         #: tool name → (frame of the tools/list result that defined it, its inputSchema)
-        self.schemas: dict[str, tuple[int, Any]] = {}
+        self.schemas: OrderedDict[str, tuple[int, Any]] = OrderedDict()
 
     def exchange(self, ex: Exchange) -> None:
         if not self.on or ex.method != "tools/list":
@@ -570,8 +576,12 @@ class HttpHeaders:
             return
         for tool in resp.result.get("tools") or ():
             if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                self.schemas[tool["name"]] = (resp.seq, tool.get("inputSchema"))
-                _forget_oldest(self.schemas, LIST_IDS_KEPT)
+                remember(
+                    self.schemas, tool["name"], (resp.seq, tool.get("inputSchema")), LIST_IDS_KEPT
+                )
+
+    def reads_messages(self) -> bool:
+        return self.on
 
     def message(self, m: Msg) -> None:
         hid = m.http

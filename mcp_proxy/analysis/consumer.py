@@ -19,6 +19,12 @@ from mcp_proxy.limits import MAX_SEQS
 class Consumer(Protocol):
     """One check family fed one session (see the module doc)."""
 
+    def reads_messages(self) -> bool:
+        """Whether :meth:`message` may do anything in this session: asked once, before the
+        first message (the session's facts are complete by then); a consumer that answers
+        False is not called per message (it declares that it reads exchanges only)."""
+        ...
+
     def message(self, m: Msg) -> None: ...
 
     def exchange(self, ex: Exchange) -> None: ...

@@ -218,13 +218,16 @@ class SessionPass:
             OAuth(http, sink),
             *also,
         ]
+        #: the families called per message: those that read messages in this session (the
+        #: rest declare that they read exchanges only, :meth:`Consumer.reads_messages`)
+        self.readers = [c for c in self.families if c.reads_messages()]
 
     def _exchange(self, ex: Exchange) -> None:
         for c in self.families:
             c.exchange(ex)
 
     def _message(self, m: Msg) -> None:
-        for c in self.families:
+        for c in self.readers:
             c.message(m)
         if m.seq > self.last_seq:
             self.last_seq = m.seq

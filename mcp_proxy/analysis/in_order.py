@@ -43,6 +43,9 @@ class InOrder:
         self.next_index = 0
         self.k = 0  # injected frames handed out
 
+    def reads_messages(self) -> bool:
+        return False
+
     def message(self, m: Msg) -> None:
         pass
 

@@ -28,7 +28,8 @@ from typing import Any
 
 from mcp_proxy.analysis.model import finding_record
 from mcp_proxy.frames import id_key
-from mcp_proxy.store.queries import Store
+from mcp_proxy.store.columns import FRAME_COLUMNS
+from mcp_proxy.store.stream import frame_batches
 
 __all__ = [
     "Injection",
@@ -274,9 +275,10 @@ def with_injected(
     return [dict(f) for f in findings] + [finding_record(r) for r in reactions(findings, frames)]
 
 
-async def session_frames(store: Store, session_id: str) -> list[dict[str, Any]]:
-    """A session's frames as dicts (the analysis columns), for :func:`with_injected`."""
+def session_frames(url: str, session_id: str) -> list[dict[str, Any]]:
+    """A session's frames as dicts (the analysis columns), for :func:`with_injected`: read
+    through the driver (:func:`~mcp_proxy.store.stream.frame_batches`), as ``check`` reads."""
     out: list[dict[str, Any]] = []
-    async for rows in store.iter_analysis_frames(session_id):
-        out += [dict(row._mapping) for row in rows]
+    for rows in frame_batches(url, session_id):
+        out += [dict(zip(FRAME_COLUMNS, row, strict=True)) for row in rows]
     return out

@@ -205,6 +205,9 @@ class OAuth:
     def exchange(self, ex: Exchange) -> None:
         pass
 
+    def reads_messages(self) -> bool:
+        return bool(self.http)
+
     def message(self, m: Msg) -> None:
         if m.http is None or not self.http:
             return

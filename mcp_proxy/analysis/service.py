@@ -54,6 +54,7 @@ from mcp_proxy.store.engine import sqlite_path
 from mcp_proxy.store.liveness import session_status
 from mcp_proxy.store.stream import (
     FACTS_COLUMNS,
+    FACTS_ROWS,
     STATS_COLUMNS,
     frame_batches,
     shaped_batches,
@@ -264,10 +265,10 @@ def stream_analysis(
     http = http_rows(http_list)
     with gc_paused():
         facts = FactsBuilder(session, http)
-        # The handshake pass: only the frames the facts depend on become messages, and only
-        # their bodies are fetched.
+        # The handshake pass: only the frames the facts depend on (and the first and last, for
+        # the session's span) are fetched, with only their bodies.
         first = Decoder(facts.feed, reads=facts.reads)
-        shapes, batches = shaped_pages(url, sid, FACTS_COLUMNS, batch=LOAD_BATCH)
+        shapes, batches = shaped_pages(url, sid, FACTS_COLUMNS, batch=LOAD_BATCH, rows=FACTS_ROWS)
         for rows in batches:
             first.feed_shaped(rows, shapes)
         facts.span(first.first_ts, first.last_ts)
@@ -467,13 +468,17 @@ def settle(url: str, session_id: str) -> bool:
         return True
 
 
-def current_findings(url: str, session: dict[str, Any]) -> list[dict[str, Any]]:
-    """:func:`session_findings` without an event loop or the async store (``show``): the
-    stored findings, recomputed and stored first when stale, through the driver."""
+def current_findings(
+    url: str, session: dict[str, Any], *, recompute: bool = False
+) -> list[dict[str, Any]]:
+    """:func:`session_findings` without an event loop or the async store (``check``,
+    ``show``): the stored findings, recomputed and stored first when stale (or when asked to
+    ``recompute``), through the driver — on SQLite no SQLAlchemy is imported (its import cost
+    ``check`` on stored findings more CPU than the rest of its work)."""
     sid = str(session["id"])
     with DirectStore(url) as store:
         fresh = store.session(sid) or session
-        if not is_fresh(fresh, store.analysis_summary(sid)):
+        if recompute or not is_fresh(fresh, store.analysis_summary(sid)):
             _refresh_direct(store, url, fresh)
         rows = [r for r in store.recorded_findings(sid) if r["code"] != SUMMARY_CODE]
     return sort_rows([finding_record(r) for r in rows])

@@ -17,9 +17,11 @@ import base64
 import binascii
 import hashlib
 import re
+from collections import OrderedDict
 from typing import Any, NamedTuple
 
 from mcp_proxy.analysis.model import Exchange, FindingSink, Msg
+from mcp_proxy.bounded import remember
 from mcp_proxy.limits import SKILL_FILES_KEPT, SKILL_URI_CHARS
 
 #: The skills extension's identifier.
@@ -65,9 +67,12 @@ class Skills:
 
     def __init__(self, sink: FindingSink) -> None:
         self.sink = sink
-        self.listed: dict[str, _Listed] = {}
+        self.listed: OrderedDict[str, _Listed] = OrderedDict()
         #: URIs already reported (once each), bounded as ``listed`` is
-        self.reported: dict[str, None] = {}
+        self.reported: OrderedDict[str, None] = OrderedDict()
+
+    def reads_messages(self) -> bool:
+        return False
 
     def message(self, m: Msg) -> None:
         pass
@@ -103,10 +108,8 @@ class Skills:
         if digest is None or not isinstance(size, int) or isinstance(size, bool):
             return  # (a malformed entry: a host must not load it; nothing to compare with)
         uri: str = f["uri"]
-        self.listed.pop(uri, None)
-        self.listed[uri] = _Listed(digest.group(1), size, seq)
-        if len(self.listed) > SKILL_FILES_KEPT:
-            del self.listed[next(iter(self.listed))]
+        self.listed.pop(uri, None)  # (listed again: now the newest)
+        remember(self.listed, uri, _Listed(digest.group(1), size, seq), SKILL_FILES_KEPT)
 
     def _read(self, ex: Exchange, resp: Msg, result: dict[str, Any]) -> None:
         uri = ex.request.params.get("uri") if ex.request is not None else None
@@ -120,9 +123,7 @@ class Skills:
         digest = hashlib.sha256(served).hexdigest()
         if digest == listed.digest and len(served) == listed.size:
             return
-        self.reported[uri] = None
-        if len(self.reported) > SKILL_FILES_KEPT:
-            del self.reported[next(iter(self.reported))]
+        remember(self.reported, uri, None, SKILL_FILES_KEPT)
         what = (
             f"{len(served)} bytes, its entry says {listed.size}"
             if len(served) != listed.size

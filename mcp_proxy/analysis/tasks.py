@@ -20,6 +20,7 @@ most :data:`~mcp_proxy.limits.MAX_TASKS_TRACKED` tasks.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,7 @@ from mcp_proxy.analysis.model import (
     Task,
     latency_ms,
 )
+from mcp_proxy.bounded import remember
 from mcp_proxy.limits import MAX_SEQS, MAX_TASKS_TRACKED, TASK_STATUSES_KEPT, TASK_TEXT_CHARS
 
 #: The tasks extension's identifier (2026-07-28, SEP-2663).
@@ -119,9 +121,9 @@ class Tasks:
         self.sink = sink
         #: called with the creating exchange once its task reached a terminal status
         self.on_end = on_end
-        self.by_id: dict[str, _Tracked] = {}
+        self.by_id: OrderedDict[str, _Tracked] = OrderedDict()
         #: ids a tasks/list answer named (tasks created before this recording began)
-        self.listed: dict[str, None] = {}
+        self.listed: OrderedDict[str, None] = OrderedDict()
         #: (method, sides) already reported as using the tasks extension undeclared
         self.undeclared: set[tuple[str, tuple[str, ...]]] = set()
         #: tasks forgotten past MAX_TASKS_TRACKED, and the creating requests of the first ones
@@ -257,7 +259,7 @@ class Tasks:
         t = _Tracked(task, ex)
         self.by_id[tid] = t
         if len(self.by_id) > MAX_TASKS_TRACKED:
-            old = self.by_id.pop(next(iter(self.by_id)))
+            _, old = self.by_id.popitem(last=False)  # (O(1), as remember: the oldest goes)
             self.forgotten += 1
             if len(self.forgotten_seqs) < MAX_SEQS:
                 self.forgotten_seqs.append(old.task.created_seq)
@@ -280,9 +282,7 @@ class Tasks:
         for item in items if isinstance(items, list) else ():
             tid = _text(_dict(item).get("taskId"))
             if tid is not None and tid not in self.by_id:
-                self.listed[tid] = None
-                if len(self.listed) > MAX_TASKS_TRACKED:
-                    del self.listed[next(iter(self.listed))]
+                remember(self.listed, tid, None, MAX_TASKS_TRACKED)
 
     def _method_answer(self, ex: Exchange, m: Msg) -> None:
         tid = _text(ex.request.params.get("taskId")) if ex.request is not None else None

@@ -414,6 +414,9 @@ class Taxonomy:
             exchange=ex.index,
         )
 
+    def reads_messages(self) -> bool:
+        return True  # (HTTP frames; a frame may name an exchange its rows lack)
+
     def message(self, m: Msg) -> None:
         hid = m.http
         if hid is None or m.direction != "s2c":

@@ -59,6 +59,9 @@ class Transport:
     def exchange(self, ex: Exchange) -> None:
         pass
 
+    def reads_messages(self) -> bool:
+        return True
+
     def message(self, m: Msg) -> None:
         if self.last_seq is None or m.seq > self.last_seq:
             self.last_seq = m.seq

@@ -22,6 +22,7 @@ from mcp_proxy.commands.common import (
     Format,
     check_limit,
     json_errors,
+    open_direct,
     open_store,
     parse_time,
 )
@@ -101,31 +102,24 @@ def check(
     """Print the findings of sessions and exit non-zero by severity (for CI)."""
     json_errors(fmt)
     from mcp_proxy.analysis.catalogue import at_least
-    from mcp_proxy.analysis.service import session_findings
+    from mcp_proxy.analysis.service import current_findings
     from mcp_proxy.render import finding_text, session_line
 
-    async def go() -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-        store = await open_store(db)
-        try:
-            out = []
-            seen: set[str] = set()
-            for ref in sessions:
-                s = await store.resolve_session(ref)
-                if s["id"] in seen:
-                    continue
-                seen.add(s["id"])
-                rows = await session_findings(store, s, recompute=recompute)
-                if any(str(r.get("code", "")).startswith("inject.") for r in rows):
-                    from mcp_proxy.analysis.inject import session_frames, with_injected
+    # Through the driver (no event loop, no async store to start: on SQLite no SQLAlchemy).
+    url, direct = open_direct(db)
+    chosen: dict[str, dict[str, Any]] = {}
+    with direct:
+        for ref in sessions:
+            s = direct.resolve_session(ref)
+            chosen.setdefault(s["id"], s)
+    results: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    for s in chosen.values():
+        rows = current_findings(url, s, recompute=recompute)
+        if any(str(r.get("code", "")).startswith("inject.") for r in rows):
+            from mcp_proxy.analysis.inject import session_frames, with_injected
 
-                    frames = await session_frames(store, s["id"])
-                    rows = with_injected(rows, frames, injected.value)
-                out.append((s, rows))
-            return out
-        finally:
-            await store.close()
-
-    results = asyncio.run(go())
+            rows = with_injected(rows, session_frames(url, s["id"]), injected.value)
+        results.append((s, rows))
     failing = 0
     failing_sessions = 0
     docs = []

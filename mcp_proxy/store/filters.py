@@ -2,7 +2,9 @@
 
 Shared by the CLI (``sessions --since 2h``) and the dashboard (``/sessions?since=2h``): both read
 times and numbers the same way and get the same one-line errors. Each filter field maps to one
-indexed condition; :mod:`mcp_proxy.store.pages` runs them.
+indexed condition; :mod:`mcp_proxy.store.pages` runs them. SQLAlchemy is imported only where a
+condition is built: reading a time or a limit (``stats --since``, ``check``) must not cost a
+command that reads a SQLite file through the driver the ~0.5 s of CPU its import takes.
 """
 
 from __future__ import annotations
@@ -11,14 +13,12 @@ import math
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.errors import BadValueError
-from mcp_proxy.store.base import MAX_SQL_INT
-from mcp_proxy.store.schema import annotations as notes_table
-from mcp_proxy.store.schema import findings, frames, sessions
+
+if TYPE_CHECKING:  # the conditions' types; SQLAlchemy itself is imported where they are built
+    import sqlalchemy as sa
 
 #: The analyzer's bookkeeping row (mcp_proxy.analysis.catalogue.SUMMARY_CODE): not a finding.
 SUMMARY_CODE = "analysis.summary"
@@ -76,6 +76,8 @@ def check_id(value: int | str, what: str) -> int:
         n = int(value)
     except ValueError as exc:
         raise BadValueError(f"{what} must be a number") from exc
+    from mcp_proxy.store.base import MAX_SQL_INT
+
     if not 0 <= n <= MAX_SQL_INT:
         raise BadValueError(f"{what} {value} is out of range")
     return n
@@ -100,6 +102,11 @@ class SessionFilter:
     limit: int = 50
 
     def conditions(self, dialect: str = "sqlite") -> list[sa.ColumnElement[bool]]:
+        import sqlalchemy as sa
+
+        from mcp_proxy.store.schema import annotations as notes_table
+        from mcp_proxy.store.schema import findings, frames, sessions
+
         c = sessions.c
         out: list[sa.ColumnElement[bool]] = []
         if self.q:
@@ -142,6 +149,10 @@ class SessionFilter:
         return out
 
     def _text_condition(self, dialect: str) -> sa.ColumnElement[bool]:
+        import sqlalchemy as sa
+
+        from mcp_proxy.store.schema import frames, sessions
+
         # LIKE never matches a BLOB in SQLite: compare its text (invalid UTF-8 just won't match).
         raw_text: Any = sa.cast(frames.c.raw, sa.Text)
         if dialect == "postgresql":
@@ -181,6 +192,11 @@ class TimelineFilter:
     every_frame: bool = False  # do not fold notifications into their request's row
 
     def conditions(self, session_id: str) -> list[sa.ColumnElement[bool]]:
+        import sqlalchemy as sa
+
+        from mcp_proxy.store.schema import annotations as notes_table
+        from mcp_proxy.store.schema import frames
+
         out: list[sa.ColumnElement[bool]] = [frames.c.session_id == session_id]
         if self.method:
             out.append(frames.c.method == self.method)

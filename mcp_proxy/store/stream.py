@@ -187,14 +187,14 @@ _INJECT_CHANNEL = CHANNEL_CODES["inject"]
 _READ_METHODS = ("notifications/cancelled", "notifications/tasks/status", "notifications/tasks")
 
 #: ``stats``' read: the positions of ``analysis.facts.SHAPED_FRAME_COLUMNS`` (what
-#: ``Decoder.feed_shaped`` unpacks), with ``ts``, ``size``, ``complete`` and ``sse_id`` left in
+#: ``Decoder.feed_shaped`` unpacks), with ``ts``, ``size`` and ``complete`` left in
 #: the database (no per-method number depends on them: latency is ``mono_ns``'s, a missing
 #: ``complete`` reads as complete) and ``raw`` fetched only where a body is read
 #: (:data:`RAW_READ`). Half of a busy session's frames are notifications ``stats`` only
 #: counts as marks: their bodies stay on disk.
 STATS_COLUMNS: tuple[str, ...] = (
     "seq", NULL, "mono_ns", "shape", "msg_id", "error_code", NULL, NULL, "partial_parse",
-    RAW_READ, "http_exchange_id", NULL, "sse_event",
+    RAW_READ, "http_exchange_id", "sse_event",
 )  # fmt: skip
 
 
@@ -203,8 +203,37 @@ STATS_COLUMNS: tuple[str, ...] = (
 #: (requests and their answers) are among :data:`RAW_READ`'s.
 FACTS_COLUMNS: tuple[str, ...] = (
     "seq", "ts", "mono_ns", "shape", "msg_id", "error_code", NULL, NULL, "partial_parse",
-    RAW_READ, "http_exchange_id", NULL, "sse_event",
+    RAW_READ, "http_exchange_id", "sse_event",
 )  # fmt: skip
+
+
+#: A row filter of :func:`shaped_pages`: the frames the handshake pass reads
+#: (``analysis.facts.FactsBuilder.reads``: requests, their answers and batches,
+#: notifications/initialized, the HTTP and SSE channels' frames), plus the session's first and
+#: last frame (whose ``ts`` are the session's span). Every other frame stays in the database:
+#: half of a busy session's frames are notifications that pass never reads.
+FACTS_ROWS = "facts"
+_FACT_KINDS = tuple(KIND_CODES[k] for k in ("request", "response", "error", "batch"))
+_FACT_CHANNELS = (CHANNEL_CODES["http"], CHANNEL_CODES["sse"])
+_FACT_METHODS = ("notifications/initialized",)
+
+
+def _row_filter(rows: str | None, methods: dict[int, str], key: str) -> str:
+    """`` AND (…)`` for a row filter (``key``: how the statement binds the session key)."""
+    if rows is None:
+        return ""
+    if rows != FACTS_ROWS:
+        raise ValueError(f"not a row filter: {rows!r}")
+    codes = sorted(int(code) for code, name in methods.items() if name in _FACT_METHODS)
+    cond = (
+        f"kind IN ({', '.join(map(str, _FACT_KINDS))})"
+        f" OR channel IN ({', '.join(map(str, _FACT_CHANNELS))})"
+    )
+    if codes:
+        cond += f" OR method_code IN ({', '.join(map(str, codes))})"
+    for end in ("MIN", "MAX"):
+        cond += f" OR seq = (SELECT {end}(seq) FROM frame_rows WHERE session_key = {key})"
+    return f" AND ({cond})"
 
 
 def _stored_columns(columns: tuple[str, ...]) -> None:
@@ -228,18 +257,23 @@ def _select_list(columns: tuple[str, ...], shape_sql: str, methods: dict[int, st
 
 
 def shaped_pages(
-    url: str, session_id: str, columns: tuple[str, ...], *, batch: int = BATCH
+    url: str,
+    session_id: str,
+    columns: tuple[str, ...],
+    *,
+    batch: int = BATCH,
+    rows: str | None = None,
 ) -> tuple[Shapes, Iterator[list[tuple[Any, ...]]]]:
     """A session's rows of ``columns`` in ``seq`` order, read from ``frame_rows`` as stored:
     names of :data:`FRAME_COLUMNS` other than direction/channel/kind/method, ``"shape"``
     (those four as one integer, decoded by the returned :class:`Shapes`), :data:`NULL` and
-    :data:`RAW_READ` (:data:`STATS_COLUMNS`). On SQLite
-    :func:`shaped_batches`; elsewhere keyset pages from the driver's cursor. What ``show`` and
-    ``export`` read."""
+    :data:`RAW_READ` (:data:`STATS_COLUMNS`); only the rows of a filter when ``rows`` names
+    one (:data:`FACTS_ROWS`). On SQLite :func:`shaped_batches`; elsewhere keyset pages from the
+    driver's cursor. What ``show`` and ``export`` read."""
     _stored_columns(columns)
     path = engine_mod.sqlite_path(url)
     if path is not None:
-        return shaped_batches(str(path), session_id, columns, batch=batch)
+        return shaped_batches(str(path), session_id, columns, batch=batch, rows=rows)
     import sqlalchemy as sa
 
     engine = engine_mod.sync_engine(url)
@@ -259,13 +293,12 @@ def shaped_pages(
         return Shapes(methods), iter(())
     wanted = columns if "seq" in columns else (*columns, "seq")
     cols = _select_list(wanted, SHAPE_SQL_BIGINT, methods)
+    key = int(found[0])
     sql = (
         f"SELECT {cols} FROM frame_rows WHERE session_key = %s AND seq > %s"
-        f" ORDER BY seq LIMIT {int(batch)}"
+        f"{_row_filter(rows, methods, str(key))} ORDER BY seq LIMIT {int(batch)}"
     )
-    return Shapes(methods), _keyset(
-        engine, sql, found[0], batch, wanted, len(wanted) > len(columns)
-    )
+    return Shapes(methods), _keyset(engine, sql, key, batch, wanted, len(wanted) > len(columns))
 
 
 def _keyset(
@@ -291,7 +324,12 @@ def _keyset(
 
 
 def shaped_batches(
-    path: str, session_id: str, columns: tuple[str, ...], *, batch: int = BATCH
+    path: str,
+    session_id: str,
+    columns: tuple[str, ...],
+    *,
+    batch: int = BATCH,
+    rows: str | None = None,
 ) -> tuple[Shapes, Iterator[list[tuple[Any, ...]]]]:
     """:func:`shaped_pages` of a SQLite file, with the standard library's driver alone.
 
@@ -311,8 +349,10 @@ def shaped_batches(
         conn.close()
         return Shapes(methods), iter(())
     cols = _select_list(columns, SHAPE_SQL, methods)
-    sql = f"SELECT {cols} FROM frame_rows WHERE session_key = ? ORDER BY seq"
-    return Shapes(methods), _fetch(conn, sql, found[0], batch)
+    key = int(found[0])
+    where = _row_filter(rows, methods, str(key))
+    sql = f"SELECT {cols} FROM frame_rows WHERE session_key = ?{where} ORDER BY seq"
+    return Shapes(methods), _fetch(conn, sql, key, batch)
 
 
 def _fetch(

@@ -122,3 +122,28 @@ def test_check_junit_for_ci(recorded: Path) -> None:
     assert {c.find("failure").get("type") for c in failed} >= {"transport.server_crashed"}  # type: ignore[union-attr]
     never = run(recorded, "check", "crashed", "--format", "junit", "--fail-on", "never")
     assert never.returncode == 0 and 'failures="0"' in never.stdout
+
+
+def test_check_reads_a_sqlite_file_without_sqlalchemy(tmp_path: Path) -> None:
+    """``check`` goes through the driver (``open_direct``, ``service.current_findings``): on a
+    SQLite file, stored findings and a ``--recompute`` alike, SQLAlchemy (~0.5 s of CPU to
+    import, more than the rest of ``check`` on stored findings) is never imported. (A SQLite
+    file of its own: on the other dialects the driver is opened through SQLAlchemy.)"""
+    import sys
+
+    db = tmp_path / "plain.db"
+    CASES["jsonrpc.unknown_tool"][0]().record("sqlite:///" + str(db), name="warned")
+    code = (
+        "import sys\n"
+        "from mcp_proxy.cli import main\n"
+        "for extra in ([], ['--recompute']):\n"
+        f"    sys.argv = ['mcptape', 'check', 'warned', '--db', {str(db)!r}, *extra]\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit as exc:\n"
+        "        assert exc.code in (0, None), exc.code\n"
+        "print('SQLALCHEMY', 'sqlalchemy' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.count("jsonrpc.unknown_tool") == 2
+    assert out.stdout.strip().endswith("SQLALCHEMY False"), out.stdout[-300:]

@@ -160,6 +160,9 @@ class _Keep:
     def __init__(self, seen: list[Any]) -> None:
         self.seen = seen
 
+    def reads_messages(self) -> bool:
+        return False
+
     def message(self, m: Any) -> None:
         pass
 
