@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from mcp_proxy.render import (
     FrameRenderer,
     dict_row,
+    float_texts,
     frame_json,
     frame_oneline,
     safe,
@@ -270,3 +271,30 @@ def test_a_page_of_bodies_prints_each_body_as_json_dumps_writes_it(
         )
         assert text.split("\n", 1)[1] == "\n".join("    " + x for x in safe(want).splitlines())
         assert renderer.text([row]) == [text]
+
+
+_stamps = (
+    st.floats(allow_nan=True, allow_infinity=True)
+    | st.floats(min_value=1e-4, max_value=2e10)
+    | st.integers(min_value=-(2**60), max_value=2**60)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_stamps, max_size=20))
+def test_a_page_of_timestamps_is_written_as_repr_writes_each(values: list[float]) -> None:
+    """``show --format json`` writes a page's timestamps in one call to orjson where its digits
+    are ``repr``'s: every value is written as ``repr(float(v))``, whatever the page holds
+    (exponents, NaN, infinities, integers, negative zero)."""
+    assert float_texts(values) == [repr(float(v)) for v in values]
+
+
+def test_timestamps_at_the_edges_of_the_plain_range_are_written_as_repr() -> None:
+    """The values where ``repr`` starts or stops writing an exponent, and orjson's ``null``
+    for what is not finite, are kept from the page's one call."""
+    for page in (
+        [1e-4, 1796058497.25], [9.99e-5, 1.0], [1e16, 1.0], [9999999999999998.0, 0.5],
+        [1796058497.25, float("nan")], [float("inf"), 2.0], [-0.0, 1.0], [5e-324],
+        [1796058497.0, 1796058497.1, 1796058497.123456],
+    ):  # fmt: skip
+        assert float_texts(page) == [repr(v) for v in page], page
