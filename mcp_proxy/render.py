@@ -22,7 +22,7 @@ from orjson import dumps as _orjson_dumps
 from orjson import loads as _orjson_loads
 
 from mcp_proxy.bounded import depth_exceeds
-from mcp_proxy.frames import parse_json, strip_line_end, text_or_none
+from mcp_proxy.frames import parse_json, plain_float_texts, strip_line_end, text_or_none
 from mcp_proxy.limits import PRETTY_DEPTH, SHAPE_CACHE
 from mcp_proxy.store.liveness import duration, session_status
 
@@ -448,23 +448,6 @@ def _floaty(raws: list[bytes]) -> set[int]:
 
 #: The first byte of an object or an array as orjson writes them.
 _OPENERS = (ord("{"), ord("["))
-#: The floats :func:`float_texts` writes in C: where ``repr`` writes them without an exponent.
-_PLAIN_FLOATS = (1e-4, 1e16)
-
-
-def float_texts(values: list[Any]) -> list[str]:
-    """``repr(float(v))`` of each value (a page's timestamps), in one call to orjson when they
-    allow it: every value a float in :data:`_PLAIN_FLOATS`, where orjson's shortest digits
-    are ``repr``'s (its exponents, ``1e-5``, and non-finite values, ``null``, are not). One
-    ``repr`` per value took a quarter of ``show --format json``'s rendering."""
-    if values and set(map(type, values)) == {float}:
-        text = _orjson_dumps(values)
-        low, high = _PLAIN_FLOATS
-        if 110 not in text and low <= min(values) and max(values) < high:  # no "null"
-            return text[1:-1].decode("ascii").split(",")
-    return [repr(float(v)) for v in values]
-
-
 #: ``.000`` … ``.999``: a timestamp's milliseconds as the text header prints them.
 _MILLIS = [f".{i:03d}" for i in range(1000)]
 
@@ -555,7 +538,8 @@ class FrameRenderer:
         cache = self._json
         out: list[str] = []
         append = out.append
-        stamps = float_texts([r[1] for r in rows])
+        times = [r[1] for r in rows]
+        stamps = plain_float_texts(times) or [repr(float(ts)) for ts in times]
         for stamp, (seq, _ts, shape, msg_id, error_code, size, complete, raw, hx, sse_id,
                 sse_event) in zip(stamps, rows, strict=True):  # fmt: skip
             middle, inject = cache.get(shape) or self._json_shape(shape)
