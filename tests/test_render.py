@@ -112,9 +112,11 @@ def _expected_json(f: dict) -> dict:
 
 
 def _render(row: tuple, *, body: bool = True) -> str:
-    return FrameRenderer(same_shape).text(
-        [dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))], body=body
-    )[0]
+    return (
+        FrameRenderer(same_shape)
+        .text([dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))], body=body)[0]
+        .decode()
+    )
 
 
 @pytest.mark.parametrize("row", rows(), ids=lambda r: f"{r[0]}-{r[4]}")
@@ -186,10 +188,10 @@ def test_text_bodies_of_random_json_are_indented_as_json_dumps_writes_them() -> 
         if len(want) < 20_000:
             head = renderer.text(
                 [dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))], body=False
-            )[0]
+            )[0].decode()
             body = "\n".join("    " + line for line in safe(want).splitlines())
             assert renderer.text([dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))]) == [
-                f"{head}\n{body}"
+                f"{head}\n{body}".encode()
             ], raw
 
 
@@ -265,12 +267,13 @@ def test_a_page_of_bodies_prints_each_body_as_json_dumps_writes_it(
         )
     renderer = FrameRenderer(same_shape)
     printed = renderer.text(page)
-    for row, (value, _spaced), text in zip(page, bodies, printed, strict=True):
+    for row, (value, _spaced), line in zip(page, bodies, printed, strict=True):
+        text = line.decode()
         want = json.dumps(
             {"jsonrpc": "2.0", "id": row[0], "result": value}, indent=2, ensure_ascii=False
         )
         assert text.split("\n", 1)[1] == "\n".join("    " + x for x in safe(want).splitlines())
-        assert renderer.text([row]) == [text]
+        assert renderer.text([row]) == [line]
 
 
 _stamps = (
