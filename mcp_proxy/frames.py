@@ -250,6 +250,28 @@ def _first_orjson_loads(data: bytes | bytearray | memoryview | str) -> Any:
 _orjson_loads: Callable[[bytes | bytearray | memoryview | str], Any] = _first_orjson_loads
 
 
+#: The floats :func:`plain_float_texts` writes in one call: where ``repr`` writes them without
+#: an exponent (orjson's digits are ``repr``'s there; its exponents, ``1e-05`` as ``1e-5``, and
+#: its ``null`` for NaN and the infinities are not).
+_PLAIN_FLOATS = (1e-4, 1e16)
+
+
+def plain_float_texts(values: list[Any]) -> list[str] | None:
+    """``repr(v)`` of each value of a page (its timestamps, for the JSON writers) in one call
+    to orjson, when every value is a float in :data:`_PLAIN_FLOATS`; None otherwise (the
+    caller writes each value its own way). One ``repr`` per frame took ~0.5 µs, a quarter of
+    ``show --format json``'s rendering."""
+    if not values or set(map(type, values)) != {float}:
+        return None
+    from orjson import dumps  # (imported on first use, as _first_orjson_loads)
+
+    text = dumps(values)
+    low, high = _PLAIN_FLOATS
+    if 110 in text or not low <= min(values) or not max(values) < high:  # 110: "null"
+        return None
+    return text[1:-1].decode("ascii").split(",")
+
+
 #: A run of this many digits may be an integer beyond 64 bits, which orjson turns into a float
 #: (``json`` keeps it exact): bytes with such a run are parsed by ``json`` alone.
 _LONG_DIGITS = b"0" * 19
@@ -295,8 +317,10 @@ def _classify(
     data = raw if type(raw) is bytes else bytes(raw)
     first = data[:1]
     # Fast path: json.loads on UTF-8 bytes directly (no decode copy, no newline strip). Bytes
-    # that json would sniff as UTF-16/32 (NULs, BOMs) take the strict path instead.
-    if (first == b"{" or first == b"[") and b"\x00" not in data[:4]:
+    # that json would sniff as UTF-16/32 (NULs, BOMs) take the strict path instead. (The NUL
+    # is looked for as an int, by memchr: ``b"\x00" in`` set up a substring search per frame,
+    # 0.3 µs, a tenth of a classification.)
+    if (first == b"{" or first == b"[") and 0 not in data[:4]:
         # orjson first (~5× json's speed on small frames). What it refuses — lone surrogates,
         # NaN, infinities, nesting past 1024, invalid UTF-8 — falls through to the json path
         # below, and so do long digit runs (orjson reads an integer past 64 bits as a float),

@@ -22,7 +22,7 @@ from orjson import dumps as _orjson_dumps
 from orjson import loads as _orjson_loads
 
 from mcp_proxy.bounded import depth_exceeds
-from mcp_proxy.frames import parse_json, strip_line_end, text_or_none
+from mcp_proxy.frames import parse_json, plain_float_texts, strip_line_end, text_or_none
 from mcp_proxy.limits import PRETTY_DEPTH, SHAPE_CACHE
 from mcp_proxy.store.liveness import duration, session_status
 
@@ -179,7 +179,7 @@ def frame_header(f: dict[str, Any], session_name: str | None = None) -> str:
     """The text header ``show`` prints for a frame (a row as a dict), the session's name after
     the clock when given: a thin adapter over :class:`FrameRenderer`."""
     row = dict_row(f)
-    head = FrameRenderer(same_shape).text([row], body=False)[0]
+    head = FrameRenderer(same_shape).text([row], body=False)[0].decode()
     if not session_name:
         return head
     at = len(f"#{row[0]:<5} ") + len(_clock_fast(row[1]))
@@ -446,6 +446,8 @@ def _floaty(raws: list[bytes]) -> set[int]:
     return found
 
 
+#: The first byte of an object or an array as orjson writes them.
+_OPENERS = (ord("{"), ord("["))
 #: ``.000`` … ``.999``: a timestamp's milliseconds as the text header prints them.
 _MILLIS = [f".{i:03d}" for i in range(1000)]
 
@@ -536,7 +538,10 @@ class FrameRenderer:
         cache = self._json
         out: list[str] = []
         append = out.append
-        for seq, ts, shape, msg_id, error_code, size, complete, raw, hx, sse_id, sse_event in rows:
+        times = [r[1] for r in rows]
+        stamps = plain_float_texts(times) or [repr(float(ts)) for ts in times]
+        for stamp, (seq, _ts, shape, msg_id, error_code, size, complete, raw, hx, sse_id,
+                sse_event) in zip(stamps, rows, strict=True):  # fmt: skip
             middle, inject = cache.get(shape) or self._json_shape(shape)
             if msg_id is None:
                 ident = "null"
@@ -545,7 +550,7 @@ class FrameRenderer:
             else:
                 ident = _id_text(msg_id)
             head = (
-                f'{{"seq": {seq}, "ts": {ts if type(ts) is float else float(ts)!r}, {middle}'
+                f'{{"seq": {seq}, "ts": {stamp}, {middle}'
                 f'"id": {ident}, "size": {size}, "complete": '
                 f"{'true' if complete or complete is None else 'false'}"
             )
@@ -578,57 +583,71 @@ class FrameRenderer:
         found = self._text[shape] = (mid, general)
         return found
 
-    def text(self, rows: list[tuple[Any, ...]], *, body: bool = True) -> list[str]:
-        """Each row as ``show`` prints it: its header line and (``body``) its indented body."""
+    def text(self, rows: list[tuple[Any, ...]], *, body: bool = True) -> list[bytes]:
+        """Each row as ``show`` prints it, in UTF-8: its header line and (``body``) its
+        indented body.
+
+        Bytes, not text: the header's arrow made every line a two-byte-per-character string,
+        and a page's join and encoding to the pipe took a fifth of ``show``'s rendering; the
+        body stays orjson's bytes from its pretty-printing to the pipe."""
         cache = self._text
-        out: list[str] = []
+        out: list[bytes] = []
         append = out.append
         clocks, loads, dumps, millis = _clock_cache, _orjson_loads, _orjson_dumps, _MILLIS
+        sizes = _sizes
         datas = [raw if type(raw) is bytes else bytes(raw or b"") for raw in (r[7] for r in rows)]
-        floaty = _floaty(datas) if body else set()
-        for i, row in enumerate(rows):
-            seq, ts, shape, msg_id, error_code, size, complete = row[:7]
+        floaty = _floaty(datas) if body else ()
+        i = -1
+        for seq, ts, shape, msg_id, error_code, size, complete, _r, _h, _si, _se in rows:
+            i += 1
             mid, general = cache.get(shape) or self._text_shape(shape)
             base = clocks.get(int(ts))
             if base is None:
-                head = f"#{seq:<5} {_clock_fast(ts)}{mid}"
-            else:
+                base = _clock_fast(ts)[:8]
+            sized = sizes.get(size) or _size_text(size)
+            if msg_id is None:
                 head = f"#{seq:<5} {base}{millis[int((ts % 1) * 1000)]}{mid}"
-            if msg_id is not None:
-                head += (
-                    f" id={msg_id}"
-                    if msg_id.isdigit() and msg_id.isascii()
-                    else f" id={safe(msg_id)}"
-                )
+            elif msg_id.isdigit() and msg_id.isascii():
+                head = f"#{seq:<5} {base}{millis[int((ts % 1) * 1000)]}{mid} id={msg_id}"
+            else:
+                head = f"#{seq:<5} {base}{millis[int((ts % 1) * 1000)]}{mid} id={safe(msg_id)}"
             if error_code is not None:
                 head += f" code={error_code}"
-            head += _sizes.get(size) or _size_text(size)
-            if not (complete or complete is None):
-                head += " [cut short]"
+            if complete or complete is None:
+                head += sized
+            else:
+                head += sized + " [cut short]"
             if not body:
-                append(head)
+                append(head.encode())
                 continue
             data = datas[i]
-            text = None
-            if not general and len(data) <= BODY_CHARS and (not floaty or i not in floaty):
-                try:
-                    msg = loads(data)
-                    pretty = dumps(msg, option=_INDENT_2)
-                except (TypeError, ValueError):  # the general path decides (as _indent_c)
-                    msg = pretty = None
-                if (type(msg) is dict or type(msg) is list) and pretty is not None:
-                    # orjson escapes every control character but DEL; a body in plain ASCII
-                    # without DEL has nothing safe() would change (no regex scan then).
-                    if pretty.isascii() and b"\x7f" not in pretty:
-                        text = pretty.decode("ascii").replace("\n", "\n    ")
-                    else:
-                        text = pretty.decode("utf-8").replace("\n", "\n    ")
-                        if _SPECIAL_RE.search(text):
-                            text = None
-            if text is None or len(text) > BODY_CHARS:
-                append(self._slow(head, general, shape, data))
+            if general or len(data) > BODY_CHARS or i in floaty:
+                append(self._slow(head, general, shape, data).encode())
                 continue
-            append(f"{head}\n    {text}")
+            try:
+                pretty = dumps(loads(data), option=_INDENT_2)
+            except (TypeError, ValueError):  # the general path decides (as _indent_c)
+                append(self._slow(head, general, shape, data).encode())
+                continue
+            # Only an object or an array is printed here (orjson writes them starting with
+            # ``{`` or ``[``); orjson escapes every control character but DEL, so a body in
+            # plain ASCII without DEL has nothing safe() would change (no regex scan then).
+            if pretty[0] not in _OPENERS:
+                append(self._slow(head, general, shape, data).encode())
+                continue
+            if pretty.isascii() and 127 not in pretty:
+                indented = pretty.replace(b"\n", b"\n    ")
+                chars = len(indented)
+            else:
+                text = pretty.decode("utf-8").replace("\n", "\n    ")
+                if _SPECIAL_RE.search(text):
+                    append(self._slow(head, general, shape, data).encode())
+                    continue
+                indented, chars = text.encode(), len(text)
+            if chars > BODY_CHARS:
+                append(self._slow(head, general, shape, data).encode())
+                continue
+            append(head.encode() + b"\n    " + indented)
         return out
 
     def _slow(self, head: str, general: bool, shape: Any, data: bytes) -> str:

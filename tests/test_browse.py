@@ -199,3 +199,27 @@ def test_parser_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
         assert code == 2, (args, err)
         assert err.startswith("mcptape: ") and err.count("\n") == 1, err
         assert text in err
+
+
+def test_show_text_prints_the_same_text_to_a_stdout_of_another_encoding(
+    hostile_db: Path,
+) -> None:
+    """``show`` writes its frame lines to the pipe as UTF-8 bytes; a stdout that writes another
+    encoding (PYTHONIOENCODING) gets the same text in its own encoding, the session's head
+    before the frames and the findings after them, as every other line it prints. (Without
+    PYTHONUNBUFFERED, as a user runs it: the head then waits in the text layer's buffer.)"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    utf8 = subprocess.run(
+        [*mcptape_cmd(), "show", "fuzz", "--db", str(hostile_db)],
+        capture_output=True, timeout=60, env={**env, "PYTHONIOENCODING": "utf-8"},
+    )  # fmt: skip
+    other = subprocess.run(
+        [*mcptape_cmd(), "show", "fuzz", "--db", str(hostile_db)],
+        capture_output=True, timeout=60, env={**env, "PYTHONIOENCODING": "utf-16-le"},
+    )  # fmt: skip
+    assert utf8.returncode == other.returncode == 0, other.stderr[-1500:]
+    text = utf8.stdout.decode("utf-8")
+    assert other.stdout.decode("utf-16-le") == text
+    first = text.split("\n", 1)[0]
+    assert " fuzz " in first and not first.startswith("#"), first  # the session's line first
+    assert text.index("\n#1 ") < text.index("→") < text.index("indings")

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mcp_proxy.frames import plain_float_texts
 from mcp_proxy.render import (
     FrameRenderer,
     dict_row,
@@ -111,9 +112,11 @@ def _expected_json(f: dict) -> dict:
 
 
 def _render(row: tuple, *, body: bool = True) -> str:
-    return FrameRenderer(same_shape).text(
-        [dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))], body=body
-    )[0]
+    return (
+        FrameRenderer(same_shape)
+        .text([dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))], body=body)[0]
+        .decode()
+    )
 
 
 @pytest.mark.parametrize("row", rows(), ids=lambda r: f"{r[0]}-{r[4]}")
@@ -185,10 +188,10 @@ def test_text_bodies_of_random_json_are_indented_as_json_dumps_writes_them() -> 
         if len(want) < 20_000:
             head = renderer.text(
                 [dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))], body=False
-            )[0]
+            )[0].decode()
             body = "\n".join("    " + line for line in safe(want).splitlines())
             assert renderer.text([dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))]) == [
-                f"{head}\n{body}"
+                f"{head}\n{body}".encode()
             ], raw
 
 
@@ -264,9 +267,60 @@ def test_a_page_of_bodies_prints_each_body_as_json_dumps_writes_it(
         )
     renderer = FrameRenderer(same_shape)
     printed = renderer.text(page)
-    for row, (value, _spaced), text in zip(page, bodies, printed, strict=True):
+    for row, (value, _spaced), line in zip(page, bodies, printed, strict=True):
+        text = line.decode()
         want = json.dumps(
             {"jsonrpc": "2.0", "id": row[0], "result": value}, indent=2, ensure_ascii=False
         )
         assert text.split("\n", 1)[1] == "\n".join("    " + x for x in safe(want).splitlines())
-        assert renderer.text([row]) == [text]
+        assert renderer.text([row]) == [line]
+
+
+_stamps = (
+    st.floats(allow_nan=True, allow_infinity=True)
+    | st.floats(min_value=1e-4, max_value=2e10)
+    | st.integers(min_value=-(2**60), max_value=2**60)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_stamps, max_size=20))
+def test_a_page_of_timestamps_is_written_as_repr_writes_each(values: list[float]) -> None:
+    """The JSON writers (``show --format json``, ``export``) write a page's timestamps in one
+    call to orjson where its digits are ``repr``'s; a page it cannot write so is left to them
+    (None), whatever it holds (exponents, NaN, infinities, integers, negative zero)."""
+    texts = plain_float_texts(values)
+    if texts is not None:
+        assert texts == [repr(v) for v in values]
+    if values and all(type(v) is float and 1e-4 <= v < 1e16 for v in values):
+        assert texts is not None  # the common page takes the one call
+
+
+def test_timestamps_at_the_edges_of_the_plain_range_are_left_to_repr() -> None:
+    """The values where ``repr`` starts or stops writing an exponent, and orjson's ``null``
+    for what is not finite, keep a page from the one call; inside the range it is taken."""
+    for page in (
+        [9.99e-5, 1.0], [1e16, 1.0], [1796058497.25, float("nan")], [float("inf"), 2.0],
+        [-0.0, 1.0], [5e-324], [1796058497, 1.0], [],
+    ):  # fmt: skip
+        assert plain_float_texts(page) is None, page
+    for page in ([1e-4, 1796058497.25], [9999999999999998.0, 0.5], [1796058497.0, 0.1]):
+        assert plain_float_texts(page) == [repr(v) for v in page], page
+
+
+def test_show_json_and_export_write_timestamps_outside_the_plain_range_as_before() -> None:
+    """A page with one timestamp past the range is written by ``repr`` (``show``) and by the
+    export's per-value writer: ``1e-05`` and ``1e+16``, never orjson's ``1e-5``/``1e16``."""
+    from mcp_proxy.recording.jsonl import frame_chunks
+
+    rows = [
+        dict_row({"seq": i, "ts": ts, "direction": "c2s", "channel": "stdio",
+                  "kind": "request", "method": "ping", "msg_id": "1", "size": 2, "raw": b"{}"})
+        for i, ts in enumerate([1e-5, 1e16, 1796058497.25], 1)
+    ]  # fmt: skip
+    printed = FrameRenderer(same_shape).json(rows)
+    assert [json.loads(line)["ts"] for line in printed] == [1e-5, 1e16, 1796058497.25]
+    assert ['"ts": 1e-05,' in printed[0], '"ts": 1e+16,' in printed[1]] == [True, True]
+    page = [(r[0], r[1], 0, r[2], r[3], None, True, r[7], None, None, None) for r in rows]
+    text = b"".join(frame_chunks("s", [page], lambda key: key)({"frames": 0}, None))
+    assert b'"ts":1e-05,' in text and b'"ts":1e+16,' in text and b'"ts":1796058497.25,' in text

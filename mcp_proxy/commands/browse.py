@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import sys
 from typing import Annotated, Any
@@ -197,13 +198,31 @@ def _print_frames(url: str, sid: str, fmt: Format, *, body: bool, no_stderr: boo
     renderer = FrameRenderer(shapes)
     write = sys.stdout.write
     json_mode = fmt == Format.json
+    # The text lines come as UTF-8: to the pipe as they are, or decoded for a stdout that
+    # writes another encoding (whose errors stay the terminal's, as for any text).
+    buffer = getattr(sys.stdout, "buffer", None)
+    utf8 = buffer is not None and codecs.lookup(sys.stdout.encoding or "ascii").name == "utf-8"
+    if not json_mode and utf8:
+        sys.stdout.flush()  # the session's head, written as text, goes first
     for rows in batches:
         if no_stderr:
             rows = [r for r in rows if shapes(r[2])[1] != "stderr"]
-        lines = renderer.json(rows) if json_mode else renderer.text(rows, body=body)
-        if lines:
-            lines.append("")
-            write("\n".join(lines))
+        if json_mode:
+            lines = renderer.json(rows)
+            if lines:
+                lines.append("")
+                write("\n".join(lines))
+            continue
+        chunks = renderer.text(rows, body=body)
+        if chunks:
+            chunks.append(b"")
+            page = b"\n".join(chunks)
+            if buffer is not None and utf8:
+                buffer.write(page)
+            else:
+                write(page.decode())
+    if buffer is not None and utf8:
+        buffer.flush()
 
 
 @app.command()

@@ -28,6 +28,7 @@ from json.encoder import encode_basestring as _quote
 from typing import Any
 
 from mcp_proxy import __version__
+from mcp_proxy.frames import plain_float_texts
 from mcp_proxy.recording.jsonl_read import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -130,14 +131,17 @@ def _row_lines(
     out: list[str] = []
     append = out.append
     quote = _quote
-    for seq, ts, mono, key, msg_id, code, complete, raw, ex, sse_id, sse_event in page:
+    times = [row[1] for row in page]
+    stamps = plain_float_texts(times) or [
+        float.__repr__(ts) if type(ts) is float else _encode(ts) for ts in times
+    ]
+    for stamp, (seq, _ts, mono, key, msg_id, code, complete, raw, ex, sse_id, sse_event) in zip(
+        stamps, page, strict=True
+    ):
         middle = middles.get(key)
         if middle is None:
             middle = middles[key] = _middle(classes(key))
-        line = (
-            f'{prefix}{seq},"ts":{float.__repr__(ts) if type(ts) is float else _encode(ts)}'
-            f',"mono_ns":{mono}{middle}'
-        )
+        line = f'{prefix}{seq},"ts":{stamp},"mono_ns":{mono}{middle}'
         if msg_id is not None:
             line += ',"id":' + (quote(msg_id) if type(msg_id) is str else _encode(msg_id))
         if code is not None or ex is not None or sse_id is not None or sse_event is not None:
