@@ -241,7 +241,7 @@ class Exchange:
             self.describe()  # flushed before its own description ran: describe now
             if self.local_id is not None:
                 return
-        self._flush_held()
+        self._flush_held(self.mono0)
         rec = self.ctx.recorder
         if rec is None:
             self.pending = []
@@ -249,28 +249,27 @@ class Exchange:
         self.materialize()
         self.local_id = rec.new_exchange(self.entry.session_id, **self.fields, meta=self.meta)
         self.move(RecState.LIVE)
-        sid = self.entry.session_id
-        for frame in self.pending:
-            frame.http_exchange = self.local_id
-            rec.put(sid, frame)
-        self.pending = []
+        pending, self.pending = self.pending, []
+        for frame in pending:
+            self.frame(frame)  # each after the held requests that came before it
 
-    def _flush_held(self) -> None:
-        """Register the session's other exchanges still held back, so frames keep wire order.
+    def _flush_held(self, before: int) -> None:
+        """Register the session's held exchanges whose request came by ``before`` (a
+        ``time.monotonic_ns()``), so that request frames keep the host's wire order.
 
-        Called before this exchange puts anything in the recording out of turn (registering,
-        a live frame, a quick exchange's one record): whatever the session's held exchanges
-        have (their request frames) came first on the wire. Sequential calls never meet
-        another held exchange, so each is still one record.
+        Called before this exchange puts anything in the recording (its frames once it
+        registers, a live frame, a quick exchange's one record), with the time that thing
+        came in: a held exchange whose request arrived earlier goes first; one that arrived
+        later stays held (it is not this exchange's to put ahead of itself). Sequential calls
+        never meet another held exchange, so each is still one record.
         """
         assert self.entry is not None
         held = self.entry.held
         if self in held:
             held.remove(self)
-        if not held:
-            return
         for other in list(held):
-            other.register()
+            if other.mono0 <= before and other in held:
+                other.register()
 
     def hold_stream(self) -> None:
         """A streaming response: count it, and hold its recording back for a moment.
@@ -278,7 +277,7 @@ class Exchange:
         Most event streams of a POST carry one response and end within milliseconds; those are
         then recorded in one record at their end, like quick exchanges. A stream still open
         after ``REGISTER_AFTER`` (a GET stream, a slow tool with progress) registers then and
-        its frames flow live; another exchange of the session registering first flushes it.
+        its frames flow live; a later exchange of the session recording first flushes it.
         """
         entry = self.entry
         if entry is None:
@@ -352,7 +351,7 @@ class Exchange:
         rec = self.ctx.recorder
         if rec is not None and self.entry is not None:
             if self.entry.held:
-                self._flush_held()
+                self._flush_held(frame.mono_ns)
             frame.http_exchange = self.local_id
             rec.put(self.entry.session_id, frame)
 
@@ -395,7 +394,7 @@ class Exchange:
         assert entry is not None
         if not live:
             self.fields.update(final)
-            self._flush_held()
+            self._flush_held(self.mono0)
             self._hand_over(entry)
         else:
             if self.raw_resp is not None:
