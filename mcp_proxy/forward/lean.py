@@ -69,6 +69,7 @@ from mcp_proxy.limits import (
     POOL_SWEEP_INTERVAL,
     UPSTREAM_IDLE,
 )
+from mcp_proxy.relay.http.admission import FULL_RESPONSE
 from mcp_proxy.relay.http.front import (
     FrontRequest,
     FrontServer,
@@ -139,6 +140,12 @@ class _Entry(asyncio.Protocol):
         if end < 0 or end > MAX_PROXY_HEAD:
             if len(self.buf) > MAX_PROXY_HEAD:
                 self._refuse(431, "proxy request head too large")
+            return
+        if not self.engine.front.admit():
+            # Past the cap on host connections: the proxy request is answered 503 (counted and
+            # reported by the front server, as a connection refused inside a tunnel is).
+            transport.write(FULL_RESPONSE)
+            transport.close()
             return
         line = bytes(self.buf[: self.buf.find(b"\r\n")])
         parts = line.split(b" ")
@@ -216,7 +223,7 @@ class LeanForward:
                 faults, self._keep, self.handler.upstream_of, intercepts
             )
         handle = self.handler.handle if faults is None else self.handler.handle_hooked
-        self.front = FrontServer(handle, self._log_error)
+        self.front = FrontServer(handle, self._log_error, what="forward proxy")
         self._server: asyncio.Server | None = None
         self._ssl_protocol = self._ssl_protocol_class()
 
