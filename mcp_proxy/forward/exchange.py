@@ -54,6 +54,7 @@ from mcp_proxy.relay.http.wire import WireFrame
 
 if TYPE_CHECKING:
     from mcp_proxy.forward.tape import ForwardTape
+    from mcp_proxy.forward.tunnel import Target
     from mcp_proxy.redact import Redactor
 
 __all__ = [
@@ -188,6 +189,7 @@ class TapeExchange:
         "streaming",
         "synthesized_status",
         "tape",
+        "target",
         "transport",
         "url",
     )
@@ -228,6 +230,9 @@ class TapeExchange:
         self.streaming = False
         self.oauth_role: str | None = None
         self.transport = "http"
+        #: Where the lean engine sent the request (a hook's ``duplicate`` sends it there
+        #: again); None from the mitmproxy engine.
+        self.target: Target | None = None
 
     # ------------------------------------------------------------------ facts
     @property

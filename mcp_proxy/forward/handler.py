@@ -107,12 +107,10 @@ class RequestHandler:
         #: Called at message boundaries (fault rules, intercepts), as the reverse relay calls
         #: them; None — the default — costs one ``if`` per boundary.
         self.hooks: Hooks | None = None
-        #: With hooks: the origin of each exchange in flight (``duplicate`` sends there again).
-        self.targets: dict[HookExchange, Target] = {}
 
     def upstream_of(self, ex: HookExchange) -> Upstream | None:
         """Where an exchange's request went (for hooks that send it again)."""
-        target = self.targets.get(ex)
+        target = ex.target if isinstance(ex, TapeExchange) else None
         return None if target is None else self.pool(target)
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -143,6 +141,8 @@ class RequestHandler:
             conn.peer,
         )
         ex: TapeExchange | None = self._call(self.tape.request, head, body, size)
+        if ex is not None:
+            ex.target = target
         return ex
 
     async def handle_hooked(self, req: FrontRequest) -> RelayResponse:
@@ -154,7 +154,6 @@ class RequestHandler:
             return await self.handle(req, box)
         finally:
             for ex in box:
-                self.targets.pop(ex, None)
                 hooks.done(ex)
 
     async def handle(
@@ -216,7 +215,6 @@ class RequestHandler:
             ex = self._begin(conn, target, req, path, recorded, size, started)
             if box is not None and ex is not None:
                 box.append(ex)
-                self.targets[ex] = target
 
         told = on_sent  # called once the request went upstream
         went = False

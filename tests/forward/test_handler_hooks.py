@@ -239,9 +239,31 @@ async def test_events_passed_and_delayed_reach_the_host_in_order() -> None:
 async def test_no_hooks_no_calls() -> None:
     async with rig(None, Script(body=[RESULT])) as r:
         got = await r.post()
-        assert r.handler.targets == {}
     assert got.body == RESULT
     assert frames(r.recorder) == [CALL, RESULT]
+
+
+async def test_a_hook_finds_the_upstream_its_exchange_went_to() -> None:
+    """``duplicate`` sends a request again where it went: the handler's upstream function
+    reads the origin off the exchange (no map beside it), during the exchange and after."""
+
+    exchanges: list[HookExchange] = []
+
+    class Asking(Scripted):
+        async def request_body(self, ex: HookExchange, head: bytes, body: bytes) -> Verdict:
+            exchanges.append(ex)
+            return await super().request_body(ex, head, body)
+
+    hooks = Asking()
+    asked: list[Any] = []
+    async with rig(hooks, Script(body=[RESULT])) as r:
+        real_pool = r.handler.pool
+        r.handler.pool = lambda target: asked.append(target) or real_pool(target)  # type: ignore[func-returns-value]
+        await r.post()
+        await until(lambda: "done" in hooks.calls)
+        (ex,) = exchanges
+        assert r.handler.upstream_of(ex) is r.upstream
+    assert [(t.scheme, t.host, t.port) for t in asked] == [("http", "up.test", 80)] * 2
 
 
 class Refusing(Upstream):
