@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mcp_proxy.forward.bodies import Kept
 from mcp_proxy.forward.recognize import (
     RequestView,
     endpoint_key,
@@ -43,6 +42,7 @@ from mcp_proxy.relay.http.common import (
     meta_body,
     response_body_frame,
 )
+from mcp_proxy.relay.http.kept import Kept
 from mcp_proxy.relay.http.sessions import (
     RULE_LEGACY_SSE,
     RULE_MCP_SESSION,

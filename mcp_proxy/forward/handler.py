@@ -27,7 +27,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from mcp_proxy.forward.bodies import Kept, drain, stream_body
 from mcp_proxy.forward.contexts import SNI_ATTR
 from mcp_proxy.forward.exchange import (
     KIND_MAYBE,
@@ -52,6 +51,7 @@ from mcp_proxy.relay.http.front import (
     plain_response,
 )
 from mcp_proxy.relay.http.hooks import ENDS, Act, HookExchange, Hooks, Verdict, carried
+from mcp_proxy.relay.http.kept import Kept, drain, streamed
 from mcp_proxy.relay.http.upstream import Upstream, UpstreamPool
 
 __all__ = ["Copy", "RequestHandler", "TunnelFront", "guarded"]
@@ -191,8 +191,8 @@ class RequestHandler:
         # A body up to SMALL_BODY with a length is read whole (one write upstream); a larger or
         # chunked one streams through the pool's body writer (the reverse relay's path),
         # its first MAX_RECORDED_BODY bytes kept for the recording.
-        streamed = req.body_exists and (length is None or length > SMALL_BODY)
-        body = await req.content.read() if req.body_exists and not streamed else b""
+        stream_it = req.body_exists and (length is None or length > SMALL_BODY)
+        body = await req.content.read() if req.body_exists and not stream_it else b""
         # An absolute-form target wins over the host's Host header (RFC 9112 §3.2.2).
         host_value = req.headers.get("host") if conn.target is not None else None
         host_header = (host_value or target.authority).encode("utf-8", "surrogateescape")
@@ -201,7 +201,7 @@ class RequestHandler:
         )
         ex: TapeExchange | None = None
         sent = False
-        kept = Kept() if streamed else None
+        kept = Kept() if stream_it else None
 
         def on_sent() -> None:
             # The request went upstream (a streamed body: all of it, or the response came
@@ -226,7 +226,7 @@ class RequestHandler:
 
         if box is not None:
             told = on_went
-        if box is not None and not streamed:
+        if box is not None and not stream_it:
             on_sent()  # with hooks: recorded as the host sent it, then decided
             if ex is not None and body and ex.kind == KIND_MCP:
                 decided = await self._decide_request(req, ex, head, body)
@@ -235,14 +235,14 @@ class RequestHandler:
                 head, body = decided
         wire: bytes | AsyncIterator[bytes] | None = body or None
         if kept is not None:
-            wire = stream_body(req, kept, told)
+            wire = streamed(req.content, kept, told)
         try:
             resp = await self.pool(target).request(
                 head.head,
                 wire,
                 head_only=req.method == "HEAD",
                 chunked=head.chunked,
-                on_sent=None if streamed else told,
+                on_sent=None if stream_it else told,
             )
         except asyncio.CancelledError:
             on_sent()
@@ -251,7 +251,7 @@ class RequestHandler:
         except Exception as exc:
             msg = str(exc) or type(exc).__name__
             if kept is not None and not sent and not kept.size:
-                await drain(req, kept)  # never sent: read it for the recording, briefly
+                await drain(req.content, kept)  # never sent: read it for the recording, briefly
             if not sent:
                 on_sent()
             elif (box is None or went) and "closed" not in msg.lower():

@@ -266,6 +266,33 @@ async def test_a_hook_finds_the_upstream_its_exchange_went_to() -> None:
     assert [(t.scheme, t.host, t.port) for t in asked] == [("http", "up.test", 80)] * 2
 
 
+class TakingOneChunk(Upstream):
+    """An upstream that answers 413 after the first chunk of a streamed body went (the pool
+    then stops reading the body: its generator is not resumed)."""
+
+    async def request(self, head: bytes, body: Any, **kw: Any) -> FakeReply:
+        first = await anext(body)
+        self.sent.append((head, first))
+        reply = FakeReply(Script(status=413, body=[b"too large"], reason="Payload Too Large"))
+        reply.content = Body(list(reply.content.steps))
+        self.replies.append(reply)
+        return reply
+
+
+async def test_a_streamed_body_the_upstream_took_in_part_is_recorded() -> None:
+    """The bytes that crossed the wire before the upstream answered are in the recording: the
+    copy is kept before each chunk is handed on (the forward engine kept it after, so a body
+    answered early was recorded empty)."""
+    async with rig(None) as r:
+        r.handler.pool = lambda _target: TakingOneChunk()  # type: ignore[assignment,return-value]
+        got = await host_request(
+            r.port, "POST", "http://up.test/mcp", b"", dict(HEADERS), raw_body=[CALL]
+        )
+        await until(lambda: r.recorder.exchange().get("outcome") is not None)
+    assert got.status == 413
+    assert frames(r.recorder, Channel.HTTP)[:1] == [CALL]
+
+
 class Refusing(Upstream):
     async def request(self, *args: Any, **kw: Any) -> FakeReply:
         raise ConnectionRefusedError("connection refused")

@@ -10,16 +10,15 @@ keeps a bounded copy for the recording and hands the frame over once the body ha
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import aiohttp
 
 from mcp_proxy.frames import Channel, Direction
-from mcp_proxy.limits import MAX_RECORDED_BODY
 from mcp_proxy.relay.http.common import decode_for_record, meta_body
 from mcp_proxy.relay.http.front import HTTP_11, FrontRequest
+from mcp_proxy.relay.http.kept import Kept, drain, streamed
 from mcp_proxy.relay.http.sessions import RULE_CLIENT, BodyFacts, body_facts
 from mcp_proxy.relay.http.wire import WireFrame
 
@@ -159,52 +158,40 @@ async def read_small_body(request: FrontRequest, ex: Exchange, length: int) -> b
 class RequestBody:
     """A request body streamed upstream, and the copy (up to the cap) kept for the recording.
 
-    Its life: streaming (``parts`` is a list) → recorded once (``parts`` is None), either when
-    its last chunk went out, or when the exchange ends without it (given up, or not taken by
-    an upstream that answered early).
+    Its life: streaming → recorded once (``recorded``), either when its last chunk went out,
+    or when the exchange ends without it (given up, or not taken by an upstream that answered
+    early). The copy and the stream are the one path both front ends use
+    (:mod:`~mcp_proxy.relay.http.kept`).
     """
 
-    __slots__ = ("ex", "kept", "parts", "request")
+    __slots__ = ("copy", "ex", "recorded", "request")
 
     def __init__(self, request: FrontRequest, ex: Exchange) -> None:
         self.request = request
         self.ex = ex
-        self.parts: list[bytes] | None = []
-        self.kept = 0
+        self.copy = Kept()
+        self.recorded = False
 
     @property
     def done(self) -> bool:
-        return self.parts is None
+        return self.recorded
 
-    def _keep(self, chunk: bytes) -> None:
-        parts = self.parts
-        if parts is not None and self.kept < MAX_RECORDED_BODY:
-            room = MAX_RECORDED_BODY - self.kept
-            piece = chunk if len(chunk) <= room else chunk[:room]
-            parts.append(piece)
-            self.kept += len(piece)
+    @property
+    def size(self) -> int:
+        """Bytes of the body that arrived so far."""
+        return self.copy.size
 
-    async def stream(self) -> AsyncIterator[bytes]:
+    def stream(self) -> AsyncIterator[bytes]:
         """The host's body, chunk by chunk, for the upstream; recorded once it all went out."""
-        ex = self.ex
-        async for chunk in self.request.content.iter_any():
-            ex.request_size += len(chunk)
-            # Kept before the yield (a reference, no copy below the cap): when the upstream
-            # answers right after this chunk went out (a 413), the generator is not resumed,
-            # and a copy taken after the yield would lose bytes that crossed the wire.
-            self._keep(chunk)
-            yield chunk
+        return streamed(self.request.content, self.copy, self._went)
+
+    def _went(self) -> None:
         self.finish(complete=True)
 
     async def drain(self) -> None:
         """Read what the host still sends (up to the cap, briefly) so its frame is recorded."""
-        if self.parts is None or self.request.content.at_eof():
-            return
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(5):
-                async for chunk in self.request.content.iter_any():
-                    self.ex.request_size += len(chunk)
-                    self._keep(chunk)
+        if not self.recorded:
+            await drain(self.request.content, self.copy)
 
     def settle(self) -> None:
         """The upstream answered before taking the whole body (a 413): record what it took.
@@ -212,29 +199,28 @@ class RequestBody:
         The frame holds the bytes that were forwarded, marked incomplete; the rest of the
         host's body never reached the upstream and is left to the HTTP server to discard.
         """
-        if self.parts is not None:
+        if not self.recorded:
             self.ex.meta["request_body_not_taken"] = True
             self.finish(complete=False)
 
     def learn(self) -> None:
         """Client identity from the head of the body (bounded look, body may be partial)."""
         ex = self.ex
-        if ex.facts is not None or not self.parts:
+        if ex.facts is not None or self.recorded or not self.copy.kept:
             return
-        head = b"".join(self.parts[:64])[: 64 * 1024]
-        learn_facts(ex, body_facts(head, partial=True), None)
+        learn_facts(ex, body_facts(self.copy.head(64 * 1024), partial=True), None)
 
     def finish(self, complete: bool | None = None) -> None:
         """Record the body (once): after it went out, or when it was given up."""
-        parts = self.parts
-        if parts is None:
+        if self.recorded:
             return
         self.learn()
-        self.parts = None
-        raw = b"".join(parts)
+        self.recorded = True
+        ex = self.ex
+        ex.request_size = self.copy.size
+        raw = self.copy.take()
         if not raw:
             return
-        ex = self.ex
         truncated = ex.request_size > len(raw)
         if truncated:
             ex.meta["request_body_recorded"] = len(raw)
