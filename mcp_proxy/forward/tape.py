@@ -31,6 +31,7 @@ from mcp_proxy.forward.exchange import (
 )
 from mcp_proxy.forward.oauth import OAuthLinker
 from mcp_proxy.forward.recognize import RequestView
+from mcp_proxy.forward.request_side import record_request
 from mcp_proxy.frames import Frame
 from mcp_proxy.recorder.contract import Producer
 from mcp_proxy.redact import Redactor
@@ -132,7 +133,7 @@ class ForwardTape:
             origin = self.oauth.origin_for(view, origin)
         ex = TapeExchange(self, kind, origin, self.router_for(origin), url)
         ex.oauth_role = oauth_role
-        ex.begin(head, view, body, size)
+        record_request(ex, head, view, body, size)
         return ex
 
     # ------------------------------------------------------------------ sessions

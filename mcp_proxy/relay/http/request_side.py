@@ -10,8 +10,8 @@ keeps a bounded copy for the recording and hands the frame over once the body ha
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -23,9 +23,18 @@ from mcp_proxy.relay.http.sessions import RULE_CLIENT, BodyFacts, body_facts
 from mcp_proxy.relay.http.wire import WireFrame
 
 if TYPE_CHECKING:
+    from mcp_proxy.redact import Redactor
     from mcp_proxy.relay.http.exchange import Exchange
 
-__all__ = ["BodyAborted", "RequestBody", "describe_request", "read_small_body", "request_frame"]
+__all__ = [
+    "BodyAborted",
+    "RequestBody",
+    "decoded_request",
+    "describe_request",
+    "read_small_body",
+    "record_request_body",
+    "request_frame",
+]
 
 
 class BodyAborted(Exception):
@@ -69,7 +78,7 @@ def describe_request(ex: Exchange) -> None:
         meta["peer"] = peer
     complete = True
     if body and ex.req_coding:
-        body, complete = request_for_record(ex, body)
+        body, complete = decoded_request(body, ex.req_coding, ex.req_ctype, meta)
     if body:
         if not (ex.attached and ex.is_mcp):
             # Parsed only when it can change something: whether the body is JSON-RPC (off
@@ -110,16 +119,53 @@ def learn_facts(ex: Exchange, facts: BodyFacts, authorization: str | None) -> No
         ex.fallback = (key, RULE_CLIENT, {"client": client})
 
 
-def request_for_record(ex: Exchange, raw: bytes) -> tuple[bytes | None, bool]:
-    """A compressed request body decoded (bounded) for the recording: (bytes or None when
-    it is not decoded, whether they are the whole body). Runs after it was forwarded."""
-    coding = (ex.req_coding or "").strip().lower()
+def decoded_request(
+    raw: bytes, coding: str | None, ctype: str | None, meta: dict[str, Any]
+) -> tuple[bytes | None, bool]:
+    """A compressed request body decoded (bounded) for the recording, its notes in ``meta``:
+    (bytes or None when it is not decoded, whether they are the whole body). Runs after it
+    was forwarded."""
+    coding = (coding or "").strip().lower()
     if not coding or coding == "identity":
         return raw, True
-    decoded = decode_for_record(raw, coding, "request", ex.req_ctype)
+    decoded = decode_for_record(raw, coding, "request", ctype)
     if decoded.note:
-        ex.meta.update(decoded.note)
+        meta.update(decoded.note)
     return decoded.data, decoded.complete
+
+
+def record_request_body(
+    body: bytes,
+    size: int,
+    *,
+    streamed: bool,
+    coding: str | None,
+    ctype: str | None,
+    meta: dict[str, Any],
+    redactor: Redactor,
+    is_message: Callable[[bytes], bool],
+) -> tuple[bytes, bool] | None:
+    """What a request body that streamed (or was cut) leaves in the recording — one path for
+    the reverse relay and the forward proxy: ``(bytes, whole)`` for its frame, or None when it
+    went into ``meta`` (``request_body``: no message, per ``is_message``) or nothing is left.
+
+    ``body``: what was kept of it; ``size``: the whole body's size (more when it was cut:
+    ``meta.request_body_recorded`` says how much was kept); ``streamed``: noted in ``meta``.
+    """
+    if not body:
+        return None
+    cut = size > len(body)
+    if cut:
+        meta["request_body_recorded"] = len(body)
+    if streamed:
+        meta["request_body_streamed"] = True
+    data, whole = decoded_request(body, coding, ctype, meta)
+    if not data:
+        return None
+    if is_message(data):
+        return data, whole and not cut
+    meta["request_body"] = meta_body(redactor, data, ctype)
+    return None
 
 
 async def read_small_body(request: FrontRequest, ex: Exchange, length: int) -> bytes:
@@ -218,20 +264,15 @@ class RequestBody:
         self.recorded = True
         ex = self.ex
         ex.request_size = self.copy.size
-        raw = self.copy.take()
-        if not raw:
-            return
-        truncated = ex.request_size > len(raw)
-        if truncated:
-            ex.meta["request_body_recorded"] = len(raw)
-        ex.meta["request_body_streamed"] = True
-        if ex.req_coding:
-            decoded, whole = request_for_record(ex, raw)
-            if decoded is None:
-                return
-            raw = decoded
-            truncated = truncated or not whole
-        if ex.is_mcp or raw[:1] in (b"{", b"["):
-            ex.frame(request_frame(ex, raw, bool(complete) and not truncated))
-        else:
-            ex.meta["request_body"] = meta_body(ex.ctx.redactor, raw, ex.req_ctype)
+        kept = record_request_body(
+            self.copy.take(),
+            ex.request_size,
+            streamed=True,
+            coding=ex.req_coding,
+            ctype=ex.req_ctype,
+            meta=ex.meta,
+            redactor=ex.ctx.redactor,
+            is_message=lambda raw: ex.is_mcp or raw[:1] in (b"{", b"["),
+        )
+        if kept is not None:
+            ex.frame(request_frame(ex, kept[0], bool(complete) and kept[1]))
