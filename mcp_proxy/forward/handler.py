@@ -37,7 +37,7 @@ from mcp_proxy.forward.tape import ForwardTape, request_url
 from mcp_proxy.forward.tunnel import Target, parse_authority
 from mcp_proxy.forward.verdicts import ENDED, RESET, Copy, Taping, Verdicts, guarded
 from mcp_proxy.headers import end_to_end
-from mcp_proxy.limits import SMALL_BODY, TAIL_READ
+from mcp_proxy.limits import SMALL_BODY
 from mcp_proxy.relay.http.forward import build_request_head
 from mcp_proxy.relay.http.front import (
     FrontProtocol,
@@ -48,6 +48,7 @@ from mcp_proxy.relay.http.front import (
 )
 from mcp_proxy.relay.http.hooks import HookExchange, Hooks
 from mcp_proxy.relay.http.kept import Kept, drain, streamed
+from mcp_proxy.relay.http.stream import read_tail
 from mcp_proxy.relay.http.upstream import Upstream, UpstreamPool
 
 __all__ = ["RequestHandler", "TunnelFront"]
@@ -281,16 +282,7 @@ class RequestHandler:
 
     async def _read_tail(self, resp: Any, ex: TapeExchange, copy: Copy | None) -> None:
         try:
-            async with asyncio.timeout(TAIL_READ):
-                async for chunk in resp.content.iter_any():
-                    if copy is not None:
-                        copy(chunk)
-            resp.release()
-        except asyncio.CancelledError:
-            resp.close()
-            raise
-        except Exception:  # timed out, or the upstream broke: the connection is not reused
-            resp.close()
+            await read_tail(resp, copy if copy is not None else _ignore)
         finally:
             self.taping.error(ex, "Client disconnected.")
 
@@ -427,3 +419,7 @@ class RequestHandler:
         else:
             self.taping.done(ex, b"")
         return rr
+
+
+def _ignore(_chunk: bytes) -> None:
+    """The rest of a body nobody copies (read only so the connection can serve again)."""
