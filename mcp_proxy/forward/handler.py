@@ -128,8 +128,10 @@ class RequestHandler:
         body: bytes,
         size: int | None,
         started: float,
+        taken: bool,
     ) -> TapeExchange | None:
-        """The request went upstream: the tape's exchange for it (None: not recorded)."""
+        """The request went upstream: the tape's exchange for it (None: not recorded).
+        ``taken``: False when the upstream answered before taking all of a streamed body."""
         head = RequestHead(
             req.method,
             request_url(target.scheme, target.host, target.port, path),
@@ -138,7 +140,7 @@ class RequestHandler:
             started,
             conn.peer,
         )
-        ex: TapeExchange | None = self.taping.call(self.tape.request, head, body, size)
+        ex: TapeExchange | None = self.taping.call(self.tape.request, head, body, size, taken)
         if ex is not None:
             ex.target = target
         return ex
@@ -200,6 +202,7 @@ class RequestHandler:
         ex: TapeExchange | None = None
         sent = False
         kept = Kept() if stream_it else None
+        taken = True  # the upstream took the whole body (False: it answered first)
 
         def on_sent() -> None:
             # The request went upstream (a streamed body: all of it, or the response came
@@ -210,7 +213,7 @@ class RequestHandler:
             sent = True
             size = kept.size if kept is not None and kept.cut else None
             recorded = kept.take() if kept is not None else body
-            ex = self._begin(conn, target, req, path, recorded, size, started)
+            ex = self._begin(conn, target, req, path, recorded, size, started, taken)
             if box is not None and ex is not None:
                 box.append(ex)
 
@@ -259,7 +262,9 @@ class RequestHandler:
             out = plain_response(502, f"mcptape forward proxy: {msg}\n")
             out.headers["X-Mcptape-Error"] = "upstream-error"
             return out
-        on_sent()  # a streamed body the upstream answered before taking it whole
+        if not sent:  # a streamed body the upstream answered before taking it whole
+            taken = False
+            on_sent()
         return await self._respond(req, ex, resp)
 
     def _host_left(self, resp: Any, ex: TapeExchange | None, copy: Copy | None) -> None:

@@ -27,12 +27,18 @@ __all__ = ["record_request"]
 
 
 def record_request(
-    ex: TapeExchange, head: RequestHead, view: RequestView, body: bytes, size: int | None
+    ex: TapeExchange,
+    head: RequestHead,
+    view: RequestView,
+    body: bytes,
+    size: int | None,
+    taken: bool = True,
 ) -> None:
     """The request went upstream: its row, its body frame, its session when it says so.
 
     ``body``: what the engine kept of it (all, or its first ``MAX_RECORDED_BODY`` bytes of
-    ``size`` when it streamed).
+    ``size`` when it streamed); ``taken``: False when the upstream answered before taking all
+    of a streamed body (``body`` is what went), as the reverse relay records it.
     """
     tape = ex.tape
     kind = ex.kind
@@ -53,6 +59,8 @@ def record_request(
         meta["oauth"] = {"role": ex.oauth_role}
     ex.facts = view.body_facts() if kind == KIND_MCP else None
     ctype = view.header("content-type")
+    if not taken and body:
+        meta["request_body_not_taken"] = True
     kept = record_request_body(
         body,
         ex.request_size,
@@ -70,7 +78,7 @@ def record_request(
             kept[0],
             time.monotonic_ns(),
             head.started_at,
-            kept[1],
+            kept[1] and taken,
             extra={"content_type": ctype},
         )
         tape.frame(ex, frame)

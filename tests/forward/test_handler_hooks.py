@@ -293,6 +293,22 @@ async def test_a_streamed_body_the_upstream_took_in_part_is_recorded() -> None:
     assert frames(r.recorder, Channel.HTTP)[:1] == [CALL]
 
 
+async def test_a_streamed_body_the_upstream_answered_early_is_marked_not_taken() -> None:
+    """What went is recorded, but not as the whole body: its frame is incomplete and
+    ``meta.request_body_not_taken`` says the upstream answered first, as the reverse relay
+    records it (the forward engine recorded it as complete)."""
+    async with rig(None) as r:
+        r.handler.pool = lambda _target: TakingOneChunk()  # type: ignore[assignment,return-value]
+        got = await host_request(
+            r.port, "POST", "http://up.test/mcp", b"", dict(HEADERS), raw_body=[CALL, CALL]
+        )
+        await until(lambda: r.recorder.exchange().get("outcome") is not None)
+    assert got.status == 413
+    (request,) = [f for f in r.recorder.frames() if f.channel is Channel.HTTP][:1]
+    assert request.raw == CALL and not request.complete
+    assert r.recorder.exchange()["meta"]["request_body_not_taken"] is True
+
+
 class Refusing(Upstream):
     async def request(self, *args: Any, **kw: Any) -> FakeReply:
         raise ConnectionRefusedError("connection refused")
