@@ -887,3 +887,25 @@ async def test_past_the_host_connection_cap_connect_gets_503(
         assert await until(lambda: any("host connections open" in ln for ln in capped.stderr))
         said = [ln for ln in capped.stderr if "host connections open" in ln]
         assert len(said) == 1 and "forward proxy: 1 host connections open" in said[0], said
+
+
+async def test_a_connection_yet_to_send_its_proxy_request_counts_toward_the_cap(
+    tmp_path: Path, confdir: Path
+) -> None:
+    """With ``MCPTAPE_MAX_HOST_CONNECTIONS=1``, a host connection that has not sent its
+    ``CONNECT`` yet holds the one place: the next connection is answered 503 at once (before
+    the cap counted only connections the HTTP server served, so connections that never spoke
+    — each held up to ``ENTRY_IDLE`` — were taken without end)."""
+    env = {"MCPTAPE_MAX_HOST_CONNECTIONS": "1"}
+    with run_forward(tmp_path / "cap-idle.db", confdir, env=env) as capped:
+        host, port = capped.url.removeprefix("http://").rsplit(":", 1)
+        _, silent = await asyncio.open_connection(host, int(port))
+        try:
+            r2, w2, head2 = await connect_tunnel(capped.url, "127.0.0.1:9")
+            rest = await read_to_eof(r2)
+            w2.close()
+        finally:
+            silent.close()
+        assert head2.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), head2
+        assert b"too many host connections" in rest
+        assert await until(lambda: any("host connections open" in ln for ln in capped.stderr))
