@@ -367,3 +367,22 @@ INTERCEPT_MAX_BYTES = 4 * 1024 * 1024
 #: Held messages ``intercept list`` and the store read show at once (the oldest first); a relay
 #: holds at most one per direction and stream, so more are left by relays that are gone.
 INTERCEPT_LIST_MAX = 1000
+
+# --- Host connections (both front ends: the reverse relay, the lean forward engine) ---
+
+#: Host connections one listener serves at once (``relay/http/front.py`` ``FrontServer``): each
+#: costs a file descriptor, its parser and buffers, and in the relay one pooled upstream
+#: connection more — 512 stays under the 1,024 descriptors many systems give a process by
+#: default, and well above what hosts open (an IDE: a few; the benchmark's load test: 200 in
+#: flight). Past it a new connection gets ``503`` with ``Connection: close`` and ``Retry-After``
+#: (an answer the host can show, not a reset that looks like a crash), is counted, and stderr
+#: says so. ``MCPTAPE_MAX_HOST_CONNECTIONS`` overrides it at start-up (tests).
+MAX_HOST_CONNECTIONS = 512
+#: Seconds a refused connection stays open after its ``503`` went, so that the host reads the
+#: answer instead of a reset (closing with its request unread would send RST): it closes at
+#: once when the host's bytes arrive (they are dropped), at the latest after this.
+REFUSED_LINGER = 2.0
+#: At most one stderr line per this many seconds about connections refused at
+#: ``MAX_HOST_CONNECTIONS`` (the first at once): a flood of refusals is one line a minute with
+#: the running count, not a line per connection.
+REFUSED_REPORT_EVERY = 60.0

@@ -186,6 +186,13 @@ _BLOCKS = (
 )
 
 
+#: The exchange pipeline's rooms (issue #23: the reverse relay, the lean forward engine, fault
+#: injection's hooks): no class there is over ``MAX_CLASS_LINES`` — a class that grows past it
+#: is split by composition into parts with one concern each.
+PIPELINE = ("mcp_proxy/relay/http", "mcp_proxy/forward")
+MAX_CLASS_LINES = 400
+
+
 def _under(module: str, prefixes: Iterable[str]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
@@ -380,6 +387,20 @@ def shape_problems(root: Path) -> list[str]:
     return out
 
 
+def big_classes(root: Path) -> list[str]:
+    """Classes in ``PIPELINE`` longer than ``MAX_CLASS_LINES`` (from ``class`` to its end)."""
+    out: list[str] = []
+    for room in PIPELINE:
+        for path in sorted((root / room).rglob("*.py")) if (root / room).is_dir() else ():
+            rel = path.relative_to(root).as_posix()
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ClassDef):
+                    size = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if size > MAX_CLASS_LINES:
+                        out.append(f"{rel}:{node.lineno} class {node.name}: {size} lines")
+    return out
+
+
 def test_the_project_keeps_its_layers() -> None:
     found = violations(ROOT)
     assert not found, "layering rules broken:\n" + "\n".join(found)
@@ -387,6 +408,26 @@ def test_the_project_keeps_its_layers() -> None:
 
 def test_modules_stay_small_and_flat() -> None:
     assert shape_problems(ROOT) == []
+
+
+def test_no_class_of_the_exchange_pipeline_is_over_400_lines() -> None:
+    assert big_classes(ROOT) == [], f"split by composition (limit {MAX_CLASS_LINES} lines)"
+
+
+def test_the_class_size_check_catches_a_big_class(tmp_path: Path) -> None:
+    """A class of 401 lines in either room is named (nested ones too); 400 lines pass, and
+    so does a big class outside the pipeline's rooms."""
+    body = "    x = 1\n"
+    big = "class Big:\n" + body * 400  # 401 lines
+    ok = "class Fits:\n" + body * 399  # 400 lines
+    nested = "def f() -> None:\n    class Inner:\n" + "        y = 1\n" * 400
+    _write(tmp_path, "mcp_proxy/relay/http/a.py", ok + big)
+    _write(tmp_path, "mcp_proxy/forward/b.py", nested)
+    _write(tmp_path, "mcp_proxy/analysis/c.py", big)
+    assert big_classes(tmp_path) == [
+        "mcp_proxy/relay/http/a.py:401 class Big: 401 lines",
+        "mcp_proxy/forward/b.py:2 class Inner: 401 lines",
+    ]
 
 
 def test_no_new_use_of_another_modules_private_names() -> None:

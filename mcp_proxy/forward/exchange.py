@@ -25,9 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mcp_proxy.forward.bodies import Kept
 from mcp_proxy.forward.recognize import (
-    RequestView,
     endpoint_key,
     is_event_stream,
     legacy_endpoint,
@@ -35,14 +33,9 @@ from mcp_proxy.forward.recognize import (
 )
 from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.framing import SSEEvent, SSEParser
-from mcp_proxy.headers import mcp_headers
 from mcp_proxy.limits import STREAM_ABOVE
-from mcp_proxy.relay.http.common import (
-    decode_for_record,
-    default_reason,
-    meta_body,
-    response_body_frame,
-)
+from mcp_proxy.relay.http.common import default_reason, response_body_frame
+from mcp_proxy.relay.http.kept import Kept
 from mcp_proxy.relay.http.sessions import (
     RULE_LEGACY_SSE,
     RULE_MCP_SESSION,
@@ -54,6 +47,7 @@ from mcp_proxy.relay.http.wire import WireFrame
 
 if TYPE_CHECKING:
     from mcp_proxy.forward.tape import ForwardTape
+    from mcp_proxy.forward.tunnel import Target
     from mcp_proxy.redact import Redactor
 
 __all__ = [
@@ -188,6 +182,7 @@ class TapeExchange:
         "streaming",
         "synthesized_status",
         "tape",
+        "target",
         "transport",
         "url",
     )
@@ -228,6 +223,9 @@ class TapeExchange:
         self.streaming = False
         self.oauth_role: str | None = None
         self.transport = "http"
+        #: Where the lean engine sent the request (a hook's ``duplicate`` sends it there
+        #: again); None from the mitmproxy engine.
+        self.target: Target | None = None
 
     # ------------------------------------------------------------------ facts
     @property
@@ -291,65 +289,6 @@ class TapeExchange:
         self.ended_at = time.time()
         self._close_stream(complete=outcome == "complete")
         self.tape.finish(self, outcome, error)
-
-    # ------------------------------------------------------------------ request
-    def begin(self, head: RequestHead, view: RequestView, body: bytes, size: int | None) -> None:
-        """The request went upstream: its row, its body frame, its session when it says so.
-
-        ``body``: what the engine kept of it (all, or its first ``MAX_RECORDED_BODY`` bytes of
-        ``size`` when it streamed).
-        """
-        tape = self.tape
-        kind = self.kind
-        self.authorization = view.header("authorization")
-        cut = size is not None and size > len(body)
-        self.request_size = size if size is not None and cut else len(body)
-        red = tape.redactor
-        rec_headers = red.headers([[k, v] for k, v in view.headers])
-        self.row = RequestRow(head.method, head.started_at, red.url(head.url), rec_headers)
-        meta = self.meta
-        meta["forward"] = True
-        meta["http_version"] = head.http_version
-        if head.peer:
-            meta["peer"] = head.peer
-        if view.has_mcp_header:
-            meta["mcp_headers"] = mcp_headers(rec_headers)
-        if self.oauth_role is not None:
-            meta["oauth"] = {"role": self.oauth_role}
-        facts = view.body_facts() if kind == KIND_MCP else None
-        self.facts = facts
-        ctype = view.header("content-type")
-        coding = (view.header("content-encoding") or "identity").strip().lower()
-        complete = True
-        if body and coding != "identity":  # decoded after it went, bounded (a bomb's head)
-            decoded = decode_for_record(body, coding, "request", ctype)
-            meta.update(decoded.note or {})
-            body, complete = decoded.data or b"", decoded.complete
-        if body:
-            if kind == KIND_MCP:
-                tape.frame(
-                    self,
-                    WireFrame(
-                        Direction.C2S,
-                        Channel.HTTP,
-                        body,
-                        time.monotonic_ns(),
-                        head.started_at,
-                        complete and not cut,
-                        extra={"content_type": ctype},
-                    ),
-                )
-            else:
-                meta["request_body"] = meta_body(red, body, ctype)
-            if cut:
-                meta["request_body_recorded"] = len(body)
-                meta["request_body_streamed"] = True
-        tape.join(self, view)
-        if kind == KIND_OAUTH:
-            tape.oauth.on_request(self)
-        if self.entry is not None and self.entry.streams:
-            # A stream of this session is open and may answer this request: record it first.
-            tape.register(self)
 
     # ------------------------------------------------------------------ response
     def response_head(self, resp: ResponseHead) -> bool:

@@ -27,23 +27,18 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from mcp_proxy.forward.bodies import Kept, drain, stream_body
 from mcp_proxy.forward.contexts import SNI_ATTR
 from mcp_proxy.forward.exchange import (
-    KIND_MAYBE,
     KIND_MCP,
     RequestHead,
-    ResponseHead,
     TapeExchange,
 )
-from mcp_proxy.forward.recognize import is_event_stream
 from mcp_proxy.forward.tape import ForwardTape, request_url
 from mcp_proxy.forward.tunnel import Target, parse_authority
-from mcp_proxy.framing import SSEParser
+from mcp_proxy.forward.verdicts import ENDED, RESET, Copy, Taping, Verdicts, guarded
 from mcp_proxy.headers import end_to_end
-from mcp_proxy.limits import SMALL_BODY, SMALL_RESPONSE, TAIL_READ
-from mcp_proxy.relay.http.forward import RequestHead as WireHead
-from mcp_proxy.relay.http.forward import build_request_head, with_content_length
+from mcp_proxy.limits import SMALL_BODY
+from mcp_proxy.relay.http.forward import build_request_head
 from mcp_proxy.relay.http.front import (
     FrontProtocol,
     FrontRequest,
@@ -51,15 +46,14 @@ from mcp_proxy.relay.http.front import (
     RelayResponse,
     plain_response,
 )
-from mcp_proxy.relay.http.hooks import ENDS, Act, HookExchange, Hooks, Verdict, carried
+from mcp_proxy.relay.http.hooks import HookExchange, Hooks
+from mcp_proxy.relay.http.kept import Kept, drain, streamed
+from mcp_proxy.relay.http.stream import read_tail
 from mcp_proxy.relay.http.upstream import Upstream, UpstreamPool
 
-__all__ = ["Copy", "RequestHandler", "TunnelFront", "guarded"]
+__all__ = ["RequestHandler", "TunnelFront"]
 
 log = logging.getLogger("mcptape.forward")
-
-#: How an event stream decided by hooks ended (:meth:`RequestHandler._events`).
-ENDED, CUT, RESET = "ended", "cut", "reset"
 
 
 class TunnelFront(FrontProtocol):
@@ -106,22 +100,24 @@ class RequestHandler:
         self.stopping = False
         #: Called at message boundaries (fault rules, intercepts), as the reverse relay calls
         #: them; None — the default — costs one ``if`` per boundary.
-        self.hooks: Hooks | None = None
-        #: With hooks: the origin of each exchange in flight (``duplicate`` sends there again).
-        self.targets: dict[HookExchange, Target] = {}
+        #: Each call into the tape, guarded.
+        self.taping = Taping()
+        #: The hooks' verdicts carried out (None without hooks).
+        self.verdicts: Verdicts | None = None
+
+    @property
+    def hooks(self) -> Hooks | None:
+        return self.taping.hooks
+
+    @hooks.setter
+    def hooks(self, hooks: Hooks | None) -> None:
+        self.taping.hooks = hooks
+        self.verdicts = None if hooks is None else Verdicts(hooks, self.taping)
 
     def upstream_of(self, ex: HookExchange) -> Upstream | None:
         """Where an exchange's request went (for hooks that send it again)."""
-        target = self.targets.get(ex)
+        target = ex.target if isinstance(ex, TapeExchange) else None
         return None if target is None else self.pool(target)
-
-    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """One call into the recording: a failure there is logged, never the host's problem."""
-        try:
-            return fn(*args)
-        except Exception:
-            log.exception("mcptape: the recording failed in %s", getattr(fn, "__name__", fn))
-            return None
 
     def _begin(
         self,
@@ -132,8 +128,10 @@ class RequestHandler:
         body: bytes,
         size: int | None,
         started: float,
+        taken: bool,
     ) -> TapeExchange | None:
-        """The request went upstream: the tape's exchange for it (None: not recorded)."""
+        """The request went upstream: the tape's exchange for it (None: not recorded).
+        ``taken``: False when the upstream answered before taking all of a streamed body."""
         head = RequestHead(
             req.method,
             request_url(target.scheme, target.host, target.port, path),
@@ -142,7 +140,9 @@ class RequestHandler:
             started,
             conn.peer,
         )
-        ex: TapeExchange | None = self._call(self.tape.request, head, body, size)
+        ex: TapeExchange | None = self.taping.call(self.tape.request, head, body, size, taken)
+        if ex is not None:
+            ex.target = target
         return ex
 
     async def handle_hooked(self, req: FrontRequest) -> RelayResponse:
@@ -154,7 +154,6 @@ class RequestHandler:
             return await self.handle(req, box)
         finally:
             for ex in box:
-                self.targets.pop(ex, None)
                 hooks.done(ex)
 
     async def handle(
@@ -192,8 +191,8 @@ class RequestHandler:
         # A body up to SMALL_BODY with a length is read whole (one write upstream); a larger or
         # chunked one streams through the pool's body writer (the reverse relay's path),
         # its first MAX_RECORDED_BODY bytes kept for the recording.
-        streamed = req.body_exists and (length is None or length > SMALL_BODY)
-        body = await req.content.read() if req.body_exists and not streamed else b""
+        stream_it = req.body_exists and (length is None or length > SMALL_BODY)
+        body = await req.content.read() if req.body_exists and not stream_it else b""
         # An absolute-form target wins over the host's Host header (RFC 9112 §3.2.2).
         host_value = req.headers.get("host") if conn.target is not None else None
         host_header = (host_value or target.authority).encode("utf-8", "surrogateescape")
@@ -202,7 +201,8 @@ class RequestHandler:
         )
         ex: TapeExchange | None = None
         sent = False
-        kept = Kept() if streamed else None
+        kept = Kept() if stream_it else None
+        taken = True  # the upstream took the whole body (False: it answered first)
 
         def on_sent() -> None:
             # The request went upstream (a streamed body: all of it, or the response came
@@ -213,10 +213,9 @@ class RequestHandler:
             sent = True
             size = kept.size if kept is not None and kept.cut else None
             recorded = kept.take() if kept is not None else body
-            ex = self._begin(conn, target, req, path, recorded, size, started)
+            ex = self._begin(conn, target, req, path, recorded, size, started, taken)
             if box is not None and ex is not None:
                 box.append(ex)
-                self.targets[ex] = target
 
         told = on_sent  # called once the request went upstream
         went = False
@@ -228,41 +227,44 @@ class RequestHandler:
 
         if box is not None:
             told = on_went
-        if box is not None and not streamed:
+        if box is not None and not stream_it:
             on_sent()  # with hooks: recorded as the host sent it, then decided
             if ex is not None and body and ex.kind == KIND_MCP:
-                decided = await self._decide_request(req, ex, head, body)
+                assert self.verdicts is not None
+                decided = await self.verdicts.decide_request(req, ex, head, body)
                 if isinstance(decided, RelayResponse):
                     return decided
                 head, body = decided
         wire: bytes | AsyncIterator[bytes] | None = body or None
         if kept is not None:
-            wire = stream_body(req, kept, told)
+            wire = streamed(req.content, kept, told)
         try:
             resp = await self.pool(target).request(
                 head.head,
                 wire,
                 head_only=req.method == "HEAD",
                 chunked=head.chunked,
-                on_sent=None if streamed else told,
+                on_sent=None if stream_it else told,
             )
         except asyncio.CancelledError:
             on_sent()
-            self._error(ex, "Client disconnected.")
+            self.taping.error(ex, "Client disconnected.")
             raise
         except Exception as exc:
             msg = str(exc) or type(exc).__name__
             if kept is not None and not sent and not kept.size:
-                await drain(req, kept)  # never sent: read it for the recording, briefly
+                await drain(req.content, kept)  # never sent: read it for the recording, briefly
             if not sent:
                 on_sent()
             elif (box is None or went) and "closed" not in msg.lower():
                 msg = f"the upstream closed the connection before its response: {msg}"
-            self._error(ex, msg, synthesized=True)
+            self.taping.error(ex, msg, synthesized=True)
             out = plain_response(502, f"mcptape forward proxy: {msg}\n")
             out.headers["X-Mcptape-Error"] = "upstream-error"
             return out
-        on_sent()  # a streamed body the upstream answered before taking it whole
+        if not sent:  # a streamed body the upstream answered before taking it whole
+            taken = False
+            on_sent()
         return await self._respond(req, ex, resp)
 
     def _host_left(self, resp: Any, ex: TapeExchange | None, copy: Copy | None) -> None:
@@ -277,7 +279,7 @@ class RequestHandler:
         """
         if self.stopping or ex is None or not ex.responded:
             resp.close()
-            self._error(ex, "Client disconnected.")
+            self.taping.error(ex, "Client disconnected.")
             return
         task = self.loop.create_task(self._read_tail(resp, ex, copy))
         self.tails.add(task)
@@ -285,23 +287,9 @@ class RequestHandler:
 
     async def _read_tail(self, resp: Any, ex: TapeExchange, copy: Copy | None) -> None:
         try:
-            async with asyncio.timeout(TAIL_READ):
-                async for chunk in resp.content.iter_any():
-                    if copy is not None:
-                        copy(chunk)
-            resp.release()
-        except asyncio.CancelledError:
-            resp.close()
-            raise
-        except Exception:  # timed out, or the upstream broke: the connection is not reused
-            resp.close()
+            await read_tail(resp, copy if copy is not None else _ignore)
         finally:
-            self._error(ex, "Client disconnected.")
-
-    def _error(self, ex: TapeExchange | None, msg: str, *, synthesized: bool = False) -> None:
-        """The exchange broke; ``synthesized``: the engine answers the host itself (502)."""
-        if ex is not None:
-            self._call(ex.error, msg, "mcptape" if synthesized else None)
+            self.taping.error(ex, "Client disconnected.")
 
     @staticmethod
     def _absolute(path: str) -> tuple[Target, str] | None:
@@ -335,37 +323,38 @@ class RequestHandler:
             resp.release()
             await rr.prepare(req)
             await rr.write_eof()
-            self._head(ex, resp, arrived)
-            self._done(ex, b"")
+            self.taping.head(ex, resp, arrived)
+            self.taping.done(ex, b"")
             return rr
-        if self.hooks is not None and ex is not None and self._small_message(ex, resp):
+        verdicts = self.verdicts
+        if verdicts is not None and ex is not None and verdicts.small_message(ex, resp):
             # With hooks, a small MCP answer is read whole (as the reverse relay reads it) to
             # be decided as one message, even when its body comes after its head.
             try:
                 body = await resp.read()
             except asyncio.CancelledError:
                 resp.close()
-                self._error(ex, "Client disconnected.")
+                self.taping.error(ex, "Client disconnected.")
                 raise
             except Exception as exc:
                 resp.close()
-                self._ensure_head(ex, resp, arrived)
+                self.taping.ensure_head(ex, resp, arrived)
                 msg = f"the upstream failed while sending the response body: {exc!r}"
-                self._error(ex, msg, synthesized=True)
+                self.taping.error(ex, msg, synthesized=True)
                 return plain_response(502, f"mcptape forward proxy: {msg}\n")
             resp.release()
-            return await self._decide_whole(req, ex, resp, rr, body, arrived)
+            return await verdicts.decide_whole(req, ex, resp, rr, body, arrived)
         if resp.has_buffered_body() and resp.content.is_eof():
             # Whole already (a small JSON answer): head and body in one write, then the tape.
             body = await resp.read()
             resp.release()
-            if self.hooks is not None and ex is not None and body and ex.kind == KIND_MCP:
-                return await self._decide_whole(req, ex, resp, rr, body, arrived)
+            if verdicts is not None and ex is not None and body and ex.kind == KIND_MCP:
+                return await verdicts.decide_whole(req, ex, resp, rr, body, arrived)
             rr.body = body
             await rr.send(req)
-            if self._head(ex, resp, arrived) and ex is not None and body:
+            if self.taping.head(ex, resp, arrived) and ex is not None and body:
                 guarded(ex.chunk)(body)
-            self._done(ex, body)
+            self.taping.done(ex, body)
             return rr
         copy: Copy | None = None
         kept: Kept | None = None
@@ -378,17 +367,17 @@ class RequestHandler:
             if ex is not None:
                 # A copy of each chunk for the tape, if it asks for them; else the body for
                 # its end, up to MAX_RECORDED_BODY (other traffic: never held in memory).
-                if self._head(ex, resp, arrived):
+                if self.taping.head(ex, resp, arrived):
                     copy = guarded(ex.chunk)
                 else:
                     kept = Kept()
-            if self.hooks is not None and copy is not None and self._events_hooked(ex):
-                assert ex is not None and self.hooks is not None
+            if verdicts is not None and copy is not None and verdicts.events_hooked(ex):
+                assert ex is not None
                 host_write = False  # the host's going shows as its connection gone
-                how = await self._events(req, rr, ex, content.iter_any(), self.hooks)
+                how = await verdicts.events(req, rr, ex, content.iter_any())
                 if how != RESET:
                     await rr.write_eof()
-                    self._done(ex, b"")
+                    self.taping.done(ex, b"")
                 if how == ENDED:
                     resp.release()
                 else:  # ended or reset by a hook: the upstream's rest is not read
@@ -413,206 +402,29 @@ class RequestHandler:
                     kept.add(chunk)
             resp.release()
         except asyncio.CancelledError:
-            self._ensure_head(ex, resp, arrived)
+            self.taping.ensure_head(ex, resp, arrived)
             self._host_left(resp, ex, copy)
             raise
         except ConnectionError as exc:
-            self._ensure_head(ex, resp, arrived)
+            self.taping.ensure_head(ex, resp, arrived)
             conn = req.conn
             if host_write or (isinstance(conn, TunnelFront) and conn.gone):
                 self._host_left(resp, ex, copy)
             else:
                 resp.close()
-                self._error(ex, f"peer closed connection: {exc}")
+                self.taping.error(ex, f"peer closed connection: {exc}")
             raise
         except Exception as exc:
-            self._ensure_head(ex, resp, arrived)
+            self.taping.ensure_head(ex, resp, arrived)
             resp.close()
-            self._error(ex, f"peer closed connection: {exc or type(exc).__name__}")
+            self.taping.error(ex, f"peer closed connection: {exc or type(exc).__name__}")
             raise ConnectionResetError(str(exc)) from exc
         if kept is not None:
-            self._done(ex, kept.take(), kept.size if kept.cut else None)
+            self.taping.done(ex, kept.take(), kept.size if kept.cut else None)
         else:
-            self._done(ex, b"")
+            self.taping.done(ex, b"")
         return rr
 
-    def _head(self, ex: TapeExchange | None, resp: Any, arrived: float) -> bool:
-        """The response's head to the tape; True: it copies the body chunk by chunk."""
-        if ex is None:
-            return False
-        head = ResponseHead(resp.status, resp.reason or "", resp.raw_headers, arrived)
-        copying = bool(self._call(ex.response_head, head))
-        if self.hooks is not None:
-            self.hooks.response_head(ex, resp.status)
-        return copying
 
-    def _ensure_head(self, ex: TapeExchange | None, resp: Any, arrived: float) -> None:
-        if ex is not None and ex.response is None:
-            self._head(ex, resp, arrived)
-
-    def _done(self, ex: TapeExchange | None, body: bytes, size: int | None = None) -> None:
-        """The response went out whole: its end (and body, unless it was copied) to the tape."""
-        if ex is not None:
-            self._call(ex.done, None if ex.streamed else body, size, time.time())
-
-    # ------------------------------------------------------------------ hooks' verdicts
-    @staticmethod
-    def _small_message(ex: TapeExchange, resp: Any) -> bool:
-        """An MCP answer with a body of at most ``SMALL_RESPONSE`` bytes that is no event
-        stream: decided as one message."""
-        length = resp.content_length
-        if ex.kind != KIND_MCP or length is None or not 0 < length <= SMALL_RESPONSE:
-            return False
-        ctype = resp.headers.get("Content-Type", "")
-        return not is_event_stream(ctype)
-
-    def _events_hooked(self, ex: TapeExchange | None) -> bool:
-        """The body is an event stream of MCP messages (or one that may be) and hooks decide
-        each event."""
-        return (
-            self.hooks is not None
-            and ex is not None
-            and ex.parser is not None
-            and ex.kind in (KIND_MCP, KIND_MAYBE)
-        )
-
-    async def _decide_request(
-        self, req: FrontRequest, ex: TapeExchange, head: WireHead, body: bytes
-    ) -> RelayResponse | tuple[WireHead, bytes]:
-        """The hooks' verdict on a request body before it goes upstream, carried out."""
-        assert self.hooks is not None
-        try:
-            v = await self.hooks.request_body(ex, head.head, body)
-            if v.act is Act.ANSWER:
-                return self._answer(ex, v)
-            if v.act in ENDS:
-                return self._reset(req, ex, v.why)
-            out = await carried(v, body, withhold=True)  # a drop: until the host gives up
-        except asyncio.CancelledError:
-            self._error(ex, "Client disconnected.")
-            raise
-        assert out is not None
-        if out is not body:
-            head = with_content_length(head, len(body), len(out))
-        return head, out
-
-    async def _decide_whole(
-        self,
-        req: FrontRequest,
-        ex: TapeExchange,
-        resp: Any,
-        rr: RelayResponse,
-        body: bytes,
-        arrived: float,
-    ) -> RelayResponse:
-        """A response whole at once, with hooks: recorded as the upstream sent it, decided
-        (one JSON message, or each event of an event stream), then what was decided sent."""
-        assert self.hooks is not None
-        copying = self._head(ex, resp, arrived)
-        try:
-            if copying and self._events_hooked(ex):
-                await rr.prepare(req)
-                if await self._events(req, rr, ex, _once(body), self.hooks) != RESET:
-                    await rr.write_eof()
-                    self._done(ex, b"")
-                return rr
-            if copying:  # not an event stream: a large body goes as it came
-                rr.body = body
-                await rr.send(req)
-                guarded(ex.chunk)(body)
-                self._done(ex, body)
-                return rr
-            self._call(ex.message, body)
-            v = await self.hooks.message(ex, body)
-            if v.act is Act.ANSWER:
-                return self._answer(ex, v)
-            if v.act in ENDS:
-                return self._reset(req, ex, v.why)
-            out = await carried(v, body, withhold=True)  # a drop: until the host gives up
-            assert out is not None
-            if len(out) != len(body):
-                rr.set_header("Content-Length", str(len(out)))
-            rr.body = out
-            await rr.send(req)
-        except (asyncio.CancelledError, ConnectionError):  # the host left
-            self._error(ex, "Client disconnected.")
-            raise
-        self._done(ex, out)
-        return rr
-
-    async def _events(
-        self,
-        req: FrontRequest,
-        rr: RelayResponse,
-        ex: TapeExchange,
-        chunks: AsyncIterator[bytes],
-        hooks: Hooks,
-    ) -> str:
-        """An event stream event by event: each recorded as the upstream sent it, decided,
-        then carried out (the reverse relay's order). How it ended: ``ENDED`` (the upstream
-        ended it), ``CUT`` (a hook ended it cleanly) or ``RESET`` (a hook reset the host)."""
-
-        async def send(data: bytes) -> None:
-            await rr.write(data)
-
-        parser = SSEParser()
-        async for chunk in chunks:
-            for ev in parser.feed(chunk):
-                self._call(ex.chunk, ev.raw)
-                if ex.kind != KIND_MCP:  # a GET stream that is not MCP: not decided
-                    await rr.write(ev.raw)
-                    continue
-                v = await hooks.event(ex, ev, send)
-                if v.act is Act.END:
-                    return CUT
-                if v.act in ENDS:
-                    self._reset(req, ex, v.why)
-                    return RESET
-                out = await carried(v, ev.raw, withhold=False)
-                if out is not None:
-                    await rr.write(out)
-        rest = parser.flush()
-        if rest is not None:
-            self._call(ex.chunk, rest.raw)
-            await rr.write(rest.raw)
-        await hooks.stream_end(ex)
-        return ENDED
-
-    def _answer(self, ex: TapeExchange, v: Verdict) -> RelayResponse:
-        """A hook answers the host in the upstream's place."""
-        body = v.data or b""
-        self._call(ex.answered, v.status, v.headers, len(body))
-        return RelayResponse(status=v.status, headers=v.headers, body=body)
-
-    def _reset(self, req: FrontRequest, ex: TapeExchange, where: str) -> RelayResponse:
-        """A hook resets the host's connection: it sees the peer go away."""
-        transport = req.transport
-        if transport is not None:
-            transport.abort()
-        self._call(ex.ended, "injected_reset", f"mcptape reset the host's connection ({where})")
-        return plain_response(500)
-
-
-async def _once(body: bytes) -> AsyncIterator[bytes]:
-    yield body
-
-
-Copy = Callable[[bytes], None]
-
-
-def guarded(chunk: Copy) -> Copy:
-    """The tape's chunk copier, given copies only: the bytes already went to the host, so a
-    failure in it is logged once and ends the copying — never the host's stream."""
-    broken = False
-
-    def copy(data: bytes) -> None:
-        nonlocal broken
-        if broken:
-            return
-        try:
-            chunk(data)
-        except Exception:
-            broken = True
-            log.exception("mcptape: copying a chunk for the recording failed; the rest is not")
-
-    return copy
+def _ignore(_chunk: bytes) -> None:
+    """The rest of a body nobody copies (read only so the connection can serve again)."""

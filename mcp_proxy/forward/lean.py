@@ -67,8 +67,10 @@ from mcp_proxy.limits import (
     MAX_PROXY_HEAD,
     MAX_UPSTREAM_POOLS,
     POOL_SWEEP_INTERVAL,
+    REFUSED_LINGER,
     UPSTREAM_IDLE,
 )
+from mcp_proxy.relay.http.admission import FULL_RESPONSE
 from mcp_proxy.relay.http.front import (
     FrontRequest,
     FrontServer,
@@ -107,14 +109,27 @@ class _Entry(asyncio.Protocol):
         self.buf = bytearray()
         self.target: Target | None = None
         self.idle: asyncio.TimerHandle | None = None
+        #: Past the cap on host connections: answered 503, closed (nothing is read).
+        self.refused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.engine.pending.add(transport)  # type: ignore[arg-type]
-        if self.engine.guard is not None and not self.engine.guard(transport):
+        engine = self.engine
+        if engine.guard is not None and not engine.guard(transport):
             transport.close()
             return
-        self.idle = self.engine.loop.call_later(ENTRY_IDLE, transport.close)
+        if not engine.admit():
+            # Past the cap on host connections (those being served, waiting on their proxy
+            # request, or piped): answered 503 at once, closed once the host's request arrives
+            # (read and dropped: a FIN, not a reset that would lose the answer) or after
+            # REFUSED_LINGER s — as the front server refuses a connection inside a tunnel.
+            self.refused = True
+            assert self.transport is not None
+            self.transport.write(FULL_RESPONSE)
+            self.idle = engine.loop.call_later(REFUSED_LINGER, transport.close)
+            return
+        engine.pending.add(transport)  # type: ignore[arg-type]
+        self.idle = engine.loop.call_later(ENTRY_IDLE, transport.close)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._handed_on()
@@ -130,6 +145,9 @@ class _Entry(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         transport = self.transport
         assert transport is not None
+        if self.refused:
+            transport.close()
+            return
         if self.target is not None:
             self._handed_on()
             self.engine.open_tunnel(transport, self.target, data)
@@ -216,7 +234,7 @@ class LeanForward:
                 faults, self._keep, self.handler.upstream_of, intercepts
             )
         handle = self.handler.handle if faults is None else self.handler.handle_hooked
-        self.front = FrontServer(handle, self._log_error)
+        self.front = FrontServer(handle, self._log_error, what="forward proxy")
         self._server: asyncio.Server | None = None
         self._ssl_protocol = self._ssl_protocol_class()
 
@@ -261,6 +279,12 @@ class LeanForward:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1)
+
+    def admit(self) -> bool:
+        """May one more host connection be taken? The cap counts every host connection of the
+        engine: served by the front server, waiting on its proxy request, or piped."""
+        front = self.front
+        return front.admission.admit(len(front.connections) + len(self.pending) + len(self.pipes))
 
     def _log_error(self, req: FrontRequest) -> None:
         log.exception("mcptape: forward proxy: internal error on %s %s", req.method, req.raw_path)

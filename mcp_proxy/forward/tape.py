@@ -31,6 +31,7 @@ from mcp_proxy.forward.exchange import (
 )
 from mcp_proxy.forward.oauth import OAuthLinker
 from mcp_proxy.forward.recognize import RequestView
+from mcp_proxy.forward.request_side import record_request
 from mcp_proxy.frames import Frame
 from mcp_proxy.recorder.contract import Producer
 from mcp_proxy.redact import Redactor
@@ -94,11 +95,13 @@ class ForwardTape:
 
     # ------------------------------------------------------------------ requests
     def request(
-        self, head: RequestHead, body: bytes, size: int | None = None
+        self, head: RequestHead, body: bytes, size: int | None = None, taken: bool = True
     ) -> TapeExchange | None:
         """A request went upstream: its exchange, or None when it is not recorded.
 
-        ``body``: the request body (or its first bytes, ``size`` being the whole one's size).
+        ``body``: the request body (or its first bytes, ``size`` being the whole one's size);
+        ``taken``: False when the upstream answered before taking all of a streamed body
+        (``body`` is what went: its frame is incomplete, ``meta.request_body_not_taken``).
         """
         url = head.url
         headers = [(k.decode("latin-1"), text(v)) for k, v in head.headers]
@@ -132,7 +135,7 @@ class ForwardTape:
             origin = self.oauth.origin_for(view, origin)
         ex = TapeExchange(self, kind, origin, self.router_for(origin), url)
         ex.oauth_role = oauth_role
-        ex.begin(head, view, body, size)
+        record_request(ex, head, view, body, size, taken)
         return ex
 
     # ------------------------------------------------------------------ sessions

@@ -239,9 +239,74 @@ async def test_events_passed_and_delayed_reach_the_host_in_order() -> None:
 async def test_no_hooks_no_calls() -> None:
     async with rig(None, Script(body=[RESULT])) as r:
         got = await r.post()
-        assert r.handler.targets == {}
     assert got.body == RESULT
     assert frames(r.recorder) == [CALL, RESULT]
+
+
+async def test_a_hook_finds_the_upstream_its_exchange_went_to() -> None:
+    """``duplicate`` sends a request again where it went: the handler's upstream function
+    reads the origin off the exchange (no map beside it), during the exchange and after."""
+
+    exchanges: list[HookExchange] = []
+
+    class Asking(Scripted):
+        async def request_body(self, ex: HookExchange, head: bytes, body: bytes) -> Verdict:
+            exchanges.append(ex)
+            return await super().request_body(ex, head, body)
+
+    hooks = Asking()
+    asked: list[Any] = []
+    async with rig(hooks, Script(body=[RESULT])) as r:
+        real_pool = r.handler.pool
+        r.handler.pool = lambda target: asked.append(target) or real_pool(target)  # type: ignore[func-returns-value]
+        await r.post()
+        await until(lambda: "done" in hooks.calls)
+        (ex,) = exchanges
+        assert r.handler.upstream_of(ex) is r.upstream
+    assert [(t.scheme, t.host, t.port) for t in asked] == [("http", "up.test", 80)] * 2
+
+
+class TakingOneChunk(Upstream):
+    """An upstream that answers 413 after the first chunk of a streamed body went (the pool
+    then stops reading the body: its generator is not resumed)."""
+
+    async def request(self, head: bytes, body: Any, **kw: Any) -> FakeReply:
+        first = await anext(body)
+        self.sent.append((head, first))
+        reply = FakeReply(Script(status=413, body=[b"too large"], reason="Payload Too Large"))
+        reply.content = Body(list(reply.content.steps))
+        self.replies.append(reply)
+        return reply
+
+
+async def test_a_streamed_body_the_upstream_took_in_part_is_recorded() -> None:
+    """The bytes that crossed the wire before the upstream answered are in the recording: the
+    copy is kept before each chunk is handed on (the forward engine kept it after, so a body
+    answered early was recorded empty)."""
+    async with rig(None) as r:
+        r.handler.pool = lambda _target: TakingOneChunk()  # type: ignore[assignment,return-value]
+        got = await host_request(
+            r.port, "POST", "http://up.test/mcp", b"", dict(HEADERS), raw_body=[CALL]
+        )
+        await until(lambda: r.recorder.exchange().get("outcome") is not None)
+    assert got.status == 413
+    assert frames(r.recorder, Channel.HTTP)[:1] == [CALL]
+
+
+async def test_a_streamed_body_the_upstream_answered_early_is_marked_not_taken() -> None:
+    """What went is recorded, but not as the whole body: its frame is incomplete and
+    ``meta.request_body_not_taken`` says the upstream answered first, as the reverse relay
+    records it (the forward engine recorded it as complete)."""
+    async with rig(None) as r:
+        r.handler.pool = lambda _target: TakingOneChunk()  # type: ignore[assignment,return-value]
+        got = await host_request(
+            r.port, "POST", "http://up.test/mcp", b"", dict(HEADERS), raw_body=[CALL, CALL]
+        )
+        await until(lambda: r.recorder.exchange().get("outcome") is not None)
+    assert got.status == 413
+    (request,) = [f for f in r.recorder.frames() if f.channel is Channel.HTTP][:1]
+    assert request.raw == CALL and not request.complete
+    assert r.recorder.exchange()["meta"]["request_body_not_taken"] is True
 
 
 class Refusing(Upstream):

@@ -849,3 +849,63 @@ async def test_an_ipv6_target_is_recorded_with_a_bracketed_url(fw: Forward) -> N
     assert ex["url"] == f"http://[::1]:1/mcp?{tag}" and ex["outcome"] == "upstream_error"
     assert [bytes(f["raw"]) for f in frames_of(fw, ex["id"])] == [rpc_body]
     assert not [ln for ln in fw.stderr if "Traceback" in ln]
+
+
+async def test_past_the_host_connection_cap_connect_gets_503(
+    tmp_path: Path, confdir: Path, plain_origin: RawOrigin
+) -> None:
+    """``MCPTAPE_MAX_HOST_CONNECTIONS=1`` (the start-up override of ``MAX_HOST_CONNECTIONS``):
+    with one host connection being served, a new ``CONNECT`` is answered 503 (counted, one
+    stderr line) and the connection served is untouched. Before the cap the engine took every
+    connection a host opened."""
+    env = {"MCPTAPE_MAX_HOST_CONNECTIONS": "1"}
+    with run_forward(tmp_path / "cap.db", confdir, env=env) as capped:
+        body = rpc("tools/call", {"name": "x", "arguments": {"cap": 1}})
+        request = (
+            b"POST /echo?case=cap HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
+            % (plain_origin.port, len(body), body)
+        )
+        authority = f"127.0.0.1:{plain_origin.port}"
+        reader, writer, head = await connect_tunnel(capped.url, authority)
+        try:
+            assert head.startswith(b"HTTP/1.1 200"), head
+            writer.write(request)
+            rhead, _ = await read_response(reader)
+            assert rhead.startswith(b"HTTP/1.1 200")
+            r2, w2, head2 = await connect_tunnel(capped.url, authority)
+            rest = await read_to_eof(r2)
+            w2.close()
+            assert head2.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), head2
+            assert b"X-Mcptape-Error: too-many-connections\r\n" in head2
+            assert b"too many host connections" in rest
+            writer.write(request)  # the connection served is still served
+            rhead, _ = await read_response(reader)
+            assert rhead.startswith(b"HTTP/1.1 200")
+        finally:
+            writer.close()
+        assert await until(lambda: any("host connections open" in ln for ln in capped.stderr))
+        said = [ln for ln in capped.stderr if "host connections open" in ln]
+        assert len(said) == 1 and "forward proxy: 1 host connections open" in said[0], said
+
+
+async def test_a_connection_yet_to_send_its_proxy_request_counts_toward_the_cap(
+    tmp_path: Path, confdir: Path
+) -> None:
+    """With ``MCPTAPE_MAX_HOST_CONNECTIONS=1``, a host connection that has not sent its
+    ``CONNECT`` yet holds the one place: the next connection is answered 503 at once (before
+    the cap counted only connections the HTTP server served, so connections that never spoke
+    — each held up to ``ENTRY_IDLE`` — were taken without end)."""
+    env = {"MCPTAPE_MAX_HOST_CONNECTIONS": "1"}
+    with run_forward(tmp_path / "cap-idle.db", confdir, env=env) as capped:
+        host, port = capped.url.removeprefix("http://").rsplit(":", 1)
+        _, silent = await asyncio.open_connection(host, int(port))
+        try:
+            r2, w2, head2 = await connect_tunnel(capped.url, "127.0.0.1:9")
+            rest = await read_to_eof(r2)
+            w2.close()
+        finally:
+            silent.close()
+        assert head2.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), head2
+        assert b"too many host connections" in rest
+        assert await until(lambda: any("host connections open" in ln for ln in capped.stderr))

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mcp_proxy.forward import contexts, handler
+from mcp_proxy.forward import contexts, verdicts
 from mcp_proxy.forward.certs import create_ec_ca
 from mcp_proxy.forward.contexts import LeafContexts
 from mcp_proxy.forward.guard import ClientGuard
@@ -100,7 +100,7 @@ def test_a_failing_chunk_copy_is_logged_once_and_stops(caplog: Any) -> None:
         if len(seen) == 2:
             raise ValueError("recording bug")
 
-    copy = handler.guarded(tee)
+    copy = verdicts.guarded(tee)
     with caplog.at_level(logging.ERROR, logger="mcptape.forward"):
         for chunk in (b"1", b"2", b"3", b"4"):
             copy(chunk)  # never raises: the bytes already went to the host

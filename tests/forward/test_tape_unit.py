@@ -17,7 +17,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_proxy.forward import bodies
 from mcp_proxy.forward.exchange import RequestHead, ResponseHead, TapeExchange
 from mcp_proxy.forward.recognize import RequestView, endpoint_key, origin_of, url_parts
 from mcp_proxy.forward.tape import ForwardTape, request_url
@@ -33,6 +32,7 @@ from mcp_proxy.recorder.contract import (
     SessionStart,
     SessionUpdate,
 )
+from mcp_proxy.relay.http import kept
 
 URL = "https://mcp.test/mcp"
 INIT = (
@@ -310,7 +310,7 @@ def test_secrets_never_reach_the_recorder() -> None:
 
 
 def test_bounded_bodies_are_cut_and_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bodies, "MAX_RECORDED_BODY", 1000)
+    monkeypatch.setattr(kept, "MAX_RECORDED_BODY", 1000)
     tape, items = tape_of()
     # A request body that streamed: the engine kept its first bytes of the whole size.
     big = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"blob":"' + b"x" * 900

@@ -382,7 +382,7 @@ class Exchange:
             "ended_at": time.time(),
             "outcome": outcome,
             "error": error,
-            "request_size": self.request_size,
+            "request_size": self.request_size if self.body is None else self.body.size,
             "response_size": self.response_size,
         }
         if self.late:

@@ -43,7 +43,9 @@ from mcp_proxy.limits import (
     MAX_HEAD,
     MAX_LINE,
     MAX_QUEUED,
+    REFUSED_LINGER,
 )
+from mcp_proxy.relay.http.admission import FULL_RESPONSE, Admission
 
 __all__ = [
     "FrontRequest",
@@ -451,6 +453,8 @@ class FrontProtocol(asyncio.Protocol):
         self._lost = False
         self._lingering: FrontRequest | None = None
         self._peer: str | None = None
+        #: Past the server's connection cap: answered 503, then closed (nothing is parsed).
+        self.refused = False
 
     @property
     def peer(self) -> str | None:
@@ -463,8 +467,21 @@ class FrontProtocol(asyncio.Protocol):
     # ------------------------------------------------------------------ transport
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio class
+        if not self.server.admit():
+            self._refuse_full()
+            return
         self.server.connections.add(self)
         self._arm_idle()
+
+    def _refuse_full(self) -> None:
+        """Past the cap: the 503 goes at once; the connection closes when the host's bytes
+        arrive (read and dropped, so the close is a FIN, not a reset that would lose the
+        answer) or after ``REFUSED_LINGER`` s."""
+        self.refused = True
+        t = self.transport
+        assert t is not None
+        t.write(FULL_RESPONSE)
+        self._idle = self.loop.call_later(REFUSED_LINGER, t.close)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
@@ -540,6 +557,10 @@ class FrontProtocol(asyncio.Protocol):
             t.resume_reading()
 
     def data_received(self, data: bytes) -> None:
+        if self.refused:
+            if self.transport is not None:
+                self.transport.close()
+            return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -733,17 +754,32 @@ class BadRequest(Exception):
 class FrontServer:
     """The listener and its connections; :meth:`close` stops it with a grace for handlers."""
 
-    def __init__(self, handler: Handler, log_error: Callable[[FrontRequest], None]) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        log_error: Callable[[FrontRequest], None],
+        *,
+        max_connections: int | None = None,
+        what: str = "relay",
+    ) -> None:
+        """``max_connections``, ``what``: the cap on host connections and how its stderr line
+        names this listener (:class:`~mcp_proxy.relay.http.admission.Admission`)."""
         self.handler = handler
         self.log_error = log_error
         self.loop = asyncio.get_running_loop()
+        #: The host connections being served: at most ``admission.cap``.
         self.connections: set[FrontProtocol] = set()
+        self.admission = Admission(max_connections, what)
         #: Every running handler, also of a connection already lost (its handler, cancelled,
         #: is still finishing its recording): :meth:`close` waits for them all. At most one per
         #: connection.
         self.tasks: set[asyncio.Task[None]] = set()
         self.stopping = False
         self._server: asyncio.Server | None = None
+
+    def admit(self) -> bool:
+        """May one more host connection be served? False: refuse it (counted, reported)."""
+        return self.admission.admit(len(self.connections))
 
     async def listen(self, host: str, port: int) -> int:
         """Bind and start serving; returns the bound port."""

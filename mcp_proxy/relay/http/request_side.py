@@ -10,23 +10,31 @@ keeps a bounded copy for the recording and hands the frame over once the body ha
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from mcp_proxy.frames import Channel, Direction
-from mcp_proxy.limits import MAX_RECORDED_BODY
 from mcp_proxy.relay.http.common import decode_for_record, meta_body
 from mcp_proxy.relay.http.front import HTTP_11, FrontRequest
+from mcp_proxy.relay.http.kept import Kept, drain, streamed
 from mcp_proxy.relay.http.sessions import RULE_CLIENT, BodyFacts, body_facts
 from mcp_proxy.relay.http.wire import WireFrame
 
 if TYPE_CHECKING:
+    from mcp_proxy.redact import Redactor
     from mcp_proxy.relay.http.exchange import Exchange
 
-__all__ = ["BodyAborted", "RequestBody", "describe_request", "read_small_body", "request_frame"]
+__all__ = [
+    "BodyAborted",
+    "RequestBody",
+    "decoded_request",
+    "describe_request",
+    "read_small_body",
+    "record_request_body",
+    "request_frame",
+]
 
 
 class BodyAborted(Exception):
@@ -70,7 +78,7 @@ def describe_request(ex: Exchange) -> None:
         meta["peer"] = peer
     complete = True
     if body and ex.req_coding:
-        body, complete = request_for_record(ex, body)
+        body, complete = decoded_request(body, ex.req_coding, ex.req_ctype, meta)
     if body:
         if not (ex.attached and ex.is_mcp):
             # Parsed only when it can change something: whether the body is JSON-RPC (off
@@ -111,16 +119,53 @@ def learn_facts(ex: Exchange, facts: BodyFacts, authorization: str | None) -> No
         ex.fallback = (key, RULE_CLIENT, {"client": client})
 
 
-def request_for_record(ex: Exchange, raw: bytes) -> tuple[bytes | None, bool]:
-    """A compressed request body decoded (bounded) for the recording: (bytes or None when
-    it is not decoded, whether they are the whole body). Runs after it was forwarded."""
-    coding = (ex.req_coding or "").strip().lower()
+def decoded_request(
+    raw: bytes, coding: str | None, ctype: str | None, meta: dict[str, Any]
+) -> tuple[bytes | None, bool]:
+    """A compressed request body decoded (bounded) for the recording, its notes in ``meta``:
+    (bytes or None when it is not decoded, whether they are the whole body). Runs after it
+    was forwarded."""
+    coding = (coding or "").strip().lower()
     if not coding or coding == "identity":
         return raw, True
-    decoded = decode_for_record(raw, coding, "request", ex.req_ctype)
+    decoded = decode_for_record(raw, coding, "request", ctype)
     if decoded.note:
-        ex.meta.update(decoded.note)
+        meta.update(decoded.note)
     return decoded.data, decoded.complete
+
+
+def record_request_body(
+    body: bytes,
+    size: int,
+    *,
+    streamed: bool,
+    coding: str | None,
+    ctype: str | None,
+    meta: dict[str, Any],
+    redactor: Redactor,
+    is_message: Callable[[bytes], bool],
+) -> tuple[bytes, bool] | None:
+    """What a request body that streamed (or was cut) leaves in the recording — one path for
+    the reverse relay and the forward proxy: ``(bytes, whole)`` for its frame, or None when it
+    went into ``meta`` (``request_body``: no message, per ``is_message``) or nothing is left.
+
+    ``body``: what was kept of it; ``size``: the whole body's size (more when it was cut:
+    ``meta.request_body_recorded`` says how much was kept); ``streamed``: noted in ``meta``.
+    """
+    if not body:
+        return None
+    cut = size > len(body)
+    if cut:
+        meta["request_body_recorded"] = len(body)
+    if streamed:
+        meta["request_body_streamed"] = True
+    data, whole = decoded_request(body, coding, ctype, meta)
+    if not data:
+        return None
+    if is_message(data):
+        return data, whole and not cut
+    meta["request_body"] = meta_body(redactor, data, ctype)
+    return None
 
 
 async def read_small_body(request: FrontRequest, ex: Exchange, length: int) -> bytes:
@@ -159,52 +204,40 @@ async def read_small_body(request: FrontRequest, ex: Exchange, length: int) -> b
 class RequestBody:
     """A request body streamed upstream, and the copy (up to the cap) kept for the recording.
 
-    Its life: streaming (``parts`` is a list) → recorded once (``parts`` is None), either when
-    its last chunk went out, or when the exchange ends without it (given up, or not taken by
-    an upstream that answered early).
+    Its life: streaming → recorded once (``recorded``), either when its last chunk went out,
+    or when the exchange ends without it (given up, or not taken by an upstream that answered
+    early). The copy and the stream are the one path both front ends use
+    (:mod:`~mcp_proxy.relay.http.kept`).
     """
 
-    __slots__ = ("ex", "kept", "parts", "request")
+    __slots__ = ("copy", "ex", "recorded", "request")
 
     def __init__(self, request: FrontRequest, ex: Exchange) -> None:
         self.request = request
         self.ex = ex
-        self.parts: list[bytes] | None = []
-        self.kept = 0
+        self.copy = Kept()
+        self.recorded = False
 
     @property
     def done(self) -> bool:
-        return self.parts is None
+        return self.recorded
 
-    def _keep(self, chunk: bytes) -> None:
-        parts = self.parts
-        if parts is not None and self.kept < MAX_RECORDED_BODY:
-            room = MAX_RECORDED_BODY - self.kept
-            piece = chunk if len(chunk) <= room else chunk[:room]
-            parts.append(piece)
-            self.kept += len(piece)
+    @property
+    def size(self) -> int:
+        """Bytes of the body that arrived so far."""
+        return self.copy.size
 
-    async def stream(self) -> AsyncIterator[bytes]:
+    def stream(self) -> AsyncIterator[bytes]:
         """The host's body, chunk by chunk, for the upstream; recorded once it all went out."""
-        ex = self.ex
-        async for chunk in self.request.content.iter_any():
-            ex.request_size += len(chunk)
-            # Kept before the yield (a reference, no copy below the cap): when the upstream
-            # answers right after this chunk went out (a 413), the generator is not resumed,
-            # and a copy taken after the yield would lose bytes that crossed the wire.
-            self._keep(chunk)
-            yield chunk
+        return streamed(self.request.content, self.copy, self._went)
+
+    def _went(self) -> None:
         self.finish(complete=True)
 
     async def drain(self) -> None:
         """Read what the host still sends (up to the cap, briefly) so its frame is recorded."""
-        if self.parts is None or self.request.content.at_eof():
-            return
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(5):
-                async for chunk in self.request.content.iter_any():
-                    self.ex.request_size += len(chunk)
-                    self._keep(chunk)
+        if not self.recorded:
+            await drain(self.request.content, self.copy)
 
     def settle(self) -> None:
         """The upstream answered before taking the whole body (a 413): record what it took.
@@ -212,40 +245,34 @@ class RequestBody:
         The frame holds the bytes that were forwarded, marked incomplete; the rest of the
         host's body never reached the upstream and is left to the HTTP server to discard.
         """
-        if self.parts is not None:
+        if not self.recorded:
             self.ex.meta["request_body_not_taken"] = True
             self.finish(complete=False)
 
     def learn(self) -> None:
         """Client identity from the head of the body (bounded look, body may be partial)."""
         ex = self.ex
-        if ex.facts is not None or not self.parts:
+        if ex.facts is not None or self.recorded or not self.copy.kept:
             return
-        head = b"".join(self.parts[:64])[: 64 * 1024]
-        learn_facts(ex, body_facts(head, partial=True), None)
+        learn_facts(ex, body_facts(self.copy.head(64 * 1024), partial=True), None)
 
     def finish(self, complete: bool | None = None) -> None:
         """Record the body (once): after it went out, or when it was given up."""
-        parts = self.parts
-        if parts is None:
+        if self.recorded:
             return
         self.learn()
-        self.parts = None
-        raw = b"".join(parts)
-        if not raw:
-            return
+        self.recorded = True
         ex = self.ex
-        truncated = ex.request_size > len(raw)
-        if truncated:
-            ex.meta["request_body_recorded"] = len(raw)
-        ex.meta["request_body_streamed"] = True
-        if ex.req_coding:
-            decoded, whole = request_for_record(ex, raw)
-            if decoded is None:
-                return
-            raw = decoded
-            truncated = truncated or not whole
-        if ex.is_mcp or raw[:1] in (b"{", b"["):
-            ex.frame(request_frame(ex, raw, bool(complete) and not truncated))
-        else:
-            ex.meta["request_body"] = meta_body(ex.ctx.redactor, raw, ex.req_ctype)
+        ex.request_size = self.copy.size
+        kept = record_request_body(
+            self.copy.take(),
+            ex.request_size,
+            streamed=True,
+            coding=ex.req_coding,
+            ctype=ex.req_ctype,
+            meta=ex.meta,
+            redactor=ex.ctx.redactor,
+            is_message=lambda raw: ex.is_mcp or raw[:1] in (b"{", b"["),
+        )
+        if kept is not None:
+            ex.frame(request_frame(ex, kept[0], bool(complete) and kept[1]))

@@ -9,7 +9,8 @@ held back until its ``endpoint`` event is whole, then rewritten to point at the 
 hooks installed, event by event (:meth:`StreamPath._pump_events`: recorded as sent, decided,
 carried out). Other bodies are kept, bounded, for the recording (:meth:`StreamPath._plain_chunk`).
 A host that leaves after it got its JSON-RPC response leaves the rest of the stream to a task
-that reads it (briefly) so the upstream connection can serve again.
+that reads it (briefly) so the upstream connection can serve again (:func:`read_tail`, the lean
+forward engine's too).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from mcp_proxy.framing import SSEEvent, SSEParser
-from mcp_proxy.limits import ENDPOINT_HOLD_LIMIT, MAX_RECORDED_BODY, TAIL_READ
+from mcp_proxy.limits import ENDPOINT_HOLD_LIMIT, TAIL_READ
 from mcp_proxy.relay.http.common import quickack
 from mcp_proxy.relay.http.exchange import Exchange
 from mcp_proxy.relay.http.front import FrontRequest, RelayResponse
 from mcp_proxy.relay.http.hooks import ENDS, Act, Hooks, Send, carried
+from mcp_proxy.relay.http.kept import Kept
 from mcp_proxy.relay.http.response import (
     RelayState,
     ResponseHead,
@@ -43,7 +45,7 @@ from mcp_proxy.relay.http.response_record import (
 )
 from mcp_proxy.relay.http.upstream import UpstreamReply
 
-__all__ = ["StreamPath"]
+__all__ = ["StreamPath", "read_tail"]
 
 #: How long the head of a streamed response waits for the first body bytes to go out with them.
 HEAD_HOLD = 0.003
@@ -61,8 +63,7 @@ class StreamState:
     hold: list[bytes] | None
     held_size: int = 0
     #: A plain streamed body's bytes kept for the recording (up to the cap).
-    parts: list[bytes] = field(default_factory=list)
-    kept: int = 0
+    copy: Kept = field(default_factory=Kept)
     #: Events parsed from the chunk being written (recorded once the write is done).
     unsent: list[SSEEvent] | None = None
     #: The chunk being written carries the JSON-RPC response of this POST.
@@ -72,6 +73,25 @@ class StreamState:
     #: With hooks: the host's request (a reset aborts its connection), and what writes to it.
     request: FrontRequest | None = None
     send: Send | None = None
+
+
+async def read_tail(resp: UpstreamReply, consume: Callable[[bytes], None]) -> bool:
+    """Read the rest of a response whose host left with its answer — one path for the reverse
+    relay and the lean forward engine: at most ``TAIL_READ`` s, each chunk to ``consume`` (the
+    recording); the connection goes back to its pool when the body ended in time (True), and
+    is closed otherwise (timed out, the upstream broke, or cancelled)."""
+    try:
+        async with asyncio.timeout(TAIL_READ):
+            async for chunk in resp.content.iter_any():
+                consume(chunk)
+    except asyncio.CancelledError:
+        resp.close()
+        raise
+    except Exception:  # timed out, or the upstream broke: the connection is not reused
+        resp.close()
+        return False
+    resp.release()
+    return True
 
 
 class StreamEnd(Exception):
@@ -246,10 +266,7 @@ class StreamPath:
 
     async def _plain_chunk(self, ex: Exchange, st: StreamState, chunk: bytes, last: bool) -> None:
         await deliver(st.head.sresp, chunk, ex, last=last)
-        if st.kept < MAX_RECORDED_BODY:
-            piece = chunk[: MAX_RECORDED_BODY - st.kept]
-            st.parts.append(piece)
-            st.kept += len(piece)
+        st.copy.add(chunk)
 
     async def _sse_chunk(self, ex: Exchange, st: StreamState, chunk: bytes, last: bool) -> None:
         assert st.parser is not None
@@ -310,36 +327,31 @@ class StreamPath:
         them), and the connection goes back to the pool when the stream ends in time.
         """
         after = 0
-        try:
-            async with asyncio.timeout(TAIL_READ):
-                async for chunk in resp.content.iter_any():
-                    events = parser.feed(chunk)
-                    after += sum(1 for e in events if not e.comment_only)
-                    sse_events(self.state, ex, events)
+
+        def record(chunk: bytes) -> None:
+            nonlocal after
+            events = parser.feed(chunk)
+            after += sum(1 for e in events if not e.comment_only)
+            sse_events(self.state, ex, events)
+
+        if await read_tail(resp, record):
             rest = parser.flush()
             if rest is not None:
                 sse_events(self.state, ex, [rest], complete=False)
-            resp.release()
-        except asyncio.CancelledError:
-            resp.close()
-            raise
-        except Exception:  # timed out, or the upstream broke: the connection is not reused
-            resp.close()
         if after:
             ex.update(meta={**ex.described_meta(), "events_after_host_closed": after})
 
     def _close_stream(self, ex: Exchange, st: StreamState, *, complete: bool) -> None:
         """The stream ended (or was cut): record what is still held back."""
-        parser, parts, is_mcp = st.parser, st.parts, st.is_mcp
+        parser, is_mcp = st.parser, st.is_mcp
         ctype, encoding = st.head.ctype, st.head.encoding
         if parser is not None:
             rest = parser.flush()
             if rest is not None:
                 sse_events(self.state, ex, [rest], complete=False)
             return
-        if parts:
-            body = b"".join(parts)
-            parts.clear()
+        body = st.copy.take()
+        if body:
             truncated = ex.response_size > len(body)
             if truncated:
                 ex.meta["response_body_recorded"] = len(body)
