@@ -115,12 +115,13 @@ def workers_from_env(value: str) -> int:
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """The whole suite (``uv run pytest`` with no paths: the README's and CI's command) runs on
-    one pytest-xdist worker more than the machine has cores (3 on 2 cores); a run of chosen
+    two pytest-xdist workers more than the machine has cores (4 on 2 cores); a run of chosen
     files or tests stays in one process.
 
     Much of the suite's time is spent waiting on subprocesses it starts (relays, SDK servers,
-    ``mcptape`` commands, Chromium): two workers kept the two cores ~66% busy; on a quiet
-    2-core machine three ran the default run in 6 min 15 s. ``--dist loadfile``: a module's tests stay on one worker (module
+    ``mcptape`` commands, Chromium). Measured on a quiet 2-core machine, back to back, on the
+    same tree (2026-12-02): three workers ran the default run in 338 s at 1.74 cores busy, four
+    in 314 s at 1.82. ``--dist loadfile``: a module's tests stay on one worker (module
     fixtures start once); the costly session fixtures are built once per run into files that
     every worker copies (``tests/helpers/shared.py``). Every worker has its own temporary
     folders and its own PostgreSQL databases (names carry the pid). ``-n N`` on the command
@@ -134,7 +135,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     if wanted.strip():
         workers = workers_from_env(wanted)
     elif config.args_source == pytest.Config.ArgsSource.TESTPATHS:
-        workers = (os.cpu_count() or 1) + 1
+        workers = (os.cpu_count() or 1) + 2
     else:
         return
     if workers > 1:
@@ -185,6 +186,14 @@ _RUN: list[pytest.Config] = []
 def running_full() -> bool:
     """:func:`full_run` for code that runs at collection (module-level parametrisations)."""
     return bool(_RUN) and full_run(_RUN[0])
+
+
+def catalogue_sample(items: Iterable[Any], every: int = 4) -> list[Any]:
+    """The finding catalogue's sessions (or any long list of equal shapes) a test compares
+    two readings over: every ``every``-th in the default run, all of them under ``--full``
+    (mark the test ``corpus`` so that ``--only-full`` runs it again with all of them)."""
+    listed = list(items)
+    return listed if running_full() else listed[::every]
 
 
 def corpus_phases() -> tuple[Any, ...]:

@@ -21,6 +21,7 @@ from mcp_proxy.limits import LIST_WALKS_KEPT
 from mcp_proxy.store.queries import Store
 from mcp_proxy.testing.factories import Wire, envelope
 from tests.analysis.cases import CASES
+from tests.conftest import catalogue_sample
 
 
 async def _both(db_url: str, ref: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any]:
@@ -38,11 +39,12 @@ async def _both(db_url: str, ref: str) -> tuple[list[dict[str, Any]], list[dict[
         await store.close()
 
 
+@pytest.mark.corpus  # every case under --full and --only-full; every fourth by default
 def test_bounded_analysis_finds_what_the_full_one_does_on_every_catalogue_case(
     db_url: str,
 ) -> None:
     refs = []
-    for code, (trigger, near_miss) in sorted(CASES.items()):
+    for code, (trigger, near_miss) in catalogue_sample(sorted(CASES.items())):
         for i, build in enumerate((trigger, near_miss)):
             name = f"{code}-{i}"
             build().record(db_url, name=name)

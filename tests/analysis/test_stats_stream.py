@@ -25,9 +25,10 @@ from mcp_proxy.limits import REORDER_LOOKAHEAD
 from mcp_proxy.store.queries import Store
 from mcp_proxy.testing.factories import Wire, envelope
 from tests.analysis.cases import CASES
+from tests.conftest import catalogue_sample
 
 #: The store-backed test runs on SQLite (frame_rows as stored) and PostgreSQL (the view's rows).
-pytestmark = pytest.mark.both_dialects
+pytestmark = [pytest.mark.both_dialects, pytest.mark.corpus]
 
 
 def _table(stats: dict[Any, Any]) -> list[dict[str, Any]]:
@@ -42,7 +43,7 @@ def _both(w: Wire, *, by_name: bool) -> tuple[Any, Any]:
     return whole, _table(p.finish())
 
 
-SHAPES = [(code, i) for code in sorted(CASES) for i in (0, 1)]
+SHAPES = [(code, i) for code in catalogue_sample(sorted(CASES)) for i in (0, 1)]
 
 
 @pytest.mark.parametrize(("code", "which"), SHAPES)
