@@ -214,6 +214,7 @@ def test_a_host_that_kills_its_server_is_still_the_host(tmp_path: Path) -> None:
     assert (s["status"], s["exit_signal"]) == ("ended", signal.SIGTERM)
     found = codes(findings(db, "host-kill"))
     assert "inject.ended_with_pending" not in found, found
+    assert "transport.host_ended_with_pending" in found, found
     ended = found["transport.host_ended_with_pending"]
     assert ended["title"].startswith("the host ended the session (signal 15)"), ended["title"]
 
