@@ -14,6 +14,7 @@ from mcp_proxy.analysis.taxonomy import decode_error_data
 from mcp_proxy.testing.factories import CLIENT_CAPS, Wire
 from tests.analysis.cases import CASES
 from tests.analysis.task_wires import TASK_CAPS_2025, legacy, modern, task_fields
+from tests.conftest import matrix
 
 
 def _by_method(wire: Any) -> tuple[Any, dict[str, list[dict[str, Any]]]]:
@@ -137,7 +138,15 @@ def test_hostile_task_shapes_do_not_raise_and_stay_small() -> None:
     assert a.exchanges[-1].task_of == call.request_seq
 
 
-@pytest.mark.parametrize("code", sorted(c for c in CASES if c.startswith(("task.", "extension."))))
+# task.untracked (a session past MAX_TASKS_TRACKED, ~3 s) under --full; its finding's trigger
+# and near miss stay in the default run's catalogue tests (tests/analysis/test_findings.py).
+@pytest.mark.parametrize(
+    "code",
+    matrix(
+        sorted(c for c in CASES if c.startswith(("task.", "extension."))),
+        keep={c for c in CASES if c != "task.untracked"},
+    ),
+)
 def test_the_streaming_pass_finds_what_the_kept_analysis_finds(code: str) -> None:
     """``check`` and ``show -x`` keep no exchange (the creating call is long answered when its
     task ends): the same findings and the same task on the creating call."""

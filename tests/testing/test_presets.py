@@ -303,10 +303,11 @@ async def test_crash_exits_mid_call_after_notifications() -> None:
     assert all(m.get("id") != rid for m in seen)
 
 
-# A server that dies mid-call closes the connection whatever the era: the 2025-11-25 cell here
-# (and a 2026-07-28 client over HTTP in test_crash_over_http_ends_the_server_process) in the
-# default run, the 2026-07-28 stdio cell under --full.
-@pytest.mark.parametrize("mode", matrix(MODES, keep={"legacy"}))
+# A server that dies mid-call closes the connection whatever the era: both stdio cells under
+# --full; the default run keeps a 2026-07-28 client over HTTP
+# (test_crash_over_http_ends_the_server_process) and an SDK client seeing the crash through
+# the stdio relay (tests/faults/test_stdio_disconnect.py test_kill_is_a_server_crashing_mid_call).
+@pytest.mark.parametrize("mode", matrix(MODES, keep=set()))
 async def test_crash_seen_by_an_sdk_client(mode: str) -> None:
     failures: list[BaseException] = []
     try:
