@@ -140,7 +140,9 @@ def test_a_held_request_goes_ahead_of_a_later_one_in_flight(decision: str | None
     rec = asyncio.run(go())
     assert requests(rec) == [b"echo", b"add"]  # as the host sent them
     assert recorded_by(rec, b"echo") == "new_exchange"
-    assert recorded_by(rec, b"add") == "record_exchange"  # quick: still one record
+    # (how add goes to the recorder is left open: on a loaded machine its own register timer
+    # may fire while it waits upstream; test_a_quick_exchange_does_not_hand_a_later_one_over_
+    # first pins the one-record hand-over with the timer out of the way)
 
 
 def test_a_quick_exchange_does_not_hand_a_later_one_over_first(
