@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.helpers.db import wait_until
+from tests.helpers.rawhttp import read_raw
 from tests.relay.conftest import FakeUpstream
 
 pytestmark = pytest.mark.timeout(90)
@@ -21,28 +22,6 @@ pytestmark = pytest.mark.timeout(90)
 
 def _request(host: str) -> bytes:
     return f"GET /echo HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
-
-
-def _read_answer(s: socket.socket) -> bytes:
-    """One response: its head and its Content-Length body (or until the relay closes)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        got = s.recv(65536)
-        if not got:
-            return data
-        data += got
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(body) < length:
-        got = s.recv(65536)
-        if not got:
-            break
-        body += got
-    return head + b"\r\n\r\n" + body
 
 
 def test_past_the_cap_a_host_connection_gets_503(
@@ -57,11 +36,11 @@ def test_past_the_cap_a_host_connection_gets_503(
         try:
             for s in held:
                 s.sendall(_request(host))
-                assert _read_answer(s).startswith(b"HTTP/1.1 200 ")
+                assert read_raw(s).startswith(b"HTTP/1.1 200 ")
             seen = len(fake_upstream.seen)
             with socket.create_connection(where, timeout=20) as extra:
                 extra.sendall(_request(host))
-                answer = _read_answer(extra)
+                answer = read_raw(extra)
                 assert extra.recv(1) == b""  # then the relay closes it
             head = answer.partition(b"\r\n\r\n")[0]
             assert head.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer
@@ -74,13 +53,13 @@ def test_past_the_cap_a_host_connection_gets_503(
             ), px.stderr
             # The open connections are still served.
             held[0].sendall(_request(host))
-            assert _read_answer(held[0]).startswith(b"HTTP/1.1 200 ")
+            assert read_raw(held[0]).startswith(b"HTTP/1.1 200 ")
             held.pop().close()
 
             def served() -> bool:
                 with socket.create_connection(where, timeout=20) as s:
                     s.sendall(_request(host))
-                    return _read_answer(s).startswith(b"HTTP/1.1 200 ")
+                    return read_raw(s).startswith(b"HTTP/1.1 200 ")
 
             assert wait_until(served, 10)  # a freed place is taken (once the relay saw it go)
         finally:

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.helpers.db import wait_until
+from tests.helpers.rawhttp import read_answer
 from tests.relay.conftest import FakeUpstream, Upstream
 from tests.relay.test_http_wire import H_JSON, http_raw, rpc
 
@@ -39,24 +40,7 @@ def raw_head(origin: str, request: bytes) -> tuple[bytes, bytes]:
     u = urlsplit(origin)
     with socket.create_connection((u.hostname, u.port), timeout=20) as s:
         s.sendall(request)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            got = s.recv(65536)
-            if not got:
-                break
-            data += got
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        while len(body) < length:
-            got = s.recv(65536)
-            if not got:
-                break
-            body += got
-    return head, body
+        return read_answer(s)
 
 
 def header_names(head: bytes) -> list[bytes]:
