@@ -52,15 +52,7 @@ class Body(FakeBody):
         return all(isinstance(s, bytes) for s in self.steps)
 
     async def readany(self) -> bytes:
-        while self.steps:
-            step = self.steps.popleft()
-            if isinstance(step, float | int):
-                await asyncio.sleep(step)
-            elif isinstance(step, BaseException):
-                raise step
-            elif step:
-                return step
-        return b""
+        return await self.next_chunk()
 
 
 class Upstream(FakeUpstream):

@@ -58,7 +58,8 @@ class FakeBody:
     def at_eof(self) -> bool:
         return not self.steps
 
-    async def iter_any(self) -> AsyncIterator[bytes]:
+    async def next_chunk(self) -> bytes:
+        """The next chunk of bytes (pauses waited out, errors raised); ``b""`` at the end."""
         while self.steps:
             step = self.steps.popleft()
             if isinstance(step, float | int):
@@ -66,7 +67,12 @@ class FakeBody:
             elif isinstance(step, BaseException):
                 raise step
             elif step:
-                yield step
+                return step
+        return b""
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        while chunk := await self.next_chunk():
+            yield chunk
         self.read_all = True
 
 
