@@ -477,3 +477,48 @@ def crossed(values: list[str]) -> list[Any]:
             pytest.param(value, first, second, id=f"{value}-{first}-to-{second}", marks=marks)
         )
     return out
+
+
+# --------------------------------------------------------------------------- test servers
+@pytest.fixture(scope="session", autouse=True)
+def _test_servers_fork_from_a_zygote() -> Iterator[None]:
+    """This worker's Python test servers fork from one process that imported ``mcp`` once
+    (``tests/helpers/forkserver.py``): ``server_argv`` runs them through the launcher it names
+    in ``MCPTAPE_TEST_SERVER_PYTHON``. Not waited for: until the zygote listens, the launcher
+    runs the real interpreter. ``MCPTAPE_TEST_SERVER_PYTHON`` set already (to an interpreter)
+    wins: no zygote."""
+    import subprocess
+
+    from mcp_proxy.testing.process import SERVER_PYTHON_ENV
+    from tests.helpers.forkserver import write_launcher
+
+    if os.environ.get(SERVER_PYTHON_ENV):
+        yield
+        return
+    folder = Path(tempfile.mkdtemp(prefix="mcptape-forks-"))
+    sock = folder / "zygote.sock"
+    zygote = subprocess.Popen(
+        [sys.executable, "-m", "tests.helpers.forkserver", str(sock)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    before = os.environ.get(SERVER_PYTHON_ENV)
+    os.environ[SERVER_PYTHON_ENV] = str(write_launcher(folder / "python", sock))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(SERVER_PYTHON_ENV, None)
+        else:
+            os.environ[SERVER_PYTHON_ENV] = before
+        assert zygote.stdin is not None
+        zygote.stdin.close()
+        try:
+            zygote.wait(10)
+        except subprocess.TimeoutExpired:
+            zygote.kill()
+            zygote.wait()
+        for leftover in folder.iterdir():
+            leftover.unlink()
+        folder.rmdir()

@@ -15,6 +15,7 @@ import ast
 import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,9 +205,17 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
+@lru_cache(maxsize=1024)
+def parsed(path: Path) -> tuple[str, ast.Module]:
+    """``path``'s source and syntax tree, parsed once for the several checks that read every
+    module (the trees are only read, never changed)."""
+    source = path.read_text(encoding="utf-8")
+    return source, ast.parse(source, filename=str(path))
+
+
 def imports_of(path: Path, module: str) -> set[str]:
     """Every module name ``path`` imports (relative imports resolved against ``module``)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = parsed(path)[1]
     is_pkg = path.name == "__init__.py"
     out: set[str] = set()
     for node in ast.walk(tree):
@@ -346,7 +355,7 @@ def private_uses(root: Path) -> list[str]:
     found: list[str] = []
     for path in sorted(f for p in project for f in (root / p).rglob("*.py")):
         module = module_name(path, root)
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = parsed(path)[1]
         _PrivateScan(root, module, path.name == "__init__.py", project, found).scope(tree, {})
     return sorted(set(found))
 
@@ -375,11 +384,11 @@ def shape_problems(root: Path) -> list[str]:
     for pkg in PACKAGES:
         for path in sorted((root / pkg).rglob("*.py")) if (root / pkg).is_dir() else ():
             rel = path.relative_to(root).as_posix()
-            source = path.read_text(encoding="utf-8")
+            source, tree = parsed(path)
             lines = source.count("\n")
             if lines > MAX_LINES and rel not in DATA_TABLES:
                 out.append(f"{rel}: {lines} lines (limit ~{MAX_LINES - 20})")
-            for node in ast.walk(ast.parse(source)):
+            for node in ast.walk(tree):
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                     depth = _depth(node)
                     if depth > MAX_DEPTH:
@@ -393,7 +402,7 @@ def big_classes(root: Path) -> list[str]:
     for room in PIPELINE:
         for path in sorted((root / room).rglob("*.py")) if (root / room).is_dir() else ():
             rel = path.relative_to(root).as_posix()
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for node in ast.walk(parsed(path)[1]):
                 if isinstance(node, ast.ClassDef):
                     size = (node.end_lineno or node.lineno) - node.lineno + 1
                     if size > MAX_CLASS_LINES:

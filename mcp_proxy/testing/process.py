@@ -22,6 +22,7 @@ from mcp_proxy.osutil import stop_process
 
 __all__ = [
     "READY_PREFIX",
+    "SERVER_PYTHON_ENV",
     "ServerStartError",
     "server_argv",
     "start_http_server",
@@ -30,6 +31,11 @@ __all__ = [
 
 READY_PREFIX = "MCPTAPE_TEST_SERVER_READY"
 """The first word of the line an HTTP test server prints on stderr once it accepts connections."""
+
+SERVER_PYTHON_ENV = "MCPTAPE_TEST_SERVER_PYTHON"
+"""The interpreter ``server_argv`` runs test servers with when none is given (default: this
+process's): a test suite may name a launcher that starts them faster (mcptape's own suite forks
+them from a process that imported ``mcp`` once, ``tests/helpers/forkserver.py``)."""
 
 Transport = Literal["stdio", "http", "sse"]
 
@@ -59,7 +65,8 @@ def server_argv(
     than being re-typed in every test.
     """
     spec = presets if isinstance(presets, str) else ",".join(presets)
-    argv = [python or sys.executable, "-m", "mcp_proxy.testing.server", "--preset", spec]
+    python = python or os.environ.get(SERVER_PYTHON_ENV) or sys.executable
+    argv = [python, "-m", "mcp_proxy.testing.server", "--preset", spec]
     argv += ["--transport", transport]
     if transport != "stdio":
         argv += ["--host", host, "--port", str(port)]
