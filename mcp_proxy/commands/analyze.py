@@ -238,32 +238,41 @@ def stats(
     by_name: Annotated[
         bool, typer.Option("--by-name", help="Split tools/call, prompts/get… by tool/prompt/URI.")
     ] = False,
+    recompute: Annotated[
+        bool,
+        typer.Option(
+            "--recompute", help="Re-read the sessions even if stored numbers are current."
+        ),
+    ] = False,
 ) -> None:
     """Per-method counts, error rates and latency p50/p95/p99 (one session or across many)."""
     json_errors(fmt)
     since_ts, max_rows = parse_time(since), check_limit(limit)
-    from mcp_proxy.analysis.service import sessions_stats
+    from mcp_proxy.analysis.service import stats_of_sessions
     from mcp_proxy.render import cli_name
 
-    async def go() -> tuple[list[dict[str, Any]], Any, list[dict[str, Any]]]:
+    # The sessions through the driver; their numbers as stored when each ended (recomputed
+    # first only when stale), so a big session costs a read, not a pass over its frames.
+    url, direct = open_direct(db)
+    with direct:
+        rows: list[dict[str, Any]] = []
+        if sessions:
+            for ref in sessions:
+                s = direct.resolve_session(ref)
+                if all(r["id"] != s["id"] for r in rows):
+                    rows.append(s)
+        else:
+            rows = direct.list_sessions(name=name, since=since_ts, limit=max_rows)
+    table = stats_of_sessions(url, rows, by_name=by_name, recompute=recompute)
+
+    async def go() -> list[dict[str, Any]]:
         store = await open_store(db)
         try:
-            rows: list[dict[str, Any]] = []
-            if sessions:
-                for ref in sessions:
-                    s = await store.resolve_session(ref)
-                    if all(r["id"] != s["id"] for r in rows):
-                        rows.append(s)
-            else:
-                rows = await store.list_sessions(name=name, since=since_ts, limit=max_rows)
-            # One session analysed at a time, only its per-method numbers kept.
-            table = await sessions_stats(store, rows, by_name=by_name)
-            costs = [c for s in rows if (c := await _context_cost(store, s["id"])) is not None]
-            return rows, table, costs
+            return [c for s in rows if (c := await _context_cost(store, s["id"])) is not None]
         finally:
             await store.close()
 
-    rows, table, costs = asyncio.run(go())
+    costs = asyncio.run(go())
     if fmt == Format.json:
         print(
             json.dumps(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mcp_proxy.errors import NotFoundError, StoreError
@@ -27,6 +27,7 @@ from mcp_proxy.store.rows import (
     FINDING_COLUMNS,
     JSON_COLUMNS,
     SESSION_COLUMNS,
+    SESSION_STATS_COLUMNS,
     storable,
 )
 from mcp_proxy.store.writer import sqlite_file
@@ -35,7 +36,6 @@ __all__ = ["DirectStore"]
 
 _SUMMARY = "analysis.summary"
 _FINDING_SELECT = f"SELECT id, {', '.join(FINDING_COLUMNS)} FROM findings"
-_FINDINGS_JSON = JSON_COLUMNS["findings"]
 
 
 class DirectStore:
@@ -147,6 +147,27 @@ class DirectStore:
             raise NotFoundError(f"no session matches {ref!r} (an id prefix or a session name)")
         return rows[0]
 
+    def list_sessions(
+        self, *, name: str | None = None, since: float | None = None, limit: int | None = 50
+    ) -> list[dict[str, Any]]:
+        """Sessions newest first (as the async store's ``list_sessions``)."""
+        where: list[str] = []
+        args: list[Any] = []
+        if name is not None:
+            where.append("name = ?")
+            args.append(name)
+        if since is not None:
+            where.append("started_at >= ?")
+            args.append(since)
+        sql = f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY started_at DESC, id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        return self._dicts("sessions", sql, args)
+
     def http_exchanges(self, session_id: str) -> list[dict[str, Any]]:
         return self._dicts(
             "http_exchanges",
@@ -171,7 +192,55 @@ class DirectStore:
         )
         return rows[0] if rows else None
 
+    def session_stats(self, session_id: str) -> dict[str, Any] | None:
+        """The session's stored ``session_stats`` row (None: never stored)."""
+        rows = self._dicts(
+            "session_stats",
+            f"SELECT {', '.join(SESSION_STATS_COLUMNS)} FROM session_stats WHERE session_id = ?",
+            (session_id,),
+        )
+        return rows[0] if rows else None
+
     # ------------------------------------------------------------------ writing
+    def replace_session_stats(self, row: dict[str, Any]) -> None:
+        """Store a session's ``session_stats`` row in place of any earlier one, in one
+        transaction (the session row locked first on PostgreSQL, as for the findings)."""
+        m = "%s" if self.pg else "?"
+        sid = row["session_id"]
+        values = tuple(self._value("session_stats", c, row.get(c)) for c in SESSION_STATS_COLUMNS)
+        delete = f"DELETE FROM session_stats WHERE session_id = {m}"
+        insert = (
+            f"INSERT INTO session_stats ({', '.join(SESSION_STATS_COLUMNS)})"
+            f" VALUES ({', '.join([m] * len(SESSION_STATS_COLUMNS))})"
+        )
+
+        def swap(cur: Any) -> None:
+            cur.execute(delete, (sid,))
+            cur.execute(insert, values)
+
+        self._transaction(sid, swap)
+
+    def _transaction(self, session_id: str, work: Callable[[Any], None]) -> None:
+        """``work(cursor)`` in one write transaction, the session row locked first
+        (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serialises writers)."""
+        conn = self.conn
+        try:
+            if self.pg:
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.execute("SELECT id FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+                    work(cur)
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                work(conn)
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except self.error as exc:
+            raise StoreError(error_line(exc)) from exc
+
     def replace_analyzer_findings(self, session_id: str, rows: list[dict[str, Any]]) -> None:
         """Swap a session's analyzer findings for ``rows`` in one transaction, the session row
         locked first (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serialises
@@ -181,24 +250,10 @@ class DirectStore:
             f"INSERT INTO findings ({', '.join(FINDING_COLUMNS)})"
             f" VALUES ({', '.join([m] * len(FINDING_COLUMNS))})"
         )
-        values = [tuple(self._value(c, r.get(c)) for c in FINDING_COLUMNS) for r in rows]
-        conn = self.conn
-        try:
-            if self.pg:
-                with conn.transaction(), conn.cursor() as cur:
-                    cur.execute("SELECT id FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
-                    self._swap(cur, session_id, insert, values)
-                return
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._swap(conn, session_id, insert, values)
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        except self.error as exc:
-            raise StoreError(error_line(exc)) from exc
+        values = [
+            tuple(self._value("findings", c, r.get(c)) for c in FINDING_COLUMNS) for r in rows
+        ]
+        self._transaction(session_id, lambda cur: self._swap(cur, session_id, insert, values))
 
     def _swap(self, cur: Any, session_id: str, insert: str, values: list[tuple[Any, ...]]) -> None:
         m = "%s" if self.pg else "?"
@@ -208,8 +263,8 @@ class DirectStore:
         if values:
             cur.executemany(insert, values)
 
-    def _value(self, name: str, value: Any) -> Any:
-        if name in _FINDINGS_JSON:  # None as JSON ``null``, as ``sa.JSON`` writes it
+    def _value(self, table: str, name: str, value: Any) -> Any:
+        if name in JSON_COLUMNS[table]:  # None as JSON ``null``, as ``sa.JSON`` writes it
             if self.pg:
                 from psycopg.types.json import Json
 
