@@ -8,11 +8,10 @@ latency percentiles for one session or many. Exit codes are documented in
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,9 +22,11 @@ from mcp_proxy.commands.common import (
     check_limit,
     json_errors,
     open_direct,
-    open_store,
     parse_time,
 )
+
+if TYPE_CHECKING:
+    from mcp_proxy.store.direct import DirectStore
 
 #: Tools named by ``stats`` under each session's context cost, the dearest first.
 STATS_TOP_TOOLS = 10
@@ -177,21 +178,21 @@ def check(
         )
 
 
-async def _context_cost(store: Any, session_id: str) -> dict[str, Any] | None:
+def _context_cost(store: DirectStore, session_id: str) -> dict[str, Any] | None:
     """What the session's last answered ``tools/list`` costs a model's context (estimated,
     :mod:`mcp_proxy.tokens`); None when the session has none."""
     from mcp_proxy import tokens
     from mcp_proxy.limits import COST_PARSE_LIMIT
     from mcp_proxy.render import parse_json_safely
 
-    answered = await store.tools_list_answers(session_id)
+    answered = store.tools_list_answers(session_id)
     if not answered:
         return None
     last = answered[-1]
     result = None
     if int(last["size"]) <= COST_PARSE_LIMIT:
-        frame = await store.frame(session_id, last["seq"])
-        msg = parse_json_safely(frame["raw"]) if frame else None
+        raw = store.frame_raw(session_id, last["seq"])
+        msg = parse_json_safely(raw) if raw is not None else None
         result = msg.get("result") if isinstance(msg, dict) else None
     cost = tokens.listing_cost(int(last["size"]), result, len(answered))
     if cost["tools"] is not None:
@@ -251,8 +252,9 @@ def stats(
     from mcp_proxy.analysis.service import stats_of_sessions
     from mcp_proxy.render import cli_name
 
-    # The sessions through the driver; their numbers as stored when each ended (recomputed
-    # first only when stale), so a big session costs a read, not a pass over its frames.
+    # Through the driver (no event loop, no async store: on SQLite no SQLAlchemy); each
+    # session's numbers as stored when it ended (recomputed first only when stale), so a big
+    # session costs a read, not a pass over its frames.
     url, direct = open_direct(db)
     with direct:
         rows: list[dict[str, Any]] = []
@@ -263,16 +265,8 @@ def stats(
                     rows.append(s)
         else:
             rows = direct.list_sessions(name=name, since=since_ts, limit=max_rows)
+        costs = [c for s in rows if (c := _context_cost(direct, s["id"])) is not None]
     table = stats_of_sessions(url, rows, by_name=by_name, recompute=recompute)
-
-    async def go() -> list[dict[str, Any]]:
-        store = await open_store(db)
-        try:
-            return [c for s in rows if (c := await _context_cost(store, s["id"])) is not None]
-        finally:
-            await store.close()
-
-    costs = asyncio.run(go())
     if fmt == Format.json:
         print(
             json.dumps(

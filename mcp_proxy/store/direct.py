@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mcp_proxy.errors import NotFoundError, StoreError
+from mcp_proxy.store.columns import ANSWERS_SQL, responses_only
 from mcp_proxy.store.engine import error_line, sqlite_connect
 from mcp_proxy.store.rows import (
     EXCHANGE_COLUMNS,
@@ -87,14 +89,18 @@ class DirectStore:
         self.close()
 
     # ------------------------------------------------------------------ reading
-    def _dicts(self, table: str, sql: str, args: Sequence[Any]) -> list[dict[str, Any]]:
+    def _dicts(
+        self, table: str, sql: str, args: Sequence[Any] | Mapping[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Rows as dicts; ``args`` by position (``?``) or by name (``:name``)."""
         js = JSON_COLUMNS.get(table, frozenset())
+        named = isinstance(args, Mapping)
         if self.pg:
-            sql = sql.replace("?", "%s")
+            sql = re.sub(r":(\w+)", r"%(\1)s", sql) if named else sql.replace("?", "%s")
         try:
             cur = self.conn.cursor()
             try:
-                cur.execute(sql, tuple(args))
+                cur.execute(sql, dict(args) if isinstance(args, Mapping) else tuple(args))
                 names = [d[0] for d in cur.description]
                 rows = cur.fetchall()
             finally:
@@ -191,6 +197,22 @@ class DirectStore:
             (session_id, _SUMMARY),
         )
         return rows[0] if rows else None
+
+    def tools_list_answers(self, session_id: str, limit: int = 20) -> list[dict[str, Any]]:
+        """As the async store's (the same query, :data:`~mcp_proxy.store.columns.ANSWERS_SQL`):
+        the responses to the session's first ``limit`` ``tools/list`` requests."""
+        args = {"sid": session_id, "method": "tools/list", "limit": limit}
+        return responses_only(self._dicts("frames", ANSWERS_SQL, args))
+
+    def frame_raw(self, session_id: str, seq: int) -> bytes | None:
+        """A frame's stored bytes (None: no such frame)."""
+        rows = self._dicts(
+            "frames",
+            "SELECT raw FROM frame_rows WHERE session_key ="
+            " (SELECT key FROM session_keys WHERE id = ?) AND seq = ?",
+            (session_id, seq),
+        )
+        return bytes(rows[0]["raw"]) if rows else None
 
     def session_stats(self, session_id: str) -> dict[str, Any] | None:
         """The session's stored ``session_stats`` row (None: never stored)."""
