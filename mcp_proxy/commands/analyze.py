@@ -2,7 +2,7 @@
 
 ``check`` prints a session's findings and exits non-zero when any reaches ``--fail-on``, so a CI
 job can record a session and gate on it. ``stats`` prints per-method counts, error rates and
-latency percentiles for one session or many. Exit codes are documented in
+latency percentiles for one session or many, from the numbers stored when each session ended. Exit codes are documented in
 ``docs/cli-exit-codes.md``.
 """
 
@@ -246,7 +246,11 @@ def stats(
         ),
     ] = False,
 ) -> None:
-    """Per-method counts, error rates and latency p50/p95/p99 (one session or across many)."""
+    """Per-method counts, error rates and latency p50/p95/p99 (one session or across many).
+
+    The numbers are those stored when each session ended; a session without current ones (or
+    every session, with --recompute) is read again first, and its numbers stored.
+    """
     json_errors(fmt)
     since_ts, max_rows = parse_time(since), check_limit(limit)
     from mcp_proxy.analysis.service import stats_of_sessions
