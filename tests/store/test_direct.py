@@ -172,3 +172,26 @@ def test_tools_list_answers_and_sessions_are_the_async_stores(db_url: str) -> No
         assert d.frame_raw(sid, answers[-1]) == bytes(raw) and b'"b"' in bytes(raw)
         assert d.frame_raw(sid, 10_000) is None
         assert d.list_sessions(limit=5) == listed and d.list_sessions(name="nope") == []
+
+
+def test_the_answers_query_stays_on_the_method_and_id_indexes(tmp_path: Any) -> None:
+    """On SQLite the query must not walk the session's ``(session_key, seq)`` index for the
+    requests or their answers (a million-frame session's every row: 1.3 s for ``stats``)."""
+    import sqlite3
+
+    from mcp_proxy.store.columns import ANSWERS_SQL
+    from mcp_proxy.store.engine import ensure_schema
+
+    url = "sqlite:///" + str(tmp_path / "plan.db")
+    ensure_schema(url)
+    conn = sqlite3.connect(tmp_path / "plan.db")
+    try:
+        args = {"sid": SID, "method": "tools/list", "limit": 20}
+        plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + ANSWERS_SQL, args)]
+    finally:
+        conn.close()
+    searches = [p for p in plan if "frame_rows" in p or p.startswith("SEARCH g")]
+    assert any("ix_frames_session_method" in p for p in searches), plan
+    assert any("ix_frames_session_msgid" in p for p in searches), plan
+    assert not any("uq_frames_session_seq (session_key=?)" in p for p in plan), plan
+    assert not any("seq>?" in p for p in plan), plan
