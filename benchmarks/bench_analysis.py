@@ -5,8 +5,8 @@
     uv run python benchmarks/bench_analysis.py --keep DIR   # keep (and reuse) the database
 
 The session is written into a temporary SQLite database through the recorder process
-(``RecorderClient``, what ``mcptape record`` runs: it stores the session's findings once the
-session ended): 2026-07-28 stdio traffic, per call a ``tools/call`` with the full
+(``RecorderClient``, what ``mcptape record`` runs: it stores the session's per-method numbers and
+findings once the session ended): 2026-07-28 stdio traffic, per call a ``tools/call`` with the full
 ``_meta`` envelope, a progress notification, a log and the result, with some JSON-RPC errors,
 ``isError`` results, stderr chatter and a few requests left unanswered, so that findings are
 written too. Then each command runs as the real CLI in its own process, and its wall time and
@@ -17,7 +17,8 @@ peak RSS (``wait4``) are printed against the targets of the performance issue:
 - ``check --recompute`` — analyse the whole session and store its findings (after an analyzer
   upgrade);
 - ``check (current)`` — findings already current: a read;
-- ``stats`` — per-method numbers (one streaming pass);
+- ``stats`` — per-method numbers: read from those the recorder process stored when the session
+  ended (``session_stats``; ``stats --recompute`` is the one streaming pass);
 - ``show -x`` — the exchanges, printed to a pipe as the streaming pass resolves them (one
   bounded pass, like ``check --recompute``, plus a bounded reorder buffer).
 

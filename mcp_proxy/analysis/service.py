@@ -16,11 +16,12 @@ Entry points:
   the caller considers too big (the dashboard);
 - :func:`session_analysis` — the full :class:`~mcp_proxy.analysis.Analysis` (exchanges, chains,
   findings, facts), computed now; stores its findings when the stored ones are stale;
-- :func:`sessions_stats` — per-method numbers over one or many sessions: what ``mcptape stats``
-  prints;
+- :func:`stats_of_sessions` — per-method numbers over one or many sessions: what ``mcptape
+  stats`` prints, read from ``session_stats`` (stored when a session ends) and recomputed first
+  only when stale; :func:`sessions_stats` is it for an event loop (the dashboard);
 - :func:`refresh` — force a recomputation;
-- :func:`settle` — store an ended session's findings if they are not current (the recorder
-  process, when a session ends).
+- :func:`settle` — store an ended session's numbers and findings if they are not current (the
+  recorder process, when a session ends).
 
 The analysis itself is CPU work; ``threaded=True`` runs it in a worker thread so that an event
 loop serving pages keeps answering meanwhile.
@@ -32,7 +33,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.analysis.catalogue import SUMMARY_CODE
@@ -44,6 +45,7 @@ from mcp_proxy.analysis.stats import (
     MethodStats,
     StatsKey,
     StatsPass,
+    StoredMethod,
     merge_stats,
     sorted_stats,
 )
@@ -78,10 +80,14 @@ __all__ = [
     "refresh",
     "session_analysis",
     "session_findings",
+    "session_stats",
     "session_view",
     "sessions_stats",
     "settle",
     "sort_rows",
+    "stats_fresh",
+    "stats_of_sessions",
+    "stats_row",
     "stream_analysis",
     "stream_exchanges",
 ]
@@ -415,19 +421,82 @@ async def findings_view(
 async def sessions_stats(
     store: Store, sessions: Iterable[dict[str, Any]], *, by_name: bool = False
 ) -> list[MethodStats]:
+    """:func:`stats_of_sessions` for an event loop (the dashboard): in a worker thread, through
+    the driver, on the async store's database."""
+    return await asyncio.to_thread(stats_of_sessions, store.url, list(sessions), by_name=by_name)
+
+
+def stats_of_sessions(
+    url: str,
+    sessions: Iterable[dict[str, Any]],
+    *,
+    by_name: bool = False,
+    recompute: bool = False,
+) -> list[MethodStats]:
     """Per-method numbers over these sessions, busiest host methods first (``mcptape stats``).
 
-    Each session is read in one streaming pass through the one pairing
-    (:func:`stream_stats`: only pending requests and the reorder look-ahead in memory); only
-    its per-method numbers are kept, so many sessions cost the memory of one.
+    Each session's numbers are read from ``session_stats`` (stored when the session ended); a
+    session whose stored numbers are missing or stale (another analyzer version, new frames, a
+    new ending), or all of them with ``recompute``, is read in one streaming pass
+    (:func:`stream_stats`) and its numbers stored. Either way they reach the table through their
+    stored form (:meth:`~mcp_proxy.analysis.stats.MethodStats.stored`), so what is printed is
+    the same whether it was read or recomputed; latencies pool exactly (histograms).
     """
-    parts = []
-    for s in sessions:
-        http = await store.http_exchanges(s["id"])
-        view = session_view(s)
-        view["fault_end"] = fault_end(await store.recorded_findings(s["id"]))
-        parts.append(await asyncio.to_thread(stream_stats, store.url, view, http, by_name=by_name))
-    return sorted_stats(merge_stats(parts))
+    with DirectStore(url) as store:
+
+        def each() -> Iterator[dict[StatsKey, MethodStats]]:
+            for s in sessions:
+                for row in session_stats(store, url, s, recompute=recompute):
+                    st = MethodStats.from_stored(row, by_name=by_name)
+                    yield {(st.direction, st.method, st.name): st}
+
+        return sorted_stats(merge_stats(each()))
+
+
+def stats_row(session: dict[str, Any], stats: dict[StatsKey, MethodStats]) -> dict[str, Any]:
+    """The ``session_stats`` row of a session's per-method numbers (by name), stamped with what
+    they were computed from (:func:`fingerprint`)."""
+    return {
+        "session_id": session["id"],
+        "analyzer_version": ANALYZER_VERSION,
+        "fingerprint": json.dumps(fingerprint(session), sort_keys=True),
+        "methods": [st.stored() for st in sorted_stats(stats)],
+        "created_at": time.time(),
+    }
+
+
+def stats_fresh(session: dict[str, Any], row: Mapping[str, Any] | None) -> bool:
+    """True when a stored ``session_stats`` row was computed from this session as it is now."""
+    if row is None or row.get("analyzer_version") != ANALYZER_VERSION:
+        return False
+    try:
+        return bool(json.loads(row.get("fingerprint") or "") == fingerprint(session))
+    except ValueError:
+        return False
+
+
+def session_stats(
+    store: DirectStore, url: str, session: dict[str, Any], *, recompute: bool = False
+) -> list[StoredMethod]:
+    """A session's per-method numbers (by name) as stored: the stored row when it is current,
+    else one streaming pass, stored unless the session is still live (a database that cannot
+    be written still gets its numbers)."""
+    sid = str(session["id"])
+    row = None if recompute else store.session_stats(sid)
+    if row is not None and stats_fresh(session, row):
+        methods: list[StoredMethod] = row["methods"]
+        return methods
+    view = session_view(session)
+    view["fault_end"] = fault_end(store.recorded_findings(sid))
+    stats = stream_stats(url, view, store.http_exchanges(sid), by_name=True)
+    fresh = stats_row(session, stats)
+    if view["status"] != "live":
+        try:
+            store.replace_session_stats(fresh)
+        except StoreError as exc:
+            log.warning("could not store the stats of %s: %s", sid, exc)
+    stored: list[StoredMethod] = fresh["methods"]
+    return stored
 
 
 #: Frames read per query by the streaming statistics.
@@ -439,7 +508,8 @@ def stream_stats(
 ) -> dict[StatsKey, MethodStats]:
     """One session's per-method numbers, its frames streamed from the store through one
     :class:`~mcp_proxy.analysis.stats.StatsPass` (``session`` as :func:`session_view` gives it,
-    with its ``fault_end``)."""
+    with its ``fault_end``): the one way they are computed (:func:`session_stats`, and the
+    recorder process when a session ends, :func:`settle`)."""
     p = StatsPass(session, http_rows, by_name=by_name)
     sid = str(session["id"])
     with gc_paused():
@@ -450,20 +520,25 @@ def stream_stats(
 
 
 def settle(url: str, session_id: str) -> bool:
-    """Store the findings of a session that ended, unless current ones are stored: what the
-    recorder process does once a session's rows are written (``mcp_proxy.recorder_process``),
-    so that the first ``check`` is a read. True when it analysed the session.
+    """Store the per-method numbers and the findings of a session that ended, unless current
+    ones are stored: what the recorder process does once a session's rows are written
+    (``mcp_proxy.recorder_process``), so that the first ``stats`` and the first ``check`` are
+    reads. True when it analysed the session.
 
-    Through the driver (:class:`~mcp_proxy.store.direct.DirectStore`) and the bounded
-    :func:`stream_analysis`, with no event loop: on SQLite the recorder process imports no
-    SQLAlchemy for it (the async store's start-up cost more CPU than a small session's
-    analysis, in every ``mcptape record``)."""
+    The numbers first (one streaming pass, :func:`session_stats`: the cheaper of the two), then
+    the findings (the bounded :func:`stream_analysis`). Through the driver
+    (:class:`~mcp_proxy.store.direct.DirectStore`), with no event loop: on SQLite the recorder
+    process imports no SQLAlchemy for it (the async store's start-up cost more CPU than a small
+    session's analysis, in every ``mcptape record``)."""
     with DirectStore(url) as store:
         session = store.session(session_id)
         if session is None or session_status(session) == "live":
             return False
+        analysed = not stats_fresh(session, store.session_stats(session_id))
+        if analysed:
+            session_stats(store, url, session, recompute=True)
         if is_fresh(session, store.analysis_summary(session_id)):
-            return False
+            return analysed
         _refresh_direct(store, url, session)
         return True
 

@@ -1,7 +1,10 @@
 """Per-method numbers from exchanges: counts, error rates, latency percentiles.
 
-Percentiles use the nearest-rank method on the exact latencies (no histogram buckets): a
-recording is small enough to keep every value, and nearest-rank returns a latency that really
+Percentiles use the nearest-rank method on the exact latencies (no coarse buckets): each
+method keeps its latencies as an exact histogram (every distinct value and how many times it
+happened: latencies are whole microseconds, so a busy method repeats its values), which pools
+across sessions without losing a value and stores compactly (``session_stats``, written when a
+session ends: :mod:`mcp_proxy.analysis.service`). Nearest-rank returns a latency that really
 happened, which is what a person comparing two runs expects to see.
 """
 
@@ -10,7 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import chain, repeat
+from typing import Any, TypedDict
 
 from mcp_proxy.analysis.exchanges import Pairing
 from mcp_proxy.analysis.facts import Decoder, FactsBuilder, Injected
@@ -18,13 +22,49 @@ from mcp_proxy.analysis.model import Exchange, Msg, Outcome
 from mcp_proxy.analysis.reorder import Mark
 from mcp_proxy.analysis.tasks import TASK_NOTIFICATIONS
 
+#: An exact histogram: each distinct value (ms) and how many times it happened.
+Histogram = dict[float, int]
 
-def percentile(sorted_values: list[float], p: float) -> float | None:
-    """Nearest-rank percentile of already sorted values (None for no values)."""
-    if not sorted_values:
-        return None
-    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
-    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+def _add_all(into: Histogram, other: Histogram) -> None:
+    for v, c in other.items():
+        into[v] = into.get(v, 0) + c
+
+
+def summary(hist: Histogram) -> dict[str, Any]:
+    """p50/p95/p99 (nearest rank), mean, max and n of a histogram's values: exactly what the
+    sorted list of every value gives (the mean sums that list, in that order)."""
+    n = sum(hist.values())
+    if not n:
+        return {"p50": None, "p95": None, "p99": None, "mean": None, "max": None, "n": 0}
+    items = sorted(hist.items())
+    out: dict[str, Any] = {}
+    ranks = [(f"p{p}", max(1, math.ceil(p / 100 * n))) for p in (50, 95, 99)]
+    seen = 0
+    for v, c in items:
+        seen += c
+        while ranks and ranks[0][1] <= seen:
+            out[ranks.pop(0)[0]] = v
+    total = sum(chain.from_iterable(repeat(v, c) for v, c in items))
+    return {**out, "mean": round(total / n, 3), "max": items[-1][0], "n": n}
+
+
+class StoredMethod(TypedDict):
+    """One method's numbers as ``session_stats.methods`` stores them (a JSON list of these):
+    the counts, and each histogram as ``[value, count]`` pairs in value order."""
+
+    direction: str
+    method: str
+    name: str | None
+    count: int
+    ok: int
+    errors: int
+    tool_errors: int
+    unanswered: int
+    cancelled: int
+    pending: int
+    latencies: list[list[float]]
+    task_durations: list[list[float]]
 
 
 @dataclass(slots=True)
@@ -41,10 +81,11 @@ class MethodStats:
     unanswered: int = 0  # no_response, lost, aborted
     cancelled: int = 0
     pending: int = 0
-    latencies: list[float] = field(default_factory=list)
-    #: tasks this method created that reached a terminal status: creation → end, in ms
-    #: (``latencies`` is the time to the task's handle)
-    task_durations: list[float] = field(default_factory=list)
+    #: every latency (ms) and how many exchanges had it
+    latencies: Histogram = field(default_factory=dict)
+    #: tasks this method created that reached a terminal status: creation → end, in ms, and how
+    #: many (``latencies`` is the time to the task's handle)
+    task_durations: Histogram = field(default_factory=dict)
 
     def add(self, ex: Exchange) -> None:
         self.count += 1
@@ -63,8 +104,10 @@ class MethodStats:
             self.pending += 1
         else:
             self.ok += 1
-        if ex.latency_ms is not None:
-            self.latencies.append(ex.latency_ms)
+        v = ex.latency_ms
+        if v is not None:
+            lat = self.latencies
+            lat[v] = lat.get(v, 0) + 1
 
     def merge(self, other: MethodStats) -> None:
         self.count += other.count
@@ -74,8 +117,8 @@ class MethodStats:
         self.unanswered += other.unanswered
         self.cancelled += other.cancelled
         self.pending += other.pending
-        self.latencies.extend(other.latencies)
-        self.task_durations.extend(other.task_durations)
+        _add_all(self.latencies, other.latencies)
+        _add_all(self.task_durations, other.task_durations)
 
     @property
     def answered(self) -> int:
@@ -92,7 +135,6 @@ class MethodStats:
         return self.errors / self.answered if self.answered else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        lat = sorted(self.latencies)
         out = {
             "direction": self.direction,
             "method": self.method,
@@ -105,30 +147,46 @@ class MethodStats:
             "cancelled": self.cancelled,
             "pending": self.pending,
             "error_rate": round(self.error_rate, 4),
-            "latency_ms": {
-                "p50": percentile(lat, 50),
-                "p95": percentile(lat, 95),
-                "p99": percentile(lat, 99),
-                "mean": round(sum(lat) / len(lat), 3) if lat else None,
-                "max": lat[-1] if lat else None,
-                "n": len(lat),
-            },
+            "latency_ms": summary(self.latencies),
         }
         if self.task_durations:
-            out["task_ms"] = _summary(sorted(self.task_durations))
+            out["task_ms"] = summary(self.task_durations)
         return out
 
+    def stored(self) -> StoredMethod:
+        """These numbers as ``session_stats`` stores them (:meth:`from_stored` reads them)."""
+        return {
+            "direction": self.direction,
+            "method": self.method,
+            "name": self.name,
+            "count": self.count,
+            "ok": self.ok,
+            "errors": self.errors,
+            "tool_errors": self.tool_errors,
+            "unanswered": self.unanswered,
+            "cancelled": self.cancelled,
+            "pending": self.pending,
+            "latencies": [[v, c] for v, c in sorted(self.latencies.items())],
+            "task_durations": [[v, c] for v, c in sorted(self.task_durations.items())],
+        }
 
-def _summary(values: list[float]) -> dict[str, Any]:
-    """p50/p95/p99/mean/max/n of sorted values."""
-    return {
-        "p50": percentile(values, 50),
-        "p95": percentile(values, 95),
-        "p99": percentile(values, 99),
-        "mean": round(sum(values) / len(values), 3),
-        "max": values[-1],
-        "n": len(values),
-    }
+    @classmethod
+    def from_stored(cls, row: StoredMethod, *, by_name: bool = True) -> MethodStats:
+        """A stored method's numbers (``by_name=False``: counted under the method alone)."""
+        return cls(
+            row["direction"],
+            row["method"],
+            row["name"] if by_name else None,
+            row["count"],
+            row["ok"],
+            row["errors"],
+            row["tool_errors"],
+            row["unanswered"],
+            row["cancelled"],
+            row["pending"],
+            {float(v): int(c) for v, c in row["latencies"]},
+            {float(v): int(c) for v, c in row["task_durations"]},
+        )
 
 
 StatsKey = tuple[str, str, str | None]
@@ -162,7 +220,8 @@ class MethodTable:
         st = self.stats.get(key)
         if st is None:
             st = self.stats[key] = MethodStats(ex.direction, ex.method, name)
-        st.task_durations.append(ex.task.duration_ms)
+        durations = st.task_durations
+        durations[ex.task.duration_ms] = durations.get(ex.task.duration_ms, 0) + 1
 
 
 _OUTCOME_KINDS = frozenset({"request", "response", "error", "batch"})

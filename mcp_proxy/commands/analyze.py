@@ -2,17 +2,16 @@
 
 ``check`` prints a session's findings and exits non-zero when any reaches ``--fail-on``, so a CI
 job can record a session and gate on it. ``stats`` prints per-method counts, error rates and
-latency percentiles for one session or many. Exit codes are documented in
+latency percentiles for one session or many, from the numbers stored when each session ended. Exit codes are documented in
 ``docs/cli-exit-codes.md``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,9 +22,11 @@ from mcp_proxy.commands.common import (
     check_limit,
     json_errors,
     open_direct,
-    open_store,
     parse_time,
 )
+
+if TYPE_CHECKING:
+    from mcp_proxy.store.direct import DirectStore
 
 #: Tools named by ``stats`` under each session's context cost, the dearest first.
 STATS_TOP_TOOLS = 10
@@ -177,21 +178,21 @@ def check(
         )
 
 
-async def _context_cost(store: Any, session_id: str) -> dict[str, Any] | None:
+def _context_cost(store: DirectStore, session_id: str) -> dict[str, Any] | None:
     """What the session's last answered ``tools/list`` costs a model's context (estimated,
     :mod:`mcp_proxy.tokens`); None when the session has none."""
     from mcp_proxy import tokens
     from mcp_proxy.limits import COST_PARSE_LIMIT
     from mcp_proxy.render import parse_json_safely
 
-    answered = await store.tools_list_answers(session_id)
+    answered = store.tools_list_answers(session_id)
     if not answered:
         return None
     last = answered[-1]
     result = None
     if int(last["size"]) <= COST_PARSE_LIMIT:
-        frame = await store.frame(session_id, last["seq"])
-        msg = parse_json_safely(frame["raw"]) if frame else None
+        raw = store.frame_raw(session_id, last["seq"])
+        msg = parse_json_safely(raw) if raw is not None else None
         result = msg.get("result") if isinstance(msg, dict) else None
     cost = tokens.listing_cost(int(last["size"]), result, len(answered))
     if cost["tools"] is not None:
@@ -238,32 +239,38 @@ def stats(
     by_name: Annotated[
         bool, typer.Option("--by-name", help="Split tools/call, prompts/get… by tool/prompt/URI.")
     ] = False,
+    recompute: Annotated[
+        bool,
+        typer.Option(
+            "--recompute", help="Re-read the sessions even if stored numbers are current."
+        ),
+    ] = False,
 ) -> None:
-    """Per-method counts, error rates and latency p50/p95/p99 (one session or across many)."""
+    """Per-method counts, error rates and latency p50/p95/p99 (one session or across many).
+
+    The numbers are those stored when each session ended; a session without current ones (or
+    every session, with --recompute) is read again first, and its numbers stored.
+    """
     json_errors(fmt)
     since_ts, max_rows = parse_time(since), check_limit(limit)
-    from mcp_proxy.analysis.service import sessions_stats
+    from mcp_proxy.analysis.service import stats_of_sessions
     from mcp_proxy.render import cli_name
 
-    async def go() -> tuple[list[dict[str, Any]], Any, list[dict[str, Any]]]:
-        store = await open_store(db)
-        try:
-            rows: list[dict[str, Any]] = []
-            if sessions:
-                for ref in sessions:
-                    s = await store.resolve_session(ref)
-                    if all(r["id"] != s["id"] for r in rows):
-                        rows.append(s)
-            else:
-                rows = await store.list_sessions(name=name, since=since_ts, limit=max_rows)
-            # One session analysed at a time, only its per-method numbers kept.
-            table = await sessions_stats(store, rows, by_name=by_name)
-            costs = [c for s in rows if (c := await _context_cost(store, s["id"])) is not None]
-            return rows, table, costs
-        finally:
-            await store.close()
-
-    rows, table, costs = asyncio.run(go())
+    # Through the driver (no event loop, no async store: on SQLite no SQLAlchemy); each
+    # session's numbers as stored when it ended (recomputed first only when stale), so a big
+    # session costs a read, not a pass over its frames.
+    url, direct = open_direct(db)
+    with direct:
+        rows: list[dict[str, Any]] = []
+        if sessions:
+            for ref in sessions:
+                s = direct.resolve_session(ref)
+                if all(r["id"] != s["id"] for r in rows):
+                    rows.append(s)
+        else:
+            rows = direct.list_sessions(name=name, since=since_ts, limit=max_rows)
+        costs = [c for s in rows if (c := _context_cost(direct, s["id"])) is not None]
+    table = stats_of_sessions(url, rows, by_name=by_name, recompute=recompute)
     if fmt == Format.json:
         print(
             json.dumps(

@@ -65,6 +65,38 @@ DIRECTION_NAMES: dict[int, str] = {v: k for k, v in DIRECTION_CODES.items()}
 CHANNEL_NAMES: dict[int, str] = {v: k for k, v in CHANNEL_CODES.items()}
 KIND_NAMES: dict[int, str] = {v: k for k, v in KIND_CODES.items()}
 
+#: The answers to a session's first ``:limit`` requests of ``:method`` (``tools/list``), in
+#: request order, one row each — ``seq``, ``kind`` and ``size`` of the first response or error
+#: the other side sent with the request's id after it — for ``stats``'s context cost (through
+#: the driver, ``store/direct.py``) and the dashboard's (through the async store): one query for
+#: both. Served by ``ix_frames_session_method`` and ``ix_frames_session_msgid``.
+ANSWERS_SQL = (
+    "SELECT f.seq AS seq, f.kind AS kind, f.size AS size FROM ("
+    " SELECT a.seq AS asked, (SELECT min(+g.seq) FROM frame_rows g"
+    "  WHERE g.session_key = a.session_key AND g.msg_id = a.msg_id AND g.msg_id IS NOT NULL"
+    f"  AND g.direction <> a.direction AND g.kind IN ({KIND_CODES['response']},"
+    f" {KIND_CODES['error']}) AND +g.seq > a.seq) AS answer"
+    " FROM (SELECT session_key, seq, direction, msg_id FROM frame_rows"
+    "  WHERE session_key = (SELECT key FROM session_keys WHERE id = :sid)"
+    "  AND method_code = (SELECT code FROM methods WHERE name = :method)"
+    f"  AND method_code IS NOT NULL AND kind = {KIND_CODES['request']}"
+    "  ORDER BY +seq LIMIT :limit) AS a"
+    ") AS p JOIN frame_rows f"
+    " ON f.session_key = (SELECT key FROM session_keys WHERE id = :sid) AND f.seq = p.answer"
+    " ORDER BY p.asked"
+)
+#: (The unary ``+`` on ``seq`` and the ``IS NOT NULL`` terms keep SQLite on the two partial
+#: indexes: on ``seq`` it would walk the session's ``(session_key, seq)`` index instead — a
+#: million-frame session's every row for a lookup of a few.)
+
+
+def responses_only(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of :data:`ANSWERS_SQL` that are responses (an error answers nothing to count),
+    with ``kind`` by name."""
+    response = KIND_CODES["response"]
+    return [{**r, "kind": "response"} for r in rows if r["kind"] == response]
+
+
 #: The physical frame columns after ``session_key``, in the order writers bind them: the
 #: recorder's ``FrameRow`` fields after ``session_id``, with the three strings as codes.
 STORED_FRAME_COLS: tuple[str, ...] = (

@@ -3,7 +3,7 @@
 What is kept: every session row as it is (its id too — that is what links a replay to its
 original through ``meta.replay_of``), its frames byte for byte with their sequence numbers, its
 HTTP exchanges (with the frames pointing at them: exchange ids are the destination's own and are
-mapped), its findings and its annotations.
+mapped), its findings, its stored statistics (``session_stats``) and its annotations.
 
 Idempotent, per session (a session is written whole in one transaction of the destination; small
 sessions share one, a big one has its own):
@@ -13,7 +13,8 @@ sessions share one, a big one has its own):
   left alone, except that annotations the source has and the destination lacks are added — so a
   note written in the team's dashboard survives a second ``db copy`` from a laptop;
 - a session whose traffic differs (copied while it was still recording) has its traffic
-  replaced — frames, exchanges, findings, the session row — and its annotations merged.
+  replaced — frames, exchanges, findings, stored statistics, the session row — and its
+  annotations merged.
 
 Running it twice copies nothing the second time. The destination is created (migrated) if it is
 empty; both sides must be at this mcptape's schema. Tables are read through the models, so the
@@ -39,6 +40,7 @@ from mcp_proxy.store.schema import (
     http_exchanges,
     key_of,
     session_keys,
+    session_stats,
     sessions,
 )
 from mcp_proxy.store.schema import methods as methods_t
@@ -209,7 +211,7 @@ def _copy_session(
     else:
         # Traffic changed (copied while live): replace it; annotations stay and are merged.
         dconn.execute(frame_rows.delete().where(frame_rows.c.session_key == key_of(sid)))
-        for table in (findings, http_exchanges):
+        for table in (findings, session_stats, http_exchanges):
             dconn.execute(table.delete().where(table.c.session_id == sid))
         fields = {k: v for k, v in row.items() if k != "id"}
         dconn.execute(sessions.update().where(sessions.c.id == sid).values(**fields))
@@ -219,6 +221,7 @@ def _copy_session(
     written = _copy_frames(sconn, dconn, sid, exchange_map, codes)
     result.frames += written
     result.findings += _copy_plain(sconn, dconn, findings, sid)
+    _copy_plain(sconn, dconn, session_stats, sid)  # (derived: recomputed when missing or stale)
     result.annotations += _merge_annotations(sconn, dconn, sid)
     return written
 
@@ -333,7 +336,8 @@ def _copy_frames(
 
 
 def _copy_plain(sconn: sa.Connection, dconn: sa.Connection, table: sa.Table, sid: str) -> int:
-    rows = _read(sconn, table, without_id=True, where=table.c.session_id == sid, order=table.c.id)
+    order = table.c.id if "id" in table.c else table.c.session_id
+    rows = _read(sconn, table, without_id=True, where=table.c.session_id == sid, order=order)
     if rows:
         dconn.execute(table.insert(), rows)
     return len(rows)

@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mcp_proxy.errors import NotFoundError, StoreError
+from mcp_proxy.store.columns import ANSWERS_SQL, responses_only
 from mcp_proxy.store.engine import error_line, sqlite_connect
 from mcp_proxy.store.rows import (
     EXCHANGE_COLUMNS,
     FINDING_COLUMNS,
     JSON_COLUMNS,
     SESSION_COLUMNS,
+    SESSION_STATS_COLUMNS,
     storable,
 )
 from mcp_proxy.store.writer import sqlite_file
@@ -35,7 +38,6 @@ __all__ = ["DirectStore"]
 
 _SUMMARY = "analysis.summary"
 _FINDING_SELECT = f"SELECT id, {', '.join(FINDING_COLUMNS)} FROM findings"
-_FINDINGS_JSON = JSON_COLUMNS["findings"]
 
 
 class DirectStore:
@@ -87,14 +89,18 @@ class DirectStore:
         self.close()
 
     # ------------------------------------------------------------------ reading
-    def _dicts(self, table: str, sql: str, args: Sequence[Any]) -> list[dict[str, Any]]:
+    def _dicts(
+        self, table: str, sql: str, args: Sequence[Any] | Mapping[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Rows as dicts; ``args`` by position (``?``) or by name (``:name``)."""
         js = JSON_COLUMNS.get(table, frozenset())
+        named = isinstance(args, Mapping)
         if self.pg:
-            sql = sql.replace("?", "%s")
+            sql = re.sub(r":(\w+)", r"%(\1)s", sql) if named else sql.replace("?", "%s")
         try:
             cur = self.conn.cursor()
             try:
-                cur.execute(sql, tuple(args))
+                cur.execute(sql, dict(args) if isinstance(args, Mapping) else tuple(args))
                 names = [d[0] for d in cur.description]
                 rows = cur.fetchall()
             finally:
@@ -147,6 +153,27 @@ class DirectStore:
             raise NotFoundError(f"no session matches {ref!r} (an id prefix or a session name)")
         return rows[0]
 
+    def list_sessions(
+        self, *, name: str | None = None, since: float | None = None, limit: int | None = 50
+    ) -> list[dict[str, Any]]:
+        """Sessions newest first (as the async store's ``list_sessions``)."""
+        where: list[str] = []
+        args: list[Any] = []
+        if name is not None:
+            where.append("name = ?")
+            args.append(name)
+        if since is not None:
+            where.append("started_at >= ?")
+            args.append(since)
+        sql = f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY started_at DESC, id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        return self._dicts("sessions", sql, args)
+
     def http_exchanges(self, session_id: str) -> list[dict[str, Any]]:
         return self._dicts(
             "http_exchanges",
@@ -171,7 +198,71 @@ class DirectStore:
         )
         return rows[0] if rows else None
 
+    def tools_list_answers(self, session_id: str, limit: int = 20) -> list[dict[str, Any]]:
+        """As the async store's (the same query, :data:`~mcp_proxy.store.columns.ANSWERS_SQL`):
+        the responses to the session's first ``limit`` ``tools/list`` requests."""
+        args = {"sid": session_id, "method": "tools/list", "limit": limit}
+        return responses_only(self._dicts("frames", ANSWERS_SQL, args))
+
+    def frame_raw(self, session_id: str, seq: int) -> bytes | None:
+        """A frame's stored bytes (None: no such frame)."""
+        rows = self._dicts(
+            "frames",
+            "SELECT raw FROM frame_rows WHERE session_key ="
+            " (SELECT key FROM session_keys WHERE id = ?) AND seq = ?",
+            (session_id, seq),
+        )
+        return bytes(rows[0]["raw"]) if rows else None
+
+    def session_stats(self, session_id: str) -> dict[str, Any] | None:
+        """The session's stored ``session_stats`` row (None: never stored)."""
+        rows = self._dicts(
+            "session_stats",
+            f"SELECT {', '.join(SESSION_STATS_COLUMNS)} FROM session_stats WHERE session_id = ?",
+            (session_id,),
+        )
+        return rows[0] if rows else None
+
     # ------------------------------------------------------------------ writing
+    def replace_session_stats(self, row: dict[str, Any]) -> None:
+        """Store a session's ``session_stats`` row in place of any earlier one, in one
+        transaction (the session row locked first on PostgreSQL, as for the findings)."""
+        m = "%s" if self.pg else "?"
+        sid = row["session_id"]
+        values = tuple(self._value("session_stats", c, row.get(c)) for c in SESSION_STATS_COLUMNS)
+        delete = f"DELETE FROM session_stats WHERE session_id = {m}"
+        insert = (
+            f"INSERT INTO session_stats ({', '.join(SESSION_STATS_COLUMNS)})"
+            f" VALUES ({', '.join([m] * len(SESSION_STATS_COLUMNS))})"
+        )
+
+        def swap(cur: Any) -> None:
+            cur.execute(delete, (sid,))
+            cur.execute(insert, values)
+
+        self._transaction(sid, swap)
+
+    def _transaction(self, session_id: str, work: Callable[[Any], None]) -> None:
+        """``work(cursor)`` in one write transaction, the session row locked first
+        (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serialises writers)."""
+        conn = self.conn
+        try:
+            if self.pg:
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.execute("SELECT id FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+                    work(cur)
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                work(conn)
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except self.error as exc:
+            raise StoreError(error_line(exc)) from exc
+
     def replace_analyzer_findings(self, session_id: str, rows: list[dict[str, Any]]) -> None:
         """Swap a session's analyzer findings for ``rows`` in one transaction, the session row
         locked first (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serialises
@@ -181,24 +272,10 @@ class DirectStore:
             f"INSERT INTO findings ({', '.join(FINDING_COLUMNS)})"
             f" VALUES ({', '.join([m] * len(FINDING_COLUMNS))})"
         )
-        values = [tuple(self._value(c, r.get(c)) for c in FINDING_COLUMNS) for r in rows]
-        conn = self.conn
-        try:
-            if self.pg:
-                with conn.transaction(), conn.cursor() as cur:
-                    cur.execute("SELECT id FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
-                    self._swap(cur, session_id, insert, values)
-                return
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._swap(conn, session_id, insert, values)
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        except self.error as exc:
-            raise StoreError(error_line(exc)) from exc
+        values = [
+            tuple(self._value("findings", c, r.get(c)) for c in FINDING_COLUMNS) for r in rows
+        ]
+        self._transaction(session_id, lambda cur: self._swap(cur, session_id, insert, values))
 
     def _swap(self, cur: Any, session_id: str, insert: str, values: list[tuple[Any, ...]]) -> None:
         m = "%s" if self.pg else "?"
@@ -208,8 +285,8 @@ class DirectStore:
         if values:
             cur.executemany(insert, values)
 
-    def _value(self, name: str, value: Any) -> Any:
-        if name in _FINDINGS_JSON:  # None as JSON ``null``, as ``sa.JSON`` writes it
+    def _value(self, table: str, name: str, value: Any) -> Any:
+        if name in JSON_COLUMNS[table]:  # None as JSON ``null``, as ``sa.JSON`` writes it
             if self.pg:
                 from psycopg.types.json import Json
 

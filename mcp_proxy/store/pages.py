@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from mcp_proxy.errors import BadValueError, NotFoundError
 from mcp_proxy.store.base import FRAME_COLUMNS_NO_RAW, StoreBase
-from mcp_proxy.store.columns import KIND_CODES
+from mcp_proxy.store.columns import ANSWERS_SQL, KIND_CODES, responses_only
 from mcp_proxy.store.filters import (
     SEVERITIES,
     SORTS,
@@ -256,13 +256,14 @@ class PageQueries(StoreBase):
         return out
 
     async def tools_list_answers(self, session_id: str, limit: int = 20) -> list[dict[str, Any]]:
-        """The answers (responses, without full raw bytes) to the session's first ``limit``
-        ``tools/list`` requests, in wire order: the last one is what the host saw last."""
-        asked, _more = await self.timeline(
-            session_id, TimelineFilter(method="tools/list", kind="request", limit=limit)
+        """The answers (responses: ``seq``, ``size``) to the session's first ``limit``
+        ``tools/list`` requests, in wire order: the last one is what the host saw last
+        (:data:`~mcp_proxy.store.columns.ANSWERS_SQL`, which ``stats`` runs through the
+        driver)."""
+        rows = await self._all(
+            sa.text(ANSWERS_SQL).bindparams(sid=session_id, method="tools/list", limit=limit)
         )
-        answers = await self.partners(session_id, asked)
-        return [a for r in asked if (a := answers.get(r["seq"])) and a["kind"] == "response"]
+        return responses_only(rows)
 
     async def http_exchanges_by_id(self, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
         wanted = sorted(set(ids))

@@ -15,7 +15,7 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 #: The alembic revision the tables correspond to (re-exported by ``store.schema``; a test checks
 #: it is the migrations' head). Here so the recorder can check it without importing SQLAlchemy.
-SCHEMA_HEAD = "0005"
+SCHEMA_HEAD = "0006"
 
 #: Columns the recorder writes, per table (``id`` of exchanges/findings is the database's); a test
 #: checks them against ``store.schema``. JSON columns are stored as ``json.dumps`` text.
@@ -34,10 +34,14 @@ FINDING_COLUMNS: tuple[str, ...] = (
     "session_id", "code", "severity", "title", "detail", "frame_seqs", "source",
     "analyzer_version", "created_at",
 )  # fmt: skip
+SESSION_STATS_COLUMNS: tuple[str, ...] = (
+    "session_id", "analyzer_version", "fingerprint", "methods", "created_at",
+)  # fmt: skip
 JSON_COLUMNS = {
     "sessions": frozenset({"command", "meta"}),
     "http_exchanges": frozenset({"request_headers", "response_headers", "meta"}),
     "findings": frozenset({"frame_seqs"}),
+    "session_stats": frozenset({"methods"}),
 }
 
 

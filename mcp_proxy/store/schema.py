@@ -142,6 +142,19 @@ findings = sa.Table(
     sa.Index("ix_findings_session", "session_id", "severity"),
 )
 
+# Revision 0006: what ``mcptape stats`` prints, stored when a session ends (one row per session:
+# its per-method numbers with exact latency histograms, and the fingerprint they were computed
+# from, as the findings' ``analysis.summary`` row records theirs: ``analysis.service``).
+session_stats = sa.Table(
+    "session_stats",
+    metadata,
+    sa.Column("session_id", sa.String(32), sa.ForeignKey("sessions.id"), primary_key=True),
+    sa.Column("analyzer_version", sa.String(32), nullable=False),
+    sa.Column("fingerprint", sa.Text, nullable=False),  # JSON text (sorted keys)
+    sa.Column("methods", sa.JSON, nullable=False),  # [StoredMethod, …] (analysis.stats)
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
 # ---------------------------------------------------------------------------------------------
 # Dashboard (revision 0003): what people write about the traffic, and the indices its pages use.
 

@@ -5,7 +5,7 @@ file with plain ``sqlite3`` when :data:`HEAD` is the schema's head; otherwise a 
 is made by the migrations."""
 
 # fmt: off
-HEAD = '0005'
+HEAD = '0006'
 
 #: ``sqlite_master``'s statements in the order the migrations created them.
 STATEMENTS: tuple[str, ...] = (
@@ -35,4 +35,5 @@ STATEMENTS: tuple[str, ...] = (
     'CREATE TABLE intercepts (\n\tid INTEGER NOT NULL, \n\tsession_id VARCHAR(32) NOT NULL, \n\tdirection VARCHAR(3) NOT NULL, \n\tkind VARCHAR(16) NOT NULL, \n\tmethod VARCHAR(200), \n\tmsg_id VARCHAR(300), \n\trule TEXT, \n\toriginal BLOB NOT NULL, \n\tstate VARCHAR(8) NOT NULL, \n\tdecision VARCHAR(8), \n\tpayload BLOB, \n\theld_at FLOAT NOT NULL, \n\tresolved_at FLOAT, \n\tresolved_by VARCHAR(200), \n\tPRIMARY KEY (id)\n)',
     'CREATE INDEX ix_intercepts_state ON intercepts (state, id)',
     'CREATE INDEX ix_intercepts_session ON intercepts (session_id, id)',
+    'CREATE TABLE session_stats (\n\tsession_id VARCHAR(32) NOT NULL, \n\tanalyzer_version VARCHAR(32) NOT NULL, \n\tfingerprint TEXT NOT NULL, \n\tmethods JSON NOT NULL, \n\tcreated_at FLOAT NOT NULL, \n\tPRIMARY KEY (session_id), \n\tFOREIGN KEY(session_id) REFERENCES sessions (id)\n)',
 )

@@ -4,12 +4,14 @@ checked against the official SDK's own implementation."""
 from __future__ import annotations
 
 import base64
+import math
+import random
 from typing import Any
 
 import pytest
 
 from mcp_proxy.analysis.routing import decode_header_value, invalid_x_mcp_header, routing_problems
-from mcp_proxy.analysis.stats import MethodStats, merge_stats, method_stats, percentile
+from mcp_proxy.analysis.stats import MethodStats, merge_stats, method_stats, summary
 from mcp_proxy.analysis.taxonomy import (
     classify_error,
     decode_error_data,
@@ -210,13 +212,31 @@ def test_routing_headers_method_name_and_duplicates() -> None:
 
 # ------------------------------------------------------------------ stats
 def test_percentiles_are_nearest_rank() -> None:
-    values = [float(v) for v in range(1, 101)]
-    assert (
-        percentile(values, 50) == 50
-        and percentile(values, 95) == 95
-        and percentile(values, 99) == 99
-    )
-    assert percentile([7.0], 99) == 7.0 and percentile([], 50) is None
+    s = summary({float(v): 1 for v in range(1, 101)})
+    assert (s["p50"], s["p95"], s["p99"], s["max"], s["n"]) == (50, 95, 99, 100, 100)
+    assert summary({7.0: 1})["p99"] == 7.0
+    assert summary({}) == {"p50": None, "p95": None, "p99": None, "mean": None, "max": None, "n": 0}
+
+
+def _nearest_rank(values: list[float], p: int) -> float:
+    return values[max(1, math.ceil(p / 100 * len(values))) - 1]
+
+
+def test_a_histogram_summarises_exactly_as_the_list_of_every_value() -> None:
+    """Percentiles, mean and max of the histogram are those of the sorted list of every value
+    (the mean summed in that order), whatever the repeats."""
+    rng = random.Random(7)
+    for size in (1, 2, 3, 19, 20, 21, 99, 100, 101, 1000):
+        values = sorted(rng.choice([0.1, 0.15, 0.2, 0.001, 1.7, 123.456]) for _ in range(size))
+        hist: dict[float, int] = {}
+        for v in values:
+            hist[v] = hist.get(v, 0) + 1
+        s = summary(hist)
+        assert (s["p50"], s["p95"], s["p99"]) == tuple(
+            _nearest_rank(values, p) for p in (50, 95, 99)
+        )
+        assert s["mean"] == round(sum(values) / len(values), 3)
+        assert (s["max"], s["n"]) == (values[-1], len(values))
 
 
 def test_method_stats_count_outcomes_and_merge() -> None:

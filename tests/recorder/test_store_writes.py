@@ -19,6 +19,7 @@ from mcp_proxy.store.rows import (
     JSON_COLUMNS,
     SCHEMA_HEAD,
     SESSION_COLUMNS,
+    SESSION_STATS_COLUMNS,
     Batch,
     FrameRow,
 )
@@ -33,6 +34,7 @@ def test_the_column_lists_are_the_schema() -> None:
     assert SESSION_COLUMNS == (*("id",), *cols(schema.sessions))
     assert cols(schema.http_exchanges) == EXCHANGE_COLUMNS
     assert cols(schema.findings) == FINDING_COLUMNS
+    assert tuple(c.name for c in schema.session_stats.columns) == SESSION_STATS_COLUMNS
     assert cols(schema.frames) == FRAME_COLS
     for name, js in JSON_COLUMNS.items():
         table = schema.metadata.tables[name]

@@ -37,7 +37,7 @@ pytestmark = pytest.mark.timeout(300)
 #: Commands run in-process through the real entry point (tests/helpers/cli.py): the same parsing,
 #: output and exit codes without a Python start-up each (``replay`` still starts the relay and
 #: its server as processes of their own).
-IN_PROCESS = frozenset({"import", "check", "show", "export", "db", "replay"})
+IN_PROCESS = frozenset({"import", "check", "stats", "show", "export", "db", "replay"})
 
 
 def cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -94,6 +94,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     names = [s["name"] for s in rdb.sessions(db)]
     checked = cli("check", *names, "--db", str(db))
     assert checked.returncode in (0, 1), checked.stderr  # 1: it found errors (it should)
+    ok("stats", *names, "--db", str(db))  # (stores the imported sessions' numbers)
     first = rdb.sessions(db)[0]["id"]
     annotate("sqlite:///" + str(db), first, tag="bug-repro")
     annotate("sqlite:///" + str(db), first, note="the second answer is wrong", seq=3)
@@ -119,6 +120,7 @@ def dump(db: Path | str) -> dict[str, Any]:
             x.pop("id")
         found = rdb.rows(db, "SELECT * FROM findings WHERE session_id = ? ORDER BY id", sid)
         notes = rdb.rows(db, "SELECT * FROM annotations WHERE session_id = ? ORDER BY id", sid)
+        stats = rdb.rows(db, "SELECT * FROM session_stats WHERE session_id = ?", sid)
         for r in (*found, *notes):
             r.pop("id")
         out[sid] = {
@@ -127,6 +129,7 @@ def dump(db: Path | str) -> dict[str, Any]:
             "exchanges": [_norm(x) for x in exchanges],
             "findings": [_norm(x) for x in found],
             "annotations": notes,
+            "stats": [_norm(x) for x in stats],
         }
     return out
 
@@ -180,6 +183,7 @@ def test_sqlite_to_postgresql_and_back_keeps_everything(
     assert any(v["exchanges"] for v in before.values())
     assert any(v["findings"] for v in before.values())
     assert any(v["annotations"] for v in before.values())
+    assert all(v["stats"] for v in before.values())
     replays = [v for v in before.values() if (v["session"]["meta"] or {}).get("replay_of")]
     assert replays, "the source must hold a replay linked to its original"
 
@@ -283,6 +287,8 @@ def test_a_session_copied_while_recording_is_completed_and_team_notes_are_kept(
     got = dump(team)[sid]
     want = dump(laptop)[sid]
     assert got["frames"] == want["frames"] and len(got["frames"]) == 10
+    # The numbers the recorder process stored when the session ended came along.
+    assert got["stats"] == want["stats"] and got["stats"]
     assert got["session"]["status"] == "ended"
     assert [a["tag"] for a in got["annotations"]] == ["triaged"]
     assert ok("db", "copy", str(laptop), team).count("1 already there") == 1

@@ -135,3 +135,63 @@ def test_a_session_is_named_as_the_async_store_names_it(db_url: str) -> None:
         for ref, says in (("ab1", "ambiguous"), ("nope", "no session matches"), (" ", "empty")):
             with pytest.raises(NotFoundError, match=says):
                 d.resolve_session(ref)
+
+
+def test_tools_list_answers_and_sessions_are_the_async_stores(db_url: str) -> None:
+    """``stats`` reads its sessions and their context cost through the driver: the same rows
+    as the dashboard's async store (one query, ``store.columns.ANSWERS_SQL``) — an error is
+    no answer to count, a reused id is answered by the first answer after each request."""
+    from mcp_proxy.testing.factories import Wire
+
+    w = Wire()
+    w.handshake()
+    w.request("tools/list", 2, {})
+    w.result(2, {"tools": [{"name": "a"}]})
+    w.request("tools/list", 3, {})
+    w.error(3, -32603, "down")
+    w.request("tools/list", 2, {})  # the id again
+    w.result(2, {"tools": [{"name": "a"}, {"name": "b", "description": "x" * 40}]})
+    w.request("tools/call", 4, {"name": "a"})
+    w.result(4, {"content": []})
+    sid = w.end().record(db_url, name="cost")
+    answers = [f["seq"] for f in w.frames if f["kind"] == "response"][1:3]  # after initialize
+
+    async def theirs() -> tuple[Any, ...]:
+        store = await Store.open(db_url)
+        try:
+            found = await store.tools_list_answers(sid)
+            frame = await store.frame(sid, found[-1]["seq"])
+            return found, frame["raw"] if frame else None, await store.list_sessions(limit=5)
+        finally:
+            await store.close()
+
+    found, raw, listed = asyncio.run(theirs())
+    with DirectStore(db_url) as d:
+        mine = d.tools_list_answers(sid)
+        assert mine == found and [a["seq"] for a in mine] == answers
+        assert d.frame_raw(sid, answers[-1]) == bytes(raw) and b'"b"' in bytes(raw)
+        assert d.frame_raw(sid, 10_000) is None
+        assert d.list_sessions(limit=5) == listed and d.list_sessions(name="nope") == []
+
+
+def test_the_answers_query_stays_on_the_method_and_id_indexes(tmp_path: Any) -> None:
+    """On SQLite the query must not walk the session's ``(session_key, seq)`` index for the
+    requests or their answers (a million-frame session's every row: 1.3 s for ``stats``)."""
+    import sqlite3
+
+    from mcp_proxy.store.columns import ANSWERS_SQL
+    from mcp_proxy.store.engine import ensure_schema
+
+    url = "sqlite:///" + str(tmp_path / "plan.db")
+    ensure_schema(url)
+    conn = sqlite3.connect(tmp_path / "plan.db")
+    try:
+        args = {"sid": SID, "method": "tools/list", "limit": 20}
+        plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + ANSWERS_SQL, args)]
+    finally:
+        conn.close()
+    searches = [p for p in plan if "frame_rows" in p or p.startswith("SEARCH g")]
+    assert any("ix_frames_session_method" in p for p in searches), plan
+    assert any("ix_frames_session_msgid" in p for p in searches), plan
+    assert not any("uq_frames_session_seq (session_key=?)" in p for p in plan), plan
+    assert not any("seq>?" in p for p in plan), plan

@@ -1,0 +1,169 @@
+"""``stats`` reads the per-method numbers stored when a session ended (``session_stats``).
+
+The recorder process stores them (``service.settle``) with the fingerprint they were computed
+from; ``stats`` reads them and recomputes (the one streaming pass) only what is missing or stale,
+or everything with ``--recompute``. What is printed must not depend on which of the two it was:
+the stored form keeps every latency (exact histograms), so the numbers pooled across sessions
+are those of the streaming pass.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcp_proxy.analysis import service
+from mcp_proxy.analysis.stats import MethodStats, StatsPass, merge_stats, sorted_stats
+from mcp_proxy.analysis.version import ANALYZER_VERSION
+from mcp_proxy.store.direct import DirectStore
+from tests.analysis.task_wires import legacy
+from tests.analysis.test_stats_stream import _busy
+from tests.conftest import mcptape_cmd
+from tests.helpers import db as rdb
+from tests.helpers.cli import run_mcptape
+
+PY = sys.executable
+
+
+def _pass(w: Any, *, by_name: bool) -> dict[Any, MethodStats]:
+    p = StatsPass(w.session, w.http_exchanges, by_name=by_name)
+    p.feed(w.frames)
+    return p.finish()
+
+
+def _dicts(stats: list[MethodStats]) -> str:
+    return json.dumps([st.as_dict() for st in stats])
+
+
+@pytest.mark.parametrize("modern", [False, True])
+def test_the_stored_form_gives_back_the_same_numbers_by_name_or_not(modern: bool) -> None:
+    """Stored by name, folded by method: the pass's numbers either way (latencies pooled)."""
+    w = _busy(modern)
+    stored = [st.stored() for st in _pass(w, by_name=True).values()]
+    stored = json.loads(json.dumps(stored))  # as the JSON column gives them back
+    for by_name in (False, True):
+        back = merge_stats(
+            {(st.direction, st.method, st.name): st}
+            for st in (MethodStats.from_stored(r, by_name=by_name) for r in stored)
+        )
+        want = sorted_stats(_pass(w, by_name=by_name))
+        assert _dicts(sorted_stats(back)) == _dicts(want)
+
+
+def test_task_durations_survive_the_stored_form() -> None:
+    wire = legacy(["working", "completed"], poll_ms=400)
+    stats = _pass(wire, by_name=True)
+    st = stats[("c2s", "tools/call", "research")]
+    back = MethodStats.from_stored(json.loads(json.dumps(st.stored())))
+    assert back.as_dict() == st.as_dict() and back.as_dict()["task_ms"]["n"] == 1
+
+
+def test_stored_numbers_are_stale_on_a_new_analyzer_or_new_frames() -> None:
+    w = _busy(False)
+    session = {**w.session, "id": "s1", "frame_count": len(w.frames)}
+    row = service.stats_row(session, _pass(w, by_name=True))
+    assert service.stats_fresh(session, row)
+    assert not service.stats_fresh({**session, "frame_count": len(w.frames) + 1}, row)
+    assert not service.stats_fresh({**session, "status": "crashed"}, row)
+    assert not service.stats_fresh(session, {**row, "analyzer_version": ANALYZER_VERSION + "x"})
+    assert not service.stats_fresh(session, {**row, "fingerprint": "not json"})
+    assert not service.stats_fresh(session, None)
+
+
+@pytest.mark.both_dialects
+def test_stats_are_stored_then_read_and_recomputed_when_stale(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first ``stats`` stores each ended session's numbers; the next reads them (no pass
+    over the frames); a stale row is recomputed and replaced; a live session is never stored."""
+    wires = [_busy(False), _busy(True, status="crashed", exit_code=1), _busy(True, status="live")]
+    sids = [w.record(db_url, name=f"s{i}") for i, w in enumerate(wires)]
+    with DirectStore(db_url) as store:
+        sessions = [store.session(sid) for sid in sids]
+    assert all(sessions)
+    ended = [s for s in sessions if s is not None and s["status"] != "live"]
+    passes: list[str] = []
+    real = service.stream_stats
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        passes.append(args[1]["id"])
+        return real(*args, **kwargs)
+
+    for by_name in (False, True):
+        first = service.stats_of_sessions(db_url, ended, by_name=by_name)
+        passes.clear()
+        monkeypatch.setattr(service, "stream_stats", counted)
+        again = service.stats_of_sessions(db_url, ended, by_name=by_name)
+        assert passes == [] and _dicts(again) == _dicts(first)  # read, not recomputed
+        redone = service.stats_of_sessions(db_url, ended, by_name=by_name, recompute=True)
+        assert passes == [s["id"] for s in ended] and _dicts(redone) == _dicts(first)
+        monkeypatch.setattr(service, "stream_stats", real)
+    with DirectStore(db_url) as store:
+        rows = {sid: store.session_stats(sid) for sid in sids}
+        assert rows[sids[0]] and rows[sids[1]] and rows[sids[2]] is None
+        # Stale (another analyzer's numbers): recomputed and replaced on the next read.
+        stale = dict(rows[sids[0]] or {})
+        stale["analyzer_version"] = "0"
+        stale["methods"] = []
+        store.replace_session_stats(stale)
+    got = service.stats_of_sessions(db_url, ended[:1])
+    assert got and got[0].count > 0
+    with DirectStore(db_url) as store:
+        assert (store.session_stats(sids[0]) or {})["analyzer_version"] == ANALYZER_VERSION
+    # A live session's numbers are computed every time and never stored.
+    live = [s for s in sessions if s is not None and s["status"] == "live"]
+    assert service.stats_of_sessions(db_url, live)
+    with DirectStore(db_url) as store:
+        assert store.session_stats(sids[2]) is None
+
+
+def test_a_recorded_session_s_stats_come_from_the_stored_table(tmp_path: Path) -> None:
+    """End to end through the real CLI: ``mcptape record`` (its recorder process stores the
+    numbers when the session ends), then ``mcptape stats`` prints what the table holds — shown
+    by altering the stored row — and ``--recompute`` gives the numbers the table held, from
+    the frames, and stores them back."""
+    db = tmp_path / "rec.db"
+    lines = b"".join(
+        b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t%d"}}\n' % (i, i % 2)
+        for i in range(1, 8)
+    )
+    done = subprocess.run(
+        [*mcptape_cmd(), "record", "--db", str(db), "--name", "rec", "--", PY, "-m",
+         "mcp_proxy.testing.rawecho"],
+        input=lines + b'{"jsonrpc":"2.0","id":99,"method":"ping"}\n',
+        capture_output=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [row] = rdb.rows(db, "SELECT * FROM session_stats")
+    stored = json.loads(row["methods"])
+    assert {(m["method"], m["name"]) for m in stored} >= {("tools/call", "t0"), ("ping", None)}
+
+    def stats(*extra: str) -> dict[str, Any]:
+        out = run_mcptape("stats", "rec", "--db", str(db), "--format", "json", *extra)
+        assert out.returncode == 0, out.stderr
+        doc: dict[str, Any] = json.loads(out.stdout)
+        return doc
+
+    read = stats()
+    recomputed = stats("--recompute")
+    assert read == recomputed
+    call = next(m for m in read["methods"] if m["method"] == "tools/call")
+    assert call["count"] == 7 and call["latency_ms"]["n"] == 7
+    assert stats("--by-name") == stats("--by-name", "--recompute")
+
+    # Alter the stored row (its fingerprint still current): ``stats`` prints what it holds.
+    for m in stored:
+        if m["name"] == "t0":
+            m["count"] += 1000
+    rdb.execute(db, "UPDATE session_stats SET methods = ?", json.dumps(stored))
+    altered = next(m for m in stats()["methods"] if m["method"] == "tools/call")
+    assert altered["count"] == 1007
+    # ``--recompute`` reads the frames again and stores the true numbers back.
+    assert stats("--recompute") == recomputed
+    assert stats() == recomputed
