@@ -22,6 +22,7 @@ from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.columns import (
     CHANNEL_CODES,
     CHANNEL_NAMES,
+    DIRECTION_CODES,
     DIRECTION_NAMES,
     FRAME_COLUMNS,
     KIND_CODES,
@@ -208,31 +209,56 @@ FACTS_COLUMNS: tuple[str, ...] = (
 
 
 #: A row filter of :func:`shaped_pages`: the frames the handshake pass reads
-#: (``analysis.facts.FactsBuilder.reads``: requests, their answers and batches,
-#: notifications/initialized, the HTTP and SSE channels' frames), plus the session's first and
-#: last frame (whose ``ts`` are the session's span). Every other frame stays in the database:
-#: half of a busy session's frames are notifications that pass never reads.
+#: (``analysis.facts.FactsBuilder.feed``): batches, notifications/initialized, the HTTP and SSE
+#: channels' frames, the ``initialize`` and ``server/discover`` requests and the answers bearing
+#: their ids (every answer after the session's first batch, whose elements may be such
+#: requests), plus the session's first and last frame (whose ``ts`` are the session's span).
+#: Every other frame stays in the database: a busy session's tool calls, their answers and its
+#: notifications are nearly all of it, and the handshake is a few frames. The first request
+#: carrying the 2026-07-28 envelope is looked for apart (:data:`REQUEST_ROWS`).
 FACTS_ROWS = "facts"
-_FACT_KINDS = tuple(KIND_CODES[k] for k in ("request", "response", "error", "batch"))
+#: A row filter of :func:`shaped_pages`: the host's requests, which the handshake pass reads in
+#: order only until the first that carries the envelope
+#: (``analysis.facts.FactsBuilder.envelope``).
+REQUEST_ROWS = "requests"
+_ROW_FILTERS = (FACTS_ROWS, REQUEST_ROWS)
 _FACT_CHANNELS = (CHANNEL_CODES["http"], CHANNEL_CODES["sse"])
-_FACT_METHODS = ("notifications/initialized",)
+_HANDSHAKE_METHODS = ("notifications/initialized", "initialize", "server/discover")
+_ANSWERED_METHODS = ("initialize", "server/discover")
+
+
+def _codes(methods: dict[int, str], names: tuple[str, ...]) -> str:
+    """The method codes of ``names`` as an SQL list ("" when the session's database has none)."""
+    return ", ".join(str(code) for code in sorted(int(c) for c, n in methods.items() if n in names))
 
 
 def _row_filter(rows: str | None, methods: dict[int, str], key: str) -> str:
     """`` AND (…)`` for a row filter (``key``: how the statement binds the session key)."""
     if rows is None:
         return ""
-    if rows != FACTS_ROWS:
+    if rows not in _ROW_FILTERS:
         raise ValueError(f"not a row filter: {rows!r}")
-    codes = sorted(int(code) for code, name in methods.items() if name in _FACT_METHODS)
+    k = KIND_CODES
+    if rows == REQUEST_ROWS:
+        return f" AND kind = {k['request']} AND direction = {DIRECTION_CODES['c2s']}"
+    mine = f"FROM frame_rows WHERE session_key = {key}"
+    after_batch = f"seq > (SELECT MIN(seq) {mine} AND kind = {k['batch']})"
+    answered = _codes(methods, _ANSWERED_METHODS)
+    if answered:
+        after_batch += (
+            f" OR msg_id IN (SELECT msg_id {mine} AND kind = {k['request']}"
+            f" AND method_code IN ({answered}))"
+        )
     cond = (
-        f"kind IN ({', '.join(map(str, _FACT_KINDS))})"
+        f"kind = {k['batch']}"
         f" OR channel IN ({', '.join(map(str, _FACT_CHANNELS))})"
+        f" OR (kind IN ({k['response']}, {k['error']}) AND ({after_batch}))"
     )
+    codes = _codes(methods, _HANDSHAKE_METHODS)
     if codes:
-        cond += f" OR method_code IN ({', '.join(map(str, codes))})"
+        cond += f" OR method_code IN ({codes})"
     for end in ("MIN", "MAX"):
-        cond += f" OR seq = (SELECT {end}(seq) FROM frame_rows WHERE session_key = {key})"
+        cond += f" OR seq = (SELECT {end}(seq) {mine})"
     return f" AND ({cond})"
 
 
@@ -268,7 +294,7 @@ def shaped_pages(
     names of :data:`FRAME_COLUMNS` other than direction/channel/kind/method, ``"shape"``
     (those four as one integer, decoded by the returned :class:`Shapes`), :data:`NULL` and
     :data:`RAW_READ` (:data:`STATS_COLUMNS`); only the rows of a filter when ``rows`` names
-    one (:data:`FACTS_ROWS`). On SQLite :func:`shaped_batches`; elsewhere keyset pages from the
+    one (:data:`FACTS_ROWS`, :data:`REQUEST_ROWS`). On SQLite :func:`shaped_batches`; elsewhere keyset pages from the
     driver's cursor. What ``show`` and ``export`` read."""
     _stored_columns(columns)
     path = engine_mod.sqlite_path(url)
