@@ -325,14 +325,22 @@ class Capabilities:
         self.client_missing: dict[tuple[str, str], Seqs] = {}
         self.notif: dict[str, Seqs] = {}
         self.logs = Seqs()
+        #: per method of :data:`SERVER_FEATURES`: whether the server declared what it needs
+        #: (the session's capabilities are settled before the first exchange)
+        self.declared: dict[str, bool] = {}
 
     def exchange(self, ex: Exchange) -> None:
         facts = self.facts
         if ex.direction == "c2s":
-            need = SERVER_FEATURES.get(ex.method)
-            server_caps = facts.server_caps
-            if need is not None and server_caps is not None and not _has(server_caps, need):
-                self.unadvertised.setdefault(ex.method, Seqs()).add(ex.request_seq)
+            method = ex.method
+            ok = self.declared.get(method)
+            if ok is None and method in SERVER_FEATURES:  # (at most one entry each)
+                server_caps = facts.server_caps
+                ok = self.declared[method] = server_caps is None or _has(
+                    server_caps, SERVER_FEATURES[method]
+                )
+            if ok is False:
+                self.unadvertised.setdefault(method, Seqs()).add(ex.request_seq)
             if facts.modern and ex.result_type == "input_required":
                 _input_requests_lacking(ex, self.client_missing)
         elif ex.request is not None and facts.era == ERA_INITIALIZE:

@@ -161,8 +161,10 @@ class Pairing:
         self.pending: dict[tuple[str, str], list[Exchange]] = {}
         #: answered requests (late progress, cancels, duplicate answers), the ANSWERED_KEPT last
         self.done: OrderedDict[tuple[str, str], Exchange] = OrderedDict()
-        #: every request id seen (id reuse), the REQUEST_IDS_KEPT last
+        #: every request id seen (id reuse), the REQUEST_IDS_KEPT last: kept only where a finding
+        #: reads it, an initialize-era session (``light`` False: the facts are complete by now)
         self.ever: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self.ids_kept = not self.light and facts.era == ERA_INITIALIZE
         self.tokens: dict[tuple[str, str], Exchange] = {}
         self.done_tokens: OrderedDict[tuple[str, str], Exchange] = OrderedDict()
         self.by_http: OrderedDict[int, Exchange] = OrderedDict()
@@ -198,6 +200,7 @@ class Pairing:
         buf = w.buf
         deferred = w.deferred
         dispatch = self.dispatch
+        on_message = self.on_message
         while True:
             base = w.base
             k = w.i + 1
@@ -219,11 +222,14 @@ class Pairing:
                 w.base = k
             if m.kind is MARK:
                 continue
-            if self.on_message is None:
+            if on_message is None:
                 dispatch(m)
-                m.release()
-            else:
-                self._handle(m)
+            else:  # (what _handle does, inline: this runs once per message)
+                before = w.deferrals
+                dispatch(m)
+                if w.deferrals == before:
+                    on_message(m)
+            m.release()
             if deferred:
                 later = deferred.pop(k, None)
                 if later:
@@ -316,7 +322,7 @@ class Pairing:
                     [first.request_seq, m.seq],
                     exchange=ex.index,
                 )
-        elif not self.light and key in self.ever and self.facts.era == ERA_INITIALIZE:
+        elif self.ids_kept and key in self.ever:
             prev = self.done.get(key)
             self.sink.add(
                 "exchange.id_reused",
@@ -326,7 +332,7 @@ class Pairing:
                 [prev.request_seq, m.seq] if prev else [m.seq],
                 exchange=ex.index,
             )
-        if not self.light:
+        if self.ids_kept:
             remember(self.ever, key, None, REQUEST_IDS_KEPT)
         self.pending.setdefault(key, []).append(ex)
         if ex.progress_token is not None:

@@ -435,14 +435,27 @@ class FactsBuilder:
             facts.requested_version = rv if isinstance(rv, str) else None
         elif m.method == "server/discover" and m.msg_id is not None:
             self.discover_ids.add(m.msg_id)
-        if facts.first_envelope_seq is None:
-            raw = m.raw
-            if raw is not None and b"protocolVersion" not in raw and b"\\u" not in raw:
-                return  # no envelope in these bytes: no need to parse them
-            v = m.meta.get(META + "protocolVersion")
-            if isinstance(v, str):
-                facts.first_envelope_seq = m.seq
-                self.envelope_version = v
+        self.envelope(m)
+
+    def envelope(self, m: Msg) -> None:
+        """The first host request (by ``seq``) that carries the 2026-07-28 envelope: what
+        :meth:`feed` does with a request besides the handshake. Also fed on its own: the
+        service's handshake pass reads the handshake's frames (``store.stream.FACTS_ROWS``),
+        then the host's requests in order (``REQUEST_ROWS``) only until this is settled, so
+        a request may come after a later one was fed: the smallest ``seq`` wins."""
+        if m.kind != "request" or m.direction != "c2s":
+            return
+        facts = self.facts
+        first = facts.first_envelope_seq
+        if first is not None and m.seq >= first:
+            return
+        raw = m.raw
+        if raw is not None and b"protocolVersion" not in raw and b"\\u" not in raw:
+            return  # no envelope in these bytes: no need to parse them
+        v = m.meta.get(META + "protocolVersion")
+        if isinstance(v, str):
+            facts.first_envelope_seq = m.seq
+            self.envelope_version = v
 
     def _answer(self, m: Msg) -> None:
         facts = self.facts

@@ -57,6 +57,7 @@ from mcp_proxy.store.liveness import session_status
 from mcp_proxy.store.stream import (
     FACTS_COLUMNS,
     FACTS_ROWS,
+    REQUEST_ROWS,
     STATS_COLUMNS,
     frame_batches,
     shaped_batches,
@@ -278,6 +279,7 @@ def stream_analysis(
         for rows in batches:
             first.feed_shaped(rows, shapes)
         facts.span(first.first_ts, first.last_ts)
+        _first_envelope(url, sid, facts)
         injected: list[Injected] = []
         extra = () if also is None else (also(injected),)
         one = SessionPass(facts.finish(), http, injected, keep=False, also=extra)
@@ -291,6 +293,31 @@ def stream_analysis(
 
         _read(url, sid, decoder, flush)
         return one.finish(session, decoder.frames)
+
+
+#: Host requests read per query while looking for the first that carries the envelope (in a
+#: 2026-07-28 session the first request does: one small query, ~2 ms; a session without the
+#: envelope is read through, a thousand requests a statement on PostgreSQL's keyset pages).
+ENVELOPE_BATCH = 1000
+
+
+def _first_envelope(url: str, session_id: str, facts: FactsBuilder) -> None:
+    """Feed the host's requests to :meth:`FactsBuilder.envelope`, in order, until the first
+    that carries the envelope is known (the handshake frames fed first may have settled it)."""
+    decoder = Decoder(facts.envelope)
+    shapes, batches = shaped_pages(
+        url, session_id, FACTS_COLUMNS, batch=ENVELOPE_BATCH, rows=REQUEST_ROWS
+    )
+    try:
+        for rows in batches:
+            found = facts.facts.first_envelope_seq
+            if found is not None and found <= rows[0][0]:
+                return
+            decoder.feed_shaped(rows, shapes)
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
 
 
 def _load_and_analyze(

@@ -415,7 +415,9 @@ class Taxonomy:
         )
 
     def reads_messages(self) -> bool:
-        return True  # (HTTP frames; a frame may name an exchange its rows lack)
+        # HTTP frames, of a session with HTTP rows: without any, no frame is about a failed
+        # HTTP exchange or has a status to agree with (a frame may name a row it lacks).
+        return bool(self.http)
 
     def message(self, m: Msg) -> None:
         hid = m.http

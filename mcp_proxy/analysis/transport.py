@@ -88,6 +88,8 @@ class Transport:
                     "Batches were allowed only in 2025-03-26.",
                     [m.seq],
                 )
+        if m.complete and m.channel == "stdio":
+            return  # (nothing :meth:`_shape` reports: most messages, once each)
         self._shape(m)
 
     def _noise(self, m: Msg) -> None:

@@ -13,7 +13,7 @@ queries take the async store (``queries.py``, ``pages.py``).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from mcp_proxy.errors import StoreError
@@ -22,6 +22,7 @@ from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.columns import (
     CHANNEL_CODES,
     CHANNEL_NAMES,
+    DIRECTION_CODES,
     DIRECTION_NAMES,
     FRAME_COLUMNS,
     KIND_CODES,
@@ -208,31 +209,57 @@ FACTS_COLUMNS: tuple[str, ...] = (
 
 
 #: A row filter of :func:`shaped_pages`: the frames the handshake pass reads
-#: (``analysis.facts.FactsBuilder.reads``: requests, their answers and batches,
-#: notifications/initialized, the HTTP and SSE channels' frames), plus the session's first and
-#: last frame (whose ``ts`` are the session's span). Every other frame stays in the database:
-#: half of a busy session's frames are notifications that pass never reads.
+#: (``analysis.facts.FactsBuilder.feed``): batches, notifications/initialized, the HTTP and SSE
+#: channels' frames, the ``initialize`` and ``server/discover`` requests and the answers bearing
+#: their ids (every answer after the session's first batch, whose elements may be such
+#: requests), plus the session's first and last frame (whose ``ts`` are the session's span).
+#: Every other frame stays in the database: a busy session's tool calls, their answers and its
+#: notifications are nearly all of it, and the handshake is a few frames. The first request
+#: carrying the 2026-07-28 envelope is looked for apart (:data:`REQUEST_ROWS`).
 FACTS_ROWS = "facts"
-_FACT_KINDS = tuple(KIND_CODES[k] for k in ("request", "response", "error", "batch"))
+#: A row filter of :func:`shaped_pages`: the host's requests, which the handshake pass reads in
+#: order only until the first that carries the envelope
+#: (``analysis.facts.FactsBuilder.envelope``).
+REQUEST_ROWS = "requests"
+_ROW_FILTERS = (FACTS_ROWS, REQUEST_ROWS)
 _FACT_CHANNELS = (CHANNEL_CODES["http"], CHANNEL_CODES["sse"])
-_FACT_METHODS = ("notifications/initialized",)
+_HANDSHAKE_METHODS = ("notifications/initialized", "initialize", "server/discover")
+_ANSWERED_METHODS = ("initialize", "server/discover")
 
 
-def _row_filter(rows: str | None, methods: dict[int, str], key: str) -> str:
-    """`` AND (…)`` for a row filter (``key``: how the statement binds the session key)."""
+def _codes(methods: dict[int, str], names: tuple[str, ...]) -> str:
+    """The method codes of ``names`` as an SQL list ("" when the session's database has none)."""
+    return ", ".join(str(code) for code in sorted(int(c) for c, n in methods.items() if n in names))
+
+
+def _row_filter(
+    rows: str | None, methods: dict[int, str], key: str, *, every_answer: bool = False
+) -> str:
+    """`` AND (…)`` for a row filter (``key``: how the statement binds the session key);
+    ``every_answer``: :data:`FACTS_ROWS` with every answer (read after a batch)."""
     if rows is None:
         return ""
-    if rows != FACTS_ROWS:
+    if rows not in _ROW_FILTERS:
         raise ValueError(f"not a row filter: {rows!r}")
-    codes = sorted(int(code) for code, name in methods.items() if name in _FACT_METHODS)
-    cond = (
-        f"kind IN ({', '.join(map(str, _FACT_KINDS))})"
-        f" OR channel IN ({', '.join(map(str, _FACT_CHANNELS))})"
-    )
+    k = KIND_CODES
+    if rows == REQUEST_ROWS:
+        return f" AND kind = {k['request']} AND direction = {DIRECTION_CODES['c2s']}"
+    mine = f"FROM frame_rows WHERE session_key = {key}"
+    answers = f"kind IN ({k['response']}, {k['error']})"
+    answered = _codes(methods, _ANSWERED_METHODS)
+    if answered and not every_answer:
+        answers += (
+            f" AND msg_id IN (SELECT msg_id {mine} AND kind = {k['request']}"
+            f" AND method_code IN ({answered}))"
+        )
+    cond = f"kind = {k['batch']} OR channel IN ({', '.join(map(str, _FACT_CHANNELS))})"
+    if answered or every_answer:
+        cond += f" OR ({answers})"
+    codes = _codes(methods, _HANDSHAKE_METHODS)
     if codes:
-        cond += f" OR method_code IN ({', '.join(map(str, codes))})"
+        cond += f" OR method_code IN ({codes})"
     for end in ("MIN", "MAX"):
-        cond += f" OR seq = (SELECT {end}(seq) FROM frame_rows WHERE session_key = {key})"
+        cond += f" OR seq = (SELECT {end}(seq) {mine})"
     return f" AND ({cond})"
 
 
@@ -268,7 +295,7 @@ def shaped_pages(
     names of :data:`FRAME_COLUMNS` other than direction/channel/kind/method, ``"shape"``
     (those four as one integer, decoded by the returned :class:`Shapes`), :data:`NULL` and
     :data:`RAW_READ` (:data:`STATS_COLUMNS`); only the rows of a filter when ``rows`` names
-    one (:data:`FACTS_ROWS`). On SQLite :func:`shaped_batches`; elsewhere keyset pages from the
+    one (:data:`FACTS_ROWS`, :data:`REQUEST_ROWS`). On SQLite :func:`shaped_batches`; elsewhere keyset pages from the
     driver's cursor. What ``show`` and ``export`` read."""
     _stored_columns(columns)
     path = engine_mod.sqlite_path(url)
@@ -294,27 +321,73 @@ def shaped_pages(
     wanted = columns if "seq" in columns else (*columns, "seq")
     cols = _select_list(wanted, SHAPE_SQL_BIGINT, methods)
     key = int(found[0])
-    sql = (
+    sqls = [
         f"SELECT {cols} FROM frame_rows WHERE session_key = %s AND seq > %s"
-        f"{_row_filter(rows, methods, str(key))} ORDER BY seq LIMIT {int(batch)}"
-    )
-    return Shapes(methods), _keyset(engine, sql, key, batch, wanted, len(wanted) > len(columns))
+        f"{_row_filter(rows, methods, str(key), every_answer=every)}"
+        f" ORDER BY seq LIMIT {int(batch)}"
+        for every in ((False, True) if rows == FACTS_ROWS else (False,))
+    ]
+    pages = _keyset(engine, sqls, key, batch, wanted.index("seq"), _positions(wanted, rows))
+    extra = len(wanted) > len(columns)
+    return Shapes(methods), ([r[:-1] for r in rows] for rows in pages) if extra else pages
+
+
+def _positions(columns: tuple[str, ...], rows: str | None) -> tuple[int, int]:
+    """Where ``seq`` and ``shape`` are among ``columns`` (a :data:`FACTS_ROWS` read needs
+    both: its reader switches statements at the first batch, :func:`_then_every_answer`)."""
+    if rows != FACTS_ROWS:
+        return -1, -1  # (one statement: nothing to look for)
+    if not {"seq", "shape"} <= set(columns):
+        raise ValueError("a read of FACTS_ROWS needs the seq and shape columns")
+    return columns.index("seq"), columns.index("shape")
+
+
+_BATCH = KIND_CODES["batch"]
+
+
+def _then_every_answer(
+    pages: Callable[[str, int], Iterator[list[tuple[Any, ...]]]],
+    sqls: list[str],
+    at: tuple[int, int],
+) -> Iterator[list[tuple[Any, ...]]]:
+    """The pages of ``sqls[0]`` (``pages(sql, after)``: rows past seq ``after``); with a second
+    statement (:data:`FACTS_ROWS` with every answer), the rows after the first batch come from
+    it: a batch's elements may be ``initialize`` or ``server/discover`` requests, whose ids no
+    stored request row bears, so every later answer is read (a session with no batch — nearly
+    every one — is read by the narrow statement alone, in one scan)."""
+    seq_at, shape_at = at
+    first = pages(sqls[0], -1)
+    try:
+        for rows in first:
+            if len(sqls) > 1:
+                for i, row in enumerate(rows):
+                    if row[shape_at] // _KI % (_ME // _KI) == _BATCH:
+                        yield rows[: i + 1]
+                        yield from pages(sqls[1], row[seq_at])
+                        return
+            yield rows
+    finally:
+        close = getattr(first, "close", None)
+        if close is not None:
+            close()
 
 
 def _keyset(
-    engine: Any, sql: str, key: int, batch: int, wanted: tuple[str, ...], extra: bool
+    engine: Any, sqls: list[str], key: int, batch: int, seq_at: int, at: tuple[int, int]
 ) -> Iterator[list[tuple[Any, ...]]]:
     import sqlalchemy as sa
 
     try:
         with engine.connect() as conn:
             cursor = conn.connection.dbapi_connection.cursor()
-            try:
-                pages = keyset_pages(
-                    cursor, sql, lambda after: (key, after), batch, key_at=wanted.index("seq")
+
+            def pages(sql: str, after: int) -> Iterator[list[tuple[Any, ...]]]:
+                return keyset_pages(
+                    cursor, sql, lambda after: (key, after), batch, key_at=seq_at, after=after
                 )
-                for rows in pages:
-                    yield [r[:-1] for r in rows] if extra else rows
+
+            try:
+                yield from _then_every_answer(pages, sqls, at)
             finally:
                 cursor.close()
     except (sa.exc.DBAPIError, engine.dialect.loaded_dbapi.Error) as exc:
@@ -350,18 +423,27 @@ def shaped_batches(
         return Shapes(methods), iter(())
     cols = _select_list(columns, SHAPE_SQL, methods)
     key = int(found[0])
-    where = _row_filter(rows, methods, str(key))
-    sql = f"SELECT {cols} FROM frame_rows WHERE session_key = ?{where} ORDER BY seq"
-    return Shapes(methods), _fetch(conn, sql, key, batch)
+    sqls = [
+        f"SELECT {cols} FROM frame_rows WHERE session_key = ? AND seq > ?"
+        f"{_row_filter(rows, methods, str(key), every_answer=every)} ORDER BY seq"
+        for every in ((False, True) if rows == FACTS_ROWS else (False,))
+    ]
+    return Shapes(methods), _fetch(conn, sqls, key, batch, _positions(columns, rows))
 
 
 def _fetch(
-    conn: sqlite3.Connection, sql: str, key: int, batch: int
+    conn: sqlite3.Connection, sqls: list[str], key: int, batch: int, at: tuple[int, int]
 ) -> Iterator[list[tuple[Any, ...]]]:
+    def pages(sql: str, after: int) -> Iterator[list[tuple[Any, ...]]]:
+        cur = conn.execute(sql, (key, after))
+        try:
+            while rows := cur.fetchmany(batch):
+                yield rows
+        finally:
+            cur.close()
+
     try:
-        cur = conn.execute(sql, (key,))
-        while rows := cur.fetchmany(batch):
-            yield rows
+        yield from _then_every_answer(pages, sqls, at)
     except sqlite3.Error as exc:
         raise StoreError(str(exc)) from exc
     finally:

@@ -58,5 +58,15 @@ def test_only_the_families_that_read_messages_are_called_per_message() -> None:
     assert reader.messages > 0 and exchanges_only.messages == 0
     assert reader.exchanges == exchanges_only.exchanges == 5  # initialize and four calls
     names = {type(c).__name__ for c in one.readers}
-    # a stdio session of the initialize era: no HTTP families, no exchange-only ones
-    assert names == {"Lifecycle", "Capabilities", "Taxonomy", "Transport", "_Counting"}
+    # a stdio session of the initialize era: no HTTP families (the taxonomy reads messages
+    # for their HTTP exchanges' statuses: there are no HTTP rows), no exchange-only ones
+    assert names == {"Lifecycle", "Capabilities", "Transport", "_Counting"}
+
+
+def test_the_taxonomy_reads_messages_where_there_are_http_rows() -> None:
+    from mcp_proxy.analysis.model import FindingSink, SessionFacts
+    from mcp_proxy.analysis.taxonomy import Taxonomy
+
+    facts, sink = SessionFacts(), FindingSink()
+    assert not Taxonomy(facts, {}, sink).reads_messages()
+    assert Taxonomy(facts, {1: {"id": 1, "status": 500}}, sink).reads_messages()

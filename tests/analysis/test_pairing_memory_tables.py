@@ -48,3 +48,31 @@ def test_remember_forgets_the_oldest_entry() -> None:
     assert list(table.items()) == [("2", 20), ("3", 3), ("4", 4)]
     remember(table, "5", 5, 3)
     assert list(table) == ["3", "4", "5"]
+
+
+def test_request_ids_are_kept_only_where_a_finding_reads_them() -> None:
+    """``exchange.id_reused`` is an initialize-era rule: a 2026-07-28 session's pairing keeps
+    no table of every request id (50,000 of them cost ``check --recompute`` ~1 µs a request
+    and 30 MB on a million frames); an initialize-era one still finds the reuse."""
+    from mcp_proxy.analysis.facts import decode, session_facts
+    from mcp_proxy.analysis.model import FindingSink
+    from mcp_proxy.testing.factories import Wire, envelope
+
+    modern = Wire.modern()
+    old = Wire.initialized()
+    for w in (modern, old):
+        for i in range(10, 20):
+            w.request("tools/call", i, {"name": "t", "_meta": envelope()})
+            w.result(i, {"content": [], "resultType": "complete"})
+        w.request("tools/call", 10, {"name": "t", "_meta": envelope()})  # an id used before
+        w.result(10, {"content": [], "resultType": "complete"})
+    found = {}
+    for label, w in (("modern", modern), ("initialize", old)):
+        msgs = decode(w.frames)
+        sink = FindingSink()
+        p = Pairing(session_facts(msgs, w.session), sink=sink, keep=False, light=False)
+        p.feed_many(msgs)
+        p.finish()
+        found[label] = (len(p.ever), [f.code for f in sink.result()].count("exchange.id_reused"))
+    assert found["modern"] == (0, 0)
+    assert found["initialize"][0] > 10 and found["initialize"][1] == 1
