@@ -39,6 +39,12 @@ INFLATE_STEP = 1 << 20
 META_BODY_LIMIT = 64 << 10
 #: How long the rest of an event stream is read after the host left with its response.
 TAIL_READ = 1.0
+#: How long the head of a response whose body is not in yet waits for its first body bytes, to go
+#: out with them: servers (uvicorn) write the head a moment before the body — a JSON answer, an
+#: event stream's first event — and one write is one TLS record and one wake-up of the host
+#: instead of two. A quiet stream's head goes alone after it. The reverse relay and the lean
+#: forward engine.
+HEAD_HOLD = 0.003
 #: Seconds in-flight exchanges get to finish when the relay stops.
 SHUTDOWN_GRACE = 2.0
 #: How much of a GET event-stream is held back looking for a legacy ``endpoint`` event.

@@ -11,7 +11,8 @@ or plain absolute-form proxying); :class:`RequestHandler` takes each of its requ
 2. once it went, the tape (:class:`~mcp_proxy.forward.tape.ForwardTape`) is told, and answers
    with the exchange it records (or None);
 3. the response is forwarded as it arrives, chunk by chunk (event streams included), a response
-   that is whole at once in one write; the exchange is told of its head, gets a copy of each
+   that is whole at once in one write, a head whose body is not in yet held up to ``HEAD_HOLD``
+   to go out with the body's first bytes; the exchange is told of its head, gets a copy of each
    chunk it asked to copy (after the chunk went to the host), then its end — or the error.
 
 Errors it answers itself: ``502`` (upstream unreachable, TLS with it failed, closed before its
@@ -37,7 +38,7 @@ from mcp_proxy.forward.tape import ForwardTape, request_url
 from mcp_proxy.forward.tunnel import Target, parse_authority
 from mcp_proxy.forward.verdicts import ENDED, RESET, Copy, Taping, Verdicts, guarded
 from mcp_proxy.headers import end_to_end
-from mcp_proxy.limits import SMALL_BODY
+from mcp_proxy.limits import HEAD_HOLD, SMALL_BODY
 from mcp_proxy.relay.http.forward import build_request_head
 from mcp_proxy.relay.http.front import (
     FrontProtocol,
@@ -359,11 +360,17 @@ class RequestHandler:
         copy: Copy | None = None
         kept: Kept | None = None
         host_write = True  # a ConnectionError while writing is the host's going
+        flush: asyncio.TimerHandle | None = None
         try:
             await rr.prepare(req)
             content = resp.content
             if not resp.has_buffered_body():
-                rr.flush_head()  # a quiet event stream must still show its head
+                # Nothing to send with the head yet: it waits HEAD_HOLD for the first body bytes
+                # (uvicorn writes the head of a JSON answer or an event stream a moment before
+                # the body: one write, one TLS record and one wake-up of the host instead of
+                # two), then goes alone — a quiet event stream must still show its head. The
+                # reverse relay's StreamPath does the same.
+                flush = self.loop.call_later(HEAD_HOLD, rr.flush_head)
             if ex is not None:
                 # A copy of each chunk for the tape, if it asks for them; else the body for
                 # its end, up to MAX_RECORDED_BODY (other traffic: never held in memory).
@@ -373,6 +380,9 @@ class RequestHandler:
                     kept = Kept()
             if verdicts is not None and copy is not None and verdicts.events_hooked(ex):
                 assert ex is not None
+                # The head goes at once: a hook may reset the connection at the first event,
+                # and the host must then see a head, then nothing.
+                rr.flush_head()
                 host_write = False  # the host's going shows as its connection gone
                 how = await verdicts.events(req, rr, ex, content.iter_any())
                 if how != RESET:
@@ -411,14 +421,19 @@ class RequestHandler:
             if host_write or (isinstance(conn, TunnelFront) and conn.gone):
                 self._host_left(resp, ex, copy)
             else:
+                rr.flush_head()  # the upstream's going: the host sees the head, then the cut
                 resp.close()
                 self.taping.error(ex, f"peer closed connection: {exc}")
             raise
         except Exception as exc:
             self.taping.ensure_head(ex, resp, arrived)
+            rr.flush_head()  # the upstream broke its body: the host sees the head, then the cut
             resp.close()
             self.taping.error(ex, f"peer closed connection: {exc or type(exc).__name__}")
             raise ConnectionResetError(str(exc)) from exc
+        finally:
+            if flush is not None:
+                flush.cancel()
         if kept is not None:
             self.taping.done(ex, kept.take(), kept.size if kept.cut else None)
         else:

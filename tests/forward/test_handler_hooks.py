@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from mcp_proxy.forward import handler as handler_module
 from mcp_proxy.forward.handler import RequestHandler, TunnelFront
 from mcp_proxy.forward.tape import ForwardTape
 from mcp_proxy.frames import Channel
@@ -106,8 +108,21 @@ class Rig:
         )
 
 
+class CountingFront(TunnelFront):
+    """The host connection, keeping each write to the host and when it was made."""
+
+    writes: list[tuple[float, bytes]]
+
+    def write_raw(self, data: bytes) -> None:
+        self.writes.append((time.monotonic(), data))
+        super().write_raw(data)
+
+
 @contextlib.asynccontextmanager
-async def rig(hooks: Scripted | None, *scripts: Script) -> AsyncIterator[Rig]:
+async def rig(
+    hooks: Scripted | None, *scripts: Script, writes: list[tuple[float, bytes]] | None = None
+) -> AsyncIterator[Rig]:
+    """``writes``: where each write to the host is kept, with its time."""
     recorder = Recorder()
     tape = ForwardTape(recorder)  # type: ignore[arg-type]
     upstream = Upstream(*scripts)
@@ -115,7 +130,15 @@ async def rig(hooks: Scripted | None, *scripts: Script) -> AsyncIterator[Rig]:
     handler.hooks = hooks
     front = FrontServer(handler.handle if hooks is None else handler.handle_hooked, ignore)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: TunnelFront(front, None), "127.0.0.1", 0)
+
+    def connection() -> TunnelFront:
+        if writes is None:
+            return TunnelFront(front, None)
+        conn = CountingFront(front, None)
+        conn.writes = writes
+        return conn
+
+    server = await loop.create_server(connection, "127.0.0.1", 0)
     try:
         yield Rig(server.sockets[0].getsockname()[1], upstream, recorder, handler)
     finally:
@@ -226,6 +249,37 @@ async def test_events_passed_and_delayed_reach_the_host_in_order() -> None:
     assert got.body == event(1) + event(2)
     assert hooks.calls[-2:] == ["stream_end", "done"]
     assert r.upstream.replies[0].released
+
+
+async def test_an_event_streams_head_goes_out_with_its_first_event(monkeypatch: Any) -> None:
+    """A server writes an event stream's head a moment before its first event: the head waits
+    for it (HEAD_HOLD, here long enough for a loaded machine) and both go to the host in one
+    write — one TLS record and one wake-up of the host instead of two, as the reverse relay
+    does. The head used to go alone at once."""
+    monkeypatch.setattr(handler_module, "HEAD_HOLD", 5.0, raising=False)
+    writes: list[tuple[float, bytes]] = []
+    script = Script(headers=SSE, body=[0.0, event(1), 0.05, event(2)], length=False)
+    async with rig(None, script, writes=writes) as r:
+        got = await r.post()
+    assert got.status == 200 and got.body == event(1) + event(2)
+    first = writes[0][1]
+    assert first.startswith(b"HTTP/1.1 200 ") and event(1) in first, writes
+    assert len(writes) == 2, writes  # the head with event 1; event 2 with the stream's end
+    assert len(frames(r.recorder, Channel.SSE)) == 2  # both events recorded
+
+
+async def test_a_quiet_event_streams_head_goes_alone_after_the_hold() -> None:
+    """The head waits HEAD_HOLD at most: a stream whose first event is late still shows its
+    head to the host long before that event."""
+    writes: list[tuple[float, bytes]] = []
+    script = Script(headers=SSE, body=[0.5, event(1)], length=False)
+    async with rig(None, script, writes=writes) as r:
+        t0 = time.monotonic()
+        got = await r.post()
+    assert got.body == event(1)
+    (t_head, head), (t_event, rest) = writes
+    assert head.startswith(b"HTTP/1.1 200 ") and b"data:" not in head
+    assert event(1) in rest and t_head - t0 < 0.4 <= t_event - t0, writes
 
 
 async def test_no_hooks_no_calls() -> None:

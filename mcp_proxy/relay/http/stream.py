@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from mcp_proxy.framing import SSEEvent, SSEParser
-from mcp_proxy.limits import ENDPOINT_HOLD_LIMIT, TAIL_READ
+from mcp_proxy.limits import ENDPOINT_HOLD_LIMIT, HEAD_HOLD, TAIL_READ
 from mcp_proxy.relay.http.common import quickack
 from mcp_proxy.relay.http.exchange import Exchange
 from mcp_proxy.relay.http.front import FrontRequest, RelayResponse
@@ -46,9 +46,6 @@ from mcp_proxy.relay.http.response_record import (
 from mcp_proxy.relay.http.upstream import UpstreamReply
 
 __all__ = ["StreamPath", "read_tail"]
-
-#: How long the head of a streamed response waits for the first body bytes to go out with them.
-HEAD_HOLD = 0.003
 
 
 @dataclass(slots=True)
