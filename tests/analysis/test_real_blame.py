@@ -33,12 +33,12 @@ from tests.analysis.test_real_sessions import check
 from tests.conftest import mcptape_cmd
 from tests.helpers import db as rdb
 from tests.helpers.cli import run_mcptape
+from tests.helpers.forkserver import server_python
 from tests.relay.test_http_wire import H_JSON, http_raw, rpc
 
 pytestmark = pytest.mark.timeout(90)
 
-SERVER = [sys.executable, "-m", "mcp_proxy.testing.server", "--preset", "basic,slow"]
-SERVER += ["--transport", "stdio"]
+SERVER = ["-m", "mcp_proxy.testing.server", "--preset", "basic,slow", "--transport", "stdio"]
 INIT = {
     "protocolVersion": "2025-11-25",
     "capabilities": {},
@@ -122,7 +122,9 @@ class LineHost:
         self.db, self.name = db, name
         argv = [*mcptape_cmd(), "record", "--db", str(db), "--name", name, *fault, "--"]
         self.proc = subprocess.Popen(
-            [*argv, *(server or SERVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            [*argv, *(server or [server_python(), *SERVER])],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
         )
         self.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
         assert self.read()["id"] == 1

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import ssl
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -28,6 +27,7 @@ import pytest
 import trustme
 
 from tests.forward.tee import TeeTransport
+from tests.helpers.forkserver import server_python
 from tests.relay.conftest import MCPTAPE, Proxy
 
 HERE = Path(__file__).resolve().parent
@@ -86,7 +86,7 @@ class TLSServer:
 @contextlib.contextmanager
 def start_tls_server(tls: TLSFiles, *args: str, timeout: float = 90.0) -> Iterator[TLSServer]:
     proc = subprocess.Popen(
-        [sys.executable, str(SERVERS), "--cert", str(tls.chain), "--key", str(tls.key), *args],
+        [server_python(), str(SERVERS), "--cert", str(tls.chain), "--key", str(tls.key), *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

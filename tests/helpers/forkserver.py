@@ -242,3 +242,11 @@ def _reap(
 
 if __name__ == "__main__":
     serve(Path(sys.argv[1]))
+
+
+def server_python() -> str:
+    """The interpreter a test starts a Python test server with: this worker's launcher (the
+    session fixture in ``tests/conftest.py``), else this interpreter."""
+    from mcp_proxy.testing.process import SERVER_PYTHON_ENV
+
+    return os.environ.get(SERVER_PYTHON_ENV) or sys.executable

@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from tests.helpers.forkserver import server_python
 from tests.relay.launch import relay_process
 
 HERE = Path(__file__).resolve().parent
@@ -88,7 +89,7 @@ def start_upstream(*args: str, timeout: float = 30.0) -> Iterator[Upstream]:
     the probe tools need this script, hence a launcher of our own.)
     """
     proc = subprocess.Popen(
-        [sys.executable, str(UPSTREAM_SCRIPT), *args],
+        [server_python(), str(UPSTREAM_SCRIPT), *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import mcptape_cmd
 from tests.helpers.cli import run_mcptape
+from tests.helpers.forkserver import server_python
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings"
@@ -41,7 +42,8 @@ def run_cli(*args: str, timeout: float = 120, **kw: object) -> subprocess.Comple
 
 
 def server(presets: str, module: str = "mcp_proxy.testing.server") -> list[str]:
-    return [PY, "-m", module, "--preset", presets, "--transport", "stdio", "--name", "mcptape-test"]
+    argv = ["-m", module, "--preset", presets, "--transport", "stdio", "--name", "mcptape-test"]
+    return [server_python(), *argv]
 
 
 def child_env() -> dict[str, str] | None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from importlib.metadata import entry_points
 
 import pytest
 
+from tests.helpers.forkserver import server_python
 from tests.travel.conftest import RECORDINGS
 
 pytest_plugins = ["pytester"]
@@ -19,7 +19,7 @@ def test_registered_by_entry_point() -> None:
 
 
 def _server(presets: str, module: str = "mcp_proxy.testing.server") -> list[str]:
-    return [sys.executable, "-m", module, "--preset", presets, "--transport", "stdio"]
+    return [server_python(), "-m", module, "--preset", presets, "--transport", "stdio"]
 
 
 def test_mock_fixture_serves_an_sdk_client(pytester: pytest.Pytester) -> None:

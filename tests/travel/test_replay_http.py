@@ -31,7 +31,8 @@ from mcp_proxy.testing.client import (
 from mcp_proxy.testing.process import READY_PREFIX, start_http_server, stop_process
 from tests.conftest import crossed, matrix, mcptape_cmd
 from tests.helpers import db as rdb
-from tests.travel.conftest import PY, RECORDINGS, run_cli
+from tests.helpers.forkserver import server_python
+from tests.travel.conftest import RECORDINGS, run_cli
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -77,7 +78,7 @@ def _announced(argv: list[str], prefix: str, timeout: float = 30.0) -> Iterator[
 def _changed_server() -> list[str]:
     presets = "basic_changed,slow,failing"
     module = "mcp_proxy.testing.presets_changed"
-    return [PY, "-m", module, "--preset", presets, "--name", "mcptape-test"]
+    return [server_python(), "-m", module, "--preset", presets, "--name", "mcptape-test"]
 
 
 async def _record_http(url: str, db: Path | str, name: str, mode: str = "legacy") -> None:

@@ -1,0 +1,116 @@
+"""The suite's fork server for test servers (``tests/helpers/forkserver.py``) stands in for a
+server's process: the bytes on its pipes, its exit status, the signals a relay sends it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcp_proxy.testing.process import SERVER_PYTHON_ENV
+from tests.helpers.db import wait_until
+from tests.helpers.forkserver import write_launcher
+
+SCRIPT = """\
+import os, signal, sys
+mode = sys.argv[1]
+if mode == "echo":
+    for line in sys.stdin:
+        sys.stdout.write(line.upper())
+        sys.stdout.flush()
+    sys.stderr.write(f"cwd={os.getcwd()} env={os.environ.get('FORK_TEST', '-')}\\n")
+elif mode == "exit":
+    sys.exit(int(sys.argv[2]))
+elif mode == "kill":
+    os.kill(os.getpid(), signal.SIGABRT)
+elif mode == "wait":
+    open(sys.argv[2], "w").write(str(os.getpid()))
+    sys.stdin.read()  # until the test's end of the pipe closes
+"""
+
+
+@pytest.fixture
+def launcher() -> str:
+    """The launcher this worker's session fixture wrote (its zygote is already started)."""
+    path = os.environ.get(SERVER_PYTHON_ENV, "")
+    assert path and path != sys.executable, "the session fixture names a launcher"
+    sock = Path(path).parent / "zygote.sock"  # tests/conftest.py: beside the launcher
+    assert wait_until(sock.exists, timeout=60), "the zygote listens once it imported mcp"
+    return path
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "server.py"
+    path.write_text(SCRIPT, encoding="utf-8")
+    return path
+
+
+def test_bytes_cwd_and_environment_are_the_servers(
+    launcher: str, script: Path, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [launcher, str(script), "echo"],
+        input=b"one\ntwo\n",
+        capture_output=True,
+        cwd=tmp_path,
+        env={**os.environ, "FORK_TEST": "yes"},
+        timeout=30,
+    )
+    assert done.returncode == 0
+    assert done.stdout == b"ONE\nTWO\n"
+    assert done.stderr.decode() == f"cwd={tmp_path} env=yes\n"
+
+
+def test_the_exit_status_is_the_servers(launcher: str, script: Path) -> None:
+    assert subprocess.run([launcher, str(script), "exit", "3"], timeout=30).returncode == 3
+    killed = subprocess.run([launcher, str(script), "kill"], timeout=30)
+    assert killed.returncode == -signal.SIGABRT
+
+
+def test_a_signal_to_the_launcher_reaches_the_server(
+    launcher: str, script: Path, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "pid"
+    proc = subprocess.Popen([launcher, str(script), "wait", str(pid_file)], stdin=subprocess.PIPE)
+    assert wait_until(lambda: pid_file.exists() and pid_file.read_text() != "", timeout=30)
+    child = int(pid_file.read_text())
+    assert child != proc.pid  # forked by the zygote, not the launcher itself
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == -signal.SIGTERM
+    assert wait_until(lambda: not _alive(child), timeout=30)
+
+
+def test_a_launcher_killed_takes_its_server_with_it(
+    launcher: str, script: Path, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "pid"
+    proc = subprocess.Popen([launcher, str(script), "wait", str(pid_file)], stdin=subprocess.PIPE)
+    assert wait_until(lambda: pid_file.exists() and pid_file.read_text() != "", timeout=30)
+    child = int(pid_file.read_text())
+    proc.kill()
+    proc.wait(30)
+    assert wait_until(lambda: not _alive(child), timeout=30)
+
+
+def test_without_a_zygote_the_real_interpreter_runs(script: Path, tmp_path: Path) -> None:
+    lone = write_launcher(tmp_path / "python", tmp_path / "nobody-listens.sock")
+    done = subprocess.run([str(lone), str(script), "exit", "7"], timeout=30)
+    assert done.returncode == 7
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped by the zygote) counts as gone
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
