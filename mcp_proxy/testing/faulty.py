@@ -47,6 +47,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 
 from mcp_proxy.testing.client import make_client, tool_text
 from mcp_proxy.testing.presets import wire_fd
+from mcp_proxy.testing.process import SERVER_PYTHON_ENV
 from mcp_proxy.testing.server import build_server
 
 __all__ = [
@@ -119,7 +120,8 @@ def faulty_params(
 ) -> StdioServerParameters:
     """``StdioServerParameters`` that launch this server (``kwargs`` go to the parameters)."""
     args = ["-m", "mcp_proxy.testing.faulty", "--preset", presets]
-    return StdioServerParameters(command=sys.executable, args=args, **kwargs)
+    python = os.environ.get(SERVER_PYTHON_ENV) or sys.executable
+    return StdioServerParameters(command=python, args=args, **kwargs)
 
 
 async def outcome(call: Awaitable[Any]) -> tuple[Any, ...]:

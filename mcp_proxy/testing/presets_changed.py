@@ -16,6 +16,7 @@ over to :func:`mcp_proxy.testing.server.main`, so every server option works unch
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,7 @@ from mcp.server.mcpserver import MCPServer
 
 from mcp_proxy.testing.presets import PRESETS, Preset, preset_basic
 from mcp_proxy.testing.presets_tasks import preset_tasks
+from mcp_proxy.testing.process import SERVER_PYTHON_ENV
 from mcp_proxy.testing.tasks import TaskState, TaskTool, runtime_of
 
 
@@ -58,7 +60,8 @@ CHANGED_PRESETS: dict[str, Preset] = {
 
 def server_argv(presets: str, python: str | None = None) -> list[str]:
     """The command line of a changed stdio server (what a replay test runs)."""
-    return [python or sys.executable, "-m", __name__, "--preset", presets, "--transport", "stdio"]
+    python = python or os.environ.get(SERVER_PYTHON_ENV) or sys.executable
+    return [python, "-m", __name__, "--preset", presets, "--transport", "stdio"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
