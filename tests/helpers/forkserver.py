@@ -37,6 +37,8 @@ from pathlib import Path
 PRELOAD = ("mcp_proxy.testing.server",)
 #: The most one launch request may carry (argv, environment, cwd): bounded like everything else.
 MAX_REQUEST = 1 << 20
+#: Seconds a launcher gets to send its request once connected.
+RECEIVE_TIMEOUT = 10.0
 #: Signals a relay sends to its server, forwarded by the launcher to the forked child.
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 
@@ -189,7 +191,11 @@ def serve(sock: Path) -> None:
                 return
             if key.data == "accept":
                 conn, _ = listener.accept()
-                got = _receive(conn)
+                conn.settimeout(RECEIVE_TIMEOUT)  # a launcher stopped mid-request stalls no one
+                try:
+                    got = _receive(conn)
+                except (OSError, ValueError):
+                    got = None
                 if got is None:
                     conn.close()
                     continue
@@ -198,13 +204,20 @@ def serve(sock: Path) -> None:
                     os._exit(_child(*got))
                 for fd in got[1]:
                     os.close(fd)
-                conn.sendall(f"pid {pid}\n".encode())
                 children[pid] = conn
                 by_conn[conn] = pid
                 sel.register(conn, selectors.EVENT_READ, "conn")
+                try:
+                    conn.sendall(f"pid {pid}\n".encode())
+                except OSError:
+                    pass  # the launcher is gone already: its end of file comes next
             elif key.data == "conn":
                 conn = key.fileobj  # type: ignore[assignment]
-                if not conn.recv(1):  # the launcher is gone (killed): so is its server
+                try:
+                    gone = not conn.recv(1)
+                except OSError:  # reset: a launcher killed before it read its pid
+                    gone = True
+                if gone:  # the launcher is gone (killed): so is its server
                     sel.unregister(conn)
                     pid = by_conn.pop(conn)
                     try:

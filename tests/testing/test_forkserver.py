@@ -114,3 +114,32 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_launcher_gone_before_it_read_its_pid_leaves_the_zygote_serving(
+    launcher: str, script: Path, tmp_path: Path
+) -> None:
+    """A server killed as soon as it started: the zygote's end of that connection is reset,
+    which once took the zygote down (every later server then started the slow way)."""
+    import array
+    import json
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(Path(launcher).parent / "zygote.sock"))
+    body = {"argv": [str(script), "exit", "0"], "env": dict(os.environ), "cwd": str(tmp_path)}
+    with open(os.devnull, "rb+") as null:
+        fds = array.array("i", [null.fileno()] * 3)
+        sock.sendmsg(
+            [json.dumps(body).encode() + b"\n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]
+        )
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    sock.close()  # unread "pid N": a reset, as when a launcher is killed at once
+    pid_file = tmp_path / "pid"
+    proc = subprocess.Popen([launcher, str(script), "wait", str(pid_file)], stdin=subprocess.PIPE)
+    try:
+        assert wait_until(lambda: pid_file.exists() and pid_file.read_text() != "", timeout=30)
+        assert int(pid_file.read_text()) != proc.pid  # still forked by the zygote
+    finally:
+        proc.kill()
+        proc.wait(30)
