@@ -75,10 +75,7 @@ def test_the_exit_status_is_the_servers(launcher: str, script: Path) -> None:
 def test_a_signal_to_the_launcher_reaches_the_server(
     launcher: str, script: Path, tmp_path: Path
 ) -> None:
-    pid_file = tmp_path / "pid"
-    proc = subprocess.Popen([launcher, str(script), "wait", str(pid_file)], stdin=subprocess.PIPE)
-    assert wait_until(lambda: pid_file.exists() and pid_file.read_text() != "", timeout=30)
-    child = int(pid_file.read_text())
+    proc, child = _waiting(launcher, script, tmp_path)
     assert child != proc.pid  # forked by the zygote, not the launcher itself
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == -signal.SIGTERM
@@ -88,10 +85,7 @@ def test_a_signal_to_the_launcher_reaches_the_server(
 def test_a_launcher_killed_takes_its_server_with_it(
     launcher: str, script: Path, tmp_path: Path
 ) -> None:
-    pid_file = tmp_path / "pid"
-    proc = subprocess.Popen([launcher, str(script), "wait", str(pid_file)], stdin=subprocess.PIPE)
-    assert wait_until(lambda: pid_file.exists() and pid_file.read_text() != "", timeout=30)
-    child = int(pid_file.read_text())
+    proc, child = _waiting(launcher, script, tmp_path)
     proc.kill()
     proc.wait(30)
     assert wait_until(lambda: not _alive(child), timeout=30)
@@ -101,6 +95,14 @@ def test_without_a_zygote_the_real_interpreter_runs(script: Path, tmp_path: Path
     lone = write_launcher(tmp_path / "python", tmp_path / "nobody-listens.sock")
     done = subprocess.run([str(lone), str(script), "exit", "7"], timeout=30)
     assert done.returncode == 7
+
+
+def _waiting(launcher: str, script: Path, tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """A server started through the launcher that waits on its stdin, and the pid it runs as."""
+    pid_file = tmp_path / "pid"
+    proc = subprocess.Popen([launcher, str(script), "wait", str(pid_file)], stdin=subprocess.PIPE)
+    assert wait_until(lambda: pid_file.exists() and pid_file.read_text() != "", timeout=30)
+    return proc, int(pid_file.read_text())
 
 
 def _alive(pid: int) -> bool:
@@ -135,11 +137,9 @@ def test_a_launcher_gone_before_it_read_its_pid_leaves_the_zygote_serving(
         )
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     sock.close()  # unread "pid N": a reset, as when a launcher is killed at once
-    pid_file = tmp_path / "pid"
-    proc = subprocess.Popen([launcher, str(script), "wait", str(pid_file)], stdin=subprocess.PIPE)
+    proc, child = _waiting(launcher, script, tmp_path)
     try:
-        assert wait_until(lambda: pid_file.exists() and pid_file.read_text() != "", timeout=30)
-        assert int(pid_file.read_text()) != proc.pid  # still forked by the zygote
+        assert child != proc.pid  # still forked by the zygote
     finally:
         proc.kill()
         proc.wait(30)
