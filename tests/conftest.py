@@ -89,6 +89,8 @@ def _bytecode_for_subprocesses() -> None:
         return
     if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
         return  # children already write bytecode where the user wants it
+    if _compiled_in_place():
+        return  # installed with its bytecode (.ci/run): a prefix would hide it from the children
     prefix = Path(wanted) if wanted else Path(tempfile.gettempdir()) / f"mcptape-pycache-{_uid()}"
     try:
         prefix.mkdir(parents=True, exist_ok=True)
@@ -96,6 +98,22 @@ def _bytecode_for_subprocesses() -> None:
         return
     os.environ.pop("PYTHONDONTWRITEBYTECODE")
     os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
+
+
+def _compiled_in_place() -> bool:
+    """The project and its dependencies were compiled beside their sources (``.ci/run``: ``uv
+    sync --compile-bytecode`` and ``compileall``): then the children read that bytecode, and a
+    ``PYTHONPYCACHEPREFIX`` would hide it from them — a fresh clone's first run compiled every
+    module again into an empty prefix (30–60 s of the default run, 2026-12-02)."""
+    import importlib.util
+
+    for name in ("mcp_proxy", "mcp", "typer"):
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            return False
+        if not Path(importlib.util.cache_from_source(spec.origin)).exists():
+            return False
+    return True
 
 
 WORKERS_ENV = "MCPTAPE_TEST_WORKERS"
