@@ -17,7 +17,9 @@ interpreter (``os.execv``), so a test never depends on the zygote being there. T
 process start-up and exit (``mcptape record``'s own start, a server's exit status) start real
 processes: the launcher is only for the servers of tests about something else.
 
-The zygote is single-threaded (a selector over its socket, its connections and a SIGCHLD
+The zygote leaves when its worker does: when the worker's pipe to it closes, or when the worker
+itself exits (a pidfd), since a worker killed outright may leave that pipe open in its other
+children. The zygote is single-threaded (a selector over its socket, its connections and a SIGCHLD
 wake-up pipe), so forking it is safe.
 """
 
@@ -180,6 +182,10 @@ def serve(sock: Path) -> None:
     sel.register(listener, selectors.EVENT_READ, "accept")
     sel.register(wake_r, selectors.EVENT_READ, "chld")
     sel.register(sys.stdin, selectors.EVENT_READ, "stdin")  # the worker's pipe: closes with it
+    try:  # the worker itself: killed outright, its pipe may live on in its other children
+        sel.register(os.pidfd_open(os.getppid()), selectors.EVENT_READ, "stdin")
+    except OSError:
+        pass  # no pidfd (an old kernel): the pipe alone tells
     children: dict[int, socket.socket] = {}
     by_conn: dict[socket.socket, int] = {}
     print("ready", flush=True)

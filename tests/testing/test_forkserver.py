@@ -143,3 +143,43 @@ def test_a_launcher_gone_before_it_read_its_pid_leaves_the_zygote_serving(
     finally:
         proc.kill()
         proc.wait(30)
+
+
+def test_the_zygote_leaves_with_a_worker_killed_outright(tmp_path: Path) -> None:
+    """A worker killed (SIGKILL) whose pipe to the zygote lives on in another of its children:
+    the zygote once stayed, with its servers, until that child ended."""
+    keeper = tmp_path / "keeper.pid"
+    zygote_pid = tmp_path / "zygote.pid"
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            "z = subprocess.Popen([sys.executable, '-m', 'tests.helpers.forkserver', sys.argv[1]],"
+            " stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)\n"
+            "k = subprocess.Popen([sys.executable, '-c', 'import signal; signal.pause()'],"
+            " pass_fds=(z.stdin.fileno(),))\n"
+            "open(sys.argv[2], 'w').write(str(z.pid))\n"
+            "open(sys.argv[3], 'w').write(str(k.pid))\n"
+            "z.stdin.flush(); sys.stdin.read()\n",
+            str(tmp_path / "z.sock"),
+            str(zygote_pid),
+            str(keeper),
+        ],
+        stdin=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert wait_until(lambda: keeper.exists() and keeper.read_text() != "", timeout=30)
+        assert wait_until((tmp_path / "z.sock").exists, timeout=60), "the zygote listens"
+        zygote = int(zygote_pid.read_text())
+        worker.kill()
+        worker.wait(30)
+        assert wait_until(lambda: not _alive(zygote), timeout=30), "the zygote left with its worker"
+    finally:
+        for pid_file in (keeper, zygote_pid):
+            if pid_file.exists() and pid_file.read_text():
+                try:
+                    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
