@@ -7,7 +7,9 @@ whole rest of the relay per request, and it can only send header values it can r
 (UTF-8), not the bytes the host sent. Here the request head is written from the host's raw
 header bytes in one ``write``, and the response is parsed by aiohttp's own client protocol
 (``ResponseHandler``: the llhttp C parser, flow control, payload errors on a broken
-connection) — the parts of aiohttp worth keeping.
+connection) — the parts of aiohttp worth keeping. A kept connection keeps its parser from one
+response to the next (``set_response_params`` builds a new one: only when a HEAD follows a GET
+or the reverse).
 
 **The seam.** The relay talks to its upstream through :class:`Upstream` (``request`` → an
 :class:`UpstreamReply`, ``close``), as httpx's code talks to its transport: :class:`UpstreamPool`
