@@ -100,3 +100,54 @@ def test_pool_closes_idle_connections_and_their_duplicates() -> None:
         await server.wait_closed()
 
     _run(main())
+
+
+def test_one_kept_connection_parses_responses_in_a_row_and_heads_between() -> None:
+    """A kept connection's response parser serves one response after another; a HEAD's answer
+    (a length, no body) and the GET after it are each framed by their own rules."""
+    heads: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                break
+            heads.append(head)
+            n = len(heads)
+            body = b"body-%d" % n
+            length = b"Content-Length: %d\r\n" % len(body)
+            if head.startswith(b"HEAD"):
+                writer.write(b"HTTP/1.1 200 OK\r\n" + length + b"\r\n")
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\n" + length + b"\r\n" + body)
+            await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        pool = UpstreamPool("127.0.0.1", port, tls=False)
+        got = []
+        for method in ("GET", "GET", "HEAD", "GET", "HEAD", "HEAD", "GET"):
+            head = b"%s / HTTP/1.1\r\nHost: x\r\n\r\n" % method.encode()
+            resp = await asyncio.wait_for(
+                pool.request(head, None, head_only=method == "HEAD"), timeout=5
+            )
+            got.append((method, await asyncio.wait_for(resp.read(), timeout=5)))
+            resp.release()
+            assert pool.idle_count == 1  # the one connection, kept
+        assert got == [
+            ("GET", b"body-1"),
+            ("GET", b"body-2"),
+            ("HEAD", b""),
+            ("GET", b"body-4"),
+            ("HEAD", b""),
+            ("HEAD", b""),
+            ("GET", b"body-7"),
+        ]
+        await pool.close()
+        server.close()
+        await server.wait_closed()
+
+    _run(main())

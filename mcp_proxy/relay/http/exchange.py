@@ -58,6 +58,10 @@ class RecState(enum.Enum):
     LIVE = "live"
     DONE = "done"
 
+    # Members are singletons compared by identity: hashed by identity too (C), not by
+    # ``Enum.__hash__`` (Python), for the TRANSITIONS look-ups of every move.
+    __hash__ = object.__hash__
+
 
 #: Every allowed move of an exchange's recording state.
 TRANSITIONS: dict[RecState, frozenset[RecState]] = {

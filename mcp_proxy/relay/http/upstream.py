@@ -7,7 +7,9 @@ whole rest of the relay per request, and it can only send header values it can r
 (UTF-8), not the bytes the host sent. Here the request head is written from the host's raw
 header bytes in one ``write``, and the response is parsed by aiohttp's own client protocol
 (``ResponseHandler``: the llhttp C parser, flow control, payload errors on a broken
-connection) — the parts of aiohttp worth keeping.
+connection) — the parts of aiohttp worth keeping. A kept connection keeps its parser from one
+response to the next (``set_response_params`` builds a new one: only when a HEAD follows a GET
+or the reverse).
 
 **The seam.** The relay talks to its upstream through :class:`Upstream` (``request`` → an
 :class:`UpstreamReply`, ``close``), as httpx's code talks to its transport: :class:`UpstreamPool`
@@ -135,10 +137,16 @@ class UpstreamConnection(ResponseHandler):
     qsock: socket.socket | None = None
     #: Wakes the body writer when the upstream's socket takes writes again (see drain).
     drain_waiter: asyncio.Future[None] | None = None
+    #: The ``head_only`` its response parser was made for (None: no parser yet). llhttp
+    #: parses one response after another on a kept connection, as aiohttp's own connections
+    #: reuse theirs; a new parser per request (a C object and its settings) is made only when
+    #: a HEAD follows a GET or the reverse.
+    parser_head_only: bool | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.drain_waiter = None
+        self.parser_head_only = None
         if _QUICKACK is None:
             return
         raw = transport.get_extra_info("socket")
@@ -381,14 +389,16 @@ class UpstreamPool:
         proto = self._take_idle()
         if proto is None:  # (a ResponseHandler is a queue: an idle one is falsy)
             proto = await self._connect()
-        proto.set_response_params(
-            skip_payload=head_only,
-            read_until_eof=True,
-            auto_decompress=False,
-            read_bufsize=1 << 16,
-            max_line_size=self.max_field_size,
-            max_field_size=self.max_field_size,
-        )
+        if proto.parser_head_only is not head_only:
+            proto.set_response_params(
+                skip_payload=head_only,
+                read_until_eof=True,
+                auto_decompress=False,
+                read_bufsize=1 << 16,
+                max_line_size=self.max_field_size,
+                max_field_size=self.max_field_size,
+            )
+            proto.parser_head_only = head_only
         transport = proto.transport
         if transport is None:
             raise UpstreamConnectError("the upstream connection closed before the request")
