@@ -121,6 +121,8 @@ class Msg:
     raw: bytes | None = None
     _body: Any = _UNPARSED
     event: str | None = None  # the SSE event type ("message", "endpoint", …) for SSE frames
+    #: ``params`` once read (None: the body has none), forgotten with the body
+    _params: Any = _UNPARSED
 
     @property
     def body(self) -> Any:
@@ -137,21 +139,26 @@ class Msg:
     def release(self) -> None:
         """Forget the parsed body (it is parsed again if asked for); batch elements keep it."""
         if self.raw is not None:
-            self._body = _UNPARSED
+            self._body = self._params = _UNPARSED
 
     def forget(self) -> None:
         """Forget the bytes and the body for good (every check has read this message)."""
         self.raw = None
         self._body = None
+        self._params = None
 
     @property
     def params(self) -> dict[str, Any]:
-        b = self.body
-        if isinstance(b, dict):
-            p = b.get("params")
-            if isinstance(p, dict):
-                return p
-        return {}
+        """The body's ``params`` object ({} when it has none). Looked up once per parse: the
+        pairing and the checks ask for a request's params five times."""
+        p = self._params
+        if p is _UNPARSED:
+            b = self.body
+            p = b.get("params") if isinstance(b, dict) else None
+            if not isinstance(p, dict):
+                p = None
+            self._params = p
+        return {} if p is None else p  # type: ignore[no-any-return]
 
     @property
     def result(self) -> dict[str, Any] | None:
