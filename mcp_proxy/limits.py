@@ -261,11 +261,6 @@ SKILL_URI_CHARS = 2_048
 OTLP_TASK_EVENTS = 128
 
 # --- The store, import and export ---
-#: Batches of frame rows a bulk reader fetches ahead of its consumer, on a thread of its own
-#: (``store/stream.py``): the driver's work (SQLite's page walk, which runs without the GIL)
-#: overlaps the analysis of the batch before. Each batch is at most the reader's batch size
-#: (20,000 rows for the analysis, a few MB): this bounds what the read ahead holds.
-ROWS_AHEAD = 2
 
 #: Characters of one annotation's text: a note, not a copy of a recording.
 NOTE_MAX = 20_000

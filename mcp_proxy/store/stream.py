@@ -12,14 +12,12 @@ queries take the async store (``queries.py``, ``pages.py``).
 
 from __future__ import annotations
 
-import queue
 import sqlite3
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from mcp_proxy.errors import StoreError
-from mcp_proxy.limits import ROWS_AHEAD, SHAPE_CACHE
+from mcp_proxy.limits import SHAPE_CACHE
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.columns import (
     CHANNEL_CODES,
@@ -119,10 +117,7 @@ def _sqlite_rows(
 
 def _connect(path: str) -> sqlite3.Connection:
     try:
-        # (used by one thread at a time: the caller's, then the read ahead's, see ahead())
-        conn = sqlite3.connect(
-            path, timeout=engine_mod.BUSY_TIMEOUT_MS / 1000, check_same_thread=False
-        )
+        conn = sqlite3.connect(path, timeout=engine_mod.BUSY_TIMEOUT_MS / 1000)
         conn.execute("PRAGMA query_only = 1")
     except sqlite3.Error as exc:
         raise StoreError(str(exc)) from exc
@@ -332,7 +327,7 @@ def shaped_pages(
         f" ORDER BY seq LIMIT {int(batch)}"
         for every in ((False, True) if rows == FACTS_ROWS else (False,))
     ]
-    pages = ahead(_keyset(engine, sqls, key, batch, wanted.index("seq"), _positions(wanted, rows)))
+    pages = _keyset(engine, sqls, key, batch, wanted.index("seq"), _positions(wanted, rows))
     extra = len(wanted) > len(columns)
     return Shapes(methods), ([r[:-1] for r in rows] for rows in pages) if extra else pages
 
@@ -433,7 +428,7 @@ def shaped_batches(
         f"{_row_filter(rows, methods, str(key), every_answer=every)} ORDER BY seq"
         for every in ((False, True) if rows == FACTS_ROWS else (False,))
     ]
-    return Shapes(methods), ahead(_fetch(conn, sqls, key, batch, _positions(columns, rows)))
+    return Shapes(methods), _fetch(conn, sqls, key, batch, _positions(columns, rows))
 
 
 def _fetch(
@@ -453,66 +448,3 @@ def _fetch(
         raise StoreError(str(exc)) from exc
     finally:
         conn.close()
-
-
-# ---------------------------------------------------------------------------------- read ahead
-_END: Any = object()
-
-
-class _Failed:
-    """An exception of the read-ahead thread, handed to the consumer to raise."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
-def ahead(batches: Iterator[list[tuple[Any, ...]]]) -> Iterator[list[tuple[Any, ...]]]:
-    """``batches``, run on a thread of their own, at most :data:`ROWS_AHEAD` batches ahead of
-    the consumer.
-
-    The driver's work (SQLite walking its pages and reading the rows' bytes; a PostgreSQL
-    round trip) runs without the GIL, so it overlaps what the consumer does with the batch
-    before (the analysis of a million frames: its whole read, ~20% of ``check --recompute``,
-    came off the critical path). The batches come out in order, the driver's errors are raised
-    in the consumer, and a consumer that stops early (or fails) stops the thread: it is waited
-    for before this returns, and the generator's own ``finally`` (closing the connection) runs
-    on it."""
-    q: queue.Queue[Any] = queue.Queue(ROWS_AHEAD)
-    stop = threading.Event()
-
-    def run() -> None:
-        try:
-            for rows in batches:
-                if stop.is_set():
-                    break
-                q.put(rows)
-                if stop.is_set():
-                    break
-        except BaseException as exc:  # (handed over: the consumer raises it)
-            q.put(_Failed(exc))
-        finally:
-            close = getattr(batches, "close", None)
-            if close is not None:
-                close()
-        q.put(_END)
-
-    thread = threading.Thread(target=run, name="rows-ahead", daemon=True)
-    thread.start()
-    ended = False
-    try:
-        while True:
-            item = q.get()
-            if item is _END:
-                ended = True
-                return
-            if isinstance(item, _Failed):
-                raise item.exc
-            yield item
-    finally:
-        if not ended:
-            stop.set()  # (the thread stops at its next batch; taking what it puts frees it)
-            while q.get() is not _END:
-                pass
-        thread.join()
