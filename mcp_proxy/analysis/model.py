@@ -66,7 +66,7 @@ _SCAN = _make_scan()
 _ORJSON_FIRST = (b"{", b"[")
 
 
-def parse_json_bytes(raw: bytes) -> Any:
+def parse_json_bytes(raw: bytes, *, digits_checked: bool = False) -> Any:
     """Parse one message's bytes; None when they are not a single JSON value.
 
     orjson first for an object or array (several times json's speed; parsing bodies was a
@@ -74,8 +74,10 @@ def parse_json_bytes(raw: bytes) -> Any:
     past its limit, anything not JSON — goes the json way below, and so do bytes with a run
     of 19+ digits (orjson reads an integer past 64 bits as a float, json keeps it exact), so
     the value is json's whatever the bytes (``tests/analysis/test_stats_stream.py`` compares).
+    ``digits_checked``: the caller knows the bytes have no such run (it looked at many
+    messages' bytes at once, :class:`~mcp_proxy.analysis.facts.Decoder`).
     """
-    if raw[:1] in _ORJSON_FIRST and not has_long_number(raw):
+    if raw[:1] in _ORJSON_FIRST and (digits_checked or not has_long_number(raw)):
         try:
             return _orjson_loads(raw)
         except ValueError:  # orjson.JSONDecodeError is a ValueError
@@ -121,6 +123,10 @@ class Msg:
     raw: bytes | None = None
     _body: Any = _UNPARSED
     event: str | None = None  # the SSE event type ("message", "endpoint", …) for SSE frames
+    #: ``params`` once read (None: the body has none), forgotten with the body
+    _params: Any = _UNPARSED
+    #: the bytes are known to hold no run of 19+ digits (see :func:`parse_json_bytes`)
+    digits_checked: bool = False
 
     @property
     def body(self) -> Any:
@@ -130,28 +136,33 @@ class Msg:
             b = None
             raw = self.raw
             if raw is not None and not self.partial and self.kind in JSONRPC_KINDS:
-                b = parse_json_bytes(raw)
+                b = parse_json_bytes(raw, digits_checked=self.digits_checked)
             self._body = b
         return b
 
     def release(self) -> None:
         """Forget the parsed body (it is parsed again if asked for); batch elements keep it."""
         if self.raw is not None:
-            self._body = _UNPARSED
+            self._body = self._params = _UNPARSED
 
     def forget(self) -> None:
         """Forget the bytes and the body for good (every check has read this message)."""
         self.raw = None
         self._body = None
+        self._params = None
 
     @property
     def params(self) -> dict[str, Any]:
-        b = self.body
-        if isinstance(b, dict):
-            p = b.get("params")
-            if isinstance(p, dict):
-                return p
-        return {}
+        """The body's ``params`` object ({} when it has none). Looked up once per parse: the
+        pairing and the checks ask for a request's params five times."""
+        p = self._params
+        if p is _UNPARSED:
+            b = self.body
+            p = b.get("params") if isinstance(b, dict) else None
+            if not isinstance(p, dict):
+                p = None
+            self._params = p
+        return {} if p is None else p  # type: ignore[no-any-return]
 
     @property
     def result(self) -> dict[str, Any] | None:
