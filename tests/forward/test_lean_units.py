@@ -2,11 +2,13 @@
 
 The client guard (mitmproxy's ``block_global``/``block_private`` rules: a connection is judged
 by its peer address alone, and no socket can come from a global address on this machine), the
-bounded certificate cache, and the guard around the tape's chunk copier.
+bounded certificate cache, the guard around the tape's chunk copier, and the engine's side of the
+shared streaming copy (``TapeSide``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from mcp_proxy.forward import contexts, verdicts
 from mcp_proxy.forward.certs import create_ec_ca
 from mcp_proxy.forward.contexts import LeafContexts
 from mcp_proxy.forward.guard import ClientGuard
+from mcp_proxy.relay.http.kept import Kept
 
 
 class Peer:
@@ -106,3 +109,44 @@ def test_a_failing_chunk_copy_is_logged_once_and_stops(caplog: Any) -> None:
             copy(chunk)  # never raises: the bytes already went to the host
     assert seen == [b"1", b"2"]
     assert len([r for r in caplog.records if "copying a chunk" in r.getMessage()]) == 1
+
+
+class Rr:
+    """The host's response as ``TapeSide`` writes it (``fail``: the host is gone)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.out: list[tuple[str, bytes]] = []
+
+    async def write(self, data: bytes) -> None:
+        if self.fail:
+            raise ConnectionResetError("host gone")
+        self.out.append(("write", data))
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        self.out.append(("eof", data))
+
+
+def test_the_tape_side_copies_each_chunk_after_it_went_or_keeps_the_body() -> None:
+    rr = Rr()
+    side = verdicts.TapeSide(None, rr, verdicts.Taping(), None)  # type: ignore[arg-type]
+    got: list[bytes] = []
+    side.copy = got.append
+    asyncio.run(side.send(b"a"))
+    assert side.before(b"a") == b"a" and side.held() is None
+    side.went(b"a")
+    asyncio.run(side.send(b"b", last=True))
+    side.went(b"b")
+    assert rr.out == [("write", b"a"), ("eof", b"b")] and got == [b"a", b"b"]
+    assert not side.writing
+    kept = verdicts.TapeSide(None, rr, verdicts.Taping(), None)  # type: ignore[arg-type]
+    kept.kept = Kept()
+    kept.went(b"xy")
+    assert kept.kept.take() == b"xy"
+
+
+def test_a_write_the_host_refused_reads_as_the_hosts_going() -> None:
+    side = verdicts.TapeSide(None, Rr(fail=True), verdicts.Taping(), None)  # type: ignore[arg-type]
+    with pytest.raises(ConnectionResetError):
+        asyncio.run(side.send(b"a"))
+    assert side.writing  # the handler then treats the ConnectionError as the host's going
