@@ -377,7 +377,7 @@ class RequestHandler:
                     side.kept = Kept()
             how = await copy_body(req, rr, resp, side, None, hooked)
             if how != RESET:  # after a reset nothing more reaches the host
-                await side.send(b"", last=True)
+                await rr.write_eof()
         except asyncio.CancelledError:
             self.taping.ensure_head(ex, resp, arrived)
             self._host_left(resp, ex, side.copy)
@@ -385,7 +385,7 @@ class RequestHandler:
         except ConnectionError as exc:
             self.taping.ensure_head(ex, resp, arrived)
             conn = req.conn
-            if side.writing or (isinstance(conn, TunnelFront) and conn.gone):
+            if host_gone(req) or (isinstance(conn, TunnelFront) and conn.gone):
                 self._host_left(resp, ex, side.copy)
             else:
                 rr.flush_head()  # the upstream's going: the host sees the head, then the cut
@@ -409,6 +409,13 @@ class RequestHandler:
         else:
             self.taping.done(ex, b"")
         return rr
+
+
+def host_gone(req: FrontRequest) -> bool:
+    """The host's connection is closing or gone: a ConnectionError is then the host's going
+    (the front refuses to write only to such a connection), not the upstream's."""
+    transport = req.transport
+    return transport is None or transport.is_closing()
 
 
 def _ignore(_chunk: bytes) -> None:

@@ -191,7 +191,7 @@ class TapeSide:
     chunk to the tape when it asked for them (``copy``), else the body kept, bounded, for its
     end (``kept``); with hooks, each event recorded through the tape's chunk copier."""
 
-    __slots__ = ("copy", "ex", "kept", "req", "rr", "taping", "writing")
+    __slots__ = ("copy", "ex", "kept", "req", "rr", "taping")
 
     def __init__(
         self, req: FrontRequest, rr: RelayResponse, taping: Taping, ex: TapeExchange | None
@@ -202,21 +202,14 @@ class TapeSide:
         self.ex = ex
         self.copy: Copy | None = None
         self.kept: Kept | None = None
-        #: A write to the host is under way (a ConnectionError then is the host's going).
-        self.writing = False
 
-    async def send(self, data: bytes, last: bool = False) -> None:
-        self.writing = True
-        if last:
-            await self.rr.write_eof(data)
-        else:
-            await self.rr.write(data)
-        self.writing = False
+    async def send(self, data: bytes) -> None:
+        await self.rr.write(data)
 
     def before(self, chunk: bytes) -> bytes | None:
         return chunk
 
-    def went(self, chunk: bytes) -> None:
+    def went(self, chunk: bytes, sent: int) -> None:
         if self.copy is not None:
             self.copy(chunk)  # a copy, after it went
         elif self.kept is not None:

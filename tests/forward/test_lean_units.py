@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from mcp_proxy.forward import contexts, verdicts
+from mcp_proxy.forward import contexts, handler, verdicts
 from mcp_proxy.forward.certs import create_ec_ca
 from mcp_proxy.forward.contexts import LeafContexts
 from mcp_proxy.forward.guard import ClientGuard
@@ -112,19 +113,13 @@ def test_a_failing_chunk_copy_is_logged_once_and_stops(caplog: Any) -> None:
 
 
 class Rr:
-    """The host's response as ``TapeSide`` writes it (``fail``: the host is gone)."""
+    """The host's response as ``TapeSide`` writes it."""
 
-    def __init__(self, fail: bool = False) -> None:
-        self.fail = fail
-        self.out: list[tuple[str, bytes]] = []
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
 
     async def write(self, data: bytes) -> None:
-        if self.fail:
-            raise ConnectionResetError("host gone")
-        self.out.append(("write", data))
-
-    async def write_eof(self, data: bytes = b"") -> None:
-        self.out.append(("eof", data))
+        self.out.append(data)
 
 
 def test_the_tape_side_copies_each_chunk_after_it_went_or_keeps_the_body() -> None:
@@ -132,21 +127,26 @@ def test_the_tape_side_copies_each_chunk_after_it_went_or_keeps_the_body() -> No
     side = verdicts.TapeSide(None, rr, verdicts.Taping(), None)  # type: ignore[arg-type]
     got: list[bytes] = []
     side.copy = got.append
-    asyncio.run(side.send(b"a"))
     assert side.before(b"a") == b"a" and side.held() is None
-    side.went(b"a")
-    asyncio.run(side.send(b"b", last=True))
-    side.went(b"b")
-    assert rr.out == [("write", b"a"), ("eof", b"b")] and got == [b"a", b"b"]
-    assert not side.writing
+    side.went(b"a", 1)
+    asyncio.run(side.send(b"event"))  # what a hook sends on the stream
+    assert rr.out == [b"event"] and got == [b"a"]
     kept = verdicts.TapeSide(None, rr, verdicts.Taping(), None)  # type: ignore[arg-type]
     kept.kept = Kept()
-    kept.went(b"xy")
+    kept.went(b"xy", 2)
     assert kept.kept.take() == b"xy"
 
 
-def test_a_write_the_host_refused_reads_as_the_hosts_going() -> None:
-    side = verdicts.TapeSide(None, Rr(fail=True), verdicts.Taping(), None)  # type: ignore[arg-type]
-    with pytest.raises(ConnectionResetError):
-        asyncio.run(side.send(b"a"))
-    assert side.writing  # the handler then treats the ConnectionError as the host's going
+class Transport:
+    def __init__(self, closing: bool) -> None:
+        self.closing = closing
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+
+@pytest.mark.parametrize("closing", [False, True])
+def test_a_connection_error_is_the_hosts_going_when_its_connection_closes(closing: bool) -> None:
+    req: Any = SimpleNamespace(transport=Transport(closing))
+    assert handler.host_gone(req) is closing
+    assert handler.host_gone(SimpleNamespace(transport=None))  # type: ignore[arg-type]

@@ -2,10 +2,10 @@
 without a (small) ``Content-Length`` — on one path for both front ends.
 
 The copy itself is shared: :func:`copy_body` (the head prepared, held up to ``HEAD_HOLD`` for
-the body's first bytes, then :func:`copy_chunks` — each upstream chunk to the host, recorded
-once it went — or, with hooks installed on an event stream, :func:`copy_events` — event by
-event: recorded as the upstream sent it, decided, carried out). What differs between the front
-ends is a :class:`Side`: how bytes reach the host and where the recording goes — the reverse
+the body's first bytes, then each upstream chunk to the host, recorded once it went — or, with
+hooks installed on an event stream, :func:`copy_events`: event by event, each recorded as the
+upstream sent it, decided, carried out). What differs between the front ends is a
+:class:`Side`: what is held back and where the recording goes — the reverse
 relay's :class:`RelaySide` (its :class:`~mcp_proxy.relay.http.exchange.Exchange`: events parsed
 before the write, a legacy GET stream's first bytes held back until its ``endpoint`` event is
 whole, then rewritten to point at the relay; other bodies kept, bounded) and the lean forward
@@ -59,7 +59,6 @@ __all__ = [
     "Side",
     "StreamPath",
     "copy_body",
-    "copy_chunks",
     "copy_events",
     "read_tail",
 ]
@@ -70,19 +69,20 @@ ENDED, CUT, RESET = "ended", "cut", "reset"
 
 
 class Side(Protocol):
-    """One front end's part in the shared copy: how bytes reach its host, where its recording
-    goes. Every call but :meth:`send` is synchronous and must not raise for the host's sake."""
+    """One front end's part in the shared copy: what it holds back, how its recording sees
+    what went to its host. Every call but :meth:`send` is synchronous and must not raise for
+    the host's sake."""
 
-    async def send(self, data: bytes, last: bool = False) -> None:
-        """Write ``data`` to the host (``last``: the body ends with it — one write with the end)."""
+    async def send(self, data: bytes) -> None:
+        """Write ``data`` to the host on the open stream (an event; what a hook sends)."""
         ...
 
     def before(self, chunk: bytes) -> bytes | None:
         """An upstream chunk, before it goes: the bytes to write now (None: held back)."""
         ...
 
-    def went(self, chunk: bytes) -> None:
-        """``chunk`` went to the host (or was held back): record it."""
+    def went(self, chunk: bytes, sent: int) -> None:
+        """``chunk`` went to the host as ``sent`` bytes (0: held back): record it."""
         ...
 
     def held(self) -> bytes | None:
@@ -101,26 +101,6 @@ class Side(Protocol):
     def reset(self, why: str) -> None:
         """A hook resets the host's connection here."""
         ...
-
-
-async def copy_chunks(
-    content: AsyncIterator[bytes],
-    at_eof: Callable[[], bool],
-    side: Side,
-    qsock: socket.socket | None,
-) -> None:
-    """Upstream body → host, chunk by chunk, each recorded once it went; the body's last bytes
-    go with its end (one write). ``qsock``: acknowledged at once after each read (see quickack)."""
-    async for chunk in content:
-        if qsock is not None:
-            quickack(qsock)
-        out = side.before(chunk)
-        if out is not None:
-            await side.send(out, at_eof())
-        side.went(chunk)
-    rest = side.held()
-    if rest:
-        await side.send(rest)
 
 
 async def copy_events(
@@ -167,10 +147,12 @@ async def copy_body(
     qsock: socket.socket | None = None,
     hooked: tuple[Hooks, HookExchange, SSEParser] | None = None,
 ) -> str:
-    """A streamed body from ``resp`` to the host through ``side`` — the one streaming copy of
-    both front ends. ``hooked``: an event stream decided event by event. The response's end is
-    the caller's (after a reset nothing more reaches the host). How it ended: ``ENDED``,
-    ``CUT`` or ``RESET``."""
+    """A streamed body from ``resp`` to the host — the one streaming copy of both front ends:
+    each upstream chunk written to ``sresp`` (the body's last bytes with its end: one write),
+    then recorded through ``side``; ``qsock`` acknowledged at once after each read (see
+    quickack). ``hooked``: an event stream decided event by event (:func:`copy_events`). The
+    response's end is the caller's (after a reset nothing more reaches the host). How it
+    ended: ``ENDED``, ``CUT`` or ``RESET``."""
     await sresp.prepare(request)
     content = resp.content
     if hooked is not None:
@@ -179,18 +161,34 @@ async def copy_body(
         sresp.flush_head()
         hooks, ex, parser = hooked
         return await copy_events(content.iter_any(), parser, side, hooks, ex, qsock)
-    if resp.has_buffered_body():
-        await copy_chunks(content.iter_any(), content.at_eof, side, qsock)
-        return ENDED
-    # Nothing to send with the head yet. Servers write the head of a JSON answer or an event
-    # stream a moment before its body: the head waits that moment (one write, one TLS record and
-    # one wake-up of the host instead of two), then goes alone if the stream is quiet — the host
-    # must see it while nothing else comes.
-    flush = asyncio.get_running_loop().call_later(HEAD_HOLD, sresp.flush_head)
+    flush: asyncio.TimerHandle | None = None
+    if not resp.has_buffered_body():
+        # Nothing to send with the head yet. Servers write the head of a JSON answer or an
+        # event stream a moment before its body: the head waits that moment (one write, one
+        # TLS record and one wake-up of the host instead of two), then goes alone if the
+        # stream is quiet — the host must see it while nothing else comes.
+        flush = asyncio.get_running_loop().call_later(HEAD_HOLD, sresp.flush_head)
     try:
-        await copy_chunks(content.iter_any(), content.at_eof, side, qsock)
+        while chunk := await content.readany():
+            if qsock is not None:
+                quickack(qsock)
+            out = side.before(chunk)
+            if out is None:
+                side.went(chunk, 0)
+                continue
+            if content.at_eof():  # the last bytes: no read more for the end
+                await sresp.write_eof(out)
+                side.went(chunk, len(out))
+                break
+            await sresp.write(out)
+            side.went(chunk, len(out))
+        rest = side.held()
+        if rest:
+            await sresp.write(rest)
+            side.went(b"", len(rest))
     finally:
-        flush.cancel()
+        if flush is not None:
+            flush.cancel()
     return ENDED
 
 
@@ -238,8 +236,8 @@ class RelaySide:
     #: With hooks: the host's request (a reset aborts its connection).
     request: FrontRequest | None = None
 
-    async def send(self, data: bytes, last: bool = False) -> None:
-        await deliver(self.head.sresp, data, self.ex, last=last)
+    async def send(self, data: bytes) -> None:
+        await deliver(self.head.sresp, data, self.ex)
 
     def before(self, chunk: bytes) -> bytes | None:
         parser = self.parser
@@ -267,7 +265,8 @@ class RelaySide:
             out = rewrite_endpoint(ex, first, out)
         return out
 
-    def went(self, chunk: bytes) -> None:
+    def went(self, chunk: bytes, sent: int) -> None:
+        self.ex.response_size += sent
         if self.parser is None:
             self.copy.add(chunk)
             return

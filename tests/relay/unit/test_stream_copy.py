@@ -60,17 +60,15 @@ class LogSide:
         self.mcp = mcp
         self.log: list[tuple[str, bytes]] = []
 
-    async def send(self, data: bytes, last: bool = False) -> None:
-        if last:
-            await self.rr.write_eof(data)
-        else:
-            await self.rr.write(data)
+    async def send(self, data: bytes) -> None:
+        await self.rr.write(data)
 
     def before(self, chunk: bytes) -> bytes | None:
         self.log.append(("before", chunk))
         return chunk
 
-    def went(self, chunk: bytes) -> None:
+    def went(self, chunk: bytes, sent: int) -> None:
+        assert sent == len(chunk)
         self.log.append(("went", chunk))
 
     def held(self) -> bytes | None:
