@@ -10,10 +10,13 @@ or plain absolute-form proxying); :class:`RequestHandler` takes each of its requ
    :class:`~mcp_proxy.relay.http.upstream.UpstreamPool`;
 2. once it went, the tape (:class:`~mcp_proxy.forward.tape.ForwardTape`) is told, and answers
    with the exchange it records (or None);
-3. the response is forwarded as it arrives, chunk by chunk (event streams included), a response
-   that is whole at once in one write, a head whose body is not in yet held up to ``HEAD_HOLD``
-   to go out with the body's first bytes; the exchange is told of its head, gets a copy of each
-   chunk it asked to copy (after the chunk went to the host), then its end — or the error.
+3. the response is forwarded as it arrives: a response that is whole at once in one write,
+   any other on the reverse relay's streaming copy (:func:`~mcp_proxy.relay.http.stream.
+   copy_body` with a :class:`~mcp_proxy.forward.verdicts.TapeSide`: chunk by chunk, a head
+   whose body is not in yet held up to ``HEAD_HOLD`` to go out with the body's first bytes;
+   with hooks, an event stream event by event); the exchange is told of its head, gets a copy
+   of each chunk it asked to copy (after the chunk went to the host), then its end — or the
+   error.
 
 Errors it answers itself: ``502`` (upstream unreachable, TLS with it failed, closed before its
 response) with the reason in the body and ``X-Mcptape-Error``, ``400`` for a malformed proxy
@@ -36,9 +39,10 @@ from mcp_proxy.forward.exchange import (
 )
 from mcp_proxy.forward.tape import ForwardTape, request_url
 from mcp_proxy.forward.tunnel import Target, parse_authority
-from mcp_proxy.forward.verdicts import ENDED, RESET, Copy, Taping, Verdicts, guarded
+from mcp_proxy.forward.verdicts import Copy, TapeSide, Taping, Verdicts, guarded
+from mcp_proxy.framing import SSEParser
 from mcp_proxy.headers import end_to_end
-from mcp_proxy.limits import HEAD_HOLD, SMALL_BODY
+from mcp_proxy.limits import SMALL_BODY
 from mcp_proxy.relay.http.forward import build_request_head
 from mcp_proxy.relay.http.front import (
     FrontProtocol,
@@ -49,7 +53,7 @@ from mcp_proxy.relay.http.front import (
 )
 from mcp_proxy.relay.http.hooks import HookExchange, Hooks
 from mcp_proxy.relay.http.kept import Kept, drain, streamed
-from mcp_proxy.relay.http.stream import read_tail
+from mcp_proxy.relay.http.stream import ENDED, RESET, copy_body, read_tail
 from mcp_proxy.relay.http.upstream import Upstream, UpstreamPool
 
 __all__ = ["RequestHandler", "TunnelFront"]
@@ -357,69 +361,32 @@ class RequestHandler:
                 guarded(ex.chunk)(body)
             self.taping.done(ex, body)
             return rr
-        copy: Copy | None = None
-        kept: Kept | None = None
-        host_write = True  # a ConnectionError while writing is the host's going
-        flush: asyncio.TimerHandle | None = None
+        # The rest streams through the reverse relay's copy (relay/http/stream.py), with the
+        # tape on its side: a copy of each chunk for the tape if it asks for them (after the
+        # chunk went); else the body for its end, up to MAX_RECORDED_BODY (other traffic:
+        # never held in memory).
+        side = TapeSide(req, rr, self.taping, ex)
+        hooked: tuple[Hooks, HookExchange, SSEParser] | None = None
         try:
-            await rr.prepare(req)
-            content = resp.content
-            if not resp.has_buffered_body():
-                # Nothing to send with the head yet: it waits HEAD_HOLD for the first body bytes
-                # (uvicorn writes the head of a JSON answer or an event stream a moment before
-                # the body: one write, one TLS record and one wake-up of the host instead of
-                # two), then goes alone — a quiet event stream must still show its head. The
-                # reverse relay's StreamPath does the same.
-                flush = self.loop.call_later(HEAD_HOLD, rr.flush_head)
             if ex is not None:
-                # A copy of each chunk for the tape, if it asks for them; else the body for
-                # its end, up to MAX_RECORDED_BODY (other traffic: never held in memory).
                 if self.taping.head(ex, resp, arrived):
-                    copy = guarded(ex.chunk)
+                    side.copy = guarded(ex.chunk)
+                    if verdicts is not None and verdicts.events_hooked(ex):
+                        hooked = (verdicts.hooks, ex, SSEParser())
                 else:
-                    kept = Kept()
-            if verdicts is not None and copy is not None and verdicts.events_hooked(ex):
-                assert ex is not None
-                # The head goes at once: a hook may reset the connection at the first event,
-                # and the host must then see a head, then nothing.
-                rr.flush_head()
-                host_write = False  # the host's going shows as its connection gone
-                how = await verdicts.events(req, rr, ex, content.iter_any())
-                if how != RESET:
-                    await rr.write_eof()
-                    self.taping.done(ex, b"")
-                if how == ENDED:
-                    resp.release()
-                else:  # ended or reset by a hook: the upstream's rest is not read
-                    resp.close()
-                return rr
-            last = False
-            while not last:
-                chunk = await content.readany()
-                # The body's last bytes go out with its end (one write, one TLS record).
-                last = not chunk or content.at_eof()
-                host_write = True
-                if last:
-                    await rr.write_eof(chunk)
-                else:
-                    await rr.write(chunk)
-                host_write = False
-                if not chunk:
-                    break
-                if copy is not None:
-                    copy(chunk)  # a copy, after it went
-                elif kept is not None:
-                    kept.add(chunk)
-            resp.release()
+                    side.kept = Kept()
+            how = await copy_body(req, rr, resp, side, None, hooked)
+            if how != RESET:  # after a reset nothing more reaches the host
+                await rr.write_eof()
         except asyncio.CancelledError:
             self.taping.ensure_head(ex, resp, arrived)
-            self._host_left(resp, ex, copy)
+            self._host_left(resp, ex, side.copy)
             raise
         except ConnectionError as exc:
             self.taping.ensure_head(ex, resp, arrived)
             conn = req.conn
-            if host_write or (isinstance(conn, TunnelFront) and conn.gone):
-                self._host_left(resp, ex, copy)
+            if host_gone(req) or (isinstance(conn, TunnelFront) and conn.gone):
+                self._host_left(resp, ex, side.copy)
             else:
                 rr.flush_head()  # the upstream's going: the host sees the head, then the cut
                 resp.close()
@@ -431,14 +398,24 @@ class RequestHandler:
             resp.close()
             self.taping.error(ex, f"peer closed connection: {exc or type(exc).__name__}")
             raise ConnectionResetError(str(exc)) from exc
-        finally:
-            if flush is not None:
-                flush.cancel()
-        if kept is not None:
-            self.taping.done(ex, kept.take(), kept.size if kept.cut else None)
+        if how == ENDED:
+            resp.release()
+        else:  # ended or reset by a hook: the upstream's rest is not read
+            resp.close()
+            if how == RESET:
+                return rr
+        if side.kept is not None:
+            self.taping.done(ex, side.kept.take(), side.kept.size if side.kept.cut else None)
         else:
             self.taping.done(ex, b"")
         return rr
+
+
+def host_gone(req: FrontRequest) -> bool:
+    """The host's connection is closing or gone: a ConnectionError is then the host's going
+    (the front refuses to write only to such a connection), not the upstream's."""
+    transport = req.transport
+    return transport is None or transport.is_closing()
 
 
 def _ignore(_chunk: bytes) -> None:

@@ -4,8 +4,10 @@ handler.RequestHandler` composes besides forwarding.
 - :class:`Taping`: each call into the tape guarded (a failure in the recording is logged, never
   the host's problem), the response head told to the tape and the hooks;
 - :class:`Verdicts`: with ``--fault``/``--intercept``, the hooks' verdicts carried out at the
-  reverse relay's boundaries — the request body before it goes upstream, a whole answer, each
-  SSE event (recorded as the upstream sent it, then decided);
+  reverse relay's boundaries — the request body before it goes upstream, a whole answer; each
+  SSE event on the reverse relay's own loop (:func:`~mcp_proxy.relay.http.stream.copy_events`);
+- :class:`TapeSide`: the lean engine's side of the one streaming copy (where the bytes and the
+  recording go);
 - :func:`guarded`: the tape's chunk copier, given copies only.
 """
 
@@ -19,19 +21,18 @@ from typing import Any
 
 from mcp_proxy.forward.exchange import KIND_MAYBE, KIND_MCP, ResponseHead, TapeExchange
 from mcp_proxy.forward.recognize import is_event_stream
-from mcp_proxy.framing import SSEParser
+from mcp_proxy.framing import SSEEvent, SSEParser
 from mcp_proxy.limits import SMALL_RESPONSE
 from mcp_proxy.relay.http.forward import RequestHead as WireHead
 from mcp_proxy.relay.http.forward import with_content_length
 from mcp_proxy.relay.http.front import FrontRequest, RelayResponse, plain_response
 from mcp_proxy.relay.http.hooks import ENDS, Act, Hooks, Verdict, carried
+from mcp_proxy.relay.http.kept import Kept
+from mcp_proxy.relay.http.stream import RESET, copy_events
 
-__all__ = ["CUT", "ENDED", "RESET", "Copy", "Taping", "Verdicts", "guarded", "once"]
+__all__ = ["Copy", "TapeSide", "Taping", "Verdicts", "guarded", "once", "reset_host"]
 
 log = logging.getLogger("mcptape.forward")
-
-#: How an event stream decided by hooks ended (:meth:`Verdicts.events`).
-ENDED, CUT, RESET = "ended", "cut", "reset"
 
 
 class Taping:
@@ -135,7 +136,8 @@ class Verdicts:
         try:
             if copying and self.events_hooked(ex):
                 await rr.prepare(req)
-                if await self.events(req, rr, ex, once(body)) != RESET:
+                side = TapeSide(req, rr, self.taping, ex)
+                if await copy_events(once(body), SSEParser(), side, self.hooks, ex) != RESET:
                     await rr.write_eof()
                     self.taping.done(ex, b"")
                 return rr
@@ -163,44 +165,6 @@ class Verdicts:
         self.taping.done(ex, out)
         return rr
 
-    async def events(
-        self,
-        req: FrontRequest,
-        rr: RelayResponse,
-        ex: TapeExchange,
-        chunks: AsyncIterator[bytes],
-    ) -> str:
-        """An event stream event by event: each recorded as the upstream sent it, decided,
-        then carried out (the reverse relay's order). How it ended: ``ENDED`` (the upstream
-        ended it), ``CUT`` (a hook ended it cleanly) or ``RESET`` (a hook reset the host)."""
-
-        async def send(data: bytes) -> None:
-            await rr.write(data)
-
-        hooks = self.hooks
-        parser = SSEParser()
-        async for chunk in chunks:
-            for ev in parser.feed(chunk):
-                self.taping.call(ex.chunk, ev.raw)
-                if ex.kind != KIND_MCP:  # a GET stream that is not MCP: not decided
-                    await rr.write(ev.raw)
-                    continue
-                v = await hooks.event(ex, ev, send)
-                if v.act is Act.END:
-                    return CUT
-                if v.act in ENDS:
-                    self.reset(req, ex, v.why)
-                    return RESET
-                out = await carried(v, ev.raw, withhold=False)
-                if out is not None:
-                    await rr.write(out)
-        rest = parser.flush()
-        if rest is not None:
-            self.taping.call(ex.chunk, rest.raw)
-            await rr.write(rest.raw)
-        await hooks.stream_end(ex)
-        return ENDED
-
     def answer(self, ex: TapeExchange, v: Verdict) -> RelayResponse:
         """A hook answers the host in the upstream's place."""
         body = v.data or b""
@@ -209,13 +173,64 @@ class Verdicts:
 
     def reset(self, req: FrontRequest, ex: TapeExchange, where: str) -> RelayResponse:
         """A hook resets the host's connection: it sees the peer go away."""
-        transport = req.transport
-        if transport is not None:
-            transport.abort()
-        self.taping.call(
-            ex.ended, "injected_reset", f"mcptape reset the host's connection ({where})"
-        )
+        reset_host(req, self.taping, ex, where)
         return plain_response(500)
+
+
+def reset_host(req: FrontRequest, taping: Taping, ex: TapeExchange, where: str) -> None:
+    """A hook resets the host's connection: it sees the peer go away; the tape says so."""
+    transport = req.transport
+    if transport is not None:
+        transport.abort()
+    taping.call(ex.ended, "injected_reset", f"mcptape reset the host's connection ({where})")
+
+
+class TapeSide:
+    """The lean engine's side of the one streaming copy (:func:`~mcp_proxy.relay.http.stream.
+    copy_body`): the upstream's bytes written to the host as they came, then a copy of each
+    chunk to the tape when it asked for them (``copy``), else the body kept, bounded, for its
+    end (``kept``); with hooks, each event recorded through the tape's chunk copier."""
+
+    __slots__ = ("copy", "ex", "kept", "req", "rr", "taping")
+
+    def __init__(
+        self, req: FrontRequest, rr: RelayResponse, taping: Taping, ex: TapeExchange | None
+    ) -> None:
+        self.req = req
+        self.rr = rr
+        self.taping = taping
+        self.ex = ex
+        self.copy: Copy | None = None
+        self.kept: Kept | None = None
+
+    async def send(self, data: bytes) -> None:
+        await self.rr.write(data)
+
+    def before(self, chunk: bytes) -> bytes | None:
+        return chunk
+
+    def went(self, chunk: bytes, sent: int) -> None:
+        if self.copy is not None:
+            self.copy(chunk)  # a copy, after it went
+        elif self.kept is not None:
+            self.kept.add(chunk)
+
+    def held(self) -> bytes | None:
+        return None
+
+    def event(self, ev: SSEEvent) -> bytes | None:
+        ex = self.ex
+        assert ex is not None
+        self.taping.call(ex.chunk, ev.raw)
+        return ev.raw if ex.kind == KIND_MCP else None  # a GET stream that is not MCP: undecided
+
+    def last_event(self, ev: SSEEvent) -> None:
+        assert self.ex is not None
+        self.taping.call(self.ex.chunk, ev.raw)
+
+    def reset(self, why: str) -> None:
+        assert self.ex is not None
+        reset_host(self.req, self.taping, self.ex, why)
 
 
 async def once(body: bytes) -> AsyncIterator[bytes]:

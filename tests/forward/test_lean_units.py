@@ -2,21 +2,25 @@
 
 The client guard (mitmproxy's ``block_global``/``block_private`` rules: a connection is judged
 by its peer address alone, and no socket can come from a global address on this machine), the
-bounded certificate cache, and the guard around the tape's chunk copier.
+bounded certificate cache, the guard around the tape's chunk copier, and the engine's side of the
+shared streaming copy (``TapeSide``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from mcp_proxy.forward import contexts, verdicts
+from mcp_proxy.forward import contexts, handler, verdicts
 from mcp_proxy.forward.certs import create_ec_ca
 from mcp_proxy.forward.contexts import LeafContexts
 from mcp_proxy.forward.guard import ClientGuard
+from mcp_proxy.relay.http.kept import Kept
 
 
 class Peer:
@@ -106,3 +110,43 @@ def test_a_failing_chunk_copy_is_logged_once_and_stops(caplog: Any) -> None:
             copy(chunk)  # never raises: the bytes already went to the host
     assert seen == [b"1", b"2"]
     assert len([r for r in caplog.records if "copying a chunk" in r.getMessage()]) == 1
+
+
+class Rr:
+    """The host's response as ``TapeSide`` writes it."""
+
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+
+    async def write(self, data: bytes) -> None:
+        self.out.append(data)
+
+
+def test_the_tape_side_copies_each_chunk_after_it_went_or_keeps_the_body() -> None:
+    rr = Rr()
+    side = verdicts.TapeSide(None, rr, verdicts.Taping(), None)  # type: ignore[arg-type]
+    got: list[bytes] = []
+    side.copy = got.append
+    assert side.before(b"a") == b"a" and side.held() is None
+    side.went(b"a", 1)
+    asyncio.run(side.send(b"event"))  # what a hook sends on the stream
+    assert rr.out == [b"event"] and got == [b"a"]
+    kept = verdicts.TapeSide(None, rr, verdicts.Taping(), None)  # type: ignore[arg-type]
+    kept.kept = Kept()
+    kept.went(b"xy", 2)
+    assert kept.kept.take() == b"xy"
+
+
+class Transport:
+    def __init__(self, closing: bool) -> None:
+        self.closing = closing
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+
+@pytest.mark.parametrize("closing", [False, True])
+def test_a_connection_error_is_the_hosts_going_when_its_connection_closes(closing: bool) -> None:
+    req: Any = SimpleNamespace(transport=Transport(closing))
+    assert handler.host_gone(req) is closing
+    assert handler.host_gone(SimpleNamespace(transport=None))  # type: ignore[arg-type]

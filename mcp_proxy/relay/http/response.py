@@ -11,8 +11,10 @@ the session a response names, the recording's view), then takes one of two ways:
   arrives: event streams parsed for the recording (a legacy ``endpoint`` event held back and
   rewritten), other bodies kept (bounded) for it.
 
-Every byte for the host goes through :meth:`~ResponsePath.deliver`. What the response leaves
-in the recording is :mod:`~mcp_proxy.relay.http.response_record`'s.
+Bytes for the host go through :func:`deliver`, except a streamed body's chunks, which the one
+streaming copy (:func:`~mcp_proxy.relay.http.stream.copy_body`, shared with the lean forward
+engine) writes itself and counts through its side. What the response leaves in the recording
+is :mod:`~mcp_proxy.relay.http.response_record`'s.
 
 The host's response is a :class:`~mcp_proxy.relay.http.front.RelayResponse`: it adds no
 header of its own, so names, casing and order — ``Content-Length`` included — are the
@@ -97,7 +99,8 @@ class RelayState:
 
 
 async def deliver(sresp: RelayResponse, data: bytes, ex: Exchange, *, last: bool = False) -> None:
-    """Write bytes to the host (the response-side seam: every byte for the host passes).
+    """Write bytes to the host, counted on the exchange (a small body, an event on a hooked
+    stream; a streamed body's chunks go through :func:`~mcp_proxy.relay.http.stream.copy_body`).
 
     ``last``: the upstream's body has ended with these bytes — they go out with the end of
     the response (the chunked terminator) in the same write.

@@ -21,7 +21,7 @@ that answers with chosen statuses, headers, chunks, delays, errors and resets, w
 exercise each): ``aiohttp.client_proto.ResponseHandler`` (subclassed: ``connection_made``,
 ``connection_lost``, ``pause_writing``/``resume_writing``, ``set_response_params``, ``read``,
 ``is_connected``, ``should_close``, ``writing_paused``) and the public methods of
-``aiohttp.streams.StreamReader`` (``iter_any``, ``at_eof``, ``is_eof``, ``read_nowait``,
+``aiohttp.streams.StreamReader`` (``iter_any``, ``readany``, ``at_eof``, ``is_eof``, ``read_nowait``,
 ``exception``, ``total_bytes``). No underscore name of aiohttp is used.
 
 Connections are pooled per upstream origin and kept at most ``keepalive`` seconds idle: less
@@ -64,6 +64,10 @@ class UpstreamBody(Protocol):
 
     def iter_any(self) -> AsyncIterator[bytes]:
         """Each chunk as it arrives, until the body ends; raises if the upstream broke it."""
+        ...
+
+    async def readany(self) -> bytes:
+        """The next chunk as it arrives (``b""``: the body ended); raises as ``iter_any``."""
         ...
 
     def at_eof(self) -> bool:

@@ -70,6 +70,12 @@ class FakeBody:
                 return step
         return b""
 
+    async def readany(self) -> bytes:
+        chunk = await self.next_chunk()
+        if not chunk:
+            self.read_all = True
+        return chunk
+
     async def iter_any(self) -> AsyncIterator[bytes]:
         while chunk := await self.next_chunk():
             yield chunk
