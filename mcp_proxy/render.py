@@ -538,6 +538,7 @@ class FrameRenderer:
         cache = self._json
         out: list[str] = []
         append = out.append
+        dumps = _orjson_dumps
         times = [r[1] for r in rows]
         stamps = plain_float_texts(times) or [repr(float(ts)) for ts in times]
         for stamp, (seq, _ts, shape, msg_id, error_code, size, complete, raw, hx, sse_id,
@@ -565,7 +566,12 @@ class FrameRenderer:
                 head += ', "injected": true'
             data = raw if type(raw) is bytes else bytes(raw or b"")
             try:
-                append(f'{head}, "text": {_encode_str(data.decode("utf-8"))}}}')
+                # The body as a JSON string: orjson writes what ``json.dumps(...,
+                # ensure_ascii=False)`` writes for every code point (the same escapes, none past
+                # U+001F but the quote and backslash; tests/test_render.py checks each one), in
+                # half the time; text decoded strictly from UTF-8 holds no lone surrogate, the
+                # one thing orjson refuses.
+                append(f'{head}, "text": {dumps(data.decode("utf-8")).decode()}}}')
             except UnicodeDecodeError:
                 append(f'{head}, "base64": "{base64.b64encode(data).decode("ascii")}"}}')
         return out

@@ -324,3 +324,17 @@ def test_show_json_and_export_write_timestamps_outside_the_plain_range_as_before
     page = [(r[0], r[1], 0, r[2], r[3], None, True, r[7], None, None, None) for r in rows]
     text = b"".join(frame_chunks("s", [page], lambda key: key)({"frames": 0}, None))
     assert b'"ts":1e-05,' in text and b'"ts":1e+16,' in text and b'"ts":1796058497.25,' in text
+
+
+def test_show_json_writes_every_code_point_of_a_body_as_json_dumps_does() -> None:
+    """The body's JSON string is orjson's: for each code point (a frame of 4,096 of them at a
+    time) exactly what ``json.dumps(text, ensure_ascii=False)`` writes, escapes included."""
+    points = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    rows = [
+        dict_row({"seq": i, "ts": 1.5, "direction": "s2c", "channel": "stdio", "kind": "noise",
+                  "size": 1, "raw": "".join(points[at : at + 4096]).encode()})
+        for i, at in enumerate(range(0, len(points), 4096), 1)
+    ]  # fmt: skip
+    for row, line in zip(rows, FrameRenderer(same_shape).json(rows), strict=True):
+        expected = json.dumps(row[7].decode(), ensure_ascii=False)
+        assert line.endswith(f', "text": {expected}}}'), row[0]

@@ -142,8 +142,10 @@ def _block_lines(
     Each line's bytes go to orjson (~3× the C scanner, and no decoding of the whole file
     first): a line it reads as an object is json's object too, unless its block has a run of
     19+ digits somewhere (orjson reads an integer past 64 bits as a float; then every line of
-    the block goes the json way). Whatever it refuses or reads as another type goes the json way
-    (:func:`_slow_line`), which names the line's problem. ``whole`` gives the file's bytes, only
+    the block goes the json way). Whatever it refuses (a blank line, a BOM, whitespace JSON does
+    not allow) or reads as another type goes the json way (:func:`_slow_line`), which names the
+    line's problem; a line that is an object with JSON's whitespace around it is the same object
+    either way, so no line is looked at before orjson has it. ``whole`` gives the file's bytes, only
     for saying what a file that is not JSON Lines is.
     """
     loads = _orjson_loads
@@ -153,7 +155,7 @@ def _block_lines(
         if scan is not None:
             scan.digits_checked = fast and b"\\u" not in block
         for lineno, line in enumerate(block.split(b"\n"), start=lineno + 1):  # noqa: B020
-            if fast and line[:1] == b"{":
+            if fast:
                 try:
                     rec = loads(line)
                 except ValueError:  # orjson.JSONDecodeError is a ValueError
@@ -215,7 +217,7 @@ def file_blocks(
                         " (not written by mcptape)"
                     )
                 continue
-            block = carry + chunk[:cut]
+            block = carry + memoryview(chunk)[:cut]  # one copy of the block, not two
             carry = chunk[cut + 1 :]
             lines += block.count(b"\n") + 1
             yield block

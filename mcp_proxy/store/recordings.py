@@ -25,7 +25,7 @@ from typing import Any
 
 from mcp_proxy.errors import StoreError
 from mcp_proxy.frames import column_id
-from mcp_proxy.limits import IMPORT_METHOD_CACHE, IMPORT_SQLITE_CACHE_KIB
+from mcp_proxy.limits import IMPORT_DEFER_INDEXES, IMPORT_METHOD_CACHE, IMPORT_SQLITE_CACHE_KIB
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.columns import (
     CHANNEL_CODES,
@@ -235,6 +235,13 @@ class ImportWriter:
     surrogates escaped, integers beyond 64 bits dropped; text cut to its column; a long id
     shortened by :func:`mcp_proxy.frames.column_id`) — the raw bytes, which they are derived
     from, always go in whole.
+
+    On SQLite, once an import has written :data:`~mcp_proxy.limits.IMPORT_DEFER_INDEXES` frames
+    and at least as many as the table held before, the secondary indexes of ``frame_rows`` (not
+    the unique one) are dropped in the import's transaction and created again, from their own
+    ``CREATE INDEX`` text, by :meth:`commit`: one sorted build instead of a B-tree insert per
+    row and index. Readers (WAL) see the indexes of the last commit throughout; a rollback
+    restores them with the rows; the schema after a commit is the one before.
     """
 
     def __init__(self, driver: _Driver) -> None:
@@ -244,6 +251,11 @@ class ImportWriter:
         #: Method name (as the file has it) → code; bounded (``IMPORT_METHOD_CACHE``).
         self.methods: dict[str, int] = {}
         self._open = False
+        #: Frames written so far, and the rows the table held before (SQLite only).
+        self._written = 0
+        self._before = 0
+        #: None: indexes kept up to date; else the ``CREATE INDEX`` texts of those dropped.
+        self._deferred: list[str] | None = None
 
     def __enter__(self) -> ImportWriter:
         d = self.driver
@@ -256,6 +268,9 @@ class ImportWriter:
                 # spends its time re-reading index pages. This connection only.
                 d.dbapi.execute(f"PRAGMA cache_size = -{BULK_CACHE_KIB}")
                 d.dbapi.execute("BEGIN")
+                self._before = d.dbapi.execute(
+                    "SELECT coalesce(max(id), 0) FROM frame_rows"
+                ).fetchone()[0]
         except d.error as exc:
             raise StoreError(f"import failed: {engine_mod.error_line(exc)}") from exc
         self._open = True
@@ -279,9 +294,30 @@ class ImportWriter:
             raise StoreError("import failed: the writer is closed")
         d = self.driver
         try:
+            for sql in self._deferred or ():
+                d.dbapi.execute(sql)
+            self._deferred = None
             d.dbapi.commit()
         except d.error as exc:
             raise self._fail(exc) from exc
+
+    def _defer_indexes(self) -> None:
+        """Drop ``frame_rows``' secondary indexes for the rest of this transaction (SQLite, no
+        ``sqlite_stat1`` whose rows a drop would lose); :meth:`commit` creates them again."""
+        db = self.driver.dbapi
+        self._deferred = []
+        if db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sqlite_stat1'"
+        ).fetchone():
+            return
+        found = db.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'frame_rows'"
+            " AND sql IS NOT NULL ORDER BY rowid"
+        ).fetchall()
+        for name, sql in found:
+            if not sql.upper().startswith("CREATE UNIQUE"):
+                db.execute(f'DROP INDEX "{name}"')
+                self._deferred.append(sql)
 
     def _execute(self, sql: str, args: Sequence[Any]) -> Any:
         if not self._open:
@@ -351,6 +387,11 @@ class ImportWriter:
                 pg_mod.copy_rows(d.dbapi, "frame_rows", STORED_FRAME_COLS, stored)
             else:
                 d.dbapi.executemany(self.sql, stored)
+                self._written += len(stored)
+                if self._deferred is None and self._written >= max(
+                    IMPORT_DEFER_INDEXES, self._before
+                ):
+                    self._defer_indexes()
         except d.error as exc:
             raise self._fail(exc) from exc
 

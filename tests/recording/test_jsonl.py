@@ -130,3 +130,28 @@ def test_bad_lines_still_name_their_problem(line: bytes, why: str) -> None:
 
     with pytest.raises(RecordingFormatError, match=why):
         list(line_records(b'{"ok":1}\n' + line + b"\n", "f.jsonl"))
+
+
+def test_a_record_with_json_whitespace_around_it_reads_as_without_and_a_bom_is_refused() -> None:
+    """Every line goes to orjson as it is: JSON's whitespace around a record changes nothing,
+    and what JSON does not allow there (a BOM, a form feed) is refused naming the line."""
+    from mcp_proxy.recording.jsonl_read import loads_rows
+    from mcp_proxy.recording.model import RecordingFormatError
+
+    sid = "c" * 32
+    frame = (
+        '{"type":"frame","session":"%s","seq":%d,"ts":1.5,"mono_ns":1,"dir":"c2s",'
+        '"channel":"stdio","text":"{\\"jsonrpc\\":\\"2.0\\",\\"method\\":\\"ping\\",\\"id\\":1}"}'
+    )
+    lines = [
+        b'{"format":"mcptape-recording","version":2}',
+        b'{"type":"session","id":"%s","transport":"stdio","started_at":1.0}' % sid.encode(),
+        *[(frame % (sid, n)).encode() for n in (1, 2, 3)],
+        b'{"type":"end","sessions":1,"frames":3}',
+    ]
+    plain = loads_rows(b"\n".join(lines))[1]
+    spaced = [lines[0], b" \t" + lines[1], lines[2] + b" \r", b"\t" + lines[3] + b"\r", *lines[4:]]
+    assert loads_rows(b"\n".join(spaced))[1] == plain
+    for bad in (b"\xef\xbb\xbf" + lines[3], b"\x0c" + lines[3], lines[3] + b"\x0b"):
+        with pytest.raises(RecordingFormatError, match="line 4: not valid JSON"):
+            loads_rows(b"\n".join([*lines[:3], bad, *lines[4:]]))
