@@ -245,10 +245,6 @@ def _read(url: str, session_id: str, decoder: Decoder, after: Callable[[], None]
         after()
 
 
-def _nothing() -> None:
-    pass
-
-
 def stream_analysis(
     url: str,
     session: dict[str, Any],
