@@ -231,3 +231,23 @@ def test_a_histogram_keeps_so_many_values_and_says_how_many_it_left_out(
     st.merge(other)
     assert st.latencies == {1.0: 2, 2.0: 2, 3.0: 2} and st.dropped == 2 + 4 + 1
     assert "dropped" not in MethodStats("c2s", "ping", latencies={1.0: 1}).as_dict()
+
+
+def test_stats_says_how_many_latencies_its_percentiles_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``STATS_VALUES_KEPT`` the table says so under the method's row, and the JSON and
+    the stored row carry ``dropped``; below it nothing is added (the output is as before)."""
+    from mcp_proxy.analysis import stats as stats_mod
+
+    db = tmp_path / "s.db"
+    w = _busy(False)
+    w.record("sqlite:///" + str(db), name="rec")
+    plain = run_mcptape("stats", "rec", "--db", str(db))
+    assert plain.returncode == 0 and "left out" not in plain.stdout
+    monkeypatch.setattr(stats_mod, "STATS_VALUES_KEPT", 1)
+    out = run_mcptape("stats", "rec", "--db", str(db), "--recompute")
+    assert out.returncode == 0, out.stderr
+    assert "latencies left out of the percentiles" in out.stdout
+    got = json.loads(run_mcptape("stats", "rec", "--db", str(db), "--format", "json").stdout)
+    assert any(m.get("dropped") for m in got["methods"])
