@@ -467,7 +467,7 @@ def stats_of_sessions(
     Each session's numbers are read from ``session_stats`` (stored when the session ended); a
     session whose stored numbers are missing or stale (another analyzer version, new frames, a
     new ending), or all of them with ``recompute``, is read in its one streaming pass
-    (:func:`_settle_pass`, which stores its findings too when they are stale) and its numbers
+    (:func:`_session_pass`, which stores its findings too when they are stale) and its numbers
     stored. Either way they reach the table through their
     stored form (:meth:`~mcp_proxy.analysis.stats.MethodStats.stored`), so what is printed is
     the same whether it was read or recomputed; latencies pool exactly (histograms).
@@ -509,30 +509,37 @@ def session_stats(
     store: DirectStore, url: str, session: dict[str, Any], *, recompute: bool = False
 ) -> list[StoredMethod]:
     """A session's per-method numbers (by name) as stored: the stored row when it is current,
-    else the session's one streaming pass (:func:`_settle_pass`), its numbers stored unless the
+    else the session's one streaming pass (:func:`_session_pass`), its numbers stored unless the
     session is still live (a database that cannot be written still gets its numbers)."""
     row = None if recompute else store.session_stats(str(session["id"]))
     if row is not None and stats_fresh(session, row):
         methods: list[StoredMethod] = row["methods"]
         return methods
-    return _settle_pass(store, url, session)
+    return _session_pass(store, url, session)
 
 
-def _settle_pass(store: DirectStore, url: str, session: dict[str, Any]) -> list[StoredMethod]:
-    """One streaming pass over a stored session (:func:`stream_analysis` with a
-    :class:`~mcp_proxy.analysis.stats.MethodTable`) gives both its per-method numbers and its
-    findings; unless the session is live both are stored (the findings when the stored ones are
-    stale). Returns the numbers in their stored form."""
+def _session_pass(
+    store: DirectStore, url: str, session: dict[str, Any], *, findings: bool = False
+) -> list[StoredMethod]:
+    """The one streaming pass over a stored session (:func:`stream_analysis` with a
+    :class:`~mcp_proxy.analysis.stats.MethodTable`): it gives both the session's per-method
+    numbers and its findings, and whoever ran it — the settle, ``stats``, ``check`` — stores
+    both, so that the next of either command is a read. The numbers are stored unless the
+    session is live (a database that cannot be written still gets them); the findings with
+    ``findings`` (``check``: whatever the stored ones, a failure raised), else when the stored
+    ones are stale and the session is not live. Returns the numbers in their stored form."""
     sid = str(session["id"])
     view = session_view(session)
     view["fault_end"] = fault_end(store.recorded_findings(sid))
     table = MethodTable(by_name=True)
     analysis = stream_analysis(url, view, store.http_exchanges(sid), stats=table)
     fresh = stats_row(session, table.stats)
+    if findings:
+        store.replace_analyzer_findings(sid, finding_rows(analysis, session))
     if view["status"] != "live":
         try:
             store.replace_session_stats(fresh)
-            if not is_fresh(session, store.analysis_summary(sid)):
+            if not findings and not is_fresh(session, store.analysis_summary(sid)):
                 store.replace_analyzer_findings(sid, finding_rows(analysis, session))
         except StoreError as exc:
             log.warning("could not store the stats and findings of %s: %s", sid, exc)
@@ -546,7 +553,7 @@ def settle(url: str, session_id: str) -> bool:
     (``mcp_proxy.recorder_process``), so that the first ``stats`` and the first ``check`` are
     reads. True when it analysed the session.
 
-    Both come from one streaming pass over the session (:func:`_settle_pass`): the session's
+    Both come from one streaming pass over the session (:func:`_session_pass`): the session's
     rows are read once (its handshake's frames, then every frame once). Through the driver
     (:class:`~mcp_proxy.store.direct.DirectStore`), with no event loop: on SQLite the recorder
     process imports no SQLAlchemy for it (the async store's start-up cost more CPU than a small
@@ -559,7 +566,7 @@ def settle(url: str, session_id: str) -> bool:
             session, store.analysis_summary(session_id)
         ):
             return False
-        _settle_pass(store, url, session)
+        _session_pass(store, url, session)
         return True
 
 
@@ -574,18 +581,9 @@ def current_findings(
     with DirectStore(url) as store:
         fresh = store.session(sid) or session
         if recompute or not is_fresh(fresh, store.analysis_summary(sid)):
-            _refresh_direct(store, url, fresh)
+            _session_pass(store, url, fresh, findings=True)
         rows = [r for r in store.recorded_findings(sid) if r["code"] != SUMMARY_CODE]
     return sort_rows([finding_record(r) for r in rows])
-
-
-def _refresh_direct(store: DirectStore, url: str, session: dict[str, Any]) -> None:
-    """:func:`refresh` through the driver: the bounded pass, its findings swapped in."""
-    sid = str(session["id"])
-    view = session_view(session)
-    view["fault_end"] = fault_end(store.recorded_findings(sid))
-    analysis = stream_analysis(url, view, store.http_exchanges(sid))
-    store.replace_analyzer_findings(sid, finding_rows(analysis, session))
 
 
 def enrich(row: dict[str, Any]) -> dict[str, Any]:

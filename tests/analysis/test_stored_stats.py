@@ -251,3 +251,18 @@ def test_stats_says_how_many_latencies_its_percentiles_left_out(
     assert "latencies left out of the percentiles" in out.stdout
     got = json.loads(run_mcptape("stats", "rec", "--db", str(db), "--format", "json").stdout)
     assert any(m.get("dropped") for m in got["methods"])
+
+
+@pytest.mark.both_dialects
+def test_a_check_that_analyses_stores_the_numbers_too(db_url: str) -> None:
+    """The pass ``check`` runs on a session whose findings are stale is the settle's: it stores
+    the session's numbers as well, so the next ``stats`` reads them (no second pass)."""
+    w = _busy(False)
+    sid = w.record(db_url, name="checked")
+    with DirectStore(db_url) as store:
+        s = store.session(sid)
+        assert s is not None and store.session_stats(sid) is None
+    service.current_findings(db_url, s)
+    with DirectStore(db_url) as store:
+        assert service.stats_fresh(s, store.session_stats(sid))
+        assert service.is_fresh(s, store.analysis_summary(sid))
