@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,7 +185,8 @@ class SessionPass:
     (:class:`~mcp_proxy.analysis.consumer.Consumer`). With ``keep`` the exchanges are kept (the
     views list them); without, an exchange is forgotten once the checks have seen it, and memory
     holds the pending requests, the look-ahead and the families' bounded state. ``also`` are
-    consumers fed after the check families (``show -x`` prints the exchanges).
+    consumers fed after the check families (``show -x`` prints the exchanges, the settle counts
+    them for ``stats``); ``on_task`` sees a creating exchange once its task ended.
     """
 
     def __init__(
@@ -196,6 +197,7 @@ class SessionPass:
         *,
         keep: bool,
         also: Sequence[Consumer] = (),
+        on_task: Callable[[Exchange], None] | None = None,
     ) -> None:
         self.facts = facts
         self.injected = injected
@@ -210,6 +212,7 @@ class SessionPass:
             light=False,
             on_final=self._exchange,
             on_message=self._message,
+            on_task=on_task,
         )
         self.families: list[Consumer] = [
             Taxonomy(facts, http, sink, self.pairing.orphan_errors),

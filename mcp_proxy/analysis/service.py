@@ -43,8 +43,8 @@ from mcp_proxy.analysis.facts import SHAPED_FRAME_COLUMNS, Decoder, FactsBuilder
 from mcp_proxy.analysis.model import Msg, finding_order, finding_record
 from mcp_proxy.analysis.stats import (
     MethodStats,
+    MethodTable,
     StatsKey,
-    StatsPass,
     StoredMethod,
     merge_stats,
     sorted_stats,
@@ -58,7 +58,6 @@ from mcp_proxy.store.stream import (
     FACTS_COLUMNS,
     FACTS_ROWS,
     REQUEST_ROWS,
-    STATS_COLUMNS,
     frame_batches,
     shaped_batches,
     shaped_pages,
@@ -246,16 +245,13 @@ def _read(url: str, session_id: str, decoder: Decoder, after: Callable[[], None]
         after()
 
 
-def _nothing() -> None:
-    pass
-
-
 def stream_analysis(
     url: str,
     session: dict[str, Any],
     http_list: Sequence[Mapping[str, Any]],
     *,
     also: Callable[[Sequence[Injected]], Consumer] | None = None,
+    stats: MethodTable | None = None,
 ) -> Analysis:
     """A session's findings in bounded memory: two streaming passes over its frames.
 
@@ -266,7 +262,9 @@ def stream_analysis(
     whatever the session's size. The result has the findings and counts, not the exchanges
     (``exchange_count`` says how many): what ``check`` stores and the recorder process settles.
     ``session`` as :func:`session_view` gives it, with its ``fault_end``. ``also`` makes one more
-    consumer of the pass from the list of injected frames the pass fills (``show -x``).
+    consumer of the pass from the list of injected frames the pass fills (``show -x``);
+    ``stats`` counts each exchange and each ended task of the same pass (the per-method numbers
+    the settle stores: one read of the session for both).
     """
     sid = str(session["id"])
     http = http_rows(http_list)
@@ -281,8 +279,12 @@ def stream_analysis(
         facts.span(first.first_ts, first.last_ts)
         _first_envelope(url, sid, facts)
         injected: list[Injected] = []
-        extra = () if also is None else (also(injected),)
-        one = SessionPass(facts.finish(), http, injected, keep=False, also=extra)
+        extra: list[Consumer] = [] if also is None else [also(injected)]
+        on_task = None
+        if stats is not None:
+            extra.append(stats)
+            on_task = stats.add_task
+        one = SessionPass(facts.finish(), http, injected, keep=False, also=extra, on_task=on_task)
         held: list[Msg] = []
         decoder = Decoder(held.append)
         decoder.injected = injected
@@ -464,8 +466,9 @@ def stats_of_sessions(
 
     Each session's numbers are read from ``session_stats`` (stored when the session ended); a
     session whose stored numbers are missing or stale (another analyzer version, new frames, a
-    new ending), or all of them with ``recompute``, is read in one streaming pass
-    (:func:`stream_stats`) and its numbers stored. Either way they reach the table through their
+    new ending), or all of them with ``recompute``, is read in its one streaming pass
+    (:func:`_session_pass`, which stores its findings too when they are stale) and its numbers
+    stored. Either way they reach the table through their
     stored form (:meth:`~mcp_proxy.analysis.stats.MethodStats.stored`), so what is printed is
     the same whether it was read or recomputed; latencies pool exactly (histograms).
     """
@@ -506,44 +509,42 @@ def session_stats(
     store: DirectStore, url: str, session: dict[str, Any], *, recompute: bool = False
 ) -> list[StoredMethod]:
     """A session's per-method numbers (by name) as stored: the stored row when it is current,
-    else one streaming pass, stored unless the session is still live (a database that cannot
-    be written still gets its numbers)."""
-    sid = str(session["id"])
-    row = None if recompute else store.session_stats(sid)
+    else the session's one streaming pass (:func:`_session_pass`), its numbers stored unless the
+    session is still live (a database that cannot be written still gets its numbers)."""
+    row = None if recompute else store.session_stats(str(session["id"]))
     if row is not None and stats_fresh(session, row):
         methods: list[StoredMethod] = row["methods"]
         return methods
+    return _session_pass(store, url, session)
+
+
+def _session_pass(
+    store: DirectStore, url: str, session: dict[str, Any], *, findings: bool = False
+) -> list[StoredMethod]:
+    """The one streaming pass over a stored session (:func:`stream_analysis` with a
+    :class:`~mcp_proxy.analysis.stats.MethodTable`): it gives both the session's per-method
+    numbers and its findings, and whoever ran it — the settle, ``stats``, ``check`` — stores
+    both, so that the next of either command is a read. The numbers are stored unless the
+    session is live (a database that cannot be written still gets them); the findings with
+    ``findings`` (``check``: whatever the stored ones, a failure raised), else when the stored
+    ones are stale and the session is not live. Returns the numbers in their stored form."""
+    sid = str(session["id"])
     view = session_view(session)
     view["fault_end"] = fault_end(store.recorded_findings(sid))
-    stats = stream_stats(url, view, store.http_exchanges(sid), by_name=True)
-    fresh = stats_row(session, stats)
+    table = MethodTable(by_name=True)
+    analysis = stream_analysis(url, view, store.http_exchanges(sid), stats=table)
+    fresh = stats_row(session, table.stats)
+    if findings:
+        store.replace_analyzer_findings(sid, finding_rows(analysis, session))
     if view["status"] != "live":
         try:
             store.replace_session_stats(fresh)
+            if not findings and not is_fresh(session, store.analysis_summary(sid)):
+                store.replace_analyzer_findings(sid, finding_rows(analysis, session))
         except StoreError as exc:
-            log.warning("could not store the stats of %s: %s", sid, exc)
+            log.warning("could not store the stats and findings of %s: %s", sid, exc)
     stored: list[StoredMethod] = fresh["methods"]
     return stored
-
-
-#: Frames read per query by the streaming statistics.
-STATS_BATCH = 20_000
-
-
-def stream_stats(
-    url: str, session: dict[str, Any], http_rows: list[dict[str, Any]], *, by_name: bool = False
-) -> dict[StatsKey, MethodStats]:
-    """One session's per-method numbers, its frames streamed from the store through one
-    :class:`~mcp_proxy.analysis.stats.StatsPass` (``session`` as :func:`session_view` gives it,
-    with its ``fault_end``): the one way they are computed (:func:`session_stats`, and the
-    recorder process when a session ends, :func:`settle`)."""
-    p = StatsPass(session, http_rows, by_name=by_name)
-    sid = str(session["id"])
-    with gc_paused():
-        shapes, batches = shaped_pages(url, sid, STATS_COLUMNS, batch=STATS_BATCH)
-        for rows in batches:
-            p.feed_shaped(rows, shapes)
-        return p.finish()
 
 
 def settle(url: str, session_id: str) -> bool:
@@ -552,8 +553,8 @@ def settle(url: str, session_id: str) -> bool:
     (``mcp_proxy.recorder_process``), so that the first ``stats`` and the first ``check`` are
     reads. True when it analysed the session.
 
-    The numbers first (one streaming pass, :func:`session_stats`: the cheaper of the two), then
-    the findings (the bounded :func:`stream_analysis`). Through the driver
+    Both come from one streaming pass over the session (:func:`_session_pass`): the session's
+    rows are read once (its handshake's frames, then every frame once). Through the driver
     (:class:`~mcp_proxy.store.direct.DirectStore`), with no event loop: on SQLite the recorder
     process imports no SQLAlchemy for it (the async store's start-up cost more CPU than a small
     session's analysis, in every ``mcptape record``)."""
@@ -561,12 +562,11 @@ def settle(url: str, session_id: str) -> bool:
         session = store.session(session_id)
         if session is None or session_status(session) == "live":
             return False
-        analysed = not stats_fresh(session, store.session_stats(session_id))
-        if analysed:
-            session_stats(store, url, session, recompute=True)
-        if is_fresh(session, store.analysis_summary(session_id)):
-            return analysed
-        _refresh_direct(store, url, session)
+        if stats_fresh(session, store.session_stats(session_id)) and is_fresh(
+            session, store.analysis_summary(session_id)
+        ):
+            return False
+        _session_pass(store, url, session)
         return True
 
 
@@ -581,18 +581,9 @@ def current_findings(
     with DirectStore(url) as store:
         fresh = store.session(sid) or session
         if recompute or not is_fresh(fresh, store.analysis_summary(sid)):
-            _refresh_direct(store, url, fresh)
+            _session_pass(store, url, fresh, findings=True)
         rows = [r for r in store.recorded_findings(sid) if r["code"] != SUMMARY_CODE]
     return sort_rows([finding_record(r) for r in rows])
-
-
-def _refresh_direct(store: DirectStore, url: str, session: dict[str, Any]) -> None:
-    """:func:`refresh` through the driver: the bounded pass, its findings swapped in."""
-    sid = str(session["id"])
-    view = session_view(session)
-    view["fault_end"] = fault_end(store.recorded_findings(sid))
-    analysis = stream_analysis(url, view, store.http_exchanges(sid))
-    store.replace_analyzer_findings(sid, finding_rows(analysis, session))
 
 
 def enrich(row: dict[str, Any]) -> dict[str, Any]:

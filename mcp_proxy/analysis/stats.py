@@ -11,24 +11,29 @@ happened, which is what a person comparing two runs expects to see.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain, repeat
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
-from mcp_proxy.analysis.exchanges import Pairing
-from mcp_proxy.analysis.facts import Decoder, FactsBuilder, Injected
 from mcp_proxy.analysis.model import Exchange, Msg, Outcome
-from mcp_proxy.analysis.reorder import Mark
-from mcp_proxy.analysis.tasks import TASK_NOTIFICATIONS
+from mcp_proxy.limits import STATS_VALUES_KEPT
 
 #: An exact histogram: each distinct value (ms) and how many times it happened.
 Histogram = dict[float, int]
 
 
-def _add_all(into: Histogram, other: Histogram) -> None:
-    for v, c in other.items():
-        into[v] = into.get(v, 0) + c
+def _tally(hist: Histogram, v: float, c: int) -> int:
+    """Count ``c`` times the value ``v`` in ``hist``; how many of them did not fit (a value not
+    yet in a histogram of :data:`~mcp_proxy.limits.STATS_VALUES_KEPT` distinct values)."""
+    n = hist.get(v)
+    if n is not None:
+        hist[v] = n + c
+        return 0
+    if len(hist) >= STATS_VALUES_KEPT:
+        return c
+    hist[v] = c
+    return 0
 
 
 def summary(hist: Histogram) -> dict[str, Any]:
@@ -49,9 +54,8 @@ def summary(hist: Histogram) -> dict[str, Any]:
     return {**out, "mean": round(total / n, 3), "max": items[-1][0], "n": n}
 
 
-class StoredMethod(TypedDict):
-    """One method's numbers as ``session_stats.methods`` stores them (a JSON list of these):
-    the counts, and each histogram as ``[value, count]`` pairs in value order."""
+class Counts(TypedDict):
+    """What one method's numbers are besides its histograms: its key and its ten counters."""
 
     direction: str
     method: str
@@ -63,8 +67,16 @@ class StoredMethod(TypedDict):
     unanswered: int
     cancelled: int
     pending: int
+
+
+class StoredMethod(Counts):
+    """One method's numbers as ``session_stats.methods`` stores them (a JSON list of these):
+    the counts, each histogram as ``[value, count]`` pairs in value order, and ``dropped`` when
+    some values did not fit (:data:`~mcp_proxy.limits.STATS_VALUES_KEPT`)."""
+
     latencies: list[list[float]]
     task_durations: list[list[float]]
+    dropped: NotRequired[int]
 
 
 @dataclass(slots=True)
@@ -86,6 +98,9 @@ class MethodStats:
     #: tasks this method created that reached a terminal status: creation → end, in ms, and how
     #: many (``latencies`` is the time to the task's handle)
     task_durations: Histogram = field(default_factory=dict)
+    #: latencies and task durations left out of the histograms: a new distinct value once one
+    #: holds :data:`~mcp_proxy.limits.STATS_VALUES_KEPT` (their exchanges are still counted)
+    dropped: int = 0
 
     def add(self, ex: Exchange) -> None:
         self.count += 1
@@ -107,7 +122,15 @@ class MethodStats:
         v = ex.latency_ms
         if v is not None:
             lat = self.latencies
-            lat[v] = lat.get(v, 0) + 1
+            n = lat.get(v)
+            if n is not None:  # (most latencies repeat one already seen: one look-up)
+                lat[v] = n + 1
+            else:
+                self.dropped += _tally(lat, v, 1)
+
+    def add_task(self, duration_ms: float) -> None:
+        """A task this method created ended after ``duration_ms``."""
+        self.dropped += _tally(self.task_durations, duration_ms, 1)
 
     def merge(self, other: MethodStats) -> None:
         self.count += other.count
@@ -117,8 +140,14 @@ class MethodStats:
         self.unanswered += other.unanswered
         self.cancelled += other.cancelled
         self.pending += other.pending
-        _add_all(self.latencies, other.latencies)
-        _add_all(self.task_durations, other.task_durations)
+        dropped = other.dropped
+        for mine, theirs in (
+            (self.latencies, other.latencies),
+            (self.task_durations, other.task_durations),
+        ):
+            for v, c in theirs.items():
+                dropped += _tally(mine, v, c)
+        self.dropped += dropped
 
     @property
     def answered(self) -> int:
@@ -134,27 +163,8 @@ class MethodStats:
         """
         return self.errors / self.answered if self.answered else 0.0
 
-    def as_dict(self) -> dict[str, Any]:
-        out = {
-            "direction": self.direction,
-            "method": self.method,
-            "name": self.name,
-            "count": self.count,
-            "ok": self.ok,
-            "errors": self.errors,
-            "tool_errors": self.tool_errors,
-            "unanswered": self.unanswered,
-            "cancelled": self.cancelled,
-            "pending": self.pending,
-            "error_rate": round(self.error_rate, 4),
-            "latency_ms": summary(self.latencies),
-        }
-        if self.task_durations:
-            out["task_ms"] = summary(self.task_durations)
-        return out
-
-    def stored(self) -> StoredMethod:
-        """These numbers as ``session_stats`` stores them (:meth:`from_stored` reads them)."""
+    def counts(self) -> Counts:
+        """The key and the counters (what :meth:`as_dict` and :meth:`stored` both start with)."""
         return {
             "direction": self.direction,
             "method": self.method,
@@ -166,9 +176,30 @@ class MethodStats:
             "unanswered": self.unanswered,
             "cancelled": self.cancelled,
             "pending": self.pending,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            **self.counts(),
+            "error_rate": round(self.error_rate, 4),
+            "latency_ms": summary(self.latencies),
+        }
+        if self.task_durations:
+            out["task_ms"] = summary(self.task_durations)
+        if self.dropped:
+            out["dropped"] = self.dropped
+        return out
+
+    def stored(self) -> StoredMethod:
+        """These numbers as ``session_stats`` stores them (:meth:`from_stored` reads them)."""
+        row: StoredMethod = {
+            **self.counts(),
             "latencies": [[v, c] for v, c in sorted(self.latencies.items())],
             "task_durations": [[v, c] for v, c in sorted(self.task_durations.items())],
         }
+        if self.dropped:
+            row["dropped"] = self.dropped
+        return row
 
     @classmethod
     def from_stored(cls, row: StoredMethod, *, by_name: bool = True) -> MethodStats:
@@ -186,6 +217,7 @@ class MethodStats:
             row["pending"],
             {float(v): int(c) for v, c in row["latencies"]},
             {float(v): int(c) for v, c in row["task_durations"]},
+            row.get("dropped", 0),
         )
 
 
@@ -193,9 +225,10 @@ StatsKey = tuple[str, str, str | None]
 
 
 class MethodTable:
-    """Per-method numbers grown one exchange at a time: the consumer ``stats`` hands to the
-    pairing (:class:`~mcp_proxy.analysis.exchanges.Pairing` ``on_final``), so no list of
-    exchanges is ever held."""
+    """Per-method numbers grown one exchange at a time: a
+    :class:`~mcp_proxy.analysis.consumer.Consumer` of the session's one pass (each exchange once
+    its outcome is known, :meth:`exchange`; each task that ended, :meth:`add_task`, the
+    pairing's ``on_task``), so no list of exchanges is ever held."""
 
     __slots__ = ("by_name", "stats")
 
@@ -203,104 +236,30 @@ class MethodTable:
         self.by_name = by_name
         self.stats: dict[StatsKey, MethodStats] = {}
 
-    def add(self, ex: Exchange) -> None:
+    def _of(self, ex: Exchange) -> MethodStats:
         name = ex.name if self.by_name else None
         key = (ex.direction, ex.method, name)
         st = self.stats.get(key)
         if st is None:
             st = self.stats[key] = MethodStats(ex.direction, ex.method, name)
-        st.add(ex)
+        return st
+
+    def exchange(self, ex: Exchange) -> None:
+        self._of(ex).add(ex)
 
     def add_task(self, ex: Exchange) -> None:
         """A task ``ex`` created reached its end: its duration (the pairing's ``on_task``)."""
-        if ex.task is None or ex.task.duration_ms is None:
-            return
-        name = ex.name if self.by_name else None
-        key = (ex.direction, ex.method, name)
-        st = self.stats.get(key)
-        if st is None:
-            st = self.stats[key] = MethodStats(ex.direction, ex.method, name)
-        durations = st.task_durations
-        durations[ex.task.duration_ms] = durations.get(ex.task.duration_ms, 0) + 1
+        if ex.task is not None and ex.task.duration_ms is not None:
+            self._of(ex).add_task(ex.task.duration_ms)
 
+    def reads_messages(self) -> bool:
+        return False  # exchanges only
 
-_OUTCOME_KINDS = frozenset({"request", "response", "error", "batch"})
+    def message(self, m: Msg) -> None:
+        pass
 
-
-def _outcome_kinds(_channel: str, kind: str, method: str | None) -> bool:
-    """The messages an outcome depends on (the rest only hold their place in the pairing)."""
-    return (
-        kind in _OUTCOME_KINDS
-        or method == "notifications/cancelled"
-        or (method in TASK_NOTIFICATIONS)
-    )
-
-
-class StatsPass:
-    """One session's per-method numbers in one streaming pass: :meth:`feed` (or
-    :meth:`feed_shaped`) the session's frame rows in ``seq`` order, batch by batch, then
-    :meth:`finish`.
-
-    Each message an outcome depends on is decoded, read for the handshake
-    (:class:`FactsBuilder`) and paired (:class:`Pairing` without ``keep``) as it comes, then
-    dropped (the others only hold their place: a :class:`~mcp_proxy.analysis.reorder.Mark`);
-    each exchange is counted once its outcome is known. Memory: the pending requests and the
-    reorder look-ahead.
-    """
-
-    def __init__(
-        self,
-        session: Mapping[str, Any] | None = None,
-        http_rows: Sequence[Mapping[str, Any]] = (),
-        *,
-        by_name: bool = False,
-    ) -> None:
-        http = {int(r["id"]): r for r in http_rows if r.get("id") is not None}
-        self.table = MethodTable(by_name=by_name)
-        self.facts = FactsBuilder(session, http)
-        injected: list[Injected] = []
-        self.pairing = Pairing(
-            self.facts.facts,
-            http,
-            injected=injected,
-            keep=False,
-            on_final=self.table.add,
-            names=by_name,
-            on_task=self.table.add_task,
-        )
-        #: messages decoded from the current batch of rows, on their way to the pairing
-        self.held: list[Msg | Mark] = []
-        feed_facts, hold = self.facts.feed, self.held.append
-
-        def emit(m: Msg) -> None:
-            feed_facts(m)
-            hold(m)
-
-        # A mark goes straight onto the list (no Python frame of its own: half the frames of a
-        # busy session are marks).
-        self.decoder = Decoder(emit, reads=_outcome_kinds, mark=hold)
-        self.decoder.injected = injected
-
-    def flush(self) -> None:
-        """Hand the messages decoded so far to the pairing (after each batch of rows)."""
-        self.pairing.feed_many(self.held)
-        self.held.clear()
-
-    def feed(self, rows: Iterable[Any]) -> None:
-        """The session's next frame rows (any shape :meth:`Decoder.feed` takes)."""
-        self.decoder.feed(rows)
-        self.flush()
-
-    def feed_shaped(self, rows: Iterable[Sequence[Any]], shapes: Callable[[int], Any]) -> None:
-        """The next rows as ``frame_rows`` stores them (:meth:`Decoder.feed_shaped`)."""
-        self.decoder.feed_shaped(rows, shapes)
-        self.flush()
-
-    def finish(self) -> dict[StatsKey, MethodStats]:
-        self.flush()
-        self.facts.finish()
-        self.pairing.finish()
-        return self.table.stats
+    def finish(self) -> None:
+        pass
 
 
 def method_stats(
@@ -309,7 +268,7 @@ def method_stats(
     """Group exchanges by (direction, method[, name]) and count them."""
     table = MethodTable(by_name=by_name)
     for ex in exchanges:
-        table.add(ex)
+        table.exchange(ex)
         if ex.task is not None:
             table.add_task(ex)
     return table.stats

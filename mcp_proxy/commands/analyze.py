@@ -24,6 +24,7 @@ from mcp_proxy.commands.common import (
     open_direct,
     parse_time,
 )
+from mcp_proxy.limits import STATS_VALUES_KEPT
 
 if TYPE_CHECKING:
     from mcp_proxy.store.direct import DirectStore
@@ -310,6 +311,11 @@ def stats(
                 f"{'  ↳ task duration':34} {'':3} {task['n']:>6} {'':6} {'':5} {'':6} {'':8}"
                 f" {'':7} {_fmt_ms(task['p50']):>8} {_fmt_ms(task['p95']):>8}"
                 f" {_fmt_ms(task['p99']):>8} {_fmt_ms(task['max']):>8}"
+            )
+        if d.get("dropped"):  # past limits.STATS_VALUES_KEPT distinct values
+            print(
+                f"{'':38}↳ {d['dropped']} latencies left out of the percentiles"
+                f" (more than {STATS_VALUES_KEPT:,} distinct values)"
             )
     for cost in costs:
         prefix = f"{cost['session'][:8]}: " if len(rows) > 1 else ""

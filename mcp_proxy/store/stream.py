@@ -173,35 +173,25 @@ class Shapes:
         return found
 
 
-#: Column specs beside the stored names (what ``stats`` reads, :data:`STATS_COLUMNS`): a
-#: ``NULL`` in a column's place (sqlite3 hands ``None`` over for nothing), and ``raw`` only for
-#: the frames whose body ``stats`` reads (``None`` for the rest).
+#: Column specs beside the stored names (what the handshake pass reads, :data:`FACTS_COLUMNS`):
+#: a ``NULL`` in a column's place (sqlite3 hands ``None`` over for nothing), and ``raw`` only for
+#: the frames whose body an outcome or the handshake depends on (``None`` for the rest).
 NULL = "null"
 RAW_READ = "raw_read"
-#: The kinds whose bodies an exchange's outcome depends on (``analysis/stats.py``
-#: ``_OUTCOME_KINDS``: request, response, error, batch), plus the ``inject`` channel (the
-#: decoder keeps injected frames aside whatever their kind), notifications/cancelled and a task's
-#: status notifications (a task's end, hence its duration, may come by one; ``analysis/tasks.py``)
-#: — their method codes are the database's, looked up when the statement is written.
+#: The kinds whose bodies an exchange's outcome depends on (request, response, error, batch),
+#: plus the ``inject`` channel (the decoder keeps injected frames aside whatever their kind),
+#: notifications/cancelled and a task's status notifications (a task's end, hence its duration,
+#: may come by one; ``analysis/tasks.py``) — their method codes are the database's, looked up
+#: when the statement is written.
 _READ_KINDS = tuple(KIND_CODES[k] for k in ("request", "response", "error", "batch"))
 _INJECT_CHANNEL = CHANNEL_CODES["inject"]
 _READ_METHODS = ("notifications/cancelled", "notifications/tasks/status", "notifications/tasks")
 
-#: ``stats``' read: the positions of ``analysis.facts.SHAPED_FRAME_COLUMNS`` (what
-#: ``Decoder.feed_shaped`` unpacks), with ``ts``, ``size`` and ``complete`` left in
-#: the database (no per-method number depends on them: latency is ``mono_ns``'s, a missing
-#: ``complete`` reads as complete) and ``raw`` fetched only where a body is read
-#: (:data:`RAW_READ`). Half of a busy session's frames are notifications ``stats`` only
-#: counts as marks: their bodies stay on disk.
-STATS_COLUMNS: tuple[str, ...] = (
-    "seq", NULL, "mono_ns", "shape", "msg_id", "error_code", NULL, NULL, "partial_parse",
-    RAW_READ, "http_exchange_id", "sse_event",
-)  # fmt: skip
-
-
-#: The handshake pass of ``check`` (``analysis.facts.FactsBuilder``): :data:`STATS_COLUMNS`
-#: with ``ts`` (the session's first and last frame times); the frames whose body it reads
-#: (requests and their answers) are among :data:`RAW_READ`'s.
+#: The handshake pass of ``check`` (``analysis.facts.FactsBuilder``): the positions of
+#: ``analysis.facts.SHAPED_FRAME_COLUMNS`` (what ``Decoder.feed_shaped`` unpacks) with ``size``
+#: and ``complete`` left in the database and ``raw`` fetched only where a body may be read
+#: (:data:`RAW_READ`: the frames whose body it reads, requests and their answers, are among
+#: them).
 FACTS_COLUMNS: tuple[str, ...] = (
     "seq", "ts", "mono_ns", "shape", "msg_id", "error_code", NULL, NULL, "partial_parse",
     RAW_READ, "http_exchange_id", "sse_event",
@@ -294,7 +284,7 @@ def shaped_pages(
     """A session's rows of ``columns`` in ``seq`` order, read from ``frame_rows`` as stored:
     names of :data:`FRAME_COLUMNS` other than direction/channel/kind/method, ``"shape"``
     (those four as one integer, decoded by the returned :class:`Shapes`), :data:`NULL` and
-    :data:`RAW_READ` (:data:`STATS_COLUMNS`); only the rows of a filter when ``rows`` names
+    :data:`RAW_READ` (:data:`FACTS_COLUMNS`); only the rows of a filter when ``rows`` names
     one (:data:`FACTS_ROWS`, :data:`REQUEST_ROWS`). On SQLite :func:`shaped_batches`; elsewhere keyset pages from the
     driver's cursor. What ``show`` and ``export`` read."""
     _stored_columns(columns)

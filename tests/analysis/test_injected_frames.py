@@ -122,12 +122,11 @@ def test_an_injected_answer_before_the_request_answers_nothing() -> None:
 
 
 def test_stats_count_an_answer_mcptape_injected_as_the_analysis_does() -> None:
-    from mcp_proxy.analysis.stats import StatsPass, method_stats, sorted_stats
+    from mcp_proxy.analysis.stats import method_stats, sorted_stats
+    from tests.analysis.streamed import pass_stats
 
     w = _answered_by_mcptape("error")
-    p = StatsPass(w.session)
-    p.feed(w.frames)
-    got = [s.as_dict() for s in sorted_stats(p.finish())]
+    got = [s.as_dict() for s in sorted_stats(pass_stats(w))]
     assert got == [s.as_dict() for s in sorted_stats(method_stats(w.analyze().exchanges))]
     assert next(r for r in got if r["method"] == "tools/call")["errors"] == 1
 
@@ -171,7 +170,8 @@ def test_stats_and_analysis_agree_on_a_session_a_fault_ended(
 ) -> None:
     """``close-stdin`` (the server exits 0) and ``kill`` (signal 9): the pending call is the
     fault's (aborted) in the full analysis and in the streaming statistics alike."""
-    from mcp_proxy.analysis.stats import StatsPass, method_stats, sorted_stats
+    from mcp_proxy.analysis.stats import method_stats, sorted_stats
+    from tests.analysis.streamed import pass_stats
 
     w = Wire.initialized()
     w.request("tools/call", 2, {"name": "echo", "arguments": {}})
@@ -181,7 +181,5 @@ def test_stats_and_analysis_agree_on_a_session_a_fault_ended(
     assert [e.outcome for e in a.exchanges if e.method == "tools/call"] == ["aborted"]
     assert {f.code for f in a.findings} >= {"inject.ended_with_pending"}
     assert "exchange.no_response" not in {f.code for f in a.findings}
-    p = StatsPass(w.session)
-    p.feed(w.frames)
-    quick = [s.as_dict() for s in sorted_stats(p.finish())]
+    quick = [s.as_dict() for s in sorted_stats(pass_stats(w))]
     assert quick == [s.as_dict() for s in sorted_stats(method_stats(a.exchanges))]

@@ -1,8 +1,9 @@
 """``stats`` and ``check`` count the same exchanges, and ``stats`` holds only what is pending.
 
 Both are consumers of the one pairing (:class:`mcp_proxy.analysis.exchanges.Pairing`):
-``check`` keeps every exchange for its checks, ``stats`` (:class:`~mcp_proxy.analysis.stats.
-StatsPass`) counts each exchange once its outcome is known and forgets it. What each shows the
+``check`` keeps every exchange for its checks; the settle's one pass over a stored session keeps
+none: its :class:`~mcp_proxy.analysis.stats.MethodTable` counts each exchange once its outcome is
+known, and the pass forgets it. What each shows the
 user must agree: the per-method numbers of ``stats`` are those of ``check``'s exchanges, on
 every session of the finding catalogue (MRTR chains, batches and injected frames included) and
 on busy sessions of both eras and every ending.
@@ -20,11 +21,12 @@ from mcp_proxy.analysis import service
 from mcp_proxy.analysis.exchanges import Pairing
 from mcp_proxy.analysis.facts import Decoder
 from mcp_proxy.analysis.model import SessionFacts
-from mcp_proxy.analysis.stats import StatsPass, method_stats, sorted_stats
+from mcp_proxy.analysis.stats import method_stats, sorted_stats
 from mcp_proxy.limits import REORDER_LOOKAHEAD
 from mcp_proxy.store.queries import Store
 from mcp_proxy.testing.factories import Wire, envelope
 from tests.analysis.cases import CASES
+from tests.analysis.streamed import pass_stats
 from tests.conftest import catalogue_sample
 
 #: The store-backed test runs on SQLite (frame_rows as stored) and PostgreSQL (the view's rows).
@@ -38,9 +40,7 @@ def _table(stats: dict[Any, Any]) -> list[dict[str, Any]]:
 def _both(w: Wire, *, by_name: bool) -> tuple[Any, Any]:
     """(``check``'s exchanges counted, ``stats``'s streaming pass) tables."""
     whole = _table(method_stats(w.analyze().exchanges, by_name=by_name))
-    p = StatsPass(w.session, w.http_exchanges, by_name=by_name)
-    p.feed(w.frames)
-    return whole, _table(p.finish())
+    return whole, _table(pass_stats(w, by_name=by_name))
 
 
 SHAPES = [(code, i) for code in catalogue_sample(sorted(CASES)) for i in (0, 1)]
@@ -152,7 +152,7 @@ async def test_service_stats_match_the_full_analysis_on_recorded_sessions(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Through the real recorder and store, in small batches, HTTP and stdio, both eras."""
-    monkeypatch.setattr(service, "STATS_BATCH", 7)
+    monkeypatch.setattr(service, "LOAD_BATCH", 7)
     wires = [
         _busy(False),
         _busy(True, status="crashed", exit_code=1),

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from mcp_proxy.analysis import service
-from mcp_proxy.analysis.stats import MethodStats, StatsPass, merge_stats, sorted_stats
+from mcp_proxy.analysis.stats import MethodStats, merge_stats, sorted_stats
 from mcp_proxy.analysis.version import ANALYZER_VERSION
 from mcp_proxy.store.direct import DirectStore
+from tests.analysis.streamed import pass_stats
 from tests.analysis.task_wires import legacy
 from tests.analysis.test_stats_stream import _busy
 from tests.conftest import mcptape_cmd
@@ -31,9 +32,7 @@ PY = sys.executable
 
 
 def _pass(w: Any, *, by_name: bool) -> dict[Any, MethodStats]:
-    p = StatsPass(w.session, w.http_exchanges, by_name=by_name)
-    p.feed(w.frames)
-    return p.finish()
+    return pass_stats(w, by_name=by_name)
 
 
 def _dicts(stats: list[MethodStats]) -> str:
@@ -88,7 +87,7 @@ def test_stats_are_stored_then_read_and_recomputed_when_stale(
     assert all(sessions)
     ended = [s for s in sessions if s is not None and s["status"] != "live"]
     passes: list[str] = []
-    real = service.stream_stats
+    real = service.stream_analysis
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         passes.append(args[1]["id"])
@@ -97,12 +96,12 @@ def test_stats_are_stored_then_read_and_recomputed_when_stale(
     for by_name in (False, True):
         first = service.stats_of_sessions(db_url, ended, by_name=by_name)
         passes.clear()
-        monkeypatch.setattr(service, "stream_stats", counted)
+        monkeypatch.setattr(service, "stream_analysis", counted)
         again = service.stats_of_sessions(db_url, ended, by_name=by_name)
         assert passes == [] and _dicts(again) == _dicts(first)  # read, not recomputed
         redone = service.stats_of_sessions(db_url, ended, by_name=by_name, recompute=True)
         assert passes == [s["id"] for s in ended] and _dicts(redone) == _dicts(first)
-        monkeypatch.setattr(service, "stream_stats", real)
+        monkeypatch.setattr(service, "stream_analysis", real)
     with DirectStore(db_url) as store:
         rows = {sid: store.session_stats(sid) for sid in sids}
         assert rows[sids[0]] and rows[sids[1]] and rows[sids[2]] is None
@@ -167,3 +166,103 @@ def test_a_recorded_session_s_stats_come_from_the_stored_table(tmp_path: Path) -
     # ``--recompute`` reads the frames again and stores the true numbers back.
     assert stats("--recompute") == recomputed
     assert stats() == recomputed
+
+
+@pytest.mark.both_dialects
+def test_the_settle_reads_the_session_once(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: the settle streamed every frame of an ended session twice — the per-method
+    numbers' pass, then the findings' — so the recorder's end-of-session work cost two reads.
+    One pass gives both now: every read of the whole session at the store seam is counted (the
+    handshake pass's filtered reads are not whole ones)."""
+    w = _busy(True, status="crashed", exit_code=1)
+    sid = w.record(db_url, name="once")
+    whole: list[str] = []
+
+    def spy(name: str, real: Any) -> Any:
+        def read(*args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("rows") is None:
+                whole.append(name)
+            return real(*args, **kwargs)
+
+        return read
+
+    for name in ("shaped_pages", "shaped_batches", "frame_batches"):
+        monkeypatch.setattr(service, name, spy(name, getattr(service, name)))
+    assert service.settle(db_url, sid)
+    assert len(whole) == 1, whole
+    with DirectStore(db_url) as store:
+        s = store.session(sid)
+        assert s is not None
+        assert service.stats_fresh(s, store.session_stats(sid))
+        assert service.is_fresh(s, store.analysis_summary(sid))
+    whole.clear()
+    assert not service.settle(db_url, sid) and whole == []  # both current: nothing read
+    # What it stored is what each command computes alone.
+    assert _dicts(service.stats_of_sessions(db_url, [s], by_name=True)) == _dicts(
+        sorted_stats(_pass(w, by_name=True))
+    )
+
+
+def test_a_histogram_keeps_so_many_values_and_says_how_many_it_left_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bounded (``limits.STATS_VALUES_KEPT``): a new distinct latency past the limit is left out
+    of the histogram and counted in ``dropped`` (its exchange still counted), which the stored
+    form, the pooling across sessions and ``as_dict`` all keep."""
+    from mcp_proxy.analysis import stats as stats_mod
+    from mcp_proxy.analysis.model import Exchange
+
+    monkeypatch.setattr(stats_mod, "STATS_VALUES_KEPT", 3)
+
+    def ex(ms: float) -> Exchange:
+        e = Exchange(0, "c2s", "ping", "1", request_seq=1, request_ts=0.0, request_mono_ns=0)
+        e.latency_ms = ms
+        return e
+
+    st = MethodStats("c2s", "ping")
+    for ms in (1.0, 2.0, 1.0, 3.0, 4.0, 5.0, 2.0):
+        st.add(ex(ms))
+    assert st.latencies == {1.0: 2, 2.0: 2, 3.0: 1} and st.dropped == 2 and st.count == 7
+    d = st.as_dict()
+    assert d["dropped"] == 2 and d["latency_ms"]["n"] == 5
+    back = MethodStats.from_stored(json.loads(json.dumps(st.stored())))
+    assert back.as_dict() == d
+    other = MethodStats("c2s", "ping", latencies={3.0: 1, 9.0: 4}, dropped=1)
+    st.merge(other)
+    assert st.latencies == {1.0: 2, 2.0: 2, 3.0: 2} and st.dropped == 2 + 4 + 1
+    assert "dropped" not in MethodStats("c2s", "ping", latencies={1.0: 1}).as_dict()
+
+
+def test_stats_says_how_many_latencies_its_percentiles_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``STATS_VALUES_KEPT`` the table says so under the method's row, and the JSON and
+    the stored row carry ``dropped``; below it nothing is added (the output is as before)."""
+    from mcp_proxy.analysis import stats as stats_mod
+
+    db = tmp_path / "s.db"
+    w = _busy(False)
+    w.record("sqlite:///" + str(db), name="rec")
+    plain = run_mcptape("stats", "rec", "--db", str(db))
+    assert plain.returncode == 0 and "left out" not in plain.stdout
+    monkeypatch.setattr(stats_mod, "STATS_VALUES_KEPT", 1)
+    out = run_mcptape("stats", "rec", "--db", str(db), "--recompute")
+    assert out.returncode == 0, out.stderr
+    assert "latencies left out of the percentiles" in out.stdout
+    got = json.loads(run_mcptape("stats", "rec", "--db", str(db), "--format", "json").stdout)
+    assert any(m.get("dropped") for m in got["methods"])
+
+
+@pytest.mark.both_dialects
+def test_a_check_that_analyses_stores_the_numbers_too(db_url: str) -> None:
+    """The pass ``check`` runs on a session whose findings are stale is the settle's: it stores
+    the session's numbers as well, so the next ``stats`` reads them (no second pass)."""
+    w = _busy(False)
+    sid = w.record(db_url, name="checked")
+    with DirectStore(db_url) as store:
+        s = store.session(sid)
+        assert s is not None and store.session_stats(sid) is None
+    service.current_findings(db_url, s)
+    with DirectStore(db_url) as store:
+        assert service.stats_fresh(s, store.session_stats(sid))
+        assert service.is_fresh(s, store.analysis_summary(sid))

@@ -9,10 +9,10 @@ import pytest
 
 from mcp_proxy.analysis.core import SessionPass
 from mcp_proxy.analysis.facts import Decoder, session_facts
-from mcp_proxy.analysis.stats import StatsPass
 from mcp_proxy.analysis.taxonomy import decode_error_data
 from mcp_proxy.testing.factories import CLIENT_CAPS, Wire
 from tests.analysis.cases import CASES
+from tests.analysis.streamed import pass_stats
 from tests.analysis.task_wires import TASK_CAPS_2025, legacy, modern, task_fields
 from tests.conftest import matrix
 
@@ -63,9 +63,7 @@ def test_status_notification_joins_the_task() -> None:
 
 def test_stats_reports_task_durations_apart_from_handle_latency() -> None:
     wire = legacy(["working", "completed"], poll_ms=400)
-    sp = StatsPass(wire.session, by_name=True)
-    sp.feed(wire.frames)
-    stats = sp.finish()
+    stats = pass_stats(wire, by_name=True)
     st = stats[("c2s", "tools/call", "research")]
     d = st.as_dict()
     assert d["latency_ms"]["max"] < 100
