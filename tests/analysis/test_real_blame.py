@@ -206,9 +206,13 @@ def test_a_fault_that_killed_the_server_is_named_not_the_host(tmp_path: Path) ->
 
 
 def test_a_host_that_kills_its_server_is_still_the_host(tmp_path: Path) -> None:
-    """Near miss: no fault; the host signals the relay (which forwards it) mid-call."""
+    """Near miss: no fault; the host signals the relay (which forwards it) mid-call.
+
+    The server never answers ``hang``: the SDK's server, signalled, sometimes still answers
+    the call on its way out (-32000 "Connection closed", then no request is pending at the
+    end), which made this test fail about one run in ten under load."""
     db = tmp_path / "host-kill.sqlite"
-    host = LineHost(db, "host-kill")
+    host = LineHost(db, "host-kill", server=SILENT)
     host.call(2, "hang", {"seconds": 60})
     assert rdb.wait_until(lambda: host.recorded("tools/call", "2"), timeout=20)
     os.kill(host.proc.pid, signal.SIGTERM)
