@@ -55,6 +55,19 @@ class HandshakeTracker:
             self._meta_dirty = False
         return new or None
 
+    def request_matters(self, method: str | None, msg: object) -> bool:
+        """False when :meth:`observe` of this message (any but a server response) could change
+        nothing: it is no handshake request, and it carries no ``_meta`` while the envelope is
+        still unseen. Lets the recorder skip the tracker for nearly every request."""
+        if not isinstance(msg, dict):
+            return False
+        if method in ("initialize", "server/discover"):
+            return True
+        if self._envelope_seen:
+            return False
+        params = msg.get("params")
+        return isinstance(params, dict) and isinstance(params.get("_meta"), dict)
+
     def response_matters(self, msg_id: str | None, msg: dict[str, Any]) -> bool:
         """False when :meth:`observe` of this server response could change nothing: it answers
         no pending handshake request, and its result has no ``_meta`` while the server's name

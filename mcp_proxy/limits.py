@@ -116,6 +116,11 @@ FINISH_PATIENCE = 120.0
 BATCH_BYTES = 512 << 10
 #: Bytes per read of the pipe: a batch is cut after a read, so a read is well under a batch.
 READ_BYTES = 128 << 10
+#: Distinct header sets (the pairs as sent) whose described, redacted columns the recorder keeps:
+#: a client sends the same request headers on every call and an upstream nearly the same response
+#: headers (its ``Date`` changes once a second), so most exchanges find theirs described already.
+#: Emptied when full; ~1 KiB each: ~0.5 MB at the limit.
+HEADER_MEMO = 512
 #: HTTP exchanges the recorder remembers (local id → database id) while they are open, so that
 #: their later updates and frames find their row. An exchange is forgotten when it ends; these
 #: are for exchanges that never end (a stream left open for the life of a relay): past this the

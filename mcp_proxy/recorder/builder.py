@@ -67,6 +67,7 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 #: ``kind.value`` without the enum descriptor (a dict lookup by the member's str hash).
 _KIND_VALUE = {k: k.value for k in Kind}
 _UNDECODABLE = Kind.UNDECODABLE
+_REQUEST = Kind.REQUEST
 _S2C = Direction.S2C
 _new_row = tuple.__new__  # FrameRow(...) without its generated Python ``__new__``
 
@@ -421,7 +422,7 @@ class BatchBuilder:
             append(row)
             seq += 1
             if cl.message is not None and kind in _HANDSHAKE_KINDS:
-                self._observe_handshake(st, direction, cl)
+                self._handshake(st, direction, cl)
         count = seq - st.next_seq
         st.next_seq = seq
         st.frame_count += count
@@ -468,8 +469,17 @@ class BatchBuilder:
         row = {"session_id": sid}
         for k, v in fields.items():
             # Only text and integers can need storable(): floats, None, lists and dicts (JSON
-            # columns) go as they are — most of an exchange's fields.
-            row[k] = v if type(v) in _AS_IS else storable(v)
+            # columns) go as they are — most of an exchange's fields — and so do ASCII text
+            # and 64-bit integers, the rest of them.
+            t = type(v)
+            if (
+                t in _AS_IS
+                or (t is str and v.isascii())
+                or (t is int and _INT64_MIN <= v <= _INT64_MAX)
+            ):
+                row[k] = v
+            else:
+                row[k] = storable(v)
         self._batch.exchanges.append((local_id, row))
 
     def _on_exchange_update(self, item: ExchangeUpdate) -> None:
@@ -508,45 +518,45 @@ class BatchBuilder:
             frame = self.redact(frame)
         raw = frame.raw
         c: Classified = classify(raw, frame.channel)
+        kind = c.kind
         seq = st.next_seq
         st.next_seq += 1
         st.frame_count += 1
         self.frames_built += 1
         self.pending_bytes += len(raw)
-        row = FrameRow(
-            sid,
-            seq,
-            frame.wall,
-            frame.mono_ns,
-            frame.direction.value,
-            frame.channel.value,
-            c.kind.value,
-            c.method[:_MAX_METHOD] if c.method else None,
-            column_id(c.msg_id),
-            c.error_code,
-            len(raw),
-            frame.complete,
-            c.partial,
-            raw,
-            frame.http_exchange,
-            frame.sse_id,
-            frame.sse_event,
-            True if frame.extra and frame.extra.get("redacted") else None,
+        direction, wall, extra = frame.direction, frame.wall, frame.extra
+        row: FrameRow = _new_row(
+            FrameRow,
+            (
+                sid,
+                seq,
+                wall,
+                frame.mono_ns,
+                direction._value_,  # the plain attribute: ``.value`` is a property
+                frame.channel._value_,
+                _KIND_VALUE[kind],
+                c.method[:_MAX_METHOD] if c.method else None,
+                column_id(c.msg_id),
+                c.error_code,
+                len(raw),
+                frame.complete,
+                c.partial,
+                raw,
+                frame.http_exchange,
+                frame.sse_id,
+                frame.sse_event,
+                True if extra and extra.get("redacted") else None,
+            ),
         )
-        if c.kind is Kind.UNDECODABLE:
+        if kind is _UNDECODABLE:
             self._note(sid, UNDECODABLE_CODE, seq, c.problem or "undecodable")
-        row = self._storable_row(row)
-        self._batch.frames.append(row)
-        if c.message is not None and c.kind in _HANDSHAKE_KINDS:
-            direction = frame.direction
-            if direction is not _S2C or c.kind is Kind.REQUEST:
-                self._observe_handshake(st, direction, c)
-            elif isinstance(c.message, dict) and st.tracker.response_matters(c.msg_id, c.message):
-                self._observe_handshake(st, direction, c)  # nearly every answer is skipped
-        if st.started_at is not None and frame.wall < st.started_at:
-            st.started_at = frame.wall
-            self._batch.session_updates.setdefault(sid, {})["started_at"] = frame.wall
-        self._batch.session_counts[sid] = (st.frame_count, frame.wall)
+        self._batch.frames.append(self._storable_row(row))
+        if c.message is not None and kind in _HANDSHAKE_KINDS:
+            self._handshake(st, direction, c)
+        if st.started_at is not None and wall < st.started_at:
+            st.started_at = wall
+            self._batch.session_updates.setdefault(sid, {})["started_at"] = wall
+        self._batch.session_counts[sid] = (st.frame_count, wall)
 
     def _storable_row(self, row: FrameRow) -> FrameRow:
         """Derived columns the database could not hold are escaped (text) or cleared (ints)."""
@@ -575,6 +585,16 @@ class BatchBuilder:
             how = "cleared (out of range)" if changed[name] is None else "escaped"
             self._note(row.session_id, ESCAPED_CODE, row.seq, f"{name} {how}")
         return row._replace(**changed)
+
+    def _handshake(self, st: SessionState, direction: Direction, c: Classified) -> None:
+        """Hand a message to the session's handshake tracker when it could learn from it: most
+        requests and nearly every answer teach it nothing and skip it."""
+        msg, tracker = c.message, st.tracker
+        if direction is not _S2C or c.kind is _REQUEST:
+            if tracker.request_matters(c.method, msg):
+                self._observe_handshake(st, direction, c)
+        elif isinstance(msg, dict) and tracker.response_matters(c.msg_id, msg):
+            self._observe_handshake(st, direction, c)
 
     def _observe_handshake(self, st: SessionState, direction: Direction, c: Classified) -> None:
         try:

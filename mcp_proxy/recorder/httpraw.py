@@ -25,6 +25,7 @@ from typing import Any
 
 from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.headers import mcp_headers
+from mcp_proxy.limits import HEADER_MEMO
 from mcp_proxy.recorder.contract import HttpExchange
 from mcp_proxy.redact import Redactor, policy_from_env
 
@@ -58,13 +59,32 @@ def describe(raw: RawHttp, fields: dict[str, Any], meta: dict[str, Any], red: Re
     """
     origin, local_origin, raw_path, req, has_mcp, resp = raw
     meta["local_url"] = red.url(local_origin + raw_path)
-    headers = red.headers(decode_pairs(req))
+    headers = _headers(req, red)
     if has_mcp:
         meta["mcp_headers"] = mcp_headers(headers)
     fields["url"] = red.url(origin + raw_path)
     fields["request_headers"] = headers
     if resp is not None:
-        fields["response_headers"] = red.headers(decode_pairs(resp))
+        fields["response_headers"] = _headers(resp, red)
+
+
+#: Described header columns by the pairs as sent: ``{pairs: (redactor, column)}``
+#: (bounded by :data:`~mcp_proxy.limits.HEADER_MEMO`). A column is shared by every exchange
+#: that sent the same pairs; nothing changes a column once it is made.
+_memo: dict[tuple[tuple[bytes, bytes], ...], tuple[Redactor, list[list[str]]]] = {}
+
+
+def _headers(pairs: Pairs, red: Redactor) -> list[list[str]]:
+    """``red.headers(decode_pairs(pairs))``, made once per distinct header set and policy."""
+    key = pairs if type(pairs) is tuple else tuple(pairs)
+    hit = _memo.get(key)
+    if hit is not None and hit[0] is red:
+        return hit[1]
+    column = red.headers(decode_pairs(key))
+    if len(_memo) >= HEADER_MEMO:
+        _memo.clear()
+    _memo[key] = (red, column)
+    return column
 
 
 def frame_tuple(f: Frame) -> tuple[Any, ...]:

@@ -42,6 +42,7 @@ from mcp_proxy.limits import (
     SETTLE_QUEUE,
 )
 from mcp_proxy.recorder.contract import ITEM_TYPES, Chunk, SessionUpdate
+from mcp_proxy.recorder.httpraw import unpack
 from mcp_proxy.recorder.runner import BatchRunner
 from mcp_proxy.recorder.settle import Settler
 from mcp_proxy.recorder.wire import (
@@ -98,8 +99,6 @@ class _Session:
                 elif rtype == T_ITEM:
                     self._item(pickle.loads(buf[start:end]))
                 elif rtype == T_HTTP:  # an HTTP exchange, described here (recorder/httpraw.py)
-                    from mcp_proxy.recorder.httpraw import unpack
-
                     self.runner.feed(unpack(buf[start:end]))
             except Exception as exc:
                 self._bad_record(exc)

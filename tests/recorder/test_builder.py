@@ -350,3 +350,33 @@ def test_the_inline_responses_keep_the_handshake_facts() -> None:
         for i, (direction, line) in enumerate(lines[start:]):
             b.feed(FrameItem(SID, Frame(direction, Channel.HTTP, line.rstrip(), 10 + i, 2.0 + i)))
         assert b.take().session_updates == out[0][1]
+
+
+def test_requests_skip_the_handshake_tracker_only_when_it_could_learn_nothing() -> None:
+    """Plain requests (and a ``_meta`` without the envelope) go by; the envelope and the
+    handshake requests after them still reach the tracker, on both paths (stream and HTTP)."""
+    lines = [
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}',
+        b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"progressToken":2}}}',
+        b'{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{'
+        b'"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+        b'"io.modelcontextprotocol/clientInfo":{"name":"env","version":"9"}}}}',
+        b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"_meta":{'
+        b'"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}}',
+        b'{"jsonrpc":"2.0","id":5,"method":"initialize","params":{"protocolVersion":'
+        b'"2025-06-18","clientInfo":{"name":"c","version":"1"},"capabilities":{}}}',
+    ]
+    updates = []
+    for http in (False, True):
+        b = _builder()
+        for i, line in enumerate(lines):
+            if http:
+                b.feed(FrameItem(SID, Frame(C2S, Channel.HTTP, line, 10 + i, 2.0 + i)))
+            else:
+                b.feed(Chunk(SID, C2S, STDIO, line + b"\n", 10 + i, 2.0 + i))
+        updates.append(b.take().session_updates[SID])
+    assert updates[0] == updates[1]
+    got = updates[0]
+    assert got["protocol_version"] == "2026-07-28"  # the first envelope, not the later one
+    assert got["client_name"] == "c" and got["client_version"] == "1"
+    assert "envelope" in got["meta"] and "initialize_request" in got["meta"]

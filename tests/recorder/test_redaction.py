@@ -129,3 +129,28 @@ def test_a_credential_on_the_server_command_line_never_reaches_the_database(
         "--verbose",
         "plain-arg",
     ]
+
+
+def test_described_headers_follow_each_policy_for_the_same_pairs() -> None:
+    """The recorder describes a header set once per policy (httpraw's memo): the same pairs
+    described under another policy, then the first again, get each policy's own columns."""
+    from mcp_proxy.recorder.httpraw import describe
+    from mcp_proxy.redact import Redactor
+
+    pairs = ((b"Authorization", b"Bearer s3cret"), (b"X-Team", b"blue"))
+    policies = [
+        Redactor(enabled=True),
+        Redactor(enabled=False),
+        Redactor.from_options(headers=["X-Team"]),
+    ]
+    want = [
+        [["Authorization", "Bearer [REDACTED]"], ["X-Team", "blue"]],
+        [["Authorization", "Bearer s3cret"], ["X-Team", "blue"]],
+        [["Authorization", "Bearer [REDACTED]"], ["X-Team", "[REDACTED]"]],
+    ]
+    for i in (0, 1, 2, 0, 2, 1):
+        fields: dict[str, object] = {}
+        describe(
+            ("http://u", "http://l", "/mcp", list(pairs), False, pairs), fields, {}, policies[i]
+        )
+        assert fields["request_headers"] == want[i] and fields["response_headers"] == want[i]
