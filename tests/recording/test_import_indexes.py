@@ -49,14 +49,20 @@ def deferrals(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return seen
 
 
-def test_a_large_import_leaves_the_schema_and_every_index_whole(
-    tmp_path: Path, deferrals: list[int]
-) -> None:
+def _small_then_large(tmp_path: Path) -> tuple[Path, Path, list[tuple[str, str, str]]]:
+    """A file holding one small imported session, its schema, and a 400-frame file to import."""
     src, db = tmp_path / "r.jsonl", tmp_path / "r.db"
     write_recording(src, 10)
     import_file(src, f"sqlite:///{db}")
     before = schema(db)
     write_recording(src, 400)
+    return src, db, before
+
+
+def test_a_large_import_leaves_the_schema_and_every_index_whole(
+    tmp_path: Path, deferrals: list[int]
+) -> None:
+    src, db, before = _small_then_large(tmp_path)
     import_file(src, f"sqlite:///{db}")
     assert deferrals == [100]  # the first import was too small; the second deferred once
     assert schema(db) == before
@@ -88,11 +94,7 @@ def test_an_import_into_a_fuller_table_keeps_its_indexes_up_to_date(
 def test_a_failed_import_leaves_the_indexes_as_they_were(
     tmp_path: Path, deferrals: list[int]
 ) -> None:
-    src, db = tmp_path / "r.jsonl", tmp_path / "r.db"
-    write_recording(src, 10)
-    import_file(src, f"sqlite:///{db}")
-    before = schema(db)
-    write_recording(src, 400)
+    src, db, before = _small_then_large(tmp_path)
     lines = src.read_bytes().splitlines(keepends=True)
     src.write_bytes(b"".join(lines[:-1]))  # no end record: the file is refused at its end
     with pytest.raises(UserError, match="truncated"):
