@@ -47,7 +47,7 @@ from mcp_proxy.analysis.model import (
     SessionFacts,
     latency_ms,
 )
-from mcp_proxy.analysis.reorder import MARK, TRIM, Mark, Window, fast_key, take_pending
+from mcp_proxy.analysis.reorder import TRIM, Window, fast_key, take_pending
 from mcp_proxy.analysis.tasks import TASK_METHODS, TASK_NOTIFICATIONS, Tasks
 from mcp_proxy.bounded import remember
 from mcp_proxy.frames import id_key
@@ -181,13 +181,12 @@ class Pairing:
         self.tasks = Tasks(facts, self.sink, on_task)
 
     # ------------------------------------------------------------------ feeding
-    def feed(self, m: Msg | Mark) -> None:
-        """The session's next message (in ``seq`` order); handled once its look-ahead is in.
-        A :class:`~mcp_proxy.analysis.reorder.Mark` holds a place and is never handled."""
+    def feed(self, m: Msg) -> None:
+        """The session's next message (in ``seq`` order); handled once its look-ahead is in."""
         self.w.push(m)
         self._drain(False)
 
-    def feed_many(self, msgs: Sequence[Msg | Mark]) -> None:
+    def feed_many(self, msgs: Sequence[Msg]) -> None:
         """:meth:`feed` for several messages at once (one look at the window for all)."""
         self.w.buf.extend(msgs)
         self._drain(False)
@@ -220,8 +219,6 @@ class Pairing:
             if k - base >= TRIM:
                 del buf[: k - base]
                 w.base = k
-            if m.kind is MARK:
-                continue
             if on_message is None:
                 dispatch(m)
             else:  # (what _handle does, inline: this runs once per message)

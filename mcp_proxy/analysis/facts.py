@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from mcp_proxy.analysis.model import _UNPARSED, ERA_INITIALIZE, META, Msg, SessionFacts
-from mcp_proxy.analysis.reorder import Mark
 from mcp_proxy.frames import Channel, classify_message, has_long_number
 from mcp_proxy.protocol import era_of
 from mcp_proxy.store.columns import FRAME_COLUMNS
@@ -166,7 +165,7 @@ class Decoder:
     """
 
     __slots__ = (
-        "_mark", "_put", "_shared", "first_ts", "frames", "injected", "last_ts", "msgs", "reads",
+        "_put", "_shared", "first_ts", "frames", "injected", "last_ts", "msgs", "reads",
     )  # fmt: skip
 
     def __init__(
@@ -174,18 +173,15 @@ class Decoder:
         emit: Callable[[Msg], None] | None = None,
         *,
         reads: Callable[[str, str, str | None], bool] | None = None,
-        mark: Callable[[Mark], None] | None = None,
     ) -> None:
         """``emit``: hand each message to it instead of keeping it in :attr:`msgs` (a
         streaming consumer such as ``stats``, which never holds the session). ``reads``
-        (channel, kind, method): whether the consumer reads such a message at all; one it does
-        not read is handed to ``mark`` as a :class:`~mcp_proxy.analysis.reorder.Mark` (or
-        dropped without ``mark``). :attr:`first_ts` and :attr:`last_ts` are the times of the
+        (channel, kind, method): whether the consumer reads such a message at all (one it does
+        not read is counted and dropped). :attr:`first_ts` and :attr:`last_ts` are the times of the
         first and last rows fed (:meth:`feed_shaped`), read or not."""
         self.msgs: list[Msg] = []
         self._put = self.msgs.append if emit is None else emit
         self.reads = reads
-        self._mark = mark
         self.frames = 0
         self.first_ts: float | None = None
         self.last_ts: float | None = None
@@ -217,7 +213,6 @@ class Decoder:
         add = self._make
         put = self._put
         decoded: dict[int, Any] = {}
-        mark = self._mark
         clean = False
         if isinstance(rows, Sequence) and rows:
             if self.first_ts is None:
@@ -234,8 +229,6 @@ class Decoder:
             d, ch, kind, method, read, plain = found
             if not read:
                 self.frames += 1
-                if mark is not None:
-                    mark(Mark(mono, d))
                 continue
             if ev is not None:
                 ev = self._shared.setdefault(ev, ev)
@@ -274,8 +267,6 @@ class Decoder:
             event = shared.setdefault(event, event)
         if self.reads is not None and channel != INJECT and not self.reads(channel, kind, method):
             self.frames += 1
-            if self._mark is not None:
-                self._mark(Mark(mono, direction))
             return
         self._make(seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete,
                    partial, raw, http, event)  # fmt: skip

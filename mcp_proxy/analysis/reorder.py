@@ -22,11 +22,9 @@ from mcp_proxy.frames import id_key
 from mcp_proxy.limits import REORDER_LOOKAHEAD, REORDER_WINDOW_NS
 
 __all__ = [
-    "MARK",
     "REORDER_LOOKAHEAD",
     "REORDER_WINDOW_NS",
     "TRIM",
-    "Mark",
     "Window",
     "fast_key",
     "take_pending",
@@ -42,28 +40,6 @@ def fast_key(value: Any) -> str | None:
 
 def _other(direction: str) -> str:
     return "s2c" if direction == "c2s" else "c2s"
-
-
-#: The kind of a :class:`Mark`.
-MARK = "mark"
-
-
-class Mark:
-    """A message no consumer reads whose place and time still count (a look-ahead stops at the
-    first message past its window, whatever it is): what a streaming consumer that needs fewer
-    kinds (``stats``) feeds the pairing instead of a :class:`Msg` — two numbers, not sixteen."""
-
-    __slots__ = ("direction", "mono_ns")
-
-    kind = MARK
-    msg_id = None
-
-    def __init__(self, mono_ns: int, direction: str) -> None:
-        self.mono_ns = mono_ns
-        self.direction = direction
-
-    def release(self) -> None:
-        """Nothing to forget (what :meth:`Msg.release` is to a message)."""
 
 
 #: Handled messages dropped from the front of the buffer at once (amortised trimming).
@@ -84,7 +60,7 @@ class Window:
     __slots__ = ("_hi", "base", "buf", "deferrals", "deferred", "i", "ids", "tokens", "top")
 
     def __init__(self) -> None:
-        #: messages (:class:`Msg`, or :class:`Mark` where the consumer reads none)
+        #: messages (:class:`Msg`)
         self.buf: list[Any] = []
         #: the position of ``buf[0]``
         self.base = 0
@@ -106,7 +82,7 @@ class Window:
         """The position after the last message fed."""
         return self.base + len(self.buf)
 
-    def push(self, m: Msg | Mark) -> None:
+    def push(self, m: Msg) -> None:
         self.buf.append(m)
 
     def at(self, k: int) -> Msg:
