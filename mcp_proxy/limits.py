@@ -242,6 +242,11 @@ REQUEST_IDS_KEPT = 50_000
 #: in memory, ~2 MB stored, at the limit). Past it a new value is left out — its exchange is
 #: still counted — and the method's numbers say how many were (``dropped``).
 STATS_VALUES_KEPT = 100_000
+#: Methods (direction, method and tool/prompt/resource name, a peer's strings) one session's
+#: numbers keep apart: each holds two histograms. A real server has tens; a peer inventing a new
+#: method or tool name per request would grow the table with every exchange. Past it the
+#: exchanges of a method not yet kept are counted together under :data:`OTHER_METHODS`.
+STATS_METHODS_KEPT = 2_000
 #: Exchanges ``show -x`` holds to print them in request order: an exchange answered early waits
 #: for every earlier-started one, and a printed one can no longer gain frames, so it also waits
 #: while the pairing may still attach late frames to it (it remembers :data:`ANSWERED_KEPT`

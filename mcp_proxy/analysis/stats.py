@@ -17,7 +17,11 @@ from itertools import chain, repeat
 from typing import Any, NotRequired, TypedDict
 
 from mcp_proxy.analysis.model import Exchange, Msg, Outcome
-from mcp_proxy.limits import STATS_VALUES_KEPT
+from mcp_proxy.limits import STATS_METHODS_KEPT, STATS_VALUES_KEPT
+
+#: The method under which a session's numbers count the exchanges of methods past
+#: :data:`~mcp_proxy.limits.STATS_METHODS_KEPT` (one row per direction).
+OTHER_METHODS = "(other methods: past the limit)"
 
 #: An exact histogram: each distinct value (ms) and how many times it happened.
 Histogram = dict[float, int]
@@ -241,7 +245,12 @@ class MethodTable:
         key = (ex.direction, ex.method, name)
         st = self.stats.get(key)
         if st is None:
-            st = self.stats[key] = MethodStats(ex.direction, ex.method, name)
+            if len(self.stats) >= STATS_METHODS_KEPT:  # a peer's strings: bounded
+                key = (ex.direction, OTHER_METHODS, None)
+                st = self.stats.get(key)
+                if st is not None:
+                    return st
+            st = self.stats[key] = MethodStats(*key)
         return st
 
     def exchange(self, ex: Exchange) -> None:

@@ -233,6 +233,29 @@ def test_a_histogram_keeps_so_many_values_and_says_how_many_it_left_out(
     assert "dropped" not in MethodStats("c2s", "ping", latencies={1.0: 1}).as_dict()
 
 
+def test_a_session_keeps_so_many_methods_apart_and_counts_the_rest_together(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bounded (``limits.STATS_METHODS_KEPT``): a peer inventing a method per request no
+    longer grows the table with every exchange; past the limit the exchanges of methods not yet
+    kept are counted under one row per direction, and every exchange is still counted."""
+    from mcp_proxy.analysis import stats as stats_mod
+    from mcp_proxy.analysis.model import Exchange
+
+    monkeypatch.setattr(stats_mod, "STATS_METHODS_KEPT", 3)
+    table = stats_mod.MethodTable()
+    for i in range(10):
+        for direction in ("c2s", "s2c"):
+            e = Exchange(0, direction, f"m{i % 5}", str(i), request_seq=i, request_ts=0.0,
+                         request_mono_ns=0)  # fmt: skip
+            table.exchange(e)
+    other = [k for k in table.stats if k[1] == stats_mod.OTHER_METHODS]
+    assert sorted(k[0] for k in other) == ["c2s", "s2c"]  # one row per direction
+    assert len(table.stats) == 3 + 2
+    assert sum(st.count for st in table.stats.values()) == 20
+    assert table.stats[("c2s", "m0", None)].count == 2
+
+
 def test_stats_says_how_many_latencies_its_percentiles_left_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
