@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from mcp_proxy.analysis.model import _UNPARSED, ERA_INITIALIZE, META, Msg, SessionFacts
-from mcp_proxy.frames import Channel, classify_message, has_long_number
+from mcp_proxy.frames import Channel, classify_message
 from mcp_proxy.protocol import era_of
 from mcp_proxy.store.columns import FRAME_COLUMNS
 
@@ -211,45 +211,30 @@ class Decoder:
         :func:`mcp_proxy.store.stream.shaped_batches`). The same messages; the four strings
         come decoded once per shape, not once per row."""
         add = self._make
-        put = self._put
         decoded: dict[int, Any] = {}
-        clean = False
         if isinstance(rows, Sequence) and rows:
             if self.first_ts is None:
                 self.first_ts = rows[0][1]
             self.last_ts = rows[-1][1]
-            # One look for runs of 19+ digits over the batch's bytes (a run never crosses the
-            # line end between two messages) instead of one per message parsed: a clean batch
-            # is nearly every batch, and its messages' bodies skip the look.
-            clean = not has_long_number(b"\n".join([r[9] for r in rows if type(r[9]) is bytes]))
         for seq, ts, mono, shape, msg_id, code, size, complete, partial, raw, http, ev in rows:
             found = decoded.get(shape)
             if found is None:
                 found = decoded[shape] = self._shape(shapes(shape))
-            d, ch, kind, method, read, plain = found
+            d, ch, kind, method, read = found
             if not read:
                 self.frames += 1
                 continue
             if ev is not None:
                 ev = self._shared.setdefault(ev, ev)
-            if plain and (raw is None or type(raw) is bytes):
-                # What _make does with such a row, inline (this runs once per frame).
-                self.frames += 1
-                put(Msg(seq, ts, mono, d, ch, kind, method, msg_id, code, size or 0,
-                        complete is None or bool(complete), bool(partial), http, raw, _UNPARSED,
-                        ev, _UNPARSED, clean))  # fmt: skip
-                continue
             add(seq, ts, mono, d, ch, kind, method, msg_id, code, size, complete, partial, raw,
                 http, ev)  # fmt: skip
 
     def _shape(self, decoded: Sequence[Any]) -> tuple[Any, ...]:
-        """A shape's strings, whether the consumer reads such a message, and whether
-        :meth:`_make` would hand its message on as it is (neither injected nor a batch)."""
         d, ch, kind, method = (
             None if v is None else self._shared.setdefault(v, v) for v in decoded
         )
         read = self.reads is None or ch == INJECT or self.reads(str(ch), str(kind), method)
-        return (d, ch, kind, method, read, ch != INJECT and kind != "batch")
+        return (d, ch, kind, method, read)
 
     def _add(self, row: Sequence[Any]) -> None:
         (seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete, partial,

@@ -66,7 +66,7 @@ _SCAN = _make_scan()
 _ORJSON_FIRST = (b"{", b"[")
 
 
-def parse_json_bytes(raw: bytes, *, digits_checked: bool = False) -> Any:
+def parse_json_bytes(raw: bytes) -> Any:
     """Parse one message's bytes; None when they are not a single JSON value.
 
     orjson first for an object or array (several times json's speed; parsing bodies was a
@@ -74,10 +74,8 @@ def parse_json_bytes(raw: bytes, *, digits_checked: bool = False) -> Any:
     past its limit, anything not JSON — goes the json way below, and so do bytes with a run
     of 19+ digits (orjson reads an integer past 64 bits as a float, json keeps it exact), so
     the value is json's whatever the bytes (``tests/analysis/test_stats_stream.py`` compares).
-    ``digits_checked``: the caller knows the bytes have no such run (it looked at many
-    messages' bytes at once, :class:`~mcp_proxy.analysis.facts.Decoder`).
     """
-    if raw[:1] in _ORJSON_FIRST and (digits_checked or not has_long_number(raw)):
+    if raw[:1] in _ORJSON_FIRST and not has_long_number(raw):
         try:
             return _orjson_loads(raw)
         except ValueError:  # orjson.JSONDecodeError is a ValueError
@@ -125,8 +123,6 @@ class Msg:
     event: str | None = None  # the SSE event type ("message", "endpoint", …) for SSE frames
     #: ``params`` once read (None: the body has none), forgotten with the body
     _params: Any = _UNPARSED
-    #: the bytes are known to hold no run of 19+ digits (see :func:`parse_json_bytes`)
-    digits_checked: bool = False
 
     @property
     def body(self) -> Any:
@@ -136,7 +132,7 @@ class Msg:
             b = None
             raw = self.raw
             if raw is not None and not self.partial and self.kind in JSONRPC_KINDS:
-                b = parse_json_bytes(raw, digits_checked=self.digits_checked)
+                b = parse_json_bytes(raw)
             self._body = b
         return b
 
