@@ -261,6 +261,9 @@ class TapeExchange:
     def attach_fallback(self) -> None:
         self.tape.attach_fallback(self)
 
+    def register(self) -> None:
+        self.tape.register(self)
+
     def add_finding(self, session_id: str, **finding: Any) -> None:
         rec = self.tape.recorder
         if rec is not None:

@@ -358,6 +358,10 @@ class FaultHooks:
     def response_head(self, ex: HookExchange, status: int) -> None:
         f = self.of(ex)
         f.status = status
+        if f.waiting:
+            # The requests it overtook go now, after it: its own request is recorded first,
+            # so that the recording keeps the order in which the server got them.
+            ex.register()
         f.release()
         f.flush()
         if f.again is not None:

@@ -103,6 +103,11 @@ class HookExchange(Protocol):
         """Place the exchange in a session now (by client, else keyless)."""
         ...
 
+    def register(self) -> None:
+        """Hand the exchange and its frames so far to the recorder now (once it is placed):
+        where a frame of another exchange must follow this one's in the recording."""
+        ...
+
     def add_finding(self, session_id: str, **finding: Any) -> None:
         """Record a finding of the exchange's session."""
         ...

@@ -109,6 +109,29 @@ def test_reorder_holds_an_event_until_the_next() -> None:
     assert injected(ex) == [LOG] and ex.responded and codes(rec) == ["inject.reorder"]
 
 
+def test_a_request_that_overtook_a_held_one_is_recorded_before_it_goes() -> None:
+    """``reorder`` of a request: the one that overtook it is handed to the recorder before the
+    held one is released, so the recording keeps the order in which the server got them (the
+    held one's inject frame once came first now and then: test_reorder_requests)."""
+    hooks, held, rec = rig("reorder direction=c2s method=tools/call nth=1 wait=5000")
+    other = Exchange(held.ctx, {"method": "POST", "started_at": 2.0}, {})
+    other.attach_key(held.entry.key, RULE_MCP_SESSION, grouping={"mcp_session_id": "s"})
+    order: list[str] = []
+
+    async def go() -> None:
+        waiting = asyncio.ensure_future(hooks.request_body(held, b"", CALL))
+        await asyncio.sleep(0)  # (a turn of the loop: the held request waits for its turn)
+        assert (await hooks.request_body(other, b"", CALL)).act is Act.PASS
+        hooks.response_head(other, 200)
+        order.append("registered" if other.local_id is not None else "not registered")
+        assert (await waiting).act is Act.PASS
+        order.append("released")
+
+    run(go())
+    assert order == ["registered", "released"]
+    assert codes(rec) == ["inject.reorder"]
+
+
 def test_end_stream_after_n_events() -> None:
     hooks, ex, _ = rig("disconnect mode=end-stream after=2 direction=s2c")
 
