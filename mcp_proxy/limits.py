@@ -121,6 +121,10 @@ READ_BYTES = 128 << 10
 #: headers (its ``Date`` changes once a second), so most exchanges find theirs described already.
 #: Emptied when full; ~1 KiB each: ~0.5 MB at the limit.
 HEADER_MEMO = 512
+#: The largest header set (names and values as sent, in bytes) :data:`HEADER_MEMO` keeps: a
+#: peer's headers can be far larger than a client's usual few hundred bytes, and the memo must
+#: not hold 512 of those. A larger set is described each time. At most ~2 MB of keys in all.
+HEADER_MEMO_SET_BYTES = 4096
 #: HTTP exchanges the recorder remembers (local id → database id) while they are open, so that
 #: their later updates and frames find their row. An exchange is forgotten when it ends; these
 #: are for exchanges that never end (a stream left open for the life of a relay): past this the

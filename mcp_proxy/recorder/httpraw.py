@@ -25,7 +25,7 @@ from typing import Any
 
 from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.headers import mcp_headers
-from mcp_proxy.limits import HEADER_MEMO
+from mcp_proxy.limits import HEADER_MEMO, HEADER_MEMO_SET_BYTES
 from mcp_proxy.recorder.contract import HttpExchange
 from mcp_proxy.redact import Redactor, policy_from_env
 
@@ -69,8 +69,10 @@ def describe(raw: RawHttp, fields: dict[str, Any], meta: dict[str, Any], red: Re
 
 
 #: Described header columns by the pairs as sent: ``{pairs: (redactor, column)}``
-#: (bounded by :data:`~mcp_proxy.limits.HEADER_MEMO`). A column is shared by every exchange
-#: that sent the same pairs; nothing changes a column once it is made.
+#: (bounded by :data:`~mcp_proxy.limits.HEADER_MEMO` sets of at most
+#: :data:`~mcp_proxy.limits.HEADER_MEMO_SET_BYTES` each: a peer's headers are not trusted to be
+#: small). A column is shared by every exchange that sent the same pairs; nothing changes a
+#: column once it is made.
 _memo: dict[tuple[tuple[bytes, bytes], ...], tuple[Redactor, list[list[str]]]] = {}
 
 
@@ -81,10 +83,16 @@ def _headers(pairs: Pairs, red: Redactor) -> list[list[str]]:
     if hit is not None and hit[0] is red:
         return hit[1]
     column = red.headers(decode_pairs(key))
-    if len(_memo) >= HEADER_MEMO:
-        _memo.clear()
-    _memo[key] = (red, column)
+    if sum(len(n) + len(v) for n, v in key) <= HEADER_MEMO_SET_BYTES:
+        if len(_memo) >= HEADER_MEMO:
+            _memo.clear()
+        _memo[key] = (red, column)
     return column
+
+
+def memo_sets() -> int:
+    """How many header sets the memo holds (bounded: see :data:`_memo`)."""
+    return len(_memo)
 
 
 def frame_tuple(f: Frame) -> tuple[Any, ...]:

@@ -154,3 +154,23 @@ def test_described_headers_follow_each_policy_for_the_same_pairs() -> None:
             ("http://u", "http://l", "/mcp", list(pairs), False, pairs), fields, {}, policies[i]
         )
         assert fields["request_headers"] == want[i] and fields["response_headers"] == want[i]
+
+
+def test_a_large_header_set_is_described_each_time_not_kept() -> None:
+    """A peer's headers are not trusted to be small: a set past ``HEADER_MEMO_SET_BYTES`` is
+    described (and redacted) as any other, but the memo does not keep it."""
+    from mcp_proxy.limits import HEADER_MEMO_SET_BYTES
+    from mcp_proxy.recorder.httpraw import describe, memo_sets
+    from mcp_proxy.redact import Redactor
+
+    red = Redactor(enabled=True)
+    big = ((b"Authorization", b"Bearer s3cret"), (b"X-Big", b"x" * HEADER_MEMO_SET_BYTES))
+    small = ((b"X-Small", b"y"),)
+    fields: dict[str, object] = {}
+    before = memo_sets()
+    describe(("http://u", "http://l", "/mcp", big, False, small), fields, {}, red)
+    assert fields["request_headers"] == [
+        ["Authorization", "Bearer [REDACTED]"],
+        ["X-Big", "x" * HEADER_MEMO_SET_BYTES],
+    ]
+    assert memo_sets() in (before + 1, 1)  # the small set only (or a memo emptied when full)
