@@ -53,6 +53,7 @@ from mcp_proxy.relay.http.front import (
 )
 from mcp_proxy.relay.http.hooks import HookExchange, Hooks
 from mcp_proxy.relay.http.kept import Kept, drain, streamed
+from mcp_proxy.relay.http.response import decide_message
 from mcp_proxy.relay.http.stream import ENDED, RESET, copy_body, read_tail
 from mcp_proxy.relay.http.upstream import Upstream, UpstreamPool
 
@@ -348,13 +349,30 @@ class RequestHandler:
                 self.taping.error(ex, msg, synthesized=True)
                 return plain_response(502, f"mcptape forward proxy: {msg}\n")
             resp.release()
-            return await verdicts.decide_whole(req, ex, resp, rr, body, arrived)
-        if resp.has_buffered_body() and resp.content.is_eof():
+            self.taping.head(ex, resp, arrived)
+            try:  # the reverse relay's decision, with the tape on its side
+                out = await decide_message(
+                    verdicts.hooks, ex, TapeSide(req, rr, self.taping, ex), rr, body
+                )
+                if isinstance(out, RelayResponse):
+                    return out
+                rr.body = out
+                await rr.send(req)
+            except (asyncio.CancelledError, ConnectionError):  # the host left
+                self.taping.error(ex, "Client disconnected.")
+                raise
+            self.taping.done(ex, out)
+            return rr
+        if (
+            resp.has_buffered_body()
+            and resp.content.is_eof()
+            and (verdicts is None or ex is None or ex.kind != KIND_MCP)
+        ):
             # Whole already (a small JSON answer): head and body in one write, then the tape.
+            # (With hooks, any other MCP body takes the stream path: an event stream is decided
+            # there event by event, whole or not, as the reverse relay decides it.)
             body = await resp.read()
             resp.release()
-            if verdicts is not None and ex is not None and body and ex.kind == KIND_MCP:
-                return await verdicts.decide_whole(req, ex, resp, rr, body, arrived)
             rr.body = body
             await rr.send(req)
             if self.taping.head(ex, resp, arrived) and ex is not None and body:
@@ -398,7 +416,7 @@ class RequestHandler:
             resp.close()
             self.taping.error(ex, f"peer closed connection: {exc or type(exc).__name__}")
             raise ConnectionResetError(str(exc)) from exc
-        if how == ENDED:
+        if how == ENDED or resp.content.at_eof():  # read to its end: the connection serves on
             resp.release()
         else:  # ended or reset by a hook: the upstream's rest is not read
             resp.close()

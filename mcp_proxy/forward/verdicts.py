@@ -4,10 +4,10 @@ handler.RequestHandler` composes besides forwarding.
 - :class:`Taping`: each call into the tape guarded (a failure in the recording is logged, never
   the host's problem), the response head told to the tape and the hooks;
 - :class:`Verdicts`: with ``--fault``/``--intercept``, the hooks' verdicts carried out at the
-  reverse relay's boundaries — the request body before it goes upstream, a whole answer; each
-  SSE event on the reverse relay's own loop (:func:`~mcp_proxy.relay.http.stream.copy_events`);
-- :class:`TapeSide`: the lean engine's side of the one streaming copy (where the bytes and the
-  recording go);
+  reverse relay's boundaries — the request body before it goes upstream; a whole answer by the
+  reverse relay's own decision (:func:`~mcp_proxy.relay.http.response.decide_message`), each
+  SSE event on its own loop (:func:`~mcp_proxy.relay.http.stream.copy_events`);
+- :class:`TapeSide`: the lean engine's side of both (where the bytes and the recording go);
 - :func:`guarded`: the tape's chunk copier, given copies only.
 """
 
@@ -16,21 +16,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from mcp_proxy.forward.exchange import KIND_MAYBE, KIND_MCP, ResponseHead, TapeExchange
 from mcp_proxy.forward.recognize import is_event_stream
-from mcp_proxy.framing import SSEEvent, SSEParser
+from mcp_proxy.framing import SSEEvent
 from mcp_proxy.limits import SMALL_RESPONSE
 from mcp_proxy.relay.http.forward import RequestHead as WireHead
 from mcp_proxy.relay.http.forward import with_content_length
 from mcp_proxy.relay.http.front import FrontRequest, RelayResponse, plain_response
 from mcp_proxy.relay.http.hooks import ENDS, Act, Hooks, Verdict, carried
 from mcp_proxy.relay.http.kept import Kept
-from mcp_proxy.relay.http.stream import RESET, copy_events
 
-__all__ = ["Copy", "TapeSide", "Taping", "Verdicts", "guarded", "once", "reset_host"]
+__all__ = ["Copy", "TapeSide", "Taping", "Verdicts", "answer", "guarded", "reset_host"]
 
 log = logging.getLogger("mcptape.forward")
 
@@ -109,7 +108,7 @@ class Verdicts:
         try:
             v = await self.hooks.request_body(ex, head.head, body)
             if v.act is Act.ANSWER:
-                return self.answer(ex, v)
+                return answer(self.taping, ex, v)
             if v.act in ENDS:
                 return self.reset(req, ex, v.why)
             out = await carried(v, body, withhold=True)  # a drop: until the host gives up
@@ -121,60 +120,17 @@ class Verdicts:
             head = with_content_length(head, len(body), len(out))
         return head, out
 
-    async def decide_whole(
-        self,
-        req: FrontRequest,
-        ex: TapeExchange,
-        resp: Any,
-        rr: RelayResponse,
-        body: bytes,
-        arrived: float,
-    ) -> RelayResponse:
-        """A response whole at once, with hooks: recorded as the upstream sent it, decided
-        (one JSON message, or each event of an event stream), then what was decided sent."""
-        copying = self.taping.head(ex, resp, arrived)
-        try:
-            if copying and self.events_hooked(ex):
-                await rr.prepare(req)
-                side = TapeSide(req, rr, self.taping, ex)
-                if await copy_events(once(body), SSEParser(), side, self.hooks, ex) != RESET:
-                    await rr.write_eof()
-                    self.taping.done(ex, b"")
-                return rr
-            if copying:  # not an event stream: a large body goes as it came
-                rr.body = body
-                await rr.send(req)
-                guarded(ex.chunk)(body)
-                self.taping.done(ex, body)
-                return rr
-            self.taping.call(ex.message, body)
-            v = await self.hooks.message(ex, body)
-            if v.act is Act.ANSWER:
-                return self.answer(ex, v)
-            if v.act in ENDS:
-                return self.reset(req, ex, v.why)
-            out = await carried(v, body, withhold=True)  # a drop: until the host gives up
-            assert out is not None
-            if len(out) != len(body):
-                rr.set_header("Content-Length", str(len(out)))
-            rr.body = out
-            await rr.send(req)
-        except (asyncio.CancelledError, ConnectionError):  # the host left
-            self.taping.error(ex, "Client disconnected.")
-            raise
-        self.taping.done(ex, out)
-        return rr
-
-    def answer(self, ex: TapeExchange, v: Verdict) -> RelayResponse:
-        """A hook answers the host in the upstream's place."""
-        body = v.data or b""
-        self.taping.call(ex.answered, v.status, v.headers, len(body))
-        return RelayResponse(status=v.status, headers=v.headers, body=body)
-
     def reset(self, req: FrontRequest, ex: TapeExchange, where: str) -> RelayResponse:
         """A hook resets the host's connection: it sees the peer go away."""
         reset_host(req, self.taping, ex, where)
         return plain_response(500)
+
+
+def answer(taping: Taping, ex: TapeExchange, v: Verdict) -> RelayResponse:
+    """A hook answers the host in the upstream's place; the tape says so."""
+    body = v.data or b""
+    taping.call(ex.answered, v.status, v.headers, len(body))
+    return RelayResponse(status=v.status, headers=v.headers, body=body)
 
 
 def reset_host(req: FrontRequest, taping: Taping, ex: TapeExchange, where: str) -> None:
@@ -189,7 +145,9 @@ class TapeSide:
     """The lean engine's side of the one streaming copy (:func:`~mcp_proxy.relay.http.stream.
     copy_body`): the upstream's bytes written to the host as they came, then a copy of each
     chunk to the tape when it asked for them (``copy``), else the body kept, bounded, for its
-    end (``kept``); with hooks, each event recorded through the tape's chunk copier."""
+    end (``kept``); with hooks, each event recorded through the tape's chunk copier. It is the
+    lean engine's side of the one whole-answer decision too (:func:`~mcp_proxy.relay.http.
+    response.decide_message`): the body recorded as the upstream sent it, a hook's answer."""
 
     __slots__ = ("copy", "ex", "kept", "req", "rr", "taping")
 
@@ -232,9 +190,13 @@ class TapeSide:
         assert self.ex is not None
         reset_host(self.req, self.taping, self.ex, why)
 
+    def message(self, body: bytes) -> None:
+        assert self.ex is not None
+        self.taping.call(self.ex.message, body)
 
-async def once(body: bytes) -> AsyncIterator[bytes]:
-    yield body
+    def answer(self, v: Verdict) -> RelayResponse:
+        assert self.ex is not None
+        return answer(self.taping, self.ex, v)
 
 
 Copy = Callable[[bytes], None]

@@ -218,11 +218,12 @@ async def test_a_response_reset_aborts_the_host() -> None:
 @pytest.mark.parametrize("pause", [False, True])
 async def test_events_dropped_replaced_then_the_stream_ended(pause: bool) -> None:
     """Each SSE event decided: the first dropped, the second replaced, the third ends the
-    stream cleanly (a streamed reply's rest unread: closed, not reused). ``pause``: the
-    stream comes in pieces (the streaming path) rather than whole at once."""
-    body: list[bytes | float] = [event(1), event(2), event(3), event(4)]
-    if pause:
-        body.insert(1, 0.01)
+    stream cleanly (a reply's rest unread: closed, not reused). ``pause``: the stream comes
+    in pieces rather than whole at once (one chunk, read to its end: the connection serves
+    on) — both on the one streaming copy."""
+    body: list[bytes | float] = [event(1), 0.01, event(2), event(3), event(4)]
+    if not pause:
+        body = [b"".join(event(n) for n in range(1, 5))]
     instead = b"data: instead\n\n"
     verdicts = [Verdict(Act.DROP), Verdict(Act.REPLACE, data=instead), Verdict(Act.END)]
     hooks = Scripted(events=verdicts)

@@ -6,7 +6,10 @@ not inherited). One entry (:meth:`ResponsePath.respond`) reads the upstream's he
 the session a response names, the recording's view), then takes one of two ways:
 
 - :meth:`~ResponsePath.respond_small` — a body with a ``Content-Length`` up to
-  ``SMALL_RESPONSE``: read whole, one write, recorded with the end of the exchange;
+  ``SMALL_RESPONSE``: read whole, one write, recorded with the end of the exchange; with
+  hooks, decided as one message by :func:`decide_message` — the one whole-answer decision,
+  shared with the lean forward engine, which gives it a :class:`WholeSide` of its own (the
+  relay's is :class:`RelayWhole`);
 - :meth:`~ResponsePath.respond_stream` — anything else, forwarded chunk by chunk as it
   arrives: event streams parsed for the recording (a legacy ``endpoint`` event held back and
   rewritten), other bodies kept (bounded) for it.
@@ -27,7 +30,7 @@ import asyncio
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
 
@@ -36,7 +39,7 @@ from mcp_proxy.limits import SMALL_RESPONSE
 from mcp_proxy.relay.http.common import decode_header, default_reason, quickack, quickack_socket
 from mcp_proxy.relay.http.exchange import Exchange, ExchangeContext
 from mcp_proxy.relay.http.front import FrontRequest, RelayResponse, plain_response
-from mcp_proxy.relay.http.hooks import ENDS, Act, Hooks, Verdict, carried
+from mcp_proxy.relay.http.hooks import ENDS, Act, HookExchange, Hooks, Verdict, carried
 from mcp_proxy.relay.http.response_record import (
     after,
     finish_body,
@@ -49,7 +52,7 @@ from mcp_proxy.relay.http.upstream import UpstreamReply
 if TYPE_CHECKING:
     from mcp_proxy.relay.http.stream import StreamPath
 
-__all__ = ["RelayState", "ResponsePath"]
+__all__ = ["RelayState", "RelayWhole", "ResponsePath", "WholeSide", "decide_message"]
 
 
 @dataclass(slots=True)
@@ -251,11 +254,11 @@ class ResponsePath:
                 body = out = await resp.read()
                 if self.hooks is not None and ex.is_mcp and body:
                     # Recorded as the upstream sent it, then decided as one message.
-                    record_body(ex, body, head.ctype, head.encoding, True, complete=True)
-                    verdict = await self._message(request, ex, head, body)
-                    if isinstance(verdict, RelayResponse):
-                        return verdict
-                    out, body = verdict, b""  # recorded already
+                    side = RelayWhole(request, ex, head)
+                    decided = await decide_message(self.hooks, ex, side, sresp, body)
+                    if isinstance(decided, RelayResponse):
+                        return decided
+                    out, body = decided, b""  # recorded already
             except asyncio.CancelledError:
                 finish_body(ex)
                 ex.finish(*self.state.abort())
@@ -295,18 +298,62 @@ class ResponsePath:
         finally:
             end_reply(ex, resp)
 
-    async def _message(
-        self, request: FrontRequest, ex: Exchange, head: ResponseHead, body: bytes
-    ) -> bytes | RelayResponse:
-        """Carry out the hooks' verdict on a small JSON body: what the host gets instead."""
-        assert self.hooks is not None
-        v = await self.hooks.message(ex, body)
-        if v.act is Act.ANSWER:
-            return answer(ex, v, late=True)
-        if v.act in ENDS:
-            return reset_host(request, ex, v.why)
-        out = await carried(v, body, withhold=True)  # a drop: withheld until the host leaves
-        assert out is not None
-        if len(out) != len(body):
-            head.sresp.set_header("Content-Length", str(len(out)))
-        return out
+
+class WholeSide(Protocol):
+    """One front end's part in deciding a whole answer (:func:`decide_message`): how its
+    recording sees the body and a hook's answer, how its host's connection is reset. Each
+    call is synchronous and must not raise for the host's sake."""
+
+    def message(self, body: bytes) -> None:
+        """The whole body, recorded as the upstream sent it (before the hooks decide it)."""
+        ...
+
+    def answer(self, v: Verdict) -> RelayResponse:
+        """A hook answers in the upstream's place (after its head came): recorded; what the
+        host gets."""
+        ...
+
+    def reset(self, why: str) -> None:
+        """A hook resets the host's connection here."""
+        ...
+
+
+async def decide_message(
+    hooks: Hooks, ex: HookExchange, side: WholeSide, sresp: RelayResponse, body: bytes
+) -> bytes | RelayResponse:
+    """A small JSON answer decided as one message — the one whole-body decision of both front
+    ends: recorded as the upstream sent it, the hooks' verdict carried out. The bytes the host
+    gets in ``sresp`` (its ``Content-Length`` fixed when they changed size; a drop withholds
+    them until the host gives up), or the response it gets instead (a hook's answer; after a
+    reset, one nothing reaches)."""
+    side.message(body)
+    v = await hooks.message(ex, body)
+    if v.act is Act.ANSWER:
+        return side.answer(v)
+    if v.act in ENDS:
+        side.reset(v.why)
+        return plain_response(500)
+    out = await carried(v, body, withhold=True)  # a drop: withheld until the host leaves
+    assert out is not None
+    if len(out) != len(body):
+        sresp.set_header("Content-Length", str(len(out)))
+    return out
+
+
+@dataclass(slots=True)
+class RelayWhole:
+    """The reverse relay's side of :func:`decide_message`: its
+    :class:`~mcp_proxy.relay.http.exchange.Exchange` records."""
+
+    request: FrontRequest
+    ex: Exchange
+    head: ResponseHead
+
+    def message(self, body: bytes) -> None:
+        record_body(self.ex, body, self.head.ctype, self.head.encoding, True, complete=True)
+
+    def answer(self, v: Verdict) -> RelayResponse:
+        return answer(self.ex, v, late=True)
+
+    def reset(self, why: str) -> None:
+        reset_host(self.request, self.ex, why)
