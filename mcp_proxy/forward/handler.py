@@ -94,13 +94,13 @@ class RequestHandler:
         self,
         tape: ForwardTape,
         pool: Callable[[Target], UpstreamPool],
-        tails: set[asyncio.Task[None]],
+        keep: Callable[[asyncio.Task[None]], None],
     ) -> None:
-        """``pool``: the upstream pool of an origin; ``tails``: where the tasks reading a
-        stream's rest after its host left are kept (the engine waits for them when closing)."""
+        """``pool``: the upstream pool of an origin; ``keep``: where a task reading a stream's
+        rest after its host left is kept (the engine waits for it when closing)."""
         self.tape = tape
         self.pool = pool
-        self.tails = tails
+        self.keep = keep
         self.loop = asyncio.get_running_loop()
         #: Set when the engine closes: no stream's rest is read aside any more.
         self.stopping = False
@@ -287,9 +287,7 @@ class RequestHandler:
             resp.close()
             self.taping.error(ex, "Client disconnected.")
             return
-        task = self.loop.create_task(self._read_tail(resp, ex, copy))
-        self.tails.add(task)
-        task.add_done_callback(self.tails.discard)
+        self.keep(self.loop.create_task(self._read_tail(resp, ex, copy)))
 
     async def _read_tail(self, resp: Any, ex: TapeExchange, copy: Copy | None) -> None:
         try:

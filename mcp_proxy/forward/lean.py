@@ -225,7 +225,7 @@ class LeanForward:
         self.guard = guard
         #: Upstream streams read to their end after their host left (see _host_left).
         self.tails: set[asyncio.Task[None]] = set()
-        self.handler = RequestHandler(tape, self.pool, self.tails)
+        self.handler = RequestHandler(tape, self.pool, self._keep)
         if faults is not None:
             # Imported here: a proxy without rules never loads the fault layer.
             from mcp_proxy.relay.http.faults import FaultHooks
@@ -258,7 +258,8 @@ class LeanForward:
         return str(name[0]), int(name[1])
 
     def _keep(self, task: asyncio.Task[None]) -> None:
-        """A hook's task (a reorder's late send, a duplicate): waited for when closing."""
+        """A task that outlives its caller (a stream's rest read after its host left, a hook's
+        late send or duplicate, a tunnel's connect): waited for when closing."""
         self.tails.add(task)
         task.add_done_callback(self.tails.discard)
 
@@ -380,9 +381,7 @@ class LeanForward:
             up.write(first)
             transport.resume_reading()
 
-        task = self.loop.create_task(connect())
-        self.tails.add(task)
-        task.add_done_callback(self.tails.discard)
+        self._keep(self.loop.create_task(connect()))
 
     def pool(self, target: Target) -> UpstreamPool:
         pool = self.pools.get(target)

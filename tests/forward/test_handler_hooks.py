@@ -126,7 +126,8 @@ async def rig(
     recorder = Recorder()
     tape = ForwardTape(recorder)  # type: ignore[arg-type]
     upstream = Upstream(*scripts)
-    handler = RequestHandler(tape, lambda _target: upstream, set())  # type: ignore[arg-type,return-value]
+    tails: set[asyncio.Task[None]] = set()
+    handler = RequestHandler(tape, lambda _target: upstream, tails.add)  # type: ignore[arg-type,return-value]
     handler.hooks = hooks
     front = FrontServer(handler.handle if hooks is None else handler.handle_hooked, ignore)
     loop = asyncio.get_running_loop()
