@@ -10,11 +10,13 @@ or plain absolute-form proxying); :class:`RequestHandler` takes each of its requ
    :class:`~mcp_proxy.relay.http.upstream.UpstreamPool`;
 2. once it went, the tape (:class:`~mcp_proxy.forward.tape.ForwardTape`) is told, and answers
    with the exchange it records (or None);
-3. the response is forwarded as it arrives: a response that is whole at once in one write,
-   any other on the reverse relay's streaming copy (:func:`~mcp_proxy.relay.http.stream.
-   copy_body` with a :class:`~mcp_proxy.forward.verdicts.TapeSide`: chunk by chunk, a head
-   whose body is not in yet held up to ``HEAD_HOLD`` to go out with the body's first bytes;
-   with hooks, an event stream event by event); the exchange is told of its head, gets a copy
+3. the response is forwarded as the reverse relay forwards it: a small body with a length
+   (up to ``SMALL_RESPONSE``, no event stream) read whole and sent in one write (with hooks, an
+   MCP answer decided first by the relay's :func:`~mcp_proxy.relay.http.response.
+   decide_message`); any other on the reverse relay's streaming copy (:func:`~mcp_proxy.
+   relay.http.stream.copy_body` with a :class:`~mcp_proxy.forward.verdicts.TapeSide`: chunk
+   by chunk, a head whose body is not in yet held up to ``HEAD_HOLD`` to go out with the
+   body's first bytes; with hooks, an event stream event by event); the exchange is told of its head, gets a copy
    of each chunk it asked to copy (after the chunk went to the host), then its end — or the
    error.
 
@@ -37,12 +39,13 @@ from mcp_proxy.forward.exchange import (
     RequestHead,
     TapeExchange,
 )
+from mcp_proxy.forward.recognize import is_event_stream
 from mcp_proxy.forward.tape import ForwardTape, request_url
 from mcp_proxy.forward.tunnel import Target, parse_authority
 from mcp_proxy.forward.verdicts import Copy, TapeSide, Taping, Verdicts, guarded
 from mcp_proxy.framing import SSEParser
 from mcp_proxy.headers import end_to_end
-from mcp_proxy.limits import SMALL_BODY
+from mcp_proxy.limits import SMALL_BODY, SMALL_RESPONSE
 from mcp_proxy.relay.http.forward import build_request_head
 from mcp_proxy.relay.http.front import (
     FrontProtocol,
@@ -331,48 +334,44 @@ class RequestHandler:
             self.taping.done(ex, b"")
             return rr
         verdicts = self.verdicts
-        if verdicts is not None and ex is not None and verdicts.small_message(ex, resp):
-            # With hooks, a small MCP answer is read whole (as the reverse relay reads it) to
-            # be decided as one message, even when its body comes after its head.
+        length = resp.content_length
+        if (
+            length is not None
+            and length <= SMALL_RESPONSE
+            and not is_event_stream(resp.headers.get("Content-Type"))
+        ):
+            # A small body with a length is read whole and goes in one write, as the reverse
+            # relay sends it (ResponsePath.respond_small); with hooks, an MCP answer is decided
+            # first as one message, by the reverse relay's own decision.
             try:
                 body = await resp.read()
             except asyncio.CancelledError:
                 resp.close()
                 self.taping.error(ex, "Client disconnected.")
                 raise
-            except Exception as exc:
+            except Exception as exc:  # the upstream broke its body: the host's connection too
                 resp.close()
                 self.taping.ensure_head(ex, resp, arrived)
-                msg = f"the upstream failed while sending the response body: {exc!r}"
-                self.taping.error(ex, msg, synthesized=True)
-                return plain_response(502, f"mcptape forward proxy: {msg}\n")
+                self.taping.error(ex, f"peer closed connection: {exc or type(exc).__name__}")
+                raise ConnectionResetError(str(exc)) from exc
             resp.release()
-            self.taping.head(ex, resp, arrived)
-            try:  # the reverse relay's decision, with the tape on its side
-                out = await decide_message(
-                    verdicts.hooks, ex, TapeSide(req, rr, self.taping, ex), rr, body
-                )
-                if isinstance(out, RelayResponse):
-                    return out
-                rr.body = out
-                await rr.send(req)
+            try:
+                if verdicts is not None and ex is not None and body and ex.kind == KIND_MCP:
+                    self.taping.head(ex, resp, arrived)  # recorded as it came, then decided
+                    side = TapeSide(req, rr, self.taping, ex)
+                    out = await decide_message(verdicts.hooks, ex, side, rr, body)
+                    if isinstance(out, RelayResponse):
+                        return out
+                    rr.body = out
+                    await rr.send(req)
+                    self.taping.done(ex, out)
+                    return rr
+                rr.body = body
+                await rr.send(req)  # head and body: one write, then the tape
             except (asyncio.CancelledError, ConnectionError):  # the host left
+                self.taping.ensure_head(ex, resp, arrived)
                 self.taping.error(ex, "Client disconnected.")
                 raise
-            self.taping.done(ex, out)
-            return rr
-        if (
-            resp.has_buffered_body()
-            and resp.content.is_eof()
-            and (verdicts is None or ex is None or ex.kind != KIND_MCP)
-        ):
-            # Whole already (a small JSON answer): head and body in one write, then the tape.
-            # (With hooks, any other MCP body takes the stream path: an event stream is decided
-            # there event by event, whole or not, as the reverse relay decides it.)
-            body = await resp.read()
-            resp.release()
-            rr.body = body
-            await rr.send(req)
             if self.taping.head(ex, resp, arrived) and ex is not None and body:
                 guarded(ex.chunk)(body)
             self.taping.done(ex, body)

@@ -20,9 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp_proxy.forward.exchange import KIND_MAYBE, KIND_MCP, ResponseHead, TapeExchange
-from mcp_proxy.forward.recognize import is_event_stream
 from mcp_proxy.framing import SSEEvent
-from mcp_proxy.limits import SMALL_RESPONSE
 from mcp_proxy.relay.http.forward import RequestHead as WireHead
 from mcp_proxy.relay.http.forward import with_content_length
 from mcp_proxy.relay.http.front import FrontRequest, RelayResponse, plain_response
@@ -85,16 +83,6 @@ class Verdicts:
     def __init__(self, hooks: Hooks, taping: Taping) -> None:
         self.hooks = hooks
         self.taping = taping
-
-    @staticmethod
-    def small_message(ex: TapeExchange, resp: Any) -> bool:
-        """An MCP answer with a body of at most ``SMALL_RESPONSE`` bytes that is no event
-        stream: decided as one message."""
-        length = resp.content_length
-        if ex.kind != KIND_MCP or length is None or not 0 < length <= SMALL_RESPONSE:
-            return False
-        ctype = resp.headers.get("Content-Type", "")
-        return not is_event_stream(ctype)
 
     def events_hooked(self, ex: TapeExchange | None) -> bool:
         """The body is an event stream of MCP messages (or one that may be) and hooks decide

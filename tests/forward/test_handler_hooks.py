@@ -284,6 +284,21 @@ async def test_a_quiet_event_streams_head_goes_alone_after_the_hold() -> None:
     assert event(1) in rest and t_head - t0 < 0.4 <= t_event - t0, writes
 
 
+async def test_a_small_answer_whose_body_is_late_goes_whole_in_one_write() -> None:
+    """A small JSON answer with a length whose body comes well after its head (longer than
+    HEAD_HOLD): read whole and sent in one write, as the reverse relay sends it — the head
+    used to go alone after the hold, then the body."""
+    writes: list[tuple[float, bytes]] = []
+    async with rig(None, Script(body=[0.05, RESULT]), writes=writes) as r:
+        got = await r.post()
+        await until(lambda: r.recorder.exchange().get("outcome") is not None)
+    assert (got.status, got.body) == (200, RESULT)
+    assert len(writes) == 1 and writes[0][1].endswith(RESULT), writes
+    assert frames(r.recorder) == [CALL, RESULT]
+    assert r.recorder.exchange()["outcome"] == "complete"
+    assert r.upstream.replies[0].released
+
+
 async def test_no_hooks_no_calls() -> None:
     async with rig(None, Script(body=[RESULT])) as r:
         got = await r.post()
