@@ -16,9 +16,9 @@ or plain absolute-form proxying); :class:`RequestHandler` takes each of its requ
    decide_message`); any other on the reverse relay's streaming copy (:func:`~mcp_proxy.
    relay.http.stream.copy_body` with a :class:`~mcp_proxy.forward.verdicts.TapeSide`: chunk
    by chunk, a head whose body is not in yet held up to ``HEAD_HOLD`` to go out with the
-   body's first bytes; with hooks, an event stream event by event); the exchange is told of its head, gets a copy
-   of each chunk it asked to copy (after the chunk went to the host), then its end — or the
-   error.
+   body's first bytes; with hooks, an event stream event by event); the exchange is told of
+   its head, gets a copy of each chunk it asked to copy (after the chunk went to the host),
+   then its end — or the error.
 
 Errors it answers itself: ``502`` (upstream unreachable, TLS with it failed, closed before its
 response) with the reason in the body and ``X-Mcptape-Error``, ``400`` for a malformed proxy
