@@ -99,8 +99,9 @@ SLOW_MS = 10_000.0
 _LEVEL_RANK = {name: i for i, name in enumerate(LOG_LEVELS)}
 
 
-def _other(direction: str) -> str:
-    return "s2c" if direction == "c2s" else "c2s"
+#: The other direction (a lookup, not a call: it runs for every answer and progress
+#: notification): ``c2s`` for anything but ``c2s``.
+_OTHER = {"c2s": "s2c"}
 
 
 _fast_key = fast_key
@@ -179,6 +180,13 @@ class Pairing:
         self.w = Window()
         #: the session's tasks (MCP tasks): ``on_task`` sees a creating exchange once its task ended
         self.tasks = Tasks(facts, self.sink, on_task)
+        #: the handler of each kind the pairing reads (:meth:`dispatch`: one call a message)
+        self.handlers: dict[str, Callable[[Msg], None]] = {
+            "request": self.request,
+            "response": self.response,
+            "error": self.response,
+            "notification": self.notification,
+        }
 
     # ------------------------------------------------------------------ feeding
     def feed(self, m: Msg) -> None:
@@ -198,7 +206,7 @@ class Pairing:
         w = self.w
         buf = w.buf
         deferred = w.deferred
-        dispatch = self.dispatch
+        handler = self.handlers.get
         on_message = self.on_message
         while True:
             base = w.base
@@ -219,14 +227,18 @@ class Pairing:
             if k - base >= TRIM:
                 del buf[: k - base]
                 w.base = k
+            handle = handler(m.kind)  # (what dispatch and _handle do, inline: once a message)
             if on_message is None:
-                dispatch(m)
-            else:  # (what _handle does, inline: this runs once per message)
+                if handle is not None:
+                    handle(m)
+            else:
                 before = w.deferrals
-                dispatch(m)
+                if handle is not None:
+                    handle(m)
                 if w.deferrals == before:
                     on_message(m)
-            m.release()
+            if m.raw is not None:  # (a notification the checks have read is forgotten)
+                m.release()
             if deferred:
                 later = deferred.pop(k, None)
                 if later:
@@ -251,22 +263,16 @@ class Pairing:
                 ex.response = None
 
     def dispatch(self, m: Msg) -> None:
-        kind = m.kind
-        if kind == "request":
-            if m.msg_id is not None and m.method is not None:
-                self.request(m)
-        elif kind == "response" or kind == "error":
-            self.response(m)
-        elif kind == "notification" and (
-            not self.light
-            or m.method == "notifications/cancelled"
-            or m.method in TASK_NOTIFICATIONS
-        ):
-            self.notification(m)  # (light: only what decides an outcome, or a task's)
+        """Hand a message to the handler of its kind (:attr:`handlers`), if the pairing reads
+        such messages."""
+        handle = self.handlers.get(m.kind)
+        if handle is not None:
+            handle(m)
 
     # ------------------------------------------------------------------ requests
     def request(self, m: Msg) -> None:
-        assert m.method is not None and m.msg_id is not None
+        if m.method is None or m.msg_id is None:
+            return  # (a request without an id or a method pairs with nothing)
         # Without keep, a request whose bytes cannot be an MRTR retry is read for its name
         # only: its token, log level and envelope serve notifications and findings.
         light = self.light and m.raw is not None and not _may_chain(m.raw)
@@ -380,7 +386,7 @@ class Pairing:
             else:
                 self.orphan_errors.append(m)
             return
-        req_dir = _other(m.direction)
+        req_dir = _OTHER.get(m.direction, "c2s")
         key = (req_dir, m.msg_id)
         ex = take_pending(self.pending, key, m.http)
         if ex is None and self.w.defer_to_request(m, self.w.ids, m.msg_id):
@@ -561,6 +567,8 @@ class Pairing:
     # ------------------------------------------------------------------ notifications
     def notification(self, m: Msg) -> None:
         method = m.method
+        if self.light and method != "notifications/cancelled" and method not in TASK_NOTIFICATIONS:
+            return  # (light: only what decides an outcome, or a task's)
         if method == "notifications/progress":
             self._progress(m)
         elif method == "notifications/cancelled":
@@ -577,7 +585,7 @@ class Pairing:
     def _progress(self, m: Msg) -> None:
         p = m.params
         tok = p.get("progressToken")
-        tkey = (_other(m.direction), _fast_key(tok) or "null")
+        tkey = (_OTHER.get(m.direction, "c2s"), _fast_key(tok) or "null")
         ex = self.tokens.get(tkey)
         if ex is not None:
             ex.add("progress_seqs", m.seq)

@@ -18,6 +18,7 @@ from mcp_proxy.analysis.model import _UNPARSED, ERA_INITIALIZE, META, Msg, Sessi
 from mcp_proxy.frames import Channel, classify_message
 from mcp_proxy.protocol import era_of
 from mcp_proxy.store.columns import FRAME_COLUMNS
+from mcp_proxy.store.stream import SHAPE_FLAGS, split_flags
 
 __all__ = [
     "FRAME_COLUMNS",
@@ -62,11 +63,12 @@ def _mapping_row(f: Mapping[str, Any]) -> tuple[Any, ...]:
 _ALL_COLUMNS = operator.itemgetter(*FRAME_COLUMNS)
 
 #: :data:`FRAME_COLUMNS` as :meth:`Decoder.feed_shaped` reads them from ``frame_rows``:
-#: without ``sse_id``, which no message carries (each column fetched costs every row a value
-#: handed over by sqlite3, ~0.09 µs even for a NULL).
+#: without ``sse_id``, which no message carries, and with ``complete`` and ``partial_parse`` in
+#: the shape (:data:`~mcp_proxy.store.stream.SHAPE_FLAGS`): each column fetched costs every
+#: row a value handed over by sqlite3 and a release of the GIL, ~0.1 µs even for a NULL.
 SHAPED_FRAME_COLUMNS: tuple[str, ...] = (
-    "seq", "ts", "mono_ns", "shape", "msg_id", "error_code", "size", "complete",
-    "partial_parse", "raw", "http_exchange_id", "sse_event",
+    "seq", "ts", "mono_ns", SHAPE_FLAGS, "msg_id", "error_code", "size", "raw",
+    "http_exchange_id", "sse_event",
 )  # fmt: skip
 
 
@@ -207,20 +209,21 @@ class Decoder:
 
     def feed_shaped(self, rows: Iterable[Sequence[Any]], shapes: Callable[[int], Any]) -> None:
         """:meth:`feed` for rows of :data:`SHAPED_FRAME_COLUMNS` (``frame_rows`` as stored:
-        direction, channel, kind and method as one integer that ``shapes`` decodes, see
+        direction, channel, kind and method as one integer that ``shapes`` decodes, with the
+        frame's ``complete`` and ``partial_parse`` flags above it, see
         :func:`mcp_proxy.store.stream.shaped_batches`). The same messages; the four strings
-        come decoded once per shape, not once per row."""
+        and two flags come decoded once per value, not once per row."""
         add = self._make
         decoded: dict[int, Any] = {}
         if isinstance(rows, Sequence) and rows:
             if self.first_ts is None:
                 self.first_ts = rows[0][1]
             self.last_ts = rows[-1][1]
-        for seq, ts, mono, shape, msg_id, code, size, complete, partial, raw, http, ev in rows:
+        for seq, ts, mono, shape, msg_id, code, size, raw, http, ev in rows:
             found = decoded.get(shape)
             if found is None:
-                found = decoded[shape] = self._shape(shapes(shape))
-            d, ch, kind, method, read = found
+                found = decoded[shape] = self._shape(shapes, shape)
+            d, ch, kind, method, complete, partial, read = found
             if not read:
                 self.frames += 1
                 continue
@@ -229,12 +232,13 @@ class Decoder:
             add(seq, ts, mono, d, ch, kind, method, msg_id, code, size, complete, partial, raw,
                 http, ev)  # fmt: skip
 
-    def _shape(self, decoded: Sequence[Any]) -> tuple[Any, ...]:
+    def _shape(self, shapes: Callable[[int], Any], value: int) -> tuple[Any, ...]:
+        shape, complete, partial = split_flags(value)
         d, ch, kind, method = (
-            None if v is None else self._shared.setdefault(v, v) for v in decoded
+            None if v is None else self._shared.setdefault(v, v) for v in shapes(shape)
         )
         read = self.reads is None or ch == INJECT or self.reads(str(ch), str(kind), method)
-        return (d, ch, kind, method, read)
+        return (d, ch, kind, method, complete, partial, read)
 
     def _add(self, row: Sequence[Any]) -> None:
         (seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete, partial,

@@ -139,10 +139,11 @@ class Tasks:
             if tid is not None:
                 self._about(ex, m, tid)
             return
-        rel = _text(_dict(_dict(p.get("_meta")).get(RELATED_TASK)).get("taskId"))
-        if rel is not None and rel in self.by_id:
-            ex.task_of = self.by_id[rel].task.created_seq
-        if isinstance(p.get("task"), dict) and self.facts.era == ERA_INITIALIZE:
+        if self.by_id:  # (a related-task id names a task only once one was created)
+            rel = _text(_dict(_dict(p.get("_meta")).get(RELATED_TASK)).get("taskId"))
+            if rel is not None and rel in self.by_id:
+                ex.task_of = self.by_id[rel].task.created_seq
+        if self.facts.era == ERA_INITIALIZE and isinstance(p.get("task"), dict):
             self._augmented(ex, m)
 
     def _about(self, ex: Exchange, m: Msg, tid: str) -> None:

@@ -178,6 +178,26 @@ class Shapes:
 #: the frames whose body an outcome or the handshake depends on (``None`` for the rest).
 NULL = "null"
 RAW_READ = "raw_read"
+#: A column spec: the shape with ``complete`` and ``partial_parse`` in its high bits
+#: (:func:`split_flags`), two columns fewer per row for the analysis (``Decoder.feed_shaped``).
+#: Every column costs each row more than its value: CPython's sqlite3 releases and takes back
+#: the GIL around each column's type look-up (``_pysqlite_fetch_one_row``, 3.12), ~600
+#: instructions a column (callgrind, issue 24); a session has a few such values per shape.
+SHAPE_FLAGS = "shape_flags"
+_FLAGS_AT = 1 << 40  # above the shape's bits (< 2**32)
+_FLAGS_SQL = (
+    "(CASE WHEN complete IS NULL OR complete THEN 0 ELSE 1 END"
+    " + CASE WHEN partial_parse THEN 2 ELSE 0 END)"
+)
+
+
+def split_flags(value: int) -> tuple[int, bool, bool]:
+    """A :data:`SHAPE_FLAGS` value as ``(shape, complete, partial)``: the frame's ``complete``
+    as the analysis reads it (NULL counts as complete) and its ``partial_parse``."""
+    flags = value // _FLAGS_AT
+    return value % _FLAGS_AT, not flags & 1, bool(flags & 2)
+
+
 #: The kinds whose bodies an exchange's outcome depends on (request, response, error, batch),
 #: plus the ``inject`` channel (the decoder keeps injected frames aside whatever their kind),
 #: notifications/cancelled and a task's status notifications (a task's end, hence its duration,
@@ -189,12 +209,12 @@ _READ_METHODS = ("notifications/cancelled", "notifications/tasks/status", "notif
 
 #: The handshake pass of ``check`` (``analysis.facts.FactsBuilder``): the positions of
 #: ``analysis.facts.SHAPED_FRAME_COLUMNS`` (what ``Decoder.feed_shaped`` unpacks) with ``size``
-#: and ``complete`` left in the database and ``raw`` fetched only where a body may be read
+#: left in the database and ``raw`` fetched only where a body may be read
 #: (:data:`RAW_READ`: the frames whose body it reads, requests and their answers, are among
 #: them).
 FACTS_COLUMNS: tuple[str, ...] = (
-    "seq", "ts", "mono_ns", "shape", "msg_id", "error_code", NULL, NULL, "partial_parse",
-    RAW_READ, "http_exchange_id", "sse_event",
+    "seq", "ts", "mono_ns", SHAPE_FLAGS, "msg_id", "error_code", NULL, RAW_READ,
+    "http_exchange_id", "sse_event",
 )  # fmt: skip
 
 
@@ -257,7 +277,7 @@ def _stored_columns(columns: tuple[str, ...]) -> None:
     bad = (
         set(columns)
         - (set(FRAME_COLUMNS) - {"direction", "channel", "kind", "method"})
-        - {"shape", NULL, RAW_READ}
+        - {"shape", SHAPE_FLAGS, NULL, RAW_READ}
     )
     if bad:
         raise ValueError(f"not stored frame columns: {sorted(bad)}")
@@ -269,7 +289,12 @@ def _select_list(columns: tuple[str, ...], shape_sql: str, methods: dict[int, st
     read = f"kind IN ({', '.join(map(str, _READ_KINDS))}) OR channel = {_INJECT_CHANNEL}"
     if read_methods:
         read += f" OR method_code IN ({', '.join(map(str, read_methods))})"
-    special = {"shape": shape_sql, NULL: "NULL", RAW_READ: f"CASE WHEN {read} THEN raw END"}
+    special = {
+        "shape": shape_sql,
+        SHAPE_FLAGS: f"{shape_sql} + {_FLAGS_SQL} * {_FLAGS_AT}",
+        NULL: "NULL",
+        RAW_READ: f"CASE WHEN {read} THEN raw END",
+    }
     return ", ".join(special.get(c, c) for c in columns)
 
 
@@ -283,8 +308,8 @@ def shaped_pages(
 ) -> tuple[Shapes, Iterator[list[tuple[Any, ...]]]]:
     """A session's rows of ``columns`` in ``seq`` order, read from ``frame_rows`` as stored:
     names of :data:`FRAME_COLUMNS` other than direction/channel/kind/method, ``"shape"``
-    (those four as one integer, decoded by the returned :class:`Shapes`), :data:`NULL` and
-    :data:`RAW_READ` (:data:`FACTS_COLUMNS`); only the rows of a filter when ``rows`` names
+    (those four as one integer, decoded by the returned :class:`Shapes`), :data:`SHAPE_FLAGS`,
+    :data:`NULL` and :data:`RAW_READ` (:data:`FACTS_COLUMNS`); only the rows of a filter when ``rows`` names
     one (:data:`FACTS_ROWS`, :data:`REQUEST_ROWS`). On SQLite :func:`shaped_batches`; elsewhere keyset pages from the
     driver's cursor. What ``show`` and ``export`` read."""
     _stored_columns(columns)
@@ -327,9 +352,10 @@ def _positions(columns: tuple[str, ...], rows: str | None) -> tuple[int, int]:
     both: its reader switches statements at the first batch, :func:`_then_every_answer`)."""
     if rows != FACTS_ROWS:
         return -1, -1  # (one statement: nothing to look for)
-    if not {"seq", "shape"} <= set(columns):
+    shape = "shape" if "shape" in columns else SHAPE_FLAGS  # (the kind is in the low bits)
+    if not {"seq", shape} <= set(columns):
         raise ValueError("a read of FACTS_ROWS needs the seq and shape columns")
-    return columns.index("seq"), columns.index("shape")
+    return columns.index("seq"), columns.index(shape)
 
 
 _BATCH = KIND_CODES["batch"]

@@ -192,3 +192,29 @@ def test_reading_a_sqlite_file_imports_no_sqlalchemy(recorded: tuple[Path, list[
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     count, imported = out.stdout.split()
     assert int(count) > 0 and imported == "False"
+
+
+def test_the_flags_in_the_shape_decode_as_the_stored_columns(tmp_path: Path) -> None:
+    """``complete`` and ``partial_parse`` reach the analysis in the shape's high bits
+    (``store.stream.SHAPE_FLAGS``): each of the four combinations, on frames of one shape,
+    makes the messages the view's rows make."""
+    db = tmp_path / "flags.db"
+    url = "sqlite:///" + str(db)
+    ensure_schema(url)
+    w = Wire()
+    for i in range(8):
+        w.notify("notifications/progress", {"progressToken": i, "progress": 1}, direction="s2c")
+    sid = w.record(url, name="flags")
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE frame_rows SET complete = seq % 2, partial_parse = seq / 2 % 2")
+    conn.commit()
+    conn.close()
+    slow, fast = Decoder(), Decoder()
+    for rows in frame_batches(url, sid):
+        slow.feed(rows)
+    shapes, batches = shaped_batches(str(db), sid, SHAPED_FRAME_COLUMNS, batch=3)
+    for rows in batches:
+        fast.feed_shaped(rows, shapes)
+    flags = {(m.complete, m.partial) for m in fast.msgs}
+    assert flags == {(False, False), (True, False), (False, True), (True, True)}
+    assert [_msg(m) for m in fast.msgs] == [_msg(m) for m in slow.msgs]
