@@ -14,7 +14,7 @@ import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from mcp_proxy.analysis.model import _UNPARSED, ERA_INITIALIZE, META, Msg, SessionFacts
+from mcp_proxy.analysis.model import ERA_INITIALIZE, META, UNPARSED, Msg, SessionFacts
 from mcp_proxy.frames import Channel, classify_message
 from mcp_proxy.protocol import era_of
 from mcp_proxy.store.columns import FRAME_COLUMNS
@@ -275,7 +275,7 @@ class Decoder:
             self.injected.append(_injected(seq, ts, direction, kind, method, msg_id, code, raw))
             return
         m = Msg(seq, ts, mono, direction, channel, kind, method, msg_id, code, size or 0,
-                complete is None or bool(complete), bool(partial), http, raw, _UNPARSED,
+                complete is None or bool(complete), bool(partial), http, raw, UNPARSED,
                 event)  # fmt: skip
         self._put(m)
         if kind == "batch":

@@ -45,7 +45,8 @@ __all__ = [
 JSONRPC_KINDS = frozenset({"request", "response", "error", "notification", "batch", "invalid"})
 
 
-_UNPARSED: Any = object()
+#: A lazily parsed body or params not parsed yet (the analysis builds messages with it).
+UNPARSED: Any = object()
 
 
 def _make_scan() -> Any:
@@ -119,16 +120,16 @@ class Msg:
     partial: bool
     http: int | None  # http_exchange_id
     raw: bytes | None = None
-    _body: Any = _UNPARSED
+    _body: Any = UNPARSED
     event: str | None = None  # the SSE event type ("message", "endpoint", …) for SSE frames
     #: ``params`` once read (None: the body has none), forgotten with the body
-    _params: Any = _UNPARSED
+    _params: Any = UNPARSED
 
     @property
     def body(self) -> Any:
         """The parsed JSON (a dict for a message); None when not JSON, cut short or too big."""
         b = self._body
-        if b is _UNPARSED:
+        if b is UNPARSED:
             b = None
             raw = self.raw
             if raw is not None and not self.partial and self.kind in JSONRPC_KINDS:
@@ -139,7 +140,7 @@ class Msg:
     def release(self) -> None:
         """Forget the parsed body (it is parsed again if asked for); batch elements keep it."""
         if self.raw is not None:
-            self._body = self._params = _UNPARSED
+            self._body = self._params = UNPARSED
 
     def forget(self) -> None:
         """Forget the bytes and the body for good (every check has read this message)."""
@@ -152,7 +153,7 @@ class Msg:
         """The body's ``params`` object ({} when it has none). Looked up once per parse: the
         pairing and the checks ask for a request's params five times."""
         p = self._params
-        if p is _UNPARSED:
+        if p is UNPARSED:
             b = self.body
             p = b.get("params") if isinstance(b, dict) else None
             if not isinstance(p, dict):

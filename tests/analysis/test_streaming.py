@@ -11,7 +11,7 @@ from mcp_proxy.analysis import service
 from mcp_proxy.analysis.core import analyze
 from mcp_proxy.analysis.exchanges import pair
 from mcp_proxy.analysis.facts import Decoder, decode, session_facts
-from mcp_proxy.analysis.model import _UNPARSED
+from mcp_proxy.analysis.model import UNPARSED
 from mcp_proxy.store.queries import Store
 from mcp_proxy.testing.factories import Wire, envelope
 
@@ -55,7 +55,7 @@ def test_pairing_keeps_no_parsed_body() -> None:
     msgs = decode(w.frames)
     facts = session_facts(msgs, w.session)
     pair(msgs, facts)
-    kept = [m.seq for m in msgs if m.raw is not None and m._body is not _UNPARSED]
+    kept = [m.seq for m in msgs if m.raw is not None and m._body is not UNPARSED]
     assert kept == []
 
 
