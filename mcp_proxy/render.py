@@ -182,7 +182,7 @@ def frame_header(f: dict[str, Any], session_name: str | None = None) -> str:
     head = FrameRenderer(same_shape).text([row], body=False)[0].decode()
     if not session_name:
         return head
-    at = len(f"#{row[0]:<5} ") + len(_clock_fast(row[1]))
+    at = len(f"#{row[0]:<5} ") + len(_clock_base(row[1])) + 4  # the clock and its milliseconds
     return f"{head[:at]} [{safe(session_name)}]{head[at:]}"
 
 
@@ -310,6 +310,9 @@ SHAPED_COLUMNS: tuple[str, ...] = (
     "seq", "ts", "shape", "msg_id", "error_code", "size", "complete", "raw", "http_exchange_id",
     "sse_id", "sse_event",
 )  # fmt: skip
+#: What the text view prints of them (the first eight): ``show`` text leaves the HTTP exchange
+#: and the SSE id and event in the database (each column read costs ~0.1 µs a frame).
+TEXT_COLUMNS = SHAPED_COLUMNS[:8]
 
 #: Decodes a shape into ``(direction, channel, kind, method)``.
 type ShapeNames = Callable[[Any], tuple[Any, Any, Any, Any]]
@@ -317,7 +320,8 @@ type ShapeNames = Callable[[Any], tuple[Any, Any, Any, Any]]
 _encode_str = json.encoder.encode_basestring  # type: ignore[attr-defined]  # C, ensure_ascii=False
 _LINE_BREAKS_RE = re.compile("[\x85\u2028\u2029]")
 _SPECIAL_RE = re.compile(_UNSAFE_RE.pattern[:-1] + "\x85\u2028\u2029]")
-_clock_cache: dict[int, str] = {}
+#: A second's ``HH:MM:SS`` (local time) by the second, for the text header.
+_clock_cache: dict[int, bytes] = {}
 #: Characters of a body shown in text; past them it is cut, pointing at ``--format json``.
 BODY_CHARS = 20_000
 
@@ -336,14 +340,22 @@ def dict_row(f: dict[str, Any]) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-def _clock_fast(ts: float) -> str:
+def _clock_base(ts: float) -> bytes:
+    """``HH:MM:SS`` of ``ts`` (local time), cached by the second (the milliseconds are
+    :data:`_MILLIS`)."""
     second = int(ts)
     base = _clock_cache.get(second)
     if base is None:
         if len(_clock_cache) > 4096:
             _clock_cache.clear()
-        base = _clock_cache[second] = time.strftime("%H:%M:%S", time.localtime(ts))
-    return f"{base}.{int((ts % 1) * 1000):03d}"
+        base = _clock_cache[second] = time.strftime("%H:%M:%S", time.localtime(ts)).encode()
+    return base
+
+
+def _utf8(text: str) -> bytes:
+    """JSON text in UTF-8; a lone surrogate (a stored id's ``"\\ud800"``, read back) as the
+    JSON escape it came from (``\\ud800``): it cannot be written to a pipe as it is."""
+    return text.encode("utf-8", "backslashreplace")
 
 
 def _json_value(value: Any) -> str:
@@ -449,18 +461,27 @@ def _floaty(raws: list[bytes]) -> set[int]:
 #: The first byte of an object or an array as orjson writes them.
 _OPENERS = (ord("{"), ord("["))
 #: ``.000`` … ``.999``: a timestamp's milliseconds as the text header prints them.
-_MILLIS = [f".{i:03d}" for i in range(1000)]
+_MILLIS = [f".{i:03d}".encode() for i in range(1000)]
+#: The text header's line, in one ``%`` (bytes, C): the frame's number padded to five (``%-5a``
+#: writes an int or a float as ``f"{seq:<5}"`` does), the clock, its milliseconds, the shape's
+#: arrow, label and method, the id part, the size part; then the indented body.
+_LINE = b"#%-5a %s%s%s%s%s\n    %s"
+_HEAD = b"#%-5a %s%s%s%s%s"
+#: ``show --format json``'s line and, for a body that is not UTF-8, its base64 form (``%a``:
+#: ``str()`` of an int or a float).
+_JSON_LINE = b'{"seq": %a, "ts": %s, %s"id": %s, "size": %a, "complete": %s%s, "text": %s}'
+_JSON_B64 = b'{"seq": %a, "ts": %s, %s"id": %s, "size": %a, "complete": %s%s, "base64": "%s"}'
 
 
-_sizes: dict[int, str] = {}
+_sizes: dict[int, bytes] = {}
 
 
-def _size_text(size: int) -> str:
+def _size_text(size: int) -> bytes:
     text = _sizes.get(size)
     if text is None:
         if len(_sizes) > 65536:
             _sizes.clear()
-        text = _sizes[size] = f" ({human_size(int(size))})"
+        text = _sizes[size] = f" ({human_size(int(size))})".encode()
     return text
 
 
@@ -509,9 +530,9 @@ class FrameRenderer:
 
     def __init__(self, shapes: ShapeNames) -> None:
         self.shapes = shapes
-        self._json: dict[Any, tuple[str, bool]] = {}
+        self._json: dict[Any, tuple[bytes, bool]] = {}
         #: shape → (header after the clock, general path needed)
-        self._text: dict[Any, tuple[str, bool]] = {}
+        self._text: dict[Any, tuple[bytes, bool]] = {}
         #: Set while a body is decoded when it holds a float (or NaN/Infinity): orjson writes
         #: some floats differently from ``json.dumps`` (``1e16``, not ``1e+16``).
         self._floats: list[bool] = []
@@ -522,7 +543,7 @@ class FrameRenderer:
         self._floats.append(True)
         return float(text)  # also "NaN", "Infinity", "-Infinity", as json.loads reads them
 
-    def _json_shape(self, shape: Any) -> tuple[str, bool]:
+    def _json_shape(self, shape: Any) -> tuple[bytes, bool]:
         direction, channel, kind, method = self.shapes(shape)
         middle = (
             f'"direction": {_json_value(direction)}, "channel": {_json_value(channel)}, '
@@ -530,40 +551,43 @@ class FrameRenderer:
         )
         if len(self._json) >= SHAPE_CACHE:
             self._json.clear()
-        found = self._json[shape] = (middle, channel == INJECT)
+        found = self._json[shape] = (_utf8(middle), channel == INJECT)
         return found
 
-    def json(self, rows: list[tuple[Any, ...]]) -> list[str]:
-        """Each row as ``show --format json`` prints it: one JSON object per line."""
+    def json(self, rows: list[tuple[Any, ...]]) -> list[bytes]:
+        """Each row as ``show --format json`` prints it: one JSON object per line, in UTF-8
+        (one ``%`` of bytes a row: the body's JSON string stays orjson's bytes to the pipe)."""
+        if not rows:
+            return []
         cache = self._json
-        out: list[str] = []
+        out: list[bytes] = []
         append = out.append
         dumps = _orjson_dumps
         times = [r[1] for r in rows]
         stamps = plain_float_texts(times) or [repr(float(ts)) for ts in times]
         for stamp, (seq, _ts, shape, msg_id, error_code, size, complete, raw, hx, sse_id,
-                sse_event) in zip(stamps, rows, strict=True):  # fmt: skip
+                sse_event) in zip("\n".join(stamps).encode().split(b"\n"), rows, strict=True):  # fmt: skip
             middle, inject = cache.get(shape) or self._json_shape(shape)
             if msg_id is None:
-                ident = "null"
+                ident = b"null"
             elif msg_id.isdigit() and msg_id.isascii() and (msg_id[0] != "0" or msg_id == "0"):
-                ident = msg_id
+                ident = msg_id.encode()
             else:
-                ident = _id_text(msg_id)
-            head = (
-                f'{{"seq": {seq}, "ts": {stamp}, {middle}'
-                f'"id": {ident}, "size": {size}, "complete": '
-                f"{'true' if complete or complete is None else 'false'}"
-            )
+                ident = _utf8(_id_text(msg_id))
             if (
                 error_code is not None
                 or hx is not None
                 or sse_id is not None
                 or sse_event is not None
+                or inject
             ):
-                head += _extras(error_code, hx, sse_id, sse_event)
-            if inject:
-                head += ', "injected": true'
+                extra = _utf8(
+                    _extras(error_code, hx, sse_id, sse_event)
+                    + (', "injected": true' if inject else "")
+                )
+            else:
+                extra = b""
+            done = b"true" if complete or complete is None else b"false"
             data = raw if type(raw) is bytes else bytes(raw or b"")
             try:
                 # The body as a JSON string: orjson writes what ``json.dumps(...,
@@ -571,12 +595,15 @@ class FrameRenderer:
                 # U+001F but the quote and backslash; tests/test_render.py checks each one), in
                 # half the time; text decoded strictly from UTF-8 holds no lone surrogate, the
                 # one thing orjson refuses.
-                append(f'{head}, "text": {dumps(data.decode("utf-8")).decode()}}}')
+                text = dumps(data.decode("utf-8"))
             except UnicodeDecodeError:
-                append(f'{head}, "base64": "{base64.b64encode(data).decode("ascii")}"}}')
+                append(_JSON_B64 % (seq, stamp, middle, ident, size, done, extra,
+                                    base64.b64encode(data)))  # fmt: skip
+                continue
+            append(_JSON_LINE % (seq, stamp, middle, ident, size, done, extra, text))
         return out
 
-    def _text_shape(self, shape: Any) -> tuple[str, bool]:
+    def _text_shape(self, shape: Any) -> tuple[bytes, bool]:
         direction, channel, kind, method = self.shapes(shape)
         label = "stderr" if channel == "stderr" else kind
         mark = f" {INJECTED_MARK}" if channel == INJECT else ""
@@ -586,16 +613,20 @@ class FrameRenderer:
         general = channel == "stderr" or kind in ("noise", "stderr")
         if len(self._text) >= SHAPE_CACHE:
             self._text.clear()
-        found = self._text[shape] = (mid, general)
+        found = self._text[shape] = (mid.encode(), general)
         return found
 
     def text(self, rows: list[tuple[Any, ...]], *, body: bool = True) -> list[bytes]:
-        """Each row as ``show`` prints it, in UTF-8: its header line and (``body``) its
-        indented body.
+        """Each row (of :data:`TEXT_COLUMNS`, or of :data:`SHAPED_COLUMNS`, which begin with
+        them) as ``show`` prints it, in UTF-8: its header line and (``body``) its indented body.
 
         Bytes, not text: the header's arrow made every line a two-byte-per-character string,
         and a page's join and encoding to the pipe took a fifth of ``show``'s rendering; the
-        body stays orjson's bytes from its pretty-printing to the pipe."""
+        body stays orjson's bytes from its pretty-printing to the pipe, and a line is one
+        ``%`` of bytes (:data:`_LINE`) from pieces made once per shape, second, millisecond
+        and size."""
+        if rows and len(rows[0]) != len(TEXT_COLUMNS):
+            rows = [r[: len(TEXT_COLUMNS)] for r in rows]
         cache = self._text
         out: list[bytes] = []
         append = out.append
@@ -604,56 +635,50 @@ class FrameRenderer:
         datas = [raw if type(raw) is bytes else bytes(raw or b"") for raw in (r[7] for r in rows)]
         floaty = _floaty(datas) if body else ()
         i = -1
-        for seq, ts, shape, msg_id, error_code, size, complete, _r, _h, _si, _se in rows:
+        for seq, ts, shape, msg_id, error_code, size, complete, _raw in rows:
             i += 1
             mid, general = cache.get(shape) or self._text_shape(shape)
-            base = clocks.get(int(ts))
-            if base is None:
-                base = _clock_fast(ts)[:8]
-            sized = sizes.get(size) or _size_text(size)
+            base = clocks.get(int(ts)) or _clock_base(ts)
             if msg_id is None:
-                head = f"#{seq:<5} {base}{millis[int((ts % 1) * 1000)]}{mid}"
+                ident = b""
             elif msg_id.isdigit() and msg_id.isascii():
-                head = f"#{seq:<5} {base}{millis[int((ts % 1) * 1000)]}{mid} id={msg_id}"
+                ident = b" id=" + msg_id.encode()
             else:
-                head = f"#{seq:<5} {base}{millis[int((ts % 1) * 1000)]}{mid} id={safe(msg_id)}"
+                ident = (" id=" + safe(msg_id)).encode()
+            tail = sizes.get(size) or _size_text(size)
             if error_code is not None:
-                head += f" code={error_code}"
-            if complete or complete is None:
-                head += sized
-            else:
-                head += sized + " [cut short]"
+                tail = f" code={error_code}".encode() + tail
+            if not (complete or complete is None):
+                tail += b" [cut short]"
+            clock = millis[int((ts % 1) * 1000)]
             if not body:
-                append(head.encode())
+                append(_HEAD % (seq, base, clock, mid, ident, tail))
                 continue
             data = datas[i]
-            if general or len(data) > BODY_CHARS or i in floaty:
-                append(self._slow(head, general, shape, data).encode())
-                continue
-            try:
-                pretty = dumps(loads(data), option=_INDENT_2)
-            except (TypeError, ValueError):  # the general path decides (as _indent_c)
-                append(self._slow(head, general, shape, data).encode())
-                continue
+            pretty = None
+            if not general and len(data) <= BODY_CHARS and i not in floaty:
+                try:
+                    pretty = dumps(loads(data), option=_INDENT_2)
+                except (TypeError, ValueError):  # the general path decides (as _indent_c)
+                    pass
             # Only an object or an array is printed here (orjson writes them starting with
             # ``{`` or ``[``); orjson escapes every control character but DEL, so a body in
             # plain ASCII without DEL has nothing safe() would change (no regex scan then).
-            if pretty[0] not in _OPENERS:
+            indented = None
+            if pretty is not None and pretty[0] in _OPENERS:
+                if pretty.isascii() and 127 not in pretty:
+                    indented = pretty.replace(b"\n", b"\n    ")
+                    if len(indented) > BODY_CHARS:
+                        indented = None
+                else:
+                    text = pretty.decode("utf-8").replace("\n", "\n    ")
+                    if len(text) <= BODY_CHARS and not _SPECIAL_RE.search(text):
+                        indented = text.encode()
+            if indented is None:
+                head = (_HEAD % (seq, base, clock, mid, ident, tail)).decode()
                 append(self._slow(head, general, shape, data).encode())
                 continue
-            if pretty.isascii() and 127 not in pretty:
-                indented = pretty.replace(b"\n", b"\n    ")
-                chars = len(indented)
-            else:
-                text = pretty.decode("utf-8").replace("\n", "\n    ")
-                if _SPECIAL_RE.search(text):
-                    append(self._slow(head, general, shape, data).encode())
-                    continue
-                indented, chars = text.encode(), len(text)
-            if chars > BODY_CHARS:
-                append(self._slow(head, general, shape, data).encode())
-                continue
-            append(head.encode() + b"\n    " + indented)
+            append(_LINE % (seq, base, clock, mid, ident, tail, indented))
         return out
 
     def _slow(self, head: str, general: bool, shape: Any, data: bytes) -> str:

@@ -223,3 +223,37 @@ def test_show_text_prints_the_same_text_to_a_stdout_of_another_encoding(
     first = text.split("\n", 1)[0]
     assert " fuzz " in first and not first.startswith("#"), first  # the session's line first
     assert text.index("\n#1 ") < text.index("→") < text.index("indings")
+
+
+def test_show_json_prints_an_id_holding_a_lone_surrogate_as_its_json_escape(
+    tmp_path: Path,
+) -> None:
+    """An id stored as the JSON text ``"\\ud800"`` (what a peer sent) reads back as a lone
+    surrogate, which UTF-8 cannot encode: the JSON lines, now bytes to the pipe, write it as the
+    escape it came from (as stdout's error handler did for text), and it reads back the same."""
+    import sqlite3
+
+    from mcp_proxy.store.engine import ensure_schema
+
+    db = tmp_path / "surrogate.db"
+    ensure_schema(f"sqlite:///{db}")
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "INSERT INTO sessions (id, name, transport, status, started_at, frame_count, gap_count)"
+        " VALUES ('s1', 'lone', 'stdio', 'ended', 1796058497.25, 2, 0)"
+    )
+    raw = b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}\n'
+    for seq in (1, 2):
+        conn.execute(
+            "INSERT INTO frames (session_id, seq, ts, mono_ns, direction, channel, kind, method,"
+            " msg_id, size, complete, partial_parse, raw) VALUES ('s1', ?, ?, 0, 'c2s', 'stdio',"
+            " 'request', 'ping', ?, ?, 1, 0, ?)",
+            (seq, 1796058497.25 + seq, '"\\ud800"', len(raw), raw),
+        )
+    conn.commit()
+    conn.close()
+    done = run("show", "lone", "--db", str(db), "--format", "json")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-1500:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and all('"id": "\\ud800", ' in line for line in lines), lines
+    assert [json.loads(line)["id"] for line in lines] == ["\ud800", "\ud800"]

@@ -122,7 +122,11 @@ def _render(row: tuple, *, body: bool = True) -> str:
 @pytest.mark.parametrize("row", rows(), ids=lambda r: f"{r[0]}-{r[4]}")
 def test_every_shape_of_frame_prints_as_promised(row: tuple) -> None:
     f = dict(zip(FRAME_COLUMNS, row, strict=True))
-    line = FrameRenderer(same_shape).json([dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))])[0]
+    line = (
+        FrameRenderer(same_shape)
+        .json([dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))])[0]
+        .decode()
+    )
     assert "\n" not in line
     assert json.loads(line) == _expected_json(f)
     assert frame_json(f) == _expected_json(f)  # the dashboard's adapter: the same object
@@ -318,7 +322,7 @@ def test_show_json_and_export_write_timestamps_outside_the_plain_range_as_before
                   "kind": "request", "method": "ping", "msg_id": "1", "size": 2, "raw": b"{}"})
         for i, ts in enumerate([1e-5, 1e16, 1796058497.25], 1)
     ]  # fmt: skip
-    printed = FrameRenderer(same_shape).json(rows)
+    printed = [line.decode() for line in FrameRenderer(same_shape).json(rows)]
     assert [json.loads(line)["ts"] for line in printed] == [1e-5, 1e16, 1796058497.25]
     assert ['"ts": 1e-05,' in printed[0], '"ts": 1e+16,' in printed[1]] == [True, True]
     page = [(r[0], r[1], 0, r[2], r[3], None, True, r[7], None, None, None) for r in rows]
@@ -337,4 +341,4 @@ def test_show_json_writes_every_code_point_of_a_body_as_json_dumps_does() -> Non
     ]  # fmt: skip
     for row, line in zip(rows, FrameRenderer(same_shape).json(rows), strict=True):
         expected = json.dumps(row[7].decode(), ensure_ascii=False)
-        assert line.endswith(f', "text": {expected}}}'), row[0]
+        assert line.decode().endswith(f', "text": {expected}}}'), row[0]
