@@ -424,3 +424,17 @@ def _reduce_frame(self: Frame) -> tuple[Any, tuple[Any, ...]]:
 
 
 Frame.__reduce__ = _reduce_frame  # type: ignore[method-assign,assignment]
+
+
+def json_id(msg_id: str | None) -> Any:
+    """A stored ``msg_id`` (the id's JSON text) as a value; text that is not JSON stays text.
+
+    Ids are stored as their JSON text; a store that ever cut or mangled one must not make the
+    frame unprintable.
+    """
+    if not msg_id:
+        return None
+    try:
+        return json.loads(msg_id)
+    except (ValueError, RecursionError):
+        return msg_id

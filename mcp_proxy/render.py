@@ -22,7 +22,13 @@ from orjson import dumps as _orjson_dumps
 from orjson import loads as _orjson_loads
 
 from mcp_proxy.bounded import depth_exceeds
-from mcp_proxy.frames import parse_json, plain_float_texts, strip_line_end, text_or_none
+from mcp_proxy.frames import (
+    json_id,
+    parse_json,
+    plain_float_texts,
+    strip_line_end,
+    text_or_none,
+)
 from mcp_proxy.limits import PRETTY_DEPTH, SHAPE_CACHE
 from mcp_proxy.store.liveness import duration, session_status
 
@@ -76,20 +82,6 @@ def parse_json_safely(raw: bytes | bytearray) -> Any:
         return parse_json(raw)
     except RecursionError:
         return None
-
-
-def json_id(msg_id: str | None) -> Any:
-    """A stored ``msg_id`` (the id's JSON text) as a value; text that is not JSON stays text.
-
-    Ids are stored as their JSON text; a store that ever cut or mangled one must not make the
-    frame unprintable.
-    """
-    if not msg_id:
-        return None
-    try:
-        return json.loads(msg_id)
-    except (ValueError, RecursionError):
-        return msg_id
 
 
 def cli_name() -> str:

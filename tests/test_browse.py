@@ -257,3 +257,42 @@ def test_show_json_prints_an_id_holding_a_lone_surrogate_as_its_json_escape(
     lines = done.stdout.splitlines()
     assert len(lines) == 2 and all('"id": "\\ud800", ' in line for line in lines), lines
     assert [json.loads(line)["id"] for line in lines] == ["\ud800", "\ud800"]
+
+
+def test_show_x_json_with_a_stored_id_that_is_not_json(tmp_path: Path) -> None:
+    """``show -x --format json`` died of a traceback when a frame's stored ``msg_id`` was not
+    JSON text (a store that cut or mangled it; ``show`` alone prints it as text): the exchange's
+    id prints as the text stored."""
+    import sqlite3
+
+    from mcp_proxy.store.engine import ensure_schema
+
+    db = tmp_path / "mangled.db"
+    ensure_schema(f"sqlite:///{db}")
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "INSERT INTO sessions (id, name, transport, status, started_at, frame_count, gap_count)"
+        " VALUES ('s1', 'mangled', 'stdio', 'ended', 1796058497.25, 2, 0)"
+    )
+    for seq, direction, kind, raw in (
+        (1, "c2s", "request", b'{"jsonrpc":"2.0","id":"ab\n'),
+        (2, "s2c", "response", b'{"jsonrpc":"2.0","id":"ab\n'),
+    ):
+        conn.execute(
+            "INSERT INTO frames (session_id, seq, ts, mono_ns, direction, channel, kind, method,"
+            " msg_id, size, complete, partial_parse, raw) VALUES ('s1', ?, ?, 0, ?, 'stdio',"
+            " ?, ?, '\"ab', ?, 1, 1, ?)",
+            (
+                seq,
+                1796058497.25 + seq,
+                direction,
+                kind,
+                "ping" if seq == 1 else None,
+                len(raw),
+                raw,
+            ),
+        )
+    conn.commit()
+    conn.close()
+    done = run("show", "mangled", "-x", "--db", str(db), "--format", "json")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-1500:]

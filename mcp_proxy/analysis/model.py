@@ -17,7 +17,7 @@ from orjson import loads as _orjson_loads
 
 from mcp_proxy.analysis.catalogue import CATALOGUE, SEVERITY_RANK, Severity
 from mcp_proxy.analysis.version import ANALYZER_VERSION
-from mcp_proxy.frames import has_long_number
+from mcp_proxy.frames import has_long_number, json_id
 from mcp_proxy.limits import MAX_SEQS, PER_CODE_CAP
 from mcp_proxy.protocol import ERA_INITIALIZE, ERA_MODERN, KNOWN_VERSIONS
 from mcp_proxy.protocol import META_PREFIX as META
@@ -313,7 +313,7 @@ class Exchange:
             "index": self.index,
             "direction": self.direction,
             "method": self.method,
-            "id": json.loads(self.msg_id) if self.msg_id else None,
+            "id": json_id(self.msg_id),
             "name": self.name,
             "request_seq": self.request_seq,
             "response_seq": self.response_seq,
