@@ -41,7 +41,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
 import aiohttp
@@ -90,9 +90,17 @@ class UpstreamReply(Protocol):
 
     status: int
     reason: str
-    headers: Any  # case-insensitive ``get(name, default)``
-    raw_headers: tuple[tuple[bytes, bytes], ...] | list[tuple[bytes, bytes]]
     sock: socket.socket | None  # for TCP_QUICKACK, or None
+
+    @property
+    def headers(self) -> Any:
+        """Case-insensitive ``get(name, default)``, first value wins."""
+        ...
+
+    @property
+    def raw_headers(self) -> Sequence[tuple[bytes, bytes]]:
+        """The header pairs as received, in order."""
+        ...
 
     @property
     def content(self) -> UpstreamBody: ...
