@@ -450,6 +450,11 @@ class FrontProtocol(asyncio.Protocol):
         self._reading_paused = False
         self._body_paused = False
         self._idle: asyncio.TimerHandle | None = None
+        #: The keep-alive timer, armed once and moved on lazily: each request only notes when
+        #: the connection went idle (``_idle_since``; None while busy), and a timer that fires
+        #: early re-arms for the rest — no timer made and cancelled per request.
+        self._keepalive: asyncio.TimerHandle | None = None
+        self._idle_since: float | None = None
         self._lost = False
         self._lingering: FrontRequest | None = None
         self._peer: str | None = None
@@ -488,6 +493,9 @@ class FrontProtocol(asyncio.Protocol):
         self.server.connections.discard(self)
         if self._idle is not None:
             self._idle.cancel()
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            self._keepalive = None
         reset = ConnectionResetError("the host closed the connection")
         if self._parsing is not None:
             self._parsing.content.set_exception(reset)
@@ -528,7 +536,20 @@ class FrontProtocol(asyncio.Protocol):
         t.write(data)
 
     def _arm_idle(self) -> None:
-        self._idle = self.loop.call_later(KEEPALIVE_IDLE, self._idle_close)
+        self._idle_since = self.loop.time()
+        if self._keepalive is None:
+            self._keepalive = self.loop.call_later(KEEPALIVE_IDLE, self._keepalive_due)
+
+    def _keepalive_due(self) -> None:
+        self._keepalive = None
+        since = self._idle_since
+        if since is None or self._lost:
+            return  # busy: the request's end arms it again
+        left = since + KEEPALIVE_IDLE - self.loop.time()
+        if left > 0:
+            self._keepalive = self.loop.call_later(left, self._keepalive_due)
+            return
+        self._idle_close()
 
     def _idle_close(self) -> None:
         self._idle = None
@@ -605,6 +626,7 @@ class FrontProtocol(asyncio.Protocol):
         self._url = []
         self._hdrs = []
         self._head_size = 0
+        self._idle_since = None
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
