@@ -393,10 +393,11 @@ class UpstreamConnection(asyncio.Protocol):
             raise UpstreamProtocolError("the upstream answered a request it was not sent")
         body = ReplyBody(self)
         if self._head_only or status == 204 or status == 304:
-            body.feed_eof()
+            body.feed_eof()  # no body: the connection's fate is known now
+            if not self._parser.should_keep_alive():
+                self.should_close = True
             if self._head_only:
                 # llhttp would wait for the body the length announces: a new parser next time.
-                self.should_close = not self._parser.should_keep_alive()
                 self._parser = None
         else:
             self._body = body

@@ -188,3 +188,25 @@ def test_a_large_body_pauses_reading_until_half_of_it_is_taken() -> None:
         resp.release()
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("answer", "kept"),
+    [
+        (b"HTTP/1.1 204 No Content\r\n\r\n", True),
+        (b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n", False),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}", False),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}", False),
+    ],
+)
+def test_a_connection_the_upstream_closes_after_its_answer_is_not_kept(
+    answer: bytes, kept: bool
+) -> None:
+    async def go() -> None:
+        pool = FakeUpstreamPool(answer)
+        resp = await _request(pool)
+        await resp.read()
+        resp.release()
+        assert pool.idle_count == (1 if kept else 0)
+
+    asyncio.run(go())
