@@ -185,7 +185,10 @@ class FrontRequest:
         "body_exists",
         "conn",
         "content",
+        "content_encoding",
         "content_length",
+        "content_type",
+        "host",
         "keep_alive",
         "method",
         "raw_headers",
@@ -204,7 +207,12 @@ class FrontRequest:
         content_length: int | None,
         chunked: bool,
         keep_alive: bool,
+        host: str | None = None,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
     ) -> None:
+        """``host``, ``content_type``, ``content_encoding``: those headers' first values, picked
+        out by the parser's one pass over the head (what the relay asks of every request)."""
         self.conn = conn
         self.transport: asyncio.Transport | None = conn.transport
         self.method = method
@@ -213,6 +221,9 @@ class FrontRequest:
         self._headers: Headers | None = None
         self.version = version
         self.content_length = content_length
+        self.host = host
+        self.content_type = content_type
+        self.content_encoding = content_encoding
         self.body_exists = chunked or bool(content_length)
         self.content = Body(conn)
         if not self.body_exists:
@@ -652,20 +663,31 @@ class FrontProtocol(asyncio.Protocol):
         raw_path = b"".join(self._url).decode("utf-8", "surrogateescape")
         length: int | None = None
         chunked = False
-        hosts = 0
+        host: bytes | None = None
+        ctype: bytes | None = None
+        coding: bytes | None = None
         for k, v in self._hdrs:
-            if len(k) == 4 and k.lower() == b"host":
-                hosts += 1
-                if hosts > 1:
-                    # The Host check reads one value; a second (``evil.example`` after a
-                    # loopback name) would pass it and go upstream. RFC 9112 §3.2: a 400.
-                    raise _Refused(400, "more than one Host header")
-            elif len(k) == 14 and k.lower() == b"content-length":
-                try:
-                    length = int(v)
-                except ValueError:
-                    length = None
-            elif len(k) == 17 and k.lower() == b"transfer-encoding":
+            n = len(k)
+            if n == 4:
+                if k.lower() == b"host":
+                    if host is not None:
+                        # The Host check reads one value; a second (``evil.example`` after a
+                        # loopback name) would pass it and go upstream. RFC 9112 §3.2: a 400.
+                        raise _Refused(400, "more than one Host header")
+                    host = v
+            elif n == 12:
+                if ctype is None and k.lower() == b"content-type":
+                    ctype = v
+            elif n == 14:
+                if k.lower() == b"content-length":
+                    try:
+                        length = int(v)
+                    except ValueError:
+                        length = None
+            elif n == 16:
+                if coding is None and k.lower() == b"content-encoding":
+                    coding = v
+            elif n == 17 and k.lower() == b"transfer-encoding":
                 chunked = b"chunked" in v.lower()
         ver = parser.get_http_version()
         version = HTTP_11 if ver == "1.1" else _V10 if ver == "1.0" else HttpVersion(1, 1)
@@ -678,6 +700,9 @@ class FrontProtocol(asyncio.Protocol):
             length,
             chunked,
             parser.should_keep_alive(),
+            None if host is None else host.decode("utf-8", "surrogateescape"),
+            None if ctype is None else ctype.decode("utf-8", "surrogateescape"),
+            None if coding is None else coding.decode("utf-8", "surrogateescape"),
         )
         self._parsing = req
         if self._task is None:
