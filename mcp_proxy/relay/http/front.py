@@ -650,13 +650,13 @@ class FrontProtocol(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         # llhttp may call back with a field in pieces; they are joined here.
-        self._head_size += len(name) + len(value)
+        n = len(name) + len(value)
+        self._head_size += n
         if self._head_size > MAX_HEAD:
             raise _Refused(431, "request head too large")
-        hdrs = self._hdrs
-        if len(value) > MAX_FIELD or len(name) > MAX_FIELD:
+        if n > MAX_FIELD and (len(value) > MAX_FIELD or len(name) > MAX_FIELD):
             raise _Refused(431, "request header field too large")
-        hdrs.append((name, value))
+        self._hdrs.append((name, value))
 
     def on_headers_complete(self) -> None:
         parser = self.parser
