@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from http import HTTPStatus
 from typing import Any, NamedTuple
 
@@ -36,7 +36,6 @@ import httptools
 from multidict import CIMultiDict
 
 from mcp_proxy.limits import (
-    BODY_HIGH,
     KEEPALIVE_IDLE,
     LINGER,
     MAX_FIELD,
@@ -46,6 +45,7 @@ from mcp_proxy.limits import (
     REFUSED_LINGER,
 )
 from mcp_proxy.relay.http.admission import FULL_RESPONSE, Admission
+from mcp_proxy.relay.http.host_request import Body, Headers
 
 __all__ = [
     "FrontRequest",
@@ -72,109 +72,6 @@ def _reason(status: int) -> str:
         return HTTPStatus(status).phrase
     except ValueError:
         return ""
-
-
-class Headers:
-    """A case-insensitive, read-only view of the host's headers (first value wins).
-
-    A linear scan per lookup: the relay asks for two or three names per request, cheaper than
-    decoding every header into a mapping.
-    """
-
-    __slots__ = ("_raw",)
-
-    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
-        self._raw = raw
-
-    def get(self, name: str, default: str | None = None) -> str | None:
-        key = name.lower().encode("latin-1")
-        n = len(key)
-        for k, v in self._raw:
-            if len(k) == n and k.lower() == key:
-                return v.decode("utf-8", "surrogateescape")
-        return default
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.get(name) is not None
-
-
-class Body:
-    """The request body as it arrives: ``readany``/``iter_any``/``at_eof``, with back-pressure."""
-
-    __slots__ = ("_chunks", "_conn", "_discard", "_eof", "_exc", "_size", "_waiter")
-
-    def __init__(self, conn: FrontProtocol) -> None:
-        self._conn = conn
-        self._chunks: deque[bytes] = deque()
-        self._size = 0
-        self._eof = False
-        self._exc: BaseException | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self._discard = False
-
-    def discard(self) -> None:
-        """Drop what is buffered and what still comes (the response is already out)."""
-        self._discard = True
-        self._chunks.clear()
-        self._size = 0
-        self._conn.resume_body()
-
-    def _wake(self) -> None:
-        w = self._waiter
-        if w is not None:
-            self._waiter = None
-            if not w.done():
-                w.set_result(None)
-
-    def feed(self, data: bytes) -> None:
-        if self._discard:
-            return
-        self._chunks.append(data)
-        self._size += len(data)
-        if self._size > BODY_HIGH:
-            self._conn.pause_body()
-        self._wake()
-
-    def feed_eof(self) -> None:
-        self._eof = True
-        self._wake()
-
-    def set_exception(self, exc: BaseException) -> None:
-        if not self._eof:
-            self._exc = exc
-        self._wake()
-
-    @property
-    def complete(self) -> bool:
-        return self._eof
-
-    def at_eof(self) -> bool:
-        return self._eof and not self._chunks
-
-    async def readany(self) -> bytes:
-        while not self._chunks:
-            if self._eof:
-                return b""
-            if self._exc is not None:
-                raise self._exc
-            self._waiter = asyncio.get_running_loop().create_future()
-            await self._waiter
-        data = self._chunks.popleft()
-        self._size -= len(data)
-        if self._size <= BODY_HIGH // 2:
-            self._conn.resume_body()
-        return data
-
-    async def iter_any(self) -> AsyncIterator[bytes]:
-        while True:
-            chunk = await self.readany()
-            if not chunk:
-                return
-            yield chunk
-
-    async def read(self) -> bytes:
-        parts = [c async for c in self.iter_any()]
-        return b"".join(parts)
 
 
 class FrontRequest:
