@@ -57,6 +57,11 @@ MAX_FIELD = 64 * 1024
 MAX_HEAD = 256 * 1024
 #: A request body buffered past this pauses reading from the host (flow control).
 BODY_HIGH = 1 << 20
+#: An upstream response body buffered past this (not yet taken by the relay) pauses reading
+#: from the upstream (flow control; aiohttp's client paused at twice its 64 KiB read size).
+UPSTREAM_BODY_HIGH = 1 << 17
+#: Longest upstream response head (status line and headers) accepted as a whole.
+UPSTREAM_MAX_HEAD = 256 * 1024
 #: Pipelined requests queued behind the one being handled before reading pauses.
 MAX_QUEUED = 8
 #: An idle keep-alive connection is closed after this many seconds (aiohttp's default).

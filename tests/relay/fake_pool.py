@@ -3,7 +3,8 @@
 :class:`FakeUpstreamPool` is :class:`~mcp_proxy.relay.http.upstream.UpstreamPool` with only the
 connection replaced: each request is written to a :class:`ScriptedTransport` that records the
 bytes and answers with the next scripted response, fed to the production protocol
-(``UpstreamConnection``: aiohttp's ``ResponseHandler``, llhttp). Everything above the socket — request writing, response parsing, keep-alive reuse,
+(``UpstreamConnection``: llhttp through httptools). Everything above the socket — request
+writing, response parsing, keep-alive reuse,
 release/close — is the production code.
 """
 
@@ -24,6 +25,8 @@ class ScriptedTransport(asyncio.Transport):
         self.pool = pool
         self.proto = proto
         self.closed = False
+        self.pauses = 0
+        self.resumes = 0
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.pool.written.append(bytes(data))
@@ -48,10 +51,10 @@ class ScriptedTransport(asyncio.Transport):
         return default
 
     def pause_reading(self) -> None:
-        pass
+        self.pauses += 1
 
     def resume_reading(self) -> None:
-        pass
+        self.resumes += 1
 
 
 class FakeUpstreamPool(UpstreamPool):
@@ -63,6 +66,8 @@ class FakeUpstreamPool(UpstreamPool):
         self.responses: deque[bytes | list[tuple[float, bytes]]] = deque(responses)
         self.written: list[bytes] = []
         self.connections = 0
+        #: The connections made, in order.
+        self.live: list[UpstreamConnection] = []
         #: Seconds before each answer arrives (a slow call: the exchange registers live).
         self.delay = 0.0
 
@@ -70,4 +75,5 @@ class FakeUpstreamPool(UpstreamPool):
         proto = UpstreamConnection(asyncio.get_running_loop())
         proto.connection_made(ScriptedTransport(self, proto))
         self.connections += 1
+        self.live.append(proto)
         return proto

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from http import HTTPStatus
 from typing import Any, NamedTuple
 
@@ -36,7 +36,6 @@ import httptools
 from multidict import CIMultiDict
 
 from mcp_proxy.limits import (
-    BODY_HIGH,
     KEEPALIVE_IDLE,
     LINGER,
     MAX_FIELD,
@@ -46,6 +45,7 @@ from mcp_proxy.limits import (
     REFUSED_LINGER,
 )
 from mcp_proxy.relay.http.admission import FULL_RESPONSE, Admission
+from mcp_proxy.relay.http.host_request import Body, Headers
 
 __all__ = [
     "FrontRequest",
@@ -74,109 +74,6 @@ def _reason(status: int) -> str:
         return ""
 
 
-class Headers:
-    """A case-insensitive, read-only view of the host's headers (first value wins).
-
-    A linear scan per lookup: the relay asks for two or three names per request, cheaper than
-    decoding every header into a mapping.
-    """
-
-    __slots__ = ("_raw",)
-
-    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
-        self._raw = raw
-
-    def get(self, name: str, default: str | None = None) -> str | None:
-        key = name.lower().encode("latin-1")
-        n = len(key)
-        for k, v in self._raw:
-            if len(k) == n and k.lower() == key:
-                return v.decode("utf-8", "surrogateescape")
-        return default
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.get(name) is not None
-
-
-class Body:
-    """The request body as it arrives: ``readany``/``iter_any``/``at_eof``, with back-pressure."""
-
-    __slots__ = ("_chunks", "_conn", "_discard", "_eof", "_exc", "_size", "_waiter")
-
-    def __init__(self, conn: FrontProtocol) -> None:
-        self._conn = conn
-        self._chunks: deque[bytes] = deque()
-        self._size = 0
-        self._eof = False
-        self._exc: BaseException | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self._discard = False
-
-    def discard(self) -> None:
-        """Drop what is buffered and what still comes (the response is already out)."""
-        self._discard = True
-        self._chunks.clear()
-        self._size = 0
-        self._conn.resume_body()
-
-    def _wake(self) -> None:
-        w = self._waiter
-        if w is not None:
-            self._waiter = None
-            if not w.done():
-                w.set_result(None)
-
-    def feed(self, data: bytes) -> None:
-        if self._discard:
-            return
-        self._chunks.append(data)
-        self._size += len(data)
-        if self._size > BODY_HIGH:
-            self._conn.pause_body()
-        self._wake()
-
-    def feed_eof(self) -> None:
-        self._eof = True
-        self._wake()
-
-    def set_exception(self, exc: BaseException) -> None:
-        if not self._eof:
-            self._exc = exc
-        self._wake()
-
-    @property
-    def complete(self) -> bool:
-        return self._eof
-
-    def at_eof(self) -> bool:
-        return self._eof and not self._chunks
-
-    async def readany(self) -> bytes:
-        while not self._chunks:
-            if self._eof:
-                return b""
-            if self._exc is not None:
-                raise self._exc
-            self._waiter = asyncio.get_running_loop().create_future()
-            await self._waiter
-        data = self._chunks.popleft()
-        self._size -= len(data)
-        if self._size <= BODY_HIGH // 2:
-            self._conn.resume_body()
-        return data
-
-    async def iter_any(self) -> AsyncIterator[bytes]:
-        while True:
-            chunk = await self.readany()
-            if not chunk:
-                return
-            yield chunk
-
-    async def read(self) -> bytes:
-        parts = [c async for c in self.iter_any()]
-        return b"".join(parts)
-
-
 class FrontRequest:
     """One request from the host: what the relay forwards and records, nothing parsed twice."""
 
@@ -185,7 +82,10 @@ class FrontRequest:
         "body_exists",
         "conn",
         "content",
+        "content_encoding",
         "content_length",
+        "content_type",
+        "host",
         "keep_alive",
         "method",
         "raw_headers",
@@ -204,7 +104,12 @@ class FrontRequest:
         content_length: int | None,
         chunked: bool,
         keep_alive: bool,
+        host: str | None = None,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
     ) -> None:
+        """``host``, ``content_type``, ``content_encoding``: those headers' first values, picked
+        out by the parser's one pass over the head (what the relay asks of every request)."""
         self.conn = conn
         self.transport: asyncio.Transport | None = conn.transport
         self.method = method
@@ -213,6 +118,9 @@ class FrontRequest:
         self._headers: Headers | None = None
         self.version = version
         self.content_length = content_length
+        self.host = host
+        self.content_type = content_type
+        self.content_encoding = content_encoding
         self.body_exists = chunked or bool(content_length)
         self.content = Body(conn)
         if not self.body_exists:
@@ -450,6 +358,11 @@ class FrontProtocol(asyncio.Protocol):
         self._reading_paused = False
         self._body_paused = False
         self._idle: asyncio.TimerHandle | None = None
+        #: The keep-alive timer, armed once and moved on lazily: each request only notes when
+        #: the connection went idle (``_idle_since``; None while busy), and a timer that fires
+        #: early re-arms for the rest — no timer made and cancelled per request.
+        self._keepalive: asyncio.TimerHandle | None = None
+        self._idle_since: float | None = None
         self._lost = False
         self._lingering: FrontRequest | None = None
         self._peer: str | None = None
@@ -488,6 +401,9 @@ class FrontProtocol(asyncio.Protocol):
         self.server.connections.discard(self)
         if self._idle is not None:
             self._idle.cancel()
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            self._keepalive = None
         reset = ConnectionResetError("the host closed the connection")
         if self._parsing is not None:
             self._parsing.content.set_exception(reset)
@@ -528,7 +444,20 @@ class FrontProtocol(asyncio.Protocol):
         t.write(data)
 
     def _arm_idle(self) -> None:
-        self._idle = self.loop.call_later(KEEPALIVE_IDLE, self._idle_close)
+        self._idle_since = self.loop.time()
+        if self._keepalive is None:
+            self._keepalive = self.loop.call_later(KEEPALIVE_IDLE, self._keepalive_due)
+
+    def _keepalive_due(self) -> None:
+        self._keepalive = None
+        since = self._idle_since
+        if since is None or self._lost:
+            return  # busy: the request's end arms it again
+        left = since + KEEPALIVE_IDLE - self.loop.time()
+        if left > 0:
+            self._keepalive = self.loop.call_later(left, self._keepalive_due)
+            return
+        self._idle_close()
 
     def _idle_close(self) -> None:
         self._idle = None
@@ -605,6 +534,7 @@ class FrontProtocol(asyncio.Protocol):
         self._url = []
         self._hdrs = []
         self._head_size = 0
+        self._idle_since = None
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
@@ -617,33 +547,44 @@ class FrontProtocol(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         # llhttp may call back with a field in pieces; they are joined here.
-        self._head_size += len(name) + len(value)
+        n = len(name) + len(value)
+        self._head_size += n
         if self._head_size > MAX_HEAD:
             raise _Refused(431, "request head too large")
-        hdrs = self._hdrs
-        if len(value) > MAX_FIELD or len(name) > MAX_FIELD:
+        if n > MAX_FIELD and (len(value) > MAX_FIELD or len(name) > MAX_FIELD):
             raise _Refused(431, "request header field too large")
-        hdrs.append((name, value))
+        self._hdrs.append((name, value))
 
     def on_headers_complete(self) -> None:
         parser = self.parser
         raw_path = b"".join(self._url).decode("utf-8", "surrogateescape")
         length: int | None = None
         chunked = False
-        hosts = 0
+        host: bytes | None = None
+        ctype: bytes | None = None
+        coding: bytes | None = None
         for k, v in self._hdrs:
-            if len(k) == 4 and k.lower() == b"host":
-                hosts += 1
-                if hosts > 1:
-                    # The Host check reads one value; a second (``evil.example`` after a
-                    # loopback name) would pass it and go upstream. RFC 9112 §3.2: a 400.
-                    raise _Refused(400, "more than one Host header")
-            elif len(k) == 14 and k.lower() == b"content-length":
-                try:
-                    length = int(v)
-                except ValueError:
-                    length = None
-            elif len(k) == 17 and k.lower() == b"transfer-encoding":
+            n = len(k)
+            if n == 4:
+                if k.lower() == b"host":
+                    if host is not None:
+                        # The Host check reads one value; a second (``evil.example`` after a
+                        # loopback name) would pass it and go upstream. RFC 9112 §3.2: a 400.
+                        raise _Refused(400, "more than one Host header")
+                    host = v
+            elif n == 12:
+                if ctype is None and k.lower() == b"content-type":
+                    ctype = v
+            elif n == 14:
+                if k.lower() == b"content-length":
+                    try:
+                        length = int(v)
+                    except ValueError:
+                        length = None
+            elif n == 16:
+                if coding is None and k.lower() == b"content-encoding":
+                    coding = v
+            elif n == 17 and k.lower() == b"transfer-encoding":
                 chunked = b"chunked" in v.lower()
         ver = parser.get_http_version()
         version = HTTP_11 if ver == "1.1" else _V10 if ver == "1.0" else HttpVersion(1, 1)
@@ -656,6 +597,9 @@ class FrontProtocol(asyncio.Protocol):
             length,
             chunked,
             parser.should_keep_alive(),
+            None if host is None else host.decode("utf-8", "surrogateescape"),
+            None if ctype is None else ctype.decode("utf-8", "surrogateescape"),
+            None if coding is None else coding.decode("utf-8", "surrogateescape"),
         )
         self._parsing = req
         if self._task is None:

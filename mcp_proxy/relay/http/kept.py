@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from mcp_proxy.limits import MAX_RECORDED_BODY, REQUEST_DRAIN
-from mcp_proxy.relay.http.front import Body
+from mcp_proxy.relay.http.host_request import Body
 
 __all__ = ["Kept", "drain", "streamed"]
 

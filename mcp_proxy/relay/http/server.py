@@ -186,7 +186,7 @@ class HTTPRelay:
         raw_path = request.raw_path
         if not raw_path.startswith("/") or method == "CONNECT":
             return plain_response(405 if method == "CONNECT" else 400, _NOT_A_REVERSE_PROXY_REQUEST)
-        host_value = request.headers.get("Host")
+        host_value = request.host
         if not self.host_check.allows(host_value):
             return self._refuse_host(request, host_value, wall0)
         path, _, query = raw_path.partition("?")
@@ -205,9 +205,9 @@ class HTTPRelay:
         self._place_by_request(ex, rh, path, query)
         if rh.expect_continue:
             await request.send_continue()
-        ex.req_ctype = request.headers.get("Content-Type")
+        ex.req_ctype = request.content_type
         if request.body_exists:
-            ex.req_coding = request.headers.get("Content-Encoding")
+            ex.req_coding = request.content_encoding
         ex.is_mcp = path in self.state.mcp_paths
         ex.pre = (request, rh.rec_headers, rh.has_mcp, raw_path, None)
         body: bytes | None = None

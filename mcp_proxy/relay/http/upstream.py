@@ -5,24 +5,27 @@ validated; building a ``ClientRequest`` (URL normalisation, default headers, coo
 compression, proxy and redirect logic, then serialising the headers again) cost more than the
 whole rest of the relay per request, and it can only send header values it can re-encode
 (UTF-8), not the bytes the host sent. Here the request head is written from the host's raw
-header bytes in one ``write``, and the response is parsed by aiohttp's own client protocol
-(``ResponseHandler``: the llhttp C parser, flow control, payload errors on a broken
-connection) — the parts of aiohttp worth keeping. A kept connection keeps its parser from one
-response to the next (``set_response_params`` builds a new one: only when a HEAD follows a GET
-or the reverse).
+header bytes in one ``write``, and the response is parsed by llhttp (``httptools``, as the
+host side in ``front.py``) in an ``asyncio.Protocol`` of its own: the status, the header pairs
+as bytes (what the relay forwards and records), and the body as a stream of the chunks as they
+arrive — no message object, header multidict, ``StreamReader`` or ``DataQueue`` per response
+(aiohttp's ``ResponseHandler`` made those: ~13% of the relay's time per quick exchange). A kept
+connection keeps its parser from one response to the next (llhttp parses responses in a row); a
+``HEAD``'s answer, whose length announces a body that never comes, ends its parser.
 
 **The seam.** The relay talks to its upstream through :class:`Upstream` (``request`` → an
 :class:`UpstreamReply`, ``close``), as httpx's code talks to its transport: :class:`UpstreamPool`
 is the real one, and unit tests hand the relay a scripted fake (``tests/relay/unit/fakes.py``)
 that answers with chosen statuses, headers, chunks, delays, errors and resets, without sockets.
 
-**aiohttp API relied on** (aiohttp is pinned to a minor release in ``pyproject.toml``;
-``tests/relay/test_http_upstream_conn.py`` and ``tests/relay/unit/test_upstream_seam.py``
-exercise each): ``aiohttp.client_proto.ResponseHandler`` (subclassed: ``connection_made``,
-``connection_lost``, ``pause_writing``/``resume_writing``, ``set_response_params``, ``read``,
-``is_connected``, ``should_close``, ``writing_paused``) and the public methods of
-``aiohttp.streams.StreamReader`` (``iter_any``, ``readany``, ``at_eof``, ``is_eof``, ``read_nowait``,
-``exception``, ``total_bytes``). No underscore name of aiohttp is used.
+**Errors** are aiohttp's public exception classes, which the response paths catch:
+``aiohttp.ServerDisconnectedError`` (the connection closed before the response head),
+``aiohttp.ClientPayloadError`` (closed in the middle of a body with a length or chunks), and
+:class:`UpstreamProtocolError` (an ``aiohttp.ClientError``: a response llhttp refuses, or a
+head over :data:`~mcp_proxy.limits.UPSTREAM_MAX_HEAD`). httptools API relied on (pinned in
+``pyproject.toml``): ``HttpResponseParser`` callbacks ``on_message_begin/on_status/on_header/
+on_headers_complete/on_body/on_message_complete``, ``get_status_code``, ``should_keep_alive``,
+``HttpParserError``, ``HttpParserUpgrade``.
 
 Connections are pooled per upstream origin and kept at most ``keepalive`` seconds idle: less
 than the 5 s of uvicorn and Node servers, so a pooled connection is dropped by us before the
@@ -37,12 +40,14 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
-from aiohttp.client_proto import ResponseHandler
-from aiohttp.streams import StreamReader
-from multidict import CIMultiDictProxy
+import aiohttp
+import httptools
+
+from mcp_proxy.limits import UPSTREAM_BODY_HIGH, UPSTREAM_MAX_HEAD
 
 __all__ = [
     "Upstream",
@@ -51,11 +56,11 @@ __all__ = [
     "UpstreamConnectTimeout",
     "UpstreamConnection",
     "UpstreamPool",
+    "UpstreamProtocolError",
     "UpstreamReply",
     "UpstreamResponse",
 ]
 
-_INTERIM = range(100, 200)
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 
 
@@ -85,9 +90,17 @@ class UpstreamReply(Protocol):
 
     status: int
     reason: str
-    headers: Any  # case-insensitive ``get(name, default)``: a multidict
-    raw_headers: tuple[tuple[bytes, bytes], ...]
     sock: socket.socket | None  # for TCP_QUICKACK, or None
+
+    @property
+    def headers(self) -> Any:
+        """Case-insensitive ``get(name, default)``, first value wins."""
+        ...
+
+    @property
+    def raw_headers(self) -> Sequence[tuple[bytes, bytes]]:
+        """The header pairs as received, in order."""
+        ...
 
     @property
     def content(self) -> UpstreamBody: ...
@@ -128,29 +141,166 @@ class Upstream(Protocol):
     async def close(self) -> None: ...
 
 
-class UpstreamConnection(ResponseHandler):
-    """aiohttp's client protocol, plus a socket object of its own for ``TCP_QUICKACK``.
+class UpstreamConnectError(OSError):
+    """The upstream could not be connected to (refused, unreachable, DNS, TLS)."""
 
-    The relay sets ``TCP_QUICKACK`` after every read from the upstream (see
-    ``common.quickack``). Through the transport's socket (uvloop's ``PseudoSocket``) each
-    ``setsockopt`` builds a ``socket.socket`` first — about three times the cost of the call
-    itself, twice per proxied call. A duplicate descriptor made once per connection costs one
+
+class UpstreamConnectTimeout(TimeoutError):
+    """Connecting to the upstream took longer than the connect timeout."""
+
+
+class UpstreamProtocolError(aiohttp.ClientError):
+    """The upstream's response is not HTTP/1.1 as llhttp reads it, or its head is too large."""
+
+
+class ReplyHeaders:
+    """The upstream's headers, case-insensitive (first value wins), decoded on look-up.
+
+    The relay asks for two or three names per response; the pairs go to the host and the
+    recording as bytes, so nothing else is decoded."""
+
+    __slots__ = ("_map", "_raw")
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self._raw = raw
+        self._map: dict[bytes, bytes] | None = None
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        m = self._map
+        if m is None:
+            m = self._map = {}
+            for k, v in self._raw:
+                m.setdefault(k.lower(), v)
+        value = m.get(name.lower().encode("latin-1"))
+        if value is None:
+            return default
+        return value.decode("utf-8", "surrogateescape")
+
+
+class ReplyBody:
+    """A response body as it arrives: the chunks llhttp gave, its end or what broke it.
+
+    Reading from the upstream pauses while more than :data:`~mcp_proxy.limits.UPSTREAM_BODY_HIGH`
+    bytes wait here, and resumes when half of that is taken."""
+
+    __slots__ = ("_chunks", "_conn", "_eof", "_exc", "_paused", "_size", "_waiter", "total_bytes")
+
+    def __init__(self, conn: UpstreamConnection) -> None:
+        self._conn = conn
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+        self._eof = False
+        self._exc: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+        #: Bytes received so far.
+        self.total_bytes = 0
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None:
+            self._waiter = None
+            if not w.done():
+                w.set_result(None)
+
+    def feed(self, data: bytes) -> None:
+        self._chunks.append(data)
+        n = len(data)
+        self._size += n
+        self.total_bytes += n
+        if self._size > UPSTREAM_BODY_HIGH and not self._paused:
+            self._paused = True
+            self._conn.pause_reading()
+        if self._waiter is not None:
+            self._wake()
+
+    def feed_eof(self) -> None:
+        self._eof = True
+        if self._waiter is not None:
+            self._wake()
+
+    def set_exception(self, exc: BaseException) -> None:
+        if not self._eof:
+            self._exc = exc
+        self._wake()
+
+    def exception(self) -> BaseException | None:
+        return self._exc
+
+    def at_eof(self) -> bool:
+        return self._eof and not self._chunks
+
+    def is_eof(self) -> bool:
+        return self._eof
+
+    def read_nowait(self) -> bytes:
+        """Every byte waiting here, at once."""
+        chunks = self._chunks
+        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._taken(len(data))
+        return data
+
+    def _taken(self, n: int) -> None:
+        self._size -= n
+        if self._paused and self._size <= UPSTREAM_BODY_HIGH // 2:
+            self._paused = False
+            self._conn.resume_reading()
+
+    async def readany(self) -> bytes:
+        while not self._chunks:
+            if self._exc is not None:
+                raise self._exc
+            if self._eof:
+                return b""
+            self._waiter = self._conn.loop.create_future()
+            await self._waiter
+        data = self._chunks.popleft()
+        self._taken(len(data))
+        return data
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        while True:
+            chunk = await self.readany()
+            if not chunk:
+                return
+            yield chunk
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One connection to the upstream: requests written by the pool, responses parsed here.
+
+    It keeps a socket object of its own for ``TCP_QUICKACK``: the relay sets it after every read
+    from the upstream (see ``common.quickack``), and through the transport's socket (uvloop's
+    ``PseudoSocket``) each ``setsockopt`` builds a ``socket.socket`` first — about three times
+    the cost of the call itself. A duplicate descriptor made once per connection costs one
     ``dup`` and is closed when the connection is lost.
     """
 
-    qsock: socket.socket | None = None
-    #: Wakes the body writer when the upstream's socket takes writes again (see drain).
-    drain_waiter: asyncio.Future[None] | None = None
-    #: The ``head_only`` its response parser was made for (None: no parser yet). llhttp
-    #: parses one response after another on a kept connection, as aiohttp's own connections
-    #: reuse theirs; a new parser per request (a C object and its settings) is made only when
-    #: a HEAD follows a GET or the reverse.
-    parser_head_only: bool | None = None
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.qsock: socket.socket | None = None
+        #: Wakes the body writer when the upstream's socket takes writes again (see drain).
+        self.drain_waiter: asyncio.Future[None] | None = None
+        self.writing_paused = False
+        #: The upstream said (or did) something after which this connection cannot serve again.
+        self.should_close = False
+        self._parser: httptools.HttpResponseParser | None = None
+        #: The response head the pool waits for (None: none expected).
+        self._waiter: asyncio.Future[UpstreamResponse] | None = None
+        #: The body being received (None between responses).
+        self._body: ReplyBody | None = None
+        self._head_only = False
+        self._until_eof = True
+        self._reason = b""
+        self._raw: list[tuple[bytes, bytes]] = []
+        self._head_size = 0
+
+    # --- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        self.drain_waiter = None
-        self.parser_head_only = None
+        self.transport = transport  # type: ignore[assignment]  # a stream transport
         if _QUICKACK is None:
             return
         raw = transport.get_extra_info("socket")
@@ -159,15 +309,153 @@ class UpstreamConnection(ResponseHandler):
                 self.qsock = socket.socket(fileno=os.dup(raw.fileno()))
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        self.transport = None
+        self.should_close = True
         qsock, self.qsock = self.qsock, None
         if qsock is not None:
             qsock.close()
         self._wake_writer(ConnectionResetError("the upstream connection was lost"))
-        super().connection_lost(exc)
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(
+                aiohttp.ServerDisconnectedError("the upstream closed the connection")
+            )
+        body, self._body = self._body, None
+        if body is not None:
+            if self._until_eof:  # a body without a length or chunks ends with the connection
+                body.feed_eof()
+            else:
+                body.set_exception(
+                    aiohttp.ClientPayloadError(
+                        "the upstream closed the connection before the body's end"
+                    )
+                )
+
+    def data_received(self, data: bytes) -> None:
+        parser = self._parser
+        if parser is None or (self._waiter is None and self._body is None):
+            # Bytes nobody asked for (after a HEAD's answer, or on an idle connection).
+            self._fail(UpstreamProtocolError("the upstream sent bytes outside a response"))
+            return
+        try:
+            parser.feed_data(data)
+            if self._waiter is not None:  # the head is not complete yet: bounded
+                self._head_size += len(data)
+                if self._head_size > UPSTREAM_MAX_HEAD:
+                    raise UpstreamProtocolError("the upstream's response head is over the limit")
+        except httptools.HttpParserUpgrade:
+            # A 101 (switching protocols): its head is delivered; what follows is not HTTP.
+            body = self._body
+            if body is not None:
+                self._body = None
+                body.feed_eof()
+            self.should_close = True
+        except Exception as exc:  # llhttp's refusal, a callback's, or a head too large
+            cause = exc if isinstance(exc, UpstreamProtocolError) else exc.__context__
+            self._fail(
+                cause
+                if isinstance(cause, UpstreamProtocolError)
+                else UpstreamProtocolError(f"the upstream's response is not valid HTTP/1.1 ({exc})")
+            )
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
 
     def resume_writing(self) -> None:
-        super().resume_writing()
+        self.writing_paused = False
         self._wake_writer(None)
+
+    # --- llhttp's callbacks (httptools)
+
+    def on_message_begin(self) -> None:
+        self._reason = b""
+        self._raw = []
+        self._until_eof = True
+
+    def on_status(self, status: bytes) -> None:
+        self._reason += status
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._raw.append((name, value))
+        n = len(name)
+        if n == 14 or n == 17:
+            low = name.lower()
+            if low == b"content-length" or low == b"transfer-encoding":
+                self._until_eof = False
+
+    def on_headers_complete(self) -> None:
+        assert self._parser is not None
+        status = self._parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            return  # an interim answer: the final one follows
+        waiter, self._waiter = self._waiter, None
+        if waiter is None or waiter.done():
+            raise UpstreamProtocolError("the upstream answered a request it was not sent")
+        body = ReplyBody(self)
+        if self._head_only or status == 204 or status == 304:
+            body.feed_eof()  # no body: the connection's fate is known now
+            if not self._parser.should_keep_alive():
+                self.should_close = True
+            if self._head_only:
+                # llhttp would wait for the body the length announces: a new parser next time.
+                self._parser = None
+        else:
+            self._body = body
+        reason = self._reason.decode("latin-1") if self._reason else ""
+        waiter.set_result(UpstreamResponse(self, status, reason, self._raw, body))
+
+    def on_body(self, data: bytes) -> None:
+        body = self._body
+        if body is not None:
+            body.feed(data)
+
+    def on_message_complete(self) -> None:
+        body = self._body
+        if body is None:
+            return  # an interim answer's end, or a HEAD's
+        self._body = None
+        assert self._parser is not None
+        if not self._parser.should_keep_alive():
+            self.should_close = True
+        body.feed_eof()
+
+    # --- the pool's side
+
+    def expect(self, head_only: bool) -> asyncio.Future[UpstreamResponse]:
+        """Wait for the response to the request about to be written."""
+        if self._parser is None:
+            self._parser = httptools.HttpResponseParser(self)
+        self._head_only = head_only
+        self._head_size = 0
+        waiter = self._waiter = self.loop.create_future()
+        return waiter
+
+    def is_connected(self) -> bool:
+        transport = self.transport
+        return transport is not None and not transport.is_closing()
+
+    def close(self) -> None:
+        transport = self.transport
+        if transport is not None:
+            transport.close()
+
+    def pause_reading(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None:
+            self.transport.resume_reading()
+
+    def _fail(self, exc: UpstreamProtocolError) -> None:
+        self.should_close = True
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+        body, self._body = self._body, None
+        if body is not None:
+            body.set_exception(exc)
+        self.close()
 
     def _wake_writer(self, exc: BaseException | None) -> None:
         waiter, self.drain_waiter = self.drain_waiter, None
@@ -185,16 +473,8 @@ class UpstreamConnection(ResponseHandler):
             return
         waiter = self.drain_waiter
         if waiter is None:
-            waiter = self.drain_waiter = asyncio.get_running_loop().create_future()
+            waiter = self.drain_waiter = self.loop.create_future()
         await waiter
-
-
-class UpstreamConnectError(OSError):
-    """The upstream could not be connected to (refused, unreachable, DNS, TLS)."""
-
-
-class UpstreamConnectTimeout(TimeoutError):
-    """Connecting to the upstream took longer than the connect timeout."""
 
 
 class UpstreamResponse:
@@ -202,35 +482,44 @@ class UpstreamResponse:
 
     __slots__ = (
         "_done",
-        "_pool",
+        "_headers",
         "_proto",
-        "_writer",
         "content",
-        "headers",
+        "pool",
         "raw_headers",
         "reason",
         "sock",
         "status",
+        "writer",
     )
 
     def __init__(
         self,
-        pool: UpstreamPool,
         proto: UpstreamConnection,
-        msg: Any,
-        payload: StreamReader,
-        writer: asyncio.Task[None] | None,
+        status: int,
+        reason: str,
+        raw_headers: list[tuple[bytes, bytes]],
+        body: ReplyBody,
     ) -> None:
-        self._pool = pool
         self._proto = proto
-        self._writer = writer
         self._done = False
-        self.status: int = msg.code
-        self.reason: str = msg.reason
-        self.headers: CIMultiDictProxy[str] = msg.headers
-        self.raw_headers: tuple[tuple[bytes, bytes], ...] = msg.raw_headers
-        self.content = payload
+        self._headers: ReplyHeaders | None = None
+        self.status = status
+        self.reason = reason
+        self.raw_headers = raw_headers
+        self.content = body
         self.sock: socket.socket | None = proto.qsock
+        #: Set by the pool: where a released connection goes, and the task writing a streamed
+        #: request body (ended with the response).
+        self.pool: UpstreamPool | None = None
+        self.writer: asyncio.Task[None] | None = None
+
+    @property
+    def headers(self) -> ReplyHeaders:
+        h = self._headers
+        if h is None:
+            h = self._headers = ReplyHeaders(self.raw_headers)
+        return h
 
     @property
     def content_length(self) -> int | None:
@@ -251,10 +540,10 @@ class UpstreamResponse:
 
     async def read(self) -> bytes:
         content = self.content
-        if content.is_eof() and not content.exception():
+        if content.is_eof() and content.exception() is None:
             return content.read_nowait()  # all of it is here: no async iteration
         parts = []
-        async for chunk in self.content.iter_any():
+        async for chunk in content.iter_any():
             parts.append(chunk)
         return b"".join(parts)
 
@@ -263,9 +552,9 @@ class UpstreamResponse:
         if self._done:
             return
         self._done = True
-        writer_busy = self._writer is not None and not self._writer.done()
-        if self.content.is_eof() and not writer_busy:
-            self._pool.put_back(self._proto)
+        writer = self.writer
+        if self.content.is_eof() and (writer is None or writer.done()) and self.pool is not None:
+            self.pool.put_back(self._proto)
         else:
             self._abandon()
 
@@ -277,8 +566,8 @@ class UpstreamResponse:
         self._abandon()
 
     def _abandon(self) -> None:
-        if self._writer is not None and not self._writer.done():
-            self._writer.cancel()
+        if self.writer is not None and not self.writer.done():
+            self.writer.cancel()
         self._proto.close()
 
 
@@ -293,7 +582,6 @@ class UpstreamPool:
         tls: bool,
         connect_timeout: float = 10.0,
         keepalive: float = 4.0,
-        max_field_size: int = 64 * 1024,
         max_idle: int | None = None,
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
@@ -309,7 +597,6 @@ class UpstreamPool:
             self.ssl = ssl_context if ssl_context is not None else ssl.create_default_context()
         self.connect_timeout = connect_timeout
         self.keepalive = keepalive
-        self.max_field_size = max_field_size
         self.max_idle = max_idle
         #: Idle connections, oldest first, with the monotonic time each went idle.
         self._idle: list[tuple[UpstreamConnection, float]] = []
@@ -391,21 +678,12 @@ class UpstreamPool:
         must not delay the request (the forward proxy's recording) goes there.
         """
         proto = self._take_idle()
-        if proto is None:  # (a ResponseHandler is a queue: an idle one is falsy)
+        if proto is None:
             proto = await self._connect()
-        if proto.parser_head_only is not head_only:
-            proto.set_response_params(
-                skip_payload=head_only,
-                read_until_eof=True,
-                auto_decompress=False,
-                read_bufsize=1 << 16,
-                max_line_size=self.max_field_size,
-                max_field_size=self.max_field_size,
-            )
-            proto.parser_head_only = head_only
         transport = proto.transport
         if transport is None:
             raise UpstreamConnectError("the upstream connection closed before the request")
+        answer = proto.expect(head_only)
         writer: asyncio.Task[None] | None = None
         if body is None or isinstance(body, bytes):
             transport.write(head + body if body else head)
@@ -415,15 +693,15 @@ class UpstreamPool:
         if on_sent is not None:
             on_sent()
         try:
-            msg, payload = await proto.read()
-            while msg.code in _INTERIM and msg.code != 101:
-                msg, payload = await proto.read()
+            resp = await answer
         except BaseException:
             if writer is not None:
                 writer.cancel()
             proto.close()
             raise
-        return UpstreamResponse(self, proto, msg, payload, writer)
+        resp.pool = self
+        resp.writer = writer
+        return resp
 
     @staticmethod
     async def _write_body(
