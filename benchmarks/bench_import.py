@@ -8,7 +8,9 @@ the run (start-up included).
 
 Targets (issue #22): peak RSS ≤ 150 MB at 1M frames; ≥ 150,000 frames/s. Not a test: these
 machines are shared, so the wall clock counts the neighbours too; the CPU time of the child
-(user + system) is printed beside it.
+(user + system) is printed beside it. The import reads the file in a process of its own
+(``recording/import_reader.py``), which it waits for: ``wait4``'s figures count it too (the CPU
+of both; the peak RSS of the larger).
 
     uv run python benchmarks/bench_import.py [FRAMES]      # default 1,000,000
 """
@@ -103,6 +105,9 @@ def run_import(path: Path, db: Path, *extra: str) -> tuple[int, float, float, in
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return
     frames = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
     with tempfile.TemporaryDirectory(prefix="bench-import-") as tmp:
         path = Path(tmp) / "big.mcptape.jsonl"

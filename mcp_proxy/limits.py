@@ -311,6 +311,11 @@ IMPORT_DEFER_INDEXES = 20_000
 #: Method name → code entries an import caches; past it the cache starts over (a file whose every
 #: frame has its own method costs a lookup per page, not memory per method).
 IMPORT_METHOD_CACHE = 10_000
+#: Bytes of pickled frame rows the pipe from an import's reader process to its writer holds
+#: (``recording/import_reader.py``; Linux sets it, elsewhere the system's default, smaller). The
+#: reader sends a page (``IMPORT_PAGE`` rows) at a time and waits while the pipe is full: it runs
+#: at most a page and a pipe ahead of the writer, whatever the file's size.
+IMPORT_PIPE_BYTES = 1 << 20
 #: Frame shapes (direction, channel, kind, method) whose decoded names (``store.stream.Shapes``)
 #: or printed pieces (``render.FrameRenderer``) one reader keeps; past it the cache starts over
 #: (a session whose every frame has its own method costs building them again, not memory).

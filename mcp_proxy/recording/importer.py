@@ -1,8 +1,9 @@
 """``mcptape import``: a recording file into the database, streamed, in one transaction.
 
-A JSON Lines file is read a block at a time (:func:`~mcp_proxy.recording.jsonl_read.stream_rows`);
-each session's frames are handed over a page at a time (``IMPORT_PAGE`` rows), redacted as
-``record`` redacts and written straight into ``frame_rows``
+A file is read by a child process (:class:`~mcp_proxy.recording.import_reader.ReaderProcess`),
+a JSON Lines file a block at a time (:func:`~mcp_proxy.recording.jsonl_read.stream_rows`); each
+session's frames are handed over a page at a time (``IMPORT_PAGE`` rows), redacted as ``record``
+redacts (:func:`redact_page`) and written here, straight into ``frame_rows``
 (:class:`~mcp_proxy.store.recordings.ImportWriter`). Memory is a block of the file and a page
 of rows, whatever the file's size: the file is never read whole, no frame becomes a dict, and
 nothing is kept per frame (the map from a file's frame numbers to the new ones is a range while
@@ -10,8 +11,8 @@ they are 1, 2, …; only a file with gaps in its numbers costs 8 bytes a frame f
 
 Everything goes in one transaction: a bad line anywhere in the file (a value out of range, a
 truncated end) leaves the database as it was. Other formats (HAR) are read whole as row tuples
-(the format's ``read_rows``) and written by the same writer; :func:`import_recording` takes a
-model built in memory the same way.
+(the format's ``read_rows``), in the child too, and written by the same writer;
+:func:`import_recording` takes a model built in memory to the same writer in-process.
 """
 
 from __future__ import annotations
@@ -43,7 +44,14 @@ if TYPE_CHECKING:
     from mcp_proxy.redact import Redactor
     from mcp_proxy.store.recordings import ImportWriter
 
-__all__ = ["IMPORT_PAGE", "ImportResult", "import_file", "import_recording", "import_redactor"]
+__all__ = [
+    "IMPORT_PAGE",
+    "ImportResult",
+    "import_file",
+    "import_recording",
+    "import_redactor",
+    "redact_page",
+]
 
 #: A session's frames as row tuples (``mcp_proxy.store.columns.FRAME_COLUMNS`` order).
 type Rows = list[tuple[Any, ...]]
@@ -151,10 +159,10 @@ class _Importer:
             s.exchanges.clear()
         return done
 
-    def page(self, s: SessionRecording, rows: Rows) -> None:
-        """Write a page of a session's frames (``rows`` is the importer's from now on)."""
+    def page(self, s: SessionRecording, rows: Rows, marked: set[int]) -> None:
+        """Write a page of a session's frames (``rows`` is the importer's from now on), redacted
+        by :func:`redact_page` (``marked``: the rows it changed)."""
         done = self._open(s)
-        marked = _redact_page(rows, self.redactor)
         self.writer.frames(done.key, done.count, rows, marked, done.exchange_ids)
         done.took(rows)
         if self.progress is not None:
@@ -180,7 +188,7 @@ class _Importer:
         return ImportResult(created, sum(counts), counts)
 
 
-def _redact_page(rows: Rows, redactor: Redactor) -> set[int]:
+def redact_page(rows: Rows, redactor: Redactor) -> set[int]:
     """Redact a page of rows in place; the positions of the rows redacted.
 
     The file's bytes go in as they are unless the policy hides a secret in them, as ``record``
@@ -312,10 +320,12 @@ def _import_rows(
     from mcp_proxy.store.recordings import RecordingStore
 
     with RecordingStore(db_url, write=True) as rs, rs.import_writer() as writer:
-        importer = _Importer(writer, _policy(redactor), progress, extra_meta)
+        policy = _policy(redactor)
+        importer = _Importer(writer, policy, progress, extra_meta)
         for s, frames in zip(recording.sessions, rows, strict=True):
-            for page in batched(frames, IMPORT_PAGE):
-                importer.page(s, list(page))
+            for part in batched(frames, IMPORT_PAGE):
+                page = list(part)
+                importer.page(s, page, redact_page(page, policy))
         result = importer.finish(recording)
         writer.commit()
     return result
@@ -334,30 +344,32 @@ def import_file(
     """``mcptape import FILE``: read it in whatever format it is and import it, in one
     transaction. The returned recording holds the sessions without their frames.
 
-    A JSON Lines file streams into the database a page at a time (:func:`stream_rows`); other
-    formats are read into the model first (:func:`import_recording`). ``read_bytes`` is told
-    of the file's bytes as they are read (``read_progress`` counts frames).
+    The file is read by a child process (:class:`~mcp_proxy.recording.import_reader.ReaderProcess`:
+    JSON Lines streams, another format is read whole as rows) that hands the pages of rows over
+    while this process writes the ones before: reading and writing on two cores. ``read_bytes``
+    is told of the file's bytes as they are read (``read_progress`` counts frames).
     """
-    from mcp_proxy.recording.jsonl_read import read_head, stream_rows
-    from mcp_proxy.recording.model import read_bytes as read_file_bytes
+    from mcp_proxy.recording.import_reader import ReaderProcess
+    from mcp_proxy.recording.jsonl_read import read_head
     from mcp_proxy.recording.registry import detect, get_format
     from mcp_proxy.store.recordings import RecordingStore
 
     chosen = get_format(fmt) if fmt is not None else detect(path, read_head(path, 4096))
-    if chosen is not None and chosen.name != "jsonl":
-        read_rows = chosen.need_rows_reader()
-        data = read_file_bytes(path)
-        if read_bytes is not None:
-            read_bytes(len(data))
-        recording, rows = read_rows(data, str(path), read_progress)
-        del data
-        result = _import_rows(recording, rows, db_url, None, progress, redactor)
-        return recording, result
-    with RecordingStore(db_url, write=True) as rs, rs.import_writer() as writer:
-        importer = _Importer(writer, _policy(redactor), progress, None)
-        recording = stream_rows(
-            path, importer.page, IMPORT_PAGE, read_progress, read_bytes=read_bytes
-        )
+    name = "jsonl" if chosen is None else chosen.name
+    if name != "jsonl":
+        assert chosen is not None
+        chosen.need_rows_reader()  # a format it cannot import: said before anything starts
+    policy = _policy(redactor)
+    reader = ReaderProcess(
+        str(path), name, IMPORT_PAGE, policy, read_progress=read_progress, read_bytes=read_bytes
+    )
+    # The child first, so that it reads while the store is opened (and migrated).
+    with reader, RecordingStore(db_url, write=True) as rs, rs.import_writer() as writer:
+        importer = _Importer(writer, policy, progress, None)
+        for s, rows, marked in reader.pages():
+            importer.page(s, rows, marked)
+        recording = reader.recording
+        assert recording is not None
         result = importer.finish(recording)
         writer.commit()
     return recording, result
