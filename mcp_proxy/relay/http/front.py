@@ -36,6 +36,7 @@ import httptools
 from multidict import CIMultiDict
 
 from mcp_proxy.limits import (
+    BODY_HIGH,
     KEEPALIVE_IDLE,
     LINGER,
     MAX_FIELD,
@@ -45,7 +46,8 @@ from mcp_proxy.limits import (
     REFUSED_LINGER,
 )
 from mcp_proxy.relay.http.admission import FULL_RESPONSE, Admission
-from mcp_proxy.relay.http.host_request import Body, Headers
+from mcp_proxy.relay.http.chunks import Chunks
+from mcp_proxy.relay.http.host_request import Headers
 
 __all__ = [
     "FrontRequest",
@@ -122,7 +124,7 @@ class FrontRequest:
         self.content_type = content_type
         self.content_encoding = content_encoding
         self.body_exists = chunked or bool(content_length)
-        self.content = Body(conn)
+        self.content = Chunks(conn, BODY_HIGH)
         if not self.body_exists:
             self.content.feed_eof()
         self.keep_alive = keep_alive

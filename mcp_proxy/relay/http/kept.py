@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from mcp_proxy.limits import MAX_RECORDED_BODY, REQUEST_DRAIN
-from mcp_proxy.relay.http.host_request import Body
+from mcp_proxy.relay.http.chunks import Chunks
 
 __all__ = ["Kept", "drain", "streamed"]
 
@@ -57,7 +57,7 @@ class Kept:
         return self.size > self.kept
 
 
-async def streamed(content: Body, kept: Kept, went: Callable[[], None]) -> AsyncIterator[bytes]:
+async def streamed(content: Chunks, kept: Kept, went: Callable[[], None]) -> AsyncIterator[bytes]:
     """The host's body for the upstream's body writer, each chunk kept before it is handed
     on (see the module doc); ``went`` once the last chunk went."""
     async for chunk in content.iter_any():
@@ -66,7 +66,7 @@ async def streamed(content: Body, kept: Kept, went: Callable[[], None]) -> Async
     went()
 
 
-async def drain(content: Body, kept: Kept) -> None:
+async def drain(content: Chunks, kept: Kept) -> None:
     """Read what the host still sends (``REQUEST_DRAIN`` s at most), keeping the capped copy."""
     if content.at_eof():
         return

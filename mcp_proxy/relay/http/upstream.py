@@ -40,7 +40,6 @@ import os
 import socket
 import ssl
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
@@ -48,6 +47,7 @@ import aiohttp
 import httptools
 
 from mcp_proxy.limits import UPSTREAM_BODY_HIGH, UPSTREAM_MAX_HEAD
+from mcp_proxy.relay.http.chunks import Chunks
 
 __all__ = [
     "Upstream",
@@ -177,96 +177,6 @@ class ReplyHeaders:
         return value.decode("utf-8", "surrogateescape")
 
 
-class ReplyBody:
-    """A response body as it arrives: the chunks llhttp gave, its end or what broke it.
-
-    Reading from the upstream pauses while more than :data:`~mcp_proxy.limits.UPSTREAM_BODY_HIGH`
-    bytes wait here, and resumes when half of that is taken."""
-
-    __slots__ = ("_chunks", "_conn", "_eof", "_exc", "_paused", "_size", "_waiter", "total_bytes")
-
-    def __init__(self, conn: UpstreamConnection) -> None:
-        self._conn = conn
-        self._chunks: deque[bytes] = deque()
-        self._size = 0
-        self._eof = False
-        self._exc: BaseException | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self._paused = False
-        #: Bytes received so far.
-        self.total_bytes = 0
-
-    def _wake(self) -> None:
-        w = self._waiter
-        if w is not None:
-            self._waiter = None
-            if not w.done():
-                w.set_result(None)
-
-    def feed(self, data: bytes) -> None:
-        self._chunks.append(data)
-        n = len(data)
-        self._size += n
-        self.total_bytes += n
-        if self._size > UPSTREAM_BODY_HIGH and not self._paused:
-            self._paused = True
-            self._conn.pause_reading()
-        if self._waiter is not None:
-            self._wake()
-
-    def feed_eof(self) -> None:
-        self._eof = True
-        if self._waiter is not None:
-            self._wake()
-
-    def set_exception(self, exc: BaseException) -> None:
-        if not self._eof:
-            self._exc = exc
-        self._wake()
-
-    def exception(self) -> BaseException | None:
-        return self._exc
-
-    def at_eof(self) -> bool:
-        return self._eof and not self._chunks
-
-    def is_eof(self) -> bool:
-        return self._eof
-
-    def read_nowait(self) -> bytes:
-        """Every byte waiting here, at once."""
-        chunks = self._chunks
-        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
-        chunks.clear()
-        self._taken(len(data))
-        return data
-
-    def _taken(self, n: int) -> None:
-        self._size -= n
-        if self._paused and self._size <= UPSTREAM_BODY_HIGH // 2:
-            self._paused = False
-            self._conn.resume_reading()
-
-    async def readany(self) -> bytes:
-        while not self._chunks:
-            if self._exc is not None:
-                raise self._exc
-            if self._eof:
-                return b""
-            self._waiter = self._conn.loop.create_future()
-            await self._waiter
-        data = self._chunks.popleft()
-        self._taken(len(data))
-        return data
-
-    async def iter_any(self) -> AsyncIterator[bytes]:
-        while True:
-            chunk = await self.readany()
-            if not chunk:
-                return
-            yield chunk
-
-
 class UpstreamConnection(asyncio.Protocol):
     """One connection to the upstream: requests written by the pool, responses parsed here.
 
@@ -290,7 +200,7 @@ class UpstreamConnection(asyncio.Protocol):
         #: The response head the pool waits for (None: none expected).
         self._waiter: asyncio.Future[UpstreamResponse] | None = None
         #: The body being received (None between responses).
-        self._body: ReplyBody | None = None
+        self._body: Chunks | None = None
         self._head_only = False
         self._until_eof = True
         self._reason = b""
@@ -391,7 +301,7 @@ class UpstreamConnection(asyncio.Protocol):
         waiter, self._waiter = self._waiter, None
         if waiter is None or waiter.done():
             raise UpstreamProtocolError("the upstream answered a request it was not sent")
-        body = ReplyBody(self)
+        body = Chunks(self, UPSTREAM_BODY_HIGH)
         if self._head_only or status == 204 or status == 304:
             body.feed_eof()  # no body: the connection's fate is known now
             if not self._parser.should_keep_alive():
@@ -439,11 +349,11 @@ class UpstreamConnection(asyncio.Protocol):
         if transport is not None:
             transport.close()
 
-    def pause_reading(self) -> None:
+    def pause_body(self) -> None:
         if self.transport is not None:
             self.transport.pause_reading()
 
-    def resume_reading(self) -> None:
+    def resume_body(self) -> None:
         if self.transport is not None:
             self.transport.resume_reading()
 
@@ -499,7 +409,7 @@ class UpstreamResponse:
         status: int,
         reason: str,
         raw_headers: list[tuple[bytes, bytes]],
-        body: ReplyBody,
+        body: Chunks,
     ) -> None:
         self._proto = proto
         self._done = False
