@@ -22,10 +22,10 @@ from typing import Any
 from mcp_proxy.forward.exchange import KIND_MAYBE, KIND_MCP, ResponseHead, TapeExchange
 from mcp_proxy.framing import SSEEvent
 from mcp_proxy.relay.http.forward import RequestHead as WireHead
-from mcp_proxy.relay.http.forward import with_content_length
-from mcp_proxy.relay.http.front import FrontRequest, RelayResponse, plain_response
-from mcp_proxy.relay.http.hooks import ENDS, Act, Hooks, Verdict, carried
+from mcp_proxy.relay.http.front import FrontRequest, RelayResponse
+from mcp_proxy.relay.http.hooks import Hooks, Verdict
 from mcp_proxy.relay.http.kept import Kept
+from mcp_proxy.relay.http.response import decide_request
 
 __all__ = ["Copy", "TapeSide", "Taping", "Verdicts", "answer", "guarded", "reset_host"]
 
@@ -92,26 +92,26 @@ class Verdicts:
     async def decide_request(
         self, req: FrontRequest, ex: TapeExchange, head: WireHead, body: bytes
     ) -> RelayResponse | tuple[WireHead, bytes]:
-        """The hooks' verdict on a request body before it goes upstream, carried out."""
+        """The hooks' verdict on a request body before it goes upstream, carried out by the
+        reverse relay's own decision (:func:`~mcp_proxy.relay.http.response.decide_request`)."""
+        taping = self.taping
         try:
-            v = await self.hooks.request_body(ex, head.head, body)
-            if v.act is Act.ANSWER:
-                return answer(self.taping, ex, v)
-            if v.act in ENDS:
-                return self.reset(req, ex, v.why)
-            out = await carried(v, body, withhold=True)  # a drop: until the host gives up
+            decided = await decide_request(
+                self.hooks,
+                ex,
+                head,
+                body,
+                lambda v: answer(taping, ex, v),
+                lambda why: reset_host(req, taping, ex, why),
+            )
         except asyncio.CancelledError:
-            self.taping.error(ex, "Client disconnected.")
+            taping.error(ex, "Client disconnected.")
             raise
+        if isinstance(decided, RelayResponse):
+            return decided
+        head, out = decided
         assert out is not None
-        if out is not body:
-            head = with_content_length(head, len(body), len(out))
         return head, out
-
-    def reset(self, req: FrontRequest, ex: TapeExchange, where: str) -> RelayResponse:
-        """A hook resets the host's connection: it sees the peer go away."""
-        reset_host(req, self.taping, ex, where)
-        return plain_response(500)
 
 
 def answer(taping: Taping, ex: TapeExchange, v: Verdict) -> RelayResponse:

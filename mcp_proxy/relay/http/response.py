@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -38,6 +39,7 @@ from mcp_proxy.headers import end_to_end
 from mcp_proxy.limits import SMALL_RESPONSE
 from mcp_proxy.relay.http.common import decode_header, default_reason, quickack, quickack_socket
 from mcp_proxy.relay.http.exchange import Exchange, ExchangeContext
+from mcp_proxy.relay.http.forward import RequestHead, with_content_length
 from mcp_proxy.relay.http.front import FrontRequest, RelayResponse, plain_response
 from mcp_proxy.relay.http.hooks import ENDS, Act, HookExchange, Hooks, Verdict, carried
 from mcp_proxy.relay.http.response_record import (
@@ -52,7 +54,14 @@ from mcp_proxy.relay.http.upstream import UpstreamReply
 if TYPE_CHECKING:
     from mcp_proxy.relay.http.stream import StreamPath
 
-__all__ = ["RelayState", "RelayWhole", "ResponsePath", "WholeSide", "decide_message"]
+__all__ = [
+    "RelayState",
+    "RelayWhole",
+    "ResponsePath",
+    "WholeSide",
+    "decide_message",
+    "decide_request",
+]
 
 
 @dataclass(slots=True)
@@ -338,6 +347,36 @@ async def decide_message(
     if len(out) != len(body):
         sresp.set_header("Content-Length", str(len(out)))
     return out
+
+
+async def decide_request(
+    hooks: Hooks,
+    ex: HookExchange,
+    rh: RequestHead,
+    body: bytes | None,
+    answer_it: Callable[[Verdict], RelayResponse],
+    reset_it: Callable[[str], object],
+) -> RelayResponse | tuple[RequestHead, bytes | None]:
+    """The hooks' verdict on a request before it goes upstream — the one request decision of
+    both front ends, carried out: the head and the bytes to send (``body`` itself when
+    unchanged; a replacement with the head's ``Content-Length`` made to fit; None for a
+    streamed body, which a hook can only delay or drop), or the response the host gets
+    instead (``answer_it``: a hook answers; after ``reset_it``, one nothing reaches). A drop
+    waits here until the host gives up (cancelled)."""
+    v = await hooks.request_body(ex, rh.head, body or b"")
+    if v.act is Act.ANSWER:
+        return answer_it(v)
+    if v.act in ENDS:
+        reset_it(v.why)
+        return plain_response(500)
+    if body is None:
+        await carried(v, b"", withhold=True)  # a streamed body: delayed or dropped only
+        return rh, None
+    out = await carried(v, body, withhold=True)
+    assert out is not None
+    if out is not body:
+        rh = with_content_length(rh, len(body), len(out))
+    return rh, out
 
 
 @dataclass(slots=True)

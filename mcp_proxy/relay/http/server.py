@@ -26,7 +26,7 @@ from mcp_proxy.errors import UserError
 from mcp_proxy.limits import SHUTDOWN_GRACE, SMALL_BODY
 from mcp_proxy.relay.http.common import HostCheck, RecorderLike, RelayConfig, Target, decode_header
 from mcp_proxy.relay.http.exchange import Exchange, ExchangeContext
-from mcp_proxy.relay.http.forward import RequestHead, build_request_head, with_content_length
+from mcp_proxy.relay.http.forward import RequestHead, build_request_head
 from mcp_proxy.relay.http.front import (
     BadRequest,
     FrontRequest,
@@ -34,9 +34,15 @@ from mcp_proxy.relay.http.front import (
     RelayResponse,
     plain_response,
 )
-from mcp_proxy.relay.http.hooks import ENDS, Act, Hooks, carried
+from mcp_proxy.relay.http.hooks import Hooks
 from mcp_proxy.relay.http.request_side import BodyAborted, RequestBody, read_small_body
-from mcp_proxy.relay.http.response import RelayState, ResponsePath, answer, reset_host
+from mcp_proxy.relay.http.response import (
+    RelayState,
+    ResponsePath,
+    answer,
+    decide_request,
+    reset_host,
+)
 from mcp_proxy.relay.http.response_record import finish_body, synthetic
 from mcp_proxy.relay.http.sessions import (
     RULE_LEGACY_SSE,
@@ -260,19 +266,19 @@ class HTTPRelay:
         hooks: Hooks,
     ) -> RelayResponse:
         """The hooks' verdict on the request, carried out; then the one path."""
-        v = await hooks.request_body(ex, rh.head, body or b"")
-        if v.act is Act.ANSWER:
-            return answer(ex, v, late=False)
-        if v.act in ENDS:
-            return reset_host(request, ex, v.why)
-        if body is not None:  # a drop waits here until the host gives up (cancelled)
-            out = await carried(v, body, withhold=True)
-            assert out is not None
-            if out is not body:
-                data = out
-                rh = with_content_length(rh, len(body), len(out))
-        else:
-            await carried(v, b"", withhold=True)  # a streamed body: delayed or dropped only
+        decided = await decide_request(
+            hooks,
+            ex,
+            rh,
+            body,
+            lambda v: answer(ex, v, late=False),
+            lambda why: reset_host(request, ex, why),
+        )
+        if isinstance(decided, RelayResponse):
+            return decided
+        rh, out = decided
+        if out is not None:
+            data = out
         return await self._relay(request, ex, rh, data, request.method)
 
     def _place_by_request(self, ex: Exchange, rh: RequestHead, path: str, query: str) -> None:
