@@ -320,6 +320,16 @@ IMPORT_PIPE_BYTES = 1 << 20
 #: or printed pieces (``render.FrameRenderer``) one reader keeps; past it the cache starts over
 #: (a session whose every frame has its own method costs building them again, not memory).
 SHAPE_CACHE = 4096
+
+#: Seconds whose printed clock (``HH:MM:SS``) ``show`` keeps (``render._clock_base``): a
+#: session's frames come in time order, so a few are in use at once; past it the cache starts
+#: over (a session spanning more seconds than this formats each second again, no more memory).
+CLOCK_CACHE = 4096
+
+#: Frame sizes whose printed text (`` (1.2 KiB)``) ``show`` keeps: most frames of a session
+#: share a few hundred sizes; past it the cache starts over (a peer's sizes are its own, so
+#: they are never trusted to be few).
+SIZE_TEXT_CACHE = 65536
 #: The latest time an imported recording may give (seconds since the epoch; 9999-12-31): the
 #: dashboard, ``sessions`` and ``show`` turn times into dates, which end there.
 IMPORT_TIME_MAX = 253_402_300_799.0

@@ -29,7 +29,7 @@ from mcp_proxy.frames import (
     strip_line_end,
     text_or_none,
 )
-from mcp_proxy.limits import PRETTY_DEPTH, SHAPE_CACHE
+from mcp_proxy.limits import CLOCK_CACHE, PRETTY_DEPTH, SHAPE_CACHE, SIZE_TEXT_CACHE
 from mcp_proxy.store.liveness import duration, session_status
 
 ARROWS = {"c2s": "→", "s2c": "←"}
@@ -338,7 +338,7 @@ def _clock_base(ts: float) -> bytes:
     second = int(ts)
     base = _clock_cache.get(second)
     if base is None:
-        if len(_clock_cache) > 4096:
+        if len(_clock_cache) >= CLOCK_CACHE:
             _clock_cache.clear()
         base = _clock_cache[second] = time.strftime("%H:%M:%S", time.localtime(ts)).encode()
     return base
@@ -471,7 +471,7 @@ _sizes: dict[int, bytes] = {}
 def _size_text(size: int) -> bytes:
     text = _sizes.get(size)
     if text is None:
-        if len(_sizes) > 65536:
+        if len(_sizes) >= SIZE_TEXT_CACHE:
             _sizes.clear()
         text = _sizes[size] = f" ({human_size(int(size))})".encode()
     return text
