@@ -225,33 +225,43 @@ def test_show_text_prints_the_same_text_to_a_stdout_of_another_encoding(
     assert text.index("\n#1 ") < text.index("→") < text.index("indings")
 
 
+def stored_session(
+    db: Path, name: str, frames: list[tuple[str, str, str | None, str, bytes]]
+) -> None:
+    """A stdio session written straight into a new database, each frame as stored:
+    ``(direction, kind, method, msg_id, raw)`` — whatever a store may hold, recorder or not."""
+    import sqlite3
+
+    from mcp_proxy.store.engine import ensure_schema
+
+    ensure_schema(f"sqlite:///{db}")
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "INSERT INTO sessions (id, name, transport, status, started_at, frame_count, gap_count)"
+        " VALUES ('s1', ?, 'stdio', 'ended', 1796058497.25, ?, 0)",
+        (name, len(frames)),
+    )
+    for seq, (direction, kind, method, msg_id, raw) in enumerate(frames, 1):
+        partial = 0 if raw.endswith(b"}\n") else 1
+        conn.execute(
+            "INSERT INTO frames (session_id, seq, ts, mono_ns, direction, channel, kind, method,"
+            " msg_id, size, complete, partial_parse, raw) VALUES ('s1', ?, ?, 0, ?, 'stdio',"
+            " ?, ?, ?, ?, 1, ?, ?)",
+            (seq, 1796058497.25 + seq, direction, kind, method, msg_id, len(raw), partial, raw),
+        )
+    conn.commit()
+    conn.close()
+
+
 def test_show_json_prints_an_id_holding_a_lone_surrogate_as_its_json_escape(
     tmp_path: Path,
 ) -> None:
     """An id stored as the JSON text ``"\\ud800"`` (what a peer sent) reads back as a lone
     surrogate, which UTF-8 cannot encode: the JSON lines, now bytes to the pipe, write it as the
     escape it came from (as stdout's error handler did for text), and it reads back the same."""
-    import sqlite3
-
-    from mcp_proxy.store.engine import ensure_schema
-
     db = tmp_path / "surrogate.db"
-    ensure_schema(f"sqlite:///{db}")
-    conn = sqlite3.connect(db)
-    conn.execute(
-        "INSERT INTO sessions (id, name, transport, status, started_at, frame_count, gap_count)"
-        " VALUES ('s1', 'lone', 'stdio', 'ended', 1796058497.25, 2, 0)"
-    )
     raw = b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}\n'
-    for seq in (1, 2):
-        conn.execute(
-            "INSERT INTO frames (session_id, seq, ts, mono_ns, direction, channel, kind, method,"
-            " msg_id, size, complete, partial_parse, raw) VALUES ('s1', ?, ?, 0, 'c2s', 'stdio',"
-            " 'request', 'ping', ?, ?, 1, 0, ?)",
-            (seq, 1796058497.25 + seq, '"\\ud800"', len(raw), raw),
-        )
-    conn.commit()
-    conn.close()
+    stored_session(db, "lone", [("c2s", "request", "ping", '"\\ud800"', raw)] * 2)
     done = run("show", "lone", "--db", str(db), "--format", "json")
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-1500:]
     lines = done.stdout.splitlines()
@@ -263,36 +273,12 @@ def test_show_x_json_with_a_stored_id_that_is_not_json(tmp_path: Path) -> None:
     """``show -x --format json`` died of a traceback when a frame's stored ``msg_id`` was not
     JSON text (a store that cut or mangled it; ``show`` alone prints it as text): the exchange's
     id prints as the text stored."""
-    import sqlite3
-
-    from mcp_proxy.store.engine import ensure_schema
-
     db = tmp_path / "mangled.db"
-    ensure_schema(f"sqlite:///{db}")
-    conn = sqlite3.connect(db)
-    conn.execute(
-        "INSERT INTO sessions (id, name, transport, status, started_at, frame_count, gap_count)"
-        " VALUES ('s1', 'mangled', 'stdio', 'ended', 1796058497.25, 2, 0)"
+    cut = b'{"jsonrpc":"2.0","id":"ab\n'
+    stored_session(
+        db,
+        "mangled",
+        [("c2s", "request", "ping", '"ab', cut), ("s2c", "response", None, '"ab', cut)],
     )
-    for seq, direction, kind, raw in (
-        (1, "c2s", "request", b'{"jsonrpc":"2.0","id":"ab\n'),
-        (2, "s2c", "response", b'{"jsonrpc":"2.0","id":"ab\n'),
-    ):
-        conn.execute(
-            "INSERT INTO frames (session_id, seq, ts, mono_ns, direction, channel, kind, method,"
-            " msg_id, size, complete, partial_parse, raw) VALUES ('s1', ?, ?, 0, ?, 'stdio',"
-            " ?, ?, '\"ab', ?, 1, 1, ?)",
-            (
-                seq,
-                1796058497.25 + seq,
-                direction,
-                kind,
-                "ping" if seq == 1 else None,
-                len(raw),
-                raw,
-            ),
-        )
-    conn.commit()
-    conn.close()
     done = run("show", "mangled", "-x", "--db", str(db), "--format", "json")
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-1500:]
