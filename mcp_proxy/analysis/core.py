@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +24,7 @@ from mcp_proxy.analysis.oauth import OAuth
 from mcp_proxy.analysis.taxonomy import Taxonomy, classify_error
 from mcp_proxy.analysis.transport import Transport
 from mcp_proxy.analysis.version import ANALYZER_VERSION
+from mcp_proxy.osutil import gc_paused
 
 __all__ = [
     "CATALOGUE",
@@ -103,7 +101,7 @@ def analyze(
     it ended) and ``http_exchanges`` its http_exchanges rows (statuses and headers), both
     optional.
     """
-    with _gc_paused():
+    with gc_paused():
         decoder: Decoder
         if isinstance(frames, Decoder):
             decoder = frames
@@ -111,40 +109,6 @@ def analyze(
             decoder = Decoder()
             decoder.feed(frames)
         return _analyze(decoder, session, http_exchanges)
-
-
-def gc_paused() -> contextlib.AbstractContextManager[None]:
-    """Pause the cyclic GC (counted, thread-safe) while building many objects that make no
-    cycles, e.g. while a :class:`~mcp_proxy.analysis.facts.Decoder` is fed from the store."""
-    return _gc_paused()
-
-
-_gc_lock = threading.Lock()
-_gc_depth = 0
-_gc_was_enabled = False
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while analysing, and restore it exactly once.
-
-    Analysis allocates ~5 objects per frame and frees none of them until it returns; the cyclic
-    GC would walk them all again and again (a third of the time at 100k frames). Nothing here
-    makes reference cycles. Counted, because the dashboard runs analyses in threads at once.
-    """
-    global _gc_depth, _gc_was_enabled
-    with _gc_lock:
-        if _gc_depth == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_depth += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_depth -= 1
-            if _gc_depth == 0 and _gc_was_enabled:
-                gc.enable()
 
 
 def _analyze(

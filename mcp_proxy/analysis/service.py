@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.analysis.catalogue import SUMMARY_CODE
 from mcp_proxy.analysis.consumer import Consumer
-from mcp_proxy.analysis.core import Analysis, SessionPass, analyze, gc_paused, http_rows
+from mcp_proxy.analysis.core import Analysis, SessionPass, analyze, http_rows
 from mcp_proxy.analysis.facts import SHAPED_FRAME_COLUMNS, Decoder, FactsBuilder, Injected
 from mcp_proxy.analysis.model import Msg, finding_order, finding_record
 from mcp_proxy.analysis.stats import (
@@ -51,6 +51,7 @@ from mcp_proxy.analysis.stats import (
 )
 from mcp_proxy.analysis.version import ANALYZER_VERSION
 from mcp_proxy.errors import StoreError
+from mcp_proxy.osutil import gc_paused
 from mcp_proxy.store.direct import DirectStore
 from mcp_proxy.store.engine import sqlite_path
 from mcp_proxy.store.liveness import session_status

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import gc
 import json
 import sys
 from functools import partial
@@ -195,6 +194,7 @@ def _print_frames(url: str, sid: str, fmt: Format, *, body: bool, no_stderr: boo
     (rows by shape, ``shaped_pages``; text reads :data:`~mcp_proxy.render.TEXT_COLUMNS`), one
     batch of rows and one write per 5,000 frames (a 1,000,000-frame session prints with bounded
     memory)."""
+    from mcp_proxy.osutil import gc_paused
     from mcp_proxy.render import SHAPED_COLUMNS, TEXT_COLUMNS, FrameRenderer
     from mcp_proxy.store.stream import shaped_pages
 
@@ -210,9 +210,7 @@ def _print_frames(url: str, sid: str, fmt: Format, *, body: bool, no_stderr: boo
         sys.stdout.flush()  # the session's head, written as text, goes first
     # No cycle is made here (rows, bytes, lists; freed as each page is written): the cyclic
     # collector, run every few hundred row tuples, only traversed them (~3% of the CPU).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         for rows in batches:
             if no_stderr:
                 rows = [r for r in rows if shapes(r[2])[1] != "stderr"]
@@ -224,9 +222,6 @@ def _print_frames(url: str, sid: str, fmt: Format, *, body: bool, no_stderr: boo
                     buffer.write(page)
                 else:
                     sys.stdout.write(page.decode())
-    finally:
-        if collecting:
-            gc.enable()
     if buffer is not None and utf8:
         buffer.flush()
 
