@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import http.client
+from enum import IntEnum, StrEnum
 from typing import Any
 
 import pytest
@@ -208,6 +209,28 @@ def test_response_head_goes_to_the_host_as_the_upstream_sent_it() -> None:
         b"HTTP/1.1 200 Fine\r\nContent-Type: application/json\r\nX-Raw: caf\xc3\xa9 \xff\r\n"
         b"Content-Length: %d\r\n\r\n%b" % (len(RESULT), RESULT)
     )
+
+
+def test_raw_record_takes_subclasses_of_plain_types_as_those_types() -> None:
+    """The record is marshalled, which takes exact built-in types only: a ``StrEnum`` or
+    ``IntEnum`` member the relay put in a field arrives as its plain value, where it used to
+    make ``pack`` raise on the relay's event loop."""
+
+    class Tag(StrEnum):
+        OK = "complete"
+
+    class Code(IntEnum):
+        TEAPOT = 418
+
+    fields: dict[str, Any] = {"outcome": Tag.OK, "status": Code.TEAPOT}
+    meta: dict[str, Any] = {"why": [Tag.OK, {"code": Code.TEAPOT}], "raw": bytearray(b"x")}
+    frames = [Frame(Direction.C2S, Channel.HTTP, bytearray(b"{}"), 5, 2.0)]
+    item = unpack(pack("sid", 1, fields, meta, _raw(), frames), Redactor.from_options())
+    assert item.fields["outcome"] == "complete" and type(item.fields["outcome"]) is str
+    assert item.fields["status"] == 418 and type(item.fields["status"]) is int
+    why = item.fields["meta"]["why"]
+    assert type(why[0]) is str and type(why[1]["code"]) is int
+    assert item.frames[0].raw == b"{}"
 
 
 class RawRecorder(Recorder):
