@@ -397,20 +397,43 @@ _DIRECTIONS = {d.value: d for d in Direction}
 _CHANNELS = {c.value: c for c in Channel}
 
 
-def _frame(direction: str, channel: str, *rest: Any) -> Frame:
+def _frame(
+    direction: str,
+    channel: str,
+    raw: bytes | bytearray,
+    mono_ns: int,
+    wall: float,
+    complete: bool,
+    http_exchange: int | None,
+    sse_id: str | None,
+    sse_event: str | None,
+    extra: dict[str, Any] | None,
+) -> Frame:
     """Rebuild a pickled :class:`Frame` (see ``Frame.__reduce__``)."""
-    return Frame(_DIRECTIONS[direction], _CHANNELS[channel], *rest)
+    return Frame(
+        _DIRECTIONS[direction],
+        _CHANNELS[channel],
+        raw,
+        mono_ns,
+        wall,
+        complete,
+        http_exchange,
+        sse_id,
+        sse_event,
+        extra or {},
+    )
 
 
 def _reduce_frame(self: Frame) -> tuple[Any, tuple[Any, ...]]:
-    """Pickle a frame as plain values: half the cost of the slotted-dataclass default, which
-    pickles each enum member by a call to its class. The HTTP relay hands every exchange's
-    frames to its recorder process pickled, on the relay's own time."""
+    """Pickle a frame as ``_frame(*plain values)``: a slotted dataclass with enum fields
+    pickles through ``copyreg`` (state dicts, a call to the enum class per member) at several
+    microseconds a frame. The relays hand frames of long exchanges and event streams to their
+    recorder process pickled, on their own time."""
     return (
         _frame,
         (
-            str(self.direction),
-            str(self.channel),
+            self.direction._value_,  # the plain attribute: ``.value`` is a property
+            self.channel._value_,
             self.raw,
             self.mono_ns,
             self.wall,
@@ -418,7 +441,7 @@ def _reduce_frame(self: Frame) -> tuple[Any, tuple[Any, ...]]:
             self.http_exchange,
             self.sse_id,
             self.sse_event,
-            self.extra,
+            self.extra or None,
         ),
     )
 
