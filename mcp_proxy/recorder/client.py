@@ -35,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mcp_proxy.frames import Channel, Direction, Frame
@@ -323,7 +324,7 @@ class RecorderClient(Producer):
                 self._lost_frames += frames
                 return
             if not self._backlog and not self._refused:
-                total = sum(len(p) for p in parts)
+                total = sum(map(len, parts))
                 try:
                     n = os.writev(self._fd, parts)
                 except BlockingIOError:
@@ -432,10 +433,8 @@ class RecorderClient(Producer):
     ) -> int:
         """A finished HTTP exchange whose heads the recorder process describes (see
         :mod:`~mcp_proxy.recorder.httpraw`): one record, packed without calling into Python."""
-        from mcp_proxy.recorder.httpraw import pack  # only HTTP relays load it
-
         local = next(self._local_ids)
-        payload = pack(session_id, local, fields, meta, raw, frames)
+        payload = _pack_http(session_id, local, fields, meta, raw, frames)
         self._send([HEADER.pack(T_HTTP, len(payload)), payload], session_id, len(frames))
         return local
 
@@ -453,6 +452,20 @@ class RecorderClient(Producer):
     def lost_records(self) -> int:
         """Records that never reached any worker (all workers dead, or the backlog full)."""
         return self._lost_records
+
+
+def _first_pack_http(*args: Any) -> bytes:
+    """:func:`mcp_proxy.recorder.httpraw.pack`, imported on first use (only HTTP relays load
+    the module); the first call rebinds :data:`_pack_http` to it, so that later exchanges skip
+    an import statement each."""
+    global _pack_http
+    from mcp_proxy.recorder.httpraw import pack
+
+    _pack_http = pack
+    return pack(*args)
+
+
+_pack_http: Callable[..., bytes] = _first_pack_http
 
 
 def _wait_writable(fd: int, timeout_ms: int = 100) -> None:
