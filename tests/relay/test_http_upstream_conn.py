@@ -151,3 +151,44 @@ def test_one_kept_connection_parses_responses_in_a_row_and_heads_between() -> No
         await server.wait_closed()
 
     _run(main())
+
+
+def test_a_kept_connection_notes_each_responses_type_encoding_and_length_afresh() -> None:
+    """``content_type``, ``content_encoding`` and ``content_length`` are the response's first
+    values whatever their case, "" / None when absent — taken anew for each response on a kept
+    connection (the relay decides event stream, decoding and small body on them)."""
+    replies = [
+        b"HTTP/1.1 200 OK\r\ncontent-TYPE: text/event-stream\r\nContent-Type: application/json"
+        b"\r\nCONTENT-ENCODING: gzip\r\nContent-Length: 2\r\n\r\nab",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\ncd\r\n0\r\n\r\n",
+    ]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for reply in replies:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(reply)
+            await writer.drain()
+        await reader.read()
+        writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        pool = UpstreamPool("127.0.0.1", port, tls=False)
+        got = []
+        for _ in replies:
+            resp = await asyncio.wait_for(
+                pool.request(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", None), 5
+            )
+            body = await asyncio.wait_for(resp.read(), timeout=5)
+            got.append((resp.content_type, resp.content_encoding, resp.content_length, body))
+            resp.release()
+        assert got == [
+            ("text/event-stream", "gzip", 2, b"ab"),
+            ("", "", None, b"cd"),
+        ]
+        await pool.close()
+        server.close()
+        await server.wait_closed()
+
+    _run(main())

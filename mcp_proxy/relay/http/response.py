@@ -208,7 +208,7 @@ class ResponsePath:
                 has_length = True
             elif low == b"mcp-session-id":
                 new_session = decode_header(vb)
-        ctype = resp.headers.get("Content-Type", "")
+        ctype = resp.content_type
         is_sse = ctype.lower().startswith("text/event-stream")
         if is_sse:
             ex.is_mcp = True
@@ -225,7 +225,7 @@ class ResponsePath:
             ex.hold_stream()
         if resp.reason and resp.reason != default_reason(status):
             ex.meta["reason"] = resp.reason
-        encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+        encoding = resp.content_encoding.strip().lower()
         if encoding and encoding != "identity":
             ex.meta["content_encoding"] = encoding
         # Content-Length included, as the upstream sent it.

@@ -63,6 +63,10 @@ __all__ = [
 
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 
+#: The response header names the connection notes while parsing, by lower-case name: the index
+#: in ``UpstreamConnection._facts`` (3: Transfer-Encoding, which only says the body has an end).
+_FACTS = {b"content-type": 0, b"content-encoding": 1, b"content-length": 2, b"transfer-encoding": 3}
+
 
 class UpstreamBody(Protocol):
     """A response body as it arrives from the upstream."""
@@ -105,8 +109,11 @@ class UpstreamReply(Protocol):
     @property
     def content(self) -> UpstreamBody: ...
 
-    @property
-    def content_length(self) -> int | None: ...
+    #: The first ``Content-Type`` and ``Content-Encoding`` values ("" when absent) and the first
+    #: ``Content-Length`` (None when absent or not digits): what the relay acts on.
+    content_type: str
+    content_encoding: str
+    content_length: int | None
 
     def has_buffered_body(self) -> bool: ...
 
@@ -156,7 +163,8 @@ class UpstreamProtocolError(aiohttp.ClientError):
 class ReplyHeaders:
     """The upstream's headers, case-insensitive (first value wins), decoded on look-up.
 
-    The relay asks for two or three names per response; the pairs go to the host and the
+    Built on first use: the three names the relay acts on are noted while parsing (the response's
+    ``content_type``, ``content_encoding``, ``content_length``); the pairs go to the host and the
     recording as bytes, so nothing else is decoded."""
 
     __slots__ = ("_map", "_raw")
@@ -205,6 +213,9 @@ class UpstreamConnection(asyncio.Protocol):
         self._until_eof = True
         self._reason = b""
         self._raw: list[tuple[bytes, bytes]] = []
+        #: The first Content-Type, Content-Encoding and Content-Length of the response being
+        #: parsed, taken as llhttp hands the fields over (the relay acts on these three).
+        self._facts: list[bytes | None] = [None, None, None]
         self._head_size = 0
 
     # --- asyncio.Protocol
@@ -280,6 +291,7 @@ class UpstreamConnection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._reason = b""
         self._raw = []
+        self._facts = [None, None, None]
         self._until_eof = True
 
     def on_status(self, status: bytes) -> None:
@@ -288,10 +300,13 @@ class UpstreamConnection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         self._raw.append((name, value))
         n = len(name)
-        if n == 14 or n == 17:
-            low = name.lower()
-            if low == b"content-length" or low == b"transfer-encoding":
-                self._until_eof = False
+        if 12 <= n <= 17:
+            slot = _FACTS.get(name.lower())
+            if slot is not None:
+                if slot >= 2:  # Content-Length or Transfer-Encoding: the body has an end
+                    self._until_eof = False
+                if slot < 3 and self._facts[slot] is None:
+                    self._facts[slot] = value
 
     def on_headers_complete(self) -> None:
         assert self._parser is not None
@@ -312,7 +327,19 @@ class UpstreamConnection(asyncio.Protocol):
         else:
             self._body = body
         reason = self._reason.decode("latin-1") if self._reason else ""
-        waiter.set_result(UpstreamResponse(self, status, reason, self._raw, body))
+        ctype, coding, length = self._facts
+        waiter.set_result(
+            UpstreamResponse(
+                self,
+                status,
+                reason,
+                self._raw,
+                body,
+                "" if ctype is None else ctype.decode("utf-8", "surrogateescape"),
+                "" if coding is None else coding.decode("utf-8", "surrogateescape"),
+                int(length) if length is not None and length.isdigit() else None,
+            )
+        )
 
     def on_body(self, data: bytes) -> None:
         body = self._body
@@ -395,6 +422,9 @@ class UpstreamResponse:
         "_headers",
         "_proto",
         "content",
+        "content_encoding",
+        "content_length",
+        "content_type",
         "pool",
         "raw_headers",
         "reason",
@@ -410,6 +440,9 @@ class UpstreamResponse:
         reason: str,
         raw_headers: list[tuple[bytes, bytes]],
         body: Chunks,
+        content_type: str,
+        content_encoding: str,
+        content_length: int | None,
     ) -> None:
         self._proto = proto
         self._done = False
@@ -418,6 +451,9 @@ class UpstreamResponse:
         self.reason = reason
         self.raw_headers = raw_headers
         self.content = body
+        self.content_type = content_type
+        self.content_encoding = content_encoding
+        self.content_length = content_length
         self.sock: socket.socket | None = proto.qsock
         #: Set by the pool: where a released connection goes, and the task writing a streamed
         #: request body (ended with the response).
@@ -430,13 +466,6 @@ class UpstreamResponse:
         if h is None:
             h = self._headers = ReplyHeaders(self.raw_headers)
         return h
-
-    @property
-    def content_length(self) -> int | None:
-        value = self.headers.get("Content-Length")
-        if value is None or not value.isdigit():
-            return None
-        return int(value)
 
     def has_buffered_body(self) -> bool:
         """Body bytes (or its end) already received and waiting to be read."""

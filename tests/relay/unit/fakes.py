@@ -94,15 +94,14 @@ class FakeReply:
             pairs.append(("Content-Length", str(size)))
         self.headers = CIMultiDictProxy(CIMultiDict(pairs))
         self.raw_headers = tuple((k.encode(), v.encode()) for k, v in pairs)
+        self.content_type = self.headers.get("Content-Type", "")
+        self.content_encoding = self.headers.get("Content-Encoding", "")
+        length = self.headers.get("Content-Length")
+        self.content_length = int(length) if length is not None and length.isdigit() else None
         self.content = FakeBody(script.body)
         self.sock = None
         self.released = False
         self.closed = False
-
-    @property
-    def content_length(self) -> int | None:
-        value = self.headers.get("Content-Length")
-        return int(value) if value is not None and value.isdigit() else None
 
     def has_buffered_body(self) -> bool:
         steps = self.content.steps
