@@ -359,7 +359,11 @@ def frame_row(rec: dict[str, Any], where: str, checked: bool = False) -> tuple[A
         or type(text) is not str
         or direction not in _DIRECTIONS
         or channel not in _CHANNELS
-        or not _RARE_KEYS.isdisjoint(rec)
+        or "exchange" in rec  # the rare fields (_frame_row_checked reads them): five
+        or "complete" in rec  # lookups, half the time of one frozenset.isdisjoint(rec)
+        or "sse_id" in rec
+        or "sse_event" in rec
+        or "base64" in rec
     ):
         return _frame_row_checked(rec, where)
     try:
@@ -374,8 +378,6 @@ def frame_row(rec: dict[str, Any], where: str, checked: bool = False) -> tuple[A
 
 
 _KIND_TEXT = {k: k.value for k in Kind}
-#: Frame fields that a common record lacks (their presence sends it the checked way).
-_RARE_KEYS = frozenset(("exchange", "complete", "sse_id", "sse_event", "base64"))
 
 
 _INT64_LO, _INT64_HI = -(2**63), 2**63 - 1
