@@ -5,9 +5,10 @@ tuples: :func:`~mcp_proxy.recording.jsonl_read.stream_rows`, or a format's ``rea
 writing the rows (``store/recordings.py`` ``ImportWriter``). In one process they take turns on
 one core, and a thread cannot help (``sqlite3`` takes the GIL back for every row it binds). So
 the file is read by a child process (:class:`ReaderProcess`, forked where the system can: no
-start-up to pay, nothing imported again) that redacts each page (``importer.redact_page``) and
-sends it to the importer through a pipe, while the importer writes the pages before it: two
-cores share the work.
+start-up to pay, nothing imported again) that sends each page to the importer through a pipe,
+while the importer redacts (``importer.redact_page``) and writes the pages before it: two cores
+share the work. Redaction is the importer's: while the child reads, the writer's core is the
+idler one (its index builds and commit come after the file's end, with the child done).
 
 Bounded: the child sends a page (``IMPORT_PAGE`` rows) at a time, and the pipe holds at most
 :data:`~mcp_proxy.limits.IMPORT_PIPE_BYTES`; when the writer is behind, the reader waits, so
@@ -37,7 +38,6 @@ from mcp_proxy.recording.model import Progress, Recording, SessionRecording
 
 if TYPE_CHECKING:
     from mcp_proxy.recording.jsonl_read import OnPage
-    from mcp_proxy.redact import Redactor
 
 __all__ = ["ReaderProcess", "read_pages"]
 
@@ -59,8 +59,6 @@ class Page(NamedTuple):
     #: HTTP exchanges declared since the session's last page (written before its frames).
     exchanges: list[dict[str, Any]]
     rows: Rows
-    #: The positions of the rows redaction changed (``importer.redact_page``).
-    marked: set[int]
     #: Bytes of the file and frames read since the last message (the progress bars).
     read_bytes: int
     read_frames: int
@@ -114,12 +112,8 @@ def read_pages(
 class _Sender:
     """The child's end: pages sent as the reader hands them over, with the progress since."""
 
-    def __init__(self, conn: Connection, redactor: Redactor) -> None:
-        from mcp_proxy.recording.importer import redact_page
-
+    def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.redactor = redactor
-        self.redact = redact_page
         self.opened: set[str] = set()
         self.bytes = 0
         self.frames = 0
@@ -135,9 +129,8 @@ class _Sender:
         self.opened.add(s.id)
         exchanges = list(s.exchanges)
         s.exchanges.clear()  # sent: the importer writes them before this page's frames
-        marked = self.redact(rows, self.redactor)  # here: the writer has the busier core
         session = s.session if first else None
-        page = Page(s.id, session, exchanges, rows, marked, self.bytes, self.frames)
+        page = Page(s.id, session, exchanges, rows, self.bytes, self.frames)
         self.conn.send_bytes(_PAGE + marshal.dumps(tuple(page)))
         self.bytes = self.frames = 0
 
@@ -148,14 +141,13 @@ def _serve(
     path: str,
     fmt: str,
     page: int,
-    redactor: Redactor,
 ) -> None:
     """The child process: read the file, send its pages, then the end (or the error)."""
     if other is not None:
         other.close()  # the importer's end, inherited by a fork: only the importer reads it
     # An interrupt is the importer's to handle: it stops this process by its pid.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    out = _Sender(conn, redactor)
+    out = _Sender(conn)
     try:
         recording = read_pages(path, fmt, out.page, page, out.count_frames, out.count_bytes)
         conn.send_bytes(pickle.dumps(Done(recording, out.bytes, out.frames)))
@@ -211,7 +203,6 @@ class ReaderProcess:
         path: str,
         fmt: str,
         page: int,
-        redactor: Redactor,
         *,
         read_progress: Progress | None = None,
         read_bytes: Progress | None = None,
@@ -219,7 +210,6 @@ class ReaderProcess:
         self.path = path
         self.fmt = fmt
         self.page = page
-        self.redactor = redactor
         self.read_progress = read_progress
         self.read_bytes = read_bytes
         self.recording: Recording | None = None
@@ -234,7 +224,7 @@ class ReaderProcess:
         forked = ctx.get_start_method() == "fork"
         proc = ctx.Process(
             target=_serve,
-            args=(theirs, mine if forked else None, self.path, self.fmt, self.page, self.redactor),
+            args=(theirs, mine if forked else None, self.path, self.fmt, self.page),
             name="mcptape-import-reader",
             daemon=True,
         )
@@ -262,7 +252,7 @@ class ReaderProcess:
         if self.read_progress is not None and read_frames:
             self.read_progress(read_frames)
 
-    def pages(self) -> Iterator[tuple[SessionRecording, Rows, set[int]]]:
+    def pages(self) -> Iterator[tuple[SessionRecording, Rows]]:
         """Each page the child sends, with its session (the same object for every page of it,
         holding the exchanges declared since its last page); then :attr:`recording` is set."""
         conn = self._conn
@@ -288,7 +278,7 @@ class ReaderProcess:
                     s = sessions[msg.session_id] = SessionRecording(msg.session or {})
                 s.exchanges = msg.exchanges
                 self._progress(msg.read_bytes, msg.read_frames)
-                yield s, msg.rows, msg.marked
+                yield s, msg.rows
                 continue
             end = pickle.loads(data)
             if type(end) is Done:

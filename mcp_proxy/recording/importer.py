@@ -2,8 +2,8 @@
 
 A file is read by a child process (:class:`~mcp_proxy.recording.import_reader.ReaderProcess`),
 a JSON Lines file a block at a time (:func:`~mcp_proxy.recording.jsonl_read.stream_rows`); each
-session's frames are handed over a page at a time (``IMPORT_PAGE`` rows), redacted as ``record``
-redacts (:func:`redact_page`) and written here, straight into ``frame_rows``
+session's frames are handed over a page at a time (``IMPORT_PAGE`` rows), then redacted here as
+``record`` redacts (:func:`redact_page`) and written, straight into ``frame_rows``
 (:class:`~mcp_proxy.store.recordings.ImportWriter`). Memory is a block of the file and a page
 of rows, whatever the file's size: the file is never read whole, no frame becomes a dict, and
 nothing is kept per frame (the map from a file's frame numbers to the new ones is a range while
@@ -159,10 +159,11 @@ class _Importer:
             s.exchanges.clear()
         return done
 
-    def page(self, s: SessionRecording, rows: Rows, marked: set[int]) -> None:
-        """Write a page of a session's frames (``rows`` is the importer's from now on), redacted
-        by :func:`redact_page` (``marked``: the rows it changed)."""
+    def page(self, s: SessionRecording, rows: Rows) -> None:
+        """Redact a page of a session's frames (:func:`redact_page`: ``rows`` is the importer's
+        from now on) and write it, the rows redaction changed marked ``redacted``."""
         done = self._open(s)
+        marked = redact_page(rows, self.redactor)
         self.writer.frames(done.key, done.count, rows, marked, done.exchange_ids)
         done.took(rows)
         if self.progress is not None:
@@ -324,8 +325,7 @@ def _import_rows(
         importer = _Importer(writer, policy, progress, extra_meta)
         for s, frames in zip(recording.sessions, rows, strict=True):
             for part in batched(frames, IMPORT_PAGE):
-                page = list(part)
-                importer.page(s, page, redact_page(page, policy))
+                importer.page(s, list(part))
         result = importer.finish(recording)
         writer.commit()
     return result
@@ -361,13 +361,13 @@ def import_file(
         chosen.need_rows_reader()  # a format it cannot import: said before anything starts
     policy = _policy(redactor)
     reader = ReaderProcess(
-        str(path), name, IMPORT_PAGE, policy, read_progress=read_progress, read_bytes=read_bytes
+        str(path), name, IMPORT_PAGE, read_progress=read_progress, read_bytes=read_bytes
     )
     # The child first, so that it reads while the store is opened (and migrated).
     with reader, RecordingStore(db_url, write=True) as rs, rs.import_writer() as writer:
         importer = _Importer(writer, policy, progress, None)
-        for s, rows, marked in reader.pages():
-            importer.page(s, rows, marked)
+        for s, rows in reader.pages():
+            importer.page(s, rows)
         recording = reader.recording
         assert recording is not None
         result = importer.finish(recording)
