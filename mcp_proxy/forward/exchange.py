@@ -19,7 +19,6 @@ them directly).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -301,9 +300,12 @@ class TapeExchange:
             return False
         tape = self.tape
         red = tape.redactor
-        pairs = [[k.decode("latin-1"), text(v)] for k, v in resp.headers]
+        pairs: list[tuple[str, str]] = []
         names: dict[str, str] = {}  # lower-case name -> first value, as it came
-        for k, v in pairs:
+        for kb, vb in resp.headers:
+            k = kb.decode("latin-1")
+            v = text(vb)
+            pairs.append((k, v))
             names.setdefault(k.lower(), v)
         rec_headers = red.headers(pairs)
         if "location" in names or "content-location" in names:
@@ -458,8 +460,10 @@ class TapeExchange:
                 self.meta["response_body_recorded"] = len(body)
             if not self.recorded:
                 self._record_body(body, complete=not cut)
-        with contextlib.suppress(Exception):  # learning must never break recording
+        try:
             self.tape.oauth.on_response(self, body)
+        except Exception:  # learning must never break recording
+            pass
         self.tape.finish(self, "complete")
 
     def error(self, msg: str, synthesized_by: str | None = None) -> None:

@@ -59,13 +59,17 @@ class RequestView:
     index: dict[str, str] | None = None
     #: origin, endpoint key and query of ``url`` (:func:`url_parts`), made on first use.
     parts: tuple[str, str, str] | None = None
+    #: Any ``Mcp-*`` header, found in the same pass as ``index``.
+    mcp: bool = False
 
     def header(self, name: str) -> str | None:
         return self._names().get(name.lower())
 
     @property
     def has_mcp_header(self) -> bool:
-        return any(k.startswith("mcp-") for k in self._names())
+        if self.index is None:
+            self._names()
+        return self.mcp
 
     def _names(self) -> dict[str, str]:
         index = self.index
@@ -73,6 +77,7 @@ class RequestView:
             index = self.index = {}
             for k, v in self.headers:
                 index.setdefault(k.lower(), v)
+            self.mcp = any(k.startswith("mcp-") for k in index)
         return index
 
     def url_parts(self) -> tuple[str, str, str]:

@@ -46,7 +46,7 @@ def record_request(
     cut = size is not None and size > len(body)
     ex.request_size = size if size is not None and cut else len(body)
     red = tape.redactor
-    rec_headers = red.headers([[k, v] for k, v in view.headers])
+    rec_headers = red.headers(view.headers)
     ex.row = RequestRow(head.method, head.started_at, red.url(head.url), rec_headers)
     meta = ex.meta
     meta["forward"] = True

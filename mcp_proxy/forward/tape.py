@@ -209,7 +209,9 @@ class ForwardTape:
 
     # ------------------------------------------------------------------ writing
     def register(self, ex: TapeExchange) -> None:
-        """Hand the exchange row and its frames so far to the recorder (its session is known)."""
+        """Hand the exchange row and its frames so far to the recorder (its session is known):
+        one item (the row, then its frames, as :meth:`write_finished` hands a finished one),
+        not a row and an item per frame; its updates and later frames refer to its id."""
         if ex.local_id is not None or ex.entry is None:
             return
         rec = self.recorder
@@ -217,10 +219,9 @@ class ForwardTape:
             ex.pending = []
             return
         self.oauth.before_register(self, ex)
-        ex.local_id = rec.new_exchange(ex.entry.session_id, **ex.fields(), meta=ex.meta)
-        for frame in ex.pending:
-            frame.http_exchange = ex.local_id
-            rec.put(ex.entry.session_id, frame)
+        ex.local_id = rec.record_exchange(
+            ex.entry.session_id, frames=ex.pending, **ex.fields(), meta=ex.meta
+        )
         ex.pending = []
 
     def frame(self, ex: TapeExchange, frame: Frame) -> None:

@@ -60,9 +60,13 @@ class Items(Producer):
         return [i for i in self.items if isinstance(i, kind)]
 
     def frames(self) -> list[Frame]:
-        out = [i.frame for i in self.of(FrameItem)]
-        for ex in self.of(HttpExchange):
-            out.extend(ex.frames)
+        """Every frame handed over, in the order the recorder gets them."""
+        out: list[Frame] = []
+        for item in self.items:
+            if isinstance(item, FrameItem):
+                out.append(item.frame)
+            elif isinstance(item, HttpExchange):
+                out.extend(item.frames)
         return out
 
     def rows(self) -> list[dict[str, Any]]:
@@ -174,9 +178,12 @@ def test_sse_stream_is_split_into_events_as_copies_arrive() -> None:
     ex = request(tape, CALL, headers=[*JSON, (b"Mcp-Session-Id", b"s1")])
     assert ex is not None
     assert respond(ex, headers=SSE) is True  # an event stream: copied chunk by chunk
-    # The row goes out with the head, before any event (a stream may run for hours).
-    [start] = items.of(ExchangeStart)
+    # The row goes out with the head, before any event (a stream may run for hours): one item,
+    # the row with the request's frame.
+    [start] = items.of(HttpExchange)
     assert start.fields["status"] == 200 and start.fields["method"] == "POST"
+    assert [f.direction for f in start.frames] == [Direction.C2S]
+    assert not items.of(ExchangeStart) and not items.of(FrameItem)
     stream = b"id: 1\nevent: message\ndata: " + NOTE + b"\n\n: keep-alive\n\nid: 2\ndata: " + RESULT
     for i in range(0, len(stream), 7):  # cut anywhere, even inside a line
         ex.chunk(stream[i : i + 7])
