@@ -179,16 +179,18 @@ class RowShapes:
     one integer that calling this object decodes, as :class:`Shapes` decodes stored ones — so
     the analysis and the renderer have one row shape, whichever store the frames come from.
 
-    The integers index this object's own table of the four strings as given (a frame may carry
-    names no stored code has); the table holds at most :data:`SHAPE_CACHE` shapes past the rows
-    of one :meth:`rows` call, then starts over (rows made before are not decoded after).
+    The integers number this object's own table of the four strings as given (a frame may carry
+    names no stored code has), never twice: the table holds at most :data:`SHAPE_CACHE` shapes
+    past the rows of one :meth:`rows` call, then starts over (rows made before are not decoded
+    after), so a cache keyed by shape (the renderer's) never sees one integer name two shapes.
     """
 
-    __slots__ = ("codes", "table")
+    __slots__ = ("codes", "made", "table")
 
     def __init__(self) -> None:
         self.codes: dict[tuple[Any, Any, Any, Any], int] = {}
-        self.table: list[tuple[Any, Any, Any, Any]] = []
+        self.table: dict[int, tuple[Any, Any, Any, Any]] = {}
+        self.made = 0
 
     def __call__(self, shape: int) -> tuple[Any, Any, Any, Any]:
         return self.table[shape]
@@ -208,8 +210,9 @@ class RowShapes:
             names = (f["direction"], f["channel"], f["kind"], f.get("method"))
             shape = codes.get(names)
             if shape is None:
-                shape = codes[names] = len(table)
-                table.append(names)
+                shape = codes[names] = self.made
+                table[shape] = names
+                self.made += 1
             out.append(tuple(pick(f, shape) for pick in picks))
         return out
 

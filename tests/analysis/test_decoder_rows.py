@@ -215,3 +215,23 @@ def test_reading_a_sqlite_file_imports_no_sqlalchemy(
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     count, imported = out.stdout.split()
     assert int(count) > 0 and imported == "False"
+
+
+def test_frames_held_in_memory_number_their_shapes_in_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``RowShapes`` keeps at most ``SHAPE_CACHE`` shapes past a page (then starts over) and
+    never numbers two shapes alike, so a renderer's cache by shape prints each frame right."""
+    from mcp_proxy.store import stream
+
+    monkeypatch.setattr(stream, "SHAPE_CACHE", 2)
+    shapes = RowShapes()
+    renderer = FrameRenderer(shapes)
+    seen: dict[int, str] = {}
+    for i in range(6):
+        f = {"seq": i, "ts": 1.0, "direction": "c2s", "channel": "stdio", "kind": "request",
+             "method": f"m{i}", "size": 2, "raw": b"{}"}  # fmt: skip
+        [row] = shapes.rows([f], SHAPED_COLUMNS)
+        assert row[2] not in seen and len(shapes.table) <= 2
+        seen[row[2]] = f"m{i}"
+        assert json.loads(renderer.json([row])[0])["method"] == f"m{i}"
