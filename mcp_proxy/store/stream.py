@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from operator import itemgetter
 from typing import Any
 
 from mcp_proxy.errors import StoreError
@@ -204,17 +205,50 @@ class RowShapes:
             self.table.clear()
         codes, table = self.codes, self.table
         picks = [_pick(c) for c in columns]
+        # The usual frame has every column: its values in one C call, the shape put in place.
+        plain = [c for c in columns if c not in _SPECS]
+        at = [(i, c) for i, c in enumerate(columns) if c in _SPECS]
+        values = itemgetter(*plain, *_NAMED) if plain else itemgetter(*_NAMED)
+        n = len(plain)
+        # One spec (the decoder's SHAPE_FLAGS, the renderer's shape): put in by slicing.
+        one = at[0][0] if len(at) == 1 else -1
         out: list[tuple[Any, ...]] = []
         for frame in frames:
-            f = _as_mapping(frame)
-            names = (f["direction"], f["channel"], f["kind"], f.get("method"))
+            f = frame if type(frame) is dict else _as_mapping(frame)
+            try:
+                got = values(f)
+            except KeyError:  # a partial frame (a hand-written one): column by column
+                got = None
+                names = (f["direction"], f["channel"], f["kind"], f.get("method"))
+            else:
+                names = got[n : n + 4]
             shape = codes.get(names)
             if shape is None:
                 shape = codes[names] = self.made
                 table[shape] = names
                 self.made += 1
-            out.append(tuple(pick(f, shape) for pick in picks))
+            if got is None:
+                out.append(tuple(pick(f, shape) for pick in picks))
+            elif one >= 0:
+                out.append((*got[:one], _spec(at[0][1], shape, got[n + 4], got[n + 5]),
+                            *got[one:n]))  # fmt: skip
+            else:
+                row = list(got[:n])
+                for i, c in at:
+                    row.insert(i, _spec(c, shape, got[n + 4], got[n + 5]))
+                out.append(tuple(row))
         return out
+
+
+#: What :meth:`RowShapes.rows` reads of every frame besides the plain columns asked for.
+_NAMED = ("direction", "channel", "kind", "method", "complete", "partial_parse")
+
+
+def _spec(column: str, shape: int, complete: Any, partial: Any) -> Any:
+    if column == SHAPE_FLAGS:
+        flags = (0 if complete is None or complete else 1) + (2 if partial else 0)
+        return shape + flags * _FLAGS_AT
+    return shape if column == "shape" else None
 
 
 def _as_mapping(frame: Any) -> Mapping[str, Any]:
@@ -263,6 +297,10 @@ _FLAGS_SQL = (
     "(CASE WHEN complete IS NULL OR complete THEN 0 ELSE 1 END"
     " + CASE WHEN partial_parse THEN 2 ELSE 0 END)"
 )
+
+
+#: The column specs that are not stored columns (what :meth:`RowShapes.rows` makes itself).
+_SPECS = frozenset({"shape", SHAPE_FLAGS, NULL})
 
 
 def split_flags(value: int) -> tuple[int, bool, bool]:
