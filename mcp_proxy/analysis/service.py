@@ -335,16 +335,13 @@ async def session_analysis(
     http = await store.http_exchanges(session["id"])
     view = session_view(session)
     view["fault_end"] = fault_end(await store.recorded_findings(session["id"]))
-    if threaded and sqlite_path(store.url) is not None:
+    if threaded:  # reading and analysing in one worker thread, whatever the dialect
         analysis = await asyncio.to_thread(
             _load_and_analyze, store.url, str(session["id"]), view, http
         )
     else:
         decoder = await load(store, session)
-        if threaded:
-            analysis = await asyncio.to_thread(analyze, decoder, session=view, http_exchanges=http)
-        else:
-            analysis = analyze(decoder, session=view, http_exchanges=http)
+        analysis = analyze(decoder, session=view, http_exchanges=http)
         del decoder
     if save and not is_fresh(session, await store.analysis_summary(session["id"])):
         await _store_findings(store, session, analysis, strict=strict)
