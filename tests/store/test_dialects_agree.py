@@ -50,7 +50,9 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 
 #: An HTTP exchange's id: the store's own (``db copy`` gives the copies the destination's).
-EXCHANGE_ID = re.compile(r', "http_exchange_id": \d+|(?<=exchange )\d+')
+EXCHANGE_ID = re.compile(
+    r', "http_exchange_id": \d+|(?<=exchange )\d+|(?<=exchanges )\d+(?:, \d+)*'
+)
 
 
 @pytest.mark.corpus
