@@ -317,8 +317,10 @@ IMPORT_METHOD_CACHE = 10_000
 #: at most a page and a pipe ahead of the writer, whatever the file's size.
 IMPORT_PIPE_BYTES = 1 << 20
 #: Frame shapes (direction, channel, kind, method) whose decoded names (``store.stream.Shapes``)
-#: or printed pieces (``render.FrameRenderer``) one reader keeps; past it the cache starts over
-#: (a session whose every frame has its own method costs building them again, not memory).
+#: or printed pieces (``render.FrameRenderer``) one reader keeps, and that frames held in memory
+#: are numbered by (``store.stream.RowShapes``, checked before each page of rows); past it the
+#: table starts over (a session whose every frame has its own method costs building them again,
+#: not memory).
 SHAPE_CACHE = 4096
 
 #: Seconds whose printed clock (``HH:MM:SS``) ``show`` keeps (``render._clock_base``): a

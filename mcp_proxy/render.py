@@ -31,6 +31,7 @@ from mcp_proxy.frames import (
 )
 from mcp_proxy.limits import CLOCK_CACHE, PRETTY_DEPTH, SHAPE_CACHE, SIZE_TEXT_CACHE
 from mcp_proxy.store.liveness import duration, session_status
+from mcp_proxy.store.stream import RowShapes
 
 ARROWS = {"c2s": "→", "s2c": "←"}
 #: The ``inject`` channel: bytes mcptape put on the wire in a peer's place (fault injection).
@@ -164,14 +165,15 @@ def session_line(s: dict[str, Any]) -> str:
 def frame_json(f: dict[str, Any]) -> dict[str, Any]:
     """One frame (a row as a dict: the dashboard's, ``tail``'s) as ``show --format json``
     prints it: a thin adapter over :class:`FrameRenderer`, the one renderer."""
-    return json.loads(FrameRenderer(same_shape).json([dict_row(f)])[0])  # type: ignore[no-any-return]
+    renderer, row = _one_row(f)
+    return json.loads(renderer.json([row])[0])  # type: ignore[no-any-return]
 
 
 def frame_header(f: dict[str, Any], session_name: str | None = None) -> str:
     """The text header ``show`` prints for a frame (a row as a dict), the session's name after
     the clock when given: a thin adapter over :class:`FrameRenderer`."""
-    row = dict_row(f)
-    head = FrameRenderer(same_shape).text([row], body=False)[0].decode()
+    renderer, row = _one_row(f)
+    head = renderer.text([row], body=False)[0].decode()
     if not session_name:
         return head
     at = len(f"#{row[0]:<5} ") + len(_clock_base(row[1])) + 4  # the clock and its milliseconds
@@ -294,8 +296,8 @@ def injected_text(item: Any) -> str:
 # SHAPED_COLUMNS: direction, channel, kind and method come as one key, the frame's *shape*, and
 # what a shape prints (the JSON keys and strings, the text header's arrow, label and method) is
 # built once per shape. From the store the shape is the stored integer
-# (mcp_proxy.store.stream.shaped_pages); a frame as a dict (the dashboard's, tail's) takes its
-# four strings as the shape (dict_row, same_shape).
+# (mcp_proxy.store.stream.shaped_pages); a frame held as a dict (the dashboard's, tail's) is
+# made the same row with a shape of its own table (store.stream.RowShapes, _one_row).
 
 #: The columns a :class:`FrameRenderer` reads, in this order (``show`` asks for them).
 SHAPED_COLUMNS: tuple[str, ...] = (
@@ -318,18 +320,12 @@ _clock_cache: dict[int, bytes] = {}
 BODY_CHARS = 20_000
 
 
-def same_shape(shape: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
-    """The shape of rows whose shape is their four strings already (:func:`dict_row`)."""
-    return shape
-
-
-def dict_row(f: dict[str, Any]) -> tuple[Any, ...]:
-    """A frame row as a dict (the async store's) as a row of :data:`SHAPED_COLUMNS`."""
-    return (
-        f["seq"], f["ts"], (f["direction"], f["channel"], f["kind"], f.get("method")),
-        f.get("msg_id"), f.get("error_code"), f["size"], f.get("complete", True),
-        f.get("raw") or b"", f.get("http_exchange_id"), f.get("sse_id"), f.get("sse_event"),
-    )  # fmt: skip
+def _one_row(f: dict[str, Any]) -> tuple[FrameRenderer, tuple[Any, ...]]:
+    """A frame held as a dict (the async store's) as the row of :data:`SHAPED_COLUMNS` the
+    store would give, and a renderer that decodes its shape (the one row shape:
+    :class:`~mcp_proxy.store.stream.RowShapes`)."""
+    shapes = RowShapes()
+    return FrameRenderer(shapes), shapes.rows((f,), SHAPED_COLUMNS)[0]
 
 
 def _clock_base(ts: float) -> bytes:
@@ -518,7 +514,8 @@ class FrameRenderer:
     """The one renderer of frames, for ``show`` (text and ``--format json``), ``tail`` and the
     dashboard's JSON: batches of :data:`SHAPED_COLUMNS` rows in, one line (or block) per row
     out. ``shapes`` decodes a row's shape into ``(direction, channel, kind, method)``
-    (:class:`mcp_proxy.store.stream.Shapes` for stored integers, :func:`same_shape`)."""
+    (:class:`mcp_proxy.store.stream.Shapes` for stored integers,
+    :class:`~mcp_proxy.store.stream.RowShapes` for frames held in memory)."""
 
     def __init__(self, shapes: ShapeNames) -> None:
         self.shapes = shapes

@@ -19,14 +19,21 @@ from hypothesis import strategies as st
 
 from mcp_proxy.frames import plain_float_texts
 from mcp_proxy.render import (
+    SHAPED_COLUMNS,
     FrameRenderer,
-    dict_row,
     frame_json,
     frame_oneline,
     safe,
-    same_shape,
 )
 from mcp_proxy.store.columns import FRAME_COLUMNS
+from mcp_proxy.store.stream import RowShapes
+
+
+def renderer_of(frames: list[dict]) -> tuple[FrameRenderer, list[tuple]]:
+    """Frames held as dicts as the rows the store gives (one shape table), and a renderer."""
+    shapes = RowShapes()
+    return FrameRenderer(shapes), shapes.rows(frames, SHAPED_COLUMNS)
+
 
 BODIES = [
     b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}\n',
@@ -112,21 +119,15 @@ def _expected_json(f: dict) -> dict:
 
 
 def _render(row: tuple, *, body: bool = True) -> str:
-    return (
-        FrameRenderer(same_shape)
-        .text([dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))], body=body)[0]
-        .decode()
-    )
+    renderer, rows = renderer_of([dict(zip(FRAME_COLUMNS, row, strict=True))])
+    return renderer.text(rows, body=body)[0].decode()
 
 
 @pytest.mark.parametrize("row", rows(), ids=lambda r: f"{r[0]}-{r[4]}")
 def test_every_shape_of_frame_prints_as_promised(row: tuple) -> None:
     f = dict(zip(FRAME_COLUMNS, row, strict=True))
-    line = (
-        FrameRenderer(same_shape)
-        .json([dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))])[0]
-        .decode()
-    )
+    renderer, shaped = renderer_of([f])
+    line = renderer.json(shaped)[0].decode()
     assert "\n" not in line
     assert json.loads(line) == _expected_json(f)
     assert frame_json(f) == _expected_json(f)  # the dashboard's adapter: the same object
@@ -180,7 +181,8 @@ def test_text_bodies_of_random_json_are_indented_as_json_dumps_writes_them() -> 
     """The C indenter (orjson) is used only where it writes what ``json.dumps`` writes; floats,
     long integers and everything else it writes differently are indented the general way."""
     rng = random.Random(12)
-    renderer = FrameRenderer(same_shape)
+    shapes = RowShapes()
+    renderer = FrameRenderer(shapes)
     for i in range(3000):
         value = _random_value(rng)
         raw = json.dumps(value, ensure_ascii=rng.random() < 0.5).encode() + b"\n"
@@ -190,13 +192,10 @@ def test_text_bodies_of_random_json_are_indented_as_json_dumps_writes_them() -> 
         row = tuple(f[c] for c in FRAME_COLUMNS)
         want = json.dumps(value, indent=2, ensure_ascii=False)
         if len(want) < 20_000:
-            head = renderer.text(
-                [dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))], body=False
-            )[0].decode()
+            shaped = shapes.rows([dict(zip(FRAME_COLUMNS, row, strict=True))], SHAPED_COLUMNS)
+            head = renderer.text(shaped, body=False)[0].decode()
             body = "\n".join("    " + line for line in safe(want).splitlines())
-            assert renderer.text([dict_row(dict(zip(FRAME_COLUMNS, row, strict=True)))]) == [
-                f"{head}\n{body}".encode()
-            ], raw
+            assert renderer.text(shaped) == [f"{head}\n{body}".encode()], raw
 
 
 def test_cli_name_is_what_works_where_the_user_is(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -255,23 +254,21 @@ def test_a_page_of_bodies_prints_each_body_as_json_dumps_writes_it(
         msg = {"jsonrpc": "2.0", "id": i, "result": value}
         raw = json.dumps(msg, separators=(", ", ": ") if spaced else (",", ":")).encode()
         page.append(
-            dict_row(
-                {
-                    "seq": i,
-                    "ts": 1796058497.25,
-                    "direction": "s2c",
-                    "channel": "stdio",
-                    "kind": "response",
-                    "method": None,
-                    "msg_id": str(i),
-                    "size": len(raw),
-                    "raw": raw + b"\n",
-                }
-            )
+            {
+                "seq": i,
+                "ts": 1796058497.25,
+                "direction": "s2c",
+                "channel": "stdio",
+                "kind": "response",
+                "method": None,
+                "msg_id": str(i),
+                "size": len(raw),
+                "raw": raw + b"\n",
+            }
         )
-    renderer = FrameRenderer(same_shape)
-    printed = renderer.text(page)
-    for row, (value, _spaced), line in zip(page, bodies, printed, strict=True):
+    renderer, shaped = renderer_of(page)
+    printed = renderer.text(shaped)
+    for row, (value, _spaced), line in zip(shaped, bodies, printed, strict=True):
         text = line.decode()
         want = json.dumps(
             {"jsonrpc": "2.0", "id": row[0], "result": value}, indent=2, ensure_ascii=False
@@ -317,16 +314,16 @@ def test_show_json_and_export_write_timestamps_outside_the_plain_range_as_before
     export's per-value writer: ``1e-05`` and ``1e+16``, never orjson's ``1e-5``/``1e16``."""
     from mcp_proxy.recording.jsonl import frame_chunks
 
-    rows = [
-        dict_row({"seq": i, "ts": ts, "direction": "c2s", "channel": "stdio",
-                  "kind": "request", "method": "ping", "msg_id": "1", "size": 2, "raw": b"{}"})
+    renderer, rows = renderer_of([
+        {"seq": i, "ts": ts, "direction": "c2s", "channel": "stdio",
+         "kind": "request", "method": "ping", "msg_id": "1", "size": 2, "raw": b"{}"}
         for i, ts in enumerate([1e-5, 1e16, 1796058497.25], 1)
-    ]  # fmt: skip
-    printed = [line.decode() for line in FrameRenderer(same_shape).json(rows)]
+    ])  # fmt: skip
+    printed = [line.decode() for line in renderer.json(rows)]
     assert [json.loads(line)["ts"] for line in printed] == [1e-5, 1e16, 1796058497.25]
     assert ['"ts": 1e-05,' in printed[0], '"ts": 1e+16,' in printed[1]] == [True, True]
     page = [(r[0], r[1], 0, r[2], r[3], None, True, r[7], None, None, None) for r in rows]
-    text = b"".join(frame_chunks("s", [page], lambda key: key)({"frames": 0}, None))
+    text = b"".join(frame_chunks("s", [page], renderer.shapes)({"frames": 0}, None))
     assert b'"ts":1e-05,' in text and b'"ts":1e+16,' in text and b'"ts":1796058497.25,' in text
 
 
@@ -334,11 +331,11 @@ def test_show_json_writes_every_code_point_of_a_body_as_json_dumps_does() -> Non
     """The body's JSON string is orjson's: for each code point (a frame of 4,096 of them at a
     time) exactly what ``json.dumps(text, ensure_ascii=False)`` writes, escapes included."""
     points = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
-    rows = [
-        dict_row({"seq": i, "ts": 1.5, "direction": "s2c", "channel": "stdio", "kind": "noise",
-                  "size": 1, "raw": "".join(points[at : at + 4096]).encode()})
+    renderer, rows = renderer_of([
+        {"seq": i, "ts": 1.5, "direction": "s2c", "channel": "stdio", "kind": "noise",
+         "size": 1, "raw": "".join(points[at : at + 4096]).encode()}
         for i, at in enumerate(range(0, len(points), 4096), 1)
-    ]  # fmt: skip
-    for row, line in zip(rows, FrameRenderer(same_shape).json(rows), strict=True):
+    ])  # fmt: skip
+    for row, line in zip(rows, renderer.json(rows), strict=True):
         expected = json.dumps(row[7].decode(), ensure_ascii=False)
         assert line.decode().endswith(f', "text": {expected}}}'), row[0]

@@ -107,7 +107,7 @@ def analyze(
             decoder = frames
         else:
             decoder = Decoder()
-            decoder.feed(frames)
+            decoder.feed_frames(frames)
         return _analyze(decoder, session, http_exchanges)
 
 

@@ -10,17 +10,18 @@ decide, the session row only fills in what frames cannot say. Pure: rows in, obj
 from __future__ import annotations
 
 import json
-import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import islice
 from typing import Any, NamedTuple
 
 from mcp_proxy.analysis.model import ERA_INITIALIZE, META, UNPARSED, Msg, SessionFacts
 from mcp_proxy.frames import Channel, classify_message
 from mcp_proxy.protocol import era_of
 from mcp_proxy.store.columns import FRAME_COLUMNS
-from mcp_proxy.store.stream import SHAPE_FLAGS, split_flags
+from mcp_proxy.store.stream import SHAPE_FLAGS, RowShapes, split_flags
 
 __all__ = [
+    "DECODER_COLUMNS",
     "FRAME_COLUMNS",
     "Decoder",
     "FactsBuilder",
@@ -32,63 +33,27 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------- decoding
-def decode(frames: Iterable[Any]) -> list[Msg]:
-    """Turn frame rows into :class:`Msg` objects, in order (see :class:`Decoder`)."""
-    decoder = Decoder()
-    decoder.feed(frames)
-    return decoder.msgs
-
-
-def _mapping_row(f: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (
-        f["seq"],
-        f["ts"],
-        f["mono_ns"],
-        f["direction"],
-        f["channel"],
-        f["kind"],
-        f.get("method"),
-        f.get("msg_id"),
-        f.get("error_code"),
-        f.get("size"),
-        f.get("complete", True),
-        f.get("partial_parse"),
-        f.get("raw"),
-        f.get("http_exchange_id"),
-        f.get("sse_id"),
-        f.get("sse_event"),
-    )
-
-
-_ALL_COLUMNS = operator.itemgetter(*FRAME_COLUMNS)
-
-#: :data:`FRAME_COLUMNS` as :meth:`Decoder.feed_shaped` reads them from ``frame_rows``:
-#: without ``sse_id``, which no message carries, and with ``complete`` and ``partial_parse`` in
-#: the shape (:data:`~mcp_proxy.store.stream.SHAPE_FLAGS`): each column fetched costs every
-#: row a value handed over by sqlite3 and a release of the GIL, ~0.1 µs even for a NULL.
-SHAPED_FRAME_COLUMNS: tuple[str, ...] = (
+#: The one row the :class:`Decoder` reads, from every store (``frame_rows`` as stored, SQLite
+#: and PostgreSQL alike, :func:`~mcp_proxy.store.stream.shaped_pages`; frames held in memory
+#: through :class:`~mcp_proxy.store.stream.RowShapes`): :data:`FRAME_COLUMNS` without
+#: ``sse_id``, which no message carries, and with direction, channel, kind, method,
+#: ``complete`` and ``partial_parse`` as one integer
+#: (:data:`~mcp_proxy.store.stream.SHAPE_FLAGS`): each column fetched costs every row a value
+#: handed over by the driver (with sqlite3, a release of the GIL), ~0.1 µs even for a NULL.
+DECODER_COLUMNS: tuple[str, ...] = (
     "seq", "ts", "mono_ns", SHAPE_FLAGS, "msg_id", "error_code", "size", "raw",
     "http_exchange_id", "sse_event",
 )  # fmt: skip
 
-
-def _mapping_row_fast(f: Mapping[str, Any]) -> Sequence[Any]:
-    """All columns in one C call (store rows have them all); a partial row the slow way."""
-    try:
-        return _ALL_COLUMNS(f)  # type: ignore[no-any-return]
-    except KeyError:
-        return _mapping_row(f)
+#: Frames held in memory turned into rows of :data:`DECODER_COLUMNS` at a time (:func:`decode`).
+MEMORY_BATCH = 5000
 
 
-def _adapter(row: Any) -> Callable[[Any], Sequence[Any]] | None:
-    """How to read rows shaped like ``row`` in :data:`FRAME_COLUMNS` order (None: as they are)."""
-    if isinstance(row, Mapping):
-        return _mapping_row_fast
-    fields = getattr(row, "_fields", None)
-    if fields is None or tuple(fields) == FRAME_COLUMNS:
-        return None
-    idx = [list(fields).index(c) if c in fields else -1 for c in FRAME_COLUMNS]
-    return lambda r: tuple(r[i] if i >= 0 else None for i in idx)
+def decode(frames: Iterable[Any]) -> list[Msg]:
+    """Turn frames held in memory into :class:`Msg` objects, in order (see :class:`Decoder`)."""
+    decoder = Decoder()
+    decoder.feed_frames(frames)
+    return decoder.msgs
 
 
 INJECT = Channel.INJECT.value
@@ -155,9 +120,8 @@ class Decoder:
     """Frame rows → :class:`Msg` objects, fed batch by batch so that a session is never held
     twice (rows and messages) in memory.
 
-    Rows are mappings (``Store.frames``, ``Store.iter_frames``) or named rows/tuples with
-    ``_fields`` (``Store.analysis_frames``; the store's one list,
-    :data:`~mcp_proxy.store.columns.FRAME_COLUMNS`). Bodies are parsed lazily; a batch frame is kept and
+    Rows are of :data:`DECODER_COLUMNS`, whichever store they come from (frames held in
+    memory: :meth:`feed_frames`). Bodies are parsed lazily; a batch frame is kept and
     followed by one message per element (same ``seq``), so that pairing sees every request and
     response it carried. Rows without ``raw`` still pair; only body-level checks go quiet.
 
@@ -180,7 +144,7 @@ class Decoder:
         streaming consumer such as ``stats``, which never holds the session). ``reads``
         (channel, kind, method): whether the consumer reads such a message at all (one it does
         not read is counted and dropped). :attr:`first_ts` and :attr:`last_ts` are the times of the
-        first and last rows fed (:meth:`feed_shaped`), read or not."""
+        first and last rows fed, read or not."""
         self.msgs: list[Msg] = []
         self._put = self.msgs.append if emit is None else emit
         self.reads = reads
@@ -191,28 +155,21 @@ class Decoder:
         self.injected: list[Injected] = []
         self._shared: dict[str, str] = {}
 
-    def feed(self, rows: Iterable[Any]) -> None:
-        """Decode these rows (the next ones of the session, in seq order)."""
-        it = iter(rows)
-        first = next(it, None)
-        if first is None:
-            return
-        adapt = _adapter(first)
-        add = self._add
-        add(adapt(first) if adapt is not None else first)
-        if adapt is None:
-            for row in it:
-                add(row)
-        else:
-            for row in it:
-                add(adapt(row))
+    def feed_frames(self, frames: Iterable[Any]) -> None:
+        """:meth:`feed` for frames held in memory (mappings of :data:`FRAME_COLUMNS`, named
+        rows, or tuples in that order), made rows of :data:`DECODER_COLUMNS` a batch at a time
+        (:class:`~mcp_proxy.store.stream.RowShapes`)."""
+        shapes = RowShapes()
+        it = iter(frames)
+        while batch := list(islice(it, MEMORY_BATCH)):
+            self.feed(shapes.rows(batch, DECODER_COLUMNS), shapes)
 
-    def feed_shaped(self, rows: Iterable[Sequence[Any]], shapes: Callable[[int], Any]) -> None:
-        """:meth:`feed` for rows of :data:`SHAPED_FRAME_COLUMNS` (``frame_rows`` as stored:
-        direction, channel, kind and method as one integer that ``shapes`` decodes, with the
-        frame's ``complete`` and ``partial_parse`` flags above it, see
-        :func:`mcp_proxy.store.stream.shaped_batches`). The same messages; the four strings
-        and two flags come decoded once per value, not once per row."""
+    def feed(self, rows: Iterable[Sequence[Any]], shapes: Callable[[int], Any]) -> None:
+        """Decode these rows of :data:`DECODER_COLUMNS` (the next ones of the session, in seq
+        order): direction, channel, kind and method as one integer that ``shapes`` decodes,
+        with the frame's ``complete`` and ``partial_parse`` flags above it
+        (:func:`~mcp_proxy.store.stream.split_flags`). The four strings and two flags are
+        decoded once per value, not once per row."""
         add = self._make
         decoded: dict[int, Any] = {}
         if isinstance(rows, Sequence) and rows:
@@ -239,26 +196,6 @@ class Decoder:
         )
         read = self.reads is None or ch == INJECT or self.reads(str(ch), str(kind), method)
         return (d, ch, kind, method, complete, partial, read)
-
-    def _add(self, row: Sequence[Any]) -> None:
-        (seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete, partial,
-         raw, http, _sse_id, event) = row  # fmt: skip
-        if self.first_ts is None:
-            self.first_ts = ts
-        self.last_ts = ts
-        shared = self._shared
-        direction = shared.setdefault(direction, direction)
-        channel = shared.setdefault(channel, channel)
-        kind = shared.setdefault(kind, kind)
-        if method is not None:
-            method = shared.setdefault(method, method)
-        if event is not None:
-            event = shared.setdefault(event, event)
-        if self.reads is not None and channel != INJECT and not self.reads(channel, kind, method):
-            self.frames += 1
-            return
-        self._make(seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete,
-                   partial, raw, http, event)  # fmt: skip
 
     def _make(
         self, seq: int, ts: float, mono: int, direction: str, channel: str, kind: str,

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from mcp_proxy.analysis.catalogue import SUMMARY_CODE
 from mcp_proxy.analysis.consumer import Consumer
 from mcp_proxy.analysis.core import Analysis, SessionPass, analyze, http_rows
-from mcp_proxy.analysis.facts import SHAPED_FRAME_COLUMNS, Decoder, FactsBuilder, Injected
+from mcp_proxy.analysis.facts import DECODER_COLUMNS, Decoder, FactsBuilder, Injected
 from mcp_proxy.analysis.model import Msg, finding_order, finding_record
 from mcp_proxy.analysis.stats import (
     MethodStats,
@@ -59,8 +59,6 @@ from mcp_proxy.store.stream import (
     FACTS_COLUMNS,
     FACTS_ROWS,
     REQUEST_ROWS,
-    frame_batches,
-    shaped_batches,
     shaped_pages,
 )
 
@@ -193,56 +191,34 @@ LOAD_BATCH = 20_000
 
 
 async def load(store: Store, session: dict[str, Any]) -> Decoder:
-    """Stream a session's frames from the store into a :class:`Decoder`, batch by batch.
+    """Stream a session's frames from the store into a :class:`Decoder`, batch by batch
+    (:func:`load_sync`). A SQLite file is read in this thread (the standard driver's plain
+    tuples cost less than a thread hop per query); another database in a worker thread, so
+    that the loop stays free while the server answers."""
+    if sqlite_path(store.url) is not None:
+        return load_sync(store.url, str(session["id"]))
+    return await asyncio.to_thread(load_sync, store.url, str(session["id"]))
+
+
+def load_sync(url: str, session_id: str) -> Decoder:
+    """A session's frames read in the calling thread into a :class:`Decoder`, in batches.
 
     Rows are turned into messages as they arrive and then dropped, so a session is never held
     twice in memory (rows and messages); the cyclic GC is paused meanwhile (the messages make
     no cycles, and a collector walking a growing list of a million of them is most of the time).
-    A SQLite file is read in this thread with the standard driver (:func:`load_sync`): plain
-    tuples, no row objects and no thread hop per query — the async API cost more than the
-    decoding.
     """
-    if sqlite_path(store.url) is not None:
-        return load_sync(store.url, str(session["id"]))
     decoder = Decoder()
     with gc_paused():
-        # Named rows of the analysis columns only, a batch per query (no dict per row).
-        async for rows in store.iter_analysis_frames(session["id"], batch=LOAD_BATCH):
-            decoder.feed(rows)
-    return decoder
-
-
-def load_sync(url: str, session_id: str) -> Decoder:
-    """:func:`load` without an event loop: the frames read in the calling thread, in batches."""
-    decoder = Decoder()
-    path = sqlite_path(url)
-    with gc_paused():
-        if path is not None:  # frame_rows as stored (one shape integer for four columns)
-            shapes, batches = shaped_batches(
-                str(path), session_id, SHAPED_FRAME_COLUMNS, batch=LOAD_BATCH
-            )
-            for rows in batches:
-                decoder.feed_shaped(rows, shapes)
-            return decoder
-        for rows in frame_batches(url, session_id, batch=LOAD_BATCH):
-            decoder.feed(rows)
+        _read(url, session_id, decoder, lambda: None)
     return decoder
 
 
 def _read(url: str, session_id: str, decoder: Decoder, after: Callable[[], None]) -> None:
-    """Stream a session's frame rows from the store into ``decoder``, calling ``after`` after
-    each batch (SQLite: ``frame_rows`` as stored; otherwise the view's rows)."""
-    path = sqlite_path(url)
-    if path is not None:
-        shapes, batches = shaped_batches(
-            str(path), session_id, SHAPED_FRAME_COLUMNS, batch=LOAD_BATCH
-        )
-        for rows in batches:
-            decoder.feed_shaped(rows, shapes)
-            after()
-        return
-    for rows in frame_batches(url, session_id, batch=LOAD_BATCH):
-        decoder.feed(rows)
+    """Stream a session's rows (``frame_rows`` as stored, :data:`DECODER_COLUMNS`) from the
+    store into ``decoder``, calling ``after`` after each batch."""
+    shapes, batches = shaped_pages(url, session_id, DECODER_COLUMNS, batch=LOAD_BATCH)
+    for rows in batches:
+        decoder.feed(rows, shapes)
         after()
 
 
@@ -276,7 +252,7 @@ def stream_analysis(
         first = Decoder(facts.feed, reads=facts.reads)
         shapes, batches = shaped_pages(url, sid, FACTS_COLUMNS, batch=LOAD_BATCH, rows=FACTS_ROWS)
         for rows in batches:
-            first.feed_shaped(rows, shapes)
+            first.feed(rows, shapes)
         facts.span(first.first_ts, first.last_ts)
         _first_envelope(url, sid, facts)
         injected: list[Injected] = []
@@ -316,7 +292,7 @@ def _first_envelope(url: str, session_id: str, facts: FactsBuilder) -> None:
             found = facts.facts.first_envelope_seq
             if found is not None and found <= rows[0][0]:
                 return
-            decoder.feed_shaped(rows, shapes)
+            decoder.feed(rows, shapes)
     finally:
         close = getattr(batches, "close", None)
         if close is not None:
@@ -359,16 +335,13 @@ async def session_analysis(
     http = await store.http_exchanges(session["id"])
     view = session_view(session)
     view["fault_end"] = fault_end(await store.recorded_findings(session["id"]))
-    if threaded and sqlite_path(store.url) is not None:
+    if threaded:  # reading and analysing in one worker thread, whatever the dialect
         analysis = await asyncio.to_thread(
             _load_and_analyze, store.url, str(session["id"]), view, http
         )
     else:
         decoder = await load(store, session)
-        if threaded:
-            analysis = await asyncio.to_thread(analyze, decoder, session=view, http_exchanges=http)
-        else:
-            analysis = analyze(decoder, session=view, http_exchanges=http)
+        analysis = analyze(decoder, session=view, http_exchanges=http)
         del decoder
     if save and not is_fresh(session, await store.analysis_summary(session["id"])):
         await _store_findings(store, session, analysis, strict=strict)

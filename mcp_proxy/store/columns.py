@@ -1,7 +1,7 @@
 """The one list of a frame's columns as readers and bulk writers carry them in row tuples.
 
-``show`` (:mod:`mcp_proxy.store.stream`), the analysis (``Store.iter_analysis_frames`` and
-:mod:`mcp_proxy.analysis.facts`), ``export`` and ``import`` (:mod:`mcp_proxy.store.recordings`)
+``show`` (:mod:`mcp_proxy.store.stream`), the analysis
+(:mod:`mcp_proxy.analysis.facts`), ``export`` and ``import`` (:mod:`mcp_proxy.store.recordings`)
 all move frames as plain tuples in this order: one definition, so that a new column is added
 once and no reader unpacks a tuple in an order another module changed. Plain Python (no
 SQLAlchemy), so that the analysis and the renderers can import it cheaply.

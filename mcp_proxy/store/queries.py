@@ -17,7 +17,6 @@ from mcp_proxy.errors import NotFoundError, StoreError
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.annotations import AnnotationQueries
 from mcp_proxy.store.base import FRAME_COLUMNS_NO_RAW, StoreBase
-from mcp_proxy.store.columns import FRAME_COLUMNS
 from mcp_proxy.store.liveness import duration, is_live, session_status
 from mcp_proxy.store.pages import PageQueries
 from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
@@ -45,10 +44,6 @@ def missing_database(url: str) -> Path | None:
     if path is None or path.is_file():
         return None
     return path
-
-
-#: What the analysis reads of a frame: the store's one column list (analysis.facts unpacks it).
-ANALYSIS_COLUMNS = [frames.c[name] for name in FRAME_COLUMNS]
 
 
 class Store(PageQueries, AnnotationQueries, StoreBase):
@@ -218,46 +213,6 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
     # Findings are derived data: the analyzer (mcp_proxy.analysis.service) replaces its own rows
     # of a session in one transaction, next to one ``analysis.summary`` row that records what
     # they were computed from. Recorder rows (source "recorder") are never touched.
-
-    async def analysis_frames(self, session_id: str) -> list[Any]:
-        """All frames of a session with the columns the analysis reads, in one query.
-
-        Rows come back as named rows (tuples with ``_fields``), not dicts: building 100,000
-        dicts costs more than the query. Leaves out what analysis never looks at (row ids, SSE
-        ids) so that a 100,000-frame session loads in one round trip.
-        """
-        out: list[Any] = []
-        async for rows in self.iter_analysis_frames(session_id, batch=None):
-            out += rows
-        return out
-
-    async def iter_analysis_frames(
-        self, session_id: str, *, batch: int | None = 20_000
-    ) -> AsyncIterator[list[Any]]:
-        """A session's frames for the analysis, ``batch`` named rows at a time (keyset on seq).
-
-        The analysis decodes each batch and drops it, so a 1,000,000-frame session is never
-        held as rows (``mcp_proxy.analysis.service.load``). Columns: :data:`ANALYSIS_COLUMNS`.
-        """
-        after = 0
-        while True:
-            stmt = (
-                sa.select(*ANALYSIS_COLUMNS)
-                .where(frames.c.session_id == session_id, frames.c.seq > after)
-                .order_by(frames.c.seq)
-            )
-            if batch is not None:
-                stmt = stmt.limit(batch)
-            try:
-                async with self.engine.connect() as conn:
-                    rows = list((await conn.execute(stmt)).fetchall())
-            except sa.exc.DBAPIError as exc:
-                raise StoreError(engine_mod.error_line(exc)) from exc
-            if rows:
-                yield rows
-            if batch is None or len(rows) < batch:
-                return
-            after = rows[-1][0]
 
     async def analysis_summary(self, session_id: str) -> dict[str, Any] | None:
         """The analyzer's ``analysis.summary`` row for a session (None: never analysed)."""

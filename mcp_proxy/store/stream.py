@@ -13,7 +13,8 @@ queries take the async store (``queries.py``, ``pages.py``).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from operator import itemgetter
 from typing import Any
 
 from mcp_proxy.errors import StoreError
@@ -173,13 +174,120 @@ class Shapes:
         return found
 
 
+class RowShapes:
+    """Frames held as mappings (a recording's, the dashboard's, a test's) as the rows
+    :func:`shaped_pages` gives: the same columns, with direction, channel, kind and method as
+    one integer that calling this object decodes, as :class:`Shapes` decodes stored ones — so
+    the analysis and the renderer have one row shape, whichever store the frames come from.
+
+    The integers number this object's own table of the four strings as given (a frame may carry
+    names no stored code has), never twice: the table holds at most :data:`SHAPE_CACHE` shapes
+    past the rows of one :meth:`rows` call, then starts over (rows made before are not decoded
+    after), so a cache keyed by shape (the renderer's) never sees one integer name two shapes.
+    """
+
+    __slots__ = ("codes", "made", "table")
+
+    def __init__(self) -> None:
+        self.codes: dict[tuple[Any, Any, Any, Any], int] = {}
+        self.table: dict[int, tuple[Any, Any, Any, Any]] = {}
+        self.made = 0
+
+    def __call__(self, shape: int) -> tuple[Any, Any, Any, Any]:
+        return self.table[shape]
+
+    def rows(self, frames: Iterable[Any], columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
+        """``frames`` (mappings, named rows, or tuples in :data:`FRAME_COLUMNS` order) as rows of
+        ``columns`` (:func:`shaped_pages`' specs but :data:`RAW_READ`)."""
+        _stored_columns(columns)
+        if len(self.table) >= SHAPE_CACHE:
+            self.codes.clear()
+            self.table.clear()
+        codes, table = self.codes, self.table
+        picks = [_pick(c) for c in columns]
+        # The usual frame has every column: its values in one C call, the shape put in place.
+        plain = [c for c in columns if c not in _SPECS]
+        at = [(i, c) for i, c in enumerate(columns) if c in _SPECS]
+        values = itemgetter(*plain, *_NAMED) if plain else itemgetter(*_NAMED)
+        n = len(plain)
+        # One spec (the decoder's SHAPE_FLAGS, the renderer's shape): put in by slicing.
+        one = at[0][0] if len(at) == 1 else -1
+        out: list[tuple[Any, ...]] = []
+        for frame in frames:
+            f = frame if type(frame) is dict else _as_mapping(frame)
+            try:
+                got = values(f)
+            except KeyError:  # a partial frame (a hand-written one): column by column
+                got = None
+                names = (f["direction"], f["channel"], f["kind"], f.get("method"))
+            else:
+                names = got[n : n + 4]
+            shape = codes.get(names)
+            if shape is None:
+                shape = codes[names] = self.made
+                table[shape] = names
+                self.made += 1
+            if got is None:
+                out.append(tuple(pick(f, shape) for pick in picks))
+            elif one >= 0:
+                out.append((*got[:one], _spec(at[0][1], shape, got[n + 4], got[n + 5]),
+                            *got[one:n]))  # fmt: skip
+            else:
+                row = list(got[:n])
+                for i, c in at:
+                    row.insert(i, _spec(c, shape, got[n + 4], got[n + 5]))
+                out.append(tuple(row))
+        return out
+
+
+#: What :meth:`RowShapes.rows` reads of every frame besides the plain columns asked for.
+_NAMED = ("direction", "channel", "kind", "method", "complete", "partial_parse")
+
+
+def _spec(column: str, shape: int, complete: Any, partial: Any) -> Any:
+    if column == SHAPE_FLAGS:
+        flags = (0 if complete is None or complete else 1) + (2 if partial else 0)
+        return shape + flags * _FLAGS_AT
+    return shape if column == "shape" else None
+
+
+def _as_mapping(frame: Any) -> Mapping[str, Any]:
+    if isinstance(frame, Mapping):
+        return frame
+    fields = getattr(frame, "_fields", None)
+    return dict(zip(FRAME_COLUMNS if fields is None else fields, frame, strict=True))
+
+
+def _pick(column: str) -> Callable[[Mapping[str, Any], int], Any]:
+    """How :meth:`RowShapes.rows` reads ``column`` of a frame given its shape."""
+    if column == "shape":
+        return lambda f, shape: shape
+    if column == SHAPE_FLAGS:
+        return lambda f, shape: shape + _flags(f) * _FLAGS_AT
+    if column == NULL:
+        return lambda f, shape: None
+    if column == RAW_READ:
+        raise ValueError("RAW_READ is a database's saving; in memory, read raw")
+    if column == "complete":
+        return lambda f, shape: f.get("complete", True)
+    if column in ("seq", "ts"):
+        return lambda f, shape: f[column]
+    return lambda f, shape: f.get(column)
+
+
+def _flags(f: Mapping[str, Any]) -> int:
+    """A frame's ``complete`` and ``partial_parse`` as :data:`_FLAGS_SQL` computes them."""
+    complete = f.get("complete", True)
+    return (0 if complete is None or complete else 1) + (2 if f.get("partial_parse") else 0)
+
+
 #: Column specs beside the stored names (what the handshake pass reads, :data:`FACTS_COLUMNS`):
 #: a ``NULL`` in a column's place (sqlite3 hands ``None`` over for nothing), and ``raw`` only for
 #: the frames whose body an outcome or the handshake depends on (``None`` for the rest).
 NULL = "null"
 RAW_READ = "raw_read"
 #: A column spec: the shape with ``complete`` and ``partial_parse`` in its high bits
-#: (:func:`split_flags`), two columns fewer per row for the analysis (``Decoder.feed_shaped``).
+#: (:func:`split_flags`), two columns fewer per row for the analysis (``Decoder.feed``).
 #: Every column costs each row more than its value: CPython's sqlite3 releases and takes back
 #: the GIL around each column's type look-up (``_pysqlite_fetch_one_row``, 3.12), ~600
 #: instructions a column (callgrind, issue 24); a session has a few such values per shape.
@@ -189,6 +297,10 @@ _FLAGS_SQL = (
     "(CASE WHEN complete IS NULL OR complete THEN 0 ELSE 1 END"
     " + CASE WHEN partial_parse THEN 2 ELSE 0 END)"
 )
+
+
+#: The column specs that are not stored columns (what :meth:`RowShapes.rows` makes itself).
+_SPECS = frozenset({"shape", SHAPE_FLAGS, NULL})
 
 
 def split_flags(value: int) -> tuple[int, bool, bool]:
@@ -208,7 +320,7 @@ _INJECT_CHANNEL = CHANNEL_CODES["inject"]
 _READ_METHODS = ("notifications/cancelled", "notifications/tasks/status", "notifications/tasks")
 
 #: The handshake pass of ``check`` (``analysis.facts.FactsBuilder``): the positions of
-#: ``analysis.facts.SHAPED_FRAME_COLUMNS`` (what ``Decoder.feed_shaped`` unpacks) with ``size``
+#: ``analysis.facts.DECODER_COLUMNS`` (what ``Decoder.feed`` unpacks) with ``size``
 #: left in the database and ``raw`` fetched only where a body may be read
 #: (:data:`RAW_READ`: the frames whose body it reads, requests and their answers, are among
 #: them).
@@ -423,8 +535,7 @@ def shaped_batches(
     """:func:`shaped_pages` of a SQLite file, with the standard library's driver alone.
 
     The session key and the method names are read first (an unknown session has no rows);
-    the batches then stream. ``tests/analysis/test_fast_readers.py`` holds the decoded rows
-    equal to the view's on hostile and real recordings.
+    the batches then stream.
     """
     _stored_columns(columns)
     conn = _connect(path)

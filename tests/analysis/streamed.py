@@ -14,7 +14,7 @@ from mcp_proxy.analysis.stats import MethodStats, MethodTable, StatsKey
 
 def pass_stats(w: Any, *, by_name: bool = False) -> dict[StatsKey, MethodStats]:
     decoder = Decoder()
-    decoder.feed(w.frames)
+    decoder.feed_frames(w.frames)
     http = http_rows(w.http_exchanges)
     table = MethodTable(by_name=by_name)
     facts = session_facts(decoder.msgs, w.session, http)

@@ -37,7 +37,7 @@ class _Counting:
 
 def _pass(w: Wire, *also: _Counting) -> SessionPass:
     d = Decoder()
-    d.feed(w.frames)
+    d.feed_frames(w.frames)
     one = SessionPass(
         session_facts(d.msgs, w.session, {}), {}, d.injected, keep=False, also=list(also)
     )

@@ -136,7 +136,7 @@ def test_stats_holds_only_the_pending_requests_and_the_look_ahead() -> None:
     peak = 0
     decoder = Decoder(p.feed)
     for f in w.frames:
-        decoder.feed([f])
+        decoder.feed_frames([f])
         peak = max(peak, len(p.w.buf), sum(len(v) for v in p.pending.values()))
     paired = p.finish()
     assert paired.exchanges == [] and paired.count == len(seen) == len(set(seen)) == n + 1

@@ -186,8 +186,7 @@ def test_the_settle_reads_the_session_once(db_url: str, monkeypatch: pytest.Monk
 
         return read
 
-    for name in ("shaped_pages", "shaped_batches", "frame_batches"):
-        monkeypatch.setattr(service, name, spy(name, getattr(service, name)))
+    monkeypatch.setattr(service, "shaped_pages", spy("shaped_pages", service.shaped_pages))
     assert service.settle(db_url, sid)
     assert len(whole) == 1, whole
     with DirectStore(db_url) as store:

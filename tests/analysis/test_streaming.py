@@ -43,7 +43,7 @@ def test_batches_give_the_same_analysis_as_one_list() -> None:
     whole = analyze(w.frames, session=w.session)
     decoder = Decoder()
     for k in range(0, len(w.frames), 7):
-        decoder.feed(w.frames[k : k + 7])
+        decoder.feed_frames(w.frames[k : k + 7])
     streamed = analyze(decoder, session=w.session)
     assert _summary(streamed) == _summary(whole)
     assert streamed.frame_count == len(w.frames)
@@ -83,7 +83,7 @@ async def test_service_streams_the_store_in_batches(
         decoder = await service.load(store, session)
         assert decoder.frames == len(w.frames)
         streamed = await service.session_analysis(store, session, save=False)
-        whole = analyze(await store.analysis_frames(sid), session=service.session_view(session))
+        whole = analyze(decoder, session=service.session_view(session))
         assert _summary(streamed) == _summary(whole)
     finally:
         await store.close()

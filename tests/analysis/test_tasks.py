@@ -152,7 +152,7 @@ def test_the_streaming_pass_finds_what_the_kept_analysis_finds(code: str) -> Non
         w = build()
         kept = w.analyze()
         d = Decoder()
-        d.feed(w.frames)
+        d.feed_frames(w.frames)
         one = SessionPass(session_facts(d.msgs, w.session, {}), {}, d.injected, keep=False)
         seen: list[Any] = []
         one.families.append(_Keep(seen))
