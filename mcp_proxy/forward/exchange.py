@@ -42,7 +42,6 @@ from mcp_proxy.relay.http.sessions import (
     SessionEntry,
     SessionRouter,
 )
-from mcp_proxy.relay.http.wire import WireFrame
 
 if TYPE_CHECKING:
     from mcp_proxy.forward.tape import ForwardTape
@@ -396,7 +395,7 @@ class TapeExchange:
                 self.responded = True
             self.tape.frame(
                 self,
-                WireFrame(
+                Frame(
                     Direction.S2C,
                     Channel.SSE,
                     ev.data,

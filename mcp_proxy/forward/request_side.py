@@ -18,10 +18,9 @@ from mcp_proxy.forward.exchange import (
     TapeExchange,
 )
 from mcp_proxy.forward.recognize import RequestView
-from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.headers import mcp_headers
 from mcp_proxy.relay.http.request_side import record_request_body
-from mcp_proxy.relay.http.wire import WireFrame
 
 __all__ = ["record_request"]
 
@@ -72,7 +71,7 @@ def record_request(
         is_message=lambda _data: kind == KIND_MCP,
     )
     if kept is not None:
-        frame = WireFrame(
+        frame = Frame(
             Direction.C2S,
             Channel.HTTP,
             kept[0],

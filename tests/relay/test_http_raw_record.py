@@ -25,7 +25,6 @@ from mcp_proxy.recorder.httpraw import describe, pack, unpack
 from mcp_proxy.redact import Redactor
 from mcp_proxy.relay.http.common import RelayConfig
 from mcp_proxy.relay.http.server import HTTPRelay
-from mcp_proxy.relay.http.wire import WireFrame
 from tests.helpers.watch import until
 from tests.relay.fake_pool import FakeUpstreamPool
 from tests.relay.test_http_units import JSON_REPLY, RESULT
@@ -60,7 +59,7 @@ def test_raw_record_is_described_as_the_relay_describes_it() -> None:
     fields: dict[str, Any] = {"method": "POST", "started_at": 1.0, "status": 200}
     meta: dict[str, Any] = {"http_version": "1.1"}
     frames = [
-        WireFrame(Direction.C2S, Channel.HTTP, b"{}", 5, 2.0, True, extra={"content_type": "j"}),
+        Frame(Direction.C2S, Channel.HTTP, b"{}", 5, 2.0, True, extra={"content_type": "j"}),
         Frame(Direction.S2C, Channel.SSE, b"[1]", 6, 3.0, False, None, "7", "message", {}),
     ]
     # The relay's route (a live exchange, or a sink without raw hand-over).

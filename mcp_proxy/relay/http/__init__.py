@@ -43,11 +43,10 @@ request head, pure), ``exchange`` (one exchange and its recording state machine)
 response path: small, streamed and SSE bodies), ``response_record`` (what a response leaves in
 the recording), ``hooks`` (the verdicts hooks return at message boundaries), ``faults`` (fault
 injection as hooks), ``server`` (the composed relay: lifecycle and the handler), ``upstream``
-(the upstream seam and the connection pool), ``sessions`` (session grouping), ``wire`` (cheap
-frame pickling), ``run`` (the command).
+(the upstream seam and the connection pool), ``sessions`` (session grouping), ``run`` (the
+command).
 
-Importing this package is cheap: the recorder process unpickles frames through
-:mod:`mcp_proxy.relay.http.wire`, so the heavy modules load only when asked for.
+Importing this package is cheap: the heavy modules load only when asked for.
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.limits import MAX_INFLATED_BODY, META_BODY_LIMIT
 from mcp_proxy.netutil import is_loopback
 from mcp_proxy.redact import Redactor
-from mcp_proxy.relay.http.wire import WireFrame
 
 if TYPE_CHECKING:
     from mcp_proxy.relay.http.upstream import UpstreamReply
@@ -272,7 +271,7 @@ def response_body_frame(
     meta: dict[str, Any],
     redactor: Redactor,
     is_message: Callable[[bytes], bool],
-) -> WireFrame | None:
+) -> Frame | None:
     """A whole response body as the recording keeps it — the reverse relay's and the forward
     proxy's one rule: decoded (bounded) when it has a ``Content-Encoding``, then a frame when it
     is JSON that ``is_message`` accepts (a JSON body of an MCP exchange is a frame even when it
@@ -289,7 +288,7 @@ def response_body_frame(
     jsonish = ctype.lower().startswith("application/json") or body.lstrip()[:1] in (b"{", b"[")
     if jsonish and is_message(body):
         now_ns, now = time.monotonic_ns(), time.time()
-        return WireFrame(
+        return Frame(
             Direction.S2C, Channel.HTTP, body, now_ns, now, complete, extra={"content_type": ctype}
         )
     meta["response_body"] = meta_body(redactor, body, ctype)

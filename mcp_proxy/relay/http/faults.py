@@ -50,7 +50,7 @@ from typing import Any
 import aiohttp
 
 from mcp_proxy.faults.engine import Decision, FaultEngine
-from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.framing import SSEEvent
 from mcp_proxy.relay.http.common import meta_body
 from mcp_proxy.relay.http.hooks import PASS, Act, HookExchange, Send, Verdict
@@ -58,7 +58,6 @@ from mcp_proxy.relay.http.intercept import AsyncHolder, held_event, held_request
 from mcp_proxy.relay.http.response_record import has_response
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE
 from mcp_proxy.relay.http.upstream import Upstream
-from mcp_proxy.relay.http.wire import WireFrame
 
 __all__ = ["FaultHooks", "event_bytes", "injected_status"]
 
@@ -178,7 +177,7 @@ class ExchangeFaults:
         """Bytes mcptape put on the wire in a peer's place: an ``inject`` frame (an injected
         event recorded as its data, its type and id in their own columns)."""
         self.ex.frame(
-            WireFrame(
+            Frame(
                 direction,
                 Channel.INJECT,
                 raw,

@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.relay.http.common import decode_for_record, meta_body
 from mcp_proxy.relay.http.front import HTTP_11, FrontRequest
 from mcp_proxy.relay.http.kept import Kept, drain, streamed
 from mcp_proxy.relay.http.sessions import RULE_CLIENT, BodyFacts, body_facts
-from mcp_proxy.relay.http.wire import WireFrame
 
 if TYPE_CHECKING:
     from mcp_proxy.redact import Redactor
@@ -41,8 +40,8 @@ class BodyAborted(Exception):
     """The host went away while sending a small body (already recorded)."""
 
 
-def request_frame(ex: Exchange, body: bytes, complete: bool) -> WireFrame:
-    return WireFrame(
+def request_frame(ex: Exchange, body: bytes, complete: bool) -> Frame:
+    return Frame(
         Direction.C2S,
         Channel.HTTP,
         body,

@@ -9,13 +9,12 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.framing import SSEEvent
 from mcp_proxy.relay.http.common import jsonrpc_error_body, response_body_frame
 from mcp_proxy.relay.http.exchange import Exchange
 from mcp_proxy.relay.http.front import RelayResponse, plain_response
 from mcp_proxy.relay.http.sessions import RULE_LEGACY_SSE, RULE_MCP_SESSION, body_facts
-from mcp_proxy.relay.http.wire import WireFrame
 
 if TYPE_CHECKING:
     from mcp_proxy.relay.http.response import RelayState
@@ -99,7 +98,7 @@ def sse_events(
         if not ex.attached and ev.event == "endpoint":
             attach_legacy(state, ex, ev)
         ex.frame(
-            WireFrame(
+            Frame(
                 Direction.S2C,
                 Channel.SSE,
                 ev.data,

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from mcp_proxy.frames import Channel, Direction
+from mcp_proxy.frames import Channel, Direction, Frame
 from mcp_proxy.redact import Redactor
 from mcp_proxy.relay.http.exchange import (
     TRANSITIONS,
@@ -16,7 +16,6 @@ from mcp_proxy.relay.http.exchange import (
     RecState,
 )
 from mcp_proxy.relay.http.sessions import RULE_MCP_SESSION, SessionRouter
-from mcp_proxy.relay.http.wire import WireFrame
 from tests.relay.unit.fakes import Recorder, until
 
 
@@ -27,8 +26,8 @@ def _ex(rec: Recorder | None = None) -> Exchange:
     return Exchange(ctx, {"method": "POST", "started_at": 1.0}, {})
 
 
-def _frame(raw: bytes) -> WireFrame:
-    return WireFrame(Direction.C2S, Channel.HTTP, raw, 0, 1.0, True)
+def _frame(raw: bytes) -> Frame:
+    return Frame(Direction.C2S, Channel.HTTP, raw, 0, 1.0, True)
 
 
 def _place(ex: Exchange, sid: str = "abc") -> None:
