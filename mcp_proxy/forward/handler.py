@@ -338,7 +338,7 @@ class RequestHandler:
         if (
             length is not None
             and length <= SMALL_RESPONSE
-            and not is_event_stream(resp.headers.get("Content-Type"))
+            and not is_event_stream(resp.content_type)
         ):
             # A small body with a length is read whole and goes in one write, as the reverse
             # relay sends it (ResponsePath.respond_small); with hooks, an MCP answer is decided
