@@ -9,8 +9,11 @@ close — so these tests hold the pool to closing it with the connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -44,6 +47,24 @@ async def _server() -> tuple[asyncio.Server, list[asyncio.Future[None]], int]:
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     return server, closed, port
+
+
+@contextlib.asynccontextmanager
+async def _pool_on(serve: Any) -> AsyncIterator[UpstreamPool]:
+    """A pool to an upstream on 127.0.0.1 served by ``serve``; both closed on the way out."""
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    pool = UpstreamPool("127.0.0.1", server.sockets[0].getsockname()[1], tls=False)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def _asking(serve: Any, ask: Callable[[UpstreamPool], Awaitable[None]]) -> None:
+    async with _pool_on(serve) as pool:
+        await ask(pool)
 
 
 def _run(coro: object) -> None:
@@ -124,10 +145,7 @@ def test_one_kept_connection_parses_responses_in_a_row_and_heads_between() -> No
             await writer.drain()
         writer.close()
 
-    async def main() -> None:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        pool = UpstreamPool("127.0.0.1", port, tls=False)
+    async def ask(pool: UpstreamPool) -> None:
         got = []
         for method in ("GET", "GET", "HEAD", "GET", "HEAD", "HEAD", "GET"):
             head = b"%s / HTTP/1.1\r\nHost: x\r\n\r\n" % method.encode()
@@ -146,11 +164,8 @@ def test_one_kept_connection_parses_responses_in_a_row_and_heads_between() -> No
             ("HEAD", b""),
             ("GET", b"body-7"),
         ]
-        await pool.close()
-        server.close()
-        await server.wait_closed()
 
-    _run(main())
+    _run(_asking(serve, ask))
 
 
 def test_a_kept_connection_notes_each_responses_type_encoding_and_length_afresh() -> None:
@@ -171,10 +186,7 @@ def test_a_kept_connection_notes_each_responses_type_encoding_and_length_afresh(
         await reader.read()
         writer.close()
 
-    async def main() -> None:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        pool = UpstreamPool("127.0.0.1", port, tls=False)
+    async def ask(pool: UpstreamPool) -> None:
         got = []
         for _ in replies:
             resp = await asyncio.wait_for(
@@ -187,8 +199,5 @@ def test_a_kept_connection_notes_each_responses_type_encoding_and_length_afresh(
             ("text/event-stream", "gzip", 2, b"ab"),
             ("", "", None, b"cd"),
         ]
-        await pool.close()
-        server.close()
-        await server.wait_closed()
 
-    _run(main())
+    _run(_asking(serve, ask))

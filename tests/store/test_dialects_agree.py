@@ -10,7 +10,6 @@ HTTP exchanges, SSE, noise, stderr, invalid UTF-8 …).
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
@@ -21,6 +20,7 @@ from mcp_proxy.store.engine import ensure_schema
 from tests.analysis.cases import CASES
 from tests.analysis.test_decoder_rows import hostile
 from tests.conftest import running_full, url_of
+from tests.helpers.cli import run_mcptape
 
 COMMANDS = [
     ("check",),
@@ -34,19 +34,10 @@ COMMANDS = [
 ]
 
 
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """The real entry point in-process (exit code, stdout, stderr)."""
-    from mcp_proxy.cli import main
-
-    saved = dict(os.environ)  # (--format json sets MCPTAPE_ERROR_FORMAT for its process)
-    try:
-        with pytest.raises(SystemExit) as done:
-            main(list(args))
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    out, err = capsys.readouterr()
-    return int(done.value.code or 0), EXCHANGE_ID.sub("", out), err
+def cli(*args: str) -> tuple[int, str, str]:
+    """The real entry point in-process (exit code, stdout without exchange ids, stderr)."""
+    done = run_mcptape(*args)
+    return done.returncode, EXCHANGE_ID.sub("", done.stdout), done.stderr
 
 
 #: An HTTP exchange's id: the store's own (``db copy`` gives the copies the destination's).
@@ -57,7 +48,7 @@ EXCHANGE_ID = re.compile(
 
 @pytest.mark.corpus
 def test_both_dialects_print_the_same_for_every_session(
-    db_factory: Any, capsys: pytest.CaptureFixture[str]
+    db_factory: Any,
 ) -> None:
     lite = url_of(db_factory("sqlite"))
     ensure_schema(lite)
@@ -74,8 +65,8 @@ def test_both_dialects_print_the_same_for_every_session(
     compared = 0
     for name in names:
         for command in COMMANDS:
-            on_sqlite = cli(capsys, *command, name, "--db", lite)
-            on_pg = cli(capsys, *command, name, "--db", pg)
+            on_sqlite = cli(*command, name, "--db", lite)
+            on_pg = cli(*command, name, "--db", pg)
             assert on_pg == on_sqlite, (name, command)
             compared += len(on_sqlite[1])
     assert compared > 10_000
