@@ -74,3 +74,43 @@ def test_a_finding_with_structured_detail_is_kept_as_json_text(db_path: Path, db
     (row,) = rdb.rows(db_path, "SELECT code, detail FROM findings WHERE session_id = ?", sid)
     assert row["code"] == "inject.delay"
     assert json.loads(row["detail"]) == {"rule": "delay ms=5", "id": 1}
+
+
+def test_exchange_rows_of_any_columns_and_frame_flags_are_stored(
+    db_path: Path, db_url: str
+) -> None:
+    """Exchange rows go to the backend with only the columns they have (a missing one is NULL,
+    an update folded in), and frame flags as the builder makes them (0/1) fit a bool column."""
+    from mcp_proxy.frames import Frame
+
+    rec = Recorder(db_url)
+    sid = rec.new_session(transport="http", name="exchanges")
+    a = rec.new_exchange(sid, method="POST", url="http://up/mcp", started_at=1.0)
+    rec.update_exchange(a, status=200, ended_at=2.0, outcome="ok")
+    body = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
+    frames = [
+        Frame(Direction.C2S, Channel.HTTP, body, 1, 1.0, True),
+        Frame(Direction.S2C, Channel.HTTP, b'{"jsonrpc":"2.0","id":1,"res', 2, 2.0, False),
+    ]
+    b = rec.record_exchange(
+        sid, frames=frames, method="GET", url="/x", started_at=3.0, status=404, not_a_column="x"
+    )
+    rec.end_session(sid)
+    rec.start()
+    rec.close()
+    got = rdb.rows(
+        db_path,
+        "SELECT method, url, status, started_at, ended_at, outcome, error, response_size"
+        " FROM http_exchanges ORDER BY id",
+    )
+    assert [tuple(r.values()) for r in got] == [
+        ("POST", "http://up/mcp", 200, 1.0, 2.0, "ok", None, None),
+        ("GET", "/x", 404, 3.0, None, None, None, None),
+    ]
+    assert b != a
+    frames_ = rdb.frames(db_path, sid)
+    assert [(f["complete"], f["partial_parse"]) for f in frames_] in (
+        [(1, 0), (0, 0)],  # SQLite
+        [(True, False), (False, False)],  # PostgreSQL's bool column
+    )
+    assert all(f["http_exchange_id"] is not None for f in frames_)

@@ -70,6 +70,9 @@ _UNDECODABLE = Kind.UNDECODABLE
 _REQUEST = Kind.REQUEST
 _S2C = Direction.S2C
 _new_row = tuple.__new__  # FrameRow(...) without its generated Python ``__new__``
+# A row's ``complete`` and ``partial_parse`` are made ``1``/``0``, not ``True``/``False``: what the
+# column stores either way, and sqlite3 binds an exact ``int`` at once where it first looks for
+# an adapter of a ``bool`` (measured: ~0.9k instructions per value, two per frame).
 
 
 @dataclass
@@ -308,7 +311,7 @@ class BatchBuilder:
             return _new_row(  # type: ignore[no-any-return]
                 FrameRow,
                 (sid, seq, wall, mono, dval, cval, "notification", method, None, None,
-                 len(line), True, False, line, None, None, None, None),
+                 len(line), 1, 0, line, None, None, None, None),
             )  # fmt: skip
         rid = msg["id"]
         if (
@@ -321,8 +324,8 @@ class BatchBuilder:
         mid = str(rid)
         row = _new_row(
             FrameRow,
-            (sid, seq, wall, mono, dval, cval, "response", None, mid, None, len(line), True,
-             False, line, None, None, None, None),
+            (sid, seq, wall, mono, dval, cval, "response", None, mid, None, len(line), 1,
+             0, line, None, None, None, None),
         )  # fmt: skip
         if direction is _S2C and st.tracker.response_matters(mid, msg):
             self._observe_handshake(st, direction, Classified(Kind.RESPONSE, None, mid, msg))
@@ -539,8 +542,8 @@ class BatchBuilder:
                 column_id(c.msg_id),
                 c.error_code,
                 len(raw),
-                frame.complete,
-                c.partial,
+                1 if frame.complete else 0,
+                1 if c.partial else 0,
                 raw,
                 frame.http_exchange,
                 frame.sse_id,

@@ -115,7 +115,11 @@ class Backend(Protocol):
     def transaction(self) -> contextlib.AbstractContextManager[Any]: ...
     def is_transient(self, exc: BaseException) -> bool: ...
     def insert_sessions(self, conn: Any, rows: list[dict[str, Any]]) -> None: ...
-    def insert_exchanges(self, conn: Any, rows: list[dict[str, Any]]) -> list[int]: ...
+    def insert_exchanges(self, conn: Any, rows: list[dict[str, Any]]) -> list[int]:
+        """Insert ``rows`` (each any subset of ``EXCHANGE_COLUMNS``; a missing column is NULL)
+        in order; their database ids, in the same order."""
+        ...
+
     def update_exchange(self, conn: Any, db_id: int, fields: dict[str, Any]) -> None: ...
     def insert_frames(self, conn: Any, rows: list[FrameRow]) -> None: ...
     def update_session(self, conn: Any, sid: str, fields: dict[str, Any]) -> None: ...
@@ -282,14 +286,15 @@ class BatchWriter:
         An HTTP relay queues one insert and two or three updates per exchange, most of them in
         the same batch: folding them keeps it to one statement per exchange.
         """
-        rows: dict[int, dict[str, Any]] = {}
-        for local, row in new:
-            rows[local] = dict.fromkeys(EXCHANGE_COLUMNS) | known_columns("http_exchanges", row)
+        # The rows as given (a backend takes any subset of the columns): no full-column copy of
+        # each; an update folded in makes a new dict, so the batch's own rows stay as they were
+        # (the row-by-row path folds them again).
+        rows = {local: known_columns("http_exchanges", row) for local, row in new}
         later: dict[int, dict[str, Any]] = {}
         for local, fields in updates:
             target = rows.get(local)
             if target is not None:
-                target.update(known_columns("http_exchanges", fields))
+                rows[local] = target | known_columns("http_exchanges", fields)
             else:
                 later.setdefault(local, {}).update(known_columns("http_exchanges", fields))
         new_ids: dict[int, int] = {}
@@ -524,30 +529,32 @@ class SqliteBackend:
         self._insert_dicts(conn, "sessions", rows)
 
     def insert_exchanges(self, conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> list[int]:
-        """Rows of every column (``BatchWriter`` fills them) as tuples, in one statement.
+        """Rows (any subset of the columns; a missing one is NULL) as tuples, in one statement.
 
-        The batch's transaction holds the write lock, so SQLite numbers the rows of one
-        ``executemany`` consecutively after the largest id: the last id gives them all.
+        Each value is read from the row as it is (``get``), not from a copy of it with every
+        column filled in first. The batch's transaction holds the write lock, so SQLite
+        numbers the rows of one ``executemany`` consecutively after the largest id: the last
+        id gives them all.
         """
         dumps, pairs = _json_text, _pairs_text
         values = [
             (  # EXCHANGE_COLUMNS' order (_EXCHANGE_INSERT)
-                r["session_id"],
-                r["method"],
-                r["url"],
-                r["status"],
-                pairs(r["request_headers"]),
-                pairs(r["response_headers"]),
-                r["started_at"],
-                r["first_byte_at"],
-                r["ended_at"],
-                r["outcome"],
-                r["error"],
-                r["request_size"],
-                r["response_size"],
-                dumps(r["meta"]),
+                g("session_id"),
+                g("method"),
+                g("url"),
+                g("status"),
+                pairs(g("request_headers")),
+                pairs(g("response_headers")),
+                g("started_at"),
+                g("first_byte_at"),
+                g("ended_at"),
+                g("outcome"),
+                g("error"),
+                g("request_size"),
+                g("response_size"),
+                dumps(g("meta")),
             )
-            for r in rows
+            for g in [r.get for r in rows]
         ]
         if len(values) == 1:
             return [int(conn.execute(_EXCHANGE_INSERT, values[0]).lastrowid or 0)]

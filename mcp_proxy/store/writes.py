@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.codes import encode_known
 from mcp_proxy.store.columns import STORED_FRAME_COLS
-from mcp_proxy.store.rows import FRAME_COLS, FrameRow, storable
+from mcp_proxy.store.rows import EXCHANGE_COLUMNS, FRAME_COLS, FrameRow, storable
 from mcp_proxy.store.schema import (
     findings,
     frame_rows,
@@ -109,7 +109,9 @@ class SqlAlchemyBackend:
 
     def insert_exchanges(self, conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
         stmt = http_exchanges.insert().returning(http_exchanges.c.id, sort_by_parameter_order=True)
-        return [int(r[0]) for r in conn.execute(stmt, rows)]
+        # One statement for all rows: every row needs the same keys (a missing column is NULL).
+        full = [dict.fromkeys(EXCHANGE_COLUMNS) | r for r in rows]
+        return [int(r[0]) for r in conn.execute(stmt, full)]
 
     def update_exchange(self, conn: Connection, db_id: int, fields: dict[str, Any]) -> None:
         conn.execute(http_exchanges.update().where(http_exchanges.c.id == db_id).values(**fields))
