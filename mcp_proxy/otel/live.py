@@ -412,7 +412,7 @@ class LiveExporter:
                 failed = result.get("isError") is True
                 outcome = "input_required" if result.get("resultType") == "input_required" else "ok"
             else:
-                failed = answer.partial_parse and bool(_IS_ERROR.search(bytes(answer.raw)))
+                failed = bool(answer.partial_parse) and bool(_IS_ERROR.search(bytes(answer.raw)))
                 outcome = "ok"
             facts = self._emit(sid, st, req, answer.ts, "tool_error" if failed else outcome)
         ended = self._tasks.answer(sid, facts, req.msg, msg, answer.seq, answer.ts)

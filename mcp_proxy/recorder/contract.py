@@ -14,7 +14,7 @@ item                      meaning
 :class:`FrameItem`        one frame whose boundaries the producer knows (HTTP body, SSE event)
 :class:`ExchangeStart`    an HTTP exchange row (method, URL, headers…), by a local id
 :class:`ExchangeUpdate`   more columns of that exchange (status, timings, outcome)
-:class:`HttpExchange`     a finished exchange and its frames in one item
+:class:`HttpExchange`     an exchange row and its frames so far (finished, or registered while it runs)
 :class:`SessionUpdate`    more columns of a session (end, exit status, metadata)
 :class:`FindingItem`      a fact the producer knows (a transport failure, a refused request)
 :class:`LostFrames`       frames the producer relayed but could not hand over (counted gaps)

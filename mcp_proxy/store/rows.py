@@ -59,8 +59,8 @@ class FrameRow(NamedTuple):
     msg_id: str | None
     error_code: int | None
     size: int
-    complete: bool
-    partial_parse: bool
+    complete: int  # 1 or 0: an exact int binds without an adapter look-up
+    partial_parse: int
     raw: bytes | bytearray
     http_exchange_id: int | None
     sse_id: str | None
