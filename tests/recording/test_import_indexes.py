@@ -1,7 +1,7 @@
 """A large import into SQLite builds ``frame_rows``' secondary indexes once, after its rows.
 
 Past ``IMPORT_DEFER_INDEXES`` frames (and past the rows the table held before) the import drops
-the indexes inside its transaction and creates them again before it commits: the schema after
+the ``msg_id`` index inside its transaction (the others take the rows in order, row by row) and creates them again before it commits: the schema after
 is the one before, every index holds every row, and a failed import leaves them as they were.
 The limits are made small here so that a few hundred frames cross them.
 """
@@ -76,6 +76,35 @@ def test_a_large_import_leaves_the_schema_and_every_index_whole(
             "SELECT count(*) FROM frame_rows INDEXED BY ix_frames_requests"
             " WHERE session_key = 2 AND kind = 0"
         ).fetchone() == (200,)
+
+
+def test_only_the_msg_id_index_is_deferred(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deferrals: list[int]
+) -> None:
+    src, db, _before = _small_then_large(tmp_path)
+    kept: list[list[str]] = []
+    defer = ImportWriter._defer_indexes  # (the fixture's spy)
+
+    def look(self: ImportWriter) -> None:
+        defer(self)
+        rows = self.driver.dbapi.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'frame_rows'"
+            " AND sql IS NOT NULL ORDER BY name"
+        ).fetchall()
+        kept.append([r[0] for r in rows])
+
+    monkeypatch.setattr(ImportWriter, "_defer_indexes", look)
+    import_file(src, f"sqlite:///{db}")
+    assert deferrals == [100]
+    assert kept == [
+        [
+            "ix_frames_exchange",
+            "ix_frames_requests",
+            "ix_frames_session_method",
+            "uq_frames_session_seq",
+        ]
+    ]
+    assert check(db) == ["ok"]
 
 
 def test_an_import_into_a_fuller_table_keeps_its_indexes_up_to_date(
