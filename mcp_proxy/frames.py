@@ -130,22 +130,32 @@ def strip_line_end(raw: bytes | bytearray) -> bytes:
 _NOTIFICATION, _REQUEST, _RESPONSE = Kind.NOTIFICATION, Kind.REQUEST, Kind.RESPONSE
 
 
+#: What ``dict.get`` gives for an absent ``id`` in :func:`classify_message` (one lookup for
+#: "is there an id" and "what is it").
+_ABSENT: Any = object()
+
+
 def classify_message(msg: Any) -> Classified:
     """Classify an already-parsed JSON value as JSON-RPC 2.0."""
     if type(msg) is dict and msg.get("jsonrpc") == "2.0":
         # The common messages — a notification, a request or a response with an integer or
         # string id — decided in a few lookups; the same answers as the general path below.
+        # An integer id's key is ``str`` of it (id_key's first case, without the call).
         method = msg.get("method")
-        if "id" not in msg:
+        raw_id = msg.get("id", _ABSENT)
+        if raw_id is _ABSENT:
             if type(method) is str:
                 return Classified(_NOTIFICATION, method, None, msg)
-        else:
-            raw_id = msg["id"]
-            if type(raw_id) is int or type(raw_id) is str:
-                if type(method) is str:
-                    return Classified(_REQUEST, method, id_key(raw_id), msg)
-                if method is None and "result" in msg and "error" not in msg:
-                    return Classified(_RESPONSE, None, id_key(raw_id), msg)
+        elif type(raw_id) is int:
+            if type(method) is str:
+                return Classified(_REQUEST, method, str(raw_id), msg)
+            if method is None and "result" in msg and "error" not in msg:
+                return Classified(_RESPONSE, None, str(raw_id), msg)
+        elif type(raw_id) is str:
+            if type(method) is str:
+                return Classified(_REQUEST, method, id_key(raw_id), msg)
+            if method is None and "result" in msg and "error" not in msg:
+                return Classified(_RESPONSE, None, id_key(raw_id), msg)
     if isinstance(msg, list):
         return Classified(Kind.BATCH, message=msg, problem=None if msg else "empty batch")
     if not isinstance(msg, dict):
@@ -302,56 +312,54 @@ def classify(
     the caller made sure :func:`has_long_number` is False for these bytes (it saves the look).
     """
     try:
-        return _classify(raw, channel, checked)
+        if channel == "stderr":  # Channel.STDERR is this str
+            return Classified(Kind.STDERR)
+        if len(raw) > FULL_PARSE_LIMIT:
+            return _classify_huge(bytes(raw[:_HEAD]) + bytes(raw[-32:]))
+        data = raw if type(raw) is bytes else bytes(raw)
+        # Fast path: parse the UTF-8 bytes directly (no decode copy, no newline strip). A frame
+        # that starts with "{" or "[" is UTF-8 to both parsers here: json is given decoded
+        # text, so nothing is sniffed as UTF-16/32 (a NUL is JSON nowhere, so bytes with one
+        # fail both parsers and end where the strict path below puts them).
+        if data[:1] in _OPENERS:
+            # orjson first (~5× json's speed on small frames). What it refuses — lone
+            # surrogates, NaN, infinities, nesting past 1024, invalid UTF-8 — falls through to
+            # the json path below, and so do long digit runs (orjson reads an integer past 64
+            # bits as a float), so the outcome is json's whatever the bytes
+            # (tests/test_frames.py compares them).
+            if checked or not has_long_number(data):
+                try:
+                    return classify_message(_orjson_loads(data))
+                except ValueError:
+                    pass
+            try:
+                # What json.loads(bytes) does for UTF-8, minus its encoding sniffing.
+                return classify_message(json.loads(data.decode("utf-8", "surrogatepass")))
+            except UnicodeDecodeError:
+                return Classified(Kind.NOISE, problem="not valid UTF-8")
+            except ValueError:
+                pass
+        content = strip_line_end(data)
+        if not content.strip():
+            return Classified(Kind.EMPTY)
+        try:
+            text = content.decode("utf-8")
+        except UnicodeDecodeError:
+            return Classified(Kind.NOISE, problem="not valid UTF-8")
+        try:
+            msg = json.loads(text)
+        except ValueError:
+            return Classified(Kind.NOISE, problem="not JSON")
+        return classify_message(msg)
     except RecursionError:
         return Classified(Kind.UNDECODABLE, problem="JSON nested deeper than the parser allows")
     except Exception as exc:  # the promise is "never raises": say why instead
         return Classified(Kind.UNDECODABLE, problem=f"classifier failed: {type(exc).__name__}")
 
 
-def _classify(
-    raw: bytes | bytearray | memoryview, channel: Channel | str, checked: bool
-) -> Classified:
-    if channel == "stderr":  # Channel.STDERR is this str
-        return Classified(Kind.STDERR)
-    if len(raw) > FULL_PARSE_LIMIT:
-        return _classify_huge(bytes(raw[:_HEAD]) + bytes(raw[-32:]))
-    data = raw if type(raw) is bytes else bytes(raw)
-    first = data[:1]
-    # Fast path: json.loads on UTF-8 bytes directly (no decode copy, no newline strip). Bytes
-    # that json would sniff as UTF-16/32 (NULs, BOMs) take the strict path instead. (The NUL
-    # is looked for as an int, by memchr: ``b"\x00" in`` set up a substring search per frame,
-    # 0.3 µs, a tenth of a classification.)
-    if (first == b"{" or first == b"[") and 0 not in data[:4]:
-        # orjson first (~5× json's speed on small frames). What it refuses — lone surrogates,
-        # NaN, infinities, nesting past 1024, invalid UTF-8 — falls through to the json path
-        # below, and so do long digit runs (orjson reads an integer past 64 bits as a float),
-        # so the outcome is json's whatever the bytes (tests/test_frames.py compares them).
-        if checked or not has_long_number(data):
-            try:
-                return classify_message(_orjson_loads(data))
-            except ValueError:
-                pass
-        try:
-            # What json.loads(bytes) does for UTF-8, minus its encoding sniffing (a leading
-            # "{" or "[" without NULs is UTF-8 to it).
-            return classify_message(json.loads(data.decode("utf-8", "surrogatepass")))
-        except UnicodeDecodeError:
-            return Classified(Kind.NOISE, problem="not valid UTF-8")
-        except ValueError:
-            pass
-    content = strip_line_end(data)
-    if not content.strip():
-        return Classified(Kind.EMPTY)
-    try:
-        text = content.decode("utf-8")
-    except UnicodeDecodeError:
-        return Classified(Kind.NOISE, problem="not valid UTF-8")
-    try:
-        msg = json.loads(text)
-    except ValueError:
-        return Classified(Kind.NOISE, problem="not JSON")
-    return classify_message(msg)
+#: The first bytes of a frame :func:`classify` parses on its fast path (single bytes are
+#: interned: ``in`` finds them by identity).
+_OPENERS = (b"{", b"[")
 
 
 def parse_json(raw: bytes | bytearray) -> Any:

@@ -203,6 +203,22 @@ def test_the_fast_parser_classifies_exactly_as_json_does(monkeypatch: pytest.Mon
                                     Kind.INVALID, Kind.BATCH, Kind.NOISE, Kind.UNDECODABLE}  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        ('{"jsonrpc":"2.0","method":"x"}'.encode("utf-16-le"), "not JSON"),
+        ('["x"]\n'.encode("utf-16-le"), "not JSON"),
+        (b'{\x00"a":1}', "not JSON"),
+        (b"[\x00\xed\xa0\x80]", "not valid UTF-8"),  # a lone surrogate
+        (b"{\x00\xff}", "not valid UTF-8"),
+    ],
+)
+def test_a_nul_after_an_opening_bracket_is_never_json(raw: bytes, problem: str) -> None:
+    # A NUL is JSON nowhere: such bytes are noise, never sniffed as UTF-16/32 JSON.
+    c = classify(raw)
+    assert (c.kind, c.problem, c.message) == (Kind.NOISE, problem, None)
+
+
 def test_a_long_digit_run_is_found_within_a_line_never_across() -> None:
     from mcp_proxy.frames import has_long_number
 
