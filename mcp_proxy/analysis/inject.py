@@ -29,7 +29,7 @@ from typing import Any
 from mcp_proxy.analysis.model import finding_record
 from mcp_proxy.frames import id_key
 from mcp_proxy.store.columns import FRAME_COLUMNS
-from mcp_proxy.store.stream import frame_batches
+from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, named_rows, shaped_pages
 
 __all__ = [
     "Injection",
@@ -277,8 +277,9 @@ def with_injected(
 
 def session_frames(url: str, session_id: str) -> list[dict[str, Any]]:
     """A session's frames as dicts (the analysis columns), for :func:`with_injected`: read
-    through the driver (:func:`~mcp_proxy.store.stream.frame_batches`), as ``check`` reads."""
+    through the driver (:func:`~mcp_proxy.store.stream.shaped_pages`), as ``check`` reads."""
     out: list[dict[str, Any]] = []
-    for rows in frame_batches(url, session_id):
-        out += [dict(zip(FRAME_COLUMNS, row, strict=True)) for row in rows]
+    shapes, pages = shaped_pages(url, session_id, SHAPED_FRAME_COLUMNS)
+    for rows in pages:
+        out += [dict(zip(FRAME_COLUMNS, row, strict=True)) for row in named_rows(shapes, rows)]
     return out
