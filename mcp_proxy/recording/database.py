@@ -56,10 +56,10 @@ __all__ = [
 def read_session(url: str, session_id: str, progress: Progress | None = None) -> SessionRecording:
     """One session (by exact id) as a :class:`SessionRecording` (sync): its frames from the one
     bulk stream of frame rows (:func:`~mcp_proxy.store.stream.shaped_pages`, the shape decoded
-    by :func:`~mcp_proxy.store.stream.named_rows`), as the model's dicts
+    by its :class:`~mcp_proxy.store.stream.Shapes`), as the model's dicts
     (:func:`~mcp_proxy.recording.model.frame_dicts`), exchange ids as numbers."""
     from mcp_proxy.store.recordings import RecordingStore
-    from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, named_rows, shaped_pages
+    from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, shaped_pages
 
     with RecordingStore(url) as rs:
         rows = rs.session_rows(session_id)
@@ -68,9 +68,9 @@ def read_session(url: str, session_id: str, progress: Progress | None = None) ->
     shapes, pages = shaped_pages(url, session_id, SHAPED_FRAME_COLUMNS)
     for page in pages:
         frames += frame_dicts(
-            (*t[:10], bool(t[10]), bool(t[11]), t[12], None if t[13] is None else numbers.get(t[13]),
-             *t[14:])
-            for t in named_rows(shapes, page)
+            (s, t, mo, *shapes(h), i, e, n, bool(co), bool(pp), raw,
+             None if x is None else numbers.get(x), si, se)
+            for s, t, mo, h, i, e, n, co, pp, raw, x, si, se in page
         )  # fmt: skip
         if progress is not None:
             progress(len(page))

@@ -497,13 +497,6 @@ def _fetch(
 
 
 #: :data:`FRAME_COLUMNS` as :func:`shaped_pages` reads them: direction, channel, kind and method
-#: as the one ``shape`` (what a reader of whole frames asks for: :func:`named_rows`).
+#: as the one ``shape``, which the returned :class:`Shapes` decodes (what the readers that carry
+#: frames by name ask for: a session read into the model, ``check --injected``).
 SHAPED_FRAME_COLUMNS: tuple[str, ...] = (*FRAME_COLUMNS[:3], "shape", *FRAME_COLUMNS[7:])
-
-
-def named_rows(shapes: Shapes, rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Rows of :data:`SHAPED_FRAME_COLUMNS` as tuples of :data:`FRAME_COLUMNS`, the shape decoded
-    into the view's four strings (``None`` for a code this mcptape does not know, as the view's
-    ``CASE`` gives): for the readers that carry frames by name (a session read into the model,
-    ``check --injected``)."""
-    return [(*r[:3], *shapes(r[3]), *r[4:]) for r in rows]
