@@ -28,8 +28,7 @@ from typing import Any
 
 from mcp_proxy.analysis.model import finding_record
 from mcp_proxy.frames import id_key
-from mcp_proxy.store.columns import FRAME_COLUMNS
-from mcp_proxy.store.stream import frame_batches
+from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, shaped_pages
 
 __all__ = [
     "Injection",
@@ -277,8 +276,16 @@ def with_injected(
 
 def session_frames(url: str, session_id: str) -> list[dict[str, Any]]:
     """A session's frames as dicts (the analysis columns), for :func:`with_injected`: read
-    through the driver (:func:`~mcp_proxy.store.stream.frame_batches`), as ``check`` reads."""
+    through the driver (:func:`~mcp_proxy.store.stream.shaped_pages`), as ``check`` reads."""
     out: list[dict[str, Any]] = []
-    for rows in frame_batches(url, session_id):
-        out += [dict(zip(FRAME_COLUMNS, row, strict=True)) for row in rows]
+    shapes, pages = shaped_pages(url, session_id, SHAPED_FRAME_COLUMNS)
+    for rows in pages:
+        for s, t, mo, h, i, e, n, co, pp, raw, x, si, se in rows:
+            d, c, k, m = shapes(h)
+            out.append(
+                {"seq": s, "ts": t, "mono_ns": mo, "direction": d, "channel": c, "kind": k,
+                 "method": m, "msg_id": i, "error_code": e, "size": n, "complete": co,
+                 "partial_parse": pp, "raw": raw, "http_exchange_id": x, "sse_id": si,
+                 "sse_event": se}
+            )  # fmt: skip
     return out

@@ -1,7 +1,7 @@
 """The database side of recordings: load sessions into the model, import the model back.
 
 Loading resolves session references through the store's read API (id prefix or name) and then
-reads each session's rows in bulk (its frames from :func:`mcp_proxy.store.stream.frame_batches`,
+reads each session's rows in bulk (its frames from :func:`mcp_proxy.store.stream.shaped_pages`,
 the rest through :mod:`mcp_proxy.store.recordings`) in a worker thread,
 so the dashboard's event loop is never blocked by a 50,000-frame export. Importing writes each
 session in one transaction, with new ids, so importing a file twice never collides.
@@ -55,20 +55,22 @@ __all__ = [
 
 def read_session(url: str, session_id: str, progress: Progress | None = None) -> SessionRecording:
     """One session (by exact id) as a :class:`SessionRecording` (sync): its frames from the one
-    bulk stream of frame rows (:func:`~mcp_proxy.store.stream.frame_batches`), as the model's
-    dicts (:func:`~mcp_proxy.recording.model.frame_dicts`), exchange ids as numbers."""
+    bulk stream of frame rows (:func:`~mcp_proxy.store.stream.shaped_pages`, the shape decoded
+    by its :class:`~mcp_proxy.store.stream.Shapes`), as the model's dicts
+    (:func:`~mcp_proxy.recording.model.frame_dicts`), exchange ids as numbers."""
     from mcp_proxy.store.recordings import RecordingStore
-    from mcp_proxy.store.stream import frame_batches
+    from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, shaped_pages
 
     with RecordingStore(url) as rs:
         rows = rs.session_rows(session_id)
     numbers = {ex["id"]: n for n, ex in enumerate(rows.exchanges, start=1)}
     frames: list[dict[str, Any]] = []
-    for page in frame_batches(url, session_id):
+    shapes, pages = shaped_pages(url, session_id, SHAPED_FRAME_COLUMNS)
+    for page in pages:
         frames += frame_dicts(
-            (*t[:10], bool(t[10]), bool(t[11]), t[12], None if t[13] is None else numbers.get(t[13]),
-             *t[14:])
-            for t in page
+            (s, t, mo, *shapes(h), i, e, n, bool(co), bool(pp), raw,
+             None if x is None else numbers.get(x), si, se)
+            for s, t, mo, h, i, e, n, co, pp, raw, x, si, se in page
         )  # fmt: skip
         if progress is not None:
             progress(len(page))

@@ -106,38 +106,10 @@ STORED_FRAME_COLS: tuple[str, ...] = (
 )  # fmt: skip
 
 
-def case_sql(column: str, names: dict[int, str]) -> str:
-    """``CASE column WHEN 0 THEN 'c2s' … END``: a code decoded in SQL (the view, ``show``)."""
-    whens = " ".join(f"WHEN {code} THEN '{name}'" for code, name in names.items())
-    return f"CASE {column} {whens} END"
-
-
 def encode_case_sql(column: str, codes: dict[str, int]) -> str:
     """``CASE column WHEN 'c2s' THEN 0 … END``: a string encoded in SQL (triggers, migration)."""
     whens = " ".join(f"WHEN '{name}' THEN {code}" for name, code in codes.items())
     return f"CASE {column} {whens} END"
-
-
-def stream_sql(columns: tuple[str, ...] = FRAME_COLUMNS) -> str:
-    """The SQLite statement ``show`` streams a session with (one ``?``: the session id).
-
-    Reads ``frame_rows`` on its ``(session_key, seq)`` index and decodes in SQL, so the tuples
-    come out in ``columns`` order (names of :data:`FRAME_COLUMNS`) with the strings of
-    revision 0003. The view ``frames`` gives the same rows; this skips its join when
-    ``method`` is not asked for.
-    """
-    decoded = {
-        "direction": case_sql("f.direction", DIRECTION_NAMES),
-        "channel": case_sql("f.channel", CHANNEL_NAMES),
-        "kind": case_sql("f.kind", KIND_NAMES),
-        "method": "mt.name",
-    }
-    cols = ", ".join(decoded.get(c, f"f.{c}") for c in columns)
-    join = " LEFT JOIN methods AS mt ON mt.code = f.method_code" if "method" in columns else ""
-    return (
-        f"SELECT {cols} FROM frame_rows AS f{join}"
-        " WHERE f.session_key = (SELECT key FROM session_keys WHERE id = ?) ORDER BY f.seq"
-    )
 
 
 def encode_frames(
@@ -177,7 +149,7 @@ def missing(
     return sids, names
 
 
-__all__ = ["FRAME_COLUMNS", "STORED_FRAME_COLS", "encode_frames", "stream_sql"]
+__all__ = ["FRAME_COLUMNS", "STORED_FRAME_COLS", "encode_frames"]
 
 
 def keyset_pages(

@@ -6,8 +6,9 @@ this reader is synchronous, fetches in batches and yields tuples in the fixed or
 :data:`~mcp_proxy.store.columns.FRAME_COLUMNS`: for SQLite straight from the standard library's
 driver (``shaped_batches``: ``frame_rows`` as stored), elsewhere from the driver's cursor in
 keyset pages (SQLAlchemy, imported only then, opens the connection). Bulk reads of frames take
-this one stream (``show``, the analysis, a session read into the model); pages and small
-queries take the async store (``queries.py``, ``pages.py``).
+this one stream, :func:`shaped_pages` (``show``, ``export``, the analysis, a session read into
+the model, ``check --injected``); pages and small queries take the async store
+(``queries.py``, ``pages.py``).
 """
 
 from __future__ import annotations
@@ -29,91 +30,9 @@ from mcp_proxy.store.columns import (
     KIND_CODES,
     KIND_NAMES,
     keyset_pages,
-    stream_sql,
 )
 
 BATCH = 5000
-
-
-def frame_batches(
-    url: str,
-    session_id: str,
-    *,
-    batch: int = BATCH,
-    columns: tuple[str, ...] = FRAME_COLUMNS,
-) -> Iterator[list[tuple[Any, ...]]]:
-    """The session's frames in order, ``batch`` tuples of ``columns`` at a time.
-
-    What the analysis reads (``mcp_proxy.analysis.service``): plain tuples from the driver,
-    one list per fetch, instead of the async API's row objects and a thread hop per query.
-    ``columns`` (names from :data:`FRAME_COLUMNS`, default all of them) lets a reader that
-    needs a few (``stats``) leave the rest in the database.
-    """
-    unknown = set(columns) - set(FRAME_COLUMNS)
-    if unknown:
-        raise ValueError(f"not frame columns: {sorted(unknown)}")
-    path = engine_mod.sqlite_path(url)
-    if path is not None:
-        yield from _sqlite_rows(str(path), session_id, batch, columns)
-        return
-    yield from _dbapi_rows(url, session_id, batch, columns)
-
-
-def _dbapi_rows(
-    url: str, session_id: str, batch: int, columns: tuple[str, ...]
-) -> Iterator[list[tuple[Any, ...]]]:
-    """Other dialects: keyset pages of the ``frames`` view on the ``(session_id, seq)`` index,
-    straight from the driver's cursor (one statement a page; SQLAlchemy, imported here, only
-    opens the connection and writes the statement: a SQLite reader never needs it)."""
-    import sqlalchemy as sa
-
-    from mcp_proxy.store.schema import frames
-
-    wanted = columns if "seq" in columns else (*columns, "seq")
-    stmt = (
-        sa.select(*(frames.c[name] for name in wanted))
-        .where(frames.c.session_id == sa.bindparam("sid"), frames.c.seq > sa.bindparam("after"))
-        .order_by(frames.c.seq)
-        .limit(batch)
-    )
-    engine = engine_mod.sync_engine(url)
-    compiled = stmt.compile(dialect=engine.dialect)
-    order = tuple(compiled.positiontup or ()) if compiled.positional else None
-
-    def bind(after: int) -> Any:
-        values = compiled.construct_params({"sid": session_id, "after": after})
-        return tuple(values[k] for k in order) if order else values
-
-    extra = len(wanted) > len(columns)
-    try:
-        with engine.connect() as conn:
-            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-            try:
-                pages = keyset_pages(cursor, str(compiled), bind, batch, key_at=wanted.index("seq"))
-                for rows in pages:
-                    yield [r[:-1] for r in rows] if extra else rows
-            finally:
-                cursor.close()
-    except (sa.exc.DBAPIError, engine.dialect.loaded_dbapi.Error) as exc:
-        raise StoreError(engine_mod.error_line(exc)) from exc
-    finally:
-        engine.dispose()
-
-
-def _sqlite_rows(
-    path: str, session_id: str, batch: int, columns: tuple[str, ...] = FRAME_COLUMNS
-) -> Iterator[list[tuple[Any, ...]]]:
-    conn = _connect(path)
-    try:
-        # frame_rows on its (session_key, seq) key, decoded in SQL: the view ``frames`` gives
-        # the same tuples but joins the method names whether or not they are asked for.
-        cur = conn.execute(stream_sql(columns), (session_id,))
-        while rows := cur.fetchmany(batch):
-            yield rows
-    except sqlite3.Error as exc:
-        raise StoreError(str(exc)) from exc
-    finally:
-        conn.close()
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -575,3 +494,9 @@ def _fetch(
         raise StoreError(str(exc)) from exc
     finally:
         conn.close()
+
+
+#: :data:`FRAME_COLUMNS` as :func:`shaped_pages` reads them: direction, channel, kind and method
+#: as the one ``shape``, which the returned :class:`Shapes` decodes (what the readers that carry
+#: frames by name ask for: a session read into the model, ``check --injected``).
+SHAPED_FRAME_COLUMNS: tuple[str, ...] = (*FRAME_COLUMNS[:3], "shape", *FRAME_COLUMNS[7:])

@@ -26,11 +26,12 @@ from mcp_proxy.analysis.facts import Decoder, decode
 from mcp_proxy.render import SHAPED_COLUMNS, FrameRenderer, frame_json
 from mcp_proxy.store.columns import FRAME_COLUMNS
 from mcp_proxy.store.engine import ensure_schema
-from mcp_proxy.store.stream import RowShapes, frame_batches, shaped_pages
+from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, RowShapes, shaped_pages
 from mcp_proxy.testing.factories import Wire
 from tests.analysis.cases import CASES
 from tests.conftest import catalogue_sample
 from tests.fuzz.hostile import every_kind_stream
+from tests.helpers.db import named_rows
 
 
 def hostile() -> Wire:
@@ -67,10 +68,11 @@ def _msg(m: Any) -> tuple[Any, ...]:
 def as_stored(url: str, sid: str) -> list[dict[str, Any]]:
     """A stored session's frames as mappings (what an export's model holds: the store's own
     strings, ids cut and surrogates escaped as written)."""
+    shapes, pages = shaped_pages(url, sid, SHAPED_FRAME_COLUMNS)
     return [
         dict(zip(FRAME_COLUMNS, row, strict=True))
-        for rows in frame_batches(url, sid)
-        for row in rows
+        for rows in pages
+        for row in named_rows(shapes, rows)
     ]
 
 

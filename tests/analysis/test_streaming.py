@@ -89,20 +89,20 @@ async def test_service_streams_the_store_in_batches(
         await store.close()
 
 
-#: A few of the frame columns (what a reader that needs less than the whole row asks for).
-SOME_COLUMNS = ("mono_ns", "direction", "channel", "kind", "method", "msg_id", "raw")
+#: A few of the stored columns (what a reader that needs less than the whole row asks for).
+SOME_COLUMNS = ("mono_ns", "shape", "msg_id", "raw")
 
 
-def test_frame_batches_reads_the_columns_asked_for(db_url: str) -> None:
-    """A reader asking for a few columns gets the same values as in the full rows."""
-    from mcp_proxy.store.columns import FRAME_COLUMNS
-    from mcp_proxy.store.stream import frame_batches
+def test_shaped_pages_reads_the_columns_asked_for(db_url: str) -> None:
+    """A reader asking for a few columns gets the same values as in the full rows; a name that
+    is no stored column (nor a spec) is refused before any SQL is written."""
+    from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, shaped_pages
 
     sid = _session().record(db_url)
-    full = [r for rows in frame_batches(db_url, sid, batch=4) for r in rows]
-    some = [r for rows in frame_batches(db_url, sid, batch=4, columns=SOME_COLUMNS) for r in rows]
-    picks = [FRAME_COLUMNS.index(c) for c in SOME_COLUMNS]
+    full = [r for rows in shaped_pages(db_url, sid, SHAPED_FRAME_COLUMNS, batch=4)[1] for r in rows]
+    some = [r for rows in shaped_pages(db_url, sid, SOME_COLUMNS, batch=4)[1] for r in rows]
+    picks = [SHAPED_FRAME_COLUMNS.index(c) for c in SOME_COLUMNS]
     assert some == [tuple(r[i] for i in picks) for r in full]
     assert len(full) > 100
-    with pytest.raises(ValueError, match="not frame columns"):
-        next(frame_batches(db_url, sid, columns=("seq", "raw; DROP TABLE frames")))
+    with pytest.raises(ValueError, match="not stored frame columns"):
+        shaped_pages(db_url, sid, ("seq", "raw; DROP TABLE frames"))

@@ -157,33 +157,32 @@ def test_an_import_redacts_a_page_at_a_time_and_marks_what_it_changed(
     assert len(marked) == len(SECRETS)
 
 
-@pytest.mark.parametrize("columns", [None, ("kind", "raw", "msg_id")])
+@pytest.mark.parametrize("columns", [None, ("shape", "raw", "msg_id")])
 def test_the_one_frame_stream_pages_every_frame_in_order(
     imported: tuple[str, list[str]], columns: tuple[str, ...] | None
 ) -> None:
-    """``frame_batches`` (``show``, the analysis, ``read_session``): on SQLite the driver, on
-    PostgreSQL keyset pages from the driver's cursor; every frame once, in ``seq`` order, the
-    columns asked for (``seq`` not among them: still paged by it), pages of at most ``batch``."""
-    from mcp_proxy.store.columns import FRAME_COLUMNS
-    from mcp_proxy.store.stream import frame_batches
+    """``shaped_pages`` (``show``, ``export``, the analysis, ``read_session``): on SQLite the
+    driver, on PostgreSQL keyset pages from the driver's cursor; every frame once, in ``seq``
+    order, the columns asked for (``seq`` not among them: still paged by it), pages of at most
+    ``batch``; the whole row's shape decoded (``tests.helpers.db.named_rows``) into the view's strings."""
+    from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, shaped_pages
+    from tests.helpers.db import named_rows
 
     url, ids = imported
     sid = ids[-1]
     want = _stored(url, sid)
-    cols = columns or FRAME_COLUMNS
-    pages = list(frame_batches(url, sid, batch=4, columns=cols))
+    shapes, batches = shaped_pages(url, sid, columns or SHAPED_FRAME_COLUMNS, batch=4)
+    pages = list(batches)
     assert all(0 < len(p) <= 4 for p in pages)
-    got = [r for p in pages for r in p]
-    picked = {"seq": 0, "kind": 5, "msg_id": 7, "raw": 12}
     if columns is None:
-        assert [r[0] for r in got] == [r[0] for r in want]
-        assert [bytes(r[12]) for r in got] == [bytes(r[12]) for r in want]
+        got = [r for p in pages for r in named_rows(shapes, p)]
+        assert [r[:12] for r in got] == [w[:12] for w in want]
+        assert [bytes(r[12]) for r in got] == [bytes(w[12]) for w in want]
     else:
-        assert [tuple(bytes(v) if c == "raw" else v for c, v in zip(cols, r, strict=True))
-                for r in got] == [
-            tuple(bytes(w[picked[c]]) if c == "raw" else w[picked[c]] for c in cols)
-            for w in want
-        ]  # fmt: skip
+        got = [r for p in pages for r in p]
+        assert [(shapes(r[0])[2], bytes(r[1]), r[2]) for r in got] == [
+            (w[5], bytes(w[12]), w[7]) for w in want
+        ]
 
 
 def test_show_and_export_name_every_method_of_a_session_of_many(

@@ -162,21 +162,26 @@ def test_the_codes_of_the_migration_are_the_stores():
     assert module.KINDS == columns.KIND_CODES
 
 
-def test_the_stream_statement_reads_what_the_view_shows(tmp_path: Path):
-    """``columns.stream_sql`` (for ``show``'s raw sqlite3 stream) decodes as the view does."""
+def test_the_frame_stream_reads_what_the_view_shows(tmp_path: Path):
+    """``store.stream.shaped_pages`` (``frame_rows`` as stored), its shape decoded by
+    ``tests.helpers.db.named_rows``, gives a migrated session's rows as the view ``frames`` does."""
     import sqlite3
+
+    from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, shaped_pages
+    from tests.helpers.db import named_rows
 
     url = "sqlite:///" + str(tmp_path / "s.db")
     _fill_v1(url)
     ensure_schema(url)
+    shapes, pages = shaped_pages(url, SESSIONS[1], SHAPED_FRAME_COLUMNS, batch=7)
+    streamed = [r for rows in pages for r in named_rows(shapes, rows)]
     conn = sqlite3.connect(tmp_path / "s.db")
     try:
-        for cols in (columns.FRAME_COLUMNS, ("seq", "kind", "raw"), ("method", "direction")):
-            fast = conn.execute(columns.stream_sql(cols), (SESSIONS[1],)).fetchall()
-            view = conn.execute(
-                f"SELECT {', '.join(cols)} FROM frames WHERE session_id = ? ORDER BY seq",
-                (SESSIONS[1],),
-            ).fetchall()
-            assert fast == view and len(fast) == 31
+        view = conn.execute(
+            f"SELECT {', '.join(columns.FRAME_COLUMNS)} FROM frames WHERE session_id = ?"
+            " ORDER BY seq",
+            (SESSIONS[1],),
+        ).fetchall()
     finally:
         conn.close()
+    assert streamed == view and len(view) == 31
