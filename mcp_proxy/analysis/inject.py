@@ -28,7 +28,8 @@ from typing import Any
 
 from mcp_proxy.analysis.model import finding_record
 from mcp_proxy.frames import id_key
-from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, shaped_pages
+from mcp_proxy.store.columns import FRAME_COLUMNS
+from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, named_rows, shaped_pages
 
 __all__ = [
     "Injection",
@@ -280,12 +281,5 @@ def session_frames(url: str, session_id: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     shapes, pages = shaped_pages(url, session_id, SHAPED_FRAME_COLUMNS)
     for rows in pages:
-        for s, t, mo, h, i, e, n, co, pp, raw, x, si, se in rows:
-            d, c, k, m = shapes(h)
-            out.append(
-                {"seq": s, "ts": t, "mono_ns": mo, "direction": d, "channel": c, "kind": k,
-                 "method": m, "msg_id": i, "error_code": e, "size": n, "complete": co,
-                 "partial_parse": pp, "raw": raw, "http_exchange_id": x, "sse_id": si,
-                 "sse_event": se}
-            )  # fmt: skip
+        out += [dict(zip(FRAME_COLUMNS, row, strict=True)) for row in named_rows(shapes, rows)]
     return out

@@ -14,7 +14,7 @@ the model, ``check --injected``); pages and small queries take the async store
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -500,3 +500,12 @@ def _fetch(
 #: as the one ``shape``, which the returned :class:`Shapes` decodes (what the readers that carry
 #: frames by name ask for: a session read into the model, ``check --injected``).
 SHAPED_FRAME_COLUMNS: tuple[str, ...] = (*FRAME_COLUMNS[:3], "shape", *FRAME_COLUMNS[7:])
+
+
+def named_rows(
+    shapes: Callable[[int], tuple[Any, Any, Any, Any]], rows: Iterable[Sequence[Any]]
+) -> list[tuple[Any, ...]]:
+    """Rows of :data:`SHAPED_FRAME_COLUMNS` as tuples of :data:`FRAME_COLUMNS`, the shape
+    decoded by ``shapes`` (what :func:`shaped_pages` returned beside them) into the view's
+    strings: the one way back from the stored row to the named columns."""
+    return [(*r[:3], *shapes(r[3]), *r[4:]) for r in rows]

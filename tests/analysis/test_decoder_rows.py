@@ -26,12 +26,11 @@ from mcp_proxy.analysis.facts import Decoder, decode
 from mcp_proxy.render import SHAPED_COLUMNS, FrameRenderer, frame_json
 from mcp_proxy.store.columns import FRAME_COLUMNS
 from mcp_proxy.store.engine import ensure_schema
-from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, RowShapes, shaped_pages
+from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, RowShapes, named_rows, shaped_pages
 from mcp_proxy.testing.factories import Wire
 from tests.analysis.cases import CASES
 from tests.conftest import catalogue_sample
 from tests.fuzz.hostile import every_kind_stream
-from tests.helpers.db import named_rows
 
 
 def hostile() -> Wire:

@@ -113,12 +113,6 @@ def sessions(db: Path | str) -> list[dict[str, Any]]:
     return rows(db, "SELECT * FROM sessions ORDER BY started_at")
 
 
-def named_rows(shapes: Any, rows: Any) -> list[tuple[Any, ...]]:
-    """Rows of ``store.stream.SHAPED_FRAME_COLUMNS`` as tuples of ``FRAME_COLUMNS``, the shape
-    decoded by ``shapes`` (what ``shaped_pages`` returned beside them) into the view's strings."""
-    return [(*r[:3], *shapes(r[3]), *r[4:]) for r in rows]
-
-
 def frames(db: Path | str, session_id: str | None = None) -> list[dict[str, Any]]:
     if session_id is None:
         return rows(db, "SELECT * FROM frames ORDER BY session_id, seq")

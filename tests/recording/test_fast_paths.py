@@ -164,9 +164,8 @@ def test_the_one_frame_stream_pages_every_frame_in_order(
     """``shaped_pages`` (``show``, ``export``, the analysis, ``read_session``): on SQLite the
     driver, on PostgreSQL keyset pages from the driver's cursor; every frame once, in ``seq``
     order, the columns asked for (``seq`` not among them: still paged by it), pages of at most
-    ``batch``; the whole row's shape decoded (``tests.helpers.db.named_rows``) into the view's strings."""
-    from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, shaped_pages
-    from tests.helpers.db import named_rows
+    ``batch``; the whole row's shape decoded (``mcp_proxy.store.stream.named_rows``) into the view's strings."""
+    from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, named_rows, shaped_pages
 
     url, ids = imported
     sid = ids[-1]

@@ -164,11 +164,10 @@ def test_the_codes_of_the_migration_are_the_stores():
 
 def test_the_frame_stream_reads_what_the_view_shows(tmp_path: Path):
     """``store.stream.shaped_pages`` (``frame_rows`` as stored), its shape decoded by
-    ``tests.helpers.db.named_rows``, gives a migrated session's rows as the view ``frames`` does."""
+    ``mcp_proxy.store.stream.named_rows``, gives a migrated session's rows as the view ``frames`` does."""
     import sqlite3
 
-    from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, shaped_pages
-    from tests.helpers.db import named_rows
+    from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, named_rows, shaped_pages
 
     url = "sqlite:///" + str(tmp_path / "s.db")
     _fill_v1(url)
