@@ -12,7 +12,9 @@ peak RSS (of the command, from ``getrusage`` of the children).
 
 Targets (issue #24, at 1,000,000 frames): ``show --format json`` ≥ 250,000 frames/s, ``show``
 text ≥ 150,000 frames/s, ``export`` (JSON Lines) ≥ 200,000 frames/s, streaming with bounded
-memory; ``stats`` ≤ 2 s; ``check`` ≤ 3 s; ≤ 200 MB RSS.
+memory; ``stats`` ≤ 2 s. The session is written without the recorder process, so it has no
+stored findings: its ``check`` is the whole analysis, held to ``check --recompute``'s target
+(≤ 4 s, ≤ 150 MB); the other commands to ≤ 200 MB RSS.
 
 Each command's CPU time (user + system, ``wait4``) is printed beside its wall time: on a shared
 machine the wall clock measures the neighbours, CPU time mostly the command (a single-threaded
@@ -226,7 +228,8 @@ def main() -> None:
         # check first: it stores the findings that show (text) prints at the end, as a user's
         # second look at a session finds them.
         cases = [
-            (["check", sid, "--fail-on", "never"], "≤ 3 s, ≤ 200 MB", _small),
+            (["check", sid, "--fail-on", "never"], "≤ 4 s, ≤ 150 MB",
+             lambda w, r: w <= 4 and r * 1024 <= 150e6),
             (["stats", sid], "≤ 2 s, ≤ 200 MB", lambda w, r: w <= 2 and _small(w, r)),
             (["show", sid, "--format", "json"], "≥ 250,000/s", lambda w, r: n / w >= 250_000),
             (["show", sid], "≥ 150,000/s", lambda w, r: n / w >= 150_000),
