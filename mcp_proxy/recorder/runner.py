@@ -87,14 +87,15 @@ class BatchRunner:
         #: process): see :class:`_InsertThread`.
         self.pipelined = pipelined
         self._pipe: _InsertThread | None = None
-        self._warn = warn or _stderr
-        self.builder = BatchBuilder(redact=redact, warn=self._warn)
+        #: where a warning goes (one line; stderr unless the caller says otherwise)
+        self.warn = warn or _stderr
+        self.builder = BatchBuilder(redact=redact, warn=self.warn)
         self.writer: BatchWriter | None = None
         self.store_error: str | None = None
         self.stats = RecorderStats()
         self.retry_delays = retry_delays
-        self._warned_gap = False
-        self._warned_forgot = False
+        self.warned_gap = False
+        self.warned_forgot = False
         self._open_failures = 0
         self._next_open = 0.0
         #: Frames the sessions taken over (:class:`Resume`) already had counted as lost when
@@ -120,7 +121,7 @@ class BatchRunner:
         except Exception as exc:  # any failure here must not stop the relay
             self.store_error = _first_line(exc)
             if not self._open_failures:
-                self._warn(
+                self.warn(
                     f"cannot record to the database ({self.store_error}); relaying anyway,"
                     " and trying again"
                 )
@@ -130,7 +131,7 @@ class BatchRunner:
             return False
         if self._open_failures:
             lost = self.builder.frames_lost
-            self._warn(
+            self.warn(
                 f"the database answers now; recording resumed ({lost} frame(s) before it did"
                 " are recorded as a gap)"
             )
@@ -152,7 +153,7 @@ class BatchRunner:
         self.flush()
         deadline = time.monotonic() + patience
         if self.writer is not None and self._carrying() and patience > 0:
-            self._warn(
+            self.warn(
                 f"recorder: the database still refuses what the recording owes it"
                 f" ({self.stats.last_error}); trying again for up to {patience:.0f} s"
             )
@@ -189,7 +190,7 @@ class BatchRunner:
                 try:
                     exists, last, count, gaps = self.writer.session_progress(sid)
                 except Exception as exc:
-                    self._warn(f"cannot read where session {sid[:8]} stopped ({exc})")
+                    self.warn(f"cannot read where session {sid[:8]} stopped ({exc})")
             if not exists and isinstance(info.get("row"), dict):
                 self.builder.feed(SessionStart(dict(info["row"])))
             self.builder.adopt(sid, last_seq=last, frame_count=count)
@@ -275,11 +276,11 @@ class BatchRunner:
             return
         self.stats.batches += 1
         self.stats.frames_written += len(batch.frames) - len(outcome.lost)
-        if batch.exchanges and not self._warned_forgot and self.writer is not None:
+        if batch.exchanges and not self.warned_forgot and self.writer is not None:
             forgot = self.writer.exchange_ids.forgotten
             if forgot:
-                self._warned_forgot = True
-                self._warn(
+                self.warned_forgot = True
+                self.warn(
                     f"recorder: more than {self.writer.exchange_ids.open_limit} HTTP exchanges"
                     " open at once; the oldest are forgotten (what still comes for them is"
                     " recorded without its exchange link)"
@@ -292,9 +293,9 @@ class BatchRunner:
     def _gap_warning(self, reason: str) -> None:
         if self.stats.loss_reason is None:
             self.stats.loss_reason = reason
-        if not self._warned_gap:
-            self._warned_gap = True
-            self._warn(f"recording gap: frames could not be written ({reason}); still relaying")
+        if not self.warned_gap:
+            self.warned_gap = True
+            self.warn(f"recording gap: frames could not be written ({reason}); still relaying")
 
     def _sync_stats(self) -> None:
         b = self.builder
@@ -488,7 +489,7 @@ class Recorder(Producer):
             self._thread.join(timeout)
             if self._thread.is_alive():
                 left = len(self._q)
-                self.runner._warn(
+                self.runner.warn(
                     f"recording did not finish in {timeout}s; {left} items not written"
                 )
         return self.stats

@@ -66,7 +66,7 @@ OWING_WAKE_MS = 500
 SWITCH_INTERVAL = 0.0005
 
 
-class _Session:
+class RecordStream:
     """One worker's loop state: the runner, what the relay said about itself, the read buffer."""
 
     def __init__(self, runner: BatchRunner) -> None:
@@ -75,8 +75,12 @@ class _Session:
         self.watch: int | None = None
         self.bye = False
         self._warned = False
-        #: sessions that ended since the last hand-over to the settler (ids, in order)
+        #: sessions that ended since the last hand-over to the settler (ids, in order; at most
+        #: SETTLE_QUEUE: it grows only while the database owes rows)
         self.ended: list[str] = []
+        #: sessions that ended while :attr:`ended` was full: not analysed by this process (their
+        #: first ``check`` analyses them), counted in the last line
+        self.unqueued = 0
 
     def consume(self) -> None:
         """Handle every complete record in the buffer."""
@@ -111,8 +115,11 @@ class _Session:
             self.runner.feed(obj)  # type: ignore[arg-type]
             if kind is SessionUpdate:
                 status = obj.fields.get("status")  # type: ignore[attr-defined]
-                if status is not None and status != "live" and len(self.ended) < SETTLE_QUEUE:
-                    self.ended.append(obj.session_id)  # type: ignore[attr-defined]
+                if status is not None and status != "live":
+                    if len(self.ended) < SETTLE_QUEUE:
+                        self.ended.append(obj.session_id)  # type: ignore[attr-defined]
+                    else:
+                        self.unqueued += 1
         elif kind is Watch:
             self.watch = obj.pgid  # type: ignore[attr-defined]
         elif kind is Bye:
@@ -122,7 +129,7 @@ class _Session:
         self.runner.builder.internal_errors += 1
         if not self._warned:
             self._warned = True
-            self.runner._warn(f"recorder: a record could not be read ({type(exc).__name__})")
+            self.runner.warn(f"recorder: a record could not be read ({type(exc).__name__})")
 
 
 def end_group(pgid: int, grace: float = GROUP_GRACE) -> None:
@@ -173,7 +180,7 @@ def serve(
     # ~1 ms). A shorter interval keeps both cores busy during a burst.
     sys.setswitchinterval(SWITCH_INTERVAL)
     runner.open()
-    state = _Session(runner)
+    state = RecordStream(runner)
     builder = runner.builder
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLHUP)
@@ -219,7 +226,7 @@ def serve(
     if settler is not None:
         if state.ended and not runner.owes():
             settler.hand(state.ended)
-        late = settler.finish()
+        late = settler.finish() + state.unqueued
         if late:
             print(
                 f"mcptape: {late} ended session(s) not analysed yet; their first `check`"

@@ -40,3 +40,25 @@ def test_the_queue_is_bounded_and_the_end_waits_only_so_long() -> None:
     assert s.dropped == 5
     assert s.finish(patience=0.05) == SETTLE_QUEUE + 5  # none done yet: all said late
     gate.set()
+
+
+def test_sessions_ended_past_the_queue_are_counted_not_lost_silently() -> None:
+    """While the database owes rows the worker keeps the ended sessions for the settler, at
+    most SETTLE_QUEUE of them: the rest are counted (the process's last line says how many
+    were not analysed) instead of vanishing."""
+    import pickle
+    from types import SimpleNamespace
+
+    from mcp_proxy.recorder.contract import SessionUpdate
+    from mcp_proxy.recorder.wire import HEADER, T_ITEM
+    from mcp_proxy.recorder.worker import RecordStream
+
+    fed: list[object] = []
+    runner = SimpleNamespace(feed=fed.append, builder=SimpleNamespace(internal_errors=0))
+    stream = RecordStream(runner)  # type: ignore[arg-type]
+    for i in range(SETTLE_QUEUE + 3):
+        body = pickle.dumps(SessionUpdate(f"s{i}", {"status": "ended"}))
+        stream.buf += HEADER.pack(T_ITEM, len(body)) + body
+    stream.consume()
+    assert len(fed) == SETTLE_QUEUE + 3  # every update still reaches the store
+    assert len(stream.ended) == SETTLE_QUEUE and stream.unqueued == 3
