@@ -148,21 +148,25 @@ class StdioRelay:
         self.session_id: str | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self._forwarded_signal: int | None = None
-        self._host_gone = False
-        self._stdin_broken = False
+        #: The host stopped reading (a write to its stdout failed): what the server says is
+        #: still recorded, no longer forwarded. Read and set by the fault pumps too.
+        self.host_gone = False
+        #: The server's stdin refused a write (it closed it or exited).
+        self.stdin_broken = False
         #: Held by the host→server pump from its write until the chunk is handed to the
         #: recorder: the session ends only after what was forwarded is recorded (that pump is
         #: never joined — it may block reading the host for ever).
-        self._handover = threading.Lock()
+        self.handover = threading.Lock()
         #: The host→server stream's end was handed to the recorder: by its pump at the host's
         #: EOF, or by :meth:`run` when the server ended first (the session's end must come after
         #: it; an end handed over after the recorder closed was reported as a lost record).
         self._host_stream_ended = False
 
     # ------------------------------------------------------------------ helpers
-    def _tee(
+    def tee(
         self, direction: Direction, channel: Channel, data: bytes, mono: int, wall: float
     ) -> None:
+        """Hand what crossed the wire to the recorder (the pumps call it after forwarding)."""
         if self.recorder is not None and self.session_id is not None:
             if direction is Direction.C2S and self._host_stream_ended:
                 return  # written after the session ended, to a server that is gone
@@ -177,14 +181,14 @@ class StdioRelay:
         session ends first (the host may keep its stdin open, or close it only after seeing the
         server's stdout end — by then the recorder may be closed). Waits (a little) for a chunk
         being forwarded to be handed over first."""
-        held = self._handover.acquire(timeout=2)
+        held = self.handover.acquire(timeout=2)
         try:
             if not self._host_stream_ended:
                 self._host_stream_ended = True
                 self._eos(Direction.C2S, Channel.STDIO)
         finally:
             if held:
-                self._handover.release()
+                self.handover.release()
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         exe = self.argv[0]
@@ -224,15 +228,15 @@ class StdioRelay:
                     chunk = b""
                 if not chunk:
                     break
-                with self._handover:
+                with self.handover:
                     if not broken:
                         try:
                             write_all(server_stdin, chunk)
                         except OSError:
                             # The server closed its stdin or died: keep recording the host.
                             broken = True
-                            self._stdin_broken = True
-                    self._tee(Direction.C2S, Channel.STDIO, chunk, mono, wall)
+                            self.stdin_broken = True
+                    self.tee(Direction.C2S, Channel.STDIO, chunk, mono, wall)
         finally:
             self._end_host_stream()
             with contextlib.suppress(OSError):
@@ -247,15 +251,15 @@ class StdioRelay:
                 chunk = b""
             if not chunk:
                 break
-            if not self._host_gone:
+            if not self.host_gone:
                 try:
                     write_all(self.stdout_fd, chunk)
                 except OSError:
                     # The host went away; keep draining the server so the recording is whole.
-                    self._host_gone = True
-            self._tee(Direction.S2C, Channel.STDIO, chunk, mono, wall)
+                    self.host_gone = True
+            self.tee(Direction.S2C, Channel.STDIO, chunk, mono, wall)
         if self.release_stdout_at_eof:
-            self._release_stdout()
+            self.release_stdout()
         self._eos(Direction.S2C, Channel.STDIO)
 
     def _faulted_host_to_server(self, pumps: FaultPumps) -> None:
@@ -268,10 +272,10 @@ class StdioRelay:
     def _faulted_server_to_host(self, pumps: FaultPumps, server_stdout: int) -> None:
         pumps.pump(Direction.S2C, server_stdout)
         if self.release_stdout_at_eof:
-            self._release_stdout()
+            self.release_stdout()
         self._eos(Direction.S2C, Channel.STDIO)
 
-    def _release_stdout(self) -> None:
+    def release_stdout(self) -> None:
         """The server's stdout ended: end the host's now (the fd number stays valid)."""
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
@@ -296,7 +300,7 @@ class StdioRelay:
                     write_all(self.stderr_fd, chunk)
                 except OSError:
                     tee = False
-            self._tee(Direction.S2C, Channel.STDERR, chunk, mono, wall)
+            self.tee(Direction.S2C, Channel.STDERR, chunk, mono, wall)
         self._eos(Direction.S2C, Channel.STDERR)
 
     # ------------------------------------------------------------------ run
@@ -381,8 +385,8 @@ class StdioRelay:
             exit_code=exit_code,
             exit_signal=exit_signal,
             session_id=self.session_id,
-            host_gone=self._host_gone,
-            server_stdin_broken=self._stdin_broken,
+            host_gone=self.host_gone,
+            server_stdin_broken=self.stdin_broken,
         )
 
 

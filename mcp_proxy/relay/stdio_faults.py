@@ -164,23 +164,23 @@ class FaultPumps:
         relay = self.relay
         if direction is Direction.C2S:
             with self._to_server:
-                if self._stdin_closed or relay._stdin_broken:
+                if self._stdin_closed or relay.stdin_broken:
                     return
                 try:
                     write_all(self.server_stdin, data)
                 except OSError:
-                    relay._stdin_broken = True
+                    relay.stdin_broken = True
             return
         with self._to_host:
-            if self._cut or relay._host_gone:
+            if self._cut or relay.host_gone:
                 return
             try:
                 write_all(relay.stdout_fd, data)
             except OSError:
-                relay._host_gone = True
+                relay.host_gone = True
 
     def _record(self, direction: Direction, data: bytes, mono: int, wall: float) -> None:
-        self.relay._tee(direction, Channel.STDIO, data, mono, wall)
+        self.relay.tee(direction, Channel.STDIO, data, mono, wall)
 
     def _inject(self, direction: Direction, data: bytes) -> None:
         """Record bytes mcptape put on the wire in a peer's place."""
@@ -236,7 +236,7 @@ class FaultPumps:
     def _pass(self, direction: Direction, line: bytes, mono: int, wall: float) -> None:
         """Forward unchanged, then record (the relay's order: forwarding first)."""
         if direction is Direction.C2S:
-            with self.relay._handover:
+            with self.relay.handover:
                 self._send(direction, line)
                 self._record(direction, line, mono, wall)
         else:
@@ -390,8 +390,8 @@ class FaultPumps:
         stdout (the reader gone: ``POLLERR``). Looked at while a message is held, so that a
         host that leaves does not leave the relay holding for ever."""
         relay = self.relay
-        if relay._host_gone or not hasattr(select, "poll"):  # (no poll on Windows)
-            return relay._host_gone
+        if relay.host_gone or not hasattr(select, "poll"):  # (no poll on Windows)
+            return relay.host_gone
         poller = select.poll()
         poller.register(relay.stdin_fd, select.POLLHUP)
         poller.register(relay.stdout_fd, select.POLLERR)
@@ -435,7 +435,7 @@ class FaultPumps:
                     os.close(self.server_stdin)
         with self._to_host:
             self._cut = True
-            self.relay._release_stdout()
+            self.relay.release_stdout()
 
     def close_server_stdin(self) -> None:
         """Host EOF: close the server's stdin (once; a cut may have closed it already)."""
