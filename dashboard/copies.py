@@ -18,6 +18,7 @@ from mcp_proxy.limits import COPY_LIMIT
 from mcp_proxy.recording.jsonl import dumps_jsonl
 from mcp_proxy.recording.model import Recording, SessionRecording
 from mcp_proxy.render import parse_json_safely
+from mcp_proxy.store.rows import HttpExchangeRow, SessionRow
 
 #: Request headers a ``curl`` command leaves to curl (it sets them itself, or they belong to the
 #: one connection the recording was made on).
@@ -65,7 +66,7 @@ def _header_value(value: str) -> str:
         return value
 
 
-def curl_command(http: dict[str, Any], body: bytes) -> str:
+def curl_command(http: HttpExchangeRow, body: bytes) -> str:
     """The HTTP request as a ``curl`` command: method, URL, the recorded headers in wire order
     (sentinel-encoded values decoded; credentials as redacted when recorded), the exact body."""
     parts = ["curl", "-X", shlex.quote(str(http["method"])), shlex.quote(str(http["url"]))]
@@ -85,7 +86,7 @@ def _pairs(flags: list[str]) -> list[str]:
     return [f"{flags[i]} {flags[i + 1]}" for i in range(0, len(flags), 2)]
 
 
-def jsonl_snippet(session: dict[str, Any], frames: list[dict[str, Any]]) -> str | None:
+def jsonl_snippet(session: SessionRow, frames: list[dict[str, Any]]) -> str | None:
     """The exchange as a recording of its own: the session's facts and these frames, in
     mcptape's JSON Lines (``mcptape import``/``mock``/``replay`` take it). None when a frame
     is above the copy limit. HTTP exchange numbers are dropped: the snippet holds none."""

@@ -31,6 +31,7 @@ from mcp_proxy.frames import (
 )
 from mcp_proxy.limits import CLOCK_CACHE, PRETTY_DEPTH, SHAPE_CACHE, SIZE_TEXT_CACHE
 from mcp_proxy.store.liveness import duration, session_status
+from mcp_proxy.store.rows import SessionRow
 from mcp_proxy.store.stream import RowShapes
 
 ARROWS = {"c2s": "→", "s2c": "←"}
@@ -135,14 +136,15 @@ def human_size(n: int) -> str:
     return f"{n} B"
 
 
-def session_json(s: dict[str, Any]) -> dict[str, Any]:
+def session_json(s: SessionRow) -> dict[str, Any]:
+    """A session row as ``--format json`` prints it (a JSON edge), status and duration added."""
     out = {k: v for k, v in s.items()}
     out["status"] = session_status(s)
     out["duration"] = duration(s)
     return out
 
 
-def session_line(s: dict[str, Any]) -> str:
+def session_line(s: SessionRow) -> str:
     dur = duration(s)
     who = s.get("server_name") or (
         " ".join(s.get("command") or [])[:40] if s.get("command") else s.get("upstream") or ""

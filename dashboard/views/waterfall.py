@@ -29,6 +29,7 @@ from mcp_proxy.limits import (
     WATERFALL_TICKS,
 )
 from mcp_proxy.store.filters import TimelineFilter
+from mcp_proxy.store.rows import SessionRow
 
 #: The SVG's user units across: bars are placed in per-mille of the page's span.
 WIDTH = 1000.0
@@ -74,7 +75,7 @@ def _tick_seqs(ex: Exchange) -> list[int]:
 
 
 async def waterfall_bars(
-    request: web.Request, session: dict[str, Any], after: int, limit: int
+    request: web.Request, session: SessionRow, after: int, limit: int
 ) -> tuple[list[Bar], int | None, bool]:
     """The bars of one page of requests, the cursor of the next page, and whether the
     notifications of a session analysed a window at a time were more than were read."""

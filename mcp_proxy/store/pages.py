@@ -9,7 +9,7 @@ SQLite's plans), so nothing here reads a whole table or a whole session to draw 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 
@@ -25,6 +25,7 @@ from mcp_proxy.store.filters import (
     fmt_num,
     parse_cursor,
 )
+from mcp_proxy.store.rows import HttpExchangeRow, SessionRow, StoredFinding
 from mcp_proxy.store.schema import annotations as notes_table
 from mcp_proxy.store.schema import (
     findings,
@@ -45,11 +46,19 @@ SMALL_RAW = 64 * 1024
 _ANSWERS = ("request", "response", "error")
 
 
+class SessionCounts(TypedDict):
+    """What a sessions page shows beside each row (:meth:`PageQueries.session_counts`)."""
+
+    exchanges: int  # requests, both directions
+    findings: dict[str, int]  # by severity, the summary row left out
+    tags: list[str]
+
+
 class PageQueries(StoreBase):
     """Reads for the dashboard's pages (mixed into :class:`~mcp_proxy.store.queries.Store`)."""
 
     # ------------------------------------------------------------------ sessions
-    async def search_sessions(self, f: SessionFilter) -> tuple[list[dict[str, Any]], str | None]:
+    async def search_sessions(self, f: SessionFilter) -> tuple[list[SessionRow], str | None]:
         """One page of sessions for the filter, and the cursor of the next page (or None)."""
         c = sessions.c
         if f.sort not in SORTS:
@@ -69,7 +78,7 @@ class PageQueries(StoreBase):
                 stmt = stmt.where(
                     sa.or_(key < cursor[0], sa.and_(key == cursor[0], c.id < cursor[1]))
                 )
-        rows = await self._all(stmt.order_by(*order).limit(f.limit + 1))
+        rows = cast(list[SessionRow], await self._all(stmt.order_by(*order).limit(f.limit + 1)))
         more = len(rows) > f.limit
         rows = rows[: f.limit]
         next_cursor = None
@@ -79,12 +88,12 @@ class PageQueries(StoreBase):
             next_cursor = f"{fmt_num(value)}~{last['id']}"
         return rows, next_cursor
 
-    async def session_counts(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+    async def session_counts(self, ids: list[str]) -> dict[str, SessionCounts]:
         """Exchanges (requests, both directions), findings by severity and tags per session.
 
         Three grouped queries for the sessions on screen, each answered from an index.
         """
-        out: dict[str, dict[str, Any]] = {
+        out: dict[str, SessionCounts] = {
             sid: {"exchanges": 0, "findings": dict.fromkeys(SEVERITIES, 0), "tags": []}
             for sid in ids
         }
@@ -118,7 +127,7 @@ class PageQueries(StoreBase):
             out[r["session_id"]]["tags"].append(r["tag"])
         return out
 
-    async def analysis_summaries(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+    async def analysis_summaries(self, ids: list[str]) -> dict[str, StoredFinding]:
         """The analyzer's bookkeeping row per session (to tell which stored findings are stale)."""
         if not ids:
             return {}
@@ -127,7 +136,7 @@ class PageQueries(StoreBase):
             .where(findings.c.session_id.in_(ids), findings.c.code == SUMMARY_CODE)
             .order_by(findings.c.id)
         )
-        return {r["session_id"]: r for r in rows}
+        return {r["session_id"]: r for r in cast(list[StoredFinding], rows)}
 
     async def newer_sessions(self, started_after: float) -> int:
         return int(
@@ -139,10 +148,11 @@ class PageQueries(StoreBase):
             or 0
         )
 
-    async def sessions_by_id(self, ids: list[str]) -> list[dict[str, Any]]:
+    async def sessions_by_id(self, ids: list[str]) -> list[SessionRow]:
         if not ids:
             return []
-        return await self._all(sa.select(sessions).where(sessions.c.id.in_(ids)))
+        rows = await self._all(sa.select(sessions).where(sessions.c.id.in_(ids)))
+        return cast(list[SessionRow], rows)
 
     async def all_tags(self) -> list[dict[str, Any]]:
         return await self._all(
@@ -265,16 +275,16 @@ class PageQueries(StoreBase):
         )
         return responses_only(rows)
 
-    async def http_exchanges_by_id(self, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+    async def http_exchanges_by_id(self, ids: Iterable[int]) -> dict[int, HttpExchangeRow]:
         wanted = sorted(set(ids))
         if not wanted:
             return {}
         rows = await self._all(sa.select(http_exchanges).where(http_exchanges.c.id.in_(wanted)))
-        return {r["id"]: r for r in rows}
+        return {r["id"]: r for r in cast(list[HttpExchangeRow], rows)}
 
     async def http_without_frames(
         self, session_id: str, since: float | None, before: float | None, *, limit: int = 200
-    ) -> list[dict[str, Any]]:
+    ) -> list[HttpExchangeRow]:
         """HTTP exchanges in a time span that carried no frame (a DELETE, a refused GET, a
         failed POST): the timeline shows them as rows of their own; the others ride on the
         frames they carried."""
@@ -287,9 +297,10 @@ class PageQueries(StoreBase):
             stmt = stmt.where(h.started_at >= since)
         if before is not None:
             stmt = stmt.where(h.started_at < before)
-        return await self._all(stmt.order_by(h.started_at, h.id).limit(limit))
+        rows = await self._all(stmt.order_by(h.started_at, h.id).limit(limit))
+        return cast(list[HttpExchangeRow], rows)
 
-    async def http_exchange(self, session_id: str, exchange_id: int) -> dict[str, Any]:
+    async def http_exchange(self, session_id: str, exchange_id: int) -> HttpExchangeRow:
         row = await self._one(
             sa.select(http_exchanges).where(
                 http_exchanges.c.id == exchange_id, http_exchanges.c.session_id == session_id
@@ -297,7 +308,7 @@ class PageQueries(StoreBase):
         )
         if row is None:
             raise NotFoundError(f"no HTTP exchange {exchange_id} in this session")
-        return row
+        return cast(HttpExchangeRow, row)
 
     async def frames_of_http_exchange(self, exchange_id: int) -> list[dict[str, Any]]:
         return await self._all(
@@ -352,7 +363,7 @@ class PageQueries(StoreBase):
 
     async def sessions_in_window(
         self, since: float, until: float, client: str | None, limit: int
-    ) -> list[dict[str, Any]]:
+    ) -> list[SessionRow]:
         """Sessions that overlap ``[since, until]`` (of one host's client name when given),
         oldest first: the host timeline's lanes."""
         c = sessions.c
@@ -363,7 +374,7 @@ class PageQueries(StoreBase):
         if client is not None:
             where.append(c.client_name == client)
         stmt = sa.select(sessions).where(*where).order_by(c.started_at, c.id).limit(limit)
-        return await self._all(stmt)
+        return cast(list[SessionRow], await self._all(stmt))
 
     async def newest_start(self, client: str | None) -> float | None:
         """When the newest session (of one host's client name when given) started."""
@@ -374,7 +385,7 @@ class PageQueries(StoreBase):
         return float(value) if value is not None else None
 
     async def requests_in_window(
-        self, session: dict[str, Any], since: float, until: float, limit: int
+        self, session: SessionRow, since: float, until: float, limit: int
     ) -> list[dict[str, Any]]:
         """A session's requests sent within ``[since, until]`` (no bytes), in order, at most
         ``limit``; their answers come from :meth:`partners`.
