@@ -22,7 +22,7 @@ from mcp_proxy.errors import BadValueError, NotFoundError
 from mcp_proxy.render import frame_json, session_json
 from mcp_proxy.store.filters import check_id, parse_time
 from mcp_proxy.store.pages import SessionCounts
-from mcp_proxy.store.rows import HttpExchangeRow, SessionRow
+from mcp_proxy.store.rows import AnnotationRow, HttpExchangeRow, SessionRow
 
 #: Bad input from a page: HTTP 400 (the library's error for a value it cannot use).
 BadRequest = BadValueError
@@ -155,7 +155,7 @@ def exchange_out(ex: Exchange) -> dict[str, Any]:
     }
 
 
-def note_out(a: dict[str, Any]) -> dict[str, Any]:
+def note_out(a: AnnotationRow) -> dict[str, Any]:
     return {
         "id": a["id"],
         "session_id": a["session_id"],

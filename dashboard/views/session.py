@@ -36,7 +36,7 @@ from mcp_proxy.analysis.model import Exchange
 from mcp_proxy.render import folded_poll
 from mcp_proxy.store.filters import SessionFilter, TimelineFilter
 from mcp_proxy.store.queries import session_status
-from mcp_proxy.store.rows import HttpExchangeRow, SessionRow
+from mcp_proxy.store.rows import AnnotationRow, HttpExchangeRow, SessionRow
 
 
 def _timeline_filter(request: web.Request) -> TimelineFilter:
@@ -103,7 +103,7 @@ async def timeline_rows(
         http = await q.http_exchanges_by_id(
             {f["http_exchange_id"] for f in page if f["http_exchange_id"] is not None}
         )
-        notes: dict[int, list[dict[str, Any]]] = {}
+        notes: dict[int, list[AnnotationRow]] = {}
         if page:
             for a in await q.annotations_for(sid, sorted(on_page)):
                 if a["frame_seq"] is not None:
@@ -139,7 +139,7 @@ def _frame_row(
     f: dict[str, Any],
     idx: dict[str, dict[int, Exchange]],
     http: HttpExchangeRow | None,
-    notes: list[dict[str, Any]],
+    notes: list[AnnotationRow],
     grouped: dict[int, list[dict[str, Any]]],
 ) -> dict[str, Any]:
     """A timeline row: the frame's header fields, a preview, and what the analysis says of it."""
