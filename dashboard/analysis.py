@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, TypedDict
 
 from mcp_proxy.analysis import service
@@ -32,7 +32,7 @@ from mcp_proxy.errors import StoreError
 from mcp_proxy.limits import ANALYSIS_CACHE as CACHE_SIZE
 from mcp_proxy.limits import INLINE_LIMIT
 from mcp_proxy.store.queries import Store
-from mcp_proxy.store.rows import SessionRow
+from mcp_proxy.store.rows import SessionRow, ViewFrame
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class Analyst:
                 self._cache.popitem(last=False)
         return result
 
-    async def window(self, session: SessionRow, rows: list[dict[str, Any]]) -> Analysis:
+    async def window(self, session: SessionRow, rows: Sequence[ViewFrame]) -> Analysis:
         """Analyse just these frame rows (a page and its partners), in seq order."""
         by_seq = {r["seq"]: r for r in rows}
         ordered = [by_seq[s] for s in sorted(by_seq)]

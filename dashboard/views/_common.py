@@ -22,7 +22,7 @@ from mcp_proxy.errors import BadValueError, NotFoundError
 from mcp_proxy.render import frame_json, session_json
 from mcp_proxy.store.filters import check_id, parse_time
 from mcp_proxy.store.pages import SessionCounts
-from mcp_proxy.store.rows import AnnotationRow, HttpExchangeRow, SessionRow
+from mcp_proxy.store.rows import AnnotationRow, HttpExchangeRow, SessionRow, ViewFrame
 
 #: Bad input from a page: HTTP 400 (the library's error for a value it cannot use).
 BadRequest = BadValueError
@@ -180,7 +180,7 @@ def finding_out(f: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def frame_detail(f: dict[str, Any]) -> dict[str, Any]:
+def frame_detail(f: ViewFrame) -> dict[str, Any]:
     out = frame_json(f)
     out["partial_parse"] = bool(f.get("partial_parse"))
     return out

@@ -36,7 +36,7 @@ from mcp_proxy.analysis.model import Exchange
 from mcp_proxy.render import folded_poll
 from mcp_proxy.store.filters import SessionFilter, TimelineFilter
 from mcp_proxy.store.queries import session_status
-from mcp_proxy.store.rows import AnnotationRow, HttpExchangeRow, SessionRow
+from mcp_proxy.store.rows import AnnotationRow, HttpExchangeRow, SessionRow, TimelineFrame
 
 
 def _timeline_filter(request: web.Request) -> TimelineFilter:
@@ -136,7 +136,7 @@ async def timeline_rows(
 
 
 def _frame_row(
-    f: dict[str, Any],
+    f: TimelineFrame,
     idx: dict[str, dict[int, Exchange]],
     http: HttpExchangeRow | None,
     notes: list[AnnotationRow],

@@ -12,6 +12,7 @@ timings as a tooltip (hover) and as text that shows when the row has the keyboar
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ from mcp_proxy.limits import (
     WATERFALL_TICKS,
 )
 from mcp_proxy.store.filters import TimelineFilter
-from mcp_proxy.store.rows import SessionRow
+from mcp_proxy.store.rows import SessionRow, ViewFrame
 
 #: The SVG's user units across: bars are placed in per-mille of the page's span.
 WIDTH = 1000.0
@@ -92,7 +93,7 @@ async def waterfall_bars(
         partners = await q.partners(sid, page)
         notes = await _page_notifications(request, sid, page, list(partners.values()))
         notes_left_out = len(notes) > WATERFALL_NOTES
-        rows = [*page, *partners.values(), *notes[:WATERFALL_NOTES]]
+        rows: list[ViewFrame] = [*page, *partners.values(), *notes[:WATERFALL_NOTES]]
         analysis = await analyst.window(session, rows)
     by_request = an.exchange_index(analysis)["request"]
     exchanges = [by_request[f["seq"]] for f in page if f["seq"] in by_request]
@@ -138,8 +139,8 @@ async def waterfall_bars(
 
 
 async def _page_notifications(
-    request: web.Request, sid: str, page: list[dict[str, Any]], answers: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+    request: web.Request, sid: str, page: Sequence[ViewFrame], answers: Sequence[ViewFrame]
+) -> list[ViewFrame]:
     """The notifications sent while the page's requests were open (from its first request to
     its last answer), so the window's analysis can put them on their bars: at most
     ``WATERFALL_NOTES`` + 1 (one more says some were left out), bodies up to

@@ -22,7 +22,7 @@ from mcp_proxy.commands.common import (
 )
 
 if TYPE_CHECKING:
-    from mcp_proxy.store.rows import SessionRow
+    from mcp_proxy.store.rows import SessionRow, TailFrame
 
 
 @app.command()
@@ -289,7 +289,7 @@ async def _follow(
         await asyncio.sleep(interval)
 
 
-def _print_live(rows: list[dict[str, Any]], fmt: Format, *, labelled: bool) -> None:
+def _print_live(rows: list[TailFrame], fmt: Format, *, labelled: bool) -> None:
     from mcp_proxy.render import frame_json, frame_oneline
 
     for f in rows:

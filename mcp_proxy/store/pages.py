@@ -8,7 +8,7 @@ SQLite's plans), so nothing here reads a whole table or a whole session to draw 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
@@ -25,7 +25,14 @@ from mcp_proxy.store.filters import (
     fmt_num,
     parse_cursor,
 )
-from mcp_proxy.store.rows import HttpExchangeRow, SessionRow, StoredFinding
+from mcp_proxy.store.rows import (
+    HttpExchangeRow,
+    SessionRow,
+    StoredFinding,
+    TailFrame,
+    TimelineFrame,
+    ViewFrame,
+)
 from mcp_proxy.store.schema import annotations as notes_table
 from mcp_proxy.store.schema import (
     findings,
@@ -193,7 +200,7 @@ class PageQueries(StoreBase):
     # ------------------------------------------------------------------ timeline
     async def timeline(
         self, session_id: str, f: TimelineFilter, *, after: int | None = None
-    ) -> tuple[list[dict[str, Any]], int | None]:
+    ) -> tuple[list[TimelineFrame], int | None]:
         """One window of a session's frames (without the full raw bytes) and the next cursor."""
         cols = [
             *FRAME_COLUMNS_NO_RAW,
@@ -220,12 +227,12 @@ class PageQueries(StoreBase):
             )
             where = [frames.c.id.in_(window)]
         stmt = sa.select(*cols).where(*where).order_by(frames.c.seq).limit(f.limit + 1)
-        rows = await self._all(stmt)
+        rows = cast(list[TimelineFrame], await self._all(stmt))
         more = len(rows) > f.limit
         rows = rows[: f.limit]
         return rows, (rows[-1]["seq"] if more and rows else None)
 
-    async def partners(self, session_id: str, page: list[dict[str, Any]]) -> dict[int, dict]:
+    async def partners(self, session_id: str, page: Sequence[ViewFrame]) -> dict[int, ViewFrame]:
         """For each request and response on the page, the frame that answers or asked it.
 
         The rows carry what the analysis needs (small bodies included), so a page plus its
@@ -239,7 +246,7 @@ class PageQueries(StoreBase):
         ids = {f["msg_id"] for f in page if f["msg_id"] is not None and f["kind"] in _ANSWERS}
         if not ids:
             return {}
-        rows = await self._all(
+        found = await self._all(
             sa.select(*FRAME_COLUMNS_NO_RAW, _small_raw())
             .where(
                 frames.c.session_id == session_id,
@@ -250,13 +257,14 @@ class PageQueries(StoreBase):
             # through the whole session; the msg_id index finds the few rows, Python orders them.
             .limit(20_000)
         )
+        rows = cast(list[ViewFrame], found)
         rows.sort(key=lambda r: r["seq"])
-        by_id: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        by_id: _ById = {}
         for r in rows:
             # Key by who sent the request: a c2s request is answered s2c, and vice versa.
             origin = r["direction"] if r["kind"] == "request" else _flip(r["direction"])
             by_id.setdefault((origin, r["msg_id"]), []).append(r)
-        out: dict[int, dict[str, Any]] = {}
+        out: dict[int, ViewFrame] = {}
         for f in page:
             if f["msg_id"] is None or f["kind"] not in _ANSWERS:
                 continue
@@ -310,33 +318,35 @@ class PageQueries(StoreBase):
             raise NotFoundError(f"no HTTP exchange {exchange_id} in this session")
         return cast(HttpExchangeRow, row)
 
-    async def frames_of_http_exchange(self, exchange_id: int) -> list[dict[str, Any]]:
-        return await self._all(
+    async def frames_of_http_exchange(self, exchange_id: int) -> list[ViewFrame]:
+        rows = await self._all(
             sa.select(*FRAME_COLUMNS_NO_RAW)
             .where(frames.c.http_exchange_id == exchange_id)
             .order_by(frames.c.seq)
             .limit(1000)
         )
+        return cast(list[ViewFrame], rows)
 
     async def frames_between(
         self, session_id: str, first: int, last: int, *, limit: int = 500
-    ) -> list[dict[str, Any]]:
+    ) -> list[ViewFrame]:
         """Frames with ``first < seq < last`` (an exchange's notifications), raw included."""
-        return await self._all(
+        rows = await self._all(
             sa.select(frames)
             .where(frames.c.session_id == session_id, frames.c.seq > first, frames.c.seq < last)
             .order_by(frames.c.seq)
             .limit(limit)
         )
+        return cast(list[ViewFrame], rows)
 
     async def notifications_between(
         self, session_id: str, first: int, last: int, *, limit: int, max_bytes: int
-    ) -> list[dict[str, Any]]:
+    ) -> list[ViewFrame]:
         """Notifications with ``first < seq < last`` (without full raw bytes; the bytes of
         those up to ``max_bytes``), at most ``limit``, in order: the ticks of a waterfall page
         on a session analysed a window at a time."""
         raw = sa.case((frames.c.size <= max_bytes, frames.c.raw), else_=sa.null()).label("raw")
-        return await self._all(
+        rows = await self._all(
             sa.select(*FRAME_COLUMNS_NO_RAW, raw)
             .where(
                 frames.c.session_id == session_id,
@@ -347,18 +357,20 @@ class PageQueries(StoreBase):
             .order_by(frames.c.seq)
             .limit(limit)
         )
+        return cast(list[ViewFrame], rows)
 
-    async def frames_by_seq(self, session_id: str, seqs: Iterable[int]) -> list[dict[str, Any]]:
+    async def frames_by_seq(self, session_id: str, seqs: Iterable[int]) -> list[ViewFrame]:
         """The frames with these numbers, raw included, in order: one query, not one per frame."""
         wanted = sorted(set(seqs))
-        out: list[dict[str, Any]] = []
+        out: list[ViewFrame] = []
         for i in range(0, len(wanted), 500):  # bounded IN lists (SQLite's variable limit)
             chunk = wanted[i : i + 500]
-            out += await self._all(
+            rows = await self._all(
                 sa.select(frames)
                 .where(frames.c.session_id == session_id, frames.c.seq.in_(chunk))
                 .order_by(frames.c.seq)
             )
+            out += cast(list[ViewFrame], rows)
         return out
 
     async def sessions_in_window(
@@ -386,7 +398,7 @@ class PageQueries(StoreBase):
 
     async def requests_in_window(
         self, session: SessionRow, since: float, until: float, limit: int
-    ) -> list[dict[str, Any]]:
+    ) -> list[ViewFrame]:
         """A session's requests sent within ``[since, until]`` (no bytes), in order, at most
         ``limit``; their answers come from :meth:`partners`.
 
@@ -402,12 +414,13 @@ class PageQueries(StoreBase):
         ended = session.get("ended_at") or session.get("updated_at")
         if ended is None or float(ended) > until:
             where.append(frames.c.seq < await self._seq_at(sid, until, after=True))
-        return await self._all(
+        rows = await self._all(
             sa.select(*FRAME_COLUMNS_NO_RAW)
             .where(*where, frames.c.ts >= since, frames.c.ts <= until)
             .order_by(frames.c.seq)
             .limit(limit)
         )
+        return cast(list[ViewFrame], rows)
 
     async def _seq_at(self, session_id: str, ts: float, *, after: bool = False) -> int:
         """The first frame number recorded at ``ts`` or later (strictly later with ``after``),
@@ -484,7 +497,7 @@ class PageQueries(StoreBase):
 
     async def frames_after_id(
         self, after_id: int, session_id: str | None = None, *, limit: int = 2000
-    ) -> list[dict[str, Any]]:
+    ) -> list[TailFrame]:
         """Frames recorded after row ``after_id`` in insertion order, with their session's name."""
         stmt = (
             sa.select(frames, sessions.c.name)
@@ -493,7 +506,7 @@ class PageQueries(StoreBase):
         )
         if session_id is not None:
             stmt = stmt.where(frames.c.session_id == session_id)
-        return await self._all(stmt.order_by(frames.c.id).limit(limit))
+        return cast(list[TailFrame], await self._all(stmt.order_by(frames.c.id).limit(limit)))
 
     async def count_frames_after_id(self, after_id: int, session_id: str | None = None) -> int:
         stmt = sa.select(sa.func.count()).select_from(frame_rows).where(frame_rows.c.id > after_id)
@@ -502,9 +515,11 @@ class PageQueries(StoreBase):
         return int(await self._scalar(stmt) or 0)
 
 
-def _partner_of(
-    f: dict[str, Any], by_id: dict[tuple[str, str], list[dict[str, Any]]]
-) -> dict[str, Any] | None:
+#: Frames by who sent the request and the message id (None never a key: such frames are left out).
+_ById = dict[tuple[str, str | None], list[ViewFrame]]
+
+
+def _partner_of(f: ViewFrame, by_id: _ById) -> ViewFrame | None:
     if f["kind"] == "request":
         chain = by_id.get((f["direction"], f["msg_id"]), [])
         return next((r for r in chain if r["kind"] != "request" and r["seq"] > f["seq"]), None)

@@ -19,7 +19,7 @@ from mcp_proxy.store.annotations import AnnotationQueries
 from mcp_proxy.store.base import FRAME_COLUMNS_NO_RAW, StoreBase
 from mcp_proxy.store.liveness import duration, is_live, session_status
 from mcp_proxy.store.pages import PageQueries
-from mcp_proxy.store.rows import FindingRow, HttpExchangeRow, SessionRow, StoredFinding
+from mcp_proxy.store.rows import FindingRow, HttpExchangeRow, SessionRow, StoredFinding, ViewFrame
 from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
 
 __all__ = [
@@ -163,7 +163,7 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
         after_seq: int = 0,
         limit: int | None = None,
         raw: bool = True,
-    ) -> list[dict[str, Any]]:
+    ) -> list[ViewFrame]:
         """A session's frames in order, from ``after_seq`` (exclusive)."""
         cols: Sequence[Any] = list(frames.c) if raw else FRAME_COLUMNS_NO_RAW
         stmt = (
@@ -173,11 +173,11 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
         )
         if limit is not None:
             stmt = stmt.limit(limit)
-        return await self._all(stmt)
+        return cast(list[ViewFrame], await self._all(stmt))
 
     async def iter_frames(
         self, session_id: str, *, batch: int = 5000, raw: bool = True
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncIterator[ViewFrame]:
         after = 0
         while True:
             rows = await self.frames(session_id, after_seq=after, limit=batch, raw=raw)
@@ -187,10 +187,11 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
                 return
             after = rows[-1]["seq"]
 
-    async def frame(self, session_id: str, seq: int) -> dict[str, Any] | None:
-        return await self._one(
+    async def frame(self, session_id: str, seq: int) -> ViewFrame | None:
+        row = await self._one(
             sa.select(frames).where(frames.c.session_id == session_id, frames.c.seq == seq)
         )
+        return cast(ViewFrame | None, row)
 
     async def frame_count(self, session_id: str) -> int:
         return int(

@@ -149,6 +149,47 @@ class AnnotationRow(TypedDict, total=False):
     updated_at: float | None
 
 
+class ViewFrame(TypedDict, total=False):
+    """A row of the ``frames`` view as a dict: what the dashboard's pages, ``tail`` and the
+    single-frame reads give (bulk streams read tuples: ``store/stream.py``).
+
+    ``total=False``: lists and timelines select without ``raw``, or with ``raw`` only for
+    small frames (None for the others).
+    """
+
+    id: int
+    session_id: str
+    seq: int
+    ts: float
+    mono_ns: int
+    direction: str
+    channel: str
+    kind: str
+    method: str | None
+    msg_id: str | None
+    error_code: int | None
+    size: int
+    complete: bool
+    partial_parse: bool
+    raw: bytes | None
+    http_exchange_id: int | None
+    sse_id: str | None
+    sse_event: str | None
+    redacted: bool | None
+
+
+class TimelineFrame(ViewFrame, total=False):
+    """A timeline row: the frame and the first bytes of its body (``store/pages.py``)."""
+
+    head: bytes
+
+
+class TailFrame(ViewFrame, total=False):
+    """A frame ``tail`` follows, with its session's name."""
+
+    name: str | None
+
+
 class FrameRow(NamedTuple):
     """One row of ``frames``, in the column order of the INSERT (``FRAME_COLS``)."""
 

@@ -10,6 +10,7 @@ from mcp_proxy.store.rows import (
     SessionRow,
     SessionStatsRow,
     StoredFinding,
+    ViewFrame,
 )
 
 
@@ -24,3 +25,4 @@ def test_each_typed_row_names_its_tables_columns() -> None:
     assert set(HttpExchangeRow.__annotations__) == _columns(schema.http_exchanges)
     assert set(SessionStatsRow.__annotations__) == _columns(schema.session_stats)
     assert set(AnnotationRow.__annotations__) == _columns(schema.annotations)
+    assert set(ViewFrame.__annotations__) == _columns(schema.frames)
