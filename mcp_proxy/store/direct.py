@@ -30,6 +30,7 @@ from mcp_proxy.store.rows import (
     JSON_COLUMNS,
     SESSION_COLUMNS,
     SESSION_STATS_COLUMNS,
+    AnswerRow,
     FindingRow,
     HttpExchangeRow,
     SessionRow,
@@ -201,11 +202,11 @@ class DirectStore:
         )
         return rows[0] if rows else None
 
-    def tools_list_answers(self, session_id: str, limit: int = 20) -> list[dict[str, Any]]:
+    def tools_list_answers(self, session_id: str, limit: int = 20) -> list[AnswerRow]:
         """As the async store's (the same query, :data:`~mcp_proxy.store.columns.ANSWERS_SQL`):
         the responses to the session's first ``limit`` ``tools/list`` requests."""
         args = {"sid": session_id, "method": "tools/list", "limit": limit}
-        return responses_only(self._dicts("frames", ANSWERS_SQL, args))
+        return cast(list[AnswerRow], responses_only(self._dicts("frames", ANSWERS_SQL, args)))
 
     def frame_raw(self, session_id: str, seq: int) -> bytes | None:
         """A frame's stored bytes (None: no such frame)."""

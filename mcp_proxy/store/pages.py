@@ -26,6 +26,7 @@ from mcp_proxy.store.filters import (
     parse_cursor,
 )
 from mcp_proxy.store.rows import (
+    AnswerRow,
     HttpExchangeRow,
     SessionRow,
     StoredFinding,
@@ -51,6 +52,13 @@ PREVIEW_BYTES = 400
 #: ones are read only by the detail pages.
 SMALL_RAW = 64 * 1024
 _ANSWERS = ("request", "response", "error")
+
+
+class TagCount(TypedDict):
+    """A tag and the number of sessions that carry it (:meth:`PageQueries.all_tags`)."""
+
+    tag: str
+    count: int
 
 
 class SessionCounts(TypedDict):
@@ -161,8 +169,9 @@ class PageQueries(StoreBase):
         rows = await self._all(sa.select(sessions).where(sessions.c.id.in_(ids)))
         return cast(list[SessionRow], rows)
 
-    async def all_tags(self) -> list[dict[str, Any]]:
-        return await self._all(
+    async def all_tags(self) -> list[TagCount]:
+        """Every tag in use and on how many sessions, by tag."""
+        rows = await self._all(
             sa.select(
                 notes_table.c.tag,
                 sa.func.count(sa.distinct(notes_table.c.session_id)).label("count"),
@@ -171,6 +180,7 @@ class PageQueries(StoreBase):
             .group_by(notes_table.c.tag)
             .order_by(notes_table.c.tag)
         )
+        return cast(list[TagCount], rows)
 
     async def session_methods(self, session_id: str) -> list[str]:
         """The methods seen in a session (for the filter menu).
@@ -273,7 +283,7 @@ class PageQueries(StoreBase):
                 out[f["seq"]] = match
         return out
 
-    async def tools_list_answers(self, session_id: str, limit: int = 20) -> list[dict[str, Any]]:
+    async def tools_list_answers(self, session_id: str, limit: int = 20) -> list[AnswerRow]:
         """The answers (responses: ``seq``, ``size``) to the session's first ``limit``
         ``tools/list`` requests, in wire order: the last one is what the host saw last
         (:data:`~mcp_proxy.store.columns.ANSWERS_SQL`, which ``stats`` runs through the
@@ -281,7 +291,7 @@ class PageQueries(StoreBase):
         rows = await self._all(
             sa.text(ANSWERS_SQL).bindparams(sid=session_id, method="tools/list", limit=limit)
         )
-        return responses_only(rows)
+        return cast(list[AnswerRow], responses_only(rows))
 
     async def http_exchanges_by_id(self, ids: Iterable[int]) -> dict[int, HttpExchangeRow]:
         wanted = sorted(set(ids))

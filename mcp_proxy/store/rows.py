@@ -149,6 +149,14 @@ class AnnotationRow(TypedDict, total=False):
     updated_at: float | None
 
 
+class AnswerRow(TypedDict):
+    """An answer to a request (``store/columns.py`` ``ANSWERS_SQL``, responses only)."""
+
+    seq: int
+    kind: str  # "response"
+    size: int
+
+
 class ViewFrame(TypedDict, total=False):
     """A row of the ``frames`` view as a dict: what the dashboard's pages, ``tail`` and the
     single-frame reads give (bulk streams read tuples: ``store/stream.py``).
