@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, TypedDict
 
 from mcp_proxy.analysis import service
@@ -32,6 +32,7 @@ from mcp_proxy.errors import StoreError
 from mcp_proxy.limits import ANALYSIS_CACHE as CACHE_SIZE
 from mcp_proxy.limits import INLINE_LIMIT
 from mcp_proxy.store.queries import Store
+from mcp_proxy.store.rows import SessionRow, ViewFrame
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ OUTCOMES = tuple(OUTCOME_STYLE)
 session_view = service.session_view
 
 
-def _key(session: dict[str, Any]) -> tuple[Any, ...]:
+def _key(session: SessionRow) -> tuple[Any, ...]:
     """Cache key: the session and everything its analysis depends on (the service's rule)."""
     return (session["id"], *service.fingerprint(session).values())
 
@@ -64,14 +65,14 @@ class Analyst:
         self.store = store
         self._cache: OrderedDict[tuple[Any, ...], Analysis] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
-        self._queue: deque[dict[str, Any]] = deque()
+        self._queue: deque[SessionRow] = deque()
         self._queued: set[str] = set()
         self._worker: asyncio.Task[None] | None = None
 
-    def small(self, session: dict[str, Any]) -> bool:
+    def small(self, session: SessionRow) -> bool:
         return int(session.get("frame_count") or 0) <= INLINE_LIMIT
 
-    async def whole(self, session: dict[str, Any], *, force: bool = False) -> Analysis | None:
+    async def whole(self, session: SessionRow, *, force: bool = False) -> Analysis | None:
         """The whole-session analysis (None when the session is too big, unless ``force``).
 
         Runs in a thread (it is CPU work) and stores its findings when the stored ones are
@@ -97,7 +98,7 @@ class Analyst:
                 self._cache.popitem(last=False)
         return result
 
-    async def window(self, session: dict[str, Any], rows: list[dict[str, Any]]) -> Analysis:
+    async def window(self, session: SessionRow, rows: Sequence[ViewFrame]) -> Analysis:
         """Analyse just these frame rows (a page and its partners), in seq order."""
         by_seq = {r["seq"]: r for r in rows}
         ordered = [by_seq[s] for s in sorted(by_seq)]
@@ -105,13 +106,13 @@ class Analyst:
             return await asyncio.to_thread(analyze, ordered, session=session_view(session))
         return analyze(ordered, session=session_view(session))
 
-    async def findings(self, session: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    async def findings(self, session: SessionRow) -> tuple[list[dict[str, Any]], bool]:
         """The session's findings (recorder and analyzer), and whether they are current."""
         if self.small(session):
             await self.whole(session)  # analyses (and stores) once, and caches for the page
         return await service.findings_view(self.store, session, analyse_if_stale=False)
 
-    def schedule(self, sessions: list[dict[str, Any]]) -> None:
+    def schedule(self, sessions: list[SessionRow]) -> None:
         """Analyse these sessions in the background, one at a time, so that a list page shows
         finding counts without waiting for them (its live stream then updates the counts)."""
         for s in sessions:
@@ -139,7 +140,7 @@ class Analyst:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
 
-    async def refresh(self, session: dict[str, Any]) -> None:
+    async def refresh(self, session: SessionRow) -> None:
         """Analyse a session of any size now and store its findings (the "Analyse now" button)."""
         await self.whole(session, force=True)
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 import base64
 import json
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from mcp_proxy.headers import decode_header_value
 from mcp_proxy.limits import COPY_LIMIT
 from mcp_proxy.recording.jsonl import dumps_jsonl
 from mcp_proxy.recording.model import Recording, SessionRecording
 from mcp_proxy.render import parse_json_safely
+from mcp_proxy.store.rows import HttpExchangeRow, SessionRow, ViewFrame
 
 #: Request headers a ``curl`` command leaves to curl (it sets them itself, or they belong to the
 #: one connection the recording was made on).
@@ -35,11 +36,11 @@ class Copy:
     text: str
 
 
-def _raw(f: dict[str, Any]) -> bytes:
+def _raw(f: ViewFrame) -> bytes:
     return bytes(f.get("raw") or b"")
 
 
-def frame_copies(f: dict[str, Any], prefix: str) -> list[Copy]:
+def frame_copies(f: ViewFrame, prefix: str) -> list[Copy]:
     """A frame's JSON (pretty) and its exact bytes (as text, or base64 when not UTF-8)."""
     raw = _raw(f)
     if len(raw) > COPY_LIMIT:
@@ -65,7 +66,7 @@ def _header_value(value: str) -> str:
         return value
 
 
-def curl_command(http: dict[str, Any], body: bytes) -> str:
+def curl_command(http: HttpExchangeRow, body: bytes) -> str:
     """The HTTP request as a ``curl`` command: method, URL, the recorded headers in wire order
     (sentinel-encoded values decoded; credentials as redacted when recorded), the exact body."""
     parts = ["curl", "-X", shlex.quote(str(http["method"])), shlex.quote(str(http["url"]))]
@@ -85,7 +86,7 @@ def _pairs(flags: list[str]) -> list[str]:
     return [f"{flags[i]} {flags[i + 1]}" for i in range(0, len(flags), 2)]
 
 
-def jsonl_snippet(session: dict[str, Any], frames: list[dict[str, Any]]) -> str | None:
+def jsonl_snippet(session: SessionRow, frames: Sequence[ViewFrame]) -> str | None:
     """The exchange as a recording of its own: the session's facts and these frames, in
     mcptape's JSON Lines (``mcptape import``/``mock``/``replay`` take it). None when a frame
     is above the copy limit. HTTP exchange numbers are dropped: the snippet holds none."""

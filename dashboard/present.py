@@ -25,6 +25,7 @@ from mcp_proxy.headers import decode_header_value as _decode_header_value
 from mcp_proxy.limits import TEXT_LIMIT, TREE_DEPTH, TREE_LIMIT
 from mcp_proxy.protocol import ERA_INITIALIZE, ERA_MODERN
 from mcp_proxy.render import human_size, parse_json_safely
+from mcp_proxy.store.rows import ViewFrame
 
 #: Characters that must never reach the page as themselves: C0/C1 controls (except tab and
 #: newline, which <pre> shows faithfully), bidi embeddings/overrides/isolates and marks, and the
@@ -140,7 +141,7 @@ def _tree(value: Any, out: list[str], depth: int, open_depth: int, trailing: str
 # ---------------------------------------------------------------------------------- frames
 
 
-def frame_body(f: dict[str, Any]) -> dict[str, Any]:
+def frame_body(f: ViewFrame) -> dict[str, Any]:
     """What a frame detail shows: the parsed JSON tree, the text, or base64 for binary."""
     raw: bytes = f.get("raw") or b""
     content = strip_line_end(raw)

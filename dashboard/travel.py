@@ -30,6 +30,7 @@ from dashboard.views._common import BadRequest
 from mcp_proxy.errors import UserError
 from mcp_proxy.recording.registry import Format, downloads, get_format
 from mcp_proxy.store.filters import SessionFilter
+from mcp_proxy.store.rows import SessionRow
 
 SID = r"{sid:[0-9a-f]{1,32}}"
 EXT = r"{ext:(\.json)?}"
@@ -65,7 +66,7 @@ def replay_enabled(app: web.Application) -> bool:
     return bool(app[SETTINGS].get("replay", False))
 
 
-def replay_upstream(session: dict[str, Any]) -> str | None:
+def replay_upstream(session: SessionRow) -> str | None:
     """The URL an HTTP session was recorded against (the default target of its replay)."""
     url = session.get("upstream")
     if session.get("transport") == "stdio" or not isinstance(url, str):
@@ -87,7 +88,7 @@ def _check_url(url: str) -> str | None:
     return None
 
 
-def replay_argv(session: dict[str, Any]) -> list[str] | None:
+def replay_argv(session: SessionRow) -> list[str] | None:
     """The argv a replay of ``session`` runs: the command it was recorded with (stdio only)."""
     cmd = session.get("command")
     if session.get("transport") != "stdio" or not isinstance(cmd, list) or not cmd:
@@ -100,7 +101,7 @@ def replay_argv(session: dict[str, Any]) -> list[str] | None:
 # ---------------------------------------------------------------------------------- export
 
 
-def _filename(s: dict[str, Any], fmt: Format) -> str:
+def _filename(s: SessionRow, fmt: Format) -> str:
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", str(s.get("name") or "")).strip("-.")[:40]
     stem = f"{name}-{s['id'][:8]}" if name else str(s["id"][:12])
     return f"mcptape-{stem}{fmt.suffixes[0]}"
@@ -113,7 +114,7 @@ def _refusal(fmt: Format, transport: str | None) -> str:
     )
 
 
-def export_links(s: dict[str, Any]) -> list[dict[str, Any]]:
+def export_links(s: SessionRow) -> list[dict[str, Any]]:
     """One download per writable format (the registry decides), disabled where it cannot apply."""
     out = []
     for fmt in downloads():
@@ -235,7 +236,7 @@ async def replay_confirm(request: web.Request) -> web.Response:
     return render(request, "replay.html", data)
 
 
-def imported_from(session: dict[str, Any]) -> str | None:
+def imported_from(session: SessionRow) -> str | None:
     """The file an imported session came from (``mcptape import``), None for a local recording.
 
     Its command and cwd are whatever that file says: the replay page says so before it offers
@@ -248,7 +249,7 @@ def imported_from(session: dict[str, Any]) -> str | None:
     return str(found.get("origin") or "a recording file")
 
 
-def _why_not(s: dict[str, Any]) -> str:
+def _why_not(s: SessionRow) -> str:
     return "This session has no recorded server command to run."
 
 

@@ -15,9 +15,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from mcp_proxy.errors import McptapeError
+
+if TYPE_CHECKING:
+    from mcp_proxy.store.rows import SessionRow
 
 
 def mcptape_argv() -> list[str]:
@@ -160,7 +163,7 @@ def run_demo(db_url: str, *, out: Callable[[str], None] = print) -> list[DemoSes
         recorded = []
         try:
             for name, _ in runs:
-                s = await store.resolve_session(name)
+                s = cast("SessionRow", await store.resolve_session(name))
                 recorded.append(
                     DemoSession(
                         str(s["id"]), name, str(s.get("transport")), s.get("protocol_version")

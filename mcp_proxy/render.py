@@ -31,6 +31,7 @@ from mcp_proxy.frames import (
 )
 from mcp_proxy.limits import CLOCK_CACHE, PRETTY_DEPTH, SHAPE_CACHE, SIZE_TEXT_CACHE
 from mcp_proxy.store.liveness import duration, session_status
+from mcp_proxy.store.rows import SessionRow, ViewFrame
 from mcp_proxy.store.stream import RowShapes
 
 ARROWS = {"c2s": "→", "s2c": "←"}
@@ -135,14 +136,15 @@ def human_size(n: int) -> str:
     return f"{n} B"
 
 
-def session_json(s: dict[str, Any]) -> dict[str, Any]:
+def session_json(s: SessionRow) -> dict[str, Any]:
+    """A session row as ``--format json`` prints it (a JSON edge), status and duration added."""
     out = {k: v for k, v in s.items()}
     out["status"] = session_status(s)
     out["duration"] = duration(s)
     return out
 
 
-def session_line(s: dict[str, Any]) -> str:
+def session_line(s: SessionRow) -> str:
     dur = duration(s)
     who = s.get("server_name") or (
         " ".join(s.get("command") or [])[:40] if s.get("command") else s.get("upstream") or ""
@@ -162,14 +164,14 @@ def session_line(s: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
-def frame_json(f: dict[str, Any]) -> dict[str, Any]:
+def frame_json(f: ViewFrame) -> dict[str, Any]:
     """One frame (a row as a dict: the dashboard's, ``tail``'s) as ``show --format json``
     prints it: a thin adapter over :class:`FrameRenderer`, the one renderer."""
     renderer, row = _one_row(f)
     return json.loads(renderer.json([row])[0])  # type: ignore[no-any-return]
 
 
-def frame_header(f: dict[str, Any], session_name: str | None = None) -> str:
+def frame_header(f: ViewFrame, session_name: str | None = None) -> str:
     """The text header ``show`` prints for a frame (a row as a dict), the session's name after
     the clock when given: a thin adapter over :class:`FrameRenderer`."""
     renderer, row = _one_row(f)
@@ -180,7 +182,7 @@ def frame_header(f: dict[str, Any], session_name: str | None = None) -> str:
     return f"{head[:at]} [{safe(session_name)}]{head[at:]}"
 
 
-def frame_oneline(f: dict[str, Any], session_name: str | None = None, width: int = 160) -> str:
+def frame_oneline(f: ViewFrame, session_name: str | None = None, width: int = 160) -> str:
     head = frame_header(f, session_name)
     raw: bytes = f.get("raw") or b""
     text = text_or_none(strip_line_end(raw[:4096])) or repr(raw[:200])
@@ -320,7 +322,7 @@ _clock_cache: dict[int, bytes] = {}
 BODY_CHARS = 20_000
 
 
-def _one_row(f: dict[str, Any]) -> tuple[FrameRenderer, tuple[Any, ...]]:
+def _one_row(f: ViewFrame) -> tuple[FrameRenderer, tuple[Any, ...]]:
     """A frame held as a dict (the async store's) as the row of :data:`SHAPED_COLUMNS` the
     store would give, and a renderer that decodes its shape (the one row shape:
     :class:`~mcp_proxy.store.stream.RowShapes`)."""

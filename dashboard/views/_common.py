@@ -21,6 +21,8 @@ from mcp_proxy.analysis.model import Exchange
 from mcp_proxy.errors import BadValueError, NotFoundError
 from mcp_proxy.render import frame_json, session_json
 from mcp_proxy.store.filters import check_id, parse_time
+from mcp_proxy.store.pages import SessionCounts
+from mcp_proxy.store.rows import AnnotationRow, HttpExchangeRow, SessionRow, ViewFrame
 
 #: Bad input from a page: HTTP 400 (the library's error for a value it cannot use).
 BadRequest = BadValueError
@@ -108,12 +110,18 @@ def url(path: str, params: dict[str, Any]) -> str:
     return path + ("?" + urlencode(clean) if clean else "")
 
 
-def session_out(s: dict[str, Any], counts: dict[str, Any] | None = None) -> dict[str, Any]:
+def session_out(
+    s: SessionRow, counts: SessionCounts | None = None, *, analysed: bool | None = None
+) -> dict[str, Any]:
+    """A session as the pages and their ``.json`` twins show it (a JSON and template edge):
+    with its ``counts`` and, on the sessions page, whether its findings are current."""
     out = session_json(s)
     out.pop("meta", None)
     out["exit"] = present.exit_text(s.get("exit_code"), s.get("exit_signal"))
     if counts is not None:
         out.update(counts)
+    if analysed is not None:
+        out["analysed"] = analysed
     return out
 
 
@@ -147,7 +155,7 @@ def exchange_out(ex: Exchange) -> dict[str, Any]:
     }
 
 
-def note_out(a: dict[str, Any]) -> dict[str, Any]:
+def note_out(a: AnnotationRow) -> dict[str, Any]:
     return {
         "id": a["id"],
         "session_id": a["session_id"],
@@ -172,13 +180,13 @@ def finding_out(f: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def frame_detail(f: dict[str, Any]) -> dict[str, Any]:
+def frame_detail(f: ViewFrame) -> dict[str, Any]:
     out = frame_json(f)
     out["partial_parse"] = bool(f.get("partial_parse"))
     return out
 
 
-def http_out(h: dict[str, Any]) -> dict[str, Any]:
+def http_out(h: HttpExchangeRow) -> dict[str, Any]:
     started = h["started_at"]
     return {
         "id": h["id"],

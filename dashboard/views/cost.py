@@ -26,7 +26,8 @@ async def tools_list_cost(request: web.Request, sid: str) -> dict[str, Any] | No
     result = None
     if int(last["size"]) <= COST_PARSE_LIMIT:
         frame = await request.app[STORE].frame(sid, last["seq"])
-        msg = parse_json_safely(frame["raw"]) if frame else None
+        raw = frame.get("raw") if frame else None
+        msg = parse_json_safely(raw) if raw is not None else None
         result = msg.get("result") if isinstance(msg, dict) else None
     cost = tokens.listing_cost(int(last["size"]), result, len(answered))
     return {**cost, "response_seq": last["seq"], "shown": SHOWN_TOOLS}

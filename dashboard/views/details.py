@@ -22,9 +22,10 @@ from mcp_proxy.analysis.model import Exchange
 from mcp_proxy.errors import NotFoundError
 from mcp_proxy.limits import SPAN_LIMIT
 from mcp_proxy.render import frame_json
+from mcp_proxy.store.rows import SessionRow, ViewFrame
 
 
-async def _session_and_frame(request: web.Request) -> tuple[dict[str, Any], dict[str, Any]]:
+async def _session_and_frame(request: web.Request) -> tuple[SessionRow, ViewFrame]:
     q = request.app[QUERIES]
     s = await q.session(request.match_info["sid"])
     seq = path_id(request, "seq", "frame")
@@ -35,8 +36,8 @@ async def _session_and_frame(request: web.Request) -> tuple[dict[str, Any], dict
 
 
 async def _exchange_context(
-    request: web.Request, s: dict[str, Any], request_frame: dict[str, Any]
-) -> tuple[Any, Exchange | None, list[dict[str, Any]]]:
+    request: web.Request, s: SessionRow, request_frame: ViewFrame
+) -> tuple[Any, Exchange | None, list[ViewFrame]]:
     """The analysis that covers one request, its exchange, and the rows it was made from.
 
     Small sessions: the whole-session analysis (chains, parents and children are complete).
@@ -47,7 +48,7 @@ async def _exchange_context(
     analyst = request.app[ANALYST]
     sid = s["id"]
     analysis = await analyst.whole(s)
-    rows: list[dict[str, Any]] = []
+    rows: list[ViewFrame] = []
     if analysis is None:
         partner = (await q.partners(sid, [request_frame])).get(request_frame["seq"])
         last = partner["seq"] if partner else request_frame["seq"] + 200

@@ -27,6 +27,7 @@ from mcp_proxy.errors import BadValueError
 from mcp_proxy.limits import HOST_REQUESTS, HOST_SESSIONS
 from mcp_proxy.render import session_status
 from mcp_proxy.store.filters import parse_time
+from mcp_proxy.store.rows import SessionRow
 
 #: SVG user units across a lane.
 WIDTH = 1000.0
@@ -72,7 +73,7 @@ class Lane:
     slowest_ms: float | None = None
 
 
-def lane_name(s: dict[str, Any]) -> str:
+def lane_name(s: SessionRow) -> str:
     """The server a session is a lane of: its pinned name, else its serverInfo name."""
     return str(s.get("name") or s.get("server_name") or s["id"][:12])
 
@@ -106,7 +107,7 @@ async def host_timeline(request: web.Request) -> web.Response:
             client_name=s.get("client_name"),
             status=session_status(s),
             started_at=float(s["started_at"]),
-            ended_at=float(s["ended_at"]) if s.get("ended_at") is not None else None,
+            ended_at=float(end) if (end := s.get("ended_at")) is not None else None,
         )
         page = await q.requests_in_window(s, since, until, HOST_REQUESTS + 1)
         ls.requests_left_out = len(page) > HOST_REQUESTS
@@ -141,7 +142,7 @@ async def host_timeline(request: web.Request) -> web.Response:
         "axis": axis,
         "lanes": [asdict(lane) for lane in out],
         "sessions_left_out": sessions_left_out,
-        "clients": sorted({s["client_name"] for s in rows if s.get("client_name")}),
+        "clients": sorted({c for s in rows if (c := s.get("client_name"))}),
         "earlier_url": url(
             "/timeline",
             {"client": client, "since": str(since - (until - since)), "until": str(since)},

@@ -36,6 +36,7 @@ from mcp_proxy.analysis.model import Exchange
 from mcp_proxy.render import folded_poll
 from mcp_proxy.store.filters import SessionFilter, TimelineFilter
 from mcp_proxy.store.queries import session_status
+from mcp_proxy.store.rows import AnnotationRow, HttpExchangeRow, SessionRow, TimelineFrame
 
 
 def _timeline_filter(request: web.Request) -> TimelineFilter:
@@ -54,7 +55,7 @@ def _timeline_filter(request: web.Request) -> TimelineFilter:
 
 
 async def timeline_rows(
-    request: web.Request, session: dict[str, Any], tf: TimelineFilter, *, live: bool = False
+    request: web.Request, session: SessionRow, tf: TimelineFilter, *, live: bool = False
 ) -> tuple[list[dict[str, Any]], int | None]:
     """The rows of one timeline window, shared by the page, its twin and the live stream.
 
@@ -102,7 +103,7 @@ async def timeline_rows(
         http = await q.http_exchanges_by_id(
             {f["http_exchange_id"] for f in page if f["http_exchange_id"] is not None}
         )
-        notes: dict[int, list[dict[str, Any]]] = {}
+        notes: dict[int, list[AnnotationRow]] = {}
         if page:
             for a in await q.annotations_for(sid, sorted(on_page)):
                 if a["frame_seq"] is not None:
@@ -135,10 +136,10 @@ async def timeline_rows(
 
 
 def _frame_row(
-    f: dict[str, Any],
+    f: TimelineFrame,
     idx: dict[str, dict[int, Exchange]],
-    http: dict[str, Any] | None,
-    notes: list[dict[str, Any]],
+    http: HttpExchangeRow | None,
+    notes: list[AnnotationRow],
     grouped: dict[int, list[dict[str, Any]]],
 ) -> dict[str, Any]:
     """A timeline row: the frame's header fields, a preview, and what the analysis says of it."""
@@ -178,7 +179,7 @@ def _frame_row(
     return row
 
 
-def _http_row(h: dict[str, Any]) -> dict[str, Any]:
+def _http_row(h: HttpExchangeRow) -> dict[str, Any]:
     """A timeline row for an HTTP exchange that carried no frame."""
     return {
         "seq": None,
@@ -257,7 +258,7 @@ async def session_page(request: web.Request) -> web.Response:
     )
 
 
-async def _recent_others(request: web.Request, sid: str) -> list[dict[str, Any]]:
+async def _recent_others(request: web.Request, sid: str) -> list[SessionRow]:
     """Recent sessions to compare this one with (the "compare with…" form)."""
     rows, _ = await request.app[QUERIES].search_sessions(SessionFilter(limit=20))
     return [r for r in rows if r["id"] != sid]

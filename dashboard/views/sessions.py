@@ -73,7 +73,7 @@ async def sessions_page(request: web.Request) -> web.Response:
             "cursor": f.cursor,
         },
         "sessions": [
-            session_out(r, {**counts[r["id"]], "analysed": r["id"] not in stale_ids}) for r in rows
+            session_out(r, counts[r["id"]], analysed=r["id"] not in stale_ids) for r in rows
         ],
         "next": cursor,
         "next_url": url(

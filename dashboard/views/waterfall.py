@@ -12,6 +12,7 @@ timings as a tooltip (hover) and as text that shows when the row has the keyboar
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ from mcp_proxy.limits import (
     WATERFALL_TICKS,
 )
 from mcp_proxy.store.filters import TimelineFilter
+from mcp_proxy.store.rows import SessionRow, ViewFrame
 
 #: The SVG's user units across: bars are placed in per-mille of the page's span.
 WIDTH = 1000.0
@@ -74,7 +76,7 @@ def _tick_seqs(ex: Exchange) -> list[int]:
 
 
 async def waterfall_bars(
-    request: web.Request, session: dict[str, Any], after: int, limit: int
+    request: web.Request, session: SessionRow, after: int, limit: int
 ) -> tuple[list[Bar], int | None, bool]:
     """The bars of one page of requests, the cursor of the next page, and whether the
     notifications of a session analysed a window at a time were more than were read."""
@@ -91,7 +93,7 @@ async def waterfall_bars(
         partners = await q.partners(sid, page)
         notes = await _page_notifications(request, sid, page, list(partners.values()))
         notes_left_out = len(notes) > WATERFALL_NOTES
-        rows = [*page, *partners.values(), *notes[:WATERFALL_NOTES]]
+        rows: list[ViewFrame] = [*page, *partners.values(), *notes[:WATERFALL_NOTES]]
         analysis = await analyst.window(session, rows)
     by_request = an.exchange_index(analysis)["request"]
     exchanges = [by_request[f["seq"]] for f in page if f["seq"] in by_request]
@@ -137,8 +139,8 @@ async def waterfall_bars(
 
 
 async def _page_notifications(
-    request: web.Request, sid: str, page: list[dict[str, Any]], answers: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+    request: web.Request, sid: str, page: Sequence[ViewFrame], answers: Sequence[ViewFrame]
+) -> list[ViewFrame]:
     """The notifications sent while the page's requests were open (from its first request to
     its last answer), so the window's analysis can put them on their bars: at most
     ``WATERFALL_NOTES`` + 1 (one more says some were left out), bodies up to

@@ -34,7 +34,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from mcp_proxy.analysis.catalogue import SUMMARY_CODE
 from mcp_proxy.analysis.consumer import Consumer
@@ -55,6 +55,13 @@ from mcp_proxy.osutil import gc_paused
 from mcp_proxy.store.direct import DirectStore
 from mcp_proxy.store.engine import sqlite_path
 from mcp_proxy.store.liveness import session_status
+from mcp_proxy.store.rows import (
+    FindingRow,
+    HttpExchangeRow,
+    SessionRow,
+    SessionStatsRow,
+    StoredFinding,
+)
 from mcp_proxy.store.stream import (
     FACTS_COLUMNS,
     FACTS_ROWS,
@@ -92,10 +99,26 @@ __all__ = [
 ]
 
 
-def session_view(session: dict[str, Any]) -> dict[str, Any]:
+class SessionView(SessionRow, total=False):
+    """A session row as the analysis reads it (:func:`session_view`), with how it was cut."""
+
+    fault_end: str | None  # :func:`fault_end`
+
+
+class Fingerprint(TypedDict):
+    """What stored findings and numbers depend on besides the analyzer (:func:`fingerprint`)."""
+
+    analyzer_version: str
+    frames: int
+    status: str
+    exit_code: int | None
+    exit_signal: int | None
+
+
+def session_view(session: SessionRow) -> SessionView:
     """The session row as the analysis reads it: ``status`` resolved (``abandoned`` when the
     recorder of a ``live`` row is gone)."""
-    view = dict(session)
+    view = cast(SessionView, dict(session))
     view["status"] = session_status(session)
     return view
 
@@ -118,7 +141,7 @@ def fault_end(recorded: Iterable[Mapping[str, Any]]) -> str | None:
     return None
 
 
-def fingerprint(session: dict[str, Any]) -> dict[str, Any]:
+def fingerprint(session: SessionRow) -> Fingerprint:
     """What stored findings depend on besides the analyzer itself."""
     return {
         "analyzer_version": ANALYZER_VERSION,
@@ -129,7 +152,8 @@ def fingerprint(session: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def summary_fingerprint(summary: dict[str, Any] | None) -> dict[str, Any] | None:
+def summary_fingerprint(summary: StoredFinding | None) -> dict[str, Any] | None:
+    """The fingerprint a summary row's ``detail`` records (parsed JSON), or None."""
     if summary is None or summary.get("analyzer_version") != ANALYZER_VERSION:
         return None
     try:
@@ -140,18 +164,18 @@ def summary_fingerprint(summary: dict[str, Any] | None) -> dict[str, Any] | None
     return fp if isinstance(fp, dict) else None
 
 
-def is_fresh(session: dict[str, Any], summary: dict[str, Any] | None) -> bool:
+def is_fresh(session: SessionRow, summary: StoredFinding | None) -> bool:
     """True when the stored findings were computed from this session as it is now."""
     return summary_fingerprint(summary) == fingerprint(session)
 
 
 def finding_rows(
-    analysis: Analysis, session: dict[str, Any], *, now: float | None = None
-) -> list[dict[str, Any]]:
+    analysis: Analysis, session: SessionRow, *, now: float | None = None
+) -> list[FindingRow]:
     """The rows to store: every finding plus the summary row that makes them checkable."""
     now = time.time() if now is None else now
     sid = session["id"]
-    rows = [
+    rows: list[FindingRow] = [
         {
             "session_id": sid,
             "code": f.code,
@@ -190,7 +214,7 @@ def finding_rows(
 LOAD_BATCH = 20_000
 
 
-async def load(store: Store, session: dict[str, Any]) -> Decoder:
+async def load(store: Store, session: SessionRow) -> Decoder:
     """Stream a session's frames from the store into a :class:`Decoder`, batch by batch
     (:func:`load_sync`). A SQLite file is read in this thread (the standard driver's plain
     tuples cost less than a thread hop per query); another database in a worker thread, so
@@ -224,8 +248,8 @@ def _read(url: str, session_id: str, decoder: Decoder, after: Callable[[], None]
 
 def stream_analysis(
     url: str,
-    session: dict[str, Any],
-    http_list: Sequence[Mapping[str, Any]],
+    session: SessionView,
+    http_list: Sequence[HttpExchangeRow],
     *,
     also: Callable[[Sequence[Injected]], Consumer] | None = None,
     stats: MethodTable | None = None,
@@ -300,14 +324,14 @@ def _first_envelope(url: str, session_id: str, facts: FactsBuilder) -> None:
 
 
 def _load_and_analyze(
-    url: str, session_id: str, view: dict[str, Any], http: list[dict[str, Any]]
+    url: str, session_id: str, view: SessionView, http: list[HttpExchangeRow]
 ) -> Analysis:
     """Read and analyse in one go (a worker thread's whole job: the loop stays free)."""
     return analyze(load_sync(url, session_id), session=view, http_exchanges=http)
 
 
 async def _store_findings(
-    store: Store, session: dict[str, Any], analysis: Analysis, *, strict: bool
+    store: Store, session: SessionRow, analysis: Analysis, *, strict: bool
 ) -> None:
     """Replace the stored analyzer findings; a read-only database is tolerated unless strict."""
     try:
@@ -320,7 +344,7 @@ async def _store_findings(
 
 async def session_analysis(
     store: Store,
-    session: dict[str, Any],
+    session: SessionRow,
     *,
     save: bool = True,
     threaded: bool = False,
@@ -348,7 +372,7 @@ async def session_analysis(
     return analysis
 
 
-async def refresh(store: Store, session: dict[str, Any], *, threaded: bool = False) -> Analysis:
+async def refresh(store: Store, session: SessionRow, *, threaded: bool = False) -> Analysis:
     """Recompute and store a session's findings whatever the stored state, in bounded memory
     (:func:`stream_analysis`: the result holds no exchanges)."""
     analysis = await _bounded(store, session, threaded=threaded)
@@ -358,7 +382,7 @@ async def refresh(store: Store, session: dict[str, Any], *, threaded: bool = Fal
 
 async def _bounded(
     store: Store,
-    session: dict[str, Any],
+    session: SessionRow,
     *,
     threaded: bool,
     also: Callable[[Sequence[Injected]], Consumer] | None = None,
@@ -373,7 +397,7 @@ async def _bounded(
 
 
 async def stream_exchanges(
-    store: Store, session: dict[str, Any], also: Callable[[Sequence[Injected]], Consumer]
+    store: Store, session: SessionRow, also: Callable[[Sequence[Injected]], Consumer]
 ) -> Analysis:
     """One bounded pass over a stored session (:func:`stream_analysis`) that also feeds the
     consumer ``also`` makes (``show -x``: each exchange once its outcome is known); its findings
@@ -384,13 +408,13 @@ async def stream_exchanges(
     return analysis
 
 
-async def _stored(store: Store, session: dict[str, Any]) -> list[dict[str, Any]]:
+async def _stored(store: Store, session: SessionRow) -> list[dict[str, Any]]:
     rows = await store.session_findings(session["id"])
     return sort_rows([finding_record(r) for r in rows])
 
 
 async def session_findings(
-    store: Store, session: dict[str, Any], *, recompute: bool = False
+    store: Store, session: SessionRow, *, recompute: bool = False
 ) -> list[dict[str, Any]]:
     """A session's findings (recorder and analyzer), recomputed first only when stale.
 
@@ -404,7 +428,7 @@ async def session_findings(
 
 
 async def findings_view(
-    store: Store, session: dict[str, Any], *, analyse_if_stale: bool = True
+    store: Store, session: SessionRow, *, analyse_if_stale: bool = True
 ) -> tuple[list[dict[str, Any]], bool]:
     """A session's findings and whether they are current.
 
@@ -422,7 +446,7 @@ async def findings_view(
 
 
 async def sessions_stats(
-    store: Store, sessions: Iterable[dict[str, Any]], *, by_name: bool = False
+    store: Store, sessions: Iterable[SessionRow], *, by_name: bool = False
 ) -> list[MethodStats]:
     """:func:`stats_of_sessions` for an event loop (the dashboard): in a worker thread, through
     the driver, on the async store's database."""
@@ -431,7 +455,7 @@ async def sessions_stats(
 
 def stats_of_sessions(
     url: str,
-    sessions: Iterable[dict[str, Any]],
+    sessions: Iterable[SessionRow],
     *,
     by_name: bool = False,
     recompute: bool = False,
@@ -457,7 +481,7 @@ def stats_of_sessions(
         return sorted_stats(merge_stats(each()))
 
 
-def stats_row(session: dict[str, Any], stats: dict[StatsKey, MethodStats]) -> dict[str, Any]:
+def stats_row(session: SessionRow, stats: dict[StatsKey, MethodStats]) -> SessionStatsRow:
     """The ``session_stats`` row of a session's per-method numbers (by name), stamped with what
     they were computed from (:func:`fingerprint`)."""
     return {
@@ -469,7 +493,7 @@ def stats_row(session: dict[str, Any], stats: dict[StatsKey, MethodStats]) -> di
     }
 
 
-def stats_fresh(session: dict[str, Any], row: Mapping[str, Any] | None) -> bool:
+def stats_fresh(session: SessionRow, row: SessionStatsRow | None) -> bool:
     """True when a stored ``session_stats`` row was computed from this session as it is now."""
     if row is None or row.get("analyzer_version") != ANALYZER_VERSION:
         return False
@@ -480,7 +504,7 @@ def stats_fresh(session: dict[str, Any], row: Mapping[str, Any] | None) -> bool:
 
 
 def session_stats(
-    store: DirectStore, url: str, session: dict[str, Any], *, recompute: bool = False
+    store: DirectStore, url: str, session: SessionRow, *, recompute: bool = False
 ) -> list[StoredMethod]:
     """A session's per-method numbers (by name) as stored: the stored row when it is current,
     else the session's one streaming pass (:func:`_session_pass`), its numbers stored unless the
@@ -493,7 +517,7 @@ def session_stats(
 
 
 def _session_pass(
-    store: DirectStore, url: str, session: dict[str, Any], *, findings: bool = False
+    store: DirectStore, url: str, session: SessionRow, *, findings: bool = False
 ) -> list[StoredMethod]:
     """The one streaming pass over a stored session (:func:`stream_analysis` with a
     :class:`~mcp_proxy.analysis.stats.MethodTable`): it gives both the session's per-method
@@ -545,7 +569,7 @@ def settle(url: str, session_id: str) -> bool:
 
 
 def current_findings(
-    url: str, session: dict[str, Any], *, recompute: bool = False
+    url: str, session: SessionRow, *, recompute: bool = False
 ) -> list[dict[str, Any]]:
     """:func:`session_findings` without an event loop or the async store (``check``,
     ``show``): the stored findings, recomputed and stored first when stale (or when asked to

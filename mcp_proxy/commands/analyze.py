@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -28,6 +28,7 @@ from mcp_proxy.limits import STATS_VALUES_KEPT
 
 if TYPE_CHECKING:
     from mcp_proxy.store.direct import DirectStore
+    from mcp_proxy.store.rows import SessionRow
 
 #: Tools named by ``stats`` under each session's context cost, the dearest first.
 STATS_TOP_TOOLS = 10
@@ -109,12 +110,12 @@ def check(
 
     # Through the driver (no event loop, no async store to start: on SQLite no SQLAlchemy).
     url, direct = open_direct(db)
-    chosen: dict[str, dict[str, Any]] = {}
+    chosen: dict[str, SessionRow] = {}
     with direct:
         for ref in sessions:
             s = direct.resolve_session(ref)
             chosen.setdefault(s["id"], s)
-    results: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    results: list[tuple[SessionRow, list[dict[str, Any]]]] = []
     for s in chosen.values():
         rows = current_findings(url, s, recompute=recompute)
         if any(str(r.get("code", "")).startswith("inject.") for r in rows):
@@ -125,7 +126,7 @@ def check(
     failing = 0
     failing_sessions = 0
     docs = []
-    cases: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    cases: list[tuple[SessionRow, list[dict[str, Any]]]] = []
     for s, rows in results:
         shown = [r for r in rows if at_least(str(r.get("severity")), min_severity.value)]
         counts = {"error": 0, "warning": 0, "info": 0}
@@ -170,7 +171,9 @@ def check(
         from mcp_proxy.recording.junit import check_junit
 
         sys.stdout.flush()
-        sys.stdout.buffer.write(check_junit(cases, fail_on.value))
+        # ``check_junit`` (recording/junit.py) still names its session rows ``dict[str, Any]``.
+        junit_cases = cast("list[tuple[dict[str, Any], list[dict[str, Any]]]]", cases)
+        sys.stdout.buffer.write(check_junit(junit_cases, fail_on.value))
         sys.stdout.buffer.flush()
     if failing:
         fail(
@@ -262,7 +265,7 @@ def stats(
     # session costs a read, not a pass over its frames.
     url, direct = open_direct(db)
     with direct:
-        rows: list[dict[str, Any]] = []
+        rows: list[SessionRow] = []
         if sessions:
             for ref in sessions:
                 s = direct.resolve_session(ref)

@@ -7,7 +7,7 @@ import codecs
 import json
 import sys
 from functools import partial
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -20,6 +20,9 @@ from mcp_proxy.commands.common import (
     open_store,
     parse_time,
 )
+
+if TYPE_CHECKING:
+    from mcp_proxy.store.rows import SessionRow, TailFrame
 
 
 @app.command()
@@ -43,7 +46,7 @@ def sessions(
 
     since_ts, until_ts, max_rows = parse_time(since), parse_time(until), check_limit(limit)
 
-    async def go() -> list[dict[str, Any]]:
+    async def go() -> list[SessionRow]:
         store = await open_store(db)
         try:
             return await store.list_sessions(
@@ -128,7 +131,7 @@ def show(
 
         store = await open_store(db)
         try:
-            s = await store.resolve_session(session)
+            s = cast("SessionRow", await store.resolve_session(session))
             if fmt == Format.text:
                 out.write(_session_head(s))
             await _print_exchanges(store, s, fmt)
@@ -140,7 +143,7 @@ def show(
     asyncio.run(go())
 
 
-async def _print_exchanges(store: Any, s: dict[str, Any], fmt: Format) -> None:
+async def _print_exchanges(store: Any, s: SessionRow, fmt: Format) -> None:
     """A session's exchanges, printed as the streaming pass resolves them, in request order
     with the frames mcptape injected between them (``InOrder``: a bounded reorder buffer, past
     which they print in the order they were answered, and stderr says so once)."""
@@ -171,13 +174,13 @@ async def _print_exchanges(store: Any, s: dict[str, Any], fmt: Format) -> None:
     await stream_exchanges(store, s, lambda injected: InOrder(injected, emit, overflow))
 
 
-def _session_head(s: dict[str, Any]) -> str:
+def _session_head(s: SessionRow) -> str:
     """The lines above a session's frames in text mode."""
     from mcp_proxy.render import session_line
 
     lines = [session_line(s)]
-    if s.get("command"):
-        lines.append("  command: " + " ".join(s["command"]))
+    if command := s.get("command"):
+        lines.append("  command: " + " ".join(command))
     if s.get("protocol_version"):
         lines.append(
             f"  protocol {s['protocol_version']} ({s.get('era')})  client"
@@ -286,7 +289,7 @@ async def _follow(
         await asyncio.sleep(interval)
 
 
-def _print_live(rows: list[dict[str, Any]], fmt: Format, *, labelled: bool) -> None:
+def _print_live(rows: list[TailFrame], fmt: Format, *, labelled: bool) -> None:
     from mcp_proxy.render import frame_json, frame_oneline
 
     for f in rows:

@@ -22,6 +22,7 @@ from mcp_proxy.recording.registry import declared_names
 
 if TYPE_CHECKING:
     from mcp_proxy.recording.registry import Format
+    from mcp_proxy.store.rows import SessionRow
 
 DbOption = Annotated[
     str | None,
@@ -165,7 +166,7 @@ def export(
     # sessions are named through the driver, without starting the async store.
     url, direct = open_direct(db)
     with direct:
-        named: dict[str, dict[str, Any]] = {}
+        named: dict[str, SessionRow] = {}
         for ref in sessions:
             row = direct.resolve_session(ref)
             named.setdefault(str(row["id"]), row)

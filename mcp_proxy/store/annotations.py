@@ -8,7 +8,7 @@ findings), so their writes live here beside their reads rather than in the recor
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import cast
 
 import sqlalchemy as sa
 
@@ -16,6 +16,7 @@ from mcp_proxy.errors import BadValueError, NotFoundError
 from mcp_proxy.limits import NOTE_MAX
 from mcp_proxy.store.base import StoreBase
 from mcp_proxy.store.filters import TAG_RE
+from mcp_proxy.store.rows import AnnotationRow
 from mcp_proxy.store.schema import annotations as notes_table
 from mcp_proxy.store.schema import frames
 
@@ -25,24 +26,24 @@ class AnnotationQueries(StoreBase):
 
     async def annotations_for(
         self, session_id: str, frame_seqs: list[int] | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[AnnotationRow]:
         """A session's annotations: all of them, or those on the session and the given frames."""
         stmt = sa.select(notes_table).where(notes_table.c.session_id == session_id)
         if frame_seqs is not None:
             stmt = stmt.where(
                 sa.or_(notes_table.c.frame_seq.is_(None), notes_table.c.frame_seq.in_(frame_seqs))
             )
-        return await self._all(stmt.order_by(notes_table.c.id))
+        return cast(list[AnnotationRow], await self._all(stmt.order_by(notes_table.c.id)))
 
-    async def annotation(self, annotation_id: int) -> dict[str, Any]:
+    async def annotation(self, annotation_id: int) -> AnnotationRow:
         row = await self._one(sa.select(notes_table).where(notes_table.c.id == annotation_id))
         if row is None:
             raise NotFoundError(f"no annotation {annotation_id}")
-        return row
+        return cast(AnnotationRow, row)
 
     async def add_annotation(
         self, session_id: str, *, frame_seq: int | None, tag: str | None, note: str | None
-    ) -> dict[str, Any]:
+    ) -> AnnotationRow:
         tag, note = clean_annotation(tag, note)
         if frame_seq is not None:
             exists = await self._scalar(
@@ -66,7 +67,7 @@ class AnnotationQueries(StoreBase):
 
     async def update_annotation(
         self, annotation_id: int, *, tag: str | None, note: str | None
-    ) -> dict[str, Any]:
+    ) -> AnnotationRow:
         current = await self.annotation(annotation_id)
         # An annotation keeps its nature: a tag stays a tag, a note a note.
         if current["tag"] is not None:
@@ -80,7 +81,7 @@ class AnnotationQueries(StoreBase):
         )
         return await self.annotation(annotation_id)
 
-    async def delete_annotation(self, annotation_id: int) -> dict[str, Any]:
+    async def delete_annotation(self, annotation_id: int) -> AnnotationRow:
         current = await self.annotation(annotation_id)
         await self._write(notes_table.delete().where(notes_table.c.id == annotation_id))
         return current

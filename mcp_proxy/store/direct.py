@@ -19,7 +19,7 @@ import json
 import re
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from mcp_proxy.errors import NotFoundError, StoreError
 from mcp_proxy.store.columns import ANSWERS_SQL, responses_only
@@ -30,6 +30,12 @@ from mcp_proxy.store.rows import (
     JSON_COLUMNS,
     SESSION_COLUMNS,
     SESSION_STATS_COLUMNS,
+    AnswerRow,
+    FindingRow,
+    HttpExchangeRow,
+    SessionRow,
+    SessionStatsRow,
+    StoredFinding,
     storable,
 )
 from mcp_proxy.store.writer import sqlite_file
@@ -119,16 +125,17 @@ class DirectStore:
             out.append(d)
         return out
 
-    def session(self, session_id: str) -> dict[str, Any] | None:
+    def session(self, session_id: str) -> SessionRow | None:
         """The session's row (None: no such session)."""
-        rows = self._dicts(
-            "sessions",
-            f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ?",
-            (session_id,),
+        rows = self._sessions(
+            f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ?", (session_id,)
         )
         return rows[0] if rows else None
 
-    def resolve_session(self, ref: str) -> dict[str, Any]:
+    def _sessions(self, sql: str, args: Sequence[Any]) -> list[SessionRow]:
+        return cast(list[SessionRow], self._dicts("sessions", sql, args))
+
+    def resolve_session(self, ref: str) -> SessionRow:
         """A session by unique id prefix, or by name (the latest with that name): as the async
         store's ``resolve_session``, with its errors (:class:`NotFoundError`, exit 4)."""
         ref = ref.strip()
@@ -137,17 +144,13 @@ class DirectStore:
         select = f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions"
         if all(ch in "0123456789abcdef" for ch in ref.lower()):
             # Hex digits only: nothing in the pattern that LIKE would read as a wildcard.
-            rows = self._dicts(
-                "sessions", f"{select} WHERE id LIKE ? LIMIT 2", (ref.lower() + "%",)
-            )
+            rows = self._sessions(f"{select} WHERE id LIKE ? LIMIT 2", (ref.lower() + "%",))
             if len(rows) == 1:
                 return rows[0]
             if len(rows) > 1:
                 raise NotFoundError(f"session id prefix {ref!r} is ambiguous; give more characters")
-        rows = self._dicts(
-            "sessions",
-            f"{select} WHERE name = ? ORDER BY started_at DESC, id DESC LIMIT 1",
-            (ref,),
+        rows = self._sessions(
+            f"{select} WHERE name = ? ORDER BY started_at DESC, id DESC LIMIT 1", (ref,)
         )
         if not rows:
             raise NotFoundError(f"no session matches {ref!r} (an id prefix or a session name)")
@@ -155,7 +158,7 @@ class DirectStore:
 
     def list_sessions(
         self, *, name: str | None = None, since: float | None = None, limit: int | None = 50
-    ) -> list[dict[str, Any]]:
+    ) -> list[SessionRow]:
         """Sessions newest first (as the async store's ``list_sessions``)."""
         where: list[str] = []
         args: list[Any] = []
@@ -172,37 +175,38 @@ class DirectStore:
         if limit is not None:
             sql += " LIMIT ?"
             args.append(limit)
-        return self._dicts("sessions", sql, args)
+        return self._sessions(sql, args)
 
-    def http_exchanges(self, session_id: str) -> list[dict[str, Any]]:
-        return self._dicts(
+    def http_exchanges(self, session_id: str) -> list[HttpExchangeRow]:
+        rows = self._dicts(
             "http_exchanges",
             f"SELECT id, {', '.join(EXCHANGE_COLUMNS)} FROM http_exchanges"
             " WHERE session_id = ? ORDER BY started_at, id",
             (session_id,),
         )
+        return cast(list[HttpExchangeRow], rows)
 
-    def recorded_findings(self, session_id: str) -> list[dict[str, Any]]:
+    def recorded_findings(self, session_id: str) -> list[StoredFinding]:
         """Every stored finding of the session, in insertion order (as the async store's)."""
-        return self._dicts(
-            "findings", f"{_FINDING_SELECT} WHERE session_id = ? ORDER BY id", (session_id,)
-        )
+        return self._findings(f"{_FINDING_SELECT} WHERE session_id = ? ORDER BY id", (session_id,))
 
-    def analysis_summary(self, session_id: str) -> dict[str, Any] | None:
+    def _findings(self, sql: str, args: Sequence[Any]) -> list[StoredFinding]:
+        return cast(list[StoredFinding], self._dicts("findings", sql, args))
+
+    def analysis_summary(self, session_id: str) -> StoredFinding | None:
         """The analyzer's ``analysis.summary`` row for a session (None: never analysed)."""
-        rows = self._dicts(
-            "findings",
+        rows = self._findings(
             f"{_FINDING_SELECT} WHERE session_id = ? AND source = 'analyzer' AND code = ?"
             " ORDER BY id DESC LIMIT 1",
             (session_id, _SUMMARY),
         )
         return rows[0] if rows else None
 
-    def tools_list_answers(self, session_id: str, limit: int = 20) -> list[dict[str, Any]]:
+    def tools_list_answers(self, session_id: str, limit: int = 20) -> list[AnswerRow]:
         """As the async store's (the same query, :data:`~mcp_proxy.store.columns.ANSWERS_SQL`):
         the responses to the session's first ``limit`` ``tools/list`` requests."""
         args = {"sid": session_id, "method": "tools/list", "limit": limit}
-        return responses_only(self._dicts("frames", ANSWERS_SQL, args))
+        return cast(list[AnswerRow], responses_only(self._dicts("frames", ANSWERS_SQL, args)))
 
     def frame_raw(self, session_id: str, seq: int) -> bytes | None:
         """A frame's stored bytes (None: no such frame)."""
@@ -214,17 +218,17 @@ class DirectStore:
         )
         return bytes(rows[0]["raw"]) if rows else None
 
-    def session_stats(self, session_id: str) -> dict[str, Any] | None:
+    def session_stats(self, session_id: str) -> SessionStatsRow | None:
         """The session's stored ``session_stats`` row (None: never stored)."""
         rows = self._dicts(
             "session_stats",
             f"SELECT {', '.join(SESSION_STATS_COLUMNS)} FROM session_stats WHERE session_id = ?",
             (session_id,),
         )
-        return rows[0] if rows else None
+        return cast(SessionStatsRow, rows[0]) if rows else None
 
     # ------------------------------------------------------------------ writing
-    def replace_session_stats(self, row: dict[str, Any]) -> None:
+    def replace_session_stats(self, row: SessionStatsRow) -> None:
         """Store a session's ``session_stats`` row in place of any earlier one, in one
         transaction (the session row locked first on PostgreSQL, as for the findings)."""
         m = "%s" if self.pg else "?"
@@ -263,7 +267,7 @@ class DirectStore:
         except self.error as exc:
             raise StoreError(error_line(exc)) from exc
 
-    def replace_analyzer_findings(self, session_id: str, rows: list[dict[str, Any]]) -> None:
+    def replace_analyzer_findings(self, session_id: str, rows: Sequence[FindingRow]) -> None:
         """Swap a session's analyzer findings for ``rows`` in one transaction, the session row
         locked first (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serialises
         writers), so two processes refreshing one session leave one set of rows."""

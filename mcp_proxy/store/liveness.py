@@ -7,12 +7,13 @@ No SQLAlchemy here, so that the recorder process's settle (``analysis.service.se
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["duration", "is_live", "session_status"]
 
 
-def is_live(session: dict[str, Any], *, now: float | None = None) -> bool:
+def is_live(session: Mapping[str, Any], *, now: float | None = None) -> bool:
     """A session is live while its recorder runs; a ``live`` row whose recorder died is not.
 
     Only checkable for recorders on this machine (same hostname); others count as live.
@@ -34,7 +35,7 @@ def is_live(session: dict[str, Any], *, now: float | None = None) -> bool:
     return True
 
 
-def session_status(session: dict[str, Any]) -> str:
+def session_status(session: Mapping[str, Any]) -> str:
     """live | ended | crashed | abandoned (the recorder died without closing the session)."""
     status = str(session.get("status") or "")
     if status == "live" and not is_live(session):
@@ -42,7 +43,7 @@ def session_status(session: dict[str, Any]) -> str:
     return status
 
 
-def duration(session: dict[str, Any]) -> float | None:
+def duration(session: Mapping[str, Any]) -> float | None:
     start = session.get("started_at")
     end = session.get("ended_at") or session.get("updated_at")
     if start is None:

@@ -8,8 +8,8 @@ SQLite's plans), so nothing here reads a whole table or a whole session to draw 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 
@@ -24,6 +24,15 @@ from mcp_proxy.store.filters import (
     TimelineFilter,
     fmt_num,
     parse_cursor,
+)
+from mcp_proxy.store.rows import (
+    AnswerRow,
+    HttpExchangeRow,
+    SessionRow,
+    StoredFinding,
+    TailFrame,
+    TimelineFrame,
+    ViewFrame,
 )
 from mcp_proxy.store.schema import annotations as notes_table
 from mcp_proxy.store.schema import (
@@ -45,11 +54,26 @@ SMALL_RAW = 64 * 1024
 _ANSWERS = ("request", "response", "error")
 
 
+class TagCount(TypedDict):
+    """A tag and the number of sessions that carry it (:meth:`PageQueries.all_tags`)."""
+
+    tag: str
+    count: int
+
+
+class SessionCounts(TypedDict):
+    """What a sessions page shows beside each row (:meth:`PageQueries.session_counts`)."""
+
+    exchanges: int  # requests, both directions
+    findings: dict[str, int]  # by severity, the summary row left out
+    tags: list[str]
+
+
 class PageQueries(StoreBase):
     """Reads for the dashboard's pages (mixed into :class:`~mcp_proxy.store.queries.Store`)."""
 
     # ------------------------------------------------------------------ sessions
-    async def search_sessions(self, f: SessionFilter) -> tuple[list[dict[str, Any]], str | None]:
+    async def search_sessions(self, f: SessionFilter) -> tuple[list[SessionRow], str | None]:
         """One page of sessions for the filter, and the cursor of the next page (or None)."""
         c = sessions.c
         if f.sort not in SORTS:
@@ -69,7 +93,7 @@ class PageQueries(StoreBase):
                 stmt = stmt.where(
                     sa.or_(key < cursor[0], sa.and_(key == cursor[0], c.id < cursor[1]))
                 )
-        rows = await self._all(stmt.order_by(*order).limit(f.limit + 1))
+        rows = cast(list[SessionRow], await self._all(stmt.order_by(*order).limit(f.limit + 1)))
         more = len(rows) > f.limit
         rows = rows[: f.limit]
         next_cursor = None
@@ -79,12 +103,12 @@ class PageQueries(StoreBase):
             next_cursor = f"{fmt_num(value)}~{last['id']}"
         return rows, next_cursor
 
-    async def session_counts(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+    async def session_counts(self, ids: list[str]) -> dict[str, SessionCounts]:
         """Exchanges (requests, both directions), findings by severity and tags per session.
 
         Three grouped queries for the sessions on screen, each answered from an index.
         """
-        out: dict[str, dict[str, Any]] = {
+        out: dict[str, SessionCounts] = {
             sid: {"exchanges": 0, "findings": dict.fromkeys(SEVERITIES, 0), "tags": []}
             for sid in ids
         }
@@ -118,7 +142,7 @@ class PageQueries(StoreBase):
             out[r["session_id"]]["tags"].append(r["tag"])
         return out
 
-    async def analysis_summaries(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+    async def analysis_summaries(self, ids: list[str]) -> dict[str, StoredFinding]:
         """The analyzer's bookkeeping row per session (to tell which stored findings are stale)."""
         if not ids:
             return {}
@@ -127,7 +151,7 @@ class PageQueries(StoreBase):
             .where(findings.c.session_id.in_(ids), findings.c.code == SUMMARY_CODE)
             .order_by(findings.c.id)
         )
-        return {r["session_id"]: r for r in rows}
+        return {r["session_id"]: r for r in cast(list[StoredFinding], rows)}
 
     async def newer_sessions(self, started_after: float) -> int:
         return int(
@@ -139,13 +163,15 @@ class PageQueries(StoreBase):
             or 0
         )
 
-    async def sessions_by_id(self, ids: list[str]) -> list[dict[str, Any]]:
+    async def sessions_by_id(self, ids: list[str]) -> list[SessionRow]:
         if not ids:
             return []
-        return await self._all(sa.select(sessions).where(sessions.c.id.in_(ids)))
+        rows = await self._all(sa.select(sessions).where(sessions.c.id.in_(ids)))
+        return cast(list[SessionRow], rows)
 
-    async def all_tags(self) -> list[dict[str, Any]]:
-        return await self._all(
+    async def all_tags(self) -> list[TagCount]:
+        """Every tag in use and on how many sessions, by tag."""
+        rows = await self._all(
             sa.select(
                 notes_table.c.tag,
                 sa.func.count(sa.distinct(notes_table.c.session_id)).label("count"),
@@ -154,6 +180,7 @@ class PageQueries(StoreBase):
             .group_by(notes_table.c.tag)
             .order_by(notes_table.c.tag)
         )
+        return cast(list[TagCount], rows)
 
     async def session_methods(self, session_id: str) -> list[str]:
         """The methods seen in a session (for the filter menu).
@@ -183,7 +210,7 @@ class PageQueries(StoreBase):
     # ------------------------------------------------------------------ timeline
     async def timeline(
         self, session_id: str, f: TimelineFilter, *, after: int | None = None
-    ) -> tuple[list[dict[str, Any]], int | None]:
+    ) -> tuple[list[TimelineFrame], int | None]:
         """One window of a session's frames (without the full raw bytes) and the next cursor."""
         cols = [
             *FRAME_COLUMNS_NO_RAW,
@@ -210,12 +237,12 @@ class PageQueries(StoreBase):
             )
             where = [frames.c.id.in_(window)]
         stmt = sa.select(*cols).where(*where).order_by(frames.c.seq).limit(f.limit + 1)
-        rows = await self._all(stmt)
+        rows = cast(list[TimelineFrame], await self._all(stmt))
         more = len(rows) > f.limit
         rows = rows[: f.limit]
         return rows, (rows[-1]["seq"] if more and rows else None)
 
-    async def partners(self, session_id: str, page: list[dict[str, Any]]) -> dict[int, dict]:
+    async def partners(self, session_id: str, page: Sequence[ViewFrame]) -> dict[int, ViewFrame]:
         """For each request and response on the page, the frame that answers or asked it.
 
         The rows carry what the analysis needs (small bodies included), so a page plus its
@@ -229,7 +256,7 @@ class PageQueries(StoreBase):
         ids = {f["msg_id"] for f in page if f["msg_id"] is not None and f["kind"] in _ANSWERS}
         if not ids:
             return {}
-        rows = await self._all(
+        found = await self._all(
             sa.select(*FRAME_COLUMNS_NO_RAW, _small_raw())
             .where(
                 frames.c.session_id == session_id,
@@ -240,13 +267,14 @@ class PageQueries(StoreBase):
             # through the whole session; the msg_id index finds the few rows, Python orders them.
             .limit(20_000)
         )
+        rows = cast(list[ViewFrame], found)
         rows.sort(key=lambda r: r["seq"])
-        by_id: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        by_id: _ById = {}
         for r in rows:
             # Key by who sent the request: a c2s request is answered s2c, and vice versa.
             origin = r["direction"] if r["kind"] == "request" else _flip(r["direction"])
             by_id.setdefault((origin, r["msg_id"]), []).append(r)
-        out: dict[int, dict[str, Any]] = {}
+        out: dict[int, ViewFrame] = {}
         for f in page:
             if f["msg_id"] is None or f["kind"] not in _ANSWERS:
                 continue
@@ -255,7 +283,7 @@ class PageQueries(StoreBase):
                 out[f["seq"]] = match
         return out
 
-    async def tools_list_answers(self, session_id: str, limit: int = 20) -> list[dict[str, Any]]:
+    async def tools_list_answers(self, session_id: str, limit: int = 20) -> list[AnswerRow]:
         """The answers (responses: ``seq``, ``size``) to the session's first ``limit``
         ``tools/list`` requests, in wire order: the last one is what the host saw last
         (:data:`~mcp_proxy.store.columns.ANSWERS_SQL`, which ``stats`` runs through the
@@ -263,18 +291,18 @@ class PageQueries(StoreBase):
         rows = await self._all(
             sa.text(ANSWERS_SQL).bindparams(sid=session_id, method="tools/list", limit=limit)
         )
-        return responses_only(rows)
+        return cast(list[AnswerRow], responses_only(rows))
 
-    async def http_exchanges_by_id(self, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+    async def http_exchanges_by_id(self, ids: Iterable[int]) -> dict[int, HttpExchangeRow]:
         wanted = sorted(set(ids))
         if not wanted:
             return {}
         rows = await self._all(sa.select(http_exchanges).where(http_exchanges.c.id.in_(wanted)))
-        return {r["id"]: r for r in rows}
+        return {r["id"]: r for r in cast(list[HttpExchangeRow], rows)}
 
     async def http_without_frames(
         self, session_id: str, since: float | None, before: float | None, *, limit: int = 200
-    ) -> list[dict[str, Any]]:
+    ) -> list[HttpExchangeRow]:
         """HTTP exchanges in a time span that carried no frame (a DELETE, a refused GET, a
         failed POST): the timeline shows them as rows of their own; the others ride on the
         frames they carried."""
@@ -287,9 +315,10 @@ class PageQueries(StoreBase):
             stmt = stmt.where(h.started_at >= since)
         if before is not None:
             stmt = stmt.where(h.started_at < before)
-        return await self._all(stmt.order_by(h.started_at, h.id).limit(limit))
+        rows = await self._all(stmt.order_by(h.started_at, h.id).limit(limit))
+        return cast(list[HttpExchangeRow], rows)
 
-    async def http_exchange(self, session_id: str, exchange_id: int) -> dict[str, Any]:
+    async def http_exchange(self, session_id: str, exchange_id: int) -> HttpExchangeRow:
         row = await self._one(
             sa.select(http_exchanges).where(
                 http_exchanges.c.id == exchange_id, http_exchanges.c.session_id == session_id
@@ -297,35 +326,37 @@ class PageQueries(StoreBase):
         )
         if row is None:
             raise NotFoundError(f"no HTTP exchange {exchange_id} in this session")
-        return row
+        return cast(HttpExchangeRow, row)
 
-    async def frames_of_http_exchange(self, exchange_id: int) -> list[dict[str, Any]]:
-        return await self._all(
+    async def frames_of_http_exchange(self, exchange_id: int) -> list[ViewFrame]:
+        rows = await self._all(
             sa.select(*FRAME_COLUMNS_NO_RAW)
             .where(frames.c.http_exchange_id == exchange_id)
             .order_by(frames.c.seq)
             .limit(1000)
         )
+        return cast(list[ViewFrame], rows)
 
     async def frames_between(
         self, session_id: str, first: int, last: int, *, limit: int = 500
-    ) -> list[dict[str, Any]]:
+    ) -> list[ViewFrame]:
         """Frames with ``first < seq < last`` (an exchange's notifications), raw included."""
-        return await self._all(
+        rows = await self._all(
             sa.select(frames)
             .where(frames.c.session_id == session_id, frames.c.seq > first, frames.c.seq < last)
             .order_by(frames.c.seq)
             .limit(limit)
         )
+        return cast(list[ViewFrame], rows)
 
     async def notifications_between(
         self, session_id: str, first: int, last: int, *, limit: int, max_bytes: int
-    ) -> list[dict[str, Any]]:
+    ) -> list[ViewFrame]:
         """Notifications with ``first < seq < last`` (without full raw bytes; the bytes of
         those up to ``max_bytes``), at most ``limit``, in order: the ticks of a waterfall page
         on a session analysed a window at a time."""
         raw = sa.case((frames.c.size <= max_bytes, frames.c.raw), else_=sa.null()).label("raw")
-        return await self._all(
+        rows = await self._all(
             sa.select(*FRAME_COLUMNS_NO_RAW, raw)
             .where(
                 frames.c.session_id == session_id,
@@ -336,23 +367,25 @@ class PageQueries(StoreBase):
             .order_by(frames.c.seq)
             .limit(limit)
         )
+        return cast(list[ViewFrame], rows)
 
-    async def frames_by_seq(self, session_id: str, seqs: Iterable[int]) -> list[dict[str, Any]]:
+    async def frames_by_seq(self, session_id: str, seqs: Iterable[int]) -> list[ViewFrame]:
         """The frames with these numbers, raw included, in order: one query, not one per frame."""
         wanted = sorted(set(seqs))
-        out: list[dict[str, Any]] = []
+        out: list[ViewFrame] = []
         for i in range(0, len(wanted), 500):  # bounded IN lists (SQLite's variable limit)
             chunk = wanted[i : i + 500]
-            out += await self._all(
+            rows = await self._all(
                 sa.select(frames)
                 .where(frames.c.session_id == session_id, frames.c.seq.in_(chunk))
                 .order_by(frames.c.seq)
             )
+            out += cast(list[ViewFrame], rows)
         return out
 
     async def sessions_in_window(
         self, since: float, until: float, client: str | None, limit: int
-    ) -> list[dict[str, Any]]:
+    ) -> list[SessionRow]:
         """Sessions that overlap ``[since, until]`` (of one host's client name when given),
         oldest first: the host timeline's lanes."""
         c = sessions.c
@@ -363,7 +396,7 @@ class PageQueries(StoreBase):
         if client is not None:
             where.append(c.client_name == client)
         stmt = sa.select(sessions).where(*where).order_by(c.started_at, c.id).limit(limit)
-        return await self._all(stmt)
+        return cast(list[SessionRow], await self._all(stmt))
 
     async def newest_start(self, client: str | None) -> float | None:
         """When the newest session (of one host's client name when given) started."""
@@ -374,8 +407,8 @@ class PageQueries(StoreBase):
         return float(value) if value is not None else None
 
     async def requests_in_window(
-        self, session: dict[str, Any], since: float, until: float, limit: int
-    ) -> list[dict[str, Any]]:
+        self, session: SessionRow, since: float, until: float, limit: int
+    ) -> list[ViewFrame]:
         """A session's requests sent within ``[since, until]`` (no bytes), in order, at most
         ``limit``; their answers come from :meth:`partners`.
 
@@ -391,12 +424,13 @@ class PageQueries(StoreBase):
         ended = session.get("ended_at") or session.get("updated_at")
         if ended is None or float(ended) > until:
             where.append(frames.c.seq < await self._seq_at(sid, until, after=True))
-        return await self._all(
+        rows = await self._all(
             sa.select(*FRAME_COLUMNS_NO_RAW)
             .where(*where, frames.c.ts >= since, frames.c.ts <= until)
             .order_by(frames.c.seq)
             .limit(limit)
         )
+        return cast(list[ViewFrame], rows)
 
     async def _seq_at(self, session_id: str, ts: float, *, after: bool = False) -> int:
         """The first frame number recorded at ``ts`` or later (strictly later with ``after``),
@@ -473,7 +507,7 @@ class PageQueries(StoreBase):
 
     async def frames_after_id(
         self, after_id: int, session_id: str | None = None, *, limit: int = 2000
-    ) -> list[dict[str, Any]]:
+    ) -> list[TailFrame]:
         """Frames recorded after row ``after_id`` in insertion order, with their session's name."""
         stmt = (
             sa.select(frames, sessions.c.name)
@@ -482,7 +516,7 @@ class PageQueries(StoreBase):
         )
         if session_id is not None:
             stmt = stmt.where(frames.c.session_id == session_id)
-        return await self._all(stmt.order_by(frames.c.id).limit(limit))
+        return cast(list[TailFrame], await self._all(stmt.order_by(frames.c.id).limit(limit)))
 
     async def count_frames_after_id(self, after_id: int, session_id: str | None = None) -> int:
         stmt = sa.select(sa.func.count()).select_from(frame_rows).where(frame_rows.c.id > after_id)
@@ -491,9 +525,11 @@ class PageQueries(StoreBase):
         return int(await self._scalar(stmt) or 0)
 
 
-def _partner_of(
-    f: dict[str, Any], by_id: dict[tuple[str, str], list[dict[str, Any]]]
-) -> dict[str, Any] | None:
+#: Frames by who sent the request and the message id (None never a key: such frames are left out).
+_ById = dict[tuple[str, str | None], list[ViewFrame]]
+
+
+def _partner_of(f: ViewFrame, by_id: _ById) -> ViewFrame | None:
     if f["kind"] == "request":
         chain = by_id.get((f["direction"], f["msg_id"]), [])
         return next((r for r in chain if r["kind"] != "request" and r["seq"] > f["seq"]), None)

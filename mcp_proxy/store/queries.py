@@ -7,9 +7,9 @@ paths a user walks (sessions newest first, one session's frames in order) are se
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
@@ -19,6 +19,7 @@ from mcp_proxy.store.annotations import AnnotationQueries
 from mcp_proxy.store.base import FRAME_COLUMNS_NO_RAW, StoreBase
 from mcp_proxy.store.liveness import duration, is_live, session_status
 from mcp_proxy.store.pages import PageQueries
+from mcp_proxy.store.rows import FindingRow, HttpExchangeRow, SessionRow, StoredFinding, ViewFrame
 from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
 
 __all__ = [
@@ -94,7 +95,7 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
         until: float | None = None,
         limit: int | None = 50,
         before: tuple[float, str] | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[SessionRow]:
         """Sessions newest first. ``before`` = (started_at, id) of the last row seen (keyset)."""
         stmt = sa.select(sessions)
         if name is not None:
@@ -114,13 +115,18 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
         stmt = stmt.order_by(sessions.c.started_at.desc(), sessions.c.id.desc())
         if limit is not None:
             stmt = stmt.limit(limit)
-        return await self._all(stmt)
+        return cast(list[SessionRow], await self._all(stmt))
 
-    async def get_session(self, session_id: str) -> dict[str, Any] | None:
-        return await self._one(sa.select(sessions).where(sessions.c.id == session_id))
+    async def get_session(self, session_id: str) -> SessionRow | None:
+        row = await self._one(sa.select(sessions).where(sessions.c.id == session_id))
+        return cast(SessionRow | None, row)
 
     async def resolve_session(self, ref: str) -> dict[str, Any]:
-        """A session by unique id prefix, or by name (the latest with that name)."""
+        """A session by unique id prefix, or by name (the latest with that name).
+
+        A :class:`SessionRow` at run time; typed as a dict until ``recording/database.py``'s
+        ``resolve_sessions`` (which collects these in a ``dict[str, dict[str, Any]]``) says so.
+        """
         ref = ref.strip()
         if not ref:
             raise NotFoundError("empty session reference")
@@ -144,10 +150,10 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
             raise NotFoundError(f"no session matches {ref!r} (an id prefix or a session name)")
         return row
 
-    async def session(self, ref: str) -> dict[str, Any]:
+    async def session(self, ref: str) -> SessionRow:
         """A session by full id (what links carry) or, for people, a prefix or a name."""
         row = await self.get_session(ref)
-        return row if row is not None else await self.resolve_session(ref)
+        return row if row is not None else cast(SessionRow, await self.resolve_session(ref))
 
     # ------------------------------------------------------------------ frames
     async def frames(
@@ -157,7 +163,7 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
         after_seq: int = 0,
         limit: int | None = None,
         raw: bool = True,
-    ) -> list[dict[str, Any]]:
+    ) -> list[ViewFrame]:
         """A session's frames in order, from ``after_seq`` (exclusive)."""
         cols: Sequence[Any] = list(frames.c) if raw else FRAME_COLUMNS_NO_RAW
         stmt = (
@@ -167,11 +173,11 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
         )
         if limit is not None:
             stmt = stmt.limit(limit)
-        return await self._all(stmt)
+        return cast(list[ViewFrame], await self._all(stmt))
 
     async def iter_frames(
         self, session_id: str, *, batch: int = 5000, raw: bool = True
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncIterator[ViewFrame]:
         after = 0
         while True:
             rows = await self.frames(session_id, after_seq=after, limit=batch, raw=raw)
@@ -181,10 +187,11 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
                 return
             after = rows[-1]["seq"]
 
-    async def frame(self, session_id: str, seq: int) -> dict[str, Any] | None:
-        return await self._one(
+    async def frame(self, session_id: str, seq: int) -> ViewFrame | None:
+        row = await self._one(
             sa.select(frames).where(frames.c.session_id == session_id, frames.c.seq == seq)
         )
+        return cast(ViewFrame | None, row)
 
     async def frame_count(self, session_id: str) -> int:
         return int(
@@ -197,26 +204,28 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
         )
 
     # ------------------------------------------------------------------ exchanges & findings
-    async def http_exchanges(self, session_id: str) -> list[dict[str, Any]]:
-        return await self._all(
+    async def http_exchanges(self, session_id: str) -> list[HttpExchangeRow]:
+        rows = await self._all(
             sa.select(http_exchanges)
             .where(http_exchanges.c.session_id == session_id)
             .order_by(http_exchanges.c.started_at, http_exchanges.c.id)
         )
+        return cast(list[HttpExchangeRow], rows)
 
-    async def recorded_findings(self, session_id: str) -> list[dict[str, Any]]:
-        return await self._all(
+    async def recorded_findings(self, session_id: str) -> list[StoredFinding]:
+        rows = await self._all(
             sa.select(findings).where(findings.c.session_id == session_id).order_by(findings.c.id)
         )
+        return cast(list[StoredFinding], rows)
 
     # ------------------------------------------------------------------ analysis
     # Findings are derived data: the analyzer (mcp_proxy.analysis.service) replaces its own rows
     # of a session in one transaction, next to one ``analysis.summary`` row that records what
     # they were computed from. Recorder rows (source "recorder") are never touched.
 
-    async def analysis_summary(self, session_id: str) -> dict[str, Any] | None:
+    async def analysis_summary(self, session_id: str) -> StoredFinding | None:
         """The analyzer's ``analysis.summary`` row for a session (None: never analysed)."""
-        return await self._one(
+        row = await self._one(
             sa.select(findings)
             .where(
                 findings.c.session_id == session_id,
@@ -226,17 +235,18 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
             .order_by(findings.c.id.desc())
             .limit(1)
         )
+        return cast(StoredFinding | None, row)
 
     async def session_findings(
         self, session_id: str, *, include_summary: bool = False
-    ) -> list[dict[str, Any]]:
+    ) -> list[StoredFinding]:
         """Stored findings of a session, recorder and analyzer alike, in insertion order."""
         stmt = sa.select(findings).where(findings.c.session_id == session_id)
         if not include_summary:
             stmt = stmt.where(findings.c.code != "analysis.summary")
-        return await self._all(stmt.order_by(findings.c.id))
+        return cast(list[StoredFinding], await self._all(stmt.order_by(findings.c.id)))
 
-    async def replace_analyzer_findings(self, session_id: str, rows: list[dict[str, Any]]) -> None:
+    async def replace_analyzer_findings(self, session_id: str, rows: Sequence[FindingRow]) -> None:
         """Swap a session's analyzer findings for ``rows`` atomically.
 
         The session row is locked first (``FOR UPDATE`` where the database has it; SQLite
@@ -259,8 +269,8 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
             raise StoreError(engine_mod.error_line(exc)) from exc
 
 
-def storable(row: dict[str, Any]) -> dict[str, Any]:
-    """``row`` with every text value storable as UTF-8.
+def storable(row: Mapping[str, Any]) -> dict[str, Any]:
+    """``row`` with every text value storable as UTF-8: the statement's bind parameters.
 
     Findings quote what was on the wire: a method or message holding a lone surrogate (JSON's
     ``"\\ud800"`` decodes to one) cannot be encoded for the database, and one such value

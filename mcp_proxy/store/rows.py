@@ -1,4 +1,8 @@
-"""The rows the recorder hands to the store: one frame-row type and one batch of writes.
+"""The rows the recorder hands to the store, and the typed rows the store's readers hand back.
+
+The recorder's side: one frame-row type and one batch of writes. The readers' side: a
+:class:`~typing.TypedDict` per table whose rows travel through the code (sessions, findings,
+HTTP exchanges, session stats, annotations) — plain dicts at run time, typed for mypy.
 
 This module is the seam between the recorder (which builds rows from bytes) and the store
 (which owns every write statement). It imports nothing heavy — no SQLAlchemy — so that the
@@ -9,7 +13,7 @@ turns a :class:`Batch` into SQL.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -43,6 +47,155 @@ JSON_COLUMNS = {
     "findings": frozenset({"frame_seqs"}),
     "session_stats": frozenset({"methods"}),
 }
+
+
+#: The decoded value of a JSON column holding an object (``meta``): a JSON edge, as parsed.
+JsonObject = dict[str, Any]
+
+
+class SessionRow(TypedDict, total=False):
+    """A ``sessions`` row (:data:`SESSION_COLUMNS`), JSON columns decoded.
+
+    ``total=False``: the store's readers give every column, but a session read from a file or
+    built by a test may lack some.
+    """
+
+    id: str
+    name: str | None
+    transport: str
+    status: str
+    started_at: float
+    ended_at: float | None
+    updated_at: float | None
+    command: list[str] | None
+    cwd: str | None
+    upstream: str | None
+    pid: int | None
+    hostname: str | None
+    exit_code: int | None
+    exit_signal: int | None
+    era: str | None
+    protocol_version: str | None
+    client_name: str | None
+    client_version: str | None
+    server_name: str | None
+    server_version: str | None
+    meta: JsonObject | None
+    frame_count: int
+    gap_count: int
+    recorder_version: str | None
+
+
+class FindingRow(TypedDict, total=False):
+    """A ``findings`` row as written (:data:`FINDING_COLUMNS`; ``id`` is the database's)."""
+
+    session_id: str
+    code: str
+    severity: str
+    title: str
+    detail: str | None
+    frame_seqs: list[int] | None
+    source: str
+    analyzer_version: str | None
+    created_at: float
+
+
+class StoredFinding(FindingRow, total=False):
+    """A ``findings`` row as read back: with its ``id``."""
+
+    id: int
+
+
+class HttpExchangeRow(TypedDict, total=False):
+    """An ``http_exchanges`` row (``id`` and :data:`EXCHANGE_COLUMNS`), JSON columns decoded."""
+
+    id: int
+    session_id: str
+    method: str
+    url: str
+    status: int | None
+    request_headers: list[list[str]] | None  # [[name, value], …] in wire order
+    response_headers: list[list[str]] | None
+    started_at: float
+    first_byte_at: float | None
+    ended_at: float | None
+    outcome: str | None
+    error: str | None
+    request_size: int | None
+    response_size: int | None
+    meta: JsonObject | None
+
+
+class SessionStatsRow(TypedDict, total=False):
+    """A ``session_stats`` row (:data:`SESSION_STATS_COLUMNS`), ``methods`` decoded."""
+
+    session_id: str
+    analyzer_version: str
+    fingerprint: str  # JSON text of ``analysis.service.fingerprint``
+    # Each an ``analysis.stats.StoredMethod`` (the store does not import the analysis).
+    methods: list[Any]
+    created_at: float
+
+
+class AnnotationRow(TypedDict, total=False):
+    """An ``annotations`` row: a tag or a note on a session or on one of its frames."""
+
+    id: int
+    session_id: str
+    frame_seq: int | None
+    tag: str | None
+    note: str | None
+    created_at: float
+    updated_at: float | None
+
+
+class AnswerRow(TypedDict):
+    """An answer to a request (``store/columns.py`` ``ANSWERS_SQL``, responses only)."""
+
+    seq: int
+    kind: str  # "response"
+    size: int
+
+
+class ViewFrame(TypedDict, total=False):
+    """A row of the ``frames`` view as a dict: what the dashboard's pages, ``tail`` and the
+    single-frame reads give (bulk streams read tuples: ``store/stream.py``).
+
+    ``total=False``: lists and timelines select without ``raw``, or with ``raw`` only for
+    small frames (None for the others).
+    """
+
+    id: int
+    session_id: str
+    seq: int
+    ts: float
+    mono_ns: int
+    direction: str
+    channel: str
+    kind: str
+    method: str | None
+    msg_id: str | None
+    error_code: int | None
+    size: int
+    complete: bool
+    partial_parse: bool
+    raw: bytes | None
+    http_exchange_id: int | None
+    sse_id: str | None
+    sse_event: str | None
+    redacted: bool | None
+
+
+class TimelineFrame(ViewFrame, total=False):
+    """A timeline row: the frame and the first bytes of its body (``store/pages.py``)."""
+
+    head: bytes
+
+
+class TailFrame(ViewFrame, total=False):
+    """A frame ``tail`` follows, with its session's name."""
+
+    name: str | None
 
 
 class FrameRow(NamedTuple):
