@@ -44,7 +44,7 @@ from mcp_proxy.store.schema import (
     sessions,
 )
 from mcp_proxy.store.schema import methods as methods_t
-from mcp_proxy.store.writes import frame_insert_sql
+from mcp_proxy.store.writes import FRAME_INSERT
 
 #: Frames read and written per round trip.
 CHUNK = 10_000
@@ -330,7 +330,7 @@ def _copy_frames(
 
             pg_mod.copy_into(dconn, "frame_rows", STORED_FRAME_COLS, rows)
         else:
-            dconn.exec_driver_sql(frame_insert_sql(dconn.engine), rows)  # type: ignore[arg-type]
+            dconn.exec_driver_sql(FRAME_INSERT, rows)  # type: ignore[arg-type]
         n += len(rows)
     return n
 

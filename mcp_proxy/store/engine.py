@@ -637,9 +637,12 @@ class Driver:
             import sqlite3
 
             self.error: type[Exception] = sqlite3.Error
+            #: A lock, a full disk, I/O, a lost server: what may pass (the writer retries).
+            self.transient: type[Exception] = sqlite3.OperationalError
             return
         self._engine = sync_engine(url)  # one StoreError line when the URL is wrong
         self.error = self._engine.dialect.loaded_dbapi.Error
+        self.transient = self._engine.dialect.loaded_dbapi.OperationalError
 
     def sql(self, text: str) -> str:
         """``text`` with its ``?`` markers as this driver wants them."""
@@ -675,7 +678,7 @@ class Driver:
                         file.rollback()
                     raise
             return
-        proxy = self._engine.raw_connection()
+        proxy = self._checkout(self._engine)
         try:
             conn: Any = proxy.driver_connection
             try:
@@ -686,6 +689,19 @@ class Driver:
                 raise
         finally:
             proxy.close()
+
+    @staticmethod
+    def _checkout(engine: Engine) -> Any:
+        """A pooled connection; the driver's own error when there is none (the pool wraps it
+        in SQLAlchemy's, which only it would then have to know)."""
+        import sqlalchemy as sa
+
+        try:
+            return engine.raw_connection()
+        except sa.exc.DBAPIError as exc:
+            if isinstance(exc.orig, Exception):
+                raise exc.orig from exc
+            raise
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Any]:
