@@ -162,6 +162,117 @@ RULES = (
     ),
 )
 
+#: The two ways to the store (docs/architecture.md, "The store"): the driver (``sqlite3``,
+#: psycopg) for bulk streams and the modules that write their own SQL, async SQLAlchemy for pages
+#: and small queries. SQLAlchemy statements (Core's ``select``/``insert``/``update``/``delete``,
+#: ``text``, the schema's tables) are built only by the async store's modules and by the
+#: migration code (``store/engine.py``: alembic, the revision, the migration lock); sync
+#: SQLAlchemy is otherwise only PostgreSQL's connection source.
+SQLALCHEMY_STATEMENTS_ALLOWED = (
+    "mcp_proxy.store.queries",
+    "mcp_proxy.store.pages",
+    "mcp_proxy.store.annotations",
+    "mcp_proxy.store.filters",
+    "mcp_proxy.store.base",
+    "mcp_proxy.store.schema",
+    "mcp_proxy.store.engine",
+)
+#: What builds or runs a statement through SQLAlchemy.
+SQLALCHEMY_STATEMENT_NAMES = frozenset(
+    {
+        "select", "insert", "update", "delete", "text", "func", "bindparam", "literal",
+        "literal_column", "null", "and_", "or_", "not_", "case", "cast", "exists", "union",
+        "Table", "Column", "MetaData", "table", "column",
+    }
+)  # fmt: skip
+
+
+def sqlalchemy_statements(root: Path) -> list[str]:
+    """One line per use of a SQLAlchemy statement outside :data:`SQLALCHEMY_STATEMENTS_ALLOWED`:
+    a statement name imported from ``sqlalchemy`` or read off the module (``sa.select``), an
+    import of ``mcp_proxy.store.schema`` (its tables are statements' objects) or
+    ``exec_driver_sql`` (SQL through a SQLAlchemy connection)."""
+    project = tuple(p for p in PACKAGES if (root / p).is_dir())
+    found: list[str] = []
+    for path in sorted(f for p in project for f in (root / p).rglob("*.py")):
+        module = module_name(path, root)
+        if _under(module, SQLALCHEMY_STATEMENTS_ALLOWED):
+            continue
+        tree = parsed(path)[1]
+        here: list[tuple[int, str]] = []
+        aliases = {"sqlalchemy"}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                aliases.update(a.asname or a.name for a in node.names if a.name == "sqlalchemy")
+        for node in ast.walk(tree):
+            what = None
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                target = node.module or ""
+                names = {a.name for a in node.names}
+                if target.split(".")[0] == "sqlalchemy" and names & SQLALCHEMY_STATEMENT_NAMES:
+                    what = f"from {target} import {', '.join(sorted(names))}"
+                elif target == "mcp_proxy.store.schema" or (
+                    target == "mcp_proxy.store" and "schema" in names
+                ):
+                    what = "imports mcp_proxy.store.schema"
+            elif isinstance(node, ast.Import):
+                if any(a.name == "mcp_proxy.store.schema" for a in node.names):
+                    what = "imports mcp_proxy.store.schema"
+            elif isinstance(node, ast.Attribute):
+                if node.attr == "exec_driver_sql":
+                    what = "exec_driver_sql"
+                elif (
+                    node.attr in SQLALCHEMY_STATEMENT_NAMES
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id in aliases
+                ):
+                    what = f"{node.value.id}.{node.attr}"
+            if what is not None:
+                here.append((getattr(node, "lineno", 0), what))
+        found += [f"{module}:{line} {what}" for line, what in sorted(here)]
+    return found
+
+
+def test_only_the_async_store_and_the_migrations_build_sqlalchemy_statements() -> None:
+    found = sqlalchemy_statements(ROOT)
+    assert not found, "a third way to the store (use the driver: engine.Driver):\n" + "\n".join(
+        found
+    )
+
+
+def test_the_statement_check_catches_each_form(tmp_path: Path) -> None:
+    """Each form is named outside the allowed modules; the same code inside them passes, and so
+    do SQLAlchemy's exceptions and URL parsing (the driver's connection source uses them)."""
+    _write(tmp_path, "mcp_proxy/__init__.py", "")
+    _write(
+        tmp_path,
+        "mcp_proxy/store/copy.py",
+        """\
+        import sqlalchemy as sa
+        from sqlalchemy import select
+        from mcp_proxy.store.schema import sessions
+        from mcp_proxy.store import schema
+
+        def f(conn):
+            sa.engine.make_url("sqlite://")
+            conn.execute(sa.update(sessions))
+            conn.exec_driver_sql("SELECT 1")
+            try:
+                pass
+            except sa.exc.DBAPIError:
+                pass
+        """,
+    )
+    _write(tmp_path, "mcp_proxy/store/pages.py", "import sqlalchemy as sa\nq = sa.select(1)\n")
+    assert sqlalchemy_statements(tmp_path) == [
+        "mcp_proxy.store.copy:2 from sqlalchemy import select",
+        "mcp_proxy.store.copy:3 imports mcp_proxy.store.schema",
+        "mcp_proxy.store.copy:4 imports mcp_proxy.store.schema",
+        "mcp_proxy.store.copy:8 sa.update",
+        "mcp_proxy.store.copy:9 exec_driver_sql",
+    ]
+
+
 #: Uses of another module's private name that predate the check (issue #24): the list may
 #: only shrink. A new use fails the test; a fixed one fails it too until its line goes.
 PRIVATE_USES_ALLOWED: frozenset[str] = frozenset()

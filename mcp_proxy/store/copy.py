@@ -17,12 +17,15 @@ sessions share one, a big one has its own):
   annotations merged.
 
 Running it twice copies nothing the second time. The destination is created (migrated) if it is
-empty; both sides must be at this mcptape's schema. Tables are read through the models, so the
-copy follows the schema instead of listing columns.
+empty; both sides must be at this mcptape's schema. Through the driver on both sides
+(``engine.Driver``: ``sqlite3``, psycopg): the columns are ``store/rows.py``'s lists (a test holds
+them to the schema), a JSON column is decoded and written again as ``sa.JSON`` wrote it (SQL
+NULL stays NULL, a JSON ``null`` stays ``null``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,18 +36,15 @@ from mcp_proxy.errors import StoreError, UserError
 from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.codes import resolve
 from mcp_proxy.store.columns import STORED_FRAME_COLS, keyset_pages
-from mcp_proxy.store.schema import annotations as annotations_t
-from mcp_proxy.store.schema import (
-    findings,
-    frame_rows,
-    http_exchanges,
-    key_of,
-    session_keys,
-    session_stats,
-    sessions,
+from mcp_proxy.store.engine import Driver
+from mcp_proxy.store.rows import (
+    EXCHANGE_COLUMNS,
+    FINDING_COLUMNS,
+    JSON_COLUMNS,
+    SESSION_COLUMNS,
+    SESSION_STATS_COLUMNS,
 )
-from mcp_proxy.store.schema import methods as methods_t
-from mcp_proxy.store.writes import frame_insert_sql
+from mcp_proxy.store.writes import FRAME_INSERT
 
 #: Frames read and written per round trip.
 CHUNK = 10_000
@@ -55,6 +55,16 @@ GROUP_FRAMES = 20_000
 TRAFFIC_KEYS = ("frame_count", "gap_count", "status", "ended_at")
 #: An annotation is the same one when all of these agree.
 ANNOTATION_KEYS = ("frame_seq", "tag", "note", "created_at")
+#: The columns of ``annotations`` but its id (a test holds them to the schema).
+ANNOTATION_COLUMNS = ("session_id", "frame_seq", "tag", "note", "created_at", "updated_at")
+#: Each copied table's columns, ``id`` first where the source's id is read.
+_COLUMNS = {
+    "sessions": SESSION_COLUMNS,
+    "http_exchanges": ("id", *EXCHANGE_COLUMNS),
+    "findings": FINDING_COLUMNS,
+    "session_stats": SESSION_STATS_COLUMNS,
+    "annotations": ANNOTATION_COLUMNS,
+}
 
 
 @dataclass
@@ -71,30 +81,49 @@ class CopyResult:
     session_ids: list[str] = field(default_factory=list)
 
 
-def _columns(table: sa.Table, *, without_id: bool) -> list[sa.Column[Any]]:
-    return [c for c in table.columns if not (without_id and c.name == "id")]
+@dataclass
+class _Side:
+    """One database of the copy: its driver and the DBAPI connection the copy holds."""
 
+    db: Driver
+    conn: Any
 
-def _read(
-    conn: sa.Connection, table: sa.Table, *, without_id: bool, where: Any, order: Any
-) -> list[dict[str, Any]]:
-    """Rows of ``table`` as dicts, ready to insert elsewhere.
+    def run(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        return self.conn.execute(self.db.sql(sql), tuple(args))
 
-    A JSON column reads ``None`` both for SQL NULL and for a stored JSON ``null`` (the recorder
-    writes both: a key left out, a key set to None). They are told apart here and written back
-    as they were: ``sa.null()`` for SQL NULL, ``None`` (JSON ``null``) otherwise.
-    """
-    cols = _columns(table, without_id=without_id)
-    json_cols = [c for c in cols if isinstance(c.type, sa.JSON)]
-    flags = [c.is_(None).label(f"_isnull_{c.name}") for c in json_cols]
-    out = []
-    for r in conn.execute(sa.select(*cols, *flags).where(where).order_by(order)):
-        row = r._asdict()
-        for c in json_cols:
-            if row.pop(f"_isnull_{c.name}"):
-                row[c.name] = sa.null()
-        out.append(row)
-    return out
+    def read(self, table: str, sid: str, order: str) -> list[dict[str, Any]]:
+        """The session's rows of ``table`` as dicts, a JSON column as its text (None: SQL NULL,
+        told apart from a JSON ``null``, which :meth:`insert` writes back as it was)."""
+        cols = _COLUMNS[table]
+        js = JSON_COLUMNS.get(table, frozenset())
+        cast = "CAST({0} AS TEXT) AS {0}" if self.db.pg else "{0}"
+        listed = ", ".join(cast.format(c) if c in js else c for c in cols)
+        key = "id" if table == "sessions" else "session_id"
+        cur = self.run(f"SELECT {listed} FROM {table} WHERE {key} = ? ORDER BY {order}", (sid,))
+        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+    def values(self, table: str, cols: Sequence[str], row: dict[str, Any]) -> tuple[Any, ...]:
+        """``row`` for an insert here: a JSON column's text decoded and written as ``sa.JSON``
+        writes a value (``json.dumps`` text, psycopg's ``Json``), SQL NULL as NULL."""
+        js, json_in = JSON_COLUMNS.get(table, frozenset()), self.db.json_in
+        return tuple(
+            json_in(json.loads(row[c])) if c in js and row[c] is not None else row[c] for c in cols
+        )
+
+    def insert_sql(self, table: str, cols: Sequence[str]) -> str:
+        marks = ", ".join("?" * len(cols))
+        return self.db.sql(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({marks})")
+
+    def insert(self, table: str, rows: list[dict[str, Any]]) -> None:
+        cols = [c for c in _COLUMNS[table] if c != "id"]
+        if rows:
+            cur = self.conn.cursor()
+            try:
+                cur.executemany(
+                    self.insert_sql(table, cols), [self.values(table, cols, r) for r in rows]
+                )
+            finally:
+                cur.close()
 
 
 def _same_database(a: str, b: str) -> bool:
@@ -128,72 +157,63 @@ def copy_store(
             raise UserError(f"no database at {path}")
     engine_mod.ensure_schema(src_url)
     engine_mod.ensure_schema(dst_url)
-    src = engine_mod.sync_engine(src_url)
-    dst = engine_mod.sync_engine(dst_url)
+    src = Driver(src_url)
+    dst = Driver(dst_url)
     result = CopyResult()
     try:
-        with src.connect() as sconn, dst.connect() as dconn:
-            with sconn.begin():
-                ids = _source_ids(sconn, only)
-            existing = _destination_sessions(dst, ids)
+        with src.connection() as sconn, dst.connection() as dconn:
+            s, d = _Side(src, sconn), _Side(dst, dconn)
+            ids = _source_ids(s, only)
+            sconn.rollback()  # (a read: nothing to keep)
+            existing = _destination_sessions(d, ids)
             group = 0  # frames written in the open destination transaction
             codes = _Codes()
-            dtrans = dconn.begin()
             for i, sid in enumerate(ids, 1):
-                with sconn.begin():  # one consistent read per session
-                    rows = _read(
-                        sconn,
-                        sessions,
-                        without_id=False,
-                        where=sessions.c.id == sid,
-                        order=sessions.c.id,
-                    )
-                    group += (
-                        _copy_session(sconn, dconn, rows[0], existing.get(sid), result, codes) + 1
-                    )
+                rows = s.read("sessions", sid, "id")  # one read transaction per session
+                group += _copy_session(s, d, rows[0], existing.get(sid), result, codes) + 1
+                sconn.rollback()
                 if group >= GROUP_FRAMES:
-                    dtrans.commit()
-                    dtrans = dconn.begin()
+                    dconn.commit()
                     group = 0
                 result.session_ids.append(sid)
                 if progress is not None:
                     progress(f"{i}/{len(ids)} {sid[:12]}")
-            dtrans.commit()
-    except sa.exc.DBAPIError as exc:
+            dconn.commit()
+    except (src.error, dst.error) as exc:
         raise StoreError(engine_mod.error_line(exc)) from exc
     finally:
-        src.dispose()
-        dst.dispose()
+        src.close()
+        dst.close()
     return result
 
 
-def _source_ids(conn: sa.Connection, only: Sequence[str] | None) -> list[str]:
-    stmt = sa.select(sessions.c.id).order_by(sessions.c.started_at, sessions.c.id)
-    ids = [r[0] for r in conn.execute(stmt)]
+def _source_ids(s: _Side, only: Sequence[str] | None) -> list[str]:
+    ids = [r[0] for r in s.run("SELECT id FROM sessions ORDER BY started_at, id").fetchall()]
     if only is None:
         return ids
     have = set(ids)
-    missing = [s for s in only if s not in have]
+    missing = [x for x in only if x not in have]
     if missing:
         raise UserError(f"no session {missing[0]!r} in the source database")
     wanted = set(only)
-    return [s for s in ids if s in wanted]
+    return [x for x in ids if x in wanted]
 
 
-def _destination_sessions(engine: sa.Engine, ids: list[str]) -> dict[str, dict[str, Any]]:
+def _destination_sessions(d: _Side, ids: list[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    cols = [sessions.c.id, *(sessions.c[k] for k in TRAFFIC_KEYS)]
-    with engine.connect() as conn:
-        for i in range(0, len(ids), 500):
-            part = ids[i : i + 500]
-            for r in conn.execute(sa.select(*cols).where(sessions.c.id.in_(part))):
-                out[r[0]] = dict(r._mapping)
+    cols = ("id", *TRAFFIC_KEYS)
+    for i in range(0, len(ids), 500):
+        part = ids[i : i + 500]
+        sql = f"SELECT {', '.join(cols)} FROM sessions WHERE id IN ({', '.join('?' * len(part))})"
+        for r in d.run(sql, part).fetchall():
+            out[r[0]] = dict(zip(cols, r, strict=True))
+    d.conn.commit()  # (a read, before the writes' transaction)
     return out
 
 
 def _copy_session(
-    sconn: sa.Connection,
-    dconn: sa.Connection,
+    s: _Side,
+    d: _Side,
     row: dict[str, Any],
     there: dict[str, Any] | None,
     result: CopyResult,
@@ -203,43 +223,58 @@ def _copy_session(
     sid = row["id"]
     if there is not None and all(there[k] == row[k] for k in TRAFFIC_KEYS):
         result.unchanged += 1
-        result.annotations += _merge_annotations(sconn, dconn, sid)
+        result.annotations += _merge_annotations(s, d, sid)
         return 0
     if there is None:
-        dconn.execute(sessions.insert(), [row])
+        d.run(d.insert_sql("sessions", SESSION_COLUMNS), d.values("sessions", SESSION_COLUMNS, row))
         result.copied += 1
     else:
         # Traffic changed (copied while live): replace it; annotations stay and are merged.
-        dconn.execute(frame_rows.delete().where(frame_rows.c.session_key == key_of(sid)))
-        for table in (findings, session_stats, http_exchanges):
-            dconn.execute(table.delete().where(table.c.session_id == sid))
-        fields = {k: v for k, v in row.items() if k != "id"}
-        dconn.execute(sessions.update().where(sessions.c.id == sid).values(**fields))
+        d.run(
+            "DELETE FROM frame_rows WHERE session_key ="
+            " (SELECT key FROM session_keys WHERE id = ?)",
+            (sid,),
+        )
+        for table in ("findings", "session_stats", "http_exchanges"):
+            d.run(f"DELETE FROM {table} WHERE session_id = ?", (sid,))
+        cols = SESSION_COLUMNS[1:]
+        sets = ", ".join(f"{c} = ?" for c in cols)
+        d.run(f"UPDATE sessions SET {sets} WHERE id = ?", (*d.values("sessions", cols, row), sid))
         result.replaced += 1
-    exchange_map = _copy_exchanges(sconn, dconn, sid)
+    exchange_map = _copy_exchanges(s, d, sid)
     result.exchanges += len(exchange_map)
-    written = _copy_frames(sconn, dconn, sid, exchange_map, codes)
+    written = _copy_frames(s, d, sid, exchange_map, codes)
     result.frames += written
-    result.findings += _copy_plain(sconn, dconn, findings, sid)
-    _copy_plain(sconn, dconn, session_stats, sid)  # (derived: recomputed when missing or stale)
-    result.annotations += _merge_annotations(sconn, dconn, sid)
+    found = s.read("findings", sid, "id")
+    d.insert("findings", found)
+    result.findings += len(found)
+    # (derived: recomputed when missing or stale)
+    d.insert("session_stats", s.read("session_stats", sid, "session_id"))
+    result.annotations += _merge_annotations(s, d, sid)
     return written
 
 
-def _copy_exchanges(sconn: sa.Connection, dconn: sa.Connection, sid: str) -> dict[int, int]:
+def _copy_exchanges(s: _Side, d: _Side, sid: str) -> dict[int, int]:
     """Insert the session's exchanges; the source id → the destination's id."""
-    src_rows = _read(
-        sconn,
-        http_exchanges,
-        without_id=False,
-        where=http_exchanges.c.session_id == sid,
-        order=http_exchanges.c.id,
-    )
+    src_rows = s.read("http_exchanges", sid, "id")
     if not src_rows:
         return {}
-    old_ids = [r.pop("id") for r in src_rows]
-    stmt = http_exchanges.insert().returning(http_exchanges.c.id, sort_by_parameter_order=True)
-    new_ids = [int(r[0]) for r in dconn.execute(stmt, src_rows)]
+    old_ids = [r["id"] for r in src_rows]
+    sql = d.insert_sql("http_exchanges", EXCHANGE_COLUMNS)
+    params = [d.values("http_exchanges", EXCHANGE_COLUMNS, r) for r in src_rows]
+    new_ids: list[int] = []
+    if d.db.pg:  # one pipelined round of statements, each id in the order of the rows
+        cur = d.conn.cursor()
+        try:
+            cur.executemany(sql + " RETURNING id", params, returning=True)
+            while True:
+                new_ids.append(int(cur.fetchone()[0]))
+                if not cur.nextset():
+                    break
+        finally:
+            cur.close()
+    else:  # (SQLite before 3.35 has no RETURNING: its cursor has the row id)
+        new_ids = [int(d.conn.execute(sql, p).lastrowid) for p in params]
     return dict(zip(old_ids, new_ids, strict=True))
 
 
@@ -257,32 +292,32 @@ class _Codes:
     dest: dict[str, int] = field(default_factory=dict)
     mapped: dict[int, int] = field(default_factory=dict)
 
-    def map(self, sconn: sa.Connection, dconn: sa.Connection, codes: set[int]) -> dict[int, int]:
+    def map(self, s: _Side, d: _Side, codes: set[int]) -> dict[int, int]:
         missing = codes - self.mapped.keys()
         if missing:
             if self.source is None or not missing <= self.source.keys():
-                self.source = {int(c): str(n) for c, n in sconn.execute(sa.select(methods_t))}
+                found = s.run("SELECT code, name FROM methods").fetchall()
+                self.source = {int(c): str(n) for c, n in found}
             # ``resolve`` reads a row's session id (known here) and method name (missing).
             names = [("", *(None,) * 6, self.source[c]) for c in missing]
-            resolve(dconn.connection.driver_connection, {"": 0}, self.dest, names)
+            resolve(d.conn, {"": 0}, self.dest, names)
             self.mapped.update((c, self.dest[self.source[c]]) for c in missing)
         return self.mapped
 
 
-def _session_key(conn: sa.Connection, sid: str) -> int | None:
-    found = conn.execute(sa.select(session_keys.c.key).where(session_keys.c.id == sid)).first()
+def _session_key(side: _Side, sid: str) -> int | None:
+    found = side.run("SELECT key FROM session_keys WHERE id = ?", (sid,)).fetchone()
     return None if found is None else int(found[0])
 
 
-def _stored_chunks(sconn: sa.Connection, key: int) -> Iterator[list[tuple[Any, ...]]]:
+def _stored_chunks(s: _Side, key: int) -> Iterator[list[tuple[Any, ...]]]:
     """The session's ``frame_rows`` as stored (codes, not names), ``CHUNK`` at a time in ``seq``
     order (keyset), straight from the DBAPI cursor: no view, no per-row result objects."""
-    mark = "?" if sconn.dialect.name == "sqlite" else "%s"
-    sql = (
+    sql = s.db.sql(
         f"SELECT session_key, {', '.join(_STORED)} FROM frame_rows"
-        f" WHERE session_key = {mark} AND seq > {mark} ORDER BY seq LIMIT {CHUNK}"
+        f" WHERE session_key = ? AND seq > ? ORDER BY seq LIMIT {CHUNK}"
     )
-    cursor = sconn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    cursor = s.conn.cursor()
     try:
         for chunk in keyset_pages(cursor, sql, lambda after: (key, after), CHUNK, key_at=1):
             yield list(chunk)
@@ -291,8 +326,8 @@ def _stored_chunks(sconn: sa.Connection, key: int) -> Iterator[list[tuple[Any, .
 
 
 def _copy_frames(
-    sconn: sa.Connection,
-    dconn: sa.Connection,
+    s: _Side,
+    d: _Side,
     sid: str,
     exchange_map: dict[int, int],
     codes: _Codes,
@@ -304,17 +339,16 @@ def _copy_frames(
     Read through the ``frames`` view and written back through the codes, each frame was
     decoded and encoded again and crossed SQLAlchemy's result rows: most of a copy's time.
     """
-    skey = _session_key(sconn, sid)
-    dkey = _session_key(dconn, sid)
+    skey = _session_key(s, sid)
+    dkey = _session_key(d, sid)
     if skey is None or dkey is None:
         raise StoreError(
             f"session {sid} has no key in the {'source' if skey is None else 'destination'}"
         )
-    pg = dconn.dialect.name == "postgresql"
     n = 0
-    for chunk in _stored_chunks(sconn, skey):
+    for chunk in _stored_chunks(s, skey):
         used = {r[_METHOD] for r in chunk if r[_METHOD] is not None}
-        mc = codes.map(sconn, dconn, used) if used else {}
+        mc = codes.map(s, d, used) if used else {}
         rows = [
             (
                 dkey, *r[1:_METHOD],
@@ -325,37 +359,22 @@ def _copy_frames(
             )
             for r in chunk
         ]  # fmt: skip
-        if pg:
+        if d.db.pg:
             from mcp_proxy.store import pg as pg_mod
 
-            pg_mod.copy_into(dconn, "frame_rows", STORED_FRAME_COLS, rows)
+            pg_mod.copy_rows(d.conn, "frame_rows", STORED_FRAME_COLS, rows)
         else:
-            dconn.exec_driver_sql(frame_insert_sql(dconn.engine), rows)  # type: ignore[arg-type]
+            d.conn.executemany(FRAME_INSERT, rows)
         n += len(rows)
     return n
 
 
-def _copy_plain(sconn: sa.Connection, dconn: sa.Connection, table: sa.Table, sid: str) -> int:
-    order = table.c.id if "id" in table.c else table.c.session_id
-    rows = _read(sconn, table, without_id=True, where=table.c.session_id == sid, order=order)
-    if rows:
-        dconn.execute(table.insert(), rows)
-    return len(rows)
-
-
-def _merge_annotations(sconn: sa.Connection, dconn: sa.Connection, sid: str) -> int:
+def _merge_annotations(s: _Side, d: _Side, sid: str) -> int:
     """Add the source's annotations the destination lacks; keep the destination's own."""
-    cols = _columns(annotations_t, without_id=True)
-    where = annotations_t.c.session_id == sid
-    order = annotations_t.c.id
-    src_rows = [r._asdict() for r in sconn.execute(sa.select(*cols).where(where).order_by(order))]
+    src_rows = s.read("annotations", sid, "id")
     if not src_rows:
         return 0
-    have = {
-        tuple(r._mapping[k] for k in ANNOTATION_KEYS)
-        for r in dconn.execute(sa.select(*cols).where(where))
-    }
+    have = {tuple(r[k] for k in ANNOTATION_KEYS) for r in d.read("annotations", sid, "id")}
     new = [r for r in src_rows if tuple(r[k] for k in ANNOTATION_KEYS) not in have]
-    if new:
-        dconn.execute(annotations_t.insert(), new)
+    d.insert("annotations", new)
     return len(new)

@@ -608,3 +608,116 @@ def error_line(exc: BaseException) -> str:
     """A driver's error (or SQLAlchemy's around one) as one line: what a ``StoreError`` says."""
     text = str(getattr(exc, "orig", None) or exc)
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+class Driver:
+    """DBAPI connections to one database, for the modules that write their SQL themselves
+    (``intercepts``, ``writes``, ``copy``, ``travel``, ``status``): plain :mod:`sqlite3` on a
+    SQLite file — SQLAlchemy is not imported — and psycopg from a sync engine's pool on
+    PostgreSQL (SQLAlchemy as the connection source only: the URL's reading, the connect
+    arguments, ``pool_pre_ping``). SQL is written once with ``?`` markers; :meth:`sql` gives the
+    dialect's (``%s`` for psycopg).
+
+    Safe to share between threads: a SQLite file has one connection, used by one thread at a
+    time (a lock); PostgreSQL checks one out of the pool per :meth:`connection`. Transactions
+    are the driver's own (sqlite3's implicit ``BEGIN`` before a write, as SQLAlchemy's pysqlite
+    dialect has it; psycopg's before the first statement): :meth:`connection`'s caller commits.
+    """
+
+    def __init__(self, url: str) -> None:
+        import threading
+
+        self.pg = is_postgresql(url)
+        self.mark = "%s" if self.pg else "?"
+        self._engine: Engine | None = None
+        self._file: Any = None
+        self._lock = threading.Lock()
+        self.path = None if self.pg else sqlite_path(url)
+        if self.path is not None:
+            import sqlite3
+
+            self.error: type[Exception] = sqlite3.Error
+            #: A lock, a full disk, I/O, a lost server: what may pass (the writer retries).
+            self.transient: type[Exception] = sqlite3.OperationalError
+            return
+        self._engine = sync_engine(url)  # one StoreError line when the URL is wrong
+        self.error = self._engine.dialect.loaded_dbapi.Error
+        self.transient = self._engine.dialect.loaded_dbapi.OperationalError
+
+    def sql(self, text: str) -> str:
+        """``text`` with its ``?`` markers as this driver wants them."""
+        return text.replace("?", "%s") if self.pg else text
+
+    def json_in(self, value: Any) -> Any:
+        """A JSON column's value as SQLAlchemy's ``sa.JSON`` wrote it: ``json.dumps`` text on
+        SQLite, psycopg's ``Json`` (the same text, typed ``json``) on PostgreSQL; ``None`` is
+        JSON ``null``, never SQL NULL."""
+        if self.pg:
+            from psycopg.types.json import Json
+
+            return Json(value)
+        import json
+
+        return json.dumps(value)
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Any]:
+        """A DBAPI connection for the block (the caller commits; an error rolls back). A
+        driver error escapes as it is: callers tell transient ones apart (``writes``) or make
+        them one :class:`StoreError` line (:meth:`transaction`)."""
+        if self._engine is None:
+            with self._lock:
+                if self._file is None:
+                    assert self.path is not None
+                    self._file = sqlite_connect(self.path, check_same_thread=False)
+                file = self._file
+                try:
+                    yield file
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        file.rollback()
+                    raise
+            return
+        proxy = self._checkout(self._engine)
+        try:
+            conn: Any = proxy.driver_connection
+            try:
+                yield conn
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    conn.rollback()
+                raise
+        finally:
+            proxy.close()
+
+    @staticmethod
+    def _checkout(engine: Engine) -> Any:
+        """A pooled connection; the driver's own error when there is none (the pool wraps it
+        in SQLAlchemy's, which only it would then have to know)."""
+        import sqlalchemy as sa
+
+        try:
+            return engine.raw_connection()
+        except sa.exc.DBAPIError as exc:
+            if isinstance(exc.orig, Exception):
+                raise exc.orig from exc
+            raise
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """:meth:`connection` committed at the end; a driver error is one StoreError line."""
+        try:
+            with self.connection() as conn:
+                yield conn
+                conn.commit()
+        except self.error as exc:
+            raise StoreError(error_line(exc)) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                with contextlib.suppress(Exception):
+                    self._file.close()
+                self._file = None
+        if self._engine is not None:
+            self._engine.dispose()

@@ -6,28 +6,44 @@ the dashboard — other processes, perhaps on other machines when the database i
 write the decision (:meth:`InterceptTable.resolve`). A row is resolved once: the update names
 ``state = 'held'``, so a person and a timeout that race cannot both win.
 
-Sync SQLAlchemy Core on a small pool: the relay's waiting thread and the CLI use it; a poll is
-one primary-key read.
+Through the driver (``engine.Driver``): plain :mod:`sqlite3` on a SQLite file, psycopg from a
+small pool on PostgreSQL. The relay's waiting thread, the CLI and the dashboard use it; a poll
+is one primary-key read.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
-
-from mcp_proxy.errors import NotFoundError, StoreError, UserError
+from mcp_proxy.errors import NotFoundError, UserError
 from mcp_proxy.limits import INTERCEPT_LIST_MAX, MAX_ID_TEXT
 from mcp_proxy.store import engine as engine_mod
-from mcp_proxy.store.schema import intercepts as table
 
 __all__ = ["DECISIONS", "AlreadyResolved", "HeldRow", "InterceptTable"]
 
 #: What a person (or the relay) can decide: ``timeout`` (forwarded unchanged, nobody decided),
 #: ``abandoned`` (the relay ended while it was held) and ``too_large`` are the relay's own.
 DECISIONS = ("forward", "edit", "answer", "drop", "timeout", "abandoned", "too_large")
+
+#: The columns of ``intercepts``, in :class:`HeldRow`'s order (a test checks them against the
+#: schema).
+COLUMNS = (
+    "id", "session_id", "direction", "kind", "method", "msg_id", "rule", "original", "state",
+    "decision", "payload", "held_at", "resolved_at", "resolved_by",
+)  # fmt: skip
+_SELECT = f"SELECT {', '.join(COLUMNS)} FROM intercepts"
+_HOLD_COLUMNS = (*COLUMNS[1:9], "held_at")
+_HOLD = (
+    f"INSERT INTO intercepts ({', '.join(_HOLD_COLUMNS)})"
+    f" VALUES ({', '.join('?' * len(_HOLD_COLUMNS))})"
+)
+_RESOLVE = (
+    "UPDATE intercepts SET state = 'resolved', decision = ?, payload = ?, resolved_at = ?,"
+    " resolved_by = ? WHERE id = ? AND state = 'held'"
+)
 
 
 class AlreadyResolved(UserError):
@@ -71,23 +87,25 @@ class HeldRow:
         }
 
     @classmethod
-    def of(cls, row: sa.Row[object]) -> HeldRow:
-        m = row._mapping
+    def of(cls, row: Sequence[Any]) -> HeldRow:
+        """A row of :data:`COLUMNS`, as the driver gives it."""
+        (id_, sid, direction, kind, method, msg_id, rule, original, state, decision, payload,
+         held_at, resolved_at, resolved_by) = row  # fmt: skip
         return cls(
-            id=int(m["id"]),
-            session_id=m["session_id"],
-            direction=m["direction"],
-            kind=m["kind"],
-            method=m["method"],
-            msg_id=m["msg_id"],
-            rule=m["rule"],
-            original=bytes(m["original"]),
-            state=m["state"],
-            decision=m["decision"],
-            payload=None if m["payload"] is None else bytes(m["payload"]),
-            held_at=float(m["held_at"]),
-            resolved_at=m["resolved_at"],
-            resolved_by=m["resolved_by"],
+            id=int(id_),
+            session_id=sid,
+            direction=direction,
+            kind=kind,
+            method=method,
+            msg_id=msg_id,
+            rule=rule,
+            original=bytes(original),
+            state=state,
+            decision=decision,
+            payload=None if payload is None else bytes(payload),
+            held_at=float(held_at),
+            resolved_at=resolved_at,
+            resolved_by=resolved_by,
         )
 
 
@@ -98,18 +116,28 @@ class InterceptTable:
         self.url = url
         if create:
             engine_mod.ensure_schema(url)
-        self._engine = engine_mod.sync_engine(url)
+        self._db = engine_mod.Driver(url)
 
     def close(self) -> None:
-        self._engine.dispose()
+        self._db.close()
 
-    def _run(self, stmt: sa.Executable) -> sa.CursorResult[object]:
-        try:
-            with self._engine.begin() as conn:
-                result: sa.CursorResult[object] = conn.execute(stmt)
-                return result
-        except sa.exc.DBAPIError as exc:
-            raise StoreError(engine_mod.error_line(exc)) from exc
+    def _rows(self, sql: str, args: Sequence[Any]) -> list[HeldRow]:
+        with self._db.transaction() as conn:
+            cur = conn.cursor()
+            try:
+                cur.execute(self._db.sql(sql), tuple(args))
+                return [HeldRow.of(r) for r in cur.fetchall()]
+            finally:
+                cur.close()
+
+    def _count(self, where: str, args: Sequence[Any]) -> int:
+        with self._db.transaction() as conn:
+            cur = conn.cursor()
+            try:
+                cur.execute(self._db.sql(f"SELECT count(*) FROM intercepts WHERE {where}"), args)
+                return int(cur.fetchone()[0])
+            finally:
+                cur.close()
 
     def hold(
         self,
@@ -124,87 +152,66 @@ class InterceptTable:
         """Insert a held message; its id."""
         if msg_id is not None and len(msg_id) > MAX_ID_TEXT:
             msg_id = None  # an id too long to index is still in ``original``
-        res = self._run(
-            table.insert().values(
-                session_id=session_id,
-                direction=direction,
-                kind=kind,
-                method=(method or None) and method[:200],
-                msg_id=msg_id,
-                rule=rule,
-                original=original,
-                state="held",
-                held_at=time.time(),
-            )
+        values = (
+            session_id,
+            direction,
+            kind,
+            (method or None) and method[:200],
+            msg_id,
+            rule,
+            original,
+            "held",
+            time.time(),
         )
-        return int(res.inserted_primary_key[0])  # type: ignore[index]
+        db = self._db
+        with db.transaction() as conn:
+            cur = conn.cursor()
+            try:
+                if db.pg:  # (SQLite before 3.35 has no RETURNING: its cursor has the row id)
+                    cur.execute(db.sql(_HOLD) + " RETURNING id", values)
+                    return int(cur.fetchone()[0])
+                cur.execute(_HOLD, values)
+                return int(cur.lastrowid)
+            finally:
+                cur.close()
 
     def get(self, intercept_id: int) -> HeldRow | None:
-        with self._engine.connect() as conn:
-            try:
-                row = conn.execute(sa.select(table).where(table.c.id == intercept_id)).first()
-            except sa.exc.DBAPIError as exc:
-                raise StoreError(engine_mod.error_line(exc)) from exc
-        return None if row is None else HeldRow.of(row)
+        rows = self._rows(f"{_SELECT} WHERE id = ?", (intercept_id,))
+        return rows[0] if rows else None
 
     def held(self, *, limit: int = INTERCEPT_LIST_MAX) -> tuple[list[HeldRow], int]:
         """The messages held now, oldest first (at most ``limit``), and how many are held."""
-        where = table.c.state == "held"
-        try:
-            with self._engine.connect() as conn:
-                rows = conn.execute(
-                    sa.select(table).where(where).order_by(table.c.state, table.c.id).limit(limit)
-                ).all()
-                count = conn.execute(sa.select(sa.func.count()).where(where)).scalar_one()
-        except sa.exc.DBAPIError as exc:
-            raise StoreError(engine_mod.error_line(exc)) from exc
-        return [HeldRow.of(r) for r in rows], int(count)
+        rows = self._rows(f"{_SELECT} WHERE state = 'held' ORDER BY state, id LIMIT ?", (limit,))
+        return rows, self._count("state = 'held'", ())
 
     def held_in(self, session_id: str) -> int:
         """How many messages of one session are held now (its badge)."""
-        stmt = sa.select(sa.func.count()).where(
-            table.c.session_id == session_id, table.c.state == "held"
-        )
-        try:
-            with self._engine.connect() as conn:
-                return int(conn.execute(stmt).scalar_one())
-        except sa.exc.DBAPIError as exc:
-            raise StoreError(engine_mod.error_line(exc)) from exc
+        return self._count("session_id = ? AND state = 'held'", (session_id,))
 
     def for_session(self, session_id: str) -> list[HeldRow]:
         """Every intercept of one session (held and resolved), in order."""
-        stmt = (
-            sa.select(table)
-            .where(table.c.session_id == session_id)
-            .order_by(table.c.session_id, table.c.id)
-            .limit(INTERCEPT_LIST_MAX)
+        return self._rows(
+            f"{_SELECT} WHERE session_id = ? ORDER BY session_id, id LIMIT ?",
+            (session_id, INTERCEPT_LIST_MAX),
         )
-        try:
-            with self._engine.connect() as conn:
-                return [HeldRow.of(r) for r in conn.execute(stmt).all()]
-        except sa.exc.DBAPIError as exc:
-            raise StoreError(engine_mod.error_line(exc)) from exc
 
     def resolve(self, intercept_id: int, decision: str, payload: bytes | None, by: str) -> HeldRow:
         """Decide a held message, once. Raises :class:`NotFoundError` (no such id) or
         :class:`AlreadyResolved` (decided before: by whom and how)."""
         if decision not in DECISIONS:
             raise ValueError(decision)
-        res = self._run(
-            table.update()
-            .where(table.c.id == intercept_id, table.c.state == "held")
-            .values(
-                state="resolved",
-                decision=decision,
-                payload=payload,
-                resolved_at=time.time(),
-                resolved_by=by[:200],
-            )
-        )
+        values = (decision, payload, time.time(), by[:200], intercept_id)
+        with self._db.transaction() as conn:
+            cur = conn.cursor()
+            try:
+                cur.execute(self._db.sql(_RESOLVE), values)
+                won = cur.rowcount == 1
+            finally:
+                cur.close()
         row = self.get(intercept_id)
         if row is None:
             raise NotFoundError(f"no held message #{intercept_id} (see: mcptape intercept list)")
-        if res.rowcount != 1:
+        if not won:
             raise AlreadyResolved(
                 f"message #{intercept_id} was already resolved: {row.decision}"
                 f" by {row.resolved_by or 'nobody'}"

@@ -12,15 +12,15 @@ interchangeable on the wire), so the types are read from the server's catalogue 
 database and table, not guessed from the models: whatever a migration makes a column, the copy
 follows.
 
-Used by the recorder's writer (:func:`copy_frames`, called from ``store.writes`` inside the
-batch's transaction) and by ``mcptape db copy`` (:func:`copy_into`). Works on the psycopg 3
-connection under a SQLAlchemy connection (``conn.connection.driver_connection``); it joins the
-transaction that connection is in, so a batch stays atomic, and its errors are SQLAlchemy's.
+Used by the recorder's writer (``store.writes.DriverBackend.insert_frames``, inside the
+batch's transaction), by ``mcptape db copy`` and by ``import`` (``store/recordings.py``), each on
+its psycopg 3 connection (``engine.Driver``): :func:`copy_rows` joins the transaction that
+connection is in, so a batch stays atomic, and its errors are psycopg's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 #: (host, port, dbname, table, columns) → the server's type names, in column order.
@@ -106,61 +106,3 @@ def copy_rows(
                 write(row)
                 n += 1
     return n
-
-
-def copy_into(conn: Any, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
-    """:func:`copy_rows` on a SQLAlchemy connection, failing the way SQLAlchemy fails.
-
-    The COPY runs on the driver's connection, below SQLAlchemy, so a driver error would escape
-    its translation: callers that tell a lost connection (``sa.exc.OperationalError``: retry)
-    from a bad row (``sa.exc.DataError``/``IntegrityError``: write row by row) would see a raw
-    ``psycopg`` exception instead. This converts it as SQLAlchemy does for its own statements,
-    and invalidates the connection when the server is gone, so the pool reconnects.
-    """
-    return _as_sqlalchemy(
-        conn,
-        f"COPY {table}",
-        lambda: copy_rows(conn.connection.driver_connection, table, columns, rows),
-    )
-
-
-def _as_sqlalchemy[T](conn: Any, label: str, work: Callable[[], T]) -> T:
-    """Run ``work`` (driver-level statements) and raise its driver errors as SQLAlchemy would."""
-    import psycopg
-    import sqlalchemy as sa
-
-    try:
-        return work()
-    except psycopg.Error as exc:
-        gone = bool(conn.dialect.is_disconnect(exc, conn.connection.dbapi_connection, None))
-        if gone:
-            conn.invalidate(exc)
-        raise sa.exc.DBAPIError.instance(
-            label, None, exc, psycopg.Error, connection_invalidated=gone, dialect=conn.dialect
-        ) from exc
-
-
-def copy_frames(
-    conn: Any,
-    rows: Sequence[Sequence[Any]],
-    keys: dict[str, int] | None = None,
-    methods: dict[str, int] | None = None,
-) -> int:
-    """The recorder's frame rows (``FrameRow`` tuples, ``FRAME_COLS`` order) into ``frame_rows``.
-
-    ``conn`` is the SQLAlchemy connection of the batch's transaction (``BatchWriter`` calls this
-    from ``insert_frames`` when the dialect is PostgreSQL). ``keys``/``methods`` cache session
-    keys and method codes across batches (:mod:`mcp_proxy.store.codes`; the caller forgets them
-    when a transaction fails). A frame of an unknown session raises ``KeyError`` (the writer
-    refuses the row).
-    """
-    from mcp_proxy.store.codes import encode_known
-    from mcp_proxy.store.columns import STORED_FRAME_COLS
-
-    keys = {} if keys is None else keys
-    methods = {} if methods is None else methods
-    dbapi = conn.connection.driver_connection
-    stored = _as_sqlalchemy(
-        conn, "frame codes", lambda: encode_known(dbapi, keys, methods, list(rows))
-    )
-    return copy_into(conn, "frame_rows", STORED_FRAME_COLS, stored)

@@ -1,19 +1,27 @@
 """Is a database there, reachable, and at the schema this mcptape writes? (``mcptape doctor``)
 
 Read-only questions about a store that must not create it: asked before anything is recorded,
-so a typo in ``--db`` is reported rather than silently becoming a new empty database.
+so a typo in ``--db`` is reported rather than silently becoming a new empty database. Asked
+through the driver (``engine.Driver``): one connection, ``SELECT 1``, the revision.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import sqlalchemy as sa
 
-from mcp_proxy.store.engine import current_revision, error_line, sqlite_path, sync_engine
-from mcp_proxy.store.schema import SCHEMA_HEAD
+from mcp_proxy.errors import StoreError
+from mcp_proxy.store.engine import Driver, error_line, sqlite_path
+from mcp_proxy.store.rows import SCHEMA_HEAD
+
+#: Whether ``alembic_version`` is there (a database without it is empty, not broken).
+_HAS_VERSION_PG = "SELECT to_regclass('alembic_version') IS NOT NULL"
+_HAS_VERSION_SQLITE = (
+    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+)
 
 
 def url_has_password(url: str) -> bool:
@@ -44,19 +52,21 @@ def database_status(url: str) -> DbStatus:
             return DbStatus("missing", None, "not created yet (the first recording creates it)")
         return DbStatus("unreachable", None, f"cannot create {path}: {parent} is not writable")
     try:
-        engine = sync_engine(url)
+        db = Driver(url)
     except sa.exc.ArgumentError:
         return DbStatus("unreachable", None, f"not a database URL: {url}")
     except ModuleNotFoundError as exc:
         return DbStatus("unreachable", None, f"no driver for {url}: {exc}")
+    except StoreError as exc:
+        return DbStatus("unreachable", None, str(exc))
     try:
-        with engine.connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
-        rev = current_revision(engine)
-    except sa.exc.DBAPIError as exc:
+        with db.connection() as conn:
+            conn.execute("SELECT 1")
+            rev = _revision(db, conn)
+    except (db.error, StoreError) as exc:
         return DbStatus("unreachable", None, error_line(exc))
     finally:
-        engine.dispose()
+        db.close()
     if rev == SCHEMA_HEAD:
         return DbStatus("current", rev, f"schema {rev} (current)")
     if rev is None:
@@ -64,3 +74,11 @@ def database_status(url: str) -> DbStatus:
     if rev > SCHEMA_HEAD:
         return DbStatus("ahead", rev, f"schema {rev} is newer than this mcptape ({SCHEMA_HEAD})")
     return DbStatus("behind", rev, f"schema {rev}, needs migrating to {SCHEMA_HEAD}")
+
+
+def _revision(db: Driver, conn: Any) -> str | None:
+    """The alembic revision the database is at (None: no mcptape schema yet)."""
+    if not conn.execute(_HAS_VERSION_PG if db.pg else _HAS_VERSION_SQLITE).fetchone()[0]:
+        return None
+    row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    return None if row is None else str(row[0])

@@ -8,41 +8,43 @@ that the store owns all SQL.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-import sqlalchemy as sa
+from mcp_proxy.store.engine import Driver, ensure_schema
 
-from mcp_proxy.store import writes
-from mcp_proxy.store.schema import sessions
+
+def _driver(db_url: str) -> Driver:
+    ensure_schema(db_url)
+    return Driver(db_url)
 
 
 def session_names(db_url: str) -> list[tuple[str, str | None]]:
     """(id, name) of every session in the database, oldest first."""
-    engine = writes.open_for_writing(db_url)
+    db = _driver(db_url)
     try:
-        with engine.begin() as conn:
-            rows = conn.execute(
-                sa.select(sessions.c.id, sessions.c.name).order_by(
-                    sessions.c.started_at, sessions.c.id
-                )
-            ).all()
+        with db.transaction() as conn:
+            rows = conn.execute("SELECT id, name FROM sessions ORDER BY started_at, id").fetchall()
     finally:
-        engine.dispose()
+        db.close()
     return [(str(r[0]), r[1]) for r in rows]
 
 
 def merge_session_meta(db_url: str, session_id: str, extra: dict[str, Any]) -> None:
     """Merge ``extra`` into a session's ``meta`` (after the recorder wrote its own)."""
-    engine = writes.open_for_writing(db_url)
+    db = _driver(db_url)
     try:
-        with engine.begin() as conn:
-            meta = conn.execute(
-                sa.select(sessions.c.meta).where(sessions.c.id == session_id)
-            ).scalar()
+        with db.transaction() as conn:
+            sql = "SELECT meta FROM sessions WHERE id = ?" + (" FOR UPDATE" if db.pg else "")
+            found = conn.execute(db.sql(sql), (session_id,)).fetchone()
+            meta = None if found is None else found[0]
+            if isinstance(meta, str):  # SQLite holds JSON as text
+                meta = json.loads(meta)
             merged = {**(meta or {}), **extra}
-            conn.execute(sessions.update().where(sessions.c.id == session_id).values(meta=merged))
+            sql = "UPDATE sessions SET meta = ? WHERE id = ?"
+            conn.execute(db.sql(sql), (db.json_in(merged), session_id))
     finally:
-        engine.dispose()
+        db.close()
 
 
 __all__ = ["merge_session_meta", "session_names"]

@@ -12,8 +12,9 @@
 
 Backends: :class:`SqliteBackend` (plain :mod:`sqlite3`, SQL written out ahead of time — the
 recorder process of ``mcptape record`` never imports SQLAlchemy, which was most of its start-up
-cost) and ``store.writes.SqlAlchemyBackend`` (any database SQLAlchemy speaks, e.g. PostgreSQL;
-also used once to create or migrate a SQLite file). This module imports no SQLAlchemy.
+cost) and ``store.writes.DriverBackend`` (PostgreSQL through psycopg, SQLite URLs with options;
+a SQLite file that must be migrated first is migrated by alembic, then written here). This
+module imports no SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -199,7 +200,7 @@ class BatchWriter:
 
     @classmethod
     def open(cls, url: str) -> BatchWriter:
-        """A writer for ``url``: plain sqlite3 for a migrated SQLite file, SQLAlchemy otherwise."""
+        """A writer for ``url``: plain sqlite3 for a SQLite file, psycopg for PostgreSQL."""
         path = sqlite_file(url)
         if path is None or not _at_head(path):
             from mcp_proxy.store.engine import create_sqlite_at_head, plain_sqlite_file
@@ -207,11 +208,13 @@ class BatchWriter:
             plain = plain_sqlite_file(url)
             if plain is not None and create_sqlite_at_head(plain):  # a new file: no SQLAlchemy
                 return cls(SqliteBackend(str(plain)))
-            from mcp_proxy.store import writes  # SQLAlchemy: other databases, or migrate first
+            if path is None:  # PostgreSQL (or a SQLite URL with options): its driver
+                from mcp_proxy.store import writes
 
-            if path is None:
-                return cls(writes.SqlAlchemyBackend.open(url))
-            writes.open_for_writing(url).dispose()
+                return cls(writes.DriverBackend.open(url))
+            from mcp_proxy.store.engine import ensure_schema  # an older file: migrate first
+
+            ensure_schema(url)
         return cls(SqliteBackend(path))
 
     def close(self) -> None:

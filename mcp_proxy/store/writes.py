@@ -1,94 +1,68 @@
-"""The recorder's writes through SQLAlchemy: any database it speaks (PostgreSQL for teams), and
-SQLite files that must be created or migrated first.
+"""The recorder's writes through the driver on PostgreSQL (psycopg), and on SQLite URLs that
+are not a plain file path (``sqlite:///…?…``): :class:`DriverBackend`.
 
 The rules of a batch (one transaction, row by row when one row is refused, transient errors
-raised) live in :class:`mcp_proxy.store.writer.BatchWriter`; this module is its SQLAlchemy
-backend. ``open_for_writing`` is also what tools use for their own small writes.
+raised) live in :class:`mcp_proxy.store.writer.BatchWriter`; this module is a backend of it, on
+the DBAPI connection :class:`~mcp_proxy.store.engine.Driver` gives (SQLAlchemy only as
+PostgreSQL's pool). Its SQL is written once with ``?`` markers (``%s`` for psycopg); JSON
+columns go in as SQLAlchemy's ``sa.JSON`` wrote them (``json.dumps`` text on SQLite, ``json``
+on PostgreSQL; ``None`` as JSON ``null``). Frames go to PostgreSQL by binary ``COPY``
+(``store/pg.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import sqlalchemy as sa
-
-from mcp_proxy.store import engine as engine_mod
 from mcp_proxy.store.codes import encode_known
 from mcp_proxy.store.columns import STORED_FRAME_COLS
-from mcp_proxy.store.rows import EXCHANGE_COLUMNS, FRAME_COLS, FrameRow, storable
-from mcp_proxy.store.schema import (
-    findings,
-    frame_rows,
-    http_exchanges,
-    key_of,
-    sessions,
-)
-from mcp_proxy.store.writer import BIG_BLOB, BatchWriter, TransientWriteError
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection, Engine
+from mcp_proxy.store.engine import Driver, ensure_schema
+from mcp_proxy.store.rows import EXCHANGE_COLUMNS, FRAME_COLS, JSON_COLUMNS, FrameRow, storable
+from mcp_proxy.store.writer import BIG_BLOB, BatchWriter, SqliteBackend, TransientWriteError
 
 __all__ = [
     "FRAME_COLS",
+    "FRAME_INSERT",
     "BatchWriter",
-    "SqlAlchemyBackend",
+    "DriverBackend",
     "TransientWriteError",
-    "open_for_writing",
     "storable",
 ]
 
-_frame_sql: dict[str, str] = {}
+#: One stored frame row (``STORED_FRAME_COLS``), ``?`` markers (:meth:`Driver.sql`).
+FRAME_INSERT = (
+    f"INSERT INTO frame_rows ({', '.join(STORED_FRAME_COLS)})"
+    f" VALUES ({', '.join('?' * len(STORED_FRAME_COLS))})"
+)
+_RAW = STORED_FRAME_COLS.index("raw")
 
 
-def open_for_writing(url: str) -> Engine:
-    """A migrated, ready engine; raises StoreError with one line when that is impossible."""
-    eng = engine_mod.sync_engine(url)
-    engine_mod.ensure_schema(url, eng)
-    return eng
+class DriverBackend:
+    """The batch statements on one database's DBAPI connections, either dialect."""
 
-
-def frame_insert_sql(engine: Engine) -> str:
-    """The INSERT for ``frame_rows`` compiled once per dialect, executed at the driver level.
-
-    Row tuples go straight to the DBAPI's ``executemany``: SQLAlchemy's per-row parameter
-    processing was half of the writer's cost per frame.
-    """
-    key = engine.dialect.name
-    cached = _frame_sql.get(key)
-    if cached is None:
-        stmt = sa.insert(frame_rows).values({c: sa.bindparam(c) for c in STORED_FRAME_COLS})
-        dialect = engine.dialect
-        if not dialect.positional:  # psycopg's default is pyformat; tuples need "%s" markers
-            make: Any = type(dialect)  # each DefaultDialect takes paramstyle=
-            dialect = make(paramstyle="format")
-        compiled = stmt.compile(dialect=dialect)
-        order = tuple(compiled.positiontup or ()) if compiled.positional else None
-        assert order == STORED_FRAME_COLS, order  # positional drivers (sqlite, psycopg)
-        cached = _frame_sql[key] = str(compiled)
-    return cached
-
-
-class SqlAlchemyBackend:
-    """The batch statements in SQLAlchemy Core, for any dialect."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, db: Driver) -> None:
+        self.db = db
+        #: The driver's error for a lock, a full disk, a lost connection: the batch may retry.
+        self._transient = db.transient
         #: session id → ``session_keys.key``, learnt from committed transactions only.
         self._keys: dict[str, int] = {}
         #: method name → ``methods.code``, likewise.
         self._methods: dict[str, int] = {}
 
     @classmethod
-    def open(cls, url: str) -> SqlAlchemyBackend:
-        return cls(open_for_writing(url))
+    def open(cls, url: str) -> DriverBackend:
+        """A backend on ``url``, its schema made current first (one StoreError line if not)."""
+        ensure_schema(url)
+        return cls(Driver(url))
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Connection]:
+    def transaction(self) -> Iterator[Any]:
         try:
-            with self.engine.begin() as conn:
+            with self.db.connection() as conn:
                 yield conn
+                conn.commit()
         except BaseException:
             self._keys.clear()  # keys/codes seen in a rolled-back transaction may not exist
             self._methods.clear()
@@ -96,71 +70,83 @@ class SqlAlchemyBackend:
 
     def is_transient(self, exc: BaseException) -> bool:
         """Lock, full disk, I/O, lost connection: the batch may go in later as it is."""
-        import sqlite3
-
-        return isinstance(exc, (sa.exc.OperationalError, sqlite3.OperationalError))
+        return isinstance(exc, self._transient)
 
     def close(self) -> None:
-        self.engine.dispose()
+        self.db.close()
 
-    def insert_sessions(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
+    def _values(self, table: str, row: dict[str, Any]) -> tuple[tuple[str, ...], list[Any]]:
+        js, json_in = JSON_COLUMNS[table], self.db.json_in
+        keys = tuple(row)
+        return keys, [json_in(row[k]) if k in js else row[k] for k in keys]
+
+    def _insert(self, conn: Any, table: str, row: dict[str, Any], tail: str = "") -> Any:
+        keys, values = self._values(table, row)
+        sql = f"INSERT INTO {table} ({', '.join(keys)}) VALUES ({', '.join('?' * len(keys))})"
+        return conn.execute(self.db.sql(sql + tail), values)
+
+    def _update(self, conn: Any, table: str, key: tuple[str, Any], fields: dict[str, Any]) -> None:
+        keys, values = self._values(table, fields)
+        sets = ", ".join(f"{k} = ?" for k in keys)
+        sql = f"UPDATE {table} SET {sets} WHERE {key[0]} = ?"
+        conn.execute(self.db.sql(sql), [*values, key[1]])
+
+    def insert_sessions(self, conn: Any, rows: list[dict[str, Any]]) -> None:
         for row in rows:  # one statement per key set: rows may carry different columns
-            conn.execute(sessions.insert(), [row])
+            self._insert(conn, "sessions", row)
 
-    def insert_exchanges(self, conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
-        stmt = http_exchanges.insert().returning(http_exchanges.c.id, sort_by_parameter_order=True)
-        # One statement for all rows: every row needs the same keys (a missing column is NULL).
-        full = [dict.fromkeys(EXCHANGE_COLUMNS) | r for r in rows]
-        return [int(r[0]) for r in conn.execute(stmt, full)]
+    def insert_exchanges(self, conn: Any, rows: list[dict[str, Any]]) -> list[int]:
+        """Every column (a missing one is NULL; a JSON one JSON ``null``, as ``sa.JSON``
+        wrote it); the new ids in the order of ``rows``."""
+        ids, tail = [], " RETURNING id"
+        for row in rows:
+            full = dict.fromkeys(EXCHANGE_COLUMNS) | row
+            if self.db.pg:  # (SQLite before 3.35 has no RETURNING: its cursor has the row id)
+                ids.append(int(self._insert(conn, "http_exchanges", full, tail).fetchone()[0]))
+            else:
+                ids.append(int(self._insert(conn, "http_exchanges", full).lastrowid))
+        return ids
 
-    def update_exchange(self, conn: Connection, db_id: int, fields: dict[str, Any]) -> None:
-        conn.execute(http_exchanges.update().where(http_exchanges.c.id == db_id).values(**fields))
+    def update_exchange(self, conn: Any, db_id: int, fields: dict[str, Any]) -> None:
+        self._update(conn, "http_exchanges", ("id", db_id), fields)
 
-    def insert_frames(self, conn: Connection, rows: list[FrameRow]) -> None:
-        if self.engine.dialect.name == "postgresql":
+    def insert_frames(self, conn: Any, rows: list[FrameRow]) -> None:
+        stored = encode_known(conn, self._keys, self._methods, rows)
+        if self.db.pg:
             from mcp_proxy.store import pg  # binary COPY: several times executemany's rate
 
-            # converts driver errors as SQLAlchemy does
-            pg.copy_frames(conn, rows, self._keys, self._methods)
+            pg.copy_rows(conn, "frame_rows", STORED_FRAME_COLS, stored)
             return
-        dbapi: Any = conn.connection.driver_connection
-        stored = encode_known(dbapi, self._keys, self._methods, rows)
-        if self.engine.dialect.name == "sqlite" and any(len(r.raw) > BIG_BLOB for r in rows):
+        if any(len(r[_RAW]) > BIG_BLOB for r in stored):
             # Huge frames: sqlite3 blob I/O avoids two more copies of them.
-            from mcp_proxy.store.writer import SqliteBackend
-
-            raw = STORED_FRAME_COLS.index("raw")
             for r in stored:
-                if len(r[raw]) > BIG_BLOB:
-                    SqliteBackend._insert_big(dbapi, r)
-            stored = [r for r in stored if len(r[raw]) <= BIG_BLOB]
+                if len(r[_RAW]) > BIG_BLOB:
+                    SqliteBackend._insert_big(conn, r)
+            stored = [r for r in stored if len(r[_RAW]) <= BIG_BLOB]
         if stored:
-            conn.exec_driver_sql(frame_insert_sql(self.engine), stored)  # type: ignore[arg-type]
+            conn.executemany(FRAME_INSERT, stored)
 
-    def update_session(self, conn: Connection, sid: str, fields: dict[str, Any]) -> None:
-        conn.execute(sessions.update().where(sessions.c.id == sid).values(**fields))
+    def update_session(self, conn: Any, sid: str, fields: dict[str, Any]) -> None:
+        self._update(conn, "sessions", ("id", sid), fields)
 
-    def insert_findings(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
+    def insert_findings(self, conn: Any, rows: list[dict[str, Any]]) -> None:
         for row in rows:
-            conn.execute(findings.insert(), [row])
+            self._insert(conn, "findings", row)
 
-    def add_gap(self, conn: Connection, sid: str, lost: int) -> None:
-        conn.execute(
-            sessions.update()
-            .where(sessions.c.id == sid)
-            .values(gap_count=sessions.c.gap_count + sa.literal(lost))
-        )
+    def add_gap(self, conn: Any, sid: str, lost: int) -> None:
+        sql = "UPDATE sessions SET gap_count = gap_count + ? WHERE id = ?"
+        conn.execute(self.db.sql(sql), (lost, sid))
 
     def session_progress(self, sid: str) -> tuple[bool, int, int, int]:
-        with self.engine.connect() as conn:
-            exists = conn.execute(
-                sa.select(sessions.c.gap_count).where(sessions.c.id == sid)
-            ).first()
-            row = conn.execute(
-                sa.select(sa.func.max(frame_rows.c.seq), sa.func.count()).where(
-                    frame_rows.c.session_key == key_of(sid)
-                )
-            ).first()
+        db = self.db
+        with db.transaction() as conn:
+            sql = "SELECT gap_count FROM sessions WHERE id = ?"
+            exists = conn.execute(db.sql(sql), (sid,)).fetchone()
+            sql = (
+                "SELECT MAX(seq), COUNT(*) FROM frame_rows"
+                " WHERE session_key = (SELECT key FROM session_keys WHERE id = ?)"
+            )
+            row = conn.execute(db.sql(sql), (sid,)).fetchone()
         last, count = (row[0] or 0, row[1] or 0) if row is not None else (0, 0)
         gaps = int(exists[0] or 0) if exists is not None else 0
         return exists is not None, int(last), int(count), gaps

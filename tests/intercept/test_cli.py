@@ -156,3 +156,11 @@ def test_an_intercepts_file_is_read_and_checked(tmp_path: Path) -> None:
         2,
         f"mcptape: {rules}: intercept #1: action 'drop' does not belong in [[intercept]]\n",
     )
+
+
+def test_the_tables_columns_are_the_schemas() -> None:
+    """``store/intercepts.py`` names the columns itself (its SQL goes to the driver)."""
+    from mcp_proxy.store.intercepts import COLUMNS
+    from mcp_proxy.store.schema import intercepts
+
+    assert COLUMNS == tuple(c.name for c in intercepts.columns)

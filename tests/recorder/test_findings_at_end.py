@@ -18,8 +18,8 @@ import pytest
 
 from mcp_proxy.analysis import service
 from mcp_proxy.analysis.catalogue import SUMMARY_CODE
+from mcp_proxy.store.engine import ensure_schema
 from mcp_proxy.store.queries import Store
-from mcp_proxy.store.writes import open_for_writing
 from tests.helpers.cli import run_mcptape
 from tests.recorder.util import ECHO, findings, record, session
 
@@ -88,7 +88,7 @@ def test_the_recorder_process_settles_a_sqlite_session_without_sqlalchemy(
     environment for the relay and the recorder process alike, says what either imported."""
     db = tmp_path / "lean.sqlite"
     if not new_file:
-        open_for_writing("sqlite:///" + str(db)).dispose()
+        ensure_schema("sqlite:///" + str(db))
     proc = record(db, ECHO, name="lean", env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     proc.stdin.write(INIT)

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcp_proxy.store import schema
+from mcp_proxy.store.engine import Driver, ensure_schema
 from mcp_proxy.store.rows import (
     EXCHANGE_COLUMNS,
     FINDING_COLUMNS,
@@ -24,7 +25,7 @@ from mcp_proxy.store.rows import (
     FrameRow,
 )
 from mcp_proxy.store.writer import BatchWriter, SqliteBackend
-from mcp_proxy.store.writes import SqlAlchemyBackend, open_for_writing
+from mcp_proxy.store.writes import DriverBackend
 
 
 def test_the_column_lists_are_the_schema() -> None:
@@ -76,19 +77,18 @@ def _batch(sid: str) -> Batch:
     )
 
 
-@pytest.mark.parametrize("backend", ["sqlite3", "sqlalchemy"])
+@pytest.mark.parametrize("backend", ["sqlite3", "driver"])
 def test_both_backends_write_the_same_rows_and_a_bad_row_costs_only_itself(
     tmp_path: Path, backend: str
 ) -> None:
     db = tmp_path / "w.db"
     url = "sqlite:///" + str(db)
-    engine = open_for_writing(url)
+    ensure_schema(url)
     writer = BatchWriter(
-        SqliteBackend(str(db)) if backend == "sqlite3" else SqlAlchemyBackend(engine)
+        SqliteBackend(str(db)) if backend == "sqlite3" else DriverBackend(Driver(url))
     )
     lost = writer.write(_batch("s" * 32))
     writer.close()
-    engine.dispose()
     assert lost == []
     con = sqlite3.connect(db)
     s = con.execute("SELECT meta, command, frame_count FROM sessions").fetchone()
@@ -104,7 +104,7 @@ def test_the_recorder_process_writes_sqlite_without_importing_sqlalchemy(tmp_pat
     import subprocess
 
     db = tmp_path / "w.db"
-    open_for_writing("sqlite:///" + str(db)).dispose()
+    ensure_schema("sqlite:///" + str(db))
     code = (
         "import sys; from mcp_proxy.store.writer import BatchWriter; "
         f"w = BatchWriter.open('sqlite:///{db}'); w.close(); "
@@ -120,7 +120,7 @@ def test_a_batch_of_many_rows_with_a_huge_frame_among_them_goes_in_whole(tmp_pat
     from mcp_proxy.store.writer import BIG_BLOB
 
     db = tmp_path / "many.db"
-    open_for_writing("sqlite:///" + str(db)).dispose()
+    ensure_schema("sqlite:///" + str(db))
     sid = "m" * 32
     writer = BatchWriter(SqliteBackend(str(db)))
     writer.write(
@@ -173,7 +173,7 @@ def test_the_exchange_id_map_forgets_exchanges_that_ended(tmp_path: Path) -> Non
     from mcp_proxy.limits import ENDED_EXCHANGES_KEPT
 
     db = tmp_path / "ex.db"
-    open_for_writing("sqlite:///" + str(db)).dispose()
+    ensure_schema("sqlite:///" + str(db))
     writer = BatchWriter(SqliteBackend(str(db)))
     n = ENDED_EXCHANGES_KEPT + 3000
     for batch in _exchange_batches("e" * 32, n):
@@ -227,7 +227,7 @@ def test_the_recorder_says_once_when_it_forgets_open_exchanges(tmp_path: Path) -
     assert len([s for s in said if "HTTP exchanges open at once" in s]) == 1, said
 
 
-@pytest.mark.parametrize("backend", ["sqlite3", "sqlalchemy"])
+@pytest.mark.parametrize("backend", ["sqlite3", "driver"])
 def test_several_exchanges_of_one_batch_get_their_own_ids_and_every_column(
     tmp_path: Path, backend: str
 ) -> None:
@@ -235,9 +235,11 @@ def test_several_exchanges_of_one_batch_get_their_own_ids_and_every_column(
     its own exchange, after rows of an earlier batch, and every column lands where it belongs
     (header columns written by orjson, or ``json.dumps`` for what orjson refuses)."""
     db = tmp_path / "w.db"
-    engine = open_for_writing("sqlite:///" + str(db))
+    ensure_schema("sqlite:///" + str(db))
     writer = BatchWriter(
-        SqliteBackend(str(db)) if backend == "sqlite3" else SqlAlchemyBackend(engine)
+        SqliteBackend(str(db))
+        if backend == "sqlite3"
+        else DriverBackend(Driver("sqlite:///" + str(db)))
     )
     sid = "e" * 32
     session = {"id": sid, "transport": "http", "status": "live", "started_at": 1.0}
@@ -266,7 +268,6 @@ def test_several_exchanges_of_one_batch_get_their_own_ids_and_every_column(
     )
     assert writer.write(batch) == []
     writer.close()
-    engine.dispose()
     con = sqlite3.connect(db)
     rows = con.execute(
         f"SELECT e.{', e.'.join(EXCHANGE_COLUMNS)} FROM frames f"
@@ -298,7 +299,7 @@ def test_sqlite_writes_a_json_column_as_json_dumps_does(
     NaN, infinities, surrogates and non-ASCII included."""
     db = tmp_path / "j.db"
     if not db.exists():
-        open_for_writing("sqlite:///" + str(db)).dispose()
+        ensure_schema("sqlite:///" + str(db))
     writer = BatchWriter(SqliteBackend(str(db)))
     sid = "j" * 32
     writer.write(

@@ -302,3 +302,10 @@ def test_copy_errors_are_one_line(tmp_path: Path, source: Path) -> None:
     assert len(missing.stderr.strip().splitlines()) == 1
     unknown = cli("db", "copy", str(source), str(tmp_path / "y.db"), "--session", "feedface")
     assert unknown.returncode == 2 and b"no session 'feedface'" in unknown.stderr
+
+
+def test_the_copied_columns_are_the_schemas() -> None:
+    """``db copy`` names the annotation columns itself (its SQL goes to the driver)."""
+    from mcp_proxy.store.copy import ANNOTATION_COLUMNS
+
+    assert ANNOTATION_COLUMNS == tuple(c.name for c in annotations.columns if c.name != "id")

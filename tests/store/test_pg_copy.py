@@ -1,8 +1,9 @@
 """The PostgreSQL fast path (``mcp_proxy.store.pg``): binary COPY writes exactly what it is given.
 
-Rows go in as the recorder builds them (tuples in ``store.writes.FRAME_COLS`` order) and come
-back identical through the store's own read API — every byte value in ``raw``, NULLs, a large
-frame, non-ASCII text — inside the caller's transaction (a rollback leaves nothing).
+Rows go in as the recorder builds them (tuples in ``store.writes.FRAME_COLS`` order, through the
+recorder's PostgreSQL backend, ``store.writes.DriverBackend``) and come back identical through
+the store's own read API — every byte value in ``raw``, NULLs, a large frame, non-ASCII text —
+inside the caller's transaction (a rollback leaves nothing).
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ import time
 import uuid
 from collections.abc import Iterator
 
+import psycopg
 import pytest
-import sqlalchemy as sa
 
 from mcp_proxy.store import pg
-from mcp_proxy.store.engine import sync_engine
+from mcp_proxy.store.engine import Driver
 from mcp_proxy.store.queries import Store
-from mcp_proxy.store.rows import FRAME_COLS
-from mcp_proxy.store.schema import http_exchanges, sessions
+from mcp_proxy.store.rows import FRAME_COLS, FrameRow
+from mcp_proxy.store.writes import DriverBackend
 from tests.helpers.db import PgServer
 
 
@@ -30,12 +31,10 @@ def pg_url(pg_server: PgServer) -> Iterator[str]:
     pg_server.drop_database(url)
 
 
-def _session(conn: sa.Connection) -> str:
+def _session(backend: DriverBackend, conn: object) -> str:
     sid = uuid.uuid4().hex
-    conn.execute(
-        sessions.insert(),
-        [{"id": sid, "transport": "http", "status": "live", "started_at": time.time()}],
-    )
+    row = {"id": sid, "transport": "http", "status": "live", "started_at": time.time()}
+    backend.insert_sessions(conn, [row])
     return sid
 
 
@@ -96,18 +95,16 @@ def _rows(sid: str, exchange: int) -> list[tuple]:
 
 
 def test_copy_frames_writes_what_the_recorder_built(pg_url: str):
-    engine = sync_engine(pg_url)
+    backend = DriverBackend(Driver(pg_url))
     try:
-        with engine.begin() as conn:
-            sid = _session(conn)
-            xid = conn.execute(
-                http_exchanges.insert().returning(http_exchanges.c.id),
-                [{"session_id": sid, "method": "POST", "url": "/mcp", "started_at": 1.0}],
-            ).scalar_one()
+        with backend.transaction() as conn:
+            sid = _session(backend, conn)
+            exchange = {"session_id": sid, "method": "POST", "url": "/mcp", "started_at": 1.0}
+            (xid,) = backend.insert_exchanges(conn, [exchange])
             rows = _rows(sid, xid)
-            assert pg.copy_frames(conn, rows) == len(rows)
+            backend.insert_frames(conn, [FrameRow(*r) for r in rows])
     finally:
-        engine.dispose()
+        backend.close()
 
     async def read() -> list[dict]:
         async with await Store.open(pg_url) as store:
@@ -123,26 +120,28 @@ def test_copy_frames_writes_what_the_recorder_built(pg_url: str):
         assert have == want
 
 
+def _count(db: Driver, table: str) -> int:
+    with db.transaction() as conn:
+        return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+
 def test_copy_joins_the_callers_transaction(pg_url: str):
-    engine = sync_engine(pg_url)
+    db = Driver(pg_url)
+    backend = DriverBackend(db)
     try:
-        with engine.connect() as conn:
-            trans = conn.begin()
-            sid = _session(conn)
-            pg.copy_frames(conn, _rows(sid, 0)[:2])
-            trans.rollback()
-        with engine.connect() as conn:
-            assert conn.execute(sa.text("SELECT count(*) FROM frames")).scalar() == 0
-            assert conn.execute(sa.text("SELECT count(*) FROM sessions")).scalar() == 0
+        with db.connection() as conn:
+            sid = _session(backend, conn)
+            backend.insert_frames(conn, [FrameRow(*r) for r in _rows(sid, 0)[:2]])
+            conn.rollback()
+        assert (_count(db, "frames"), _count(db, "sessions")) == (0, 0)
     finally:
-        engine.dispose()
+        db.close()
 
 
 def test_copy_rows_handles_json_columns_and_names_unknown_columns(pg_url: str):
-    engine = sync_engine(pg_url)
+    db = Driver(pg_url)
     try:
-        with engine.begin() as conn:
-            dbapi = conn.connection.driver_connection
+        with db.transaction() as dbapi:
             cols = ("id", "transport", "status", "started_at", "meta", "command")
             pg.copy_rows(
                 dbapi,
@@ -153,35 +152,35 @@ def test_copy_rows_handles_json_columns_and_names_unknown_columns(pg_url: str):
             )  # fmt: skip
             with pytest.raises(ValueError, match="no column"):
                 pg.copy_rows(dbapi, "sessions", ("id", "nope"), [])
-        with engine.connect() as conn:
-            row = conn.execute(sa.select(sessions.c.meta, sessions.c.command)).one()
-        assert row.meta == {"replay_of": {"session_id": "b" * 32}}
-        assert row.command == ["python", "-m", "srv"]
+        with db.transaction() as conn:
+            meta, command = conn.execute("SELECT meta, command FROM sessions").fetchone()
+        assert meta == {"replay_of": {"session_id": "b" * 32}}
+        assert command == ["python", "-m", "srv"]
     finally:
-        engine.dispose()
+        db.close()
 
 
-def test_copy_errors_are_sqlalchemys_so_the_writer_can_tell_them_apart(pg_url: str):
-    """A bad row is a DataError (the writer retries row by row); a server that went away is an
-    OperationalError (the writer retries the batch later) and the connection is invalidated."""
-    engine = sync_engine(pg_url)
+def test_the_writer_tells_a_bad_row_from_a_lost_server(pg_url: str):
+    """A bad row is not transient (the writer retries row by row); a server that went away is
+    (the writer retries the batch later), and the next batch has a connection again."""
+    db = Driver(pg_url)
+    backend = DriverBackend(db)
     try:
-        with engine.connect() as conn:
-            with conn.begin():
-                sid = _session(conn)
-            row = _rows(sid, 0)[0]
-            at = FRAME_COLS.index("method")
-            bad = (*row[:at], "nul\x00byte", *row[at + 1 :])  # PostgreSQL text holds no NUL
-            with pytest.raises(sa.exc.DataError), conn.begin():
-                pg.copy_frames(conn, [bad])
-        with engine.connect() as conn:
-            pid = conn.connection.driver_connection.info.backend_pid  # type: ignore[union-attr]
-            with engine.connect() as killer:
-                killer.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
-            with pytest.raises(sa.exc.OperationalError) as info, conn.begin():
-                pg.copy_frames(conn, _rows(sid, 0)[:1])
-            assert info.value.connection_invalidated
-        with engine.begin() as conn:  # the pool reconnects by itself
-            assert pg.copy_frames(conn, _rows(sid, 0)[:1]) == 1
+        with backend.transaction() as conn:
+            sid = _session(backend, conn)
+        row = FrameRow(*_rows(sid, 0)[0])
+        bad = row._replace(method="nul\x00byte")  # PostgreSQL text holds no NUL
+        with pytest.raises(psycopg.Error) as info, backend.transaction() as conn:
+            backend.insert_frames(conn, [bad])
+        assert not backend.is_transient(info.value)
+        with pytest.raises(psycopg.Error) as info, backend.transaction() as conn:
+            with psycopg.connect(pg_url) as killer:
+                pid = conn.info.backend_pid
+                killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            backend.insert_frames(conn, [row])
+        assert backend.is_transient(info.value)
+        with backend.transaction() as conn:  # the pool reconnects by itself
+            backend.insert_frames(conn, [row])
+        assert _count(db, "frames") == 1
     finally:
-        engine.dispose()
+        db.close()
