@@ -55,11 +55,13 @@ __all__ = [
 
 def read_session(url: str, session_id: str, progress: Progress | None = None) -> SessionRecording:
     """One session (by exact id) as a :class:`SessionRecording` (sync): its frames from the one
-    bulk stream of frame rows (:func:`~mcp_proxy.store.stream.shaped_pages`, the shape decoded
-    by its :class:`~mcp_proxy.store.stream.Shapes`), as the model's dicts
-    (:func:`~mcp_proxy.recording.model.frame_dicts`), exchange ids as numbers."""
+    bulk stream of frame rows (:func:`~mcp_proxy.store.stream.shaped_pages`), named by the
+    store's one way back to :data:`~mcp_proxy.store.columns.FRAME_COLUMNS`
+    (:func:`~mcp_proxy.store.stream.named_rows`), as the model's dicts
+    (:func:`~mcp_proxy.recording.model.frame_dicts`): the flags as booleans, exchange ids as
+    the session's numbers."""
     from mcp_proxy.store.recordings import RecordingStore
-    from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, shaped_pages
+    from mcp_proxy.store.stream import SHAPED_FRAME_COLUMNS, named_rows, shaped_pages
 
     with RecordingStore(url) as rs:
         rows = rs.session_rows(session_id)
@@ -67,11 +69,13 @@ def read_session(url: str, session_id: str, progress: Progress | None = None) ->
     frames: list[dict[str, Any]] = []
     shapes, pages = shaped_pages(url, session_id, SHAPED_FRAME_COLUMNS)
     for page in pages:
-        frames += frame_dicts(
-            (s, t, mo, *shapes(h), i, e, n, bool(co), bool(pp), raw,
-             None if x is None else numbers.get(x), si, se)
-            for s, t, mo, h, i, e, n, co, pp, raw, x, si, se in page
-        )  # fmt: skip
+        start = len(frames)
+        frames += frame_dicts(named_rows(shapes, page))
+        for f in frames[start:]:
+            f["complete"] = bool(f["complete"])
+            f["partial_parse"] = bool(f["partial_parse"])
+            if (x := f["http_exchange_id"]) is not None:
+                f["http_exchange_id"] = numbers.get(x)
         if progress is not None:
             progress(len(page))
     return SessionRecording(

@@ -38,6 +38,8 @@ from mcp_proxy.recording.model import (
     frame_rows,
     pick,
 )
+from mcp_proxy.store.columns import CHANNEL_NAMES, DIRECTION_NAMES
+from mcp_proxy.store.recordings import FramePage, frame_page
 from mcp_proxy.store.rows import storable
 
 if TYPE_CHECKING:
@@ -52,9 +54,6 @@ __all__ = [
     "import_redactor",
     "redact_page",
 ]
-
-#: A session's frames as row tuples (``mcp_proxy.store.columns.FRAME_COLUMNS`` order).
-type Rows = list[tuple[Any, ...]]
 
 
 @dataclass
@@ -109,14 +108,15 @@ class _Written:
         #: The file's frame numbers, once they stop being 1, 2, … (None: frame n was seq n).
         self.seqs: array[int] | None = None
 
-    def took(self, rows: Rows) -> None:
-        first, last, n = rows[0][0], rows[-1][0], len(rows)
+    def took(self, page: FramePage) -> None:
+        seqs = page.seq
+        first, last, n = seqs[0], seqs[-1], len(seqs)
         if self.seqs is None and (first != self.count + 1 or last != self.count + n):
             self.seqs = array("q", range(1, self.count + 1))
         if self.seqs is not None:
-            self.seqs.extend(r[0] for r in rows)
+            self.seqs.extend(seqs)
         self.count += n
-        self.last_ts = rows[-1][1]
+        self.last_ts = page.ts[-1]
 
     def new_seq(self, seq: int) -> int:
         """The new number of the file's frame ``seq`` (``seq`` itself when no frame had it)."""
@@ -159,15 +159,17 @@ class _Importer:
             s.exchanges.clear()
         return done
 
-    def page(self, s: SessionRecording, rows: Rows) -> None:
-        """Redact a page of a session's frames (:func:`redact_page`: ``rows`` is the importer's
-        from now on) and write it, the rows redaction changed marked ``redacted``."""
+    def page(self, s: SessionRecording, page: FramePage) -> None:
+        """Redact a page of a session's frames (:func:`redact_page`: ``page`` is the importer's
+        from now on) and write it, the frames redaction changed marked ``redacted``."""
+        if not page.raw:
+            return
         done = self._open(s)
-        marked = redact_page(rows, self.redactor)
-        self.writer.frames(done.key, done.count, rows, marked, done.exchange_ids)
-        done.took(rows)
+        marked = redact_page(page, self.redactor)
+        self.writer.frames(done.key, done.count, page, marked, done.exchange_ids)
+        done.took(page)
         if self.progress is not None:
-            self.progress(len(rows))
+            self.progress(len(page.raw))
 
     def finish(self, recording: Recording) -> ImportResult:
         """Each session's row completed, its findings and annotations written."""
@@ -189,8 +191,8 @@ class _Importer:
         return ImportResult(created, sum(counts), counts)
 
 
-def redact_page(rows: Rows, redactor: Redactor) -> set[int]:
-    """Redact a page of rows in place; the positions of the rows redacted.
+def redact_page(page: FramePage, redactor: Redactor) -> set[int]:
+    """Redact a page of frames in place; the positions of the frames redacted.
 
     The file's bytes go in as they are unless the policy hides a secret in them, as ``record``
     would have. The prefilter looks at a page's bodies together (:meth:`Redactor.suspects`);
@@ -199,13 +201,14 @@ def redact_page(rows: Rows, redactor: Redactor) -> set[int]:
     marked: set[int] = set()
     if not redactor.enabled:
         return marked
-    for i in redactor.suspects([r[12] for r in rows]):
-        r = rows[i]
-        raw = r[12]
-        out = redactor.frame(Frame(r[3], r[4], raw, 0, 0.0))
+    raws = page.raw
+    for i in redactor.suspects(raws):
+        raw = raws[i]
+        direction, channel = DIRECTION_NAMES[page.direction[i]], CHANNEL_NAMES[page.channel[i]]
+        out = redactor.frame(Frame(direction, channel, raw, 0, 0.0))  # type: ignore[arg-type]
         if out.raw is not raw:
-            new = bytes(out.raw)
-            rows[i] = (*r[:9], len(new), *r[10:12], new, *r[13:])
+            raws[i] = new = bytes(out.raw)
+            page.size[i] = len(new)
             marked.add(i)
     return marked
 
@@ -325,7 +328,7 @@ def _import_rows(
         importer = _Importer(writer, policy, progress, extra_meta)
         for s, frames in zip(recording.sessions, rows, strict=True):
             for part in batched(frames, IMPORT_PAGE):
-                importer.page(s, list(part))
+                importer.page(s, frame_page(part))
         result = importer.finish(recording)
         writer.commit()
     return result
@@ -366,8 +369,8 @@ def import_file(
     # The child first, so that it reads while the store is opened (and migrated).
     with reader, RecordingStore(db_url, write=True) as rs, rs.import_writer() as writer:
         importer = _Importer(writer, policy, progress, None)
-        for s, rows in reader.pages():
-            importer.page(s, rows)
+        for s, page in reader.pages():
+            importer.page(s, page)
         recording = reader.recording
         assert recording is not None
         result = importer.finish(recording)

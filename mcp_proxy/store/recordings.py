@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from types import NoneType
+from typing import Any, NamedTuple
 
 from mcp_proxy.errors import StoreError
 from mcp_proxy.frames import column_id
@@ -44,9 +45,11 @@ from mcp_proxy.store.rows import (
 
 __all__ = [
     "FRAME_COLUMNS",
+    "FramePage",
     "ImportWriter",
     "RecordingStore",
     "SessionRows",
+    "frame_page",
 ]
 
 
@@ -219,9 +222,6 @@ class RecordingStore:
         return ImportWriter(self.driver)
 
 
-_FRAME_INSERT_COLS = STORED_FRAME_COLS
-
-
 #: The ``frame_rows`` indexes a large SQLite import drops and builds again when it commits: the
 #: one whose keys land all over its B-tree (ids as text: ``"10"`` sorts between ``"1"`` and
 #: ``"2"``). The other secondary indexes take a session's rows in order — appended at the end of
@@ -255,7 +255,6 @@ class ImportWriter:
     def __init__(self, driver: _Driver) -> None:
         self.driver = driver
         self.pg = driver.pg
-        self.sql = driver.insert_sql("frame_rows", _FRAME_INSERT_COLS)
         #: Method name (as the file has it) → code; bounded (``IMPORT_METHOD_CACHE``).
         self.methods: dict[str, int] = {}
         self._open = False
@@ -374,28 +373,55 @@ class ImportWriter:
         self,
         key: int,
         before: int,
-        page: Sequence[tuple[Any, ...]],
+        page: FramePage,
         marked: Collection[int],
         exchange_ids: dict[int, int],
     ) -> None:
-        """Write a page of frame rows (:data:`FRAME_COLUMNS` order), numbered after ``before``
-        (the rows' own ``seq`` is ignored), ``marked`` rows flagged ``redacted``."""
-        if not page:
+        """Write a page of frames (:func:`frame_page`), numbered after ``before`` (the file's
+        ``seq`` is ignored), the ``marked`` rows flagged ``redacted``.
+
+        The stored tuples are made by ``zip`` as ``executemany`` (or ``COPY``) takes them: no
+        row is built in Python; the method names and the file's exchange numbers are mapped to
+        codes and ids by the dicts' own ``get`` (``None`` stays ``None``). On SQLite a column
+        that holds one value on the whole page (the session key; on most pages the flags, the
+        exchange, the SSE fields and the error code) is written into the statement as a literal
+        (:func:`_literal_insert`) rather than bound per row: 18 values bound a row cost ~20%
+        more than the 9 or so that vary."""
+        n = len(page.raw)
+        if not n:
             return
         if not self._open:
             raise StoreError("import failed: the writer is closed")
         d = self.driver
         if len(self.methods) > IMPORT_METHOD_CACHE:
             self.methods.clear()
+        # Typed as the ``get`` below takes them: a None name or number gives None.
+        methods: dict[Any, int] = self.methods
+        exchanges: dict[Any, int] = exchange_ids
         try:
-            stored = _stored_page(d.dbapi, key, before, page, marked, exchange_ids, self.methods)
+            fresh: set[Any] = set(page.method).difference(methods)
+            fresh.discard(None)
+            if fresh:
+                _resolve_methods(d.dbapi, fresh, methods)
+            redacted: Sequence[bool | None] = (
+                [True if i in marked else None for i in range(n)] if marked else (None,) * n
+            )
+            columns: list[Iterable[Any]] = [
+                (key,) * n, range(before + 1, before + n + 1), page.ts, page.mono_ns,
+                page.direction, page.channel, page.kind, list(map(methods.get, page.method)),
+                page.msg_id, page.error_code, page.size, page.complete, page.partial_parse,
+                page.raw, list(map(exchanges.get, page.http_exchange_id)), page.sse_id,
+                page.sse_event, redacted,
+            ]  # fmt: skip
             if self.pg:
                 from mcp_proxy.store import pg as pg_mod
 
-                pg_mod.copy_rows(d.dbapi, "frame_rows", STORED_FRAME_COLS, stored)
+                rows = zip(*columns, strict=True)
+                pg_mod.copy_rows(d.dbapi, "frame_rows", STORED_FRAME_COLS, rows)
             else:
-                d.dbapi.executemany(self.sql, stored)
-                self._written += len(stored)
+                sql, bound = _literal_insert(columns)
+                d.dbapi.executemany(sql, zip(*bound, strict=True))
+                self._written += n
                 if self._deferred is None and self._written >= max(
                     IMPORT_DEFER_INDEXES, self._before
                 ):
@@ -453,58 +479,117 @@ def _fits(value: Any, limit: int) -> Any:
     return fixed[:limit] if isinstance(fixed, str) else fixed
 
 
-def _stored_page(
-    dbapi: Any,
-    key: int,
-    before: int,
-    page: Sequence[tuple[Any, ...]],
-    marked: Collection[int],
-    exchange_ids: dict[int, int],
-    methods: dict[str, int],
-) -> list[tuple[Any, ...]]:
-    """Import rows (:data:`FRAME_COLUMNS`) as ``frame_rows`` tuples (``STORED_FRAME_COLS``), in
-    one pass: numbered after ``before``, codes for the strings, storable derived values.
+class FramePage(NamedTuple):
+    """A page of an import's frames by column, as :meth:`ImportWriter.frames` writes them: the
+    columns of :data:`FRAME_COLUMNS` in its order, a list each, the values as stored —
+    direction, channel and kind as their codes, the derived text made storable — except the
+    method (its name: the writer has the codes) and the exchange (the file's number: the
+    writer has the ids). What the import's reader hands its writer across the pipe (a tuple
+    of lists: a few objects a row, no tuple per row)."""
 
-    ``methods`` caches method name → code across pages (the names as the file has them; the
-    code is the one of the name as stored, cut to its column). An unknown direction, channel
-    or kind is refused with one line.
-    """
-    from mcp_proxy.store.codes import resolve
+    seq: list[int]
+    ts: list[Any]
+    mono_ns: list[Any]
+    direction: list[int]
+    channel: list[int]
+    kind: list[int]
+    method: list[str | None]
+    msg_id: list[str | None]
+    error_code: list[Any]
+    size: list[int]
+    complete: list[bool]
+    partial_parse: list[bool]
+    raw: list[bytes]
+    http_exchange_id: list[int | None]
+    sse_id: list[str | None]
+    sse_event: list[str | None]
 
-    fresh = {r[6] for r in page if r[6] is not None and r[6] not in methods}
-    if fresh:
-        fitted = {name: _fits(name, _METHOD_MAX) for name in fresh}
-        known: dict[str, int] = {}
-        resolve(dbapi, {"": 0}, known, [("", *(None,) * 6, f) for f in set(fitted.values())])
-        methods.update((name, known[f]) for name, f in fitted.items())
-    d_codes, c_codes, k_codes = DIRECTION_CODES, CHANNEL_CODES, KIND_CODES
+
+def frame_page(rows: Sequence[tuple[Any, ...]]) -> FramePage:
+    """Frame row tuples (:data:`FRAME_COLUMNS` order) as a :class:`FramePage`, in one pass per
+    column: codes for the strings, storable derived values (a value out of its column's range
+    is fixed as the recorder fixes it; a long id shortened by
+    :func:`mcp_proxy.frames.column_id`). An unknown direction, channel or kind is refused with
+    one line."""
+    if not rows:
+        return FramePage(*([] for _ in FRAME_COLUMNS))
+    (seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete, partial,
+        raw, ex, sse_id, sse_event) = map(list, zip(*rows, strict=True))  # fmt: skip
     lo, hi = _INT64
-    out: list[tuple[Any, ...]] = []
-    append = out.append
-    n = before
+    if not _ints_within(mono, lo, hi, none=False):
+        mono = [m if type(m) is int and lo <= m <= hi else storable(m) or 0 for m in mono]
+    if not _ints_within(code, lo, hi, none=True):
+        code = [c if c is None or (type(c) is int and lo <= c <= hi) else storable(c) for c in code]
+    if max(map(len, filter(None, msg_id)), default=0) > _MSG_ID_MAX:
+        msg_id = [_fitted_id(i) for i in msg_id]
+    if set(sse_id) != {None} or set(sse_event) != {None}:
+        sse_id = [_fits(v, _SSE_ID_MAX) for v in sse_id]
+        sse_event = [_fits(v, _SSE_EVENT_MAX) for v in sse_event]
     try:
-        for (_seq, ts, mono, direction, channel, kind, method, msg_id, code, size, complete,
-                partial, raw, ex, sse_id, sse_event) in page:  # fmt: skip
-            n += 1
-            if type(mono) is not int or not lo <= mono <= hi:
-                mono = storable(mono) or 0
-            if code is not None and (type(code) is not int or not lo <= code <= hi):
-                code = storable(code)
-            if msg_id is not None and len(msg_id) > _MSG_ID_MAX:
-                msg_id = column_id(msg_id)
-                msg_id = msg_id if msg_id is not None and len(msg_id) <= _MSG_ID_MAX else None
-            if sse_id is not None or sse_event is not None:
-                sse_id, sse_event = _fits(sse_id, _SSE_ID_MAX), _fits(sse_event, _SSE_EVENT_MAX)
-            append(
-                (
-                    key, n, ts, mono, d_codes[direction], c_codes[channel], k_codes[kind],
-                    None if method is None else methods[method], msg_id, code, size,
-                    bool(complete), bool(partial), raw,
-                    None if ex is None else exchange_ids.get(ex), sse_id, sse_event, None,
-                )
-            )  # fmt: skip
+        return FramePage(
+            seq, ts, mono, list(map(DIRECTION_CODES.__getitem__, direction)),
+            list(map(CHANNEL_CODES.__getitem__, channel)), list(map(KIND_CODES.__getitem__, kind)),
+            method, msg_id, code, size, list(map(bool, complete)), list(map(bool, partial)), raw,
+            ex, sse_id, sse_event,
+        )  # fmt: skip
     except KeyError as exc:
         raise StoreError(f"import failed: unknown frame direction/channel/kind {exc}") from None
-    for i in marked:  # the few redacted rows, marked afterwards (no test per row)
-        out[i] = (*out[i][:-1], True)
-    return out
+
+
+def _ints_within(values: list[Any], lo: int, hi: int, *, none: bool) -> bool:
+    """Every value an ``int`` (or None, if ``none``) within ``lo``..``hi``: decided in C."""
+    kinds = set(map(type, values))
+    if kinds == {NoneType}:
+        return none
+    if not kinds <= ({int, NoneType} if none else {int}):
+        return False
+    present = [v for v in values if v is not None] if NoneType in kinds else values
+    return lo <= min(present) and max(present) <= hi
+
+
+#: The stored columns whose value may be written into the statement when a page holds one value
+#: in it (a None, bool or int): not ``seq``, ``ts``, ``mono_ns``, ``size``, ``raw``, ``msg_id``.
+_LITERAL_AT = tuple(
+    STORED_FRAME_COLS.index(c)
+    for c in (
+        "session_key", "direction", "channel", "kind", "method_code", "error_code", "complete",
+        "partial_parse", "http_exchange_id", "sse_id", "sse_event", "redacted",
+    )
+)  # fmt: skip
+
+
+def _literal_insert(columns: list[Iterable[Any]]) -> tuple[str, list[Iterable[Any]]]:
+    """The SQLite ``INSERT`` of a page's columns (:data:`STORED_FRAME_COLS` order) and the
+    columns it binds: a column of one value (None, a bool or an int) is a literal of the
+    statement (``NULL``, ``0``/``1``, the number: what binding it stores), the others are bound."""
+    marks: list[str] = ["?"] * len(columns)
+    for i in _LITERAL_AT:
+        values = set(columns[i])
+        if len(values) != 1:
+            continue
+        (value,) = values
+        if value is None:
+            marks[i] = "NULL"
+        elif type(value) in (bool, int):
+            marks[i] = str(int(value))
+    sql = f"INSERT INTO frame_rows ({', '.join(STORED_FRAME_COLS)}) VALUES ({', '.join(marks)})"
+    return sql, [c for c, m in zip(columns, marks, strict=True) if m == "?"]
+
+
+def _fitted_id(msg_id: str | None) -> str | None:
+    """A ``msg_id`` as its column holds it: a long one shortened (or None if it cannot be)."""
+    if msg_id is None or len(msg_id) <= _MSG_ID_MAX:
+        return msg_id
+    short = column_id(msg_id)
+    return short if short is not None and len(short) <= _MSG_ID_MAX else None
+
+
+def _resolve_methods(dbapi: Any, names: set[str], methods: dict[str, int]) -> None:
+    """``methods`` given the code of each of ``names`` (as the file has them; the code is the
+    one of the name as stored, cut to its column)."""
+    from mcp_proxy.store.codes import resolve
+
+    fitted = {name: _fits(name, _METHOD_MAX) for name in names}
+    known: dict[str, int] = {}
+    resolve(dbapi, {"": 0}, known, [("", *(None,) * 6, f) for f in set(fitted.values())])
+    methods.update((name, known[f]) for name, f in fitted.items())
