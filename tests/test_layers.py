@@ -68,6 +68,14 @@ HOSTS = ("mcp_proxy.hosts",)
 #: which keeps held messages in the store. Relays use it through a Protocol, never an import.
 INTERCEPT = ("mcp_proxy.intercept",)
 CLI = ("mcp_proxy.cli", "mcp_proxy.commands", "mcp_proxy.entry", "mcp_proxy.__main__")
+#: The forward tape (both engines and ``mitmdump -s`` record through it) and what it reads.
+TAPE = (
+    "mcp_proxy.forward.tape",
+    "mcp_proxy.forward.exchange",
+    "mcp_proxy.forward.request_side",
+    "mcp_proxy.forward.recognize",
+    "mcp_proxy.forward.oauth",
+)
 
 
 @dataclass(frozen=True)
@@ -154,11 +162,40 @@ RULES = (
         forbidden=("dashboard",),
         exempt=CLI,
     ),
-    Rule("otel/ imports only the core and the store", OTEL, only=(*CORE, *STORE, *OTEL)),
+    Rule(
+        "otel/ imports only the core and store/rows.py",
+        OTEL,
+        only=(*CORE, "mcp_proxy.store.rows", *OTEL),
+    ),
     Rule(
         "intercept/ imports only the core, the fault engine and the store",
         INTERCEPT,
         only=(*CORE, *FAULTS, *STORE, *INTERCEPT),
+    ),
+    Rule(
+        "the forward tape imports nothing of the engines or the adapter, and of relay/http only"
+        " its session grouping, kept bodies and request-body recording",
+        TAPE,
+        only=(
+            *CORE,
+            *RECORDER_CONTRACT,
+            *TAPE,
+            "mcp_proxy.forward.tunnel",  # (``Target``: the authority an exchange records)
+            "mcp_proxy.relay.http.sessions",
+            "mcp_proxy.relay.http.common",
+            "mcp_proxy.relay.http.kept",
+            "mcp_proxy.relay.http.request_side",
+        ),
+    ),
+    Rule(
+        "the mitmproxy adapter imports only the tape, the recorder client and redact",
+        ("mcp_proxy.forward.addon",),
+        only=(*CORE, *TAPE, "mcp_proxy.recorder.client", "mcp_proxy.redact"),
+    ),
+    Rule(
+        "store/rows.py, the seam the recorder and otel/ share, imports no SQL library",
+        ("mcp_proxy.store.rows",),
+        forbidden=("sqlalchemy", "sqlite3", "psycopg", "asyncpg", "aiosqlite"),
     ),
 )
 
@@ -231,6 +268,50 @@ def sqlalchemy_statements(root: Path) -> list[str]:
                 here.append((getattr(node, "lineno", 0), what))
         found += [f"{module}:{line} {what}" for line, what in sorted(here)]
     return found
+
+
+def mitmproxy_imports(root: Path) -> list[str]:
+    """One line per import of mitmproxy that breaks "mitmproxy is imported only inside
+    ``forward/``, inside functions" (docs/architecture.md): outside ``mcp_proxy/forward`` at
+    all, or there at a module's top level (where ``mcptape record -- CMD`` would load it)."""
+    project = tuple(p for p in PACKAGES if (root / p).is_dir())
+    found: list[str] = []
+    for path in sorted(f for p in project for f in (root / p).rglob("*.py")):
+        module = module_name(path, root)
+        tree = parsed(path)[1]
+        local = {
+            id(n)
+            for fn in ast.walk(tree)
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for n in ast.walk(fn)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            if not any(n.split(".")[0] == "mitmproxy" for n in names):
+                continue
+            if not _under(module, ("mcp_proxy.forward",)):
+                found.append(f"{module}:{node.lineno} imports mitmproxy outside forward/")
+            elif id(node) not in local:
+                found.append(f"{module}:{node.lineno} imports mitmproxy at the top level")
+    return found
+
+
+def test_mitmproxy_is_imported_only_inside_forward_functions(tmp_path: Path) -> None:
+    assert mitmproxy_imports(ROOT) == []
+    _write(tmp_path, "mcp_proxy/__init__.py", "")
+    _write(
+        tmp_path, "mcp_proxy/forward/lean.py", "import mitmproxy\ndef f():\n    import mitmproxy\n"
+    )
+    _write(tmp_path, "mcp_proxy/recording/har.py", "def f():\n    from mitmproxy import io\n")
+    assert mitmproxy_imports(tmp_path) == [
+        "mcp_proxy.forward.lean:1 imports mitmproxy at the top level",
+        "mcp_proxy.recording.har:2 imports mitmproxy outside forward/",
+    ]
 
 
 def test_only_the_async_store_and_the_migrations_build_sqlalchemy_statements() -> None:
@@ -624,6 +705,9 @@ BROKEN_TREE = {
     "mcp_proxy/mock/__main__.py": "from mcp_proxy.entry import main\n",
     "mcp_proxy/otel/__init__.py": "",
     "mcp_proxy/otel/live.py": "from mcp_proxy.recording import otlp\n",
+    "mcp_proxy/otel/spans.py": "from mcp_proxy.store.queries import Store\n",
+    "mcp_proxy/forward/tape.py": "from mcp_proxy.forward.lean import LeanForward\n",
+    "mcp_proxy/store/rows.py": "import sqlalchemy\n",
     "mcp_proxy/hosts/__init__.py": "",
     "mcp_proxy/hosts/doctor.py": "from mcp_proxy.recording import junit\n",
     "mcp_proxy/intercept/__init__.py": "",
@@ -647,7 +731,9 @@ def test_the_checker_catches_a_deliberate_violation(tmp_path: Path) -> None:
     core, recorder, relays, relay_fwd, faults, store, analysis, recording = (
         r.name for r in RULES[:8]
     )
-    travel, hosts, dash_cli, typer, sql, dash, otel, intercept = (r.name for r in RULES[8:])
+    travel, hosts, dash_cli, typer, sql, dash, otel, intercept, tape, addon, rows = (
+        r.name for r in RULES[8:]
+    )
     expected = [
         ("addons.record imports dashboard", relays),
         ("addons.record imports dashboard", dash),
@@ -662,6 +748,10 @@ def test_the_checker_catches_a_deliberate_violation(tmp_path: Path) -> None:
         ("mcp_proxy.demo imports dashboard.app", dash),
         ("mcp_proxy.faults.engine imports mcp_proxy.relay", faults),
         ("mcp_proxy.faults.engine imports mcp_proxy.relay.stdio", faults),
+        ("mcp_proxy.forward.addon imports mcp_proxy.relay", addon),
+        ("mcp_proxy.forward.addon imports mcp_proxy.relay.stdio", addon),
+        ("mcp_proxy.forward.tape imports mcp_proxy.forward.lean", tape),
+        ("mcp_proxy.forward.tape imports mcp_proxy.forward.lean.LeanForward", tape),
         ("mcp_proxy.frames imports mcp_proxy.store", core),
         ("mcp_proxy.frames imports mcp_proxy.store.queries", core),
         ("mcp_proxy.hosts.doctor imports mcp_proxy.recording", hosts),
@@ -674,6 +764,8 @@ def test_the_checker_catches_a_deliberate_violation(tmp_path: Path) -> None:
         ("mcp_proxy.mock.__main__ imports mcp_proxy.entry.main", typer),
         ("mcp_proxy.otel.live imports mcp_proxy.recording", otel),
         ("mcp_proxy.otel.live imports mcp_proxy.recording.otlp", otel),
+        ("mcp_proxy.otel.spans imports mcp_proxy.store.queries", otel),
+        ("mcp_proxy.otel.spans imports mcp_proxy.store.queries.Store", otel),
         ("mcp_proxy.recorder.contract imports mcp_proxy.analysis", recorder),
         ("mcp_proxy.recorder.contract imports mcp_proxy.analysis.core", recorder),
         ("mcp_proxy.recording.junit imports mcp_proxy.diff", recording),
@@ -684,6 +776,7 @@ def test_the_checker_catches_a_deliberate_violation(tmp_path: Path) -> None:
         ("mcp_proxy.relay.stdio imports mcp_proxy.forward.addon", relay_fwd),
         ("mcp_proxy.store.queries imports mcp_proxy.recorder", store),
         ("mcp_proxy.store.queries imports mcp_proxy.recorder.Recorder", store),
+        ("mcp_proxy.store.rows imports sqlalchemy", rows),
     ]
     assert found == [f"{line} ({rule})" for line, rule in expected]
     broken = {line.rsplit(" (", 1)[1].rstrip(")") for line in found}
