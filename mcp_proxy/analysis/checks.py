@@ -137,6 +137,9 @@ class Lifecycle:
     def exchange(self, ex: Exchange) -> None:
         pass
 
+    def reads_exchanges(self) -> bool:
+        return False
+
     def reads_messages(self) -> bool:
         return not self.facts.modern  # (the handshake-order rules are the initialize era's)
 
@@ -250,6 +253,9 @@ class ModernShape:
     def reads_messages(self) -> bool:
         return False
 
+    def reads_exchanges(self) -> bool:
+        return self.facts.modern
+
     def message(self, m: Msg) -> None:
         pass
 
@@ -353,6 +359,9 @@ class Capabilities:
     def reads_messages(self) -> bool:
         return True
 
+    def reads_exchanges(self) -> bool:
+        return True
+
     def message(self, m: Msg) -> None:
         if m.kind != "notification":
             return
@@ -445,6 +454,9 @@ class Lists:
 
     def reads_messages(self) -> bool:
         return False
+
+    def reads_exchanges(self) -> bool:
+        return True
 
     def message(self, m: Msg) -> None:
         pass
@@ -589,6 +601,9 @@ class HttpHeaders:
                 )
 
     def reads_messages(self) -> bool:
+        return self.on
+
+    def reads_exchanges(self) -> bool:
         return self.on
 
     def message(self, m: Msg) -> None:

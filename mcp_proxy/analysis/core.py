@@ -178,24 +178,28 @@ class SessionPass:
             on_message=self._message,
             on_task=on_task,
         )
-        self.families: list[Consumer] = [
+        self.families: tuple[Consumer, ...] = (
             Taxonomy(facts, http, sink, self.pairing.orphan_errors),
             *protocol_consumers(facts, http, sink),
             Transport(facts, http, sink),
             OAuth(http, sink),
             *also,
-        ]
+        )
         #: the families called per message: those that read messages in this session (the
-        #: rest declare that they read exchanges only, :meth:`Consumer.reads_messages`)
+        #: rest declare that they read exchanges only, :meth:`Consumer.reads_messages`); per
+        #: exchange, those that read exchanges (:meth:`Consumer.reads_exchanges`)
         self.readers = [c for c in self.families if c.reads_messages()]
+        # (bound once: these run once per message and once per exchange)
+        self._reads = [c.message for c in self.readers]
+        self._exchanges = [c.exchange for c in self.families if c.reads_exchanges()]
 
     def _exchange(self, ex: Exchange) -> None:
-        for c in self.families:
-            c.exchange(ex)
+        for exchange in self._exchanges:
+            exchange(ex)
 
     def _message(self, m: Msg) -> None:
-        for c in self.readers:
-            c.message(m)
+        for read in self._reads:
+            read(m)
         if m.seq > self.last_seq:
             self.last_seq = m.seq
         if m.kind == "notification" or m.kind == "stderr":

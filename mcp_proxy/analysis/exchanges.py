@@ -276,8 +276,10 @@ class Pairing:
         # Without keep, a request whose bytes cannot be an MRTR retry is read for its name
         # only: its token, log level and envelope serve notifications and findings.
         light = self.light and m.raw is not None and not _may_chain(m.raw)
-        if m.direction == "c2s" and not light:
-            state = m.params.get("requestState")
+        # (the params looked up once: the steps below read them up to five times)
+        p = None if light else m.params
+        if m.direction == "c2s" and p is not None:
+            state = p.get("requestState")
             if (
                 isinstance(state, str)
                 and state not in self.tails_state
@@ -304,11 +306,11 @@ class Pairing:
             request=m,
         )
         name_key = NAME_PARAM.get(m.method)
-        if name_key is not None and (self.names or not light):
-            v = m.params.get(name_key)
+        if name_key is not None and (self.names or p is not None):
+            v = (m.params if p is None else p).get(name_key)
             ex.name = v if isinstance(v, str) else None
-        if not light:
-            self._request_meta(ex, m)
+        if p is not None:
+            self._request_meta(ex, p)
         if not light or m.method.startswith("tasks/"):
             self.tasks.request(ex, m)
         plist = self.pending.get(key)
@@ -345,8 +347,8 @@ class Pairing:
             if m.http is not None and m.http not in self.by_http:
                 # (later logs on the POST's stream still find it: the ANSWERED_KEPT last)
                 remember(self.by_http, m.http, ex, ANSWERED_KEPT)
-            if not light:
-                self._link_retry(ex, m)
+            if p is not None:
+                self._link_retry(ex, m, p)
         else:
             parent = self._owner(m)
             if parent is not None:
@@ -356,13 +358,16 @@ class Pairing:
         if self.keep:
             self.exchanges.append(ex)
 
-    def _request_meta(self, ex: Exchange, m: Msg) -> None:
-        """What a request's ``_meta`` says: its progress token, log level, envelope."""
-        meta = m.params.get("_meta")
+    def _request_meta(self, ex: Exchange, params: dict[str, Any]) -> None:
+        """What a request's ``_meta`` says (its ``params``): its progress token, log level,
+        envelope."""
+        meta = params.get("_meta")
         if not isinstance(meta, dict):
             meta = {}
         tok = meta.get("progressToken")
-        if isinstance(tok, (str, int, float)) and not isinstance(tok, bool):
+        if type(tok) is int:  # (fast_key's common case, inline: once a request)
+            ex.progress_token = str(tok)
+        elif isinstance(tok, (str, int, float)) and not isinstance(tok, bool):
             ex.progress_token = _fast_key(tok)
         lvl = meta.get(META + "logLevel")
         ex.log_level = lvl if isinstance(lvl, str) else None
@@ -431,14 +436,21 @@ class Pairing:
         ex.latency_ms = latency_ms(ex.request_mono_ns, m.mono_ns)
         light = self.light
         handle = False  # (the answer may be a task's handle)
+        # (bounded.remember, inline: it runs for every answer)
         if not light:
-            remember(self.done, (ex.direction, ex.msg_id), ex, ANSWERED_KEPT)
+            done = self.done
+            done[(ex.direction, ex.msg_id)] = ex
+            if len(done) > ANSWERED_KEPT:
+                done.popitem(last=False)
         if ex.progress_token is not None:
             tkey = (ex.direction, ex.progress_token)
             if self.tokens.get(tkey) is ex:
                 del self.tokens[tkey]
             if not light:
-                remember(self.done_tokens, tkey, ex, ANSWERED_KEPT)
+                done = self.done_tokens
+                done[tkey] = ex
+                if len(done) > ANSWERED_KEPT:
+                    done.popitem(last=False)
         self.inflight_c2s.pop(ex.index, None)
         if light and ex.http is not None and self.by_http.get(ex.http) is ex:
             # One POST carries one request body: no later host request joins this exchange.
@@ -503,8 +515,7 @@ class Pairing:
         else:
             self.tails_nostate[(ex.method, ex.name)] = ex
 
-    def _link_retry(self, ex: Exchange, m: Msg) -> None:
-        p = m.params
+    def _link_retry(self, ex: Exchange, m: Msg, p: dict[str, Any]) -> None:
         has_state = "requestState" in p
         if (not has_state and "inputResponses" not in p) or ex.method in TASK_METHODS:
             return  # (tasks/update carries inputResponses for a task, not an MRTR round)
@@ -585,10 +596,18 @@ class Pairing:
     def _progress(self, m: Msg) -> None:
         p = m.params
         tok = p.get("progressToken")
-        tkey = (_OTHER.get(m.direction, "c2s"), _fast_key(tok) or "null")
+        # (fast_key's common case, inline: once a progress notification)
+        tkey = (
+            _OTHER.get(m.direction, "c2s"),
+            str(tok) if type(tok) is int else _fast_key(tok) or "null",
+        )
         ex = self.tokens.get(tkey)
         if ex is not None:
-            ex.add("progress_seqs", m.seq)
+            seqs = ex.progress_seqs  # (Exchange.add, inline: once a progress notification)
+            if type(seqs) is list:
+                seqs.append(m.seq)
+            else:
+                ex.progress_seqs = [m.seq]
             value = p.get("progress")
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 if (
@@ -667,7 +686,11 @@ class Pairing:
     def _log(self, m: Msg) -> None:
         target = self._owner(m)
         if target is not None:
-            target.add("log_seqs", m.seq)
+            seqs = target.log_seqs  # (Exchange.add, inline: once a log message)
+            if type(seqs) is list:
+                seqs.append(m.seq)
+            else:
+                target.log_seqs = [m.seq]
         else:
             self.unattached_logs += 1
         if not self.facts.modern:

@@ -46,6 +46,9 @@ class InOrder:
     def reads_messages(self) -> bool:
         return False
 
+    def reads_exchanges(self) -> bool:
+        return True
+
     def message(self, m: Msg) -> None:
         pass
 

@@ -17,7 +17,7 @@ from orjson import loads as _orjson_loads
 
 from mcp_proxy.analysis.catalogue import CATALOGUE, SEVERITY_RANK, Severity
 from mcp_proxy.analysis.version import ANALYZER_VERSION
-from mcp_proxy.frames import has_long_number, json_id
+from mcp_proxy.frames import FOLD_DIGITS, LONG_DIGITS, json_id
 from mcp_proxy.limits import MAX_SEQS, PER_CODE_CAP
 from mcp_proxy.protocol import ERA_INITIALIZE, ERA_MODERN, KNOWN_VERSIONS
 from mcp_proxy.protocol import META_PREFIX as META
@@ -76,7 +76,8 @@ def parse_json_bytes(raw: bytes) -> Any:
     of 19+ digits (orjson reads an integer past 64 bits as a float, json keeps it exact), so
     the value is json's whatever the bytes (``tests/analysis/test_stats_stream.py`` compares).
     """
-    if raw[:1] in _ORJSON_FIRST and not has_long_number(raw):
+    # (frames.has_long_number, inline: it runs once per body the analysis reads)
+    if raw[:1] in _ORJSON_FIRST and raw.translate(FOLD_DIGITS).find(LONG_DIGITS) < 0:
         try:
             return _orjson_loads(raw)
         except ValueError:  # orjson.JSONDecodeError is a ValueError
@@ -154,7 +155,13 @@ class Msg:
         pairing and the checks ask for a request's params five times."""
         p = self._params
         if p is UNPARSED:
-            b = self.body
+            b = self._body
+            if b is UNPARSED:  # (what body does, inline: params is most messages' first read)
+                b = None
+                raw = self.raw
+                if raw is not None and not self.partial and self.kind in JSONRPC_KINDS:
+                    b = parse_json_bytes(raw)
+                self._body = b
             p = b.get("params") if isinstance(b, dict) else None
             if not isinstance(p, dict):
                 p = None

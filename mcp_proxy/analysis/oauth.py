@@ -208,6 +208,9 @@ class OAuth:
     def reads_messages(self) -> bool:
         return bool(self.http)
 
+    def reads_exchanges(self) -> bool:
+        return False
+
     def message(self, m: Msg) -> None:
         if m.http is None or not self.http:
             return

@@ -74,6 +74,9 @@ class Skills:
     def reads_messages(self) -> bool:
         return False
 
+    def reads_exchanges(self) -> bool:
+        return True
+
     def message(self, m: Msg) -> None:
         pass
 

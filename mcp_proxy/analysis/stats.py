@@ -264,6 +264,9 @@ class MethodTable:
     def reads_messages(self) -> bool:
         return False  # exchanges only
 
+    def reads_exchanges(self) -> bool:
+        return True
+
     def message(self, m: Msg) -> None:
         pass
 

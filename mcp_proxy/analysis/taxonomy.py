@@ -414,6 +414,9 @@ class Taxonomy:
             exchange=ex.index,
         )
 
+    def reads_exchanges(self) -> bool:
+        return True
+
     def reads_messages(self) -> bool:
         # HTTP frames, of a session with HTTP rows: without any, no frame is about a failed
         # HTTP exchange or has a status to agree with (a frame may name a row it lacks).

@@ -62,6 +62,9 @@ class Transport:
     def reads_messages(self) -> bool:
         return True
 
+    def reads_exchanges(self) -> bool:
+        return False
+
     def message(self, m: Msg) -> None:
         if self.last_seq is None or m.seq > self.last_seq:
             self.last_seq = m.seq

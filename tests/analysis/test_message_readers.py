@@ -17,13 +17,17 @@ from mcp_proxy.testing.factories import Wire
 
 
 class _Counting:
-    def __init__(self, reads: bool) -> None:
+    def __init__(self, reads: bool, reads_exchanges: bool = True) -> None:
         self.reads = reads
+        self.reads_ex = reads_exchanges
         self.messages = 0
         self.exchanges = 0
 
     def reads_messages(self) -> bool:
         return self.reads
+
+    def reads_exchanges(self) -> bool:
+        return self.reads_ex
 
     def message(self, m: Any) -> None:
         self.messages += 1
@@ -61,6 +65,18 @@ def test_only_the_families_that_read_messages_are_called_per_message() -> None:
     # a stdio session of the initialize era: no HTTP families (the taxonomy reads messages
     # for their HTTP exchanges' statuses: there are no HTTP rows), no exchange-only ones
     assert names == {"Lifecycle", "Capabilities", "Transport", "_Counting"}
+
+
+def test_only_the_families_that_read_exchanges_are_called_per_exchange() -> None:
+    w = Wire.initialized()
+    w.request("tools/call", 2, {"name": "t", "arguments": {}})
+    w.result(2, {"content": []})
+    w.end()
+    messages_only = _Counting(True, reads_exchanges=False)
+    both = _Counting(True)
+    _pass(w, messages_only, both)
+    assert messages_only.messages == both.messages > 0
+    assert messages_only.exchanges == 0 and both.exchanges == 2  # initialize and the call
 
 
 def test_the_taxonomy_reads_messages_where_there_are_http_rows() -> None:

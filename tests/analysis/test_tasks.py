@@ -153,9 +153,10 @@ def test_the_streaming_pass_finds_what_the_kept_analysis_finds(code: str) -> Non
         kept = w.analyze()
         d = Decoder()
         d.feed_frames(w.frames)
-        one = SessionPass(session_facts(d.msgs, w.session, {}), {}, d.injected, keep=False)
         seen: list[Any] = []
-        one.families.append(_Keep(seen))
+        one = SessionPass(
+            session_facts(d.msgs, w.session, {}), {}, d.injected, keep=False, also=[_Keep(seen)]
+        )
         one.feed_many(d.msgs)
         streamed = one.finish(w.session, d.frames)
         assert [f.as_dict() for f in streamed.findings] == [f.as_dict() for f in kept.findings]
@@ -169,6 +170,9 @@ class _Keep:
 
     def reads_messages(self) -> bool:
         return False
+
+    def reads_exchanges(self) -> bool:
+        return True
 
     def message(self, m: Any) -> None:
         pass
