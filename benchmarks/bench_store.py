@@ -235,7 +235,9 @@ def _sqlite_floor(path: str, rows: list[Any], batches: list[list[Any]]) -> dict[
     code = conn.execute("SELECT code FROM methods WHERE name = ?", (rows[0].method,)).fetchone()[0]
     marks = ", ".join("?" * len(STORED_FRAME_COLS))
     one = f"INSERT INTO frame_rows ({', '.join(STORED_FRAME_COLS)}) VALUES ({marks})"
-    stored = [encode_frames({b[0].session_id: key}, {rows[0].method: code}, b) for b in batches]
+    stored = [
+        encode_frames({b[0].session_id: key}, {rows[0].method: code}, b, {}.get) for b in batches
+    ]
     t0, c0 = time.perf_counter(), time.process_time()
     for batch in stored:
         conn.execute("BEGIN IMMEDIATE")

@@ -10,13 +10,18 @@ nothing is kept per frame (the map from a file's frame numbers to the new ones i
 they are 1, 2, …; only a file with gaps in its numbers costs 8 bytes a frame for it).
 
 Everything goes in one transaction: a bad line anywhere in the file (a value out of range, a
-truncated end) leaves the database as it was. Other formats (HAR) are read whole as row tuples
+truncated end) leaves the database as it was. Once it committed, each session imported is
+settled as the recorder process settles a session that ended (:func:`settle`: its findings and
+per-method numbers analysed in one pass and stored), so that the first ``check`` and ``stats``
+after an import read them; a session that cannot be settled costs a line on the log, never the
+import (its first ``check`` analyses it instead). Other formats (HAR) are read whole as row tuples
 (the format's ``read_rows``), in the child too, and written by the same writer;
 :func:`import_recording` takes a model built in memory to the same writer in-process.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from array import array
 from bisect import bisect_left
@@ -45,6 +50,8 @@ from mcp_proxy.store.rows import storable
 if TYPE_CHECKING:
     from mcp_proxy.redact import Redactor
     from mcp_proxy.store.recordings import ImportWriter
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "IMPORT_PAGE",
@@ -331,6 +338,7 @@ def _import_rows(
                 importer.page(s, frame_page(part))
         result = importer.finish(recording)
         writer.commit()
+    settle(db_url, result)
     return result
 
 
@@ -375,4 +383,19 @@ def import_file(
         assert recording is not None
         result = importer.finish(recording)
         writer.commit()
+    settle(db_url, result)
     return recording, result
+
+
+def settle(db_url: str, result: ImportResult) -> None:
+    """Store the findings and numbers of the sessions an import committed, with the recorder
+    process's settle (:func:`mcp_proxy.analysis.service.settle`): the session's one analysis,
+    paid here once instead of by its first ``check``. A failure is logged in one line and
+    leaves that session to be analysed by its first ``check``."""
+    from mcp_proxy.analysis.service import settle as settle_session
+
+    for _, new_id in result.sessions:
+        try:
+            settle_session(db_url, new_id)
+        except Exception as exc:  # the rows are committed: the analysis must not undo the import
+            log.warning("could not store the findings of %s: %s", new_id, exc)

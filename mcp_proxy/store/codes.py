@@ -12,6 +12,7 @@ from may be gone). No SQLAlchemy here: the recorder process imports this.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from mcp_proxy.store.columns import encode_frames, missing
@@ -46,15 +47,20 @@ def resolve(dbapi: Any, keys: dict[str, int], methods: dict[str, int], rows: lis
 
 
 def encode_known(
-    dbapi: Any, keys: dict[str, int], methods: dict[str, int], rows: list[Any]
+    dbapi: Any,
+    keys: dict[str, int],
+    methods: dict[str, int],
+    rows: list[Any],
+    exchanges: Callable[[int], int | None],
 ) -> list[tuple[Any, ...]]:
-    """:func:`~mcp_proxy.store.columns.encode_frames` of ``rows``, resolving what the caches
-    miss first. The common case (every key and method known) costs one pass over the rows."""
+    """:func:`~mcp_proxy.store.columns.encode_frames` of ``rows`` (their exchange ids mapped by
+    ``exchanges``), resolving what the caches miss first. The common case (every key and method
+    known) costs one pass over the rows."""
     try:
-        return encode_frames(keys, methods, rows)
+        return encode_frames(keys, methods, rows, exchanges)
     except KeyError:
         resolve(dbapi, keys, methods, rows)
-        return encode_frames(keys, methods, rows)
+        return encode_frames(keys, methods, rows, exchanges)
 
 
 def _is_sqlite(dbapi: Any) -> bool:

@@ -113,28 +113,34 @@ def encode_case_sql(column: str, codes: dict[str, int]) -> str:
 
 
 def encode_frames(
-    keys: dict[str, int], methods: dict[str, int], rows: list[Any]
+    keys: dict[str, int],
+    methods: dict[str, int],
+    rows: list[Any],
+    exchanges: Callable[[int], int | None],
 ) -> list[tuple[Any, ...]]:
     """The recorder's ``FrameRow`` tuples as ``STORED_FRAME_COLS`` tuples.
 
     ``keys`` maps each session id to its ``session_keys.key``, ``methods`` each method name to
     its ``methods.code`` (``None`` stays ``None``). A value outside them raises ``KeyError``
     (the writers look the missing ones up first; the classifier makes only the codes above).
+    ``exchanges`` maps a producer's local HTTP exchange id to the database's (None: the
+    exchange never made it in); a frame without one stays without.
     """
-    d, c, k, m = DIRECTION_CODES, CHANNEL_CODES, KIND_CODES, methods
+    d, c, k, m, hx = DIRECTION_CODES, CHANNEL_CODES, KIND_CODES, methods, exchanges
     try:
         # Unpacking into names is the cheapest way through a row in CPython (~0.65 µs a row,
         # against ~0.9 for indexing and a slice): this runs once per recorded frame.
         return [
             (keys[s], q, t, mo, d[di], c[ch], k[ki], None if me is None else m[me], i, e, n,
-             co, pp, raw, x, si, se, rd)
+             co, pp, raw, None if x is None else hx(x), si, se, rd)
             for s, q, t, mo, di, ch, ki, me, i, e, n, co, pp, raw, x, si, se, rd in rows
         ]  # fmt: skip
     except ValueError:  # a row of another length (a caller's extra column): the general form
         return [
             (
                 keys[r[0]], r[1], r[2], r[3], d[r[4]], c[r[5]], k[r[6]],
-                None if r[7] is None else m[r[7]], *r[8:],
+                None if r[7] is None else m[r[7]], *r[8:14],
+                None if r[14] is None else hx(r[14]), *r[15:],
             )
             for r in rows
         ]  # fmt: skip

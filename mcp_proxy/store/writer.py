@@ -56,8 +56,6 @@ _EXCHANGE_INSERT = (
     f"INSERT INTO http_exchanges ({', '.join(EXCHANGE_COLUMNS)})"
     f" VALUES ({', '.join('?' * len(EXCHANGE_COLUMNS))})"
 )
-#: The position of ``http_exchange_id`` in a frame row.
-_HX = FrameRow._fields.index("http_exchange_id")
 _KNOWN = {
     "sessions": frozenset(SESSION_COLUMNS),
     "http_exchanges": frozenset(EXCHANGE_COLUMNS),
@@ -122,7 +120,13 @@ class Backend(Protocol):
         ...
 
     def update_exchange(self, conn: Any, db_id: int, fields: dict[str, Any]) -> None: ...
-    def insert_frames(self, conn: Any, rows: list[FrameRow]) -> None: ...
+    def insert_frames(
+        self, conn: Any, rows: list[FrameRow], exchanges: Callable[[int], int | None]
+    ) -> None:
+        """Insert ``rows``, each local HTTP exchange id mapped by ``exchanges`` as it is
+        encoded (None: the exchange never made it in)."""
+        ...
+
     def update_session(self, conn: Any, sid: str, fields: dict[str, Any]) -> None: ...
     def insert_findings(self, conn: Any, rows: list[dict[str, Any]]) -> None: ...
     def add_gap(self, conn: Any, sid: str, lost: int) -> None: ...
@@ -249,7 +253,8 @@ class BatchWriter:
                 b.insert_sessions(conn, [known_columns("sessions", r) for r in batch.sessions])
             new_ids = self._exchanges(conn, batch.exchanges, batch.exchange_updates)
             if batch.frames:
-                b.insert_frames(conn, self._map_exchanges(batch.frames, new_ids))
+                known = self.exchange_ids.get
+                b.insert_frames(conn, batch.frames, lambda x: new_ids.get(x) or known(x))
             for sid, (count, last) in batch.session_counts.items():
                 b.update_session(conn, sid, {"frame_count": count, "updated_at": last})
             for sid, fields in batch.session_updates.items():
@@ -264,19 +269,6 @@ class BatchWriter:
     def _gap(self, conn: Any, sid: str, gap: Gap) -> None:
         self.backend.insert_findings(conn, [gap_finding(sid, gap, self._clock())])
         self.backend.add_gap(conn, sid, gap.lost)
-
-    def _map_exchanges(self, rows: list[FrameRow], new_ids: dict[int, int]) -> list[FrameRow]:
-        """Local exchange ids → database ids (None when the exchange never made it in)."""
-        if all(r.http_exchange_id is None for r in rows):
-            return rows
-        known = self.exchange_ids
-        hx, make = _HX, tuple.__new__  # a row rebuilt directly: _replace takes twice as long
-        return [
-            r
-            if (x := r.http_exchange_id) is None
-            else make(FrameRow, (*r[:hx], new_ids.get(x) or known.get(x), *r[hx + 1 :]))
-            for r in rows
-        ]
 
     def _exchanges(
         self,
@@ -328,7 +320,7 @@ class BatchWriter:
         for local, fields in batch.exchange_updates:
             if local not in fresh:
                 self._each(partial(self._op_exchange_update, local), fields)
-        lost = [r for r in self._map_exchanges(batch.frames, {}) if not self._one_frame(r)]
+        lost = [r for r in batch.frames if not self._one_frame(r)]
         for sid, (count, last) in batch.session_counts.items():
             counts = {"frame_count": count, "updated_at": last}
             self._each(partial(self._op_session, sid), counts)
@@ -374,7 +366,7 @@ class BatchWriter:
         for attempt in (row, fixed, bare):
             try:
                 with self.backend.transaction() as conn:
-                    self.backend.insert_frames(conn, [attempt])
+                    self.backend.insert_frames(conn, [attempt], self.exchange_ids.get)
                 return True
             except Exception as exc:
                 if self.backend.is_transient(exc):
@@ -581,7 +573,12 @@ class SqliteBackend:
     def add_gap(self, conn: sqlite3.Connection, sid: str, lost: int) -> None:
         conn.execute("UPDATE sessions SET gap_count = gap_count + ? WHERE id = ?", (lost, sid))
 
-    def insert_frames(self, conn: sqlite3.Connection, rows: list[FrameRow]) -> None:
+    def insert_frames(
+        self,
+        conn: sqlite3.Connection,
+        rows: list[FrameRow],
+        exchanges: Callable[[int], int | None],
+    ) -> None:
         """Encode and insert ``rows`` one statement's worth at a time.
 
         Slice by slice, so that only one statement's encoded tuples exist at once (the
@@ -593,7 +590,7 @@ class SqliteBackend:
         sql, flat = self._multi_sql, chain.from_iterable
         for i in range(0, len(rows), m):
             part = rows[i : i + m]
-            stored = encode_known(conn, keys, methods, part)
+            stored = encode_known(conn, keys, methods, part, exchanges)
             if max(map(len, map(_RAW_OF, part))) > BIG_BLOB:
                 # Rare: row by row, so that row ids stay in the order of the frames.
                 for r in stored:

@@ -13,7 +13,7 @@ on PostgreSQL; ``None`` as JSON ``null``). Frames go to PostgreSQL by binary ``C
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from mcp_proxy.store.codes import encode_known
@@ -110,8 +110,10 @@ class DriverBackend:
     def update_exchange(self, conn: Any, db_id: int, fields: dict[str, Any]) -> None:
         self._update(conn, "http_exchanges", ("id", db_id), fields)
 
-    def insert_frames(self, conn: Any, rows: list[FrameRow]) -> None:
-        stored = encode_known(conn, self._keys, self._methods, rows)
+    def insert_frames(
+        self, conn: Any, rows: list[FrameRow], exchanges: Callable[[int], int | None]
+    ) -> None:
+        stored = encode_known(conn, self._keys, self._methods, rows, exchanges)
         if self.db.pg:
             from mcp_proxy.store import pg  # binary COPY: several times executemany's rate
 

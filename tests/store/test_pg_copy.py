@@ -102,7 +102,7 @@ def test_copy_frames_writes_what_the_recorder_built(pg_url: str):
             exchange = {"session_id": sid, "method": "POST", "url": "/mcp", "started_at": 1.0}
             (xid,) = backend.insert_exchanges(conn, [exchange])
             rows = _rows(sid, xid)
-            backend.insert_frames(conn, [FrameRow(*r) for r in rows])
+            backend.insert_frames(conn, [FrameRow(*r) for r in rows], {xid: xid}.get)
     finally:
         backend.close()
 
@@ -131,7 +131,7 @@ def test_copy_joins_the_callers_transaction(pg_url: str):
     try:
         with db.connection() as conn:
             sid = _session(backend, conn)
-            backend.insert_frames(conn, [FrameRow(*r) for r in _rows(sid, 0)[:2]])
+            backend.insert_frames(conn, [FrameRow(*r) for r in _rows(sid, 0)[:2]], {}.get)
             conn.rollback()
         assert (_count(db, "frames"), _count(db, "sessions")) == (0, 0)
     finally:
@@ -171,16 +171,16 @@ def test_the_writer_tells_a_bad_row_from_a_lost_server(pg_url: str):
         row = FrameRow(*_rows(sid, 0)[0])
         bad = row._replace(method="nul\x00byte")  # PostgreSQL text holds no NUL
         with pytest.raises(psycopg.Error) as info, backend.transaction() as conn:
-            backend.insert_frames(conn, [bad])
+            backend.insert_frames(conn, [bad], {}.get)
         assert not backend.is_transient(info.value)
         with pytest.raises(psycopg.Error) as info, backend.transaction() as conn:
             with psycopg.connect(pg_url) as killer:
                 pid = conn.info.backend_pid
                 killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            backend.insert_frames(conn, [row])
+            backend.insert_frames(conn, [row], {}.get)
         assert backend.is_transient(info.value)
         with backend.transaction() as conn:  # the pool reconnects by itself
-            backend.insert_frames(conn, [row])
+            backend.insert_frames(conn, [row], {}.get)
         assert _count(db, "frames") == 1
     finally:
         db.close()
