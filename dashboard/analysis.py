@@ -1,12 +1,15 @@
 """The dashboard's adapter over :mod:`mcp_proxy.analysis.service`: caching and scheduling only.
 
-Every analysis a page shows is :func:`mcp_proxy.analysis.service.session_analysis`, exactly what
-``mcptape check`` and ``mcptape stats`` run; this module only decides *when* (a page never costs
-more than a page) and keeps results for reuse:
+A session's stored findings (and per-method numbers) come from the one bounded pass of
+:mod:`mcp_proxy.analysis.service` — what ``mcptape check``, ``show`` and ``stats`` run — in a worker
+thread; this module only decides *when* (a page never costs more than a page) and keeps results
+for reuse:
 
-- **whole session** (up to :data:`INLINE_LIMIT` frames, cached per session state): exchanges,
-  MRTR chains and findings exactly as ``mcptape check`` sees them, findings stored by the
-  service so the sessions list can count them;
+- **whole session** (up to :data:`INLINE_LIMIT` frames, cached per session state): exchanges
+  and MRTR chains (:func:`~mcp_proxy.analysis.service.session_analysis`), stored nowhere;
+- **findings**: the stored ones, recomputed first by the bounded pass when stale (a session up
+  to :data:`INLINE_LIMIT` frames, or any session with ``Analyse now``), so the sessions list
+  can count them;
 - **window** (one timeline page plus the answers to its requests, or one exchange's span): for
   larger sessions and for live streams. Outcomes, latency and notification grouping of the
   requests on the page are exact; findings come from the stored analysis (``Analyse now``, or
@@ -30,6 +33,7 @@ from mcp_proxy.analysis.stats import MethodStats
 from mcp_proxy.analysis.taxonomy import NAMES, classify_error
 from mcp_proxy.errors import StoreError
 from mcp_proxy.limits import ANALYSIS_CACHE as CACHE_SIZE
+from mcp_proxy.limits import ANALYSIS_LOCKS as LOCKS
 from mcp_proxy.limits import INLINE_LIMIT
 from mcp_proxy.store.queries import Store
 from mcp_proxy.store.rows import SessionRow, ViewFrame
@@ -64,7 +68,10 @@ class Analyst:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._cache: OrderedDict[tuple[Any, ...], Analysis] = OrderedDict()
-        self._locks: dict[str, asyncio.Lock] = {}
+        # One lock per session being analysed whole, so that two pages do not analyse it twice;
+        # at most LOCKS of them (least recently used dropped: a dropped lock still serves
+        # whoever holds it, and a later page at worst analyses that session once more).
+        self._locks: OrderedDict[str, asyncio.Lock] = OrderedDict()
         self._queue: deque[SessionRow] = deque()
         self._queued: set[str] = set()
         self._worker: asyncio.Task[None] | None = None
@@ -72,27 +79,37 @@ class Analyst:
     def small(self, session: SessionRow) -> bool:
         return int(session.get("frame_count") or 0) <= INLINE_LIMIT
 
-    async def whole(self, session: SessionRow, *, force: bool = False) -> Analysis | None:
-        """The whole-session analysis (None when the session is too big, unless ``force``).
+    def locks(self) -> int:
+        """How many per-session locks are kept (at most :data:`LOCKS`)."""
+        return len(self._locks)
 
-        Runs in a thread (it is CPU work) and stores its findings when the stored ones are
-        stale, so a visit keeps the sessions list's finding counts current.
-        """
-        if not force and not self.small(session):
+    def _lock(self, sid: str) -> asyncio.Lock:
+        lock = self._locks.get(sid)
+        if lock is None:
+            lock = self._locks[sid] = asyncio.Lock()
+            while len(self._locks) > LOCKS:
+                self._locks.popitem(last=False)
+        else:
+            self._locks.move_to_end(sid)
+        return lock
+
+    async def whole(self, session: SessionRow) -> Analysis | None:
+        """The whole-session analysis, or None when the session is too big (more than
+        :data:`INLINE_LIMIT` frames: its pages analyse windows). Runs in a worker thread (it is
+        CPU work) and stores nothing: the stored findings come from the one bounded pass
+        (:meth:`findings`)."""
+        if not self.small(session):
             return None
         key = _key(session)
         hit = self._cache.get(key)
         if hit is not None:
             self._cache.move_to_end(key)
             return hit
-        lock = self._locks.setdefault(session["id"], asyncio.Lock())
-        async with lock:
+        async with self._lock(session["id"]):
             hit = self._cache.get(key)
             if hit is not None:
                 return hit
-            result = await service.session_analysis(
-                self.store, session, threaded=True, strict=False
-            )
+            result = await service.session_analysis(self.store, session)
             self._cache[key] = result
             while len(self._cache) > CACHE_SIZE:
                 self._cache.popitem(last=False)
@@ -107,10 +124,11 @@ class Analyst:
         return analyze(ordered, session=session_view(session))
 
     async def findings(self, session: SessionRow) -> tuple[list[dict[str, Any]], bool]:
-        """The session's findings (recorder and analyzer), and whether they are current."""
-        if self.small(session):
-            await self.whole(session)  # analyses (and stores) once, and caches for the page
-        return await service.findings_view(self.store, session, analyse_if_stale=False)
+        """The session's stored findings (recorder and analyzer), and whether they are current;
+        stale ones of a small session are recomputed and stored first (the one bounded pass)."""
+        return await service.findings_view(
+            self.store, session, analyse_if_stale=self.small(session)
+        )
 
     def schedule(self, sessions: list[SessionRow]) -> None:
         """Analyse these sessions in the background, one at a time, so that a list page shows
@@ -126,7 +144,7 @@ class Analyst:
         while self._queue:
             s = self._queue.popleft()
             try:
-                await self.whole(s)
+                await self.findings(s)
             except StoreError as exc:
                 log.warning("background analysis of %s failed: %s", s["id"], exc)
             finally:
@@ -140,9 +158,10 @@ class Analyst:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
 
-    async def refresh(self, session: SessionRow) -> None:
-        """Analyse a session of any size now and store its findings (the "Analyse now" button)."""
-        await self.whole(session, force=True)
+    async def refresh(self, session: SessionRow) -> tuple[list[dict[str, Any]], bool]:
+        """Analyse a session of any size now and store its findings and numbers (the "Analyse
+        now" button): the one bounded pass, whatever the stored state; returns the findings."""
+        return await service.findings_view(self.store, session, force=True)
 
 
 def exchange_index(analysis: Analysis) -> dict[str, dict[int, Exchange]]:

@@ -357,6 +357,10 @@ TREE_DEPTH = 64
 INLINE_LIMIT = 20_000
 #: Analyses the dashboard keeps (LRU), one per session and revision.
 ANALYSIS_CACHE = 32
+#: Sessions the dashboard keeps a "being analysed whole" lock for (LRU): pages asking for the
+#: same session wait for one analysis instead of running two; a dropped lock costs at most one
+#: duplicate analysis, never a wrong one.
+ANALYSIS_LOCKS = 64
 #: Frames read around one request on a session too big to analyse whole.
 SPAN_LIMIT = 5000
 #: Ticks (progress, log and other notifications of one exchange, e.g. each SSE event) a

@@ -269,8 +269,7 @@ async def session_analyse(request: web.Request) -> web.Response:
     q = request.app[QUERIES]
     s = await q.session(request.match_info["sid"])
     form = await read_form(request)
-    await request.app[ANALYST].refresh(s)
-    found, _fresh = await request.app[ANALYST].findings(s)
+    found, _fresh = await request.app[ANALYST].refresh(s)
     return changed(
         request,
         {"findings": [finding_out(f) for f in found]},

@@ -9,22 +9,23 @@ read — when any of those changed: a new analyzer version, new frames, or the s
 
 Entry points:
 
-- :func:`session_findings` — a session's findings (recorder + analyzer) in the one finding shape
-  (:func:`~mcp_proxy.analysis.model.finding_record`), recomputed first only when stale: what
-  ``mcptape check`` prints;
-- :func:`findings_view` — the same plus whether they are current, without analysing a session
-  the caller considers too big (the dashboard);
-- :func:`session_analysis` — the full :class:`~mcp_proxy.analysis.Analysis` (exchanges, chains,
-  findings, facts), computed now; stores its findings when the stored ones are stale;
+- :func:`stored_findings` — a session's findings (recorder + analyzer) in the one finding shape
+  (:func:`~mcp_proxy.analysis.model.finding_record`) and whether they are current, recomputed
+  first when stale by the one streaming pass over the session, which stores its findings and
+  its per-method numbers (what ``mcptape check`` and ``show`` print; ``show -x`` hands the same
+  pass a consumer of each exchange); :func:`current_findings` is its list;
+  :func:`findings_view` is it for an event loop (the dashboard, in a worker thread);
 - :func:`stats_of_sessions` — per-method numbers over one or many sessions: what ``mcptape
   stats`` prints, read from ``session_stats`` (stored when a session ends) and recomputed first
-  only when stale; :func:`sessions_stats` is it for an event loop (the dashboard);
-- :func:`refresh` — force a recomputation;
+  only when stale, by the same pass; :func:`sessions_stats` is it for an event loop;
 - :func:`settle` — store an ended session's numbers and findings if they are not current (the
-  recorder process, when a session ends).
+  recorder process, when a session ends), by the same pass;
+- :func:`session_analysis` — the full :class:`~mcp_proxy.analysis.Analysis` (exchanges, chains,
+  findings, facts) of a session, computed now and stored nowhere (the dashboard's pages of a
+  session small enough to analyse whole).
 
-The analysis itself is CPU work; ``threaded=True`` runs it in a worker thread so that an event
-loop serving pages keeps answering meanwhile.
+Only the one pass (``_session_pass``, bounded memory) analyses a stored session and stores what
+it found; async callers run it in a worker thread so that an event loop keeps answering.
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ from mcp_proxy.analysis.version import ANALYZER_VERSION
 from mcp_proxy.errors import StoreError
 from mcp_proxy.osutil import gc_paused
 from mcp_proxy.store.direct import DirectStore
-from mcp_proxy.store.engine import sqlite_path
 from mcp_proxy.store.liveness import session_status
 from mcp_proxy.store.rows import (
     FindingRow,
@@ -82,10 +82,8 @@ __all__ = [
     "findings_view",
     "fingerprint",
     "is_fresh",
-    "load",
-    "refresh",
+    "load_sync",
     "session_analysis",
-    "session_findings",
     "session_stats",
     "session_view",
     "sessions_stats",
@@ -94,8 +92,8 @@ __all__ = [
     "stats_fresh",
     "stats_of_sessions",
     "stats_row",
+    "stored_findings",
     "stream_analysis",
-    "stream_exchanges",
 ]
 
 
@@ -214,16 +212,6 @@ def finding_rows(
 LOAD_BATCH = 20_000
 
 
-async def load(store: Store, session: SessionRow) -> Decoder:
-    """Stream a session's frames from the store into a :class:`Decoder`, batch by batch
-    (:func:`load_sync`). A SQLite file is read in this thread (the standard driver's plain
-    tuples cost less than a thread hop per query); another database in a worker thread, so
-    that the loop stays free while the server answers."""
-    if sqlite_path(store.url) is not None:
-        return load_sync(store.url, str(session["id"]))
-    return await asyncio.to_thread(load_sync, store.url, str(session["id"]))
-
-
 def load_sync(url: str, session_id: str) -> Decoder:
     """A session's frames read in the calling thread into a :class:`Decoder`, in batches.
 
@@ -323,6 +311,17 @@ def _first_envelope(url: str, session_id: str, facts: FactsBuilder) -> None:
             close()
 
 
+async def session_analysis(store: Store, session: SessionRow) -> Analysis:
+    """The full analysis of a session (exchanges, chains, findings, facts), computed now in a
+    worker thread and stored nowhere: what the dashboard shows of a session small enough to
+    analyse whole (its caller's bound). What a session's stored findings and numbers come from
+    is the one bounded pass (:func:`stored_findings`)."""
+    http = await store.http_exchanges(session["id"])
+    view = session_view(session)
+    view["fault_end"] = fault_end(await store.recorded_findings(session["id"]))
+    return await asyncio.to_thread(_load_and_analyze, store.url, str(session["id"]), view, http)
+
+
 def _load_and_analyze(
     url: str, session_id: str, view: SessionView, http: list[HttpExchangeRow]
 ) -> Analysis:
@@ -330,119 +329,22 @@ def _load_and_analyze(
     return analyze(load_sync(url, session_id), session=view, http_exchanges=http)
 
 
-async def _store_findings(
-    store: Store, session: SessionRow, analysis: Analysis, *, strict: bool
-) -> None:
-    """Replace the stored analyzer findings; a read-only database is tolerated unless strict."""
-    try:
-        await store.replace_analyzer_findings(session["id"], finding_rows(analysis, session))
-    except StoreError as exc:
-        if strict:
-            raise
-        log.warning("could not store findings of %s: %s", session["id"], exc)
-
-
-async def session_analysis(
-    store: Store,
-    session: SessionRow,
-    *,
-    save: bool = True,
-    threaded: bool = False,
-    strict: bool = True,
-) -> Analysis:
-    """Analyse a session now (exchanges are not stored; they are cheap to recompute).
-
-    With ``save`` the findings are stored when the stored ones are stale, so that the next
-    :func:`session_findings` is a plain read; ``strict=False`` lets a read-only database still
-    answer (the dashboard). ``threaded`` runs the CPU part in a worker thread.
-    """
-    http = await store.http_exchanges(session["id"])
-    view = session_view(session)
-    view["fault_end"] = fault_end(await store.recorded_findings(session["id"]))
-    if threaded:  # reading and analysing in one worker thread, whatever the dialect
-        analysis = await asyncio.to_thread(
-            _load_and_analyze, store.url, str(session["id"]), view, http
-        )
-    else:
-        decoder = await load(store, session)
-        analysis = analyze(decoder, session=view, http_exchanges=http)
-        del decoder
-    if save and not is_fresh(session, await store.analysis_summary(session["id"])):
-        await _store_findings(store, session, analysis, strict=strict)
-    return analysis
-
-
-async def refresh(store: Store, session: SessionRow, *, threaded: bool = False) -> Analysis:
-    """Recompute and store a session's findings whatever the stored state, in bounded memory
-    (:func:`stream_analysis`: the result holds no exchanges)."""
-    analysis = await _bounded(store, session, threaded=threaded)
-    await _store_findings(store, session, analysis, strict=True)
-    return analysis
-
-
-async def _bounded(
-    store: Store,
-    session: SessionRow,
-    *,
-    threaded: bool,
-    also: Callable[[Sequence[Injected]], Consumer] | None = None,
-) -> Analysis:
-    """:func:`stream_analysis` of a stored session (in a worker thread when ``threaded``)."""
-    http = await store.http_exchanges(session["id"])
-    view = session_view(session)
-    view["fault_end"] = fault_end(await store.recorded_findings(session["id"]))
-    if threaded:
-        return await asyncio.to_thread(stream_analysis, store.url, view, http, also=also)
-    return stream_analysis(store.url, view, http, also=also)
-
-
-async def stream_exchanges(
-    store: Store, session: SessionRow, also: Callable[[Sequence[Injected]], Consumer]
-) -> Analysis:
-    """One bounded pass over a stored session (:func:`stream_analysis`) that also feeds the
-    consumer ``also`` makes (``show -x``: each exchange once its outcome is known); its findings
-    are stored when the stored ones are stale, so that the next :func:`session_findings` reads."""
-    analysis = await _bounded(store, session, threaded=False, also=also)
-    if not is_fresh(session, await store.analysis_summary(session["id"])):
-        await _store_findings(store, session, analysis, strict=True)
-    return analysis
-
-
-async def _stored(store: Store, session: SessionRow) -> list[dict[str, Any]]:
-    rows = await store.session_findings(session["id"])
-    return sort_rows([finding_record(r) for r in rows])
-
-
-async def session_findings(
-    store: Store, session: SessionRow, *, recompute: bool = False
-) -> list[dict[str, Any]]:
-    """A session's findings (recorder and analyzer), recomputed first only when stale.
-
-    Records in the one finding shape (:func:`~mcp_proxy.analysis.model.finding_record`), in
-    the one order (worst first, then by frame).
-    """
-    summary = await store.analysis_summary(session["id"])
-    if recompute or not is_fresh(session, summary):
-        await refresh(store, session)
-    return await _stored(store, session)
-
-
 async def findings_view(
-    store: Store, session: SessionRow, *, analyse_if_stale: bool = True
+    store: Store, session: SessionRow, *, analyse_if_stale: bool = True, force: bool = False
 ) -> tuple[list[dict[str, Any]], bool]:
-    """A session's findings and whether they are current.
-
-    With ``analyse_if_stale`` (the caller's choice, e.g. "small enough to analyse inline"), stale
-    findings are recomputed first in a worker thread; a read-only database still gets the stored
-    rows.
-    """
-    summary = await store.analysis_summary(session["id"])
-    fresh = is_fresh(session, summary)
-    if not fresh and analyse_if_stale:
-        analysis = await _bounded(store, session, threaded=True)
-        await _store_findings(store, session, analysis, strict=False)
-        fresh = is_fresh(session, await store.analysis_summary(session["id"]))
-    return await _stored(store, session), fresh
+    """A session's findings and whether they are current, for an event loop (the dashboard):
+    :func:`stored_findings` in a worker thread. With ``analyse_if_stale`` (the caller's choice,
+    e.g. "small enough to analyse inline") stale findings are recomputed first, and with
+    ``force`` whatever the stored ones ("Analyse now"); a read-only database still gets the
+    stored rows."""
+    return await asyncio.to_thread(
+        stored_findings,
+        store.url,
+        session,
+        analyse=force or analyse_if_stale,
+        recompute=force,
+        strict=False,
+    )
 
 
 async def sessions_stats(
@@ -513,30 +415,46 @@ def session_stats(
     if row is not None and stats_fresh(session, row):
         methods: list[StoredMethod] = row["methods"]
         return methods
-    return _session_pass(store, url, session)
+    return _session_pass(store, url, session, recount=True)
 
 
 def _session_pass(
-    store: DirectStore, url: str, session: SessionRow, *, findings: bool = False
+    store: DirectStore,
+    url: str,
+    session: SessionRow,
+    *,
+    findings: bool = False,
+    recount: bool = False,
+    strict: bool = True,
+    also: Callable[[Sequence[Injected]], Consumer] | None = None,
 ) -> list[StoredMethod]:
     """The one streaming pass over a stored session (:func:`stream_analysis` with a
     :class:`~mcp_proxy.analysis.stats.MethodTable`): it gives both the session's per-method
     numbers and its findings, and whoever ran it — the settle, ``stats``, ``check`` — stores
     both, so that the next of either command is a read. The numbers are stored unless the
     session is live (a database that cannot be written still gets them); the findings with
-    ``findings`` (``check``: whatever the stored ones, a failure raised), else when the stored
-    ones are stale and the session is not live. Returns the numbers in their stored form."""
+    ``findings`` (``check``, ``show -x``, the dashboard: whatever the stored ones, a failure
+    raised unless not ``strict``), else when the stored ones are stale and the session is not
+    live. The numbers are stored when the stored ones are stale, or with ``recount`` whatever
+    they are (``stats --recompute``). ``also`` makes one more consumer of the pass (:func:`stream_analysis`). Returns the
+    numbers in their stored form."""
     sid = str(session["id"])
     view = session_view(session)
     view["fault_end"] = fault_end(store.recorded_findings(sid))
     table = MethodTable(by_name=True)
-    analysis = stream_analysis(url, view, store.http_exchanges(sid), stats=table)
+    analysis = stream_analysis(url, view, store.http_exchanges(sid), also=also, stats=table)
     fresh = stats_row(session, table.stats)
     if findings:
-        store.replace_analyzer_findings(sid, finding_rows(analysis, session))
+        try:
+            store.replace_analyzer_findings(sid, finding_rows(analysis, session))
+        except StoreError as exc:
+            if strict:
+                raise
+            log.warning("could not store the findings of %s: %s", sid, exc)
     if view["status"] != "live":
         try:
-            store.replace_session_stats(fresh)
+            if recount or not stats_fresh(session, store.session_stats(sid)):
+                store.replace_session_stats(fresh)
             if not findings and not is_fresh(session, store.analysis_summary(sid)):
                 store.replace_analyzer_findings(sid, finding_rows(analysis, session))
         except StoreError as exc:
@@ -568,20 +486,42 @@ def settle(url: str, session_id: str) -> bool:
         return True
 
 
+def stored_findings(
+    url: str,
+    session: SessionRow,
+    *,
+    analyse: bool = True,
+    recompute: bool = False,
+    strict: bool = True,
+    also: Callable[[Sequence[Injected]], Consumer] | None = None,
+) -> tuple[list[dict[str, Any]], bool]:
+    """A session's findings (recorder and analyzer) as stored, and whether they are current.
+
+    With ``analyse``, stale ones (or all with ``recompute``, or whenever ``also`` asks for the
+    pass: ``show -x``) are first recomputed by the one streaming pass (:func:`_session_pass`),
+    which stores them and the session's numbers, so that the next ``check`` or ``stats`` is a
+    read; ``strict=False`` lets a read-only database still answer with what it has. Through
+    the driver, with no event loop: on SQLite no SQLAlchemy is imported (its import cost
+    ``check`` on stored findings more CPU than the rest of its work). Records in the one
+    finding shape (:func:`~mcp_proxy.analysis.model.finding_record`), in the one order."""
+    sid = str(session["id"])
+    with DirectStore(url) as store:
+        now = store.session(sid) or session
+        fresh = is_fresh(now, store.analysis_summary(sid))
+        if analyse and (recompute or also is not None or not fresh):
+            _session_pass(
+                store, url, now, findings=recompute or not fresh, strict=strict, also=also
+            )
+            fresh = is_fresh(now, store.analysis_summary(sid))
+        rows = [r for r in store.recorded_findings(sid) if r["code"] != SUMMARY_CODE]
+    return sort_rows([finding_record(r) for r in rows]), fresh
+
+
 def current_findings(
     url: str, session: SessionRow, *, recompute: bool = False
 ) -> list[dict[str, Any]]:
-    """:func:`session_findings` without an event loop or the async store (``check``,
-    ``show``): the stored findings, recomputed and stored first when stale (or when asked to
-    ``recompute``), through the driver — on SQLite no SQLAlchemy is imported (its import cost
-    ``check`` on stored findings more CPU than the rest of its work)."""
-    sid = str(session["id"])
-    with DirectStore(url) as store:
-        fresh = store.session(sid) or session
-        if recompute or not is_fresh(fresh, store.analysis_summary(sid)):
-            _session_pass(store, url, fresh, findings=True)
-        rows = [r for r in store.recorded_findings(sid) if r["code"] != SUMMARY_CODE]
-    return sort_rows([finding_record(r) for r in rows])
+    """:func:`stored_findings`, recomputed first when stale (``check``, ``show``)."""
+    return stored_findings(url, session, recompute=recompute)[0]
 
 
 def enrich(row: dict[str, Any]) -> dict[str, Any]:

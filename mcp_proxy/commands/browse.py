@@ -7,7 +7,7 @@ import codecs
 import json
 import sys
 from functools import partial
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -111,45 +111,34 @@ def show(
         for row in rows:
             out.write(finding_text(row, detail=not no_body) + "\n")
 
-    if not exchanges:
-        # Frames and findings through the driver: no event loop, no async store to start (nor
-        # the analysis, imported only for the findings text mode prints).
-        url, direct = open_direct(db)
-        with direct:
-            s = direct.resolve_session(session)
-        if fmt == Format.text:
-            out.write(_session_head(s))
-        _print_frames(url, s["id"], fmt, body=not no_body, no_stderr=no_stderr)
+    # Through the driver: no event loop, no async store to start (nor the analysis, imported
+    # only for the findings text mode prints, or for the exchanges).
+    url, direct = open_direct(db)
+    with direct:
+        s = direct.resolve_session(session)
+    if fmt == Format.text:
+        out.write(_session_head(s))
+    if exchanges:
+        found = _print_exchanges(url, s, fmt)
         if findings:
-            from mcp_proxy.analysis.service import current_findings
-
-            print_findings(current_findings(url, s))
+            print_findings(found)
         return
+    _print_frames(url, s["id"], fmt, body=not no_body, no_stderr=no_stderr)
+    if findings:
+        from mcp_proxy.analysis.service import current_findings
 
-    async def go() -> None:
-        from mcp_proxy.analysis.service import session_findings
-
-        store = await open_store(db)
-        try:
-            s = cast("SessionRow", await store.resolve_session(session))
-            if fmt == Format.text:
-                out.write(_session_head(s))
-            await _print_exchanges(store, s, fmt)
-            if findings:
-                print_findings(await session_findings(store, s))
-        finally:
-            await store.close()
-
-    asyncio.run(go())
+        print_findings(current_findings(url, s))
 
 
-async def _print_exchanges(store: Any, s: SessionRow, fmt: Format) -> None:
+def _print_exchanges(url: str, s: SessionRow, fmt: Format) -> list[dict[str, Any]]:
     """A session's exchanges, printed as the streaming pass resolves them, in request order
     with the frames mcptape injected between them (``InOrder``: a bounded reorder buffer, past
-    which they print in the order they were answered, and stderr says so once)."""
+    which they print in the order they were answered, and stderr says so once). The pass is
+    the one that stores the session's findings (:func:`~mcp_proxy.analysis.service.
+    stored_findings`); returns them."""
     from mcp_proxy.analysis.in_order import InOrder
     from mcp_proxy.analysis.model import Exchange
-    from mcp_proxy.analysis.service import stream_exchanges
+    from mcp_proxy.analysis.service import stored_findings
     from mcp_proxy.render import exchange_text, folded_poll, injected_text
 
     write = sys.stdout.write
@@ -171,7 +160,8 @@ async def _print_exchanges(store: Any, s: SessionRow, fmt: Format) -> None:
             file=sys.stderr,
         )
 
-    await stream_exchanges(store, s, lambda injected: InOrder(injected, emit, overflow))
+    found, _fresh = stored_findings(url, s, also=lambda injected: InOrder(injected, emit, overflow))
+    return found
 
 
 def _session_head(s: SessionRow) -> str:

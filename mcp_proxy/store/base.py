@@ -8,14 +8,20 @@ the public methods of :class:`mcp_proxy.store.queries.Store`, never a statement 
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from mcp_proxy.errors import StoreError
 from mcp_proxy.store import engine as engine_mod
+from mcp_proxy.store.direct import DirectStore
 from mcp_proxy.store.schema import frames
+
+T = TypeVar("T")
 
 #: Every frame column but the bytes (lists and timelines never need all of them).
 FRAME_COLUMNS_NO_RAW = [c for c in frames.c if c.name != "raw"]
@@ -33,6 +39,31 @@ class StoreBase:
     def __init__(self, url: str, engine: AsyncEngine) -> None:
         self.url = url
         self.engine = engine
+        # The reads and writes the driver store (:class:`DirectStore`) has: one connection of
+        # it per store, opened on first use, used by one worker thread at a time (the lock),
+        # closed with the store.
+        self._direct_store: DirectStore | None = None
+        self._direct_lock = threading.Lock()
+
+    async def _direct(self, call: Callable[[DirectStore], T]) -> T:
+        """``call(direct)`` in a worker thread on this store's :class:`DirectStore`: the one
+        implementation of a session's row, its HTTP exchanges, findings and summary, the
+        analyzer's swap — the recorder process, ``show`` and ``export`` use it without
+        SQLAlchemy, the async store through it."""
+
+        def run() -> T:
+            with self._direct_lock:
+                if self._direct_store is None:
+                    self._direct_store = DirectStore(self.url)
+                return call(self._direct_store)
+
+        return await asyncio.to_thread(run)
+
+    def _close_direct(self) -> None:
+        with self._direct_lock:
+            if self._direct_store is not None:
+                self._direct_store.close()
+                self._direct_store = None
 
     @property
     def dialect(self) -> str:

@@ -1,15 +1,14 @@
-"""A session's rows and its analyzer findings through the driver, for the recorder process.
+"""A session's rows and its analyzer findings through the driver: their one implementation.
 
-When a session ends, the recorder process stores its findings (``analysis.service.settle``):
-it reads the session's row, its HTTP exchanges, its recorded findings and the analyzer's
-summary row, and swaps the analyzer's rows for new ones. That is a handful of statements once
-per session, in a process that otherwise writes through the driver (``store/writer.py``), so
-it goes through the driver too: plain :mod:`sqlite3` on a SQLite file — no SQLAlchemy is
-imported, which cost the recorder process of every ``mcptape record`` more CPU than the
-recording — and, elsewhere, the DBAPI connection of a sync engine (the recorder already
-imports it there). The rows come back as the async store's do (``store/queries.py``): dicts
-of every column, JSON columns decoded. ``show`` (its frames and findings) and ``export`` read a
-session through it too, so that neither starts the async store.
+A session's row (by id, prefix or name; the newest first), its HTTP exchanges, its recorded
+findings and the analyzer's summary row, its ``tools/list`` answers, and the swap of the
+analyzer's rows are read and written here only. The recorder process (``analysis.service.
+settle``), ``show``, ``export``, ``check`` and ``stats`` call this directly: plain
+:mod:`sqlite3` on a SQLite file — no SQLAlchemy is imported, which cost the recorder process of
+every ``mcptape record`` more CPU than the recording — and, elsewhere, the DBAPI connection of a
+sync engine. The async store (``store/queries.py``, the dashboard) calls the same methods in a
+worker thread, on one :class:`DirectStore` of its own (``store/base.py``). The rows are dicts of
+every column, JSON columns decoded.
 """
 
 from __future__ import annotations
@@ -157,9 +156,15 @@ class DirectStore:
         return rows[0]
 
     def list_sessions(
-        self, *, name: str | None = None, since: float | None = None, limit: int | None = 50
+        self,
+        *,
+        name: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int | None = 50,
+        before: tuple[float, str] | None = None,
     ) -> list[SessionRow]:
-        """Sessions newest first (as the async store's ``list_sessions``)."""
+        """Sessions newest first. ``before`` = (started_at, id) of the last row seen (keyset)."""
         where: list[str] = []
         args: list[Any] = []
         if name is not None:
@@ -168,6 +173,12 @@ class DirectStore:
         if since is not None:
             where.append("started_at >= ?")
             args.append(since)
+        if until is not None:
+            where.append("started_at < ?")
+            args.append(until)
+        if before is not None:
+            where.append("(started_at < ? OR (started_at = ? AND id < ?))")
+            args.extend((before[0], before[0], before[1]))
         sql = f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions"
         if where:
             sql += " WHERE " + " AND ".join(where)

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from mcp_proxy.errors import BadValueError, NotFoundError
 from mcp_proxy.store.base import FRAME_COLUMNS_NO_RAW, StoreBase
-from mcp_proxy.store.columns import ANSWERS_SQL, KIND_CODES, responses_only
+from mcp_proxy.store.columns import KIND_CODES
 from mcp_proxy.store.filters import (
     SEVERITIES,
     SORTS,
@@ -288,10 +288,7 @@ class PageQueries(StoreBase):
         ``tools/list`` requests, in wire order: the last one is what the host saw last
         (:data:`~mcp_proxy.store.columns.ANSWERS_SQL`, which ``stats`` runs through the
         driver)."""
-        rows = await self._all(
-            sa.text(ANSWERS_SQL).bindparams(sid=session_id, method="tools/list", limit=limit)
-        )
-        return cast(list[AnswerRow], responses_only(rows))
+        return await self._direct(lambda d: d.tools_list_answers(session_id, limit))
 
     async def http_exchanges_by_id(self, ids: Iterable[int]) -> dict[int, HttpExchangeRow]:
         wanted = sorted(set(ids))

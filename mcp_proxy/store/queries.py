@@ -7,6 +7,7 @@ paths a user walks (sessions newest first, one session's frames in order) are se
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -20,7 +21,7 @@ from mcp_proxy.store.base import FRAME_COLUMNS_NO_RAW, StoreBase
 from mcp_proxy.store.liveness import duration, is_live, session_status
 from mcp_proxy.store.pages import PageQueries
 from mcp_proxy.store.rows import FindingRow, HttpExchangeRow, SessionRow, StoredFinding, ViewFrame
-from mcp_proxy.store.schema import findings, frames, http_exchanges, sessions
+from mcp_proxy.store.schema import findings, frames, sessions
 
 __all__ = [
     "FRAME_COLUMNS_NO_RAW",
@@ -78,6 +79,7 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
         return cls(url, eng)
 
     async def close(self) -> None:
+        await asyncio.to_thread(self._close_direct)
         await self.engine.dispose()
 
     async def __aenter__(self) -> Store:
@@ -97,25 +99,11 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
         before: tuple[float, str] | None = None,
     ) -> list[SessionRow]:
         """Sessions newest first. ``before`` = (started_at, id) of the last row seen (keyset)."""
-        stmt = sa.select(sessions)
-        if name is not None:
-            stmt = stmt.where(sessions.c.name == name)
-        if since is not None:
-            stmt = stmt.where(sessions.c.started_at >= since)
-        if until is not None:
-            stmt = stmt.where(sessions.c.started_at < until)
-        if before is not None:
-            ts, sid = before
-            stmt = stmt.where(
-                sa.or_(
-                    sessions.c.started_at < ts,
-                    sa.and_(sessions.c.started_at == ts, sessions.c.id < sid),
-                )
+        return await self._direct(
+            lambda d: d.list_sessions(
+                name=name, since=since, until=until, limit=limit, before=before
             )
-        stmt = stmt.order_by(sessions.c.started_at.desc(), sessions.c.id.desc())
-        if limit is not None:
-            stmt = stmt.limit(limit)
-        return cast(list[SessionRow], await self._all(stmt))
+        )
 
     async def get_session(self, session_id: str) -> SessionRow | None:
         row = await self._one(sa.select(sessions).where(sessions.c.id == session_id))
@@ -127,28 +115,7 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
         A :class:`SessionRow` at run time; typed as a dict until ``recording/database.py``'s
         ``resolve_sessions`` (which collects these in a ``dict[str, dict[str, Any]]``) says so.
         """
-        ref = ref.strip()
-        if not ref:
-            raise NotFoundError("empty session reference")
-        if all(ch in "0123456789abcdef" for ch in ref.lower()):
-            rows = await self._all(
-                sa.select(sessions)
-                .where(sessions.c.id.startswith(ref.lower(), autoescape=True))
-                .limit(2)
-            )
-            if len(rows) == 1:
-                return rows[0]
-            if len(rows) > 1:
-                raise NotFoundError(f"session id prefix {ref!r} is ambiguous; give more characters")
-        row = await self._one(
-            sa.select(sessions)
-            .where(sessions.c.name == ref)
-            .order_by(sessions.c.started_at.desc(), sessions.c.id.desc())
-            .limit(1)
-        )
-        if row is None:
-            raise NotFoundError(f"no session matches {ref!r} (an id prefix or a session name)")
-        return row
+        return dict(await self._direct(lambda d: d.resolve_session(ref)))
 
     async def session(self, ref: str) -> SessionRow:
         """A session by full id (what links carry) or, for people, a prefix or a name."""
@@ -205,18 +172,10 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
 
     # ------------------------------------------------------------------ exchanges & findings
     async def http_exchanges(self, session_id: str) -> list[HttpExchangeRow]:
-        rows = await self._all(
-            sa.select(http_exchanges)
-            .where(http_exchanges.c.session_id == session_id)
-            .order_by(http_exchanges.c.started_at, http_exchanges.c.id)
-        )
-        return cast(list[HttpExchangeRow], rows)
+        return await self._direct(lambda d: d.http_exchanges(session_id))
 
     async def recorded_findings(self, session_id: str) -> list[StoredFinding]:
-        rows = await self._all(
-            sa.select(findings).where(findings.c.session_id == session_id).order_by(findings.c.id)
-        )
-        return cast(list[StoredFinding], rows)
+        return await self._direct(lambda d: d.recorded_findings(session_id))
 
     # ------------------------------------------------------------------ analysis
     # Findings are derived data: the analyzer (mcp_proxy.analysis.service) replaces its own rows
@@ -225,17 +184,7 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
 
     async def analysis_summary(self, session_id: str) -> StoredFinding | None:
         """The analyzer's ``analysis.summary`` row for a session (None: never analysed)."""
-        row = await self._one(
-            sa.select(findings)
-            .where(
-                findings.c.session_id == session_id,
-                findings.c.source == "analyzer",
-                findings.c.code == "analysis.summary",
-            )
-            .order_by(findings.c.id.desc())
-            .limit(1)
-        )
-        return cast(StoredFinding | None, row)
+        return await self._direct(lambda d: d.analysis_summary(session_id))
 
     async def session_findings(
         self, session_id: str, *, include_summary: bool = False
@@ -247,26 +196,9 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
         return cast(list[StoredFinding], await self._all(stmt.order_by(findings.c.id)))
 
     async def replace_analyzer_findings(self, session_id: str, rows: Sequence[FindingRow]) -> None:
-        """Swap a session's analyzer findings for ``rows`` atomically.
-
-        The session row is locked first (``FOR UPDATE`` where the database has it; SQLite
-        serialises writers anyway), so two processes refreshing the same session at once leave
-        one set of rows, not two.
-        """
-        try:
-            async with self.engine.begin() as conn:
-                await conn.execute(
-                    sa.select(sessions.c.id).where(sessions.c.id == session_id).with_for_update()
-                )
-                await conn.execute(
-                    findings.delete().where(
-                        findings.c.session_id == session_id, findings.c.source == "analyzer"
-                    )
-                )
-                if rows:
-                    await conn.execute(findings.insert(), [storable(r) for r in rows])
-        except sa.exc.DBAPIError as exc:
-            raise StoreError(engine_mod.error_line(exc)) from exc
+        """Swap a session's analyzer findings for ``rows`` atomically, the session row locked
+        first, so that two processes refreshing one session leave one set of rows."""
+        await self._direct(lambda d: d.replace_analyzer_findings(session_id, rows))
 
 
 def storable(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ async def _both(db_url: str, ref: str) -> tuple[list[dict[str, Any]], list[dict[
     store = await Store.open(db_url)
     try:
         s = await store.resolve_session(ref)
-        full = await service.session_analysis(store, s, save=False)
+        full = await service.session_analysis(store, s)
         http = await store.http_exchanges(s["id"])
         view = service.session_view(s)
         view["fault_end"] = service.fault_end(await store.recorded_findings(s["id"]))
@@ -83,7 +83,7 @@ def _peak(db_url: str, name: str) -> int:
             s = await store.resolve_session(name)
             tracemalloc.start()
             try:
-                await service.refresh(store, s)
+                await asyncio.to_thread(service.current_findings, db_url, s, recompute=True)
                 return tracemalloc.get_traced_memory()[1]
             finally:
                 tracemalloc.stop()

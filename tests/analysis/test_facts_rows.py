@@ -69,7 +69,7 @@ async def _facts(db_url: str, ref: str) -> tuple[SessionFacts, SessionFacts]:
     store = await Store.open(db_url)
     try:
         s = await store.resolve_session(ref)
-        full = await service.session_analysis(store, s, save=False)
+        full = await service.session_analysis(store, s)
         http = await store.http_exchanges(s["id"])
         view = service.session_view(s)
         view["fault_end"] = service.fault_end(await store.recorded_findings(s["id"]))

@@ -182,7 +182,7 @@ def _check(db_url: str, w: Wire, name: str) -> list[dict]:
     async def go() -> list[dict]:
         store = await Store.open(db_url)
         try:
-            return await service.session_findings(store, await store.resolve_session(name))
+            return service.current_findings(db_url, await store.resolve_session(name))
         finally:
             await store.close()
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from mcp_proxy.analysis import service
+from mcp_proxy.store.direct import DirectStore
 from mcp_proxy.store.queries import Store
 from mcp_proxy.testing.factories import Wire
 from tests.analysis.cases import CASES
@@ -24,7 +26,7 @@ async def _findings(db_url: str, ref: str, **kw: bool) -> list[dict]:
     store = await Store.open(db_url)
     try:
         s = await store.resolve_session(ref)
-        return await service.session_findings(store, s, **kw)
+        return service.current_findings(db_url, s, **kw)
     finally:
         await store.close()
 
@@ -139,16 +141,10 @@ def test_recorder_findings_are_kept_and_reported(db_url: str, db_path: Path) -> 
 def test_concurrent_refreshes_leave_one_set(db_url: str, db_path: Path) -> None:
     _crash_session(db_url)
 
-    async def both() -> None:
-        stores = [await Store.open(db_url) for _ in range(2)]
-        try:
-            s = await stores[0].resolve_session("crashy")
-            await asyncio.gather(*(service.refresh(st, s) for st in stores))
-        finally:
-            for st in stores:
-                await st.close()
-
-    asyncio.run(both())
+    with DirectStore(db_url) as direct:
+        s = direct.resolve_session("crashy")
+    with ThreadPoolExecutor(2) as pool:  # two recomputations at once, each its own connection
+        list(pool.map(lambda _: service.current_findings(db_url, s, recompute=True), range(2)))
     codes = [r["code"] for r in _rows(db_path, "SELECT code FROM findings")]
     assert sorted(codes) == [
         "analysis.summary",

@@ -168,7 +168,7 @@ async def test_service_stats_match_the_full_analysis_on_recorded_sessions(
             got = await service.sessions_stats(store, sessions, by_name=by_name)
             parts = []
             for s in sessions:
-                a = await service.session_analysis(store, s, save=False)
+                a = await service.session_analysis(store, s)
                 parts.append(method_stats(a.exchanges, by_name=by_name))
             want = service.sorted_stats(service.merge_stats(parts))
             assert json.dumps([s.as_dict() for s in got]) == json.dumps([s.as_dict() for s in want])

@@ -80,9 +80,9 @@ async def test_service_streams_the_store_in_batches(
     try:
         session = await store.get_session(sid)
         assert session is not None
-        decoder = await service.load(store, session)
+        decoder = service.load_sync(store.url, sid)
         assert decoder.frames == len(w.frames)
-        streamed = await service.session_analysis(store, session, save=False)
+        streamed = await service.session_analysis(store, session)
         whole = analyze(decoder, session=service.session_view(session))
         assert _summary(streamed) == _summary(whole)
     finally:

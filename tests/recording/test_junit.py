@@ -7,7 +7,7 @@ import asyncio
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from mcp_proxy.analysis.service import session_findings
+from mcp_proxy.analysis.service import current_findings
 from mcp_proxy.diff import diff_sessions
 from mcp_proxy.recording.junit import Case, Suite, check_junit, junit_xml, replay_junit
 from mcp_proxy.recording.registry import read_recording
@@ -60,7 +60,7 @@ def test_check_junit_fails_a_case_per_error_finding_from_the_database(
         store = await Store.open(url)
         try:
             (s,) = await store.list_sessions()
-            return [(s, await session_findings(store, s))]
+            return [(s, current_findings(url, s))]
         finally:
             await store.close()
 

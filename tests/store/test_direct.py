@@ -1,6 +1,8 @@
-"""The recorder process's settle reads and writes through the driver (``store/direct.py``):
-the same rows as the async store's (``store/queries.py``) on both dialects, and a swap of the
-analyzer's findings that leaves the recorder's alone."""
+"""A session's rows, its findings and the analyzer's swap have one implementation, the
+driver's (``store/direct.py``): the recorder process's settle, ``show``, ``export`` and
+``stats`` call it directly (no SQLAlchemy on SQLite), the async store (``store/queries.py``) in
+a worker thread. Expected rows on both dialects, and a swap of the analyzer's findings that
+leaves the recorder's alone."""
 
 from __future__ import annotations
 
@@ -57,20 +59,7 @@ def _seed(url: str) -> None:
         writer.close()
 
 
-async def _async_rows(url: str) -> tuple[Any, ...]:
-    store = await Store.open(url)
-    try:
-        return (
-            await store.get_session(SID),
-            await store.recorded_findings(SID),
-            await store.analysis_summary(SID),
-            await store.http_exchanges(SID),
-        )
-    finally:
-        await store.close()
-
-
-def test_rows_are_the_async_stores_and_the_swap_keeps_recorder_rows(db_url: str) -> None:
+def test_rows_and_a_swap_that_keeps_recorder_rows(db_url: str) -> None:
     _seed(db_url)
     with DirectStore(db_url) as d:
         assert d.session("nope") is None and d.analysis_summary(SID) is None
@@ -82,8 +71,6 @@ def test_rows_are_the_async_stores_and_the_swap_keeps_recorder_rows(db_url: str)
         d.replace_analyzer_findings(SID, rows)  # again: replaced, not added
         mine = (d.session(SID), d.recorded_findings(SID), d.analysis_summary(SID))
         assert d.http_exchanges(SID) == []
-    theirs = asyncio.run(_async_rows(db_url))
-    assert mine == theirs[:3]
     session, found, summary = mine
     assert session is not None and session["command"] == ["srv", "--x"]
     assert session["meta"] == {"k": [1, 2]}
@@ -102,7 +89,42 @@ def test_an_unreachable_database_is_one_store_error_line(tmp_path: Any) -> None:
     assert "\n" not in str(err.value)
 
 
-def test_a_session_is_named_as_the_async_store_names_it(db_url: str) -> None:
+async def _through_the_async_store(db_url: str) -> tuple[Any, ...]:
+    store = await Store.open(db_url)
+    try:
+        return (
+            await store.get_session(SID),
+            await store.recorded_findings(SID),
+            await store.analysis_summary(SID),
+            await store.http_exchanges(SID),
+        )
+    finally:
+        await store.close()
+
+
+def test_the_async_store_reads_and_swaps_through_the_driver(db_url: str) -> None:
+    _seed(db_url)
+
+    async def swap() -> None:
+        store = await Store.open(db_url)
+        try:
+            rows = [_finding("a.b", "analyzer", [1]), _finding("analysis.summary", "analyzer", [])]
+            await asyncio.gather(*(store.replace_analyzer_findings(SID, rows) for _ in range(3)))
+        finally:
+            await store.close()
+
+    asyncio.run(swap())
+    session, found, summary, http = asyncio.run(_through_the_async_store(db_url))
+    assert session is not None and session["meta"] == {"k": [1, 2]}
+    assert [(f["code"], f["source"]) for f in found] == [
+        ("relay.gap", "recorder"),
+        ("a.b", "analyzer"),
+        ("analysis.summary", "analyzer"),
+    ]
+    assert summary is not None and summary["id"] == found[2]["id"] and http == []
+
+
+def test_a_session_is_named_by_prefix_or_name(db_url: str) -> None:
     from mcp_proxy.errors import NotFoundError
 
     writer = BatchWriter.open(db_url)
@@ -121,26 +143,24 @@ def test_a_session_is_named_as_the_async_store_names_it(db_url: str) -> None:
     finally:
         writer.close()
 
-    async def theirs(ref: str) -> str:
-        store = await Store.open(db_url)
-        try:
-            return str((await store.resolve_session(ref))["id"])
-        finally:
-            await store.close()
-
+    want = {"ab12": ids[0], "AB13": ids[1], "cd": ids[2], "same": ids[1], "other": ids[2]}
     with DirectStore(db_url) as d:
-        for ref in ("ab12", "AB13", "cd", "same", "other", ids[0]):
-            assert d.resolve_session(ref)["id"] == asyncio.run(theirs(ref)), ref
+        for ref, sid in (*want.items(), (ids[0], ids[0])):
+            assert d.resolve_session(ref)["id"] == sid, ref
+        assert [r["id"] for r in d.list_sessions()] == ids[::-1]
+        assert [r["id"] for r in d.list_sessions(before=(3.0, ids[2]), limit=1)] == [ids[1]]
+        assert [r["id"] for r in d.list_sessions(since=2.0, until=3.0)] == [ids[1]]
+        assert [r["id"] for r in d.list_sessions(name="same")] == ids[1::-1]
         assert d.resolve_session("same")["id"] == ids[1]  # the latest of that name
         for ref, says in (("ab1", "ambiguous"), ("nope", "no session matches"), (" ", "empty")):
             with pytest.raises(NotFoundError, match=says):
                 d.resolve_session(ref)
 
 
-def test_tools_list_answers_and_sessions_are_the_async_stores(db_url: str) -> None:
-    """``stats`` reads its sessions and their context cost through the driver: the same rows
-    as the dashboard's async store (one query, ``store.columns.ANSWERS_SQL``) — an error is
-    no answer to count, a reused id is answered by the first answer after each request."""
+def test_tools_list_answers(db_url: str) -> None:
+    """``stats`` and the dashboard's cost page read a session's ``tools/list`` answers (one
+    query, ``store.columns.ANSWERS_SQL``): an error is no answer to count, a reused id is
+    answered by the first answer after each request."""
     from mcp_proxy.testing.factories import Wire
 
     w = Wire()
@@ -156,22 +176,14 @@ def test_tools_list_answers_and_sessions_are_the_async_stores(db_url: str) -> No
     sid = w.end().record(db_url, name="cost")
     answers = [f["seq"] for f in w.frames if f["kind"] == "response"][1:3]  # after initialize
 
-    async def theirs() -> tuple[Any, ...]:
-        store = await Store.open(db_url)
-        try:
-            found = await store.tools_list_answers(sid)
-            frame = await store.frame(sid, found[-1]["seq"])
-            return found, frame["raw"] if frame else None, await store.list_sessions(limit=5)
-        finally:
-            await store.close()
-
-    found, raw, listed = asyncio.run(theirs())
     with DirectStore(db_url) as d:
         mine = d.tools_list_answers(sid)
-        assert mine == found and [a["seq"] for a in mine] == answers
-        assert d.frame_raw(sid, answers[-1]) == bytes(raw) and b'"b"' in bytes(raw)
+        assert [a["seq"] for a in mine] == answers
+        raw = d.frame_raw(sid, answers[-1])
+        assert raw is not None and b'"b"' in raw
         assert d.frame_raw(sid, 10_000) is None
-        assert d.list_sessions(limit=5) == listed and d.list_sessions(name="nope") == []
+        assert [r["id"] for r in d.list_sessions(limit=5)] == [sid]
+        assert d.list_sessions(name="nope") == []
 
 
 def test_the_answers_query_stays_on_the_method_and_id_indexes(tmp_path: Any) -> None:
