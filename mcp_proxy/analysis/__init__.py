@@ -9,11 +9,13 @@ Entry points for other parts of mcptape:
 
 - :func:`analyze` — frames (+ session row, HTTP exchanges) → :class:`Analysis`
   (``exchanges``, ``chains``, ``findings``, ``facts``);
-- :mod:`mcp_proxy.analysis.service` — ``session_analysis(store, session)`` and
-  ``session_findings(store, session)`` (stored, versioned, recomputed only when stale, by
-  ``stream_analysis``: two streaming passes, bounded memory, no exchanges kept;
-  ``stream_exchanges``: the same pass handing each exchange to a consumer, e.g.
-  :class:`~mcp_proxy.analysis.in_order.InOrder` for ``show -x``);
+- :mod:`mcp_proxy.analysis.service` — ``stored_findings(url, session)`` (stored, versioned,
+  recomputed only when stale, and with them the per-method numbers, by the one bounded pass
+  ``_session_pass`` over ``stream_analysis``: two streaming passes, no exchanges kept; with
+  ``also`` the same pass hands each exchange to one more consumer, e.g.
+  :class:`~mcp_proxy.analysis.in_order.InOrder` for ``show -x``), ``settle`` (that pass when a
+  session ends) and ``session_analysis(store, session)`` (the dashboard's whole-session views of
+  small sessions, stored nowhere);
 - :mod:`mcp_proxy.analysis.stats` — per-method counts, error rates and latency percentiles;
 - :mod:`mcp_proxy.analysis.catalogue` — every finding code with severity, explanation and
   spec reference; :func:`mcp_proxy.analysis.taxonomy.classify_error` names one error.

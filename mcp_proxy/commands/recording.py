@@ -233,6 +233,14 @@ def import_(
             " format here).",
         ),
     ] = False,
+    analyse: Annotated[
+        bool,
+        typer.Option(
+            "--analyse",
+            help="Also analyse each imported session and store its findings and numbers (as a"
+            " recording stores them when it ends), so the first check and stats are reads.",
+        ),
+    ] = False,
 ) -> None:
     """Load a recording file into the database (each session gets a new id), redacted as
     `record` redacts."""
@@ -256,6 +264,7 @@ def import_(
             read_bytes=read_bytes,
             progress=advance,
             redactor=import_redactor(False) if no_redact else None,
+            analyse=analyse,
         )
     done = [
         (new, s.session.get("name"), n, old)

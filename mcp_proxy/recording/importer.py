@@ -10,11 +10,14 @@ nothing is kept per frame (the map from a file's frame numbers to the new ones i
 they are 1, 2, …; only a file with gaps in its numbers costs 8 bytes a frame for it).
 
 Everything goes in one transaction: a bad line anywhere in the file (a value out of range, a
-truncated end) leaves the database as it was. Once it committed, each session imported is
-settled as the recorder process settles a session that ended (:func:`settle`: its findings and
-per-method numbers analysed in one pass and stored), so that the first ``check`` and ``stats``
-after an import read them; a session that cannot be settled costs a line on the log, never the
-import (its first ``check`` analyses it instead). Other formats (HAR) are read whole as row tuples
+truncated end) leaves the database as it was. With ``analyse`` (``mcptape import --analyse``),
+once it committed, each session imported is settled as the recorder process settles a session
+that ended (:func:`settle`: its findings and per-method numbers analysed in one pass and
+stored), so that the first ``check`` and ``stats`` after the import read them; a session that
+cannot be settled costs a line on the log, never the import (its first ``check`` analyses it
+instead). Not by default: the analysis costs about as much CPU as the import itself (measured,
+docs/recording-format.md), and a file imported and exported again is the same file only when
+the import added nothing to it. Other formats (HAR) are read whole as row tuples
 (the format's ``read_rows``), in the child too, and written by the same writer;
 :func:`import_recording` takes a model built in memory to the same writer in-process.
 """
@@ -302,6 +305,7 @@ def import_recording(
     extra_meta: dict[str, Any] | None = None,
     progress: Progress | None = None,
     redactor: Redactor | None = None,
+    analyse: bool = False,
 ) -> ImportResult:
     """Load a recording (the model: a HAR file read) into a database, in one transaction, each
     session with a new id: its frames become rows (:func:`~mcp_proxy.recording.model.frame_rows`)
@@ -315,7 +319,7 @@ def import_recording(
     then marked ``redacted`` — a file someone sends you is recorded like live traffic.
     """
     rows = (frame_rows(s.frames) for s in recording.sessions)
-    return _import_rows(recording, rows, db_url, extra_meta, progress, redactor)
+    return _import_rows(recording, rows, db_url, extra_meta, progress, redactor, analyse)
 
 
 def _import_rows(
@@ -325,6 +329,7 @@ def _import_rows(
     extra_meta: dict[str, Any] | None,
     progress: Progress | None,
     redactor: Redactor | None,
+    analyse: bool = False,
 ) -> ImportResult:
     """Sessions read whole (``rows``: each session's frames, in ``recording``'s order) into the
     database a page at a time, in one transaction."""
@@ -338,7 +343,8 @@ def _import_rows(
                 importer.page(s, frame_page(part))
         result = importer.finish(recording)
         writer.commit()
-    settle(db_url, result)
+    if analyse:
+        settle(db_url, result)
     return result
 
 
@@ -351,6 +357,7 @@ def import_file(
     progress: Progress | None = None,
     redactor: Redactor | None = None,
     read_bytes: Progress | None = None,
+    analyse: bool = False,
 ) -> tuple[Recording, ImportResult]:
     """``mcptape import FILE``: read it in whatever format it is and import it, in one
     transaction. The returned recording holds the sessions without their frames.
@@ -383,7 +390,8 @@ def import_file(
         assert recording is not None
         result = importer.finish(recording)
         writer.commit()
-    settle(db_url, result)
+    if analyse:
+        settle(db_url, result)
     return recording, result
 
 

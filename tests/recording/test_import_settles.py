@@ -1,6 +1,7 @@
-"""An import stores its sessions' findings and numbers once it committed (issue 24), as the
-recorder process does when a session ends: the first ``mcptape check`` and ``stats`` after an
-import read them instead of analysing the session.
+"""``mcptape import --analyse`` stores its sessions' findings and numbers once it committed
+(issue 24), as the recorder process does when a session ends: the first ``mcptape check`` and
+``stats`` after the import read them instead of analysing the session. Without it an import
+stores the file's rows and nothing else (an import and an export give the file back).
 
 Through the real ``mcptape import`` and ``mcptape check``: right after the import, the summary
 row that says what the findings were computed from, the findings themselves (the file's last
@@ -26,10 +27,10 @@ from tests.recording.test_import_memory import write_recording
 pytestmark = pytest.mark.both_dialects
 
 
-def _import(tmp_path: Path, db: Path | str) -> str:
+def _import(tmp_path: Path, db: Path | str, *flags: str) -> str:
     src = tmp_path / "r.jsonl"
     write_recording(src, 5)  # two exchanges answered, the third request never
-    out = run_mcptape("import", str(src), "--db", str(db), "--json")
+    out = run_mcptape("import", str(src), "--db", str(db), "--json", *flags)
     assert out.returncode == 0, out.stderr
     [s] = json.loads(out.stdout)["sessions"]
     return str(s["id"])
@@ -42,7 +43,7 @@ def _analyzer(db: Path | str, sid: str) -> list[tuple[int, str]]:
 def test_the_first_check_after_an_import_reads_stored_findings(
     tmp_path: Path, db_path: Path | str
 ) -> None:
-    sid = _import(tmp_path, db_path)
+    sid = _import(tmp_path, db_path, "--analyse")
     stored = _analyzer(db_path, sid)
     codes = {code for _, code in stored}
     assert SUMMARY_CODE in codes and "exchange.no_response" in codes, stored
@@ -65,7 +66,7 @@ def test_a_settle_that_fails_leaves_the_import_and_the_first_check_analyses(
 
     monkeypatch.setattr(service, "settle", broken)
     with caplog.at_level(logging.WARNING):
-        sid = _import(tmp_path, db_path)
+        sid = _import(tmp_path, db_path, "--analyse")
     assert [r.getMessage() for r in caplog.records] == [
         f"could not store the findings of {sid}: analysis broke"
     ]
@@ -74,3 +75,11 @@ def test_a_settle_that_fails_leaves_the_import_and_the_first_check_analyses(
     out = run_mcptape("check", sid, "--db", str(db_path), "--format", "json")
     assert out.returncode in (0, 5), out.stderr
     assert SUMMARY_CODE in {code for _, code in _analyzer(db_path, sid)}
+
+
+def test_without_analyse_an_import_stores_only_the_file(
+    tmp_path: Path, db_path: Path | str
+) -> None:
+    sid = _import(tmp_path, db_path)
+    assert _analyzer(db_path, sid) == []
+    assert not rdb.rows(db_path, "SELECT * FROM session_stats WHERE session_id = ?", sid)
