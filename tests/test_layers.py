@@ -548,6 +548,58 @@ def private_uses(root: Path) -> list[str]:
     return sorted(set(found))
 
 
+#: Underscored names that are a public API of the standard library's types (``NamedTuple``,
+#: ``Enum``), not private.
+PUBLIC_UNDERSCORED = frozenset(
+    {"_replace", "_fields", "_make", "_asdict", "_field_defaults", "_value_", "_name_", "_missing_"}
+)
+
+
+def private_members(root: Path) -> list[str]:
+    """``module uses other.Name._x``: a private member of a class (or anything) imported from
+    another project module, read through its name (``SqliteBackend._insert_big``) — the
+    private-name rule's other half (an instance's ``obj._x`` cannot be told apart statically)."""
+    project = tuple(p for p in PACKAGES if (root / p).is_dir())
+    found: list[str] = []
+    for path in sorted(f for p in project for f in (root / p).rglob("*.py")):
+        module = module_name(path, root)
+        tree = parsed(path)[1]
+        imported: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                target = _resolve(node, module, path.name == "__init__.py")
+                if not _under(target, project) or target == module:
+                    continue
+                for alias in node.names:
+                    if not _is_module(root, f"{target}.{alias.name}"):
+                        imported[alias.asname or alias.name] = f"{target}.{alias.name}"
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and _private(node.attr)
+                and node.attr not in PUBLIC_UNDERSCORED
+                and isinstance(node.value, ast.Name)
+                and node.value.id in imported
+            ):
+                found.append(f"{module}:{node.lineno} uses {imported[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_module_reads_a_private_member_of_another_modules_class(tmp_path: Path) -> None:
+    assert private_members(ROOT) == []
+    _write(tmp_path, "mcp_proxy/__init__.py", "")
+    _write(tmp_path, "mcp_proxy/store/__init__.py", "")
+    _write(tmp_path, "mcp_proxy/store/writer.py", "class B:\n    def _big(self): ...\n")
+    _write(
+        tmp_path,
+        "mcp_proxy/store/writes.py",
+        "from mcp_proxy.store.writer import B\nB._big(1)\nB._fields\n",
+    )
+    assert private_members(tmp_path) == [
+        "mcp_proxy.store.writes:2 uses mcp_proxy.store.writer.B._big"
+    ]
+
+
 def _is_elif(parent: ast.AST, child: ast.AST) -> bool:
     """``elif`` is an ``If`` alone in its parent's ``orelse``: the same level, not a deeper one."""
     return isinstance(parent, ast.If) and isinstance(child, ast.If) and parent.orelse == [child]

@@ -172,6 +172,11 @@ class BatchBuilder:
     def pending_frames(self) -> int:
         return len(self._batch.frames) + len(self._run)
 
+    @property
+    def carrying(self) -> bool:
+        """Rows of a batch the database refused are held for the next one."""
+        return self._carry is not None
+
     def build(self) -> None:
         """Turn the chunks held so far into rows now (:meth:`take` would do it anyway): the
         recorder does this while the batch before is still being written."""

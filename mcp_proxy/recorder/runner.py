@@ -167,7 +167,7 @@ class BatchRunner:
 
     def _carrying(self) -> bool:
         b = self.builder
-        return b._carry is not None or any(st.gap.lost for st in b.sessions.values())
+        return b.carrying or any(st.gap.lost for st in b.sessions.values())
 
     def owes(self) -> bool:
         """True while rows wait for the database (being written, refused, or it could not be

@@ -595,30 +595,13 @@ class SqliteBackend:
                 # Rare: row by row, so that row ids stay in the order of the frames.
                 for r in stored:
                     if len(r[_RAW]) > BIG_BLOB:
-                        SqliteBackend._insert_big(conn, r)
+                        insert_big(conn, r)
                     else:
                         conn.execute(_FRAME_INSERT, r)
             elif len(stored) == m and m > 1:
                 conn.execute(sql, list(flat(stored)))
             elif stored:
                 conn.executemany(_FRAME_INSERT, stored)
-
-    @staticmethod
-    def _insert_big(conn: sqlite3.Connection, row: tuple[Any, ...]) -> None:
-        """Write one huge frame without SQLite holding extra copies of it.
-
-        Binding a 64 MiB blob makes sqlite3 copy it and SQLite build a record of it: two more
-        copies. Inserting a ``zeroblob`` of the right size and then writing the bytes through
-        the blob handle keeps memory at the one copy the recorder already holds.
-        """
-        raw = row[_RAW]
-        cur = conn.execute(_FRAME_INSERT, (*row[:_RAW], b"", *row[_RAW + 1 :]))
-        rowid = cur.lastrowid
-        conn.execute("UPDATE frame_rows SET raw = zeroblob(?) WHERE id = ?", (len(raw), rowid))
-        view = memoryview(raw)
-        with conn.blobopen("frame_rows", "raw", rowid or 0) as blob:
-            for i in range(0, len(view), 1 << 20):
-                blob.write(view[i : i + (1 << 20)])
 
     def session_progress(self, sid: str) -> tuple[bool, int, int, int]:
         conn = self.conn
@@ -629,3 +612,20 @@ class SqliteBackend:
             (sid,),
         ).fetchone()
         return row is not None, int(last or 0), int(count or 0), int(row[0] or 0) if row else 0
+
+
+def insert_big(conn: sqlite3.Connection, row: tuple[Any, ...]) -> None:
+    """Write one huge frame without SQLite holding extra copies of it.
+
+    Binding a 64 MiB blob makes sqlite3 copy it and SQLite build a record of it: two more
+    copies. Inserting a ``zeroblob`` of the right size and then writing the bytes through
+    the blob handle keeps memory at the one copy the recorder already holds.
+    """
+    raw = row[_RAW]
+    cur = conn.execute(_FRAME_INSERT, (*row[:_RAW], b"", *row[_RAW + 1 :]))
+    rowid = cur.lastrowid
+    conn.execute("UPDATE frame_rows SET raw = zeroblob(?) WHERE id = ?", (len(raw), rowid))
+    view = memoryview(raw)
+    with conn.blobopen("frame_rows", "raw", rowid or 0) as blob:
+        for i in range(0, len(view), 1 << 20):
+            blob.write(view[i : i + (1 << 20)])

@@ -20,7 +20,7 @@ from mcp_proxy.store.codes import encode_known
 from mcp_proxy.store.columns import STORED_FRAME_COLS
 from mcp_proxy.store.engine import Driver, ensure_schema
 from mcp_proxy.store.rows import EXCHANGE_COLUMNS, FRAME_COLS, JSON_COLUMNS, FrameRow, storable
-from mcp_proxy.store.writer import BIG_BLOB, BatchWriter, SqliteBackend, TransientWriteError
+from mcp_proxy.store.writer import BIG_BLOB, BatchWriter, TransientWriteError, insert_big
 
 __all__ = [
     "FRAME_COLS",
@@ -123,7 +123,7 @@ class DriverBackend:
             # Huge frames: sqlite3 blob I/O avoids two more copies of them.
             for r in stored:
                 if len(r[_RAW]) > BIG_BLOB:
-                    SqliteBackend._insert_big(conn, r)
+                    insert_big(conn, r)
             stored = [r for r in stored if len(r[_RAW]) <= BIG_BLOB]
         if stored:
             conn.executemany(FRAME_INSERT, stored)
