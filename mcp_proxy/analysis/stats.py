@@ -274,18 +274,6 @@ class MethodTable:
         pass
 
 
-def method_stats(
-    exchanges: Iterable[Exchange], *, by_name: bool = False
-) -> dict[StatsKey, MethodStats]:
-    """Group exchanges by (direction, method[, name]) and count them."""
-    table = MethodTable(by_name=by_name)
-    for ex in exchanges:
-        table.exchange(ex)
-        if ex.task is not None:
-            table.add_task(ex)
-    return table.stats
-
-
 def merge_stats(
     parts: Iterable[dict[StatsKey, MethodStats]],
 ) -> dict[StatsKey, MethodStats]:

@@ -5,10 +5,12 @@ without ``keep`` (:class:`~mcp_proxy.analysis.core.SessionPass`), a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from mcp_proxy.analysis.core import SessionPass, http_rows
 from mcp_proxy.analysis.facts import Decoder, session_facts
+from mcp_proxy.analysis.model import Exchange
 from mcp_proxy.analysis.stats import MethodStats, MethodTable, StatsKey
 
 
@@ -23,4 +25,17 @@ def pass_stats(w: Any, *, by_name: bool = False) -> dict[StatsKey, MethodStats]:
     )
     one.feed_many(decoder.msgs)
     one.finish(w.session, decoder.frames)
+    return table.stats
+
+
+def method_stats(
+    exchanges: Iterable[Exchange], *, by_name: bool = False
+) -> dict[StatsKey, MethodStats]:
+    """The same table fed the exchanges of an analysis that kept them (``analyze``): what the
+    tests hold the streaming pass's numbers to (the one pairing, with and without ``keep``)."""
+    table = MethodTable(by_name=by_name)
+    for ex in exchanges:
+        table.exchange(ex)
+        if ex.task is not None:
+            table.add_task(ex)
     return table.stats

@@ -122,8 +122,8 @@ def test_an_injected_answer_before_the_request_answers_nothing() -> None:
 
 
 def test_stats_count_an_answer_mcptape_injected_as_the_analysis_does() -> None:
-    from mcp_proxy.analysis.stats import method_stats, sorted_stats
-    from tests.analysis.streamed import pass_stats
+    from mcp_proxy.analysis.stats import sorted_stats
+    from tests.analysis.streamed import method_stats, pass_stats
 
     w = _answered_by_mcptape("error")
     got = [s.as_dict() for s in sorted_stats(pass_stats(w))]
@@ -170,8 +170,8 @@ def test_stats_and_analysis_agree_on_a_session_a_fault_ended(
 ) -> None:
     """``close-stdin`` (the server exits 0) and ``kill`` (signal 9): the pending call is the
     fault's (aborted) in the full analysis and in the streaming statistics alike."""
-    from mcp_proxy.analysis.stats import method_stats, sorted_stats
-    from tests.analysis.streamed import pass_stats
+    from mcp_proxy.analysis.stats import sorted_stats
+    from tests.analysis.streamed import method_stats, pass_stats
 
     w = Wire.initialized()
     w.request("tools/call", 2, {"name": "echo", "arguments": {}})

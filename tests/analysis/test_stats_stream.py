@@ -21,12 +21,12 @@ from mcp_proxy.analysis import service
 from mcp_proxy.analysis.exchanges import Pairing
 from mcp_proxy.analysis.facts import Decoder
 from mcp_proxy.analysis.model import SessionFacts
-from mcp_proxy.analysis.stats import method_stats, sorted_stats
+from mcp_proxy.analysis.stats import sorted_stats
 from mcp_proxy.limits import REORDER_LOOKAHEAD
 from mcp_proxy.store.queries import Store
 from mcp_proxy.testing.factories import Wire, envelope
 from tests.analysis.cases import CASES
-from tests.analysis.streamed import pass_stats
+from tests.analysis.streamed import method_stats, pass_stats
 from tests.conftest import catalogue_sample
 
 #: The store-backed test runs on SQLite (frame_rows as stored) and PostgreSQL (the view's rows).

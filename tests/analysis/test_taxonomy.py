@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 
 from mcp_proxy.analysis.routing import decode_header_value, invalid_x_mcp_header, routing_problems
-from mcp_proxy.analysis.stats import MethodStats, merge_stats, method_stats, summary
+from mcp_proxy.analysis.stats import MethodStats, merge_stats, summary
 from mcp_proxy.analysis.taxonomy import (
     classify_error,
     decode_error_data,
     parse_www_authenticate,
     status_expected,
 )
+from tests.analysis.streamed import method_stats
 
 INIT, M = "initialize", "2026-07-28"
 
