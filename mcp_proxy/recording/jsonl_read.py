@@ -503,14 +503,19 @@ class _Reader:
         self.order.append(self.sessions[sid])
         self.counts["sessions"] += 1
 
-    def owned(self, rec: dict[str, Any], kind: str, where: str) -> None:
+    def owner(self, rec: dict[str, Any], kind: str, where: str) -> SessionRecording:
+        """The session a record belongs to, declared before it (or one clear error)."""
         sid = rec.get("session")
         owner = self.sessions.get(sid) if isinstance(sid, str) else None
         if owner is None:
             raise RecordingFormatError(f"{where}: {kind} for a session not declared before it")
-        if kind == "frame":
-            self.frame(owner, rec, where)
-        elif kind == "http_exchange":
+        return owner
+
+    def owned(self, rec: dict[str, Any], kind: str, where: str) -> None:
+        """A session's exchange, finding or annotation (its frames are read by
+        :func:`read_rows`'s loop)."""
+        owner = self.owner(rec, kind, where)
+        if kind == "http_exchange":
             _check(rec, validate.EXCHANGE, where)
             n = rec["n"]
             owner.exchanges.append({"id": n, **pick(rec, EXCHANGE_FIELDS)})
@@ -524,22 +529,6 @@ class _Reader:
             _check(rec, validate.ANNOTATION, where)
             owner.annotations.append(pick(rec, ANNOTATION_FIELDS))
             self.counts["annotations"] += 1
-
-    def frame(self, owner: SessionRecording, rec: dict[str, Any], where: str) -> None:
-        row = frame_row(rec, where)
-        if row[0] <= self.last[owner.id]:
-            raise RecordingFormatError(f"{where}: frame seq {row[0]} is out of order")
-        ex = row[13]
-        if ex is not None and ex not in self.exchange_ids[owner.id]:
-            raise RecordingFormatError(f"{where}: frame refers to unknown http exchange {ex}")
-        self.last[owner.id] = row[0]
-        self.rows[owner.id].append(row)
-        self.counts["frames"] += 1
-        if self.progress is not None:
-            self.pending += 1
-            if self.pending >= PROGRESS_STEP:
-                self.progress(self.pending)
-                self.pending = 0
 
     def check_end(self, end: dict[str, Any] | None, last_line: int) -> None:
         if self.progress is not None and self.pending:
@@ -682,9 +671,9 @@ def read_rows(
             # The hot loop: the line's name is made only for an error (frame_row again).
             sid: str = rec.get("session")  # type: ignore[assignment]
             rows = rows_of.get(sid) if type(sid) is str else None
-            if rows is None:
-                reader.owned(rec, "frame", f"{origin} line {lineno}")  # raises: unknown session
-                continue
+            if rows is None:  # (an unknown session raises here)
+                sid = reader.owner(rec, "frame", f"{origin} line {lineno}").id
+                rows = rows_of[sid]
             try:
                 row = row_of(rec, "", scan is not None and scan.digits_checked)
             except RecordingFormatError:
