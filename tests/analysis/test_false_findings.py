@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import signal
 
-from mcp_proxy.analysis.stats import method_stats
 from mcp_proxy.analysis.taxonomy import classify_error
 from mcp_proxy.testing.factories import Wire, envelope
 from tests.analysis.cases import hdrs, http_call, http_init
+from tests.analysis.streamed import method_stats
 
 
 def _roots_pending() -> Wire:
