@@ -32,9 +32,9 @@ from mcp_proxy.analysis.model import Exchange, Outcome, finding_record
 from mcp_proxy.analysis.stats import MethodStats
 from mcp_proxy.analysis.taxonomy import NAMES, classify_error
 from mcp_proxy.errors import StoreError
+from mcp_proxy.limits import ANALYSES_AT_ONCE, INLINE_LIMIT
 from mcp_proxy.limits import ANALYSIS_CACHE as CACHE_SIZE
 from mcp_proxy.limits import ANALYSIS_LOCKS as LOCKS
-from mcp_proxy.limits import INLINE_LIMIT
 from mcp_proxy.store.queries import Store
 from mcp_proxy.store.rows import SessionRow, ViewFrame
 
@@ -72,6 +72,8 @@ class Analyst:
         # at most LOCKS of them (least recently used dropped: a dropped lock still serves
         # whoever holds it, and a later page at worst analyses that session once more).
         self._locks: OrderedDict[str, asyncio.Lock] = OrderedDict()
+        #: bounded passes running at once (:data:`ANALYSES_AT_ONCE`): the rest wait
+        self._passes = asyncio.Semaphore(ANALYSES_AT_ONCE)
         self._queue: deque[SessionRow] = deque()
         self._queued: set[str] = set()
         self._worker: asyncio.Task[None] | None = None
@@ -125,10 +127,13 @@ class Analyst:
 
     async def findings(self, session: SessionRow) -> tuple[list[dict[str, Any]], bool]:
         """The session's stored findings (recorder and analyzer), and whether they are current;
-        stale ones of a small session are recomputed and stored first (the one bounded pass)."""
-        return await service.findings_view(
-            self.store, session, analyse_if_stale=self.small(session)
-        )
+        stale ones of a small session are recomputed and stored first (the one bounded pass:
+        one page at a time per session, :data:`ANALYSES_AT_ONCE` sessions at a time)."""
+        got = await service.findings_view(self.store, session, analyse_if_stale=False)
+        if got[1] or not self.small(session):
+            return got
+        async with self._lock(session["id"]), self._passes:
+            return await service.findings_view(self.store, session)
 
     def schedule(self, sessions: list[SessionRow]) -> None:
         """Analyse these sessions in the background, one at a time, so that a list page shows
@@ -160,8 +165,11 @@ class Analyst:
 
     async def refresh(self, session: SessionRow) -> tuple[list[dict[str, Any]], bool]:
         """Analyse a session of any size now and store its findings and numbers (the "Analyse
-        now" button): the one bounded pass, whatever the stored state; returns the findings."""
-        return await service.findings_view(self.store, session, force=True)
+        now" button): the one bounded pass, whatever the stored state; returns the findings.
+        Clicks on the same session wait for the pass under way (its lock) and then run theirs;
+        passes of other sessions wait their turn (:data:`ANALYSES_AT_ONCE`)."""
+        async with self._lock(session["id"]), self._passes:
+            return await service.findings_view(self.store, session, force=True)
 
 
 def exchange_index(analysis: Analysis) -> dict[str, dict[int, Exchange]]:

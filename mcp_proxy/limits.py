@@ -361,6 +361,10 @@ ANALYSIS_CACHE = 32
 #: same session wait for one analysis instead of running two; a dropped lock costs at most one
 #: duplicate analysis, never a wrong one.
 ANALYSIS_LOCKS = 64
+#: Bounded analysis passes the dashboard runs at once (stale findings, "Analyse now"): a pass
+#: is CPU work in a worker thread, and the pages' small reads run in the same thread pool (a
+#: few threads on a small machine), so six clicks on a big session must not take them all.
+ANALYSES_AT_ONCE = 1
 #: Frames read around one request on a session too big to analyse whole.
 SPAN_LIMIT = 5000
 #: Ticks (progress, log and other notifications of one exchange, e.g. each SSE event) a

@@ -336,7 +336,18 @@ async def findings_view(
     :func:`stored_findings` in a worker thread. With ``analyse_if_stale`` (the caller's choice,
     e.g. "small enough to analyse inline") stale findings are recomputed first, and with
     ``force`` whatever the stored ones ("Analyse now"); a read-only database still gets the
-    stored rows."""
+    stored rows.
+
+    Current findings, and stale ones not to be analysed, are read through the async store (its
+    one driver connection, :class:`~mcp_proxy.store.direct.DirectStore`); only a pass opens its
+    own, for as long as it runs."""
+    if not force:
+        sid = str(session["id"])
+        now = await store.get_session(sid) or session
+        fresh = is_fresh(now, await store.analysis_summary(sid))
+        if fresh or not analyse_if_stale:
+            rows = [r for r in await store.recorded_findings(sid) if r["code"] != SUMMARY_CODE]
+            return sort_rows([finding_record(r) for r in rows]), fresh
     return await asyncio.to_thread(
         stored_findings,
         store.url,

@@ -55,7 +55,14 @@ class StoreBase:
             with self._direct_lock:
                 if self._direct_store is None:
                     self._direct_store = DirectStore(self.url)
-                return call(self._direct_store)
+                try:
+                    return call(self._direct_store)
+                except StoreError:
+                    # The connection may be what failed (a server restarted, a timeout, a
+                    # link dropped while the dashboard idled): the next call opens a new one.
+                    self._direct_store.close()
+                    self._direct_store = None
+                    raise
 
         return await asyncio.to_thread(run)
 

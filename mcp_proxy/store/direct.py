@@ -113,6 +113,9 @@ class DirectStore:
             if self.pg:
                 self.conn.rollback()  # a read leaves no transaction open on the server
         except self.error as exc:
+            if self.pg:  # nor does a failed one (psycopg would refuse every later statement)
+                with contextlib.suppress(Exception):
+                    self.conn.rollback()
             raise StoreError(error_line(exc)) from exc
         out = []
         for row in rows:

@@ -8,7 +8,7 @@ paths a user walks (sessions newest first, one session's frames in order) are se
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,7 +21,7 @@ from mcp_proxy.store.base import FRAME_COLUMNS_NO_RAW, StoreBase
 from mcp_proxy.store.liveness import duration, is_live, session_status
 from mcp_proxy.store.pages import PageQueries
 from mcp_proxy.store.rows import FindingRow, HttpExchangeRow, SessionRow, StoredFinding, ViewFrame
-from mcp_proxy.store.schema import findings, frames, sessions
+from mcp_proxy.store.schema import frames, sessions
 
 __all__ = [
     "FRAME_COLUMNS_NO_RAW",
@@ -186,30 +186,7 @@ class Store(PageQueries, AnnotationQueries, StoreBase):
         """The analyzer's ``analysis.summary`` row for a session (None: never analysed)."""
         return await self._direct(lambda d: d.analysis_summary(session_id))
 
-    async def session_findings(
-        self, session_id: str, *, include_summary: bool = False
-    ) -> list[StoredFinding]:
-        """Stored findings of a session, recorder and analyzer alike, in insertion order."""
-        stmt = sa.select(findings).where(findings.c.session_id == session_id)
-        if not include_summary:
-            stmt = stmt.where(findings.c.code != "analysis.summary")
-        return cast(list[StoredFinding], await self._all(stmt.order_by(findings.c.id)))
-
     async def replace_analyzer_findings(self, session_id: str, rows: Sequence[FindingRow]) -> None:
         """Swap a session's analyzer findings for ``rows`` atomically, the session row locked
         first, so that two processes refreshing one session leave one set of rows."""
         await self._direct(lambda d: d.replace_analyzer_findings(session_id, rows))
-
-
-def storable(row: Mapping[str, Any]) -> dict[str, Any]:
-    """``row`` with every text value storable as UTF-8: the statement's bind parameters.
-
-    Findings quote what was on the wire: a method or message holding a lone surrogate (JSON's
-    ``"\\ud800"`` decodes to one) cannot be encoded for the database, and one such value
-    would lose every finding of the session. It is kept as its escape (``\\ud800``).
-    """
-    out = dict(row)
-    for key, value in row.items():
-        if isinstance(value, str):
-            out[key] = value.encode("utf-8", "backslashreplace").decode("utf-8")
-    return out

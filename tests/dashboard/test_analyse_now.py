@@ -64,3 +64,63 @@ async def test_whole_analysis_locks_are_bounded(
         assert analyst.locks() == 2
     finally:
         await store.close()
+
+
+async def test_current_findings_are_read_through_the_stores_connection(
+    bench_db: tuple[Path, str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page's findings, current or not to be analysed, come through the async store's one
+    driver connection: no connection of their own per page view (on PostgreSQL an engine, a
+    connection and its log-in each time)."""
+    db = bench_db[0]
+    store = await Store.open("sqlite:///" + str(db))
+    try:
+        session = await store.session(bench_db[1])
+
+        def no_new_connection(*_a: object, **_k: object) -> None:
+            raise AssertionError("a connection of its own for a read")
+
+        monkeypatch.setattr(service, "DirectStore", no_new_connection)
+        got, _fresh = await service.findings_view(store, session, analyse_if_stale=False)
+        assert isinstance(got, list)
+    finally:
+        await store.close()
+
+
+async def test_analysis_passes_run_one_at_a_time(
+    bench_db: tuple[Path, str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clicks of "Analyse now" on several sessions run one bounded pass at a time: the worker
+    threads the pages' reads use are not all taken by passes."""
+    import asyncio
+
+    running = peak = 0
+    entered = asyncio.Event()
+    release = asyncio.Event()
+
+    async def pass_(*_a: object, **_k: object) -> tuple[list[object], bool]:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        entered.set()
+        await release.wait()
+        running -= 1
+        return [], True
+
+    monkeypatch.setattr(service, "findings_view", pass_)
+    db = bench_db[0]
+    store = await Store.open("sqlite:///" + str(db))
+    try:
+        analyst = an.Analyst(store)
+        ids = [r["id"] for r in rdb.rows(db, "SELECT id FROM sessions LIMIT 3")]
+        sessions = [await store.session(i) for i in ids]
+        clicks = asyncio.gather(*(analyst.refresh(s) for s in sessions))
+        await entered.wait()
+        for _ in range(20):  # let every click run as far as it can
+            await asyncio.sleep(0)
+        assert running == 1
+        release.set()
+        await clicks
+        assert peak == 1
+    finally:
+        await store.close()
