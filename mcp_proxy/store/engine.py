@@ -81,6 +81,12 @@ def sqlite_path(url: str) -> Path | None:
         return None
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return None
+    if str(u.query.get("uri", "")).lower() in ("true", "1") and u.database.startswith("file:"):
+        # SQLite's URI form (``file:PATH?mode=ro``): the file is its path, not the text.
+        from urllib.parse import unquote, urlparse
+
+        path = unquote(urlparse(u.database).path)
+        return Path(path) if path and path != ":memory:" else None
     return Path(u.database)
 
 
@@ -632,7 +638,9 @@ class Driver:
         self._engine: Engine | None = None
         self._file: Any = None
         self._lock = threading.Lock()
-        self.path = None if self.pg else sqlite_path(url)
+        # A plain file URL only: one with options (`?mode=ro&uri=true`, `?timeout=`) is opened
+        # by SQLAlchemy, which reads them (the pool below, as for PostgreSQL).
+        self.path = None if self.pg else plain_sqlite_file(url)
         if self.path is not None:
             import sqlite3
 
