@@ -76,7 +76,6 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "current_findings",
-    "enrich",
     "fault_end",
     "finding_rows",
     "findings_view",
@@ -346,8 +345,7 @@ async def findings_view(
         now = await store.get_session(sid) or session
         fresh = is_fresh(now, await store.analysis_summary(sid))
         if fresh or not analyse_if_stale:
-            rows = [r for r in await store.recorded_findings(sid) if r["code"] != SUMMARY_CODE]
-            return sort_rows([finding_record(r) for r in rows]), fresh
+            return finding_records(await store.recorded_findings(sid)), fresh
     return await asyncio.to_thread(
         stored_findings,
         store.url,
@@ -524,8 +522,8 @@ def stored_findings(
                 store, url, now, findings=recompute or not fresh, strict=strict, also=also
             )
             fresh = is_fresh(now, store.analysis_summary(sid))
-        rows = [r for r in store.recorded_findings(sid) if r["code"] != SUMMARY_CODE]
-    return sort_rows([finding_record(r) for r in rows]), fresh
+        rows = store.recorded_findings(sid)
+    return finding_records(rows), fresh
 
 
 def current_findings(
@@ -535,9 +533,10 @@ def current_findings(
     return stored_findings(url, session, recompute=recompute)[0]
 
 
-def enrich(row: dict[str, Any]) -> dict[str, Any]:
-    """A stored row in the one finding shape (kept for callers of the old name)."""
-    return finding_record(row)
+def finding_records(rows: Iterable[StoredFinding]) -> list[dict[str, Any]]:
+    """A session's stored findings (the summary row left out) in the one finding shape
+    (:func:`~mcp_proxy.analysis.model.finding_record`) and the one order."""
+    return sort_rows([finding_record(r) for r in rows if r["code"] != SUMMARY_CODE])
 
 
 def sort_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -44,7 +44,7 @@ from mcp_proxy.store.rows import (
     SESSION_COLUMNS,
     SESSION_STATS_COLUMNS,
 )
-from mcp_proxy.store.writes import FRAME_INSERT
+from mcp_proxy.store.writer import FRAME_INSERT
 
 #: Frames read and written per round trip.
 CHUNK = 10_000

@@ -407,7 +407,8 @@ def _at_head(path: str) -> bool:
 
 
 _FRAME_VALUES = f"({', '.join('?' * len(STORED_FRAME_COLS))})"
-_FRAME_INSERT = f"INSERT INTO frame_rows ({', '.join(STORED_FRAME_COLS)}) VALUES {_FRAME_VALUES}"
+#: One stored frame row (``STORED_FRAME_COLS``, ``?`` markers): every driver backend's insert.
+FRAME_INSERT = f"INSERT INTO frame_rows ({', '.join(STORED_FRAME_COLS)}) VALUES {_FRAME_VALUES}"
 #: Frames per multi-row ``INSERT … VALUES (…), (…), …``. ``executemany`` pays sqlite3's
 #: per-row statement cycle (bind, step, reset) in Python's driver; one statement of many rows
 #: pays it once: measured on the frames table (five indexes), ~2× fewer CPU µs per row at any
@@ -597,11 +598,11 @@ class SqliteBackend:
                     if len(r[_RAW]) > BIG_BLOB:
                         insert_big(conn, r)
                     else:
-                        conn.execute(_FRAME_INSERT, r)
+                        conn.execute(FRAME_INSERT, r)
             elif len(stored) == m and m > 1:
                 conn.execute(sql, list(flat(stored)))
             elif stored:
-                conn.executemany(_FRAME_INSERT, stored)
+                conn.executemany(FRAME_INSERT, stored)
 
     def session_progress(self, sid: str) -> tuple[bool, int, int, int]:
         conn = self.conn
@@ -622,7 +623,7 @@ def insert_big(conn: sqlite3.Connection, row: tuple[Any, ...]) -> None:
     the blob handle keeps memory at the one copy the recorder already holds.
     """
     raw = row[_RAW]
-    cur = conn.execute(_FRAME_INSERT, (*row[:_RAW], b"", *row[_RAW + 1 :]))
+    cur = conn.execute(FRAME_INSERT, (*row[:_RAW], b"", *row[_RAW + 1 :]))
     rowid = cur.lastrowid
     conn.execute("UPDATE frame_rows SET raw = zeroblob(?) WHERE id = ?", (len(raw), rowid))
     view = memoryview(raw)

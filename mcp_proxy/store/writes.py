@@ -20,22 +20,22 @@ from mcp_proxy.store.codes import encode_known
 from mcp_proxy.store.columns import STORED_FRAME_COLS
 from mcp_proxy.store.engine import Driver, ensure_schema
 from mcp_proxy.store.rows import EXCHANGE_COLUMNS, FRAME_COLS, JSON_COLUMNS, FrameRow, storable
-from mcp_proxy.store.writer import BIG_BLOB, BatchWriter, TransientWriteError, insert_big
+from mcp_proxy.store.writer import (
+    BIG_BLOB,
+    FRAME_INSERT,
+    BatchWriter,
+    TransientWriteError,
+    insert_big,
+)
 
 __all__ = [
     "FRAME_COLS",
-    "FRAME_INSERT",
     "BatchWriter",
     "DriverBackend",
     "TransientWriteError",
     "storable",
 ]
 
-#: One stored frame row (``STORED_FRAME_COLS``), ``?`` markers (:meth:`Driver.sql`).
-FRAME_INSERT = (
-    f"INSERT INTO frame_rows ({', '.join(STORED_FRAME_COLS)})"
-    f" VALUES ({', '.join('?' * len(STORED_FRAME_COLS))})"
-)
 _RAW = STORED_FRAME_COLS.index("raw")
 
 
